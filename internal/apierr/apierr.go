@@ -1,0 +1,68 @@
+// Package apierr is the one typed error the domain returns for a refusal the caller can act on.
+// Each Code has exactly one HTTP status and title, mapped in one table by the server; domain code
+// never names a status.
+package apierr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is a refusal with a stable machine code and a human detail. Extensions are extra
+// problem members (for example unmetFences or conflict).
+type Error struct {
+	Code       Code
+	Detail     string
+	Extensions map[string]any
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Detail }
+
+// Code is a stable machine-readable error code.
+type Code string
+
+// The codes. Keep the server's status table in step (a test checks it).
+const (
+	BadRequest          Code = "bad_request"
+	InvalidRequest      Code = "invalid_request"
+	Unauthenticated     Code = "unauthenticated"
+	Forbidden           Code = "forbidden"
+	NotFound            Code = "not_found"
+	MethodNotAllowed    Code = "method_not_allowed"
+	OwnershipConflict   Code = "ownership_conflict"
+	IntentInProgress    Code = "intent_in_progress"
+	Tombstoned          Code = "tombstoned"
+	OwnershipRequired   Code = "ownership_token_required"
+	BodyTooLarge        Code = "body_too_large"
+	UnsupportedMedia    Code = "unsupported_media_type"
+	OfferingAmbiguous   Code = "offering_ambiguous"
+	OfferingUnknown     Code = "offering_unknown"
+	HostMintNamespace   Code = "hostmint_namespace"
+	ReservationConflict Code = "reservation_conflict"
+	OriginTaken         Code = "origin_taken"
+	ReservationMismatch Code = "reservation_mismatch"
+	ReleaseFenced       Code = "release_fenced"
+	Internal            Code = "internal"
+	Unavailable         Code = "unavailable"
+)
+
+// New returns an *Error with a formatted detail.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// With adds a problem member and returns e.
+func (e *Error) With(key string, value any) *Error {
+	if e.Extensions == nil {
+		e.Extensions = map[string]any{}
+	}
+	e.Extensions[key] = value
+	return e
+}
+
+// As returns the *Error in err's chain, if any.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

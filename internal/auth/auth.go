@@ -1,0 +1,170 @@
+// Package auth issues, stores and checks organization API keys. A key is shown once; only the
+// SHA-256 of its secret is stored, and a revoked key stops working on the next request.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+)
+
+// Scopes an API key may carry.
+const (
+	ScopeRead  = "resources:read"
+	ScopeWrite = "resources:write"
+)
+
+// AllScopes lists every scope, in a stable order.
+var AllScopes = []string{ScopeRead, ScopeWrite}
+
+// KeyPrefix starts every API key, so that secret scanners and people can recognise one.
+const KeyPrefix = "tkf_"
+
+var (
+	orgName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	keyShape = regexp.MustCompile(`^tkf_[a-z2-7]{52}$`)
+	lower32  = base32.StdEncoding.WithPadding(base32.NoPadding)
+)
+
+// Organization is an organization as the API sees it.
+type Organization struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// Principal is who a request acts as: always exactly one organization, taken from the key.
+type Principal struct {
+	KeyID        string
+	Organization Organization
+	Scopes       []string
+}
+
+// Has reports whether the principal's key carries scope.
+func (p Principal) Has(scope string) bool { return slices.Contains(p.Scopes, scope) }
+
+// CreatedKey is a newly issued key; Key is the only time the secret exists outside the caller.
+type CreatedKey struct {
+	ID             string   `json:"id"`
+	Key            string   `json:"key"`
+	OrganizationID string   `json:"organizationId"`
+	Scopes         []string `json:"scopes"`
+}
+
+// ErrUnknownKey means the presented key is malformed, unknown or revoked.
+var ErrUnknownKey = errors.New("unknown or revoked API key")
+
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.ToLower(lower32.EncodeToString(b))
+}
+
+// NewID returns a random id with prefix, such as org_ or key_.
+func NewID(prefix string) string { return prefix + randomToken(15) }
+
+func hashSecret(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return sum[:]
+}
+
+// CreateOrganization creates an organization named name with a fresh immutable id.
+func CreateOrganization(ctx context.Context, db *pgxpool.Pool, name string) (Organization, error) {
+	if !orgName.MatchString(name) {
+		return Organization{}, fmt.Errorf("organization name %q must match %s", name, orgName)
+	}
+	var org Organization
+	var created any
+	err := db.QueryRow(ctx, store.Q("OrganizationCreate"), pgx.NamedArgs{"id": NewID("org_"), "name": name}).Scan(&org.ID, &org.Name, &created)
+	if store.IsUniqueViolation(err, "organizations_name_key") {
+		return Organization{}, fmt.Errorf("organization %q already exists", name)
+	}
+	if err != nil {
+		return Organization{}, fmt.Errorf("create organization: %w", err)
+	}
+	return org, nil
+}
+
+// OrganizationByName looks an organization up by name.
+func OrganizationByName(ctx context.Context, db *pgxpool.Pool, name string) (Organization, error) {
+	var org Organization
+	var created any
+	err := db.QueryRow(ctx, store.Q("OrganizationGetByName"), pgx.NamedArgs{"name": name}).Scan(&org.ID, &org.Name, &created)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Organization{}, fmt.Errorf("no organization named %q", name)
+	}
+	if err != nil {
+		return Organization{}, fmt.Errorf("look up organization: %w", err)
+	}
+	return org, nil
+}
+
+// CreateKey issues a key for the organization named orgName with scopes (all scopes when empty).
+func CreateKey(ctx context.Context, db *pgxpool.Pool, orgName string, scopes []string) (CreatedKey, error) {
+	org, err := OrganizationByName(ctx, db, orgName)
+	if err != nil {
+		return CreatedKey{}, err
+	}
+	if len(scopes) == 0 {
+		scopes = AllScopes
+	}
+	scopes = slices.Clone(scopes)
+	slices.Sort(scopes)
+	scopes = slices.Compact(scopes)
+	for _, s := range scopes {
+		if !slices.Contains(AllScopes, s) {
+			return CreatedKey{}, fmt.Errorf("unknown scope %q (scopes: %s)", s, strings.Join(AllScopes, ", "))
+		}
+	}
+	key := KeyPrefix + randomToken(32)
+	out := CreatedKey{ID: NewID("key_"), Key: key, OrganizationID: org.ID}
+	var created any
+	err = db.QueryRow(ctx, store.Q("APIKeyCreate"), pgx.NamedArgs{
+		"id": out.ID, "organization_id": org.ID, "secret_hash": hashSecret(key), "scopes": scopes,
+	}).Scan(&out.ID, &out.OrganizationID, &out.Scopes, &created)
+	if err != nil {
+		return CreatedKey{}, fmt.Errorf("create key: %w", err)
+	}
+	return out, nil
+}
+
+// RevokeKey revokes the key with id. Revoking a revoked key succeeds.
+func RevokeKey(ctx context.Context, db *pgxpool.Pool, id string) error {
+	var kid, org string
+	var revoked any
+	err := db.QueryRow(ctx, store.Q("APIKeyRevoke"), pgx.NamedArgs{"id": id}).Scan(&kid, &org, &revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("no API key %q", id)
+	}
+	if err != nil {
+		return fmt.Errorf("revoke key: %w", err)
+	}
+	return nil
+}
+
+// Authenticate returns the principal of a presented key, or ErrUnknownKey.
+func Authenticate(ctx context.Context, db *pgxpool.Pool, key string) (Principal, error) {
+	if !keyShape.MatchString(key) {
+		return Principal{}, ErrUnknownKey
+	}
+	var p Principal
+	err := db.QueryRow(ctx, store.Q("APIKeyAuthenticate"), pgx.NamedArgs{"secret_hash": hashSecret(key)}).
+		Scan(&p.KeyID, &p.Organization.ID, &p.Organization.Name, &p.Scopes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, ErrUnknownKey
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	return p, nil
+}

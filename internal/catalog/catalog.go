@@ -1,0 +1,289 @@
+// Package catalog holds the offerings the Host sells and the backend installations behind them
+// (SPEC 6.1). With no config file the catalog is one selfhost installation selling module-worker and
+// worker-endpoint to every organization.
+package catalog
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+)
+
+// Backend packs.
+const (
+	PackSelfhost      = "selfhost"
+	PackWorkersDev    = "workers-dev"
+	PackWFPManaged    = "wfp-managed"
+	KindWorker        = "module-worker"
+	KindEndpoint      = "worker-endpoint"
+	everyOrganization = "*"
+)
+
+// Installation is one configured backend: a pack plus its settings.
+type Installation struct {
+	Name string `json:"name"`
+	Pack string `json:"pack"`
+	// selfhost
+	EndpointSuffix string `json:"endpointSuffix,omitempty"`
+	EdgeListen     string `json:"edgeListen,omitempty"`
+	Scheme         string `json:"scheme,omitempty"`
+	RuntimeDir     string `json:"runtimeDir,omitempty"`
+	// workers-dev
+	AccountSubdomain string `json:"accountSubdomain,omitempty"`
+	// wfp-managed
+	BaseDomain string `json:"baseDomain,omitempty"`
+}
+
+// Offering is one sold catalog entry. Digest is the SHA-256 of its canonical JSON, which includes
+// the settings of its installation, so that any change to where or how it runs changes the digest.
+type Offering struct {
+	ID           string   `json:"id"`
+	Kind         string   `json:"kind"`
+	Installation string   `json:"installation"`
+	SoldTo       []string `json:"soldTo"`
+	Pack         string   `json:"-"`
+	Digest       string   `json:"-"`
+}
+
+// Catalog is the validated set of installations and offerings.
+type Catalog struct {
+	Installations map[string]Installation
+	Offerings     []Offering
+}
+
+type file struct {
+	Installations []Installation `json:"installations"`
+	Offerings     []Offering     `json:"offerings"`
+}
+
+// Default is the catalog used without a config file.
+func Default() *Catalog {
+	c, err := build(file{
+		Installations: []Installation{{
+			Name: "selfhost", Pack: PackSelfhost,
+			EndpointSuffix: "workers.localhost", EdgeListen: "127.0.0.1:8787", Scheme: "http",
+		}},
+		Offerings: []Offering{
+			{ID: "selfhost-module-worker", Kind: KindWorker, Installation: "selfhost", SoldTo: []string{everyOrganization}},
+			{ID: "selfhost-worker-endpoint", Kind: KindEndpoint, Installation: "selfhost", SoldTo: []string{everyOrganization}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Load reads a JSON catalog file: {"installations":[...], "offerings":[...]}. Unknown fields are refused.
+func Load(path string) (*Catalog, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read catalog: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var f file
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	c, err := build(f)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	return c, nil
+}
+
+var (
+	idPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	dnsName     = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	soldToEntry = regexp.MustCompile(`^(\*|[a-z0-9][a-z0-9_-]{0,62}|org_[a-z0-9]{8,40})$`)
+)
+
+func build(f file) (*Catalog, error) {
+	c := &Catalog{Installations: map[string]Installation{}}
+	for _, inst := range f.Installations {
+		if !idPattern.MatchString(inst.Name) {
+			return nil, fmt.Errorf("installation name %q must match %s", inst.Name, idPattern)
+		}
+		if _, dup := c.Installations[inst.Name]; dup {
+			return nil, fmt.Errorf("installation %q is declared twice", inst.Name)
+		}
+		if err := validateInstallation(&inst); err != nil {
+			return nil, fmt.Errorf("installation %q: %w", inst.Name, err)
+		}
+		c.Installations[inst.Name] = inst
+	}
+	seen := map[string]bool{}
+	for _, o := range f.Offerings {
+		if !idPattern.MatchString(o.ID) {
+			return nil, fmt.Errorf("offering id %q must match %s", o.ID, idPattern)
+		}
+		if seen[o.ID] {
+			return nil, fmt.Errorf("offering %q is declared twice", o.ID)
+		}
+		seen[o.ID] = true
+		if o.Kind != KindWorker && o.Kind != KindEndpoint {
+			return nil, fmt.Errorf("offering %q: kind must be %q or %q", o.ID, KindWorker, KindEndpoint)
+		}
+		inst, ok := c.Installations[o.Installation]
+		if !ok {
+			return nil, fmt.Errorf("offering %q names unknown installation %q", o.ID, o.Installation)
+		}
+		if len(o.SoldTo) == 0 {
+			return nil, fmt.Errorf("offering %q: soldTo must name organizations or \"*\"", o.ID)
+		}
+		for _, s := range o.SoldTo {
+			if !soldToEntry.MatchString(s) {
+				return nil, fmt.Errorf("offering %q: soldTo entry %q is not an organization name, id or \"*\"", o.ID, s)
+			}
+		}
+		o.Pack = inst.Pack
+		o.Digest = digest(o, inst)
+		c.Offerings = append(c.Offerings, o)
+	}
+	return c, nil
+}
+
+func validateInstallation(inst *Installation) error {
+	switch inst.Pack {
+	case PackSelfhost:
+		if inst.EndpointSuffix == "" {
+			inst.EndpointSuffix = "workers.localhost"
+		}
+		if inst.EdgeListen == "" {
+			inst.EdgeListen = "127.0.0.1:8787"
+		}
+		if inst.Scheme == "" {
+			inst.Scheme = "http"
+		}
+		if !dnsName.MatchString(inst.EndpointSuffix) {
+			return fmt.Errorf("endpointSuffix %q is not a lowercase DNS name", inst.EndpointSuffix)
+		}
+		if _, _, err := net.SplitHostPort(inst.EdgeListen); err != nil {
+			return fmt.Errorf("edgeListen %q is not host:port", inst.EdgeListen)
+		}
+		if inst.Scheme != "http" && inst.Scheme != "https" {
+			return fmt.Errorf("scheme must be http or https")
+		}
+		if inst.AccountSubdomain != "" || inst.BaseDomain != "" {
+			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme and runtimeDir only")
+		}
+	case PackWorkersDev:
+		if !dnsName.MatchString(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
+			return fmt.Errorf("workers-dev needs accountSubdomain, one lowercase DNS label")
+		}
+		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeDir != "" || inst.BaseDomain != "" {
+			return fmt.Errorf("workers-dev takes accountSubdomain only")
+		}
+	case PackWFPManaged:
+		if !dnsName.MatchString(inst.BaseDomain) || !strings.Contains(inst.BaseDomain, ".") {
+			return fmt.Errorf("wfp-managed needs baseDomain, a lowercase DNS name")
+		}
+		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeDir != "" || inst.AccountSubdomain != "" {
+			return fmt.Errorf("wfp-managed takes baseDomain only")
+		}
+	default:
+		return fmt.Errorf("pack must be one of %s, %s, %s", PackSelfhost, PackWorkersDev, PackWFPManaged)
+	}
+	return nil
+}
+
+func digest(o Offering, inst Installation) string {
+	sold := slices.Clone(o.SoldTo)
+	slices.Sort(sold)
+	soldAny := make([]any, len(sold))
+	for i, s := range sold {
+		soldAny[i] = s
+	}
+	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+		{Key: "format", Value: "takoserver.offering.v1"},
+		{Key: "id", Value: o.ID},
+		{Key: "kind", Value: o.Kind},
+		{Key: "installation", Value: canonjson.Object{
+			{Key: "name", Value: inst.Name},
+			{Key: "pack", Value: inst.Pack},
+			{Key: "endpointSuffix", Value: inst.EndpointSuffix},
+			{Key: "edgeListen", Value: inst.EdgeListen},
+			{Key: "scheme", Value: inst.Scheme},
+			{Key: "accountSubdomain", Value: inst.AccountSubdomain},
+			{Key: "baseDomain", Value: inst.BaseDomain},
+		}},
+		{Key: "soldTo", Value: soldAny},
+	}))
+	return hex.EncodeToString(sum[:])
+}
+
+// Organization is the part of an organization the catalog needs to decide what is sold to it.
+type Organization struct {
+	ID   string
+	Name string
+}
+
+// IsSoldTo reports whether o is sold to org.
+func (o Offering) IsSoldTo(org Organization) bool {
+	for _, s := range o.SoldTo {
+		if s == everyOrganization || s == org.ID || s == org.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// Visible lists the offerings sold to org, in catalog order.
+func (c *Catalog) Visible(org Organization) []Offering {
+	var out []Offering
+	for _, o := range c.Offerings {
+		if o.IsSoldTo(org) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Packs lists the distinct packs of the installations, sorted.
+func (c *Catalog) Packs() []string {
+	var packs []string
+	for _, inst := range c.Installations {
+		if !slices.Contains(packs, inst.Pack) {
+			packs = append(packs, inst.Pack)
+		}
+	}
+	slices.Sort(packs)
+	return packs
+}
+
+// Offering selection errors.
+var (
+	// ErrOfferingAmbiguous: no offering id was given and zero or several eligible offerings are sold.
+	ErrOfferingAmbiguous = errors.New("offering_ambiguous")
+	// ErrOfferingUnknown: the named offering does not exist, is of another kind, or is not sold to the organization.
+	ErrOfferingUnknown = errors.New("offering_unknown")
+)
+
+// Select picks the offering of kind for org: the one named by id, or, with no id, the only one
+// of that kind sold to org (SPEC 3.3, offering selection).
+func (c *Catalog) Select(org Organization, kind, id string) (Offering, Installation, error) {
+	var found []Offering
+	for _, o := range c.Visible(org) {
+		if o.Kind == kind && (id == "" || o.ID == id) {
+			found = append(found, o)
+		}
+	}
+	switch {
+	case id != "" && len(found) == 0:
+		return Offering{}, Installation{}, fmt.Errorf("%w: no %s offering %q is sold to this organization", ErrOfferingUnknown, kind, id)
+	case len(found) != 1:
+		return Offering{}, Installation{}, fmt.Errorf("%w: %d %s offerings are sold to this organization; name one with offeringId", ErrOfferingAmbiguous, len(found), kind)
+	}
+	return found[0], c.Installations[found[0].Installation], nil
+}

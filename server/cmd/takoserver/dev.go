@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+)
+
+const (
+	devOrganization = "dev"
+	devDatabase     = "takoform"
+	devKeyFile      = "api-key"
+	devEnvFile      = "env"
+)
+
+func devCommand(g *globals) *cobra.Command {
+	o := &serveOptions{}
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the Host on a private PostgreSQL cluster in .takoform/dev (no server needed)",
+		Long: `dev starts (or reuses) a PostgreSQL cluster from this machine's PostgreSQL binaries in
+the dev directory, migrates it, makes sure organization "dev" and an API key exist, writes the key to
+a 0600 file, and serves the API until interrupted. It then stops the cluster if it started it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("state-dir") {
+				o.stateDir = filepath.Join(dir, "state")
+			}
+			return runDev(cmd, log, dir, *o)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", filepath.Join(".takoform", "dev"), "private directory for the dev cluster and key")
+	o.flags(cmd, "")
+	return cmd
+}
+
+func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions) error {
+	ctx := cmd.Context()
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	cluster, err := pgcluster.Open(ctx, dir, pgcluster.Options{})
+	if err != nil {
+		return err
+	}
+	wasRunning := cluster.Running(ctx)
+	if err := cluster.Start(ctx, devDatabase); err != nil {
+		return err
+	}
+	if !wasRunning {
+		// Stop the cluster we started, even when interrupted: a fresh context, bounded.
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := cluster.Stop(stopCtx); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "takoserver dev: stop PostgreSQL:", err)
+			} else {
+				fmt.Fprintln(cmd.ErrOrStderr(), "takoserver dev: PostgreSQL stopped")
+			}
+		}()
+	}
+	databaseURL := cluster.URL(devDatabase)
+	if err := store.MigrateUp(databaseURL); err != nil {
+		return err
+	}
+	keyPath, err := ensureDevKey(ctx, cluster, databaseURL)
+	if err != nil {
+		return err
+	}
+	serveErr := serve(ctx, log, databaseURL, o, func(addr string) {
+		endpoint := "http://" + addr
+		env := fmt.Sprintf("export TAKOFORM_ENDPOINT=%s\nexport TAKOFORM_API_KEY=\"$(cat %s)\"\nexport TAKOSERVER_DATABASE_URL='%s'\n", endpoint, keyPath, databaseURL)
+		if err := safedir.WriteFile(cluster.Dir, devEnvFile, []byte(env), cluster.Owner); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "takoserver dev: write env file:", err)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), `
+takoserver dev is serving at %s (organization %q).
+The API key is in %s (mode 0600). Point a provider or curl at the Host with:
+
+    source %s
+
+or by hand:
+
+    export TAKOFORM_ENDPOINT=%s
+    export TAKOFORM_API_KEY="$(cat %s)"
+
+Press Ctrl-C to stop; the PostgreSQL cluster in %s is kept for the next run.
+
+`, endpoint, devOrganization, keyPath, filepath.Join(cluster.Dir, devEnvFile), endpoint, keyPath, cluster.Dir)
+	})
+	if errors.Is(serveErr, context.Canceled) {
+		return nil
+	}
+	return serveErr
+}
+
+// ensureDevKey makes sure organization dev exists and the key file holds a working key, issuing
+// a new key only when the stored one is missing or no longer authenticates.
+func ensureDevKey(ctx context.Context, cluster *pgcluster.Cluster, databaseURL string) (string, error) {
+	db, err := store.Open(ctx, databaseURL)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	if _, err := auth.OrganizationByName(ctx, db, devOrganization); err != nil {
+		if _, err := auth.CreateOrganization(ctx, db, devOrganization); err != nil {
+			return "", err
+		}
+	}
+	keyPath := filepath.Join(cluster.Dir, devKeyFile)
+	if raw, err := safedir.ReadFile(cluster.Dir, devKeyFile, cluster.Owner); err == nil {
+		if p, err := auth.Authenticate(ctx, db, strings.TrimSpace(string(raw))); err == nil && p.Organization.Name == devOrganization {
+			return keyPath, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	key, err := auth.CreateKey(ctx, db, devOrganization, nil)
+	if err != nil {
+		return "", err
+	}
+	if err := safedir.WriteFile(cluster.Dir, devKeyFile, []byte(key.Key+"\n"), cluster.Owner); err != nil {
+		return "", err
+	}
+	return keyPath, nil
+}

@@ -1,0 +1,93 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+)
+
+// readBody reads the whole request body, refusing one over the limit.
+func (s *Server) readBody(c echo.Context) ([]byte, error) {
+	r := c.Request()
+	if r.ContentLength > s.cfg.BodyLimit {
+		return nil, apierr.New(apierr.BodyTooLarge, "request bodies are limited to %d bytes", s.cfg.BodyLimit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.BodyLimit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, apierr.New(apierr.BodyTooLarge, "request bodies are limited to %d bytes", s.cfg.BodyLimit)
+	}
+	if err != nil {
+		return nil, apierr.New(apierr.BadRequest, "could not read the request body")
+	}
+	return body, nil
+}
+
+// decodeJSON reads a JSON object body into v strictly: the content type must be JSON, unknown
+// fields are refused and nothing may follow the object. It returns the raw body for hashing.
+func (s *Server) decodeJSON(c echo.Context, v any) ([]byte, error) {
+	ct := c.Request().Header.Get(echo.HeaderContentType)
+	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+		return nil, apierr.New(apierr.UnsupportedMedia, "send the body as application/json")
+	}
+	body, err := s.readBody(c)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return nil, apierr.New(apierr.BadRequest, "invalid JSON body: %s", describeJSONError(err))
+	}
+	if dec.More() {
+		return nil, apierr.New(apierr.BadRequest, "invalid JSON body: unexpected data after the object")
+	}
+	return body, nil
+}
+
+// describeJSONError words a decoding error without echoing body contents.
+func describeJSONError(err error) string {
+	var syntax *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return "syntax error"
+	case errors.As(err, &typeErr):
+		if typeErr.Field != "" {
+			return "field " + typeErr.Field + " has the wrong type"
+		}
+		return "the body must be a JSON object"
+	case errors.Is(err, io.EOF):
+		return "the body is empty"
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return "unknown field " + strings.TrimPrefix(err.Error(), "json: unknown field ")
+	default:
+		return "the body could not be decoded"
+	}
+}
+
+// ownershipToken returns the request's ownership token, refusing a request without one (428).
+func ownershipToken(c echo.Context) (string, error) {
+	token := c.Request().Header.Get(ownership.TokenHeader)
+	if token == "" {
+		return "", apierr.New(apierr.OwnershipRequired, "send %s on every PUT and DELETE", ownership.TokenHeader)
+	}
+	return token, nil
+}
+
+// writeOwned sends an owned mutation's response, marking replays.
+func writeOwned(c echo.Context, resp ownership.Response) error {
+	if resp.Replayed {
+		c.Response().Header().Set(ownership.ReplayedHeader, "true")
+	}
+	return c.Blob(resp.Status, echo.MIMEApplicationJSON, resp.Body)
+}

@@ -1,0 +1,65 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+)
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz answers 200 only while the database answers.
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.DB.Ping(ctx); err != nil {
+		s.log.WarnContext(ctx, "readiness check failed", "request_id", requestID(c), "error", err.Error())
+		return apierr.New(apierr.Unavailable, "the database is not answering")
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// Capabilities is the body of GET /v1/capabilities.
+type Capabilities struct {
+	Ownership           []string `json:"ownership"`
+	ReservationFormats  []string `json:"reservationFormats"`
+	RuntimeInputFormats []string `json:"runtimeInputFormats"`
+	Packs               []string `json:"packs"`
+}
+
+func (s *Server) capabilities(c echo.Context) error {
+	return c.JSON(http.StatusOK, Capabilities{
+		Ownership:          []string{ownership.Protocol},
+		ReservationFormats: []string{reservation.FormatV2},
+		// Runtime inputs are not served yet; advertising a format would promise what is not built.
+		RuntimeInputFormats: []string{},
+		Packs:               s.cfg.Catalog.Packs(),
+	})
+}
+
+// OfferingView is one entry of GET /v1/offerings.
+type OfferingView struct {
+	ID           string `json:"id"`
+	Kind         string `json:"kind"`
+	Pack         string `json:"pack"`
+	Installation string `json:"installation"`
+	Digest       string `json:"digest"`
+}
+
+func (s *Server) offerings(c echo.Context) error {
+	p := principal(c)
+	out := []OfferingView{}
+	for _, o := range s.cfg.Catalog.Visible(catalog.Organization{ID: p.Organization.ID, Name: p.Organization.Name}) {
+		out = append(out, OfferingView{ID: o.ID, Kind: o.Kind, Pack: o.Pack, Installation: o.Installation, Digest: o.Digest})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"offerings": out})
+}

@@ -1,0 +1,145 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+)
+
+// RequestIDHeader carries the request id in and out.
+const RequestIDHeader = "X-Request-Id"
+
+const (
+	ctxRequestID = "takoform.request_id"
+	ctxPrincipal = "takoform.principal"
+)
+
+var requestIDShape = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+
+func requestID(c echo.Context) string {
+	id, _ := c.Get(ctxRequestID).(string)
+	return id
+}
+
+func routeOf(c echo.Context) string {
+	if p := c.Path(); p != "" {
+		return p
+	}
+	return "unmatched"
+}
+
+// withRequestID adopts a well-formed incoming X-Request-Id or makes one, and echoes it back.
+func withRequestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id := c.Request().Header.Get(RequestIDHeader)
+		if !requestIDShape.MatchString(id) {
+			b := make([]byte, 12)
+			_, _ = rand.Read(b)
+			id = hex.EncodeToString(b)
+		}
+		c.Set(ctxRequestID, id)
+		c.Response().Header().Set(RequestIDHeader, id)
+		return next(c)
+	}
+}
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "takoserver_http_requests_total",
+			Help: "HTTP requests answered, by method, route and status.",
+		}, []string{"method", "route", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "takoserver_http_request_duration_seconds",
+			Help:    "Time to answer an HTTP request, by method, route and status.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"method", "route", "status"}),
+	}
+	reg.MustRegister(m.requests, m.latency)
+	return m
+}
+
+// observe logs and measures every request. The log line never carries headers or bodies: only
+// the method, route pattern, status, size, duration, request id and organization.
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			s.handleError(err, c)
+		}
+		status := c.Response().Status
+		elapsed := time.Since(start)
+		route := routeOf(c)
+		labels := prometheus.Labels{"method": c.Request().Method, "route": route, "status": strconv.Itoa(status)}
+		s.metrics.requests.With(labels).Inc()
+		s.metrics.latency.With(labels).Observe(elapsed.Seconds())
+		attrs := []slog.Attr{
+			slog.String("request_id", requestID(c)),
+			slog.String("method", c.Request().Method),
+			slog.String("route", route),
+			slog.Int("status", status),
+			slog.Int64("bytes", c.Response().Size),
+			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+		}
+		if p, ok := c.Get(ctxPrincipal).(auth.Principal); ok {
+			attrs = append(attrs, slog.String("organization_id", p.Organization.ID), slog.String("key_id", p.KeyID))
+		}
+		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "request", attrs...)
+		return nil
+	}
+}
+
+// authenticate resolves the bearer key to its organization and checks the scope the method needs:
+// reads need resources:read, mutations resources:write.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		header := c.Request().Header.Get(echo.HeaderAuthorization)
+		scheme, key, ok := strings.Cut(header, " ")
+		if header == "" {
+			return apierr.New(apierr.Unauthenticated, "send an organization API key as `Authorization: Bearer <key>`")
+		}
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return apierr.New(apierr.Unauthenticated, "the Authorization header must use the Bearer scheme")
+		}
+		p, err := auth.Authenticate(c.Request().Context(), s.cfg.DB, strings.TrimSpace(key))
+		if err == auth.ErrUnknownKey {
+			return apierr.New(apierr.Unauthenticated, "the API key is unknown or revoked")
+		}
+		if err != nil {
+			return err
+		}
+		c.Set(ctxPrincipal, p)
+		need := auth.ScopeRead
+		switch c.Request().Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			need = auth.ScopeWrite
+		}
+		if !p.Has(need) {
+			return apierr.New(apierr.Forbidden, "this API key lacks the %s scope", need)
+		}
+		return next(c)
+	}
+}
+
+func principal(c echo.Context) auth.Principal {
+	p, _ := c.Get(ctxPrincipal).(auth.Principal)
+	return p
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+)
+
+// ProblemContentType is the media type of every error body (RFC 9457).
+const ProblemContentType = "application/problem+json"
+
+// statuses maps every apierr code to its one HTTP status and title.
+var statuses = map[apierr.Code]struct {
+	status int
+	title  string
+}{
+	apierr.BadRequest:          {http.StatusBadRequest, "Malformed request"},
+	apierr.InvalidRequest:      {http.StatusUnprocessableEntity, "Invalid request"},
+	apierr.Unauthenticated:     {http.StatusUnauthorized, "Authentication required"},
+	apierr.Forbidden:           {http.StatusForbidden, "Forbidden"},
+	apierr.NotFound:            {http.StatusNotFound, "Not found"},
+	apierr.MethodNotAllowed:    {http.StatusMethodNotAllowed, "Method not allowed"},
+	apierr.OwnershipConflict:   {http.StatusConflict, "Owned by another token"},
+	apierr.IntentInProgress:    {http.StatusConflict, "Request in progress"},
+	apierr.Tombstoned:          {http.StatusGone, "Object deleted"},
+	apierr.OwnershipRequired:   {http.StatusPreconditionRequired, "Ownership token required"},
+	apierr.BodyTooLarge:        {http.StatusRequestEntityTooLarge, "Request body too large"},
+	apierr.UnsupportedMedia:    {http.StatusUnsupportedMediaType, "Unsupported media type"},
+	apierr.OfferingAmbiguous:   {http.StatusUnprocessableEntity, "Offering ambiguous"},
+	apierr.OfferingUnknown:     {http.StatusUnprocessableEntity, "Unknown offering"},
+	apierr.HostMintNamespace:   {http.StatusForbidden, "Host-minted namespace"},
+	apierr.ReservationConflict: {http.StatusConflict, "Reservation conflict"},
+	apierr.OriginTaken:         {http.StatusConflict, "Origin taken"},
+	apierr.ReservationMismatch: {http.StatusConflict, "Reservation mismatch"},
+	apierr.ReleaseFenced:       {http.StatusConflict, "Release fenced"},
+	apierr.Internal:            {http.StatusInternalServerError, "Internal error"},
+	apierr.Unavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
+}
+
+// codeForStatus is used for errors raised by echo itself (unknown route, wrong method, ...).
+var codeForStatus = map[int]apierr.Code{
+	http.StatusBadRequest:            apierr.BadRequest,
+	http.StatusUnauthorized:          apierr.Unauthenticated,
+	http.StatusForbidden:             apierr.Forbidden,
+	http.StatusNotFound:              apierr.NotFound,
+	http.StatusMethodNotAllowed:      apierr.MethodNotAllowed,
+	http.StatusRequestEntityTooLarge: apierr.BodyTooLarge,
+	http.StatusUnsupportedMediaType:  apierr.UnsupportedMedia,
+	http.StatusServiceUnavailable:    apierr.Unavailable,
+}
+
+// problemType names a code as a URI, as RFC 9457 asks.
+func problemType(code apierr.Code) string { return "urn:takoform:problem:" + string(code) }
+
+// handleError is echo's error handler: the one place an error becomes a response.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	reqID := requestID(c)
+	var ae *apierr.Error
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &he):
+		code, ok := codeForStatus[he.Code]
+		if !ok {
+			code = apierr.Internal
+		}
+		detail := http.StatusText(he.Code)
+		if msg, ok := he.Message.(string); ok && he.Code < 500 {
+			detail = msg
+		}
+		ae = &apierr.Error{Code: code, Detail: detail}
+	default:
+		ae = &apierr.Error{Code: apierr.Internal}
+	}
+	st, ok := statuses[ae.Code]
+	if !ok {
+		st = statuses[apierr.Internal]
+		ae = &apierr.Error{Code: apierr.Internal}
+	}
+	if st.status >= 500 {
+		// The cause goes to the log, never to the caller; the request id links the two.
+		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
+			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))
+		ae = &apierr.Error{Code: ae.Code, Detail: "The Host could not complete the request. Quote the request id when reporting it."}
+	}
+	body := map[string]any{}
+	for k, v := range ae.Extensions {
+		body[k] = v
+	}
+	body["type"] = problemType(ae.Code)
+	body["title"] = st.title
+	body["status"] = st.status
+	body["detail"] = ae.Detail
+	body["code"] = string(ae.Code)
+	body["requestId"] = reqID
+	raw, mErr := json.Marshal(body)
+	if mErr != nil {
+		raw = []byte(`{"type":"urn:takoform:problem:internal","title":"Internal error","status":500,"code":"internal"}`)
+		st.status = http.StatusInternalServerError
+	}
+	if st.status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="takoserver"`)
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(st.status)
+		return
+	}
+	_ = c.Blob(st.status, ProblemContentType, raw)
+}

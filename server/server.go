@@ -1,0 +1,127 @@
+// Package server is the Host's HTTP layer: routing, authentication, decoding and problem
+// responses. Domain rules live in internal/ packages; this package only wires them to HTTP.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+)
+
+// DefaultBodyLimit bounds every request body.
+const DefaultBodyLimit = 1 << 20
+
+// Config is what a Host process needs.
+type Config struct {
+	DB      *pgxpool.Pool
+	Catalog *catalog.Catalog
+	Logger  *slog.Logger
+	// BodyLimit bounds request bodies in bytes (1 MiB when zero).
+	BodyLimit int64
+	// TombstoneRetention is how long ownership tombstones are kept (30 days when zero).
+	TombstoneRetention time.Duration
+}
+
+// Server is one Host process's HTTP API.
+type Server struct {
+	cfg          Config
+	log          *slog.Logger
+	echo         *echo.Echo
+	metrics      *metrics
+	registry     *prometheus.Registry
+	owners       *ownership.Manager
+	reservations *reservation.Service
+}
+
+// New builds the API over cfg.
+func New(cfg Config) *Server {
+	if cfg.BodyLimit <= 0 {
+		cfg.BodyLimit = DefaultBodyLimit
+	}
+	if cfg.Catalog == nil {
+		cfg.Catalog = catalog.Default()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s := &Server{
+		cfg:          cfg,
+		log:          cfg.Logger,
+		echo:         echo.New(),
+		metrics:      newMetrics(reg),
+		registry:     reg,
+		owners:       &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention},
+		reservations: &reservation.Service{Catalog: cfg.Catalog},
+	}
+	e := s.echo
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(withRequestID, s.observe, middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, DisablePrintStack: true}))
+	s.routes()
+	return s
+}
+
+// routes is the one route table of the API.
+func (s *Server) routes() {
+	e := s.echo
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
+
+	v1 := e.Group("/v1", s.authenticate)
+	v1.GET("/capabilities", s.capabilities)
+	v1.GET("/offerings", s.offerings)
+	v1.GET("/worker-endpoint-origin-reservations/:reservationId", s.getReservation)
+	v1.PUT("/worker-endpoint-origin-reservations/:reservationId", s.putReservation)
+	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation)
+}
+
+// Handler is the API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve answers on l until ctx ends, then shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("shut down HTTP server: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -35,6 +35,9 @@ type Config struct {
 	BodyLimit int64
 	// TombstoneRetention is how long ownership tombstones are kept (30 days when zero).
 	TombstoneRetention time.Duration
+	// OwnershipLockWait is how long a request waits for an in-flight request on the same object
+	// before answering intent_in_progress (10 s when zero).
+	OwnershipLockWait time.Duration
 }
 
 // Server is one Host process's HTTP API.
@@ -67,7 +70,7 @@ func New(cfg Config) *Server {
 		echo:         echo.New(),
 		metrics:      newMetrics(reg),
 		registry:     reg,
-		owners:       &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention},
+		owners:       &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, LockWait: cfg.OwnershipLockWait},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
 	e := s.echo

@@ -134,10 +134,12 @@ func Open(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-func (c *Cluster) dataDir() string    { return filepath.Join(c.Dir, "data") }
-func (c *Cluster) runDir() string     { return filepath.Join(c.Dir, "run") }
-func (c *Cluster) logFile() string    { return filepath.Join(c.Dir, "postgres.log") }
-func (c *Cluster) socketPath() string { return filepath.Join(c.runDir(), ".s.PGSQL."+strconv.Itoa(c.port())) }
+func (c *Cluster) dataDir() string { return filepath.Join(c.Dir, "data") }
+func (c *Cluster) runDir() string  { return filepath.Join(c.Dir, "run") }
+func (c *Cluster) logFile() string { return filepath.Join(c.Dir, "postgres.log") }
+func (c *Cluster) socketPath() string {
+	return filepath.Join(c.runDir(), ".s.PGSQL."+strconv.Itoa(c.port()))
+}
 
 func (c *Cluster) port() int {
 	if c.opts.Port != 0 {

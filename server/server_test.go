@@ -1,0 +1,198 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+	"github.com/takoform/terraform-provider-takoform/server"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// syncBuffer collects log output from concurrent handlers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type harness struct {
+	t      *testing.T
+	db     *pgxpool.Pool
+	url    string
+	logs   *syncBuffer
+	org    auth.Organization
+	key    string // read and write
+}
+
+type options struct {
+	catalog  *catalog.Catalog
+	lockWait time.Duration
+}
+
+func setup(t *testing.T, opts ...func(*options)) *harness {
+	t.Helper()
+	o := options{}
+	for _, f := range opts {
+		f(&o)
+	}
+	db := testdb.Pool(t)
+	logs := &syncBuffer{}
+	srv := server.New(server.Config{
+		DB:                db,
+		Catalog:           o.catalog,
+		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OwnershipLockWait: o.lockWait,
+	})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs}
+	h.org, h.key = h.newOrg("acme")
+	return h
+}
+
+func (h *harness) newOrg(name string) (auth.Organization, string) {
+	h.t.Helper()
+	ctx := context.Background()
+	org, err := auth.CreateOrganization(ctx, h.db, name)
+	require.NoError(h.t, err)
+	key, err := auth.CreateKey(ctx, h.db, name, nil)
+	require.NoError(h.t, err)
+	return org, key.Key
+}
+
+func (h *harness) keyWith(org string, scopes ...string) auth.CreatedKey {
+	h.t.Helper()
+	key, err := auth.CreateKey(context.Background(), h.db, org, scopes)
+	require.NoError(h.t, err)
+	return key
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(r.body, &out), "body: %s", r.body)
+	return out
+}
+
+// problem checks r is an RFC 9457 problem with code and returns it.
+func (r reply) problem(t *testing.T, status int, code string) map[string]any {
+	t.Helper()
+	require.Equal(t, status, r.status, "body: %s", r.body)
+	require.Equal(t, server.ProblemContentType, r.header.Get("Content-Type"))
+	p := r.json(t)
+	require.Equal(t, code, p["code"])
+	require.Equal(t, "urn:takoform:problem:"+code, p["type"])
+	require.EqualValues(t, status, p["status"])
+	require.NotEmpty(t, p["title"])
+	require.NotEmpty(t, p["detail"])
+	require.Equal(t, r.header.Get("X-Request-Id"), p["requestId"])
+	return p
+}
+
+type req struct {
+	method, path, key, token, contentType string
+	body                                  any
+	headers                               map[string]string
+}
+
+func (h *harness) do(r req) reply {
+	h.t.Helper()
+	var body io.Reader
+	switch b := r.body.(type) {
+	case nil:
+	case string:
+		body = strings.NewReader(b)
+	case []byte:
+		body = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		require.NoError(h.t, err)
+		body = bytes.NewReader(raw)
+	}
+	hr, err := http.NewRequest(r.method, h.url+r.path, body)
+	require.NoError(h.t, err)
+	if r.key != "" {
+		hr.Header.Set("Authorization", "Bearer "+r.key)
+	}
+	if r.token != "" {
+		hr.Header.Set("Takoform-Ownership-Token", r.token)
+	}
+	if body != nil {
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		hr.Header.Set("Content-Type", ct)
+	}
+	for k, v := range r.headers {
+		hr.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	require.NoError(h.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(h.t, err)
+	return reply{status: resp.StatusCode, header: resp.Header, body: raw}
+}
+
+const resPath = "/v1/worker-endpoint-origin-reservations/"
+
+func (h *harness) putReservation(key, id, token string, body any) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodPut, path: resPath + id, key: key, token: token, body: body})
+}
+
+func (h *harness) deleteReservation(key, id, token string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodDelete, path: resPath + id, key: key, token: token})
+}
+
+func (h *harness) getReservation(key, id string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodGet, path: resPath + id, key: key})
+}
+
+// rowCount counts stored reservation rows (any status) for the harness's database.
+func (h *harness) rowCount(where string, args ...any) int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.db.QueryRow(context.Background(), "SELECT count(*) FROM worker_endpoint_origin_reservations WHERE "+where, args...).Scan(&n))
+	return n
+}
+
+func apiBody(space, worker string) map[string]any {
+	return map[string]any{"space": space, "workerName": worker}
+}

@@ -43,12 +43,12 @@ func (b *syncBuffer) String() string {
 }
 
 type harness struct {
-	t      *testing.T
-	db     *pgxpool.Pool
-	url    string
-	logs   *syncBuffer
-	org    auth.Organization
-	key    string // read and write
+	t    *testing.T
+	db   *pgxpool.Pool
+	url  string
+	logs *syncBuffer
+	org  auth.Organization
+	key  string // read and write
 }
 
 type options struct {

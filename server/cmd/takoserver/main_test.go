@@ -1,0 +1,353 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+// binary is the takoserver built once for these tests: they run it as operators do.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "takoserver-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "takoserver")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build takoserver:", err)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	testdb.Main(m)
+}
+
+// run runs takoserver with args and returns stdout, failing the test on a non-zero exit.
+func run(t *testing.T, databaseURL string, args ...string) string {
+	t.Helper()
+	out, errOut, err := runRaw(databaseURL, args...)
+	require.NoError(t, err, "takoserver %s: %s", strings.Join(args, " "), errOut)
+	return out
+}
+
+func runRaw(databaseURL string, args ...string) (string, string, error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+func decodeJSON(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var out map[string]any
+	require.NoError(t, json.Unmarshal([]byte(s), &out), "output: %s", s)
+	return out
+}
+
+func keysOf(m map[string]any) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+func TestAdminCommandsScriptableOutput(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	org := decodeJSON(t, run(t, url, "orgs", "create", "acme", "--output", "json"))
+	require.ElementsMatch(t, []string{"id", "name"}, keysOf(org))
+	require.Equal(t, "acme", org["name"])
+	require.Regexp(t, `^org_[a-z0-9]+$`, org["id"])
+
+	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--scope", "resources:read", "--output", "json"))
+	require.ElementsMatch(t, []string{"id", "key", "organizationId", "scopes"}, keysOf(key))
+	require.Equal(t, org["id"], key["organizationId"])
+	require.Equal(t, []any{"resources:read"}, key["scopes"])
+	require.Regexp(t, `^tkf_`, key["key"])
+
+	// The stored row holds a hash, never the key.
+	db, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close(context.Background())
+	var stored []byte
+	require.NoError(t, db.QueryRow(context.Background(), "SELECT secret_hash FROM api_keys WHERE id = $1", key["id"]).Scan(&stored))
+	require.NotContains(t, string(stored), key["key"])
+	require.Len(t, stored, 32)
+
+	revoked := decodeJSON(t, run(t, url, "keys", "revoke", key["id"].(string), "--output", "json"))
+	require.Equal(t, true, revoked["revoked"])
+
+	_, errOut, err := runRaw(url, "orgs", "create", "acme")
+	require.Error(t, err)
+	require.Contains(t, errOut, "already exists")
+	_, errOut, err = runRaw(url, "keys", "create", "--org", "nobody")
+	require.Error(t, err)
+	require.Contains(t, errOut, `no organization named "nobody"`)
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	require.EqualValues(t, 1, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 1, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 1")
+}
+
+// host is one running `takoserver serve` process.
+type host struct {
+	url  string
+	logs *bytes.Buffer
+}
+
+func startHost(t *testing.T, databaseURL string, extra ...string) host {
+	t.Helper()
+	port, err := pgcluster.FreePort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{"serve", "--listen", addr, "--state-dir", filepath.Join(t.TempDir(), "state")}, extra...)
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
+	logs := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	h := host{url: "http://" + addr, logs: logs}
+	waitReady(t, h.url+"/readyz")
+	return h
+}
+
+func waitReady(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s never became ready", url)
+}
+
+type answer struct {
+	status   int
+	replayed string
+	body     string
+}
+
+func put(url, key, token, body string) (answer, error) {
+	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Takoform-Ownership-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Takoform-Replayed"), body: string(raw)}, err
+}
+
+// TestOneTokenFiftyRequestsTwoHostsOneEffect: 50 identical requests with one token, sent at once
+// to two Host processes on one database, produce exactly one effect and 50 identical bodies.
+func TestOneTokenFiftyRequestsTwoHostsOneEffect(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	run(t, url, "migrate", "up")
+	run(t, url, "orgs", "create", "acme")
+	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+	hosts := []host{startHost(t, url), startHost(t, url)}
+
+	const n = 50
+	answers := make([]answer, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			answers[i], errs[i] = put(hosts[i%2].url+"/v1/worker-endpoint-origin-reservations/res-race", key,
+				"token-race-000000000001", `{"space":"prod","workerName":"api"}`)
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	fresh := 0
+	for i := range n {
+		require.NoError(t, errs[i])
+		require.Equal(t, http.StatusCreated, answers[i].status, "request %d: %s", i, answers[i].body)
+		require.Equal(t, answers[0].body, answers[i].body, "request %d body differs", i)
+		if answers[i].replayed == "" {
+			fresh++
+		}
+	}
+	require.Equal(t, 1, fresh, "exactly one request performs the effect; the others are replays")
+
+	db, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close(context.Background())
+	var rows, bindings int
+	var revision int64
+	require.NoError(t, db.QueryRow(context.Background(), "SELECT count(*), max(revision) FROM worker_endpoint_origin_reservations").Scan(&rows, &revision))
+	require.NoError(t, db.QueryRow(context.Background(), "SELECT count(*) FROM ownership_bindings").Scan(&bindings))
+	require.Equal(t, 1, rows)
+	require.EqualValues(t, 1, revision)
+	require.Equal(t, 1, bindings)
+}
+
+func TestServeRefusesUnsafeStateDir(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	base := t.TempDir()
+	target := filepath.Join(base, "real")
+	require.NoError(t, os.Mkdir(target, 0o700))
+	link := filepath.Join(base, "state")
+	require.NoError(t, os.Symlink(target, link))
+	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", link)
+	require.Error(t, err)
+	require.Contains(t, errOut, "refusing unsafe private path")
+	require.Contains(t, errOut, "symlink")
+}
+
+func TestServeRefusesBadCatalog(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"installations":[{"name":"x","pack":"selfhost","colour":"red"}]}`), 0o600))
+	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"), "--config", path)
+	require.Error(t, err)
+	require.Contains(t, errOut, `unknown field "colour"`)
+}
+
+// devDir returns a path for a dev directory whose parent the cluster's user can traverse (the
+// cluster runs as an unprivileged user when the tests run as root).
+func devDir(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "tkdev-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { os.RemoveAll(base) })
+	return filepath.Join(base, "dev")
+}
+
+type devProcess struct {
+	cmd    *exec.Cmd
+	stdout *bytes.Buffer
+	url    string
+}
+
+func startDev(t *testing.T, dir string) devProcess {
+	t.Helper()
+	port, err := pgcluster.FreePort()
+	require.NoError(t, err)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	cmd := exec.Command(binary, "dev", "--dir", dir, "--listen", addr)
+	cmd.Env = os.Environ()
+	stdout := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, io.Discard
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		_ = cmd.Wait()
+	})
+	waitReady(t, "http://"+addr+"/readyz")
+	return devProcess{cmd: cmd, stdout: stdout, url: "http://" + addr}
+}
+
+func (d devProcess) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGINT))
+	require.NoError(t, d.cmd.Wait(), "dev exits cleanly on interrupt")
+}
+
+func capabilities(t *testing.T, url, key string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url+"/v1/capabilities", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestDevRunsEverythingInOneCommandAndReusesTheCluster(t *testing.T) {
+	t.Parallel()
+	dir := devDir(t)
+	first := startDev(t, dir)
+
+	keyFile := filepath.Join(dir, "api-key")
+	info, err := os.Stat(keyFile)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	dirInfo, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), dirInfo.Mode().Perm())
+	raw, err := os.ReadFile(keyFile)
+	require.NoError(t, err)
+	key := strings.TrimSpace(string(raw))
+	require.Equal(t, http.StatusOK, capabilities(t, first.url, key))
+	require.Contains(t, first.stdout.String(), "export TAKOFORM_API_KEY")
+	require.NotContains(t, first.stdout.String(), key, "the key is written to a file, not printed")
+
+	first.stop(t)
+	_, err = os.Stat(filepath.Join(dir, "data", "postmaster.pid"))
+	require.ErrorIs(t, err, os.ErrNotExist, "dev stops the cluster it started")
+
+	second := startDev(t, dir)
+	again, err := os.ReadFile(keyFile)
+	require.NoError(t, err)
+	require.Equal(t, string(raw), string(again), "the second run reuses the cluster and its key")
+	require.Equal(t, http.StatusOK, capabilities(t, second.url, key))
+	second.stop(t)
+}
+
+func TestDevRefusesUnsafeDirectory(t *testing.T) {
+	t.Parallel()
+	dir := devDir(t)
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	_, errOut, err := runRaw("", "dev", "--dir", dir, "--listen", "127.0.0.1:0")
+	require.Error(t, err)
+	require.Contains(t, errOut, "refusing unsafe private path")
+	info, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), info.Mode().Perm(), "never repaired")
+}

@@ -1,0 +1,85 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/takoform/terraform-provider-takoform/internal/client"
+)
+
+var _ datasource.DataSourceWithConfigure = (*offeringsDataSource)(nil)
+
+func newOfferingsDataSource() datasource.DataSource { return &offeringsDataSource{} }
+
+type offeringsDataSource struct {
+	client *client.Client
+}
+
+type offeringsDataSourceModel struct {
+	Offerings []offeringModel `tfsdk:"offerings"`
+}
+
+type offeringModel struct {
+	ID           types.String `tfsdk:"id"`
+	Kind         types.String `tfsdk:"kind"`
+	Pack         types.String `tfsdk:"pack"`
+	Installation types.String `tfsdk:"installation"`
+	Digest       types.String `tfsdk:"digest"`
+}
+
+func (d *offeringsDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_offerings"
+}
+
+func (d *offeringsDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "The catalog of offerings the Host sells to the API key's organization.",
+		Attributes: map[string]schema.Attribute{
+			"offerings": schema.ListNestedAttribute{
+				MarkdownDescription: "Every offering sold to the organization, in catalog order.",
+				Computed:            true,
+				NestedObject: schema.NestedAttributeObject{
+					Attributes: map[string]schema.Attribute{
+						"id":           schema.StringAttribute{Computed: true, MarkdownDescription: "Offering id, as accepted by `offering_id`."},
+						"kind":         schema.StringAttribute{Computed: true, MarkdownDescription: "`module-worker` or `worker-endpoint`."},
+						"pack":         schema.StringAttribute{Computed: true, MarkdownDescription: "Backend pack: `selfhost`, `workers-dev` or `wfp-managed`."},
+						"installation": schema.StringAttribute{Computed: true, MarkdownDescription: "Name of the backend installation behind the offering."},
+						"digest":       schema.StringAttribute{Computed: true, MarkdownDescription: "SHA-256 of the offering's canonical JSON; it changes whenever the offering or its installation does."},
+					},
+				},
+			},
+		},
+	}
+}
+
+func (d *offeringsDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	c, ok := req.ProviderData.(*client.Client)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("expected *client.Client, got %T", req.ProviderData))
+		return
+	}
+	d.client = c
+}
+
+func (d *offeringsDataSource) Read(ctx context.Context, _ datasource.ReadRequest, resp *datasource.ReadResponse) {
+	offerings, err := d.client.Offerings(ctx)
+	if err != nil {
+		resp.Diagnostics.AddError("Unable to read offerings", describe(err))
+		return
+	}
+	state := offeringsDataSourceModel{Offerings: []offeringModel{}}
+	for _, o := range offerings {
+		state.Offerings = append(state.Offerings, offeringModel{
+			ID: types.StringValue(o.ID), Kind: types.StringValue(o.Kind), Pack: types.StringValue(o.Pack),
+			Installation: types.StringValue(o.Installation), Digest: types.StringValue(o.Digest),
+		})
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}

@@ -1,0 +1,152 @@
+// Package provider is the Takoform Terraform/OpenTofu provider. It reaches the Host only through
+// internal/client.
+package provider
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/provider"
+	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/takoform/terraform-provider-takoform/internal/client"
+)
+
+// Address is the provider's registry address.
+const Address = "registry.terraform.io/takoform/takoform"
+
+// Defaults of the provider block.
+const (
+	defaultRequestTimeout = 30 * time.Second
+	defaultMaxRetries     = 4
+)
+
+var _ provider.Provider = (*takoformProvider)(nil)
+
+// New returns a constructor of the provider at version.
+func New(version string) func() provider.Provider {
+	return func() provider.Provider { return &takoformProvider{version: version} }
+}
+
+type takoformProvider struct {
+	version string
+}
+
+type takoformProviderModel struct {
+	Endpoint       types.String `tfsdk:"endpoint"`
+	APIKey         types.String `tfsdk:"api_key"`
+	RequestTimeout types.String `tfsdk:"request_timeout"`
+	MaxRetries     types.Int64  `tfsdk:"max_retries"`
+}
+
+func (p *takoformProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
+	resp.TypeName = "takoform"
+	resp.Version = p.version
+}
+
+func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Declare edge workers, their public endpoints and their secrets on a Takoform Host.",
+		Attributes: map[string]schema.Attribute{
+			"endpoint": schema.StringAttribute{
+				MarkdownDescription: "Base URL of the Takoform Host, such as `http://127.0.0.1:8080`. Defaults to the `TAKOFORM_ENDPOINT` environment variable.",
+				Optional:            true,
+			},
+			"api_key": schema.StringAttribute{
+				MarkdownDescription: "Organization API key. Defaults to the `TAKOFORM_API_KEY` environment variable. The organization of every object comes from this key.",
+				Optional:            true,
+				Sensitive:           true,
+			},
+			"request_timeout": schema.StringAttribute{
+				MarkdownDescription: "Timeout of one HTTP request to the Host, as a Go duration (`30s`, `2m`). Defaults to `30s`.",
+				Optional:            true,
+				Validators:          []validator.String{durationValidator{}},
+			},
+			"max_retries": schema.Int64Attribute{
+				MarkdownDescription: "How many times a request that failed with 429, a 5xx status or a connection error is retried, with backoff and `Retry-After`, always with the same ownership token. Defaults to `4`.",
+				Optional:            true,
+				Validators:          []validator.Int64{int64validator.Between(0, 20)},
+			},
+		},
+	}
+}
+
+func (p *takoformProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	var cfg takoformProviderModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for attr, value := range map[string]types.String{"endpoint": cfg.Endpoint, "api_key": cfg.APIKey} {
+		if value.IsUnknown() {
+			resp.Diagnostics.AddAttributeError(path.Root(attr), "Unknown provider configuration",
+				"The provider's "+attr+" is not known until apply; set it from a value known at plan time or from the environment.")
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	endpoint := os.Getenv("TAKOFORM_ENDPOINT")
+	if !cfg.Endpoint.IsNull() {
+		endpoint = cfg.Endpoint.ValueString()
+	}
+	apiKey := os.Getenv("TAKOFORM_API_KEY")
+	if !cfg.APIKey.IsNull() {
+		apiKey = cfg.APIKey.ValueString()
+	}
+	timeout := defaultRequestTimeout
+	if !cfg.RequestTimeout.IsNull() && !cfg.RequestTimeout.IsUnknown() {
+		timeout, _ = time.ParseDuration(cfg.RequestTimeout.ValueString())
+	}
+	retries := int64(defaultMaxRetries)
+	if !cfg.MaxRetries.IsNull() && !cfg.MaxRetries.IsUnknown() {
+		retries = cfg.MaxRetries.ValueInt64()
+	}
+	c, err := client.New(client.Config{
+		Endpoint:   endpoint,
+		APIKey:     apiKey,
+		Timeout:    timeout,
+		MaxRetries: int(retries),
+		UserAgent:  "terraform-provider-takoform/" + p.version,
+	})
+	if err != nil {
+		resp.Diagnostics.AddError("Unable to configure the Takoform provider", err.Error())
+		return
+	}
+	resp.DataSourceData = c
+	resp.ResourceData = c
+}
+
+func (p *takoformProvider) Resources(context.Context) []func() resource.Resource {
+	return nil
+}
+
+func (p *takoformProvider) DataSources(context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{newOfferingsDataSource}
+}
+
+// durationValidator accepts a positive Go duration.
+type durationValidator struct{}
+
+func (durationValidator) Description(context.Context) string {
+	return "must be a positive duration such as 30s or 2m"
+}
+
+func (v durationValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (v durationValidator) ValidateString(ctx context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	d, err := time.ParseDuration(req.ConfigValue.ValueString())
+	if err != nil || d <= 0 {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid duration", "The value "+v.Description(ctx)+".")
+	}
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# make demo: start `takoserver dev`, show the Host answering with a real key, install the provider
+# from a local mirror and `tofu init && tofu apply` examples/quickstart, show the ownership protocol
+# on a reservation, destroy, and stop the Host (which stops its PostgreSQL cluster).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tofu="${TAKOFORM_TOFU:-$root/.tools/bin/tofu}"
+listen="${TAKOFORM_DEMO_LISTEN:-127.0.0.1:8080}"
+version="${VERSION:-0.1.0}"
+devdir="$root/.takoform/dev"
+work="$root/.takoform/demo"
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+for tool in curl jq; do
+  command -v "$tool" >/dev/null || { echo "make demo needs $tool (apt-get install -y $tool)" >&2; exit 1; }
+done
+[ -x "$tofu" ] || { echo "no OpenTofu at $tofu: run tools/opentofu.sh" >&2; exit 1; }
+[ -x "$root/bin/takoserver" ] && [ -x "$root/bin/terraform-provider-takoform" ] || { echo "run make build first" >&2; exit 1; }
+
+rm -rf "$work"
+mkdir -p "$work"
+
+step "starting takoserver dev on $listen (PostgreSQL cluster in $devdir)"
+"$root/bin/takoserver" dev --dir "$devdir" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
+host_pid=$!
+stop_host() {
+  if kill -0 "$host_pid" 2>/dev/null; then
+    step "stopping takoserver dev"
+    kill -INT "$host_pid"
+    wait "$host_pid" || true
+  fi
+}
+trap stop_host EXIT
+
+for _ in $(seq 1 120); do
+  curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break
+  kill -0 "$host_pid" 2>/dev/null || { cat "$work/takoserver.log" >&2; echo "takoserver dev exited" >&2; exit 1; }
+  sleep 0.5
+done
+curl -fsS "http://$listen/readyz" >/dev/null
+cat "$work/takoserver.out"
+
+# shellcheck disable=SC1091
+source "$devdir/env"
+auth=(-H "Authorization: Bearer $TAKOFORM_API_KEY")
+
+step "the Host answers with the dev organization's key: GET /v1/capabilities"
+curl -fsS "${auth[@]}" "$TAKOFORM_ENDPOINT/v1/capabilities" | jq .
+
+step "and refuses a request without one"
+curl -sS "$TAKOFORM_ENDPOINT/v1/capabilities" | jq .
+
+step "installing the provider from a local mirror and running tofu init && tofu apply on examples/quickstart"
+for host in registry.opentofu.org registry.terraform.io; do
+  dir="$work/mirror/$host/takoform/takoform/$version/linux_amd64"
+  mkdir -p "$dir"
+  cp "$root/bin/terraform-provider-takoform" "$dir/terraform-provider-takoform_v$version"
+done
+cat >"$work/cli.tfrc" <<RC
+provider_installation {
+  filesystem_mirror {
+    path    = "$work/mirror"
+    include = ["registry.opentofu.org/takoform/takoform", "registry.terraform.io/takoform/takoform"]
+  }
+  direct {
+    exclude = ["registry.opentofu.org/takoform/takoform", "registry.terraform.io/takoform/takoform"]
+  }
+}
+RC
+cp -R "$root/examples/quickstart" "$work/quickstart"
+export TF_CLI_CONFIG_FILE="$work/cli.tfrc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
+(cd "$work/quickstart" && "$tofu" init -input=false -no-color && "$tofu" apply -auto-approve -input=false -no-color)
+
+step "the ownership protocol on a reservation: create, replay, delete, late replay"
+token="demo-$(date +%s)-$RANDOM-token"
+put() {
+  curl -sS -o "$work/body" -D "$work/headers" -X PUT "${auth[@]}" \
+    -H "Takoform-Ownership-Token: $token" -H 'Content-Type: application/json' \
+    -d '{"space":"demo","workerName":"hello"}' "$TAKOFORM_ENDPOINT/v1/worker-endpoint-origin-reservations/res-demo-hello"
+  printf '%s %s\n' "$(head -1 "$work/headers" | tr -d '\r')" "$(grep -i '^takoform-replayed' "$work/headers" | tr -d '\r' || true)"
+  jq -c . "$work/body"
+}
+put
+put
+curl -fsS -X DELETE "${auth[@]}" -H "Takoform-Ownership-Token: $token" \
+  "$TAKOFORM_ENDPOINT/v1/worker-endpoint-origin-reservations/res-demo-hello" | jq -c .
+put
+
+step "tofu destroy"
+(cd "$work/quickstart" && "$tofu" destroy -auto-approve -input=false -no-color)
+
+stop_host
+trap - EXIT
+step "demo finished: the Host answered with a real key, the provider installed and applied, and the dev cluster stopped cleanly"

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 )
 
 const tokenA = "token-aaaaaaaaaaaaaaaa"
@@ -133,4 +135,22 @@ func TestOwnershipTokenIsRequired(t *testing.T) {
 	h.putReservation(h.key, "res-b", "short", apiBody("prod", "web")).problem(t, http.StatusUnprocessableEntity, "invalid_request")
 	h.putReservation(h.key, "res-b", "token with spaces!!!!!", apiBody("prod", "web")).problem(t, http.StatusUnprocessableEntity, "invalid_request")
 	require.Equal(t, 1, h.rowCount("true"))
+}
+
+func TestOwnershipExpiredTombstoneNoLongerRefuses(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-a", tokenA, apiBody("prod", "api")).status)
+	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-a", tokenA).status)
+	_, err := h.db.Exec(context.Background(), "UPDATE ownership_tombstones SET expires_at = now() - interval '1 second'")
+	require.NoError(t, err)
+
+	// Past its retention a tombstone is ignored, and purged by the janitor's query.
+	h.deleteReservation(h.key, "res-a", tokenA).problem(t, http.StatusNotFound, "not_found")
+	n, err := (&ownership.Manager{DB: h.db}).PurgeTombstones(context.Background())
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	var left int
+	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT count(*) FROM ownership_tombstones").Scan(&left))
+	require.Zero(t, left)
 }

@@ -113,6 +113,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
+	go s.janitor(ctx, time.Hour)
 	select {
 	case err := <-errc:
 		return err
@@ -127,4 +128,23 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// janitor does the Host's periodic housekeeping until ctx ends. Correctness never depends on it:
+// expired tombstones are already ignored by every lookup; this only reclaims their rows.
+func (s *Server) janitor(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if n, err := s.owners.PurgeTombstones(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("purge tombstones", "error", err.Error())
+		} else if n > 0 {
+			s.log.Info("purged expired tombstones", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

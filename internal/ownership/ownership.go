@@ -309,3 +309,12 @@ func Tokens(ctx context.Context, q interface {
 	}
 	return out, nil
 }
+
+// PurgeTombstones deletes tombstones past their retention and reports how many went.
+func (m *Manager) PurgeTombstones(ctx context.Context) (int64, error) {
+	tag, err := m.DB.Exec(ctx, store.Q("OwnershipTombstonePurge"))
+	if err != nil {
+		return 0, fmt.Errorf("ownership: purge tombstones: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,90 @@
+package catalog
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func write(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+	return path
+}
+
+func TestDefaultCatalogSellsSelfhostToEveryone(t *testing.T) {
+	t.Parallel()
+	c := Default()
+	visible := c.Visible(Organization{ID: "org_abcdefgh", Name: "anyone"})
+	require.Len(t, visible, 2)
+	o, inst, err := c.Select(Organization{ID: "org_abcdefgh", Name: "anyone"}, KindWorker, "")
+	require.NoError(t, err)
+	require.Equal(t, "selfhost-module-worker", o.ID)
+	require.Equal(t, PackSelfhost, o.Pack)
+	require.Equal(t, "workers.localhost", inst.EndpointSuffix)
+	require.Len(t, o.Digest, 64)
+	require.Equal(t, []string{PackSelfhost}, c.Packs())
+}
+
+func TestLoadRefusesBadCatalogs(t *testing.T) {
+	t.Parallel()
+	cases := map[string]struct{ body, want string }{
+		"unknown field":         {`{"installations":[],"offerings":[],"extra":1}`, `unknown field "extra"`},
+		"unknown pack":          {`{"installations":[{"name":"x","pack":"lambda"}]}`, "pack must be one of"},
+		"workers-dev needs sub": {`{"installations":[{"name":"x","pack":"workers-dev"}]}`, "accountSubdomain"},
+		"wfp needs base domain": {`{"installations":[{"name":"x","pack":"wfp-managed","baseDomain":"nodot"}]}`, "baseDomain"},
+		"foreign setting":       {`{"installations":[{"name":"x","pack":"workers-dev","accountSubdomain":"a","baseDomain":"b.c"}]}`, "accountSubdomain only"},
+		"bad suffix":            {`{"installations":[{"name":"x","pack":"selfhost","endpointSuffix":"Bad_Suffix"}]}`, "endpointSuffix"},
+		"duplicate install":     {`{"installations":[{"name":"x","pack":"selfhost"},{"name":"x","pack":"selfhost"}]}`, "declared twice"},
+		"unknown installation":  {`{"installations":[],"offerings":[{"id":"o","kind":"module-worker","installation":"nope","soldTo":["*"]}]}`, "unknown installation"},
+		"bad kind":              {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"vm","installation":"x","soldTo":["*"]}]}`, "kind must be"},
+		"nobody sold to":        {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"module-worker","installation":"x","soldTo":[]}]}`, "soldTo"},
+		"duplicate offering":    {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"module-worker","installation":"x","soldTo":["*"]},{"id":"o","kind":"worker-endpoint","installation":"x","soldTo":["*"]}]}`, "declared twice"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(write(t, c.body))
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
+func TestDigestFollowsTheInstallation(t *testing.T) {
+	t.Parallel()
+	load := func(suffix string) Offering {
+		c, err := Load(write(t, `{"installations":[{"name":"x","pack":"selfhost","endpointSuffix":"`+suffix+`"}],
+			"offerings":[{"id":"o","kind":"module-worker","installation":"x","soldTo":["*"]}]}`))
+		require.NoError(t, err)
+		return c.Offerings[0]
+	}
+	require.Equal(t, load("a.test").Digest, load("a.test").Digest)
+	require.NotEqual(t, load("a.test").Digest, load("b.test").Digest, "moving the installation changes the digest")
+}
+
+func TestSelectNeedsExactlyOneEligibleOffering(t *testing.T) {
+	t.Parallel()
+	c, err := Load(write(t, `{"installations":[{"name":"x","pack":"selfhost"},{"name":"y","pack":"workers-dev","accountSubdomain":"acme"}],
+		"offerings":[
+		  {"id":"a","kind":"module-worker","installation":"x","soldTo":["*"]},
+		  {"id":"b","kind":"module-worker","installation":"y","soldTo":["acme"]}]}`))
+	require.NoError(t, err)
+	acme := Organization{ID: "org_aaaaaaaa", Name: "acme"}
+	other := Organization{ID: "org_bbbbbbbb", Name: "other"}
+
+	_, _, err = c.Select(acme, KindWorker, "")
+	require.True(t, errors.Is(err, ErrOfferingAmbiguous))
+	o, _, err := c.Select(acme, KindWorker, "b")
+	require.NoError(t, err)
+	require.Equal(t, PackWorkersDev, o.Pack)
+	o, _, err = c.Select(other, KindWorker, "")
+	require.NoError(t, err)
+	require.Equal(t, "a", o.ID)
+	_, _, err = c.Select(other, KindWorker, "b")
+	require.True(t, errors.Is(err, ErrOfferingUnknown), "an offering not sold to the organization is unknown to it")
+	_, _, err = c.Select(acme, KindEndpoint, "")
+	require.True(t, errors.Is(err, ErrOfferingAmbiguous), "zero eligible offerings is ambiguous too")
+}

@@ -97,6 +97,18 @@ func (s *Server) routes() {
 	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation)
 }
 
+// Routes lists the route table as "METHOD path" pairs, paths in echo's :param form.
+func (s *Server) Routes() []string {
+	var out []string
+	for _, r := range s.echo.Routes() {
+		if r.Method == echo.RouteNotFound {
+			continue // the group's catch-all, so that unknown /v1 paths authenticate first
+		}
+		out = append(out, r.Method+" "+r.Path)
+	}
+	return out
+}
+
 // Handler is the API as an http.Handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 

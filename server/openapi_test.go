@@ -1,0 +1,93 @@
+package server_test
+
+import (
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/takoform/terraform-provider-takoform/api"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/server"
+)
+
+type openAPIDoc struct {
+	Paths      map[string]map[string]any `yaml:"paths"`
+	Components struct {
+		Schemas map[string]struct {
+			AdditionalProperties *bool          `yaml:"additionalProperties"`
+			Properties           map[string]any `yaml:"properties"`
+		} `yaml:"schemas"`
+	} `yaml:"components"`
+}
+
+func loadOpenAPI(t *testing.T) openAPIDoc {
+	t.Helper()
+	var doc openAPIDoc
+	require.NoError(t, yaml.Unmarshal(api.OpenAPI, &doc))
+	return doc
+}
+
+var pathParam = regexp.MustCompile(`\{([A-Za-z]+)\}`)
+
+// TestOpenAPIDescribesExactlyTheRouteTable: every route the server answers is in the document
+// and every operation in the document is a route.
+func TestOpenAPIDescribesExactlyTheRouteTable(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	var documented []string
+	for path, item := range doc.Paths {
+		for method := range item {
+			if method == "parameters" {
+				continue
+			}
+			documented = append(documented, strings.ToUpper(method)+" "+pathParam.ReplaceAllString(path, ":$1"))
+		}
+	}
+	served := server.New(server.Config{}).Routes()
+	sort.Strings(documented)
+	sort.Strings(served)
+	require.Equal(t, documented, served)
+}
+
+func jsonFields(v any) []string {
+	var out []string
+	typ := reflect.TypeOf(v)
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestOpenAPISchemasMatchTheServerTypes: request and response schemas name exactly the fields the
+// server decodes and encodes, and request bodies refuse unknown fields as the server does.
+func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	for schema, v := range map[string]any{
+		"ReservationRequest": reservation.Request{},
+		"Reservation":        reservation.Projection{},
+		"ObjectRef":          reservation.ObjectRef{},
+		"Capabilities":       server.Capabilities{},
+		"Offering":           server.OfferingView{},
+	} {
+		s, ok := doc.Components.Schemas[schema]
+		require.True(t, ok, "schema %s is documented", schema)
+		var props []string
+		for p := range s.Properties {
+			props = append(props, p)
+		}
+		sort.Strings(props)
+		require.Equal(t, jsonFields(v), props, "schema %s", schema)
+	}
+	require.NotNil(t, doc.Components.Schemas["ReservationRequest"].AdditionalProperties)
+	require.False(t, *doc.Components.Schemas["ReservationRequest"].AdditionalProperties)
+}

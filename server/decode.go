@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -84,10 +85,16 @@ func ownershipToken(c echo.Context) (string, error) {
 	return token, nil
 }
 
+// OperationHeader names the operation ledger entry of a mutating request.
+const OperationHeader = "Takoform-Operation-Id"
+
 // writeOwned sends an owned mutation's response, marking replays.
 func writeOwned(c echo.Context, resp ownership.Response) error {
 	if resp.Replayed {
 		c.Response().Header().Set(ownership.ReplayedHeader, "true")
+	}
+	if resp.Operation != uuid.Nil {
+		c.Response().Header().Set(OperationHeader, resp.Operation.String())
 	}
 	return c.Blob(resp.Status, echo.MIMEApplicationJSON, resp.Body)
 }

@@ -65,19 +65,28 @@ func (s *Server) putReservation(c echo.Context) error {
 	}
 	org := principal(c).Organization
 	resp, err := s.owners.Put(c.Request().Context(), s.reservationIntent(c, id, token, raw),
-		func(ctx context.Context, tx pgx.Tx, current *ownership.Binding) (ownership.Response, error) {
-			if current == nil {
-				r, err := s.reservations.Create(ctx, tx, org, id, req)
-				if err != nil {
-					return ownership.Response{}, err
+		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+			var r reservation.Reservation
+			status := http.StatusOK
+			err := m.Tx(ctx, func(tx pgx.Tx) error {
+				var err error
+				if m.Current == nil {
+					status = http.StatusCreated
+					if r, err = s.reservations.Create(ctx, tx, org, id, req); err != nil {
+						return err
+					}
+					return m.Bind(ctx, tx, r.UID)
 				}
-				return ownership.Response{Status: http.StatusCreated, Body: r.Project(token).JSON(), UID: r.UID}, nil
-			}
-			r, err := s.reservations.Reconcile(ctx, tx, org, id, req)
+				if m.Current.Pending {
+					status = http.StatusCreated // resuming a create
+				}
+				r, err = s.reservations.Reconcile(ctx, tx, org, id, req)
+				return err
+			})
 			if err != nil {
 				return ownership.Response{}, err
 			}
-			return ownership.Response{Status: http.StatusOK, Body: r.Project(token).JSON(), UID: r.UID}, nil
+			return ownership.Response{Status: status, Body: r.Project(token).JSON(), UID: r.UID}, nil
 		})
 	if err != nil {
 		return err
@@ -99,8 +108,13 @@ func (s *Server) deleteReservation(c echo.Context) error {
 	}
 	org := principal(c).Organization
 	resp, err := s.owners.Delete(c.Request().Context(), s.reservationIntent(c, id, token, nil),
-		func(ctx context.Context, tx pgx.Tx, current *ownership.Binding) (ownership.Response, error) {
-			r, err := s.reservations.Release(ctx, tx, org, id, current.UID)
+		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+			var r reservation.Reservation
+			err := m.Tx(ctx, func(tx pgx.Tx) error {
+				var err error
+				r, err = s.reservations.Release(ctx, tx, org, id, m.Current.UID)
+				return err
+			})
 			if err != nil {
 				return ownership.Response{}, err
 			}

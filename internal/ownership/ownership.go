@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"time"
 
@@ -61,6 +62,8 @@ type Response struct {
 	Body     []byte
 	UID      uuid.UUID
 	Replayed bool
+	// Operation is the ledger entry of the request that produced this answer.
+	Operation uuid.UUID
 }
 
 // Binding is the current owner of an object.
@@ -68,6 +71,9 @@ type Binding struct {
 	Token       string
 	RequestHash []byte
 	UID         uuid.UUID
+	// Pending is true while the owner's first effect has not finished (the Host may have crashed
+	// part-way); the owner's retry resumes it.
+	Pending bool
 }
 
 // Manager runs owned mutations against one database.
@@ -80,9 +86,54 @@ type Manager struct {
 	LockWait time.Duration
 }
 
-// Effect performs the mutation inside the transaction that holds the object's lock. current is
-// nil when no binding exists.
-type Effect func(ctx context.Context, tx pgx.Tx, current *Binding) (Response, error)
+// Mutation is one owned request in progress: it holds the object's lock and its ledger entry.
+// Every transaction of the effect runs on the connection that holds the lock.
+type Mutation struct {
+	// Operation is the request's ledger id.
+	Operation uuid.UUID
+	// Current is the binding before this request (nil when none).
+	Current *Binding
+	Intent  Intent
+	hash    []byte
+	conn    *pgxpool.Conn
+}
+
+// Tx runs fn in a transaction on the mutation's connection.
+func (m *Mutation) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := m.conn.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	return nil
+}
+
+// Bind records, in tx, that the request's token owns uid, before the effect has finished. Call it
+// in the transaction that creates the object's rows, so that a crash after that commit leaves an
+// object its owner's retry resumes instead of an orphan.
+func (m *Mutation) Bind(ctx context.Context, tx pgx.Tx, uid uuid.UUID) error {
+	args := keyArgs(m.Intent)
+	args["request_hash"] = m.hash
+	args["object_uid"] = uid
+	tag, err := tx.Exec(ctx, store.Q("OwnershipBindingPending"), args)
+	if err != nil {
+		return fmt.Errorf("ownership: bind: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fmt.Errorf("ownership: bind: the key is bound to another token")
+	}
+	return nil
+}
+
+// Effect performs the mutation. It returns the response to store, or an error that refuses the
+// request (and is recorded as the operation's refusal).
+type Effect func(ctx context.Context, m *Mutation) (Response, error)
 
 // RequestHash is SHA-256 over the method, the path and the canonical JSON of the body.
 func RequestHash(method, path string, body []byte) ([]byte, error) {
@@ -135,7 +186,55 @@ func normalize(v any) any {
 	}
 }
 
-func (m *Manager) begin(ctx context.Context, in Intent, fn func(tx pgx.Tx, hash []byte) (Response, error)) (Response, error) {
+func keyArgs(in Intent) pgx.NamedArgs {
+	return pgx.NamedArgs{"organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "token": in.Token}
+}
+
+// lock takes the object's session-level advisory lock, polling without holding a connection
+// between tries, so waiters never starve the pool. It returns the connection holding the lock.
+func (m *Manager) lock(ctx context.Context, in Intent) (*pgxpool.Conn, func(), error) {
+	wait := m.LockWait
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	args := pgx.NamedArgs{"lock_key": in.OrganizationID + "/" + in.Kind + "/" + in.Key}
+	for pause := 5 * time.Millisecond; ; pause = min(pause*2, 100*time.Millisecond) {
+		conn, err := m.DB.Acquire(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("ownership: acquire connection: %w", err)
+		}
+		var got bool
+		if err := conn.QueryRow(ctx, store.Q("OwnershipTryLock"), args).Scan(&got); err != nil {
+			conn.Release()
+			return nil, nil, fmt.Errorf("ownership: lock: %w", err)
+		}
+		if got {
+			unlock := func() {
+				var released bool
+				err := conn.QueryRow(context.Background(), store.Q("OwnershipUnlock"), args).Scan(&released)
+				if err != nil || !released {
+					// A session we cannot vouch for must not go back to the pool holding the lock.
+					_ = conn.Conn().Close(context.Background())
+				}
+				conn.Release()
+			}
+			return conn, unlock, nil
+		}
+		conn.Release()
+		if time.Now().Add(pause).After(deadline) {
+			return nil, nil, apierr.New(apierr.IntentInProgress, "another request for this %s is still in progress; retry", in.Kind)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(pause + time.Duration(rand.Int64N(int64(pause)))):
+		}
+	}
+}
+
+// run holds the object's lock and its ledger entry around body, recording the outcome.
+func (m *Manager) run(ctx context.Context, in Intent, body func(mut *Mutation) (Response, error)) (Response, error) {
 	if !ValidToken(in.Token) {
 		return Response{}, apierr.New(apierr.InvalidRequest, "%s must be 16 to 128 characters of [A-Za-z0-9._~-]", TokenHeader)
 	}
@@ -143,36 +242,38 @@ func (m *Manager) begin(ctx context.Context, in Intent, fn func(tx pgx.Tx, hash 
 	if err != nil {
 		return Response{}, apierr.New(apierr.BadRequest, "request body is not valid JSON")
 	}
-	wait := m.LockWait
-	if wait <= 0 {
-		wait = 10 * time.Second
+	conn, unlock, err := m.lock(ctx, in)
+	if err != nil {
+		return Response{}, err
 	}
-	var out Response
-	err = store.WithTx(ctx, m.DB, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", wait.Milliseconds())); err != nil {
-			return fmt.Errorf("ownership: set lock timeout: %w", err)
+	defer unlock()
+	mut := &Mutation{Operation: uuid.New(), Intent: in, hash: hash, conn: conn}
+	if _, err := conn.Exec(ctx, store.Q("OperationBegin"), pgx.NamedArgs{
+		"id": mut.Operation, "organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "method": in.Method,
+	}); err != nil {
+		return Response{}, fmt.Errorf("ownership: begin operation: %w", err)
+	}
+	resp, err := body(mut)
+	// The outcome is recorded even when the caller has gone away.
+	finish := pgx.NamedArgs{"id": mut.Operation, "status": "committed", "code": nil, "replayed": resp.Replayed}
+	if err != nil {
+		code := string(apierr.Internal)
+		if ae, ok := apierr.As(err); ok {
+			code = string(ae.Code)
 		}
-		lockKey := in.OrganizationID + "/" + in.Kind + "/" + in.Key
-		if _, err := tx.Exec(ctx, store.Q("OwnershipLockKey"), pgx.NamedArgs{"lock_key": lockKey}); err != nil {
-			if store.IsLockTimeout(err) {
-				return apierr.New(apierr.IntentInProgress, "another request for this %s is still in progress; retry", in.Kind)
-			}
-			return fmt.Errorf("ownership: lock: %w", err)
-		}
-		out, err = fn(tx, hash)
-		return err
-	})
-	return out, err
+		finish["status"], finish["code"] = "refused", code
+	}
+	if _, ferr := conn.Exec(context.WithoutCancel(ctx), store.Q("OperationFinish"), finish); ferr != nil && err == nil {
+		err = fmt.Errorf("ownership: finish operation: %w", ferr)
+	}
+	resp.Operation = mut.Operation
+	return resp, err
 }
 
-func (m *Manager) keyArgs(in Intent) pgx.NamedArgs {
-	return pgx.NamedArgs{"organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "token": in.Token}
-}
-
-func (m *Manager) tombstone(ctx context.Context, tx pgx.Tx, in Intent) (*Response, error) {
+func (m *Manager) tombstone(ctx context.Context, q pgx.Tx, in Intent) (*Response, error) {
 	var r Response
 	var hash []byte
-	err := tx.QueryRow(ctx, store.Q("OwnershipTombstoneGet"), m.keyArgs(in)).Scan(&r.UID, &hash, &r.Status, &r.Body)
+	err := q.QueryRow(ctx, store.Q("OwnershipTombstoneGet"), keyArgs(in)).Scan(&r.UID, &hash, &r.Status, &r.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -183,19 +284,35 @@ func (m *Manager) tombstone(ctx context.Context, tx pgx.Tx, in Intent) (*Respons
 	return &r, nil
 }
 
-func (m *Manager) binding(ctx context.Context, tx pgx.Tx, in Intent) (*Binding, *Response, error) {
+func (m *Manager) binding(ctx context.Context, q pgx.Tx, in Intent) (*Binding, *Response, error) {
 	var b Binding
-	var stored Response
-	err := tx.QueryRow(ctx, store.Q("OwnershipBindingGet"), m.keyArgs(in)).Scan(&b.Token, &b.RequestHash, &b.UID, &stored.Status, &stored.Body)
+	var state string
+	var status *int
+	var body []byte
+	err := q.QueryRow(ctx, store.Q("OwnershipBindingGet"), keyArgs(in)).Scan(&b.Token, &b.RequestHash, &b.UID, &state, &status, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("ownership: read binding: %w", err)
 	}
-	stored.UID = b.UID
-	stored.Replayed = true
-	return &b, &stored, nil
+	b.Pending = state == "pending"
+	if b.Pending {
+		return &b, nil, nil
+	}
+	return &b, &Response{Status: *status, Body: body, UID: b.UID, Replayed: true}, nil
+}
+
+// lookup reads the tombstone and binding of in's key.
+func (m *Manager) lookup(ctx context.Context, mut *Mutation) (tomb *Response, current *Binding, stored *Response, err error) {
+	err = mut.Tx(ctx, func(tx pgx.Tx) error {
+		if tomb, err = m.tombstone(ctx, tx, mut.Intent); err != nil || tomb != nil {
+			return err
+		}
+		current, stored, err = m.binding(ctx, tx, mut.Intent)
+		return err
+	})
+	return tomb, current, stored, err
 }
 
 func conflict(in Intent, b *Binding) *apierr.Error {
@@ -210,40 +327,42 @@ func conflict(in Intent, b *Binding) *apierr.Error {
 		})
 }
 
-// Put runs an owned create-or-update. effect is called with the current binding (nil for a
-// create); a success is bound to the token and stored for replay, a refusal changes nothing.
+// Put runs an owned create-or-update. The effect sees the current binding (nil for a create, or
+// a pending one to resume); a success is bound to the token and stored for replay, a refusal
+// changes no binding.
 func (m *Manager) Put(ctx context.Context, in Intent, effect Effect) (Response, error) {
-	return m.begin(ctx, in, func(tx pgx.Tx, hash []byte) (Response, error) {
-		if tomb, err := m.tombstone(ctx, tx, in); err != nil {
+	return m.run(ctx, in, func(mut *Mutation) (Response, error) {
+		tomb, current, stored, err := m.lookup(ctx, mut)
+		switch {
+		case err != nil:
 			return Response{}, err
-		} else if tomb != nil {
+		case tomb != nil:
 			// A late replay of a deleted object's request never resurrects it.
 			return Response{}, apierr.New(apierr.Tombstoned, "this ownership token's %s was deleted; a new object needs a new token", in.Kind)
-		}
-		current, stored, err := m.binding(ctx, tx, in)
-		if err != nil {
-			return Response{}, err
-		}
-		if current != nil && current.Token != in.Token {
+		case current != nil && current.Token != in.Token:
 			return Response{}, conflict(in, current)
-		}
-		if current != nil && bytes.Equal(current.RequestHash, hash) {
+		case stored != nil && bytes.Equal(current.RequestHash, mut.hash):
 			return *stored, nil
 		}
-		resp, err := effect(ctx, tx, current)
+		mut.Current = current
+		resp, err := effect(ctx, mut)
 		if err != nil {
 			return Response{}, err
 		}
 		if resp.Status < 200 || resp.Status > 299 {
 			return Response{}, fmt.Errorf("ownership: effect returned status %d without an error", resp.Status)
 		}
-		args := m.keyArgs(in)
-		args["request_hash"] = hash
+		args := keyArgs(in)
+		args["request_hash"] = mut.hash
 		args["object_uid"] = resp.UID
 		args["response_status"] = resp.Status
 		args["response_body"] = resp.Body
-		if _, err := tx.Exec(ctx, store.Q("OwnershipBindingUpsert"), args); err != nil {
+		tag, err := mut.conn.Exec(ctx, store.Q("OwnershipBindingComplete"), args)
+		if err != nil {
 			return Response{}, fmt.Errorf("ownership: bind: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return Response{}, fmt.Errorf("ownership: bind: the key is bound to another token")
 		}
 		return resp, nil
 	})
@@ -252,23 +371,20 @@ func (m *Manager) Put(ctx context.Context, in Intent, effect Effect) (Response, 
 // Delete runs an owned delete. The token must own the object; the response is kept in a
 // tombstone so a replayed DELETE answers as the first did.
 func (m *Manager) Delete(ctx context.Context, in Intent, effect Effect) (Response, error) {
-	return m.begin(ctx, in, func(tx pgx.Tx, hash []byte) (Response, error) {
-		if tomb, err := m.tombstone(ctx, tx, in); err != nil {
+	return m.run(ctx, in, func(mut *Mutation) (Response, error) {
+		tomb, current, _, err := m.lookup(ctx, mut)
+		switch {
+		case err != nil:
 			return Response{}, err
-		} else if tomb != nil {
+		case tomb != nil:
 			return *tomb, nil
-		}
-		current, _, err := m.binding(ctx, tx, in)
-		if err != nil {
-			return Response{}, err
-		}
-		if current == nil {
+		case current == nil:
 			return Response{}, apierr.New(apierr.NotFound, "no %s %q", in.Kind, in.ImportID)
-		}
-		if current.Token != in.Token {
+		case current.Token != in.Token:
 			return Response{}, conflict(in, current)
 		}
-		resp, err := effect(ctx, tx, current)
+		mut.Current = current
+		resp, err := effect(ctx, mut)
 		if err != nil {
 			return Response{}, err
 		}
@@ -276,20 +392,23 @@ func (m *Manager) Delete(ctx context.Context, in Intent, effect Effect) (Respons
 		if retention <= 0 {
 			retention = 30 * 24 * time.Hour
 		}
-		args := m.keyArgs(in)
-		args["object_uid"] = current.UID
-		args["request_hash"] = hash
-		args["response_status"] = resp.Status
-		args["response_body"] = resp.Body
-		args["retention_seconds"] = int64(retention / time.Second)
-		if _, err := tx.Exec(ctx, store.Q("OwnershipTombstoneCreate"), args); err != nil {
-			return Response{}, fmt.Errorf("ownership: tombstone: %w", err)
-		}
-		if _, err := tx.Exec(ctx, store.Q("OwnershipBindingDelete"), m.keyArgs(in)); err != nil {
-			return Response{}, fmt.Errorf("ownership: unbind: %w", err)
-		}
 		resp.UID = current.UID
-		return resp, nil
+		err = mut.Tx(ctx, func(tx pgx.Tx) error {
+			args := keyArgs(in)
+			args["object_uid"] = current.UID
+			args["request_hash"] = mut.hash
+			args["response_status"] = resp.Status
+			args["response_body"] = resp.Body
+			args["retention_seconds"] = int64(retention / time.Second)
+			if _, err := tx.Exec(ctx, store.Q("OwnershipTombstoneCreate"), args); err != nil {
+				return fmt.Errorf("ownership: tombstone: %w", err)
+			}
+			if _, err := tx.Exec(ctx, store.Q("OwnershipBindingDelete"), keyArgs(in)); err != nil {
+				return fmt.Errorf("ownership: unbind: %w", err)
+			}
+			return nil
+		})
+		return resp, err
 	})
 }
 

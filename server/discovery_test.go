@@ -2,10 +2,15 @@ package server_test
 
 import (
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/server"
 )
 
 func TestHealthAndReadinessNeedNoKey(t *testing.T) {
@@ -104,4 +109,15 @@ func TestServerErrorsAreGenericAndLogged(t *testing.T) {
 	require.NotContains(t, p["detail"], "worker_endpoint_origin_reservations")
 	require.Contains(t, h.logs.String(), `"request_id":"`+p["requestId"].(string)+`"`)
 	require.Contains(t, h.logs.String(), "SQLSTATE")
+}
+
+func TestEveryErrorCodeHasOneStatus(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../internal/apierr/apierr.go")
+	require.NoError(t, err)
+	codes := regexp.MustCompile(`Code = "([a-z_]+)"`).FindAllStringSubmatch(string(raw), -1)
+	require.NotEmpty(t, codes)
+	for _, c := range codes {
+		require.True(t, server.KnownCode(apierr.Code(c[1])), "code %s has no status", c[1])
+	}
 }

@@ -38,8 +38,27 @@ var statuses = map[apierr.Code]struct {
 	apierr.OriginTaken:         {http.StatusConflict, "Origin taken"},
 	apierr.ReservationMismatch: {http.StatusConflict, "Reservation mismatch"},
 	apierr.ReleaseFenced:       {http.StatusConflict, "Release fenced"},
+	apierr.PlacementDrift:      {http.StatusConflict, "Placement drift"},
+	apierr.DeploymentBrake:     {http.StatusLocked, "Deployment brake engaged"},
+	apierr.NotImplemented:      {http.StatusNotImplemented, "Not implemented"},
+	apierr.BackendFailed:       {http.StatusBadGateway, "Backend failed"},
+	apierr.WorkerNotReady:      {http.StatusConflict, "Worker not ready"},
+	apierr.WorkerHasEndpoints:  {http.StatusConflict, "Worker has endpoints"},
+	apierr.EndpointActivated:   {http.StatusConflict, "Endpoint activated"},
+	apierr.ResourceExists:      {http.StatusConflict, "Resource exists"},
+	apierr.Immutable:           {http.StatusConflict, "Cannot change in place"},
+	apierr.BoundElsewhere:      {http.StatusConflict, "Reservation bound elsewhere"},
+	apierr.ReservationNotLive:  {http.StatusConflict, "Reservation not live"},
+	apierr.ActivationMismatch:  {http.StatusConflict, "Activation mismatch"},
+	apierr.Conflict:            {http.StatusConflict, "Conflict"},
 	apierr.Internal:            {http.StatusInternalServerError, "Internal error"},
 	apierr.Unavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
+}
+
+// KnownCode reports whether code has a status in the table.
+func KnownCode(code apierr.Code) bool {
+	_, ok := statuses[code]
+	return ok
 }
 
 // codeForStatus is used for errors raised by echo itself (unknown route, wrong method, ...).

@@ -176,5 +176,15 @@ func TestReservationExpiredRowWithWitnessStillHoldsTheOrigin(t *testing.T) {
 		problem(t, http.StatusConflict, "origin_taken")
 	h.putReservation(h.key, "res-c", "token-cccccccccccccccc", map[string]any{"space": "prod", "workerName": "api", "subdomain": "other"}).
 		problem(t, http.StatusConflict, "reservation_conflict")
-	h.deleteReservation(h.key, "res-a", tokenA).problem(t, http.StatusConflict, "release_fenced")
+	// Its endpoint's deletion is still open: release is fenced, naming the fence.
+	_, err = h.db.Exec(context.Background(), `INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status)
+		SELECT endpoint_uid, organization_id, 'endpoint', 'open' FROM worker_endpoint_origin_reservations WHERE id = 'res-a'`)
+	require.NoError(t, err)
+	p := h.deleteReservation(h.key, "res-a", tokenA).problem(t, http.StatusConflict, "release_fenced")
+	require.Equal(t, []any{"attestation_open"}, p["unmetFences"])
+
+	// Once the attestation closes the witness is provably gone and release succeeds.
+	_, err = h.db.Exec(context.Background(), "UPDATE deletion_attestations SET status = 'closed', closed_at = now()")
+	require.NoError(t, err)
+	require.Equal(t, "released", h.deleteReservation(h.key, "res-a", tokenA).json(t)["status"])
 }

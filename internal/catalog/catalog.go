@@ -287,3 +287,17 @@ func (c *Catalog) Select(org Organization, kind, id string) (Offering, Installat
 	}
 	return found[0], c.Installations[found[0].Installation], nil
 }
+
+// Placement is where something runs: the offering (and its digest) and the backend behind it. It
+// is stored on every reservation, resource and deployment and compared by every fence.
+type Placement struct {
+	OfferingID     string
+	OfferingDigest string
+	Pack           string
+	Installation   string
+}
+
+// Placement is the placement of o.
+func (o Offering) Placement() Placement {
+	return Placement{OfferingID: o.ID, OfferingDigest: o.Digest, Pack: o.Pack, Installation: o.Installation}
+}

@@ -40,6 +40,8 @@ const (
 var (
 	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	idPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,62}$`)
+	// mintedIDPattern is the shape of a Host-minted id: readable, never writable by callers.
+	mintedIDPattern = regexp.MustCompile(`^hostmint-[0-9a-f]{40}$`)
 )
 
 // Request is the body of PUT /v1/worker-endpoint-origin-reservations/{id}.
@@ -145,7 +147,7 @@ func CheckID(id string) error {
 
 // CheckReadableID refuses an id that can name no reservation at all.
 func CheckReadableID(id string) error {
-	if strings.HasPrefix(id, backend.HostMintedPrefix) && regexp.MustCompile(`^hostmint-[0-9a-f]{40}$`).MatchString(id) {
+	if mintedIDPattern.MatchString(id) {
 		return nil
 	}
 	if !idPattern.MatchString(id) {
@@ -326,20 +328,19 @@ func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	return r, nil
 }
 
-// Release lets go of a reservation. Until workers and endpoints exist only a prepared or expired
-// row without a witness can be released.
+// Release lets go of a reservation under the four fences of SPEC 3.3; releasing a released one
+// succeeds (release is idempotent once terminal).
 func (s *Service) Release(ctx context.Context, tx pgx.Tx, org auth.Organization, id string, uid uuid.UUID) (Reservation, error) {
 	if err := CheckID(id); err != nil {
 		return Reservation{}, err
 	}
-	current, err := get(ctx, tx, org.ID, id)
-	if err != nil {
+	if err := sweep(ctx, tx, org.ID, id, "", "", ""); err != nil {
 		return Reservation{}, err
 	}
-	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationRelease"), pgx.NamedArgs{"organization_id": org.ID, "id": id, "uid": uid}))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Reservation{}, apierr.New(apierr.ReleaseFenced, "reservation %q is %s and cannot be released yet", id, current.Status)
+	if err := release(ctx, tx, org.ID, id, uid); err != nil {
+		return Reservation{}, err
 	}
+	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationGetByID"), pgx.NamedArgs{"organization_id": org.ID, "id": id}))
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: release: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/api"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
 
@@ -78,6 +79,17 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 		"ObjectRef":          reservation.ObjectRef{},
 		"Capabilities":       server.Capabilities{},
 		"Offering":           server.OfferingView{},
+		"WorkerSpec":         resource.WorkerSpec{},
+		"Worker":             resource.WorkerProjection{},
+		"EndpointSpec":       resource.EndpointSpec{},
+		"Endpoint":           resource.EndpointProjection{},
+		"Condition":          resource.Condition{},
+		"ActivationRequest":  server.ActivationRequest{},
+		"DerivationRequest":  server.DerivationRequest{},
+		"Derivation":         reservation.Derivation{},
+		"Attestation":        server.AttestationView{},
+		"Operation":          server.OperationView{},
+		"Effect":             server.EffectView{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		require.True(t, ok, "schema %s is documented", schema)
@@ -88,6 +100,8 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 		sort.Strings(props)
 		require.Equal(t, jsonFields(v), props, "schema %s", schema)
 	}
-	require.NotNil(t, doc.Components.Schemas["ReservationRequest"].AdditionalProperties)
-	require.False(t, *doc.Components.Schemas["ReservationRequest"].AdditionalProperties)
+	for _, request := range []string{"ReservationRequest", "WorkerSpec", "EndpointSpec", "ActivationRequest", "DerivationRequest"} {
+		require.NotNil(t, doc.Components.Schemas[request].AdditionalProperties, request)
+		require.False(t, *doc.Components.Schemas[request].AdditionalProperties, request)
+	}
 }

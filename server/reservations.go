@@ -9,6 +9,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
@@ -69,6 +70,9 @@ func (s *Server) putReservation(c echo.Context) error {
 			var r reservation.Reservation
 			status := http.StatusOK
 			err := m.Tx(ctx, func(tx pgx.Tx) error {
+				if err := resource.CheckBrake(ctx, tx); err != nil {
+					return err
+				}
 				var err error
 				if m.Current == nil {
 					status = http.StatusCreated
@@ -111,6 +115,9 @@ func (s *Server) deleteReservation(c echo.Context) error {
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			var r reservation.Reservation
 			err := m.Tx(ctx, func(tx pgx.Tx) error {
+				if err := resource.CheckBrake(ctx, tx); err != nil {
+					return err
+				}
 				var err error
 				r, err = s.reservations.Release(ctx, tx, org, id, m.Current.UID)
 				return err

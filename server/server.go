@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/resource"
 )
 
 // DefaultBodyLimit bounds every request body.
@@ -35,6 +37,8 @@ type Config struct {
 	BodyLimit int64
 	// TombstoneRetention is how long ownership tombstones are kept (30 days when zero).
 	TombstoneRetention time.Duration
+	// StateDir is the Host's private state directory (selfhost desired state lives below it).
+	StateDir string
 	// OwnershipLockWait is how long a request waits for an in-flight request on the same object
 	// before answering intent_in_progress (10 s when zero).
 	OwnershipLockWait time.Duration
@@ -49,6 +53,7 @@ type Server struct {
 	registry     *prometheus.Registry
 	owners       *ownership.Manager
 	reservations *reservation.Service
+	resources    *resource.Service
 }
 
 // New builds the API over cfg.
@@ -73,6 +78,7 @@ func New(cfg Config) *Server {
 		owners:       &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, LockWait: cfg.OwnershipLockWait},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
+	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: &backend.Registry{StateDir: cfg.StateDir}, Reservations: s.reservations}
 	e := s.echo
 	e.HideBanner = true
 	e.HidePort = true
@@ -95,6 +101,17 @@ func (s *Server) routes() {
 	v1.GET("/worker-endpoint-origin-reservations/:reservationId", s.getReservation)
 	v1.PUT("/worker-endpoint-origin-reservations/:reservationId", s.putReservation)
 	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation)
+	v1.PUT("/worker-endpoint-origin-reservations/:reservationId/activation", s.putActivation)
+	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId/activation", s.deleteActivation)
+	v1.POST("/worker-endpoint-origin-derivations", s.derive)
+	v1.GET("/spaces/:space/workers/:name", s.getWorker)
+	v1.PUT("/spaces/:space/workers/:name", s.putWorker)
+	v1.DELETE("/spaces/:space/workers/:name", s.deleteWorker)
+	v1.GET("/spaces/:space/worker-endpoints/:name", s.getEndpoint)
+	v1.PUT("/spaces/:space/worker-endpoints/:name", s.putEndpoint)
+	v1.DELETE("/spaces/:space/worker-endpoints/:name", s.deleteEndpoint)
+	v1.GET("/deletion-attestations/:uid", s.getAttestation)
+	v1.GET("/operations/:id", s.getOperation)
 }
 
 // Routes lists the route table as "METHOD path" pairs, paths in echo's :param form.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -69,10 +70,20 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		Catalog:           o.catalog,
 		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OwnershipLockWait: o.lockWait,
+		StateDir:          filepath.Join(t.TempDir(), "state"),
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	h := &harness{t: t, db: db, url: ts.URL, logs: logs}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, `"level":"ERROR"`) {
+					t.Log(line)
+				}
+			}
+		}
+	})
 	h.org, h.key = h.newOrg("acme")
 	return h
 }

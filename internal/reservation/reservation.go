@@ -346,3 +346,29 @@ func (s *Service) Release(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	}
 	return r, nil
 }
+
+// Derivation is the answer of the non-mutating derivation route.
+type Derivation struct {
+	OfferingID          string  `json:"offeringId"`
+	CanonicalOrigin     string  `json:"canonicalOrigin"`
+	Subdomain           string  `json:"subdomain"`
+	HostMintedSubdomain *string `json:"hostMintedSubdomain"`
+}
+
+// Derive answers what a reservation PUT with req would hold, through the same resolution as the
+// real PUT, writing nothing.
+func (s *Service) Derive(org auth.Organization, req Request) (Derivation, error) {
+	d, err := s.resolve(org, req)
+	if err != nil {
+		return Derivation{}, err
+	}
+	out := Derivation{OfferingID: d.offering.ID, CanonicalOrigin: d.origin, Subdomain: d.subdomain}
+	b, err := backend.For(d.inst)
+	if err != nil {
+		return Derivation{}, err
+	}
+	if label, ok := b.HostMintedSubdomain(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName}); ok {
+		out.HostMintedSubdomain = &label
+	}
+	return out, nil
+}

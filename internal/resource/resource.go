@@ -68,6 +68,9 @@ func readyCondition(status, deploymentStatus string) []Condition {
 	return []Condition{c}
 }
 
+// CheckBrake refuses a graph-changing mutation while the deployment brake is engaged.
+func CheckBrake(ctx context.Context, tx pgx.Tx) error { return brake(ctx, tx) }
+
 func brake(ctx context.Context, tx pgx.Tx) error {
 	var engaged bool
 	if err := tx.QueryRow(ctx, store.Q("BrakeEngaged"), pgx.NamedArgs{"name": "deployment"}).Scan(&engaged); err != nil {

@@ -130,9 +130,6 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	if _, err := time.Parse(time.DateOnly, spec.CompatibilityDate); err != nil {
 		return apierr.New(apierr.InvalidRequest, "compatibilityDate %q must be a date such as 2025-01-01", spec.CompatibilityDate)
 	}
-	if spec.RequiredSensitiveVars == nil {
-		spec.RequiredSensitiveVars = []string{}
-	}
 	seen := map[string]bool{}
 	for _, v := range spec.RequiredSensitiveVars {
 		if !bindingName.MatchString(v) {
@@ -143,7 +140,7 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 		}
 		seen[v] = true
 	}
-	spec.RequiredSensitiveVars = slices.Sorted(maps.Keys(seen))
+	spec.RequiredSensitiveVars = append([]string{}, slices.Sorted(maps.Keys(seen))...)
 	if len(spec.RequiredSensitiveVars) > 0 && (spec.RuntimeInputReference == nil || *spec.RuntimeInputReference == "") {
 		return apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
 	}

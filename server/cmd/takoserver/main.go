@@ -151,7 +151,7 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if ready != nil {
 		ready(l.Addr().String())
 	}
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log})
+	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, StateDir: o.stateDir})
 	return srv.Serve(ctx, l)
 }
 

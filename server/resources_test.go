@@ -1,0 +1,168 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const helloModule = `export default { async fetch() { return new Response("hello") } }`
+
+func workerBody() map[string]any {
+	return map[string]any{
+		"modules":               map[string]string{"index.js": helloModule},
+		"mainModule":            "index.js",
+		"compatibilityDate":     "2025-01-01",
+		"requiredSensitiveVars": []string{},
+	}
+}
+
+func (h *harness) putWorker(space, name, token string, body any) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodPut, path: "/v1/spaces/" + space + "/workers/" + name, key: h.key, token: token, body: body})
+}
+
+func (h *harness) deleteWorker(space, name, token string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodDelete, path: "/v1/spaces/" + space + "/workers/" + name, key: h.key, token: token})
+}
+
+func (h *harness) putEndpoint(space, name, token string, body any) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodPut, path: "/v1/spaces/" + space + "/worker-endpoints/" + name, key: h.key, token: token, body: body})
+}
+
+func (h *harness) deleteEndpoint(space, name, token string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodDelete, path: "/v1/spaces/" + space + "/worker-endpoints/" + name, key: h.key, token: token})
+}
+
+func (h *harness) putActivation(id, token, endpointUID string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodPut, path: resPath + id + "/activation", key: h.key, token: token, body: map[string]any{"endpointUid": endpointUID}})
+}
+
+func (h *harness) deleteActivation(id, token string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodDelete, path: resPath + id + "/activation", key: h.key, token: token})
+}
+
+func (h *harness) get(path string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodGet, path: path, key: h.key})
+}
+
+const (
+	workerToken   = "token-worker-0000000001"
+	endpointToken = "token-endpoint-00000001"
+	activateToken = "token-activate-00000001"
+)
+
+func TestWorkerLifecycleDerivesReadinessFromDeployments(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	created := h.putWorker("prod", "api", workerToken, workerBody())
+	require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
+	w := created.json(t)
+	require.Equal(t, true, w["ready"])
+	require.EqualValues(t, 1, w["generation"])
+	require.Regexp(t, `^api-prod-[0-9a-f]{8}$`, w["scriptName"])
+	require.NotEmpty(t, created.header.Get("Takoform-Operation-Id"))
+
+	// Readiness is derived from the deployment rows, not a stored flag.
+	_, err := h.db.Exec(context.Background(), "UPDATE deployments SET status = 'failed'")
+	require.NoError(t, err)
+	require.Equal(t, false, h.get("/v1/spaces/prod/workers/api").json(t)["ready"])
+	_, err = h.db.Exec(context.Background(), "UPDATE deployments SET status = 'active'")
+	require.NoError(t, err)
+
+	// A changed spec is a new generation.
+	body := workerBody()
+	body["modules"] = map[string]string{"index.js": helloModule + "\n// v2"}
+	updated := h.putWorker("prod", "api", workerToken, body)
+	require.Equal(t, http.StatusOK, updated.status, "body: %s", updated.body)
+	require.EqualValues(t, 2, updated.json(t)["generation"])
+	require.Equal(t, true, updated.json(t)["ready"])
+
+	op := h.get("/v1/operations/" + updated.header.Get("Takoform-Operation-Id")).json(t)
+	require.Equal(t, "committed", op["status"])
+	effects := op["effects"].([]any)
+	require.Len(t, effects, 1)
+	require.Equal(t, "succeeded", effects[0].(map[string]any)["status"])
+
+	deleted := h.deleteWorker("prod", "api", workerToken)
+	require.Equal(t, http.StatusOK, deleted.status, "body: %s", deleted.body)
+	att := h.get("/v1/deletion-attestations/" + w["uid"].(string)).json(t)
+	require.Equal(t, "closed", att["status"])
+	h.get("/v1/spaces/prod/workers/api").problem(t, http.StatusNotFound, "not_found")
+}
+
+func TestHostMintedEndpointPublishesAndLetsGoInPlace(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, workerBody()).status)
+	ep := h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"})
+	require.Equal(t, http.StatusCreated, ep.status, "body: %s", ep.body)
+	e := ep.json(t)
+	require.Equal(t, true, e["hostMinted"])
+	require.Equal(t, true, e["ready"])
+	require.Regexp(t, `^hostmint-[0-9a-f]{40}$`, e["originReservationId"])
+	require.Regexp(t, `^http://api-prod-[0-9a-f]{8}\.workers\.localhost:8787/$`, e["url"])
+
+	minted := h.getReservation(h.key, e["originReservationId"].(string)).json(t)
+	require.Equal(t, "activated", minted["status"])
+	require.Equal(t, true, minted["hostMinted"])
+	require.Equal(t, e["uid"], minted["endpoint"].(map[string]any)["uid"])
+
+	// endpoint delete: deactivate -> delete -> close attestation; the row stays bound as witness.
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
+	minted = h.getReservation(h.key, e["originReservationId"].(string)).json(t)
+	require.Equal(t, "bound", minted["status"])
+	require.Equal(t, e["uid"], minted["endpoint"].(map[string]any)["uid"])
+
+	// Declared again on the same worker: the witness is provably gone and is cleared in place.
+	again := h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api"})
+	require.Equal(t, http.StatusCreated, again.status, "body: %s", again.body)
+	require.Equal(t, e["url"], again.json(t)["url"])
+	require.Equal(t, e["originReservationId"], again.json(t)["originReservationId"])
+
+	// Out of order: the worker cannot go while its endpoint stands.
+	h.deleteWorker("prod", "api", workerToken).problem(t, http.StatusConflict, "worker_has_endpoints")
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", "token-endpoint-00000002").status)
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+}
+
+func TestSuppliedReservationSafeDestroyOrder(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	res := h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api"))
+	require.Equal(t, http.StatusCreated, res.status)
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, workerBody()).status)
+	ep := h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	require.Equal(t, http.StatusCreated, ep.status, "body: %s", ep.body)
+	e := ep.json(t)
+	require.Equal(t, false, e["hostMinted"])
+	require.Equal(t, res.json(t)["canonicalOrigin"].(string)+"/", e["url"])
+	require.Equal(t, "bound", h.getReservation(h.key, "res-api").json(t)["status"])
+
+	act := h.putActivation("res-api", activateToken, e["uid"].(string))
+	require.Equal(t, http.StatusCreated, act.status, "body: %s", act.body)
+	require.Equal(t, "activated", act.json(t)["status"])
+
+	// Out of order deletes are refused with typed 409s.
+	p := h.deleteReservation(h.key, "res-api", tokenA).problem(t, http.StatusConflict, "release_fenced")
+	require.Contains(t, p["unmetFences"], "activation")
+	require.Contains(t, p["unmetFences"], "endpoint_present")
+	h.deleteEndpoint("prod", "api", endpointToken).problem(t, http.StatusConflict, "endpoint_activated")
+
+	// The safe order succeeds.
+	require.Equal(t, http.StatusOK, h.deleteActivation("res-api", activateToken).status)
+	require.Equal(t, "bound", h.getReservation(h.key, "res-api").json(t)["status"])
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
+	released := h.deleteReservation(h.key, "res-api", tokenA)
+	require.Equal(t, http.StatusOK, released.status, "body: %s", released.body)
+	require.Equal(t, "released", released.json(t)["status"])
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -53,7 +54,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.databaseURL, "database-url", os.Getenv("TAKOSERVER_DATABASE_URL"), "PostgreSQL connection string (env TAKOSERVER_DATABASE_URL)")
 	root.PersistentFlags().StringVar(&g.output, "output", "text", "output format of admin commands: text or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(serveCommand(g), devCommand(g), migrateCommand(g), orgsCommand(g), keysCommand(g))
+	root.AddCommand(serveCommand(g), devCommand(g), migrateCommand(g), orgsCommand(g), keysCommand(g), brakeCommand(g))
 	return root
 }
 
@@ -302,4 +303,38 @@ func keysCommand(g *globals) *cobra.Command {
 		},
 	})
 	return cmd
+}
+
+func brakeCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "brake deployment|lifecycle on|off",
+		Short: "Engage or release a brake",
+		Long: `The deployment brake makes every graph-changing mutation (PUT and DELETE of reservations,
+activations, workers and endpoints) answer 423 while reads continue. The lifecycle brake stops
+runtime restarts.`,
+		Args:      cobra.ExactArgs(2),
+		ValidArgs: []string{"deployment", "lifecycle"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			name, state := args[0], args[1]
+			if name != "deployment" && name != "lifecycle" {
+				return fmt.Errorf("unknown brake %q: deployment or lifecycle", name)
+			}
+			if state != "on" && state != "off" {
+				return fmt.Errorf("brake state must be on or off, not %q", state)
+			}
+			db, err := g.pool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			var engaged bool
+			if err := db.QueryRow(cmd.Context(), store.Q("BrakeSet"), pgx.NamedArgs{"name": name, "engaged": state == "on"}).Scan(&name, &engaged); err != nil {
+				return fmt.Errorf("set brake: %w", err)
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"brake": name, "engaged": engaged}, fmt.Sprintf("%s brake %s", name, state))
+		},
+	}
 }

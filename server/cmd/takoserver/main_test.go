@@ -352,3 +352,40 @@ func TestDevRefusesUnsafeDirectory(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o755), info.Mode().Perm(), "never repaired")
 }
+
+func TestDeploymentBrakeRefusesMutationsAndKeepsReads(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	run(t, url, "migrate", "up")
+	run(t, url, "orgs", "create", "acme")
+	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+	h := startHost(t, url)
+	res := h.url + "/v1/worker-endpoint-origin-reservations/"
+
+	a, err := put(res+"res-a", key, "token-brake-0000000001", `{"space":"prod","workerName":"api"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, a.status, a.body)
+
+	require.Equal(t, true, decodeJSON(t, run(t, url, "brake", "deployment", "on", "--output", "json"))["engaged"])
+	b, err := put(res+"res-b", key, "token-brake-0000000002", `{"space":"prod","workerName":"web"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusLocked, b.status, b.body)
+	require.Contains(t, b.body, `"code":"deployment_brake"`)
+
+	req, err := http.NewRequest(http.MethodGet, res+"res-a", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "reads continue under the brake")
+
+	run(t, url, "brake", "deployment", "off")
+	b, err = put(res+"res-b", key, "token-brake-0000000002", `{"space":"prod","workerName":"web"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, b.status, b.body)
+
+	_, errOut, err := runRaw(url, "brake", "everything", "on")
+	require.Error(t, err)
+	require.Contains(t, errOut, "unknown brake")
+}

@@ -44,13 +44,16 @@ func (b *syncBuffer) String() string {
 }
 
 type harness struct {
-	t    *testing.T
-	db   *pgxpool.Pool
-	url  string
-	logs *syncBuffer
-	org  auth.Organization
-	key  string // read and write
+	t     *testing.T
+	db    *pgxpool.Pool
+	url   string
+	logs  *syncBuffer
+	org   auth.Organization
+	key   string // read and write
+	state string
 }
+
+func (h *harness) stateDir() string { return h.state }
 
 type options struct {
 	catalog  *catalog.Catalog
@@ -65,16 +68,17 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	}
 	db := testdb.Pool(t)
 	logs := &syncBuffer{}
+	stateDir := filepath.Join(t.TempDir(), "state")
 	srv := server.New(server.Config{
 		DB:                db,
 		Catalog:           o.catalog,
 		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OwnershipLockWait: o.lockWait,
-		StateDir:          filepath.Join(t.TempDir(), "state"),
+		StateDir:          stateDir,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {

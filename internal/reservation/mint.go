@@ -61,8 +61,9 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 		if err := revive(ctx, tx, w, id); err != nil {
 			return Reservation{}, err
 		}
-	} else if current.EndpointUID != nil && current.Status == "bound" {
-		// A deactivated row still holds its old endpoint: let go of it in place if it is gone.
+	} else if current.EndpointUID != nil {
+		// A deactivated row still holds its old endpoint, or an activated one names an endpoint
+		// that may never have committed: let go of it in place if it is provably gone.
 		if _, err := s.ClearWitness(ctx, tx, w.OrganizationID, id); err != nil {
 			return Reservation{}, err
 		}

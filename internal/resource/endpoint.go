@@ -224,6 +224,25 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 			if spec.Worker != e.WorkerName || wantReservation != e.OriginReservationID || (spec.OriginReservationID == nil) != e.HostMinted || placement != e.Placement {
 				return apierr.New(apierr.Immutable, "endpoint %s/%s cannot change its worker, reservation or offering in place: replace it", space, name)
 			}
+			if e.Status == "creating" {
+				// Resuming a create that did not finish: prove the worker again and re-take the
+				// reservation, which may have aged out meanwhile (a minted one is revived).
+				w, inc, err := readyWorker(ctx, tx, org.ID, space, spec.Worker)
+				if err != nil {
+					return err
+				}
+				if w.UID != e.WorkerUID {
+					return apierr.New(apierr.Immutable, "worker %s/%s was replaced while endpoint %s/%s was being created: replace the endpoint", space, spec.Worker, space, name)
+				}
+				if e.HostMinted {
+					_, err = s.Reservations.Mint(ctx, tx, inc, b)
+				} else {
+					_, err = s.Reservations.Bind(ctx, tx, e.OriginReservationID, inc)
+				}
+				if err != nil {
+					return err
+				}
+			}
 			if e.DeploymentStatus != "active" {
 				pl, err := plan(ctx, tx, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(e.routeScript(ctx, tx)))
 				work = &pl

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
 	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -26,6 +27,11 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("parse database URL: %w", redactParseError(err))
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "takoserver"
+	// Each owned request holds one connection for its lock; leave room beyond the CPU count
+	// unless the URL sets pool_max_conns itself.
+	if !strings.Contains(databaseURL, "pool_max_conns") {
+		cfg.MaxConns = 16
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -165,4 +166,59 @@ func TestSuppliedReservationSafeDestroyOrder(t *testing.T) {
 	require.Equal(t, http.StatusOK, released.status, "body: %s", released.body)
 	require.Equal(t, "released", released.json(t)["status"])
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+}
+
+func TestWorkerAndEndpointBadInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	with := func(k string, v any) map[string]any {
+		b := workerBody()
+		b[k] = v
+		return b
+	}
+	cases := []struct {
+		name   string
+		path   string
+		body   any
+		status int
+		code   string
+	}{
+		{"unknown field", "/v1/spaces/prod/workers/api", with("image", "x"), 400, "bad_request"},
+		{"invalid space", "/v1/spaces/Prod/workers/api", workerBody(), 422, "invalid_request"},
+		{"invalid name", "/v1/spaces/prod/workers/_api", workerBody(), 422, "invalid_request"},
+		{"no modules", "/v1/spaces/prod/workers/api", with("modules", map[string]string{}), 422, "invalid_request"},
+		{"main module missing", "/v1/spaces/prod/workers/api", with("mainModule", "other.js"), 422, "invalid_request"},
+		{"module escapes", "/v1/spaces/prod/workers/api", with("modules", map[string]string{"../x.js": "", "index.js": ""}), 422, "invalid_request"},
+		{"bad date", "/v1/spaces/prod/workers/api", with("compatibilityDate", "yesterday"), 422, "invalid_request"},
+		{"bad binding name", "/v1/spaces/prod/workers/api", with("requiredSensitiveVars", []string{"1X"}), 422, "invalid_request"},
+		{"sensitive vars without reference", "/v1/spaces/prod/workers/api", with("requiredSensitiveVars", []string{"API_KEY"}), 422, "invalid_request"},
+		{"body too large", "/v1/spaces/prod/workers/api", with("modules", map[string]string{"index.js": strings.Repeat("x", 2<<20)}), 413, "body_too_large"},
+		{"endpoint unknown field", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "api", "url": "x"}, 400, "bad_request"},
+		{"endpoint invalid worker", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "API"}, 422, "invalid_request"},
+		{"endpoint hostmint reservation", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "api", "originReservationId": "hostmint-189331124caba810f34f3df5b2c5894b52b1bb96"}, 403, "hostmint_namespace"},
+		{"endpoint without worker", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "ghost"}, 404, "not_found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h.do(req{method: http.MethodPut, path: c.path, key: h.key, token: workerToken, body: c.body}).problem(t, c.status, c.code)
+		})
+	}
+	var workers, endpoints, bindings, effects int
+	require.NoError(t, h.db.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM workers), (SELECT count(*) FROM worker_endpoints),
+		(SELECT count(*) FROM ownership_bindings), (SELECT count(*) FROM backend_effects)`).Scan(&workers, &endpoints, &bindings, &effects))
+	require.Zero(t, workers+endpoints+bindings+effects)
+}
+
+func TestEndpointNeedsAReadyWorkerAndNeverChangesInPlace(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"}).problem(t, http.StatusNotFound, "not_found")
+	h.mustWorker("prod", "api", workerToken)
+	h.mustWorker("prod", "web", "token-worker-web-000001")
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"})
+	h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "web"}).problem(t, http.StatusConflict, "immutable")
+	got := h.get("/v1/spaces/prod/worker-endpoints/api").json(t)
+	require.Equal(t, e["uid"], got["uid"])
+	require.Equal(t, endpointToken, got["ownershipToken"])
+	require.Equal(t, "api", got["worker"].(map[string]any)["name"])
 }

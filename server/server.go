@@ -79,6 +79,7 @@ func New(cfg Config) *Server {
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: &backend.Registry{StateDir: cfg.StateDir}, Reservations: s.reservations}
+	s.owners.Recover = s.resources.Recover
 	e := s.echo
 	e.HideBanner = true
 	e.HidePort = true
@@ -142,7 +143,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	go s.janitor(ctx, time.Hour)
+	go s.janitor(ctx, time.Minute)
 	select {
 	case err := <-errc:
 		return err
@@ -159,12 +160,18 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// janitor does the Host's periodic housekeeping until ctx ends. Correctness never depends on it:
-// expired tombstones are already ignored by every lookup; this only reclaims their rows.
+// janitor does the Host's periodic housekeeping until ctx ends: it recovers operations a stopped
+// Host left running (a later request on the same object would too) and reclaims expired
+// tombstones, which every lookup already ignores.
 func (s *Server) janitor(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if n, err := s.owners.RecoverStale(ctx, 2*time.Minute); err != nil && ctx.Err() == nil {
+			s.log.Warn("recover stale operations", "error", err.Error())
+		} else if n > 0 {
+			s.log.Info("recovered operations left running by a stopped Host", "count", n)
+		}
 		if n, err := s.owners.PurgeTombstones(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("purge tombstones", "error", err.Error())
 		} else if n > 0 {

@@ -84,6 +84,10 @@ type Manager struct {
 	// LockWait bounds how long a request waits for another in-flight request on the same object
 	// before answering intent_in_progress.
 	LockWait time.Duration
+	// Recover settles an operation whose Host stopped mid-request (it reads the backend back and
+	// marks the operation refused). It is called with the object's lock held, before a new request
+	// on the object starts, and by RecoverStale.
+	Recover func(ctx context.Context, begin func(context.Context) (pgx.Tx, error), op uuid.UUID) error
 }
 
 // Mutation is one owned request in progress: it holds the object's lock and its ledger entry.
@@ -247,6 +251,9 @@ func (m *Manager) run(ctx context.Context, in Intent, body func(mut *Mutation) (
 		return Response{}, err
 	}
 	defer unlock()
+	if err := m.recoverKey(ctx, conn, in); err != nil {
+		return Response{}, err
+	}
 	mut := &Mutation{Operation: uuid.New(), Intent: in, hash: hash, conn: conn}
 	if _, err := conn.Exec(ctx, store.Q("OperationBegin"), pgx.NamedArgs{
 		"id": mut.Operation, "organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "method": in.Method,
@@ -268,6 +275,78 @@ func (m *Manager) run(ctx context.Context, in Intent, body func(mut *Mutation) (
 	}
 	resp.Operation = mut.Operation
 	return resp, err
+}
+
+// recoverKey settles operations left running on the key by a Host that stopped mid-request. The
+// caller holds the key's lock, so no live request can own them.
+func (m *Manager) recoverKey(ctx context.Context, conn *pgxpool.Conn, in Intent) error {
+	if m.Recover == nil {
+		return nil
+	}
+	rows, err := conn.Query(ctx, store.Q("OperationsRunningForKey"), pgx.NamedArgs{
+		"organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "id": uuid.Nil,
+	})
+	if err != nil {
+		return fmt.Errorf("ownership: stale operations: %w", err)
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return fmt.Errorf("ownership: stale operations: %w", err)
+	}
+	for _, op := range stale {
+		if err := m.Recover(ctx, conn.Begin, op); err != nil {
+			return fmt.Errorf("ownership: recover operation %s: %w", op, err)
+		}
+	}
+	return nil
+}
+
+// RecoverStale settles running operations older than olderThan whose key's lock is free (their
+// Host is gone). It reports how many it settled.
+func (m *Manager) RecoverStale(ctx context.Context, olderThan time.Duration) (int, error) {
+	if m.Recover == nil {
+		return 0, nil
+	}
+	rows, err := m.DB.Query(ctx, store.Q("OperationsStale"), pgx.NamedArgs{"older_than_seconds": olderThan.Seconds()})
+	if err != nil {
+		return 0, fmt.Errorf("ownership: stale operations: %w", err)
+	}
+	type staleOp struct {
+		id  uuid.UUID
+		key Intent
+	}
+	var ops []staleOp
+	var op staleOp
+	if _, err := pgx.ForEachRow(rows, []any{&op.id, &op.key.OrganizationID, &op.key.Kind, &op.key.Key}, func() error {
+		ops = append(ops, op)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("ownership: stale operations: %w", err)
+	}
+	settled := 0
+	for _, op := range ops {
+		conn, err := m.DB.Acquire(ctx)
+		if err != nil {
+			return settled, err
+		}
+		args := pgx.NamedArgs{"lock_key": op.key.OrganizationID + "/" + op.key.Kind + "/" + op.key.Key}
+		var got bool
+		if err := conn.QueryRow(ctx, store.Q("OwnershipTryLock"), args).Scan(&got); err != nil || !got {
+			conn.Release()
+			continue // a live request holds it: not stale
+		}
+		err = m.Recover(ctx, conn.Begin, op.id)
+		var released bool
+		if uerr := conn.QueryRow(context.Background(), store.Q("OwnershipUnlock"), args).Scan(&released); uerr != nil || !released {
+			_ = conn.Conn().Close(context.Background())
+		}
+		conn.Release()
+		if err != nil {
+			return settled, fmt.Errorf("ownership: recover operation %s: %w", op.id, err)
+		}
+		settled++
+	}
+	return settled, nil
 }
 
 func (m *Manager) tombstone(ctx context.Context, q pgx.Tx, in Intent) (*Response, error) {

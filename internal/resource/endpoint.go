@@ -349,7 +349,7 @@ func (e Endpoint) desired(scriptName string) backend.Desired {
 
 func (e Endpoint) routeScript(ctx context.Context, tx pgx.Tx) string {
 	var script string
-	_ = tx.QueryRow(ctx, "SELECT script_name FROM workers WHERE uid = $1", e.WorkerUID).Scan(&script)
+	_ = tx.QueryRow(ctx, store.Q("WorkerScriptName"), pgx.NamedArgs{"uid": e.WorkerUID}).Scan(&script)
 	return script
 }
 

@@ -100,7 +100,8 @@ RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canon
 --   2. the retained endpoint resource absent (a create whose operation was refused never existed);
 --   3. its deletion attestation closed (none at all reads as closed);
 --   4. no deployment of it outside deleted or failed, where a deployment whose every effect
---      belongs to a refused operation is settled and one with a running operation is not.
+--      belongs to a refused operation is settled and one with a running operation is not; an
+--      effect that succeeded put the object there, whatever became of its operation.
 -- It returns the fences whether or not the release happened.
 WITH target AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid
@@ -118,7 +119,7 @@ WITH target AS (
            EXISTS (SELECT 1 FROM deployments d
                    WHERE d.resource_uid = t.endpoint_uid AND d.status NOT IN ('deleted', 'failed')
                      AND EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
-                                 WHERE x.deployment_id = d.id AND o.status <> 'refused')) AS deployment_live
+                                 WHERE x.deployment_id = d.id AND (o.status <> 'refused' OR x.status = 'succeeded'))) AS deployment_live
     FROM target t
 ), released AS (
     UPDATE worker_endpoint_origin_reservations r
@@ -152,7 +153,7 @@ WITH target AS (
            EXISTS (SELECT 1 FROM deployments d
                    WHERE d.resource_uid = t.endpoint_uid AND d.status NOT IN ('deleted', 'failed')
                      AND EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
-                                 WHERE x.deployment_id = d.id AND o.status <> 'refused')) AS deployment_live
+                                 WHERE x.deployment_id = d.id AND (o.status <> 'refused' OR x.status = 'succeeded'))) AS deployment_live
     FROM target t
 ), cleared AS (
     UPDATE worker_endpoint_origin_reservations r

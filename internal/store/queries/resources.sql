@@ -130,3 +130,13 @@ WHERE uid = @uid AND status = 'open';
 SELECT uid, resource_kind, status, operation_id, opened_at, closed_at
 FROM deletion_attestations
 WHERE uid = @uid AND organization_id = @organization_id;
+
+-- name: WorkerScriptName
+SELECT script_name FROM workers WHERE uid = @uid;
+
+-- name: RecoverySettleEffect
+UPDATE backend_effects SET status = @status, detail = 'settled by recovery', updated_at = now()
+WHERE id = @id AND status IN ('planned', 'dispatched');
+
+-- name: RecoverySettleDeployment
+UPDATE deployments SET status = @status, updated_at = now() WHERE id = @id;

@@ -1,0 +1,111 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/resource"
+)
+
+// crashedApply leaves the ledger as a Host that stopped right after dispatching an apply of a
+// new generation of worker prod/api leaves it: the operation running, the effect dispatched, the
+// deployment pending. landed says whether the backend got the desired state before the stop.
+func crashedApply(t *testing.T, h *harness, landed bool) (op, deployment uuid.UUID) {
+	t.Helper()
+	w := h.mustWorker("prod", "api", workerToken)
+	op, deployment = uuid.New(), uuid.New()
+	h.exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status) VALUES ($1, $2, 'worker', 'prod/api', 'PUT', 'running')`, op, h.org.ID)
+	h.exec(`UPDATE workers SET generation = 2 WHERE uid = $1`, w["uid"])
+	h.exec(`INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name, offering_id, offering_digest, pack, installation, status)
+		SELECT $1, organization_id, 'worker', uid, 2, script_name, offering_id, offering_digest, pack, installation, 'pending' FROM workers WHERE uid = $2`, deployment, w["uid"])
+	h.exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status) VALUES ($1, $2, $3, 'apply', 'dispatched')`, uuid.New(), op, deployment)
+	if landed {
+		mut, err := (&backend.Registry{StateDir: h.stateDir()}).Mutator(catalog.Default().Installations["selfhost"])
+		require.NoError(t, err)
+		require.NoError(t, mut.Apply(context.Background(), backend.Desired{
+			Kind: backend.NativeWorker, NativeName: w["scriptName"].(string), DeploymentID: deployment, Generation: 2,
+			Bundle: &backend.Bundle{Modules: map[string]string{"index.js": helloModule}, MainModule: "index.js", CompatibilityDate: "2025-01-01"},
+		}))
+	}
+	require.Equal(t, false, h.get("/v1/spaces/prod/workers/api").json(t)["ready"], "generation 2 has no active deployment yet")
+	return op, deployment
+}
+
+func (h *harness) manager() *ownership.Manager {
+	cat := catalog.Default()
+	svc := &resource.Service{Catalog: cat, Backends: &backend.Registry{StateDir: h.stateDir()}, Reservations: &reservation.Service{Catalog: cat}}
+	return &ownership.Manager{DB: h.db, Recover: svc.Recover}
+}
+
+func (h *harness) status(sql string, args ...any) string {
+	h.t.Helper()
+	var s string
+	require.NoError(h.t, h.db.QueryRow(context.Background(), sql, args...).Scan(&s))
+	return s
+}
+
+func TestRecoveryRecordsAnApplyThatLandedAsActive(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	op, deployment := crashedApply(t, h, true)
+	n, err := h.manager().RecoverStale(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "active", h.status("SELECT status FROM deployments WHERE id = $1", deployment))
+	require.Equal(t, "succeeded", h.status("SELECT status FROM backend_effects WHERE deployment_id = $1", deployment))
+	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
+	require.Equal(t, "abandoned", h.status("SELECT code FROM operations WHERE id = $1", op))
+	require.Equal(t, true, h.get("/v1/spaces/prod/workers/api").json(t)["ready"])
+	require.Equal(t, "deleted", h.status(`SELECT status FROM deployments WHERE generation = 1`), "the older generation was replaced")
+}
+
+func TestRecoveryRecordsAnApplyThatDidNotLandAsFailed(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	op, deployment := crashedApply(t, h, false)
+	n, err := h.manager().RecoverStale(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "failed", h.status("SELECT status FROM deployments WHERE id = $1", deployment))
+	require.Equal(t, "failed", h.status("SELECT status FROM backend_effects WHERE deployment_id = $1", deployment))
+	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
+}
+
+func TestRecoverySkipsAnOperationWhoseRequestIsStillRunning(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	op, _ := crashedApply(t, h, true)
+	// A live request holds the key's lock: its operation is not stale.
+	ctx := context.Background()
+	tx, err := h.db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", h.org.ID+"/worker/prod/api")
+	require.NoError(t, err)
+	n, err := h.manager().RecoverStale(ctx, 0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, "running", h.status("SELECT status FROM operations WHERE id = $1", op))
+}
+
+func TestTheOwnersRetryRecoversTheStoppedRequestFirst(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	op, deployment := crashedApply(t, h, true)
+	// The owner's next request on the worker settles the stopped one before it starts.
+	body := workerBody()
+	body["compatibilityDate"] = "2025-02-02"
+	r := h.putWorker("prod", "api", workerToken, body)
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
+	require.Equal(t, "deleted", h.status("SELECT status FROM deployments WHERE id = $1", deployment), "superseded by the retry's own generation")
+	require.Equal(t, true, r.json(t)["ready"])
+}

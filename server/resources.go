@@ -17,20 +17,6 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
-func (s *Server) intent(c echo.Context, kind, key, resourceType, importID, token string, body []byte) ownership.Intent {
-	return ownership.Intent{
-		OrganizationID: principal(c).Organization.ID,
-		Kind:           kind,
-		Key:            key,
-		Token:          token,
-		Method:         c.Request().Method,
-		Path:           c.Request().URL.EscapedPath(),
-		Body:           body,
-		ResourceType:   resourceType,
-		ImportID:       importID,
-	}
-}
-
 // readOwned runs a read in a transaction and adds the owning token of key.
 func (s *Server) readOwned(c echo.Context, kind, key string, read func(ctx context.Context, tx pgx.Tx, token string) ([]byte, error)) error {
 	ctx := c.Request().Context()
@@ -67,38 +53,22 @@ func (s *Server) getWorker(c echo.Context) error {
 
 func (s *Server) putWorker(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
-	var spec resource.WorkerSpec
-	raw, err := s.decodeJSON(c, &spec)
-	if err != nil {
-		return err
-	}
 	org := principal(c).Organization
-	resp, err := s.owners.Put(c.Request().Context(), s.intent(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType, space+"/"+name, token, raw),
-		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+	var spec resource.WorkerSpec
+	return s.ownedPut(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType, &spec,
+		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
 			w, created, err := s.resources.PutWorker(ctx, m, org, space, name, spec)
 			if err != nil {
 				return ownership.Response{}, err
 			}
 			return ownership.Response{Status: createdStatus(created), Body: w.Project(token).JSON(), UID: w.UID}, nil
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 func (s *Server) deleteWorker(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
 	org := principal(c).Organization
-	resp, err := s.owners.Delete(c.Request().Context(), s.intent(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType, space+"/"+name, token, nil),
+	return s.ownedDelete(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			w, err := s.resources.DeleteWorker(ctx, m, org, space, name)
 			if err != nil {
@@ -106,10 +76,6 @@ func (s *Server) deleteWorker(c echo.Context) error {
 			}
 			return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON(), UID: w.UID}, nil
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 func (s *Server) getEndpoint(c echo.Context) error {
@@ -122,38 +88,22 @@ func (s *Server) getEndpoint(c echo.Context) error {
 
 func (s *Server) putEndpoint(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
-	var spec resource.EndpointSpec
-	raw, err := s.decodeJSON(c, &spec)
-	if err != nil {
-		return err
-	}
 	org := principal(c).Organization
-	resp, err := s.owners.Put(c.Request().Context(), s.intent(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType, space+"/"+name, token, raw),
-		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+	var spec resource.EndpointSpec
+	return s.ownedPut(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType, &spec,
+		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
 			e, created, err := s.resources.PutEndpoint(ctx, m, org, space, name, spec)
 			if err != nil {
 				return ownership.Response{}, err
 			}
 			return ownership.Response{Status: createdStatus(created), Body: e.Project(token).JSON(), UID: e.UID}, nil
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 func (s *Server) deleteEndpoint(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
 	org := principal(c).Organization
-	resp, err := s.owners.Delete(c.Request().Context(), s.intent(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType, space+"/"+name, token, nil),
+	return s.ownedDelete(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			e, err := s.resources.DeleteEndpoint(ctx, m, org, space, name)
 			if err != nil {
@@ -161,10 +111,6 @@ func (s *Server) deleteEndpoint(c echo.Context) error {
 			}
 			return ownership.Response{Status: http.StatusOK, Body: e.Project("").JSON(), UID: e.UID}, nil
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 // ActivationRequest is the body of PUT .../activation.
@@ -172,39 +118,30 @@ type ActivationRequest struct {
 	EndpointUID string `json:"endpointUid"`
 }
 
-const activationKind = "worker-endpoint-activation"
+const (
+	activationKind         = "worker-endpoint-activation"
+	activationResourceType = "takoform_worker_endpoint_activation"
+)
 
 func (s *Server) putActivation(c echo.Context) error {
 	id := c.Param("reservationId")
 	if err := reservation.CheckID(id); err != nil {
 		return err
 	}
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
-	var req ActivationRequest
-	raw, err := s.decodeJSON(c, &req)
-	if err != nil {
-		return err
-	}
-	endpointUID, err := uuid.Parse(req.EndpointUID)
-	if err != nil {
-		return apierr.New(apierr.InvalidRequest, "endpointUid must be an endpoint's uid")
-	}
 	org := principal(c).Organization
-	resp, err := s.owners.Put(c.Request().Context(), s.intent(c, activationKind, id, "takoform_worker_endpoint_activation", id, token, raw),
-		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+	var req ActivationRequest
+	return s.ownedPut(c, activationKind, id, activationResourceType, &req,
+		func(ctx context.Context, m *ownership.Mutation, _ string) (ownership.Response, error) {
+			endpointUID, err := uuid.Parse(req.EndpointUID)
+			if err != nil {
+				return ownership.Response{}, apierr.New(apierr.InvalidRequest, "endpointUid must be an endpoint's uid")
+			}
 			r, err := s.resources.Activate(ctx, m, org, id, endpointUID)
 			if err != nil {
 				return ownership.Response{}, err
 			}
-			return ownership.Response{Status: createdStatus(m.Current == nil), Body: r.Project("").JSON(), UID: r.UID}, nil
+			return ownership.Response{Status: createdStatus(m.Current == nil || m.Current.Pending), Body: r.Project("").JSON(), UID: r.UID}, nil
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 func (s *Server) deleteActivation(c echo.Context) error {
@@ -212,12 +149,8 @@ func (s *Server) deleteActivation(c echo.Context) error {
 	if err := reservation.CheckID(id); err != nil {
 		return err
 	}
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
 	org := principal(c).Organization
-	resp, err := s.owners.Delete(c.Request().Context(), s.intent(c, activationKind, id, "takoform_worker_endpoint_activation", id, token, nil),
+	return s.ownedDelete(c, activationKind, id, activationResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			r, err := s.resources.Deactivate(ctx, m, org, id)
 			if err != nil {
@@ -225,10 +158,6 @@ func (s *Server) deleteActivation(c echo.Context) error {
 			}
 			return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 // AttestationView is the body of GET /v1/deletion-attestations/{uid}.

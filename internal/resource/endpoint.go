@@ -390,31 +390,16 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, store.Q("AttestationOpen"), pgx.NamedArgs{"uid": e.UID, "organization_id": org.ID, "resource_kind": "endpoint", "operation_id": m.Operation}); err != nil {
-			return fmt.Errorf("resource: open attestation: %w", err)
-		}
-		work, err = planDeletes(ctx, tx, m, backend.NativeRoute, e.UID)
+		work, err = beginDelete(ctx, tx, m, org.ID, "endpoint", e.UID)
 		return err
 	})
 	if err != nil || e.Status == "deleted" {
 		return e, err
 	}
-	mut, err := s.mutator(e.Placement)
-	if err != nil {
-		return Endpoint{}, err
-	}
-	for _, pl := range work {
-		if err := s.dispatch(ctx, m, mut, pl); err != nil {
-			return Endpoint{}, err
-		}
-	}
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.finishDelete(ctx, m, e.Placement, work, e.UID, func(tx pgx.Tx) error {
 		var err error
 		if e, err = loadEndpoint(ctx, tx, org.ID, &uid, space, name); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, store.Q("AttestationClose"), pgx.NamedArgs{"uid": e.UID}); err != nil {
-			return fmt.Errorf("resource: close attestation: %w", err)
 		}
 		return e.setStatus(ctx, tx, m, "deleted")
 	})

@@ -203,3 +203,36 @@ func (s *Service) mutator(p Placement) (backend.Mutator, error) {
 	}
 	return mut, err
 }
+
+// beginDelete opens the deletion attestation of uid and plans the deletes of its deployments, in
+// the transaction that marks the resource deleting.
+func beginDelete(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org, kind string, uid uuid.UUID) ([]planned, error) {
+	if _, err := tx.Exec(ctx, store.Q("AttestationOpen"), pgx.NamedArgs{"uid": uid, "organization_id": org, "resource_kind": kind, "operation_id": m.Operation}); err != nil {
+		return nil, fmt.Errorf("resource: open attestation: %w", err)
+	}
+	native := backend.NativeWorker
+	if kind == "endpoint" {
+		native = backend.NativeRoute
+	}
+	return planDeletes(ctx, tx, m, native, uid)
+}
+
+// finishDelete dispatches the planned deletes, then, once the backend confirmed absence, closes
+// the attestation and lets finalize mark the resource deleted, in one transaction.
+func (s *Service) finishDelete(ctx context.Context, m *ownership.Mutation, p Placement, work []planned, uid uuid.UUID, finalize func(pgx.Tx) error) error {
+	mut, err := s.mutator(p)
+	if err != nil {
+		return err
+	}
+	for _, pl := range work {
+		if err := s.dispatch(ctx, m, mut, pl); err != nil {
+			return err
+		}
+	}
+	return m.Tx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, store.Q("AttestationClose"), pgx.NamedArgs{"uid": uid}); err != nil {
+			return fmt.Errorf("resource: close attestation: %w", err)
+		}
+		return finalize(tx)
+	})
+}

@@ -396,31 +396,16 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 				return err
 			}
 		}
-		if _, err := tx.Exec(ctx, store.Q("AttestationOpen"), pgx.NamedArgs{"uid": w.UID, "organization_id": org.ID, "resource_kind": "worker", "operation_id": m.Operation}); err != nil {
-			return fmt.Errorf("resource: open attestation: %w", err)
-		}
-		work, err = planDeletes(ctx, tx, m, backend.NativeWorker, w.UID)
+		work, err = beginDelete(ctx, tx, m, org.ID, "worker", w.UID)
 		return err
 	})
 	if err != nil || w.Status == "deleted" {
 		return w, err
 	}
-	mut, err := s.mutator(w.Placement)
-	if err != nil {
-		return Worker{}, err
-	}
-	for _, pl := range work {
-		if err := s.dispatch(ctx, m, mut, pl); err != nil {
-			return Worker{}, err
-		}
-	}
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
+	err = s.finishDelete(ctx, m, w.Placement, work, w.UID, func(tx pgx.Tx) error {
 		var err error
 		if w, err = loadWorker(ctx, tx, org.ID, &uid, space, name); err != nil {
 			return err
-		}
-		if _, err := tx.Exec(ctx, store.Q("AttestationClose"), pgx.NamedArgs{"uid": w.UID}); err != nil {
-			return fmt.Errorf("resource: close attestation: %w", err)
 		}
 		w.Status = "deleted"
 		return w.save(ctx, tx, m)

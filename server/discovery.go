@@ -11,6 +11,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 )
 
 func (s *Server) healthz(c echo.Context) error {
@@ -38,10 +39,9 @@ type Capabilities struct {
 
 func (s *Server) capabilities(c echo.Context) error {
 	return c.JSON(http.StatusOK, Capabilities{
-		Ownership:          []string{ownership.Protocol},
-		ReservationFormats: []string{reservation.FormatV2},
-		// Runtime inputs are not served yet; advertising a format would promise what is not built.
-		RuntimeInputFormats: []string{},
+		Ownership:           []string{ownership.Protocol},
+		ReservationFormats:  []string{reservation.FormatV2},
+		RuntimeInputFormats: s.runtimeInputFormats(),
 		Packs:               s.cfg.Catalog.Packs(),
 	})
 }
@@ -62,4 +62,11 @@ func (s *Server) offerings(c echo.Context) error {
 		out = append(out, OfferingView{ID: o.ID, Kind: o.Kind, Pack: o.Pack, Installation: o.Installation, Digest: o.Digest})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"offerings": out})
+}
+
+func (s *Server) runtimeInputFormats() []string {
+	if s.cfg.SealingRing == nil {
+		return []string{} // nothing to seal with: advertising a format would promise what cannot be done
+	}
+	return []string{runtimeinput.PreparationFormat}
 }

@@ -34,7 +34,7 @@ func TestCapabilitiesAdvertiseOwnership(t *testing.T) {
 	require.Equal(t, []any{"takoform-ownership-v1"}, c["ownership"])
 	require.Equal(t, []any{"takoserver.worker-endpoint-origin-reservation.v2"}, c["reservationFormats"])
 	require.Equal(t, []any{"selfhost"}, c["packs"])
-	require.Equal(t, []any{}, c["runtimeInputFormats"])
+	require.Equal(t, []any{"takoserver.worker-runtime-input-preparation@v1"}, c["runtimeInputFormats"])
 }
 
 func TestOfferingsListTheDefaultCatalog(t *testing.T) {

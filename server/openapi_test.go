@@ -13,6 +13,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/api"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
 
@@ -90,6 +91,8 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 		"Attestation":        server.AttestationView{},
 		"Operation":          server.OperationView{},
 		"Effect":             server.EffectView{},
+		"PreparationRequest": runtimeinput.Request{},
+		"Preparation":        runtimeinput.Projection{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		require.True(t, ok, "schema %s is documented", schema)
@@ -100,7 +103,7 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 		sort.Strings(props)
 		require.Equal(t, jsonFields(v), props, "schema %s", schema)
 	}
-	for _, request := range []string{"ReservationRequest", "WorkerSpec", "EndpointSpec", "ActivationRequest", "DerivationRequest"} {
+	for _, request := range []string{"ReservationRequest", "WorkerSpec", "EndpointSpec", "ActivationRequest", "DerivationRequest", "PreparationRequest"} {
 		require.NotNil(t, doc.Components.Schemas[request].AdditionalProperties, request)
 		require.False(t, *doc.Components.Schemas[request].AdditionalProperties, request)
 	}

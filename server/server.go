@@ -23,6 +23,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 )
 
 // DefaultBodyLimit bounds every request body.
@@ -39,6 +41,10 @@ type Config struct {
 	TombstoneRetention time.Duration
 	// StateDir is the Host's private state directory (selfhost desired state lives below it).
 	StateDir string
+	// SealingRing seals runtime inputs; without one the runtime-input routes answer 501.
+	SealingRing *sealing.Ring
+	// RuntimeInputHooks stop a consumption at a precise point (tests only).
+	RuntimeInputHooks runtimeinput.Hooks
 	// OwnershipLockWait is how long a request waits for an in-flight request on the same object
 	// before answering intent_in_progress (10 s when zero).
 	OwnershipLockWait time.Duration
@@ -46,14 +52,15 @@ type Config struct {
 
 // Server is one Host process's HTTP API.
 type Server struct {
-	cfg          Config
-	log          *slog.Logger
-	echo         *echo.Echo
-	metrics      *metrics
-	registry     *prometheus.Registry
-	owners       *ownership.Manager
-	reservations *reservation.Service
-	resources    *resource.Service
+	cfg           Config
+	log           *slog.Logger
+	echo          *echo.Echo
+	metrics       *metrics
+	registry      *prometheus.Registry
+	owners        *ownership.Manager
+	reservations  *reservation.Service
+	resources     *resource.Service
+	runtimeInputs *runtimeinput.Service
 }
 
 // New builds the API over cfg.
@@ -78,7 +85,10 @@ func New(cfg Config) *Server {
 		owners:       &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, LockWait: cfg.OwnershipLockWait},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
-	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: &backend.Registry{StateDir: cfg.StateDir}, Reservations: s.reservations}
+	backends := &backend.Registry{StateDir: cfg.StateDir}
+	s.runtimeInputs = &runtimeinput.Service{Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
+	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
+		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}
 	s.owners.Recover = s.resources.Recover
 	e := s.echo
 	e.HideBanner = true
@@ -113,6 +123,9 @@ func (s *Server) routes() {
 	v1.DELETE("/spaces/:space/worker-endpoints/:name", s.deleteEndpoint)
 	v1.GET("/deletion-attestations/:uid", s.getAttestation)
 	v1.GET("/operations/:id", s.getOperation)
+	v1.GET("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.getPreparation)
+	v1.PUT("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.putPreparation)
+	v1.DELETE("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.deletePreparation)
 }
 
 // Routes lists the route table as "METHOD path" pairs, paths in echo's :param form.

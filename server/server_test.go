@@ -19,6 +19,8 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
@@ -51,6 +53,7 @@ type harness struct {
 	org   auth.Organization
 	key   string // read and write
 	state string
+	ring  *sealing.Ring
 }
 
 func (h *harness) stateDir() string { return h.state }
@@ -58,6 +61,7 @@ func (h *harness) stateDir() string { return h.state }
 type options struct {
 	catalog  *catalog.Catalog
 	lockWait time.Duration
+	hooks    runtimeinput.Hooks
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -69,16 +73,20 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	db := testdb.Pool(t)
 	logs := &syncBuffer{}
 	stateDir := filepath.Join(t.TempDir(), "state")
+	ring, err := sealing.LoadRing(filepath.Join(stateDir, "keys"))
+	require.NoError(t, err)
 	srv := server.New(server.Config{
 		DB:                db,
 		Catalog:           o.catalog,
 		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OwnershipLockWait: o.lockWait,
 		StateDir:          stateDir,
+		SealingRing:       ring,
+		RuntimeInputHooks: o.hooks,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir, ring: ring}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 )
 
 // ErrNotImplemented is returned by a pack whose mutation path is not built yet. It is never
@@ -148,6 +149,16 @@ func (s *selfhostDesiredState) Delete(_ context.Context, kind, nativeName string
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
+	if kind == NativeWorker {
+		// A deleted worker's runtime inputs go with it.
+		secrets, err := s.secretsDir()
+		if err != nil {
+			return err
+		}
+		if err := os.Remove(filepath.Join(secrets, nativeName+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -171,4 +182,87 @@ func (s *selfhostDesiredState) Observe(_ context.Context, kind, nativeName strin
 		return Observation{}, fmt.Errorf("selfhost backend: unreadable desired state for %s: %w", nativeName, err)
 	}
 	return Observation{Present: true, DeploymentID: d.DeploymentID, Generation: d.Generation}, nil
+}
+
+// SecretSink delivers runtime-input values to where a worker runs, and reads back what the
+// runtime was actually given, for the keyed readback digest (SPEC 3.5). It is the only
+// value-bearing seam from the Host to a backend.
+type SecretSink interface {
+	DeliverSecrets(ctx context.Context, scriptName string, values map[string]sealing.Secret) error
+	// ReadSecrets reports the values held for scriptName, and false when none are.
+	ReadSecrets(ctx context.Context, scriptName string) (map[string]sealing.Secret, bool, error)
+}
+
+// SecretSink returns the secret sink of inst.
+func (r *Registry) SecretSink(inst catalog.Installation) (SecretSink, error) {
+	m, err := r.Mutator(inst)
+	if err != nil {
+		return nil, err
+	}
+	sink, ok := m.(SecretSink)
+	if !ok {
+		return nil, fmt.Errorf("%w (pack %s cannot receive runtime inputs)", ErrNotImplemented, inst.Pack)
+	}
+	return sink, nil
+}
+
+// DeliverSecrets writes the values into the runtime's private configuration (a 0600 file in a
+// 0700 directory, SPEC 6.3). They never pass through PostgreSQL.
+func (s *selfhostDesiredState) DeliverSecrets(_ context.Context, scriptName string, values map[string]sealing.Secret) error {
+	if !nativeNameShape.MatchString(scriptName) {
+		return fmt.Errorf("selfhost backend: native name %q is not safe as a file name", scriptName)
+	}
+	dir, err := s.secretsDir()
+	if err != nil {
+		return err
+	}
+	plain := make(map[string]string, len(values))
+	for k, v := range values {
+		plain[k] = v.Reveal()
+	}
+	raw, err := json.Marshal(map[string]any{"bindings": plain})
+	if err != nil {
+		return err
+	}
+	return safedir.WriteFile(dir, scriptName+".json", raw, safedir.Current())
+}
+
+// ReadSecrets reads back what DeliverSecrets wrote.
+func (s *selfhostDesiredState) ReadSecrets(_ context.Context, scriptName string) (map[string]sealing.Secret, bool, error) {
+	if !nativeNameShape.MatchString(scriptName) {
+		return nil, false, fmt.Errorf("selfhost backend: native name %q is not safe as a file name", scriptName)
+	}
+	dir, err := s.secretsDir()
+	if err != nil {
+		return nil, false, err
+	}
+	raw, err := safedir.ReadFile(dir, scriptName+".json", safedir.Current())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var f struct {
+		Bindings map[string]string `json:"bindings"`
+	}
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, false, fmt.Errorf("selfhost backend: unreadable runtime inputs for %s", scriptName)
+	}
+	out := make(map[string]sealing.Secret, len(f.Bindings))
+	for k, v := range f.Bindings {
+		out[k] = sealing.NewSecret(v)
+	}
+	return out, true, nil
+}
+
+func (s *selfhostDesiredState) secretsDir() (string, error) {
+	if err := safedir.Ensure(s.dir, safedir.Current()); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.dir, "secrets")
+	if err := safedir.Ensure(dir, safedir.Current()); err != nil {
+		return "", err
+	}
+	return dir, nil
 }

@@ -155,9 +155,9 @@ func (s *Service) Deactivate(ctx context.Context, tx pgx.Tx, orgID, id string) (
 // ClearWitness drops a witness that is provably gone (SPEC 3.4, letting go in place). It reports
 // whether the witness was cleared; unmet fences refuse with release_fenced.
 func (s *Service) ClearWitness(ctx context.Context, tx pgx.Tx, orgID, id string) (bool, error) {
-	var present, attestation, deployment, cleared bool
+	var lease, present, attestation, deployment, cleared bool
 	err := tx.QueryRow(ctx, store.Q("ReservationClearWitness"), pgx.NamedArgs{"organization_id": orgID, "id": id}).
-		Scan(&present, &attestation, &deployment, &cleared)
+		Scan(&lease, &present, &attestation, &deployment, &cleared)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // nothing retained
 	}
@@ -165,7 +165,7 @@ func (s *Service) ClearWitness(ctx context.Context, tx pgx.Tx, orgID, id string)
 		return false, fmt.Errorf("reservation: clear witness: %w", err)
 	}
 	if !cleared {
-		return false, fenced(id, false, false, present, attestation, deployment)
+		return false, fenced(id, false, lease, present, attestation, deployment)
 	}
 	return true, nil
 }

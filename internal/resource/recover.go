@@ -73,6 +73,11 @@ func (s *Service) Recover(ctx context.Context, begin func(context.Context) (pgx.
 			}
 		}
 	}
+	if s.RuntimeInputs != nil {
+		if err := s.RuntimeInputs.RecoverLeases(ctx, tx, s.Catalog.Installations, op); err != nil {
+			return fmt.Errorf("recover: runtime inputs: %w", err)
+		}
+	}
 	if _, err := tx.Exec(ctx, store.Q("OperationAbandon"), pgx.NamedArgs{"id": op}); err != nil {
 		return fmt.Errorf("recover: abandon: %w", err)
 	}

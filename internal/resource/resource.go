@@ -18,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
@@ -38,9 +39,12 @@ func placementOf(o catalog.Offering) Placement { return o.Placement() }
 
 // Service changes workers and endpoints.
 type Service struct {
-	Catalog      *catalog.Catalog
-	Backends     *backend.Registry
-	Reservations *reservation.Service
+	Catalog       *catalog.Catalog
+	Backends      *backend.Registry
+	Reservations  *reservation.Service
+	RuntimeInputs *runtimeinput.Service
+	// Hooks stop a runtime-input consumption at a precise point (tests only).
+	Hooks runtimeinput.Hooks
 }
 
 // Condition is one entry of a resource's conditions.

@@ -19,6 +19,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
@@ -62,6 +64,7 @@ type Worker struct {
 	OperationID           uuid.UUID
 	OperationStatus       string
 	DeploymentStatus      string
+	RuntimeInputStatus    *string
 }
 
 // Ready is readiness as derived now: live, and the current generation's deployment active.
@@ -69,19 +72,25 @@ func (w Worker) Ready() bool { return w.Status == "live" && w.DeploymentStatus =
 
 // WorkerProjection is the public view of a worker.
 type WorkerProjection struct {
-	UID               string      `json:"uid"`
-	Space             string      `json:"space"`
-	Name              string      `json:"name"`
-	Generation        int64       `json:"generation"`
-	Revision          int64       `json:"revision"`
-	Ready             bool        `json:"ready"`
-	Conditions        []Condition `json:"conditions"`
-	ScriptName        string      `json:"scriptName"`
-	RuntimeInputs     *struct{}   `json:"runtimeInputs"`
-	OwnershipToken    *string     `json:"ownershipToken"`
-	MainModule        string      `json:"mainModule"`
-	CompatibilityDate string      `json:"compatibilityDate"`
-	OfferingID        string      `json:"offeringId"`
+	UID               string             `json:"uid"`
+	Space             string             `json:"space"`
+	Name              string             `json:"name"`
+	Generation        int64              `json:"generation"`
+	Revision          int64              `json:"revision"`
+	Ready             bool               `json:"ready"`
+	Conditions        []Condition        `json:"conditions"`
+	ScriptName        string             `json:"scriptName"`
+	RuntimeInputs     *RuntimeInputsView `json:"runtimeInputs"`
+	OwnershipToken    *string            `json:"ownershipToken"`
+	MainModule        string             `json:"mainModule"`
+	CompatibilityDate string             `json:"compatibilityDate"`
+	OfferingID        string             `json:"offeringId"`
+}
+
+// RuntimeInputsView is the worker's runtime input: its reference and lease status, never values.
+type RuntimeInputsView struct {
+	Reference string `json:"reference"`
+	Status    string `json:"status"`
 }
 
 // Project renders w with its ownership token.
@@ -90,6 +99,13 @@ func (w Worker) Project(token string) WorkerProjection {
 		UID: w.UID.String(), Space: w.Space, Name: w.Name, Generation: w.Generation, Revision: w.Revision,
 		Ready: w.Ready(), Conditions: readyCondition(w.Status, w.DeploymentStatus), ScriptName: w.ScriptName,
 		MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, OfferingID: w.Placement.OfferingID,
+	}
+	if w.RuntimeInputReference != nil {
+		status := "missing"
+		if w.RuntimeInputStatus != nil {
+			status = *w.RuntimeInputStatus
+		}
+		p.RuntimeInputs = &RuntimeInputsView{Reference: *w.RuntimeInputReference, Status: status}
 	}
 	if token != "" {
 		p.OwnershipToken = &token
@@ -144,8 +160,8 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	if len(spec.RequiredSensitiveVars) > 0 && (spec.RuntimeInputReference == nil || *spec.RuntimeInputReference == "") {
 		return apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
 	}
-	if spec.RuntimeInputReference != nil {
-		return apierr.New(apierr.NotImplemented, "runtime inputs are not served by this Host yet")
+	if spec.RuntimeInputReference != nil && *spec.RuntimeInputReference == "" {
+		spec.RuntimeInputReference = nil
 	}
 	return nil
 }
@@ -172,7 +188,7 @@ func scanWorker(row pgx.Row) (Worker, error) {
 	err := row.Scan(&w.UID, &w.OrganizationID, &w.Space, &w.Name, &w.Generation, &w.Revision, &modules, &w.MainModule,
 		&w.CompatibilityDate, &w.RequiredSensitiveVars, &w.RuntimeInputReference, &w.ScriptName,
 		&w.Placement.OfferingID, &w.Placement.OfferingDigest, &w.Placement.Pack, &w.Placement.Installation,
-		&w.Status, &w.OperationID, &w.OperationStatus, &w.DeploymentStatus)
+		&w.Status, &w.OperationID, &w.OperationStatus, &w.DeploymentStatus, &w.RuntimeInputStatus)
 	if err != nil {
 		return w, err
 	}
@@ -233,7 +249,12 @@ func (w Worker) desired() backend.Desired {
 
 func sameSpec(w Worker, spec WorkerSpec) bool {
 	return maps.Equal(w.Modules, spec.Modules) && w.MainModule == spec.MainModule &&
-		w.CompatibilityDate == spec.CompatibilityDate && slices.Equal(w.RequiredSensitiveVars, spec.RequiredSensitiveVars)
+		w.CompatibilityDate == spec.CompatibilityDate && slices.Equal(w.RequiredSensitiveVars, spec.RequiredSensitiveVars) &&
+		equalPtr(w.RuntimeInputReference, spec.RuntimeInputReference)
+}
+
+func equalPtr(a, b *string) bool {
+	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
 // PutWorker creates the worker, resumes its interrupted create, or applies a changed spec as a
@@ -262,7 +283,8 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			w = Worker{
 				UID: uuid.New(), OrganizationID: org.ID, Space: space, Name: name, Generation: 1, Revision: 1,
 				Modules: spec.Modules, MainModule: spec.MainModule, CompatibilityDate: spec.CompatibilityDate,
-				RequiredSensitiveVars: spec.RequiredSensitiveVars, Placement: placement, Status: "creating",
+				RequiredSensitiveVars: spec.RequiredSensitiveVars, RuntimeInputReference: spec.RuntimeInputReference,
+				Placement: placement, Status: "creating",
 				ScriptName: backend.ScriptName(backend.WorkerRef{TenantRef: org.ID, Space: space, Name: name}),
 			}
 			modules, err := json.Marshal(w.Modules)
@@ -276,7 +298,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			_, err = sp.Exec(ctx, store.Q("WorkerInsert"), pgx.NamedArgs{
 				"uid": w.UID, "organization_id": org.ID, "space": space, "name": name, "modules": modules,
 				"main_module": w.MainModule, "compatibility_date": w.CompatibilityDate,
-				"required_sensitive_vars": w.RequiredSensitiveVars, "runtime_input_reference": nil, "script_name": w.ScriptName,
+				"required_sensitive_vars": w.RequiredSensitiveVars, "runtime_input_reference": w.RuntimeInputReference, "script_name": w.ScriptName,
 				"offering_id": placement.OfferingID, "offering_digest": placement.OfferingDigest, "pack": placement.Pack,
 				"installation": placement.Installation, "operation_id": m.Operation,
 			})
@@ -315,6 +337,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		if changed {
 			w.Generation++
 			w.Modules, w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.Modules, spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
+			w.RuntimeInputReference = spec.RuntimeInputReference
 		}
 		if changed || w.DeploymentStatus != "active" || w.Status == "creating" {
 			if err := w.save(ctx, tx, m); err != nil {
@@ -336,6 +359,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			return Worker{}, false, err
 		}
 	}
+	var inc reservation.WorkerIncarnation
 	err = m.Tx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if w, err = loadWorker(ctx, tx, org.ID, &w.UID, space, name); err != nil {
@@ -343,9 +367,31 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		}
 		if w.Status == "creating" {
 			w.Status = "live"
-			return w.save(ctx, tx, m)
+			if err := w.save(ctx, tx, m); err != nil {
+				return err
+			}
 		}
-		return nil
+		if w.RuntimeInputReference != nil && (w.RuntimeInputStatus == nil || *w.RuntimeInputStatus != "settled") {
+			_, inc, err = readyWorker(ctx, tx, org.ID, space, name)
+		}
+		return err
+	})
+	if err != nil || inc.OrganizationID == "" {
+		return w, created, err
+	}
+	// The deployment is active: the worker consumes its runtime input (SPEC 3.5).
+	if s.RuntimeInputs == nil {
+		return Worker{}, false, apierr.New(apierr.NotImplemented, "this Host serves no runtime inputs")
+	}
+	if _, err := s.RuntimeInputs.Consume(ctx, m, runtimeinput.Consumer{
+		Incarnation: inc, ScriptName: w.ScriptName, Required: w.RequiredSensitiveVars, Installation: s.Catalog.Installations[w.Placement.Installation],
+	}, *w.RuntimeInputReference, s.Hooks); err != nil {
+		return Worker{}, false, err
+	}
+	err = m.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		w, err = loadWorker(ctx, tx, org.ID, &w.UID, space, name)
+		return err
 	})
 	return w, created, err
 }
@@ -389,6 +435,17 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		if len(endpoints) > 0 {
 			return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", space, name, strings.Join(endpoints, ", ")).
 				With("endpoints", endpoints)
+		}
+		rows, err = tx.Query(ctx, store.Q("PreparationClaimsOnWorker"), pgx.NamedArgs{"worker_uid": w.UID})
+		if err != nil {
+			return fmt.Errorf("resource: worker claims: %w", err)
+		}
+		claims, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("resource: worker claims: %w", err)
+		}
+		if len(claims) > 0 {
+			return apierr.New(apierr.LeaseClaimed, "worker %s/%s holds an unexpired runtime-input claim (%s); its deletion waits until the lease settles, is aborted or expires", space, name, strings.Join(claims, ", "))
 		}
 		if w.Status != "deleting" {
 			w.Status = "deleting"

@@ -132,8 +132,20 @@ func (r *Ring) Current() string {
 
 func (r *Ring) key(id string) ([]byte, error) {
 	r.mu.RLock()
-	defer r.mu.RUnlock()
 	k, ok := r.keys[id]
+	r.mu.RUnlock()
+	if ok {
+		return k, nil
+	}
+	// Another process may have rotated the ring: read it again before giving up.
+	fresh, err := LoadRing(r.dir)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.current, r.order, r.keys = fresh.current, fresh.order, fresh.keys
+	k, ok = r.keys[id]
+	r.mu.Unlock()
 	if !ok {
 		return nil, ErrUnknownKey
 	}

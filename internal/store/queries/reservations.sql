@@ -111,7 +111,9 @@ WITH target AS (
 ), fences AS (
     SELECT t.organization_id, t.id, t.status,
            t.status = 'activated' AS activation,
-           false AS lease_claimed,
+           EXISTS (SELECT 1 FROM runtime_input_preparations p
+                   WHERE p.organization_id = t.organization_id AND p.origin_reservation_id = t.id
+                     AND p.status = 'claimed' AND p.claim_expires_at > now()) AS lease_claimed,
            EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
                    WHERE e.uid = t.endpoint_uid
                      AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))) AS endpoint_present,
@@ -146,6 +148,9 @@ WITH target AS (
     FOR UPDATE
 ), fences AS (
     SELECT t.organization_id, t.id,
+           EXISTS (SELECT 1 FROM runtime_input_preparations p
+                   WHERE p.organization_id = t.organization_id AND p.origin_reservation_id = t.id
+                     AND p.status = 'claimed' AND p.claim_expires_at > now()) AS lease_claimed,
            EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
                    WHERE e.uid = t.endpoint_uid
                      AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))) AS endpoint_present,
@@ -162,10 +167,10 @@ WITH target AS (
         revision = r.revision + 1, updated_at = now()
     FROM fences f
     WHERE r.organization_id = f.organization_id AND r.id = f.id
-      AND NOT (f.endpoint_present OR f.attestation_open OR f.deployment_live)
+      AND NOT (f.lease_claimed OR f.endpoint_present OR f.attestation_open OR f.deployment_live)
     RETURNING r.id
 )
-SELECT f.endpoint_present, f.attestation_open, f.deployment_live, EXISTS (SELECT 1 FROM cleared) AS cleared
+SELECT f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live, EXISTS (SELECT 1 FROM cleared) AS cleared
 FROM fences f;
 
 -- name: ReservationHostMintedSiblings

@@ -21,7 +21,9 @@ SELECT w.uid, w.organization_id, w.space, w.name, w.generation, w.revision, w.mo
        o.status AS operation_status,
        coalesce((SELECT d.status FROM deployments d
                  WHERE d.resource_uid = w.uid AND d.generation = w.generation
-                 ORDER BY d.created_at DESC, d.id LIMIT 1), '') AS deployment_status
+                 ORDER BY d.created_at DESC, d.id LIMIT 1), '') AS deployment_status,
+       (SELECT p.status FROM runtime_input_preparations p
+        WHERE p.organization_id = w.organization_id AND p.reference = w.runtime_input_reference) AS runtime_input_status
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = @organization_id

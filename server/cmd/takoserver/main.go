@@ -24,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
@@ -136,6 +137,10 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if err := safedir.Ensure(o.stateDir, safedir.Current()); err != nil {
 		return err
 	}
+	ring, err := sealing.LoadRing(filepath.Join(o.stateDir, "keys"))
+	if err != nil {
+		return err
+	}
 	if err := store.MigrateUp(databaseURL); err != nil {
 		return err
 	}
@@ -152,7 +157,7 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if ready != nil {
 		ready(l.Addr().String())
 	}
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, StateDir: o.stateDir})
+	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, StateDir: o.stateDir, SealingRing: ring})
 	return srv.Serve(ctx, l)
 }
 
@@ -285,7 +290,29 @@ func keysCommand(g *globals) *cobra.Command {
 	}
 	create.Flags().StringVar(&org, "org", "", "organization name")
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope to grant (repeatable): resources:read, resources:write; default both")
-	cmd.AddCommand(create, &cobra.Command{
+	var stateDir string
+	rotate := &cobra.Command{
+		Use:   "rotate-sealing",
+		Short: "Make a fresh sealing key current (previous keys keep opening prepared and claimed rows, up to a bound)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			ring, err := sealing.LoadRing(filepath.Join(stateDir, "keys"))
+			if err != nil {
+				return err
+			}
+			id, err := ring.Rotate()
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"current": id, "maxPrevious": sealing.MaxPreviousKeys},
+				fmt.Sprintf("sealing key %s is current; restart or signal every Host sharing this state directory's key ring", id))
+		},
+	}
+	rotate.Flags().StringVar(&stateDir, "state-dir", filepath.Join(".takoform", "state"), "the Host's private state directory")
+	cmd.AddCommand(create, rotate, &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key at once", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {

@@ -113,11 +113,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 2, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 1, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "1", "--output", "json"))["version"])
-	require.EqualValues(t, 2, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 2")
+	require.EqualValues(t, 3, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 2, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "2", "--output", "json"))["version"])
+	require.EqualValues(t, 3, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 3")
 }
 
 // host is one running `takoserver serve` process.

@@ -13,6 +13,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 )
 
 // crashedApply leaves the ledger as a Host that stopped right after dispatching an apply of a
@@ -41,7 +42,10 @@ func crashedApply(t *testing.T, h *harness, landed bool) (op, deployment uuid.UU
 
 func (h *harness) manager() *ownership.Manager {
 	cat := catalog.Default()
-	svc := &resource.Service{Catalog: cat, Backends: &backend.Registry{StateDir: h.stateDir()}, Reservations: &reservation.Service{Catalog: cat}}
+	backends := &backend.Registry{StateDir: h.stateDir()}
+	reservations := &reservation.Service{Catalog: cat}
+	svc := &resource.Service{Catalog: cat, Backends: backends, Reservations: reservations,
+		RuntimeInputs: &runtimeinput.Service{Ring: h.ring, Backends: backends, Reservations: reservations}}
 	return &ownership.Manager{DB: h.db, Recover: svc.Recover}
 }
 

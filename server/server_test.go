@@ -54,6 +54,9 @@ type harness struct {
 	key   string // read and write
 	state string
 	ring  *sealing.Ring
+	dbURL string
+	// responses records every response the Host sent, headers and body, for canary searches.
+	responses *syncBuffer
 }
 
 func (h *harness) stateDir() string { return h.state }
@@ -70,7 +73,10 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	for _, f := range opts {
 		f(&o)
 	}
-	db := testdb.Pool(t)
+	dbURL := testdb.URL(t)
+	db, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
 	logs := &syncBuffer{}
 	stateDir := filepath.Join(t.TempDir(), "state")
 	ring, err := sealing.LoadRing(filepath.Join(stateDir, "keys"))
@@ -86,7 +92,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir, ring: ring}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir, ring: ring, dbURL: dbURL, responses: &syncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {
@@ -188,6 +194,8 @@ func (h *harness) do(r req) reply {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(h.t, err)
+	_ = resp.Header.Write(h.responses)
+	_, _ = h.responses.Write(raw)
 	return reply{status: resp.StatusCode, header: resp.Header, body: raw}
 }
 

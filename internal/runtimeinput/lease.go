@@ -30,6 +30,10 @@ type Consumer struct {
 
 // Hooks lets tests stop a consumption at a precise point, as a crash would.
 type Hooks struct {
+	// AfterAcquire runs after the claim committed.
+	AfterAcquire func()
+	// BeforeDelivery runs right before the backend call (tests count deliveries with it).
+	BeforeDelivery func()
 	// AfterDispatchCommit runs after the dispatch CAS committed and before the backend call; an
 	// error stops the consumption there.
 	AfterDispatchCommit func() error
@@ -42,26 +46,29 @@ type Hooks struct {
 // exact Ready worker, acquire, dispatch (clearing the ciphertext in the same CAS), deliver, and
 // settle on a matching readback digest (SPEC 3.5). It returns the lease's final status.
 func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer, reference string, hooks Hooks) (string, error) {
-	ring, err := s.ring()
-	if err != nil {
+	if _, err := s.ring(); err != nil {
 		return "", err
 	}
 	prepID, ok := parseReference(reference)
 	if !ok {
 		return "", apierr.New(apierr.ReferenceMismatch, "runtimeInputReference %q is not a well-formed reference", reference)
 	}
-	sink, err := s.Backends.SecretSink(c.Installation)
-	if errors.Is(err, backend.ErrNotImplemented) {
+	// Fail before claiming anything when the backend cannot receive the values.
+	if _, err := s.Backends.SecretSink(c.Installation); errors.Is(err, backend.ErrNotImplemented) {
 		return "", apierr.New(apierr.NotImplemented, "the %s backend cannot receive runtime inputs yet", c.Installation.Pack)
-	}
-	if err != nil {
+	} else if err != nil {
 		return "", err
 	}
 	org := c.Incarnation.OrganizationID
+	// Expiry is lazy: sweep in a transaction of its own, so it stands even when the claim below
+	// is refused.
+	if err := m.Tx(ctx, func(tx pgx.Tx) error { return sweep(ctx, tx, org) }); err != nil {
+		return "", err
+	}
 	var p Preparation
 	var epoch int64
 	done := false
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if p, err = load(ctx, tx, org, nil, prepID); err != nil {
 			if e, ok := apierr.As(err); ok && e.Code == apierr.NotFound {
@@ -108,6 +115,39 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 		return p.Status, err
 	}
 
+	if hooks.AfterAcquire != nil {
+		hooks.AfterAcquire()
+	}
+	return s.Dispatch(ctx, m, c, p.OperationID, epoch, hooks)
+}
+
+// Txer runs a transaction; an ownership.Mutation is one.
+type Txer interface {
+	Tx(ctx context.Context, fn func(pgx.Tx) error) error
+}
+
+// Dispatch carries a claimed lease through: open the sealed material, clear it in the CAS that
+// authorizes delivery, deliver once, and settle on a matching readback digest. Of several Hosts
+// racing to dispatch one claim, the CAS lets exactly one deliver.
+func (s *Service) Dispatch(ctx context.Context, m Txer, c Consumer, operationID string, epoch int64, hooks Hooks) (string, error) {
+	ring, err := s.ring()
+	if err != nil {
+		return "", err
+	}
+	sink, err := s.Backends.SecretSink(c.Installation)
+	if err != nil {
+		return "", err
+	}
+	org := c.Incarnation.OrganizationID
+	var p Preparation
+	if err := m.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		p, err = load(ctx, tx, org, &operationID, "")
+		return err
+	}); err != nil {
+		return "", err
+	}
+	prepID := p.PreparationID
 	// Dispatch: open the sealed material, then clear it in the CAS that authorizes delivery.
 	var values map[string]sealing.Secret
 	var unreadable error
@@ -153,6 +193,9 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 		if err := hooks.AfterDispatchCommit(); err != nil {
 			return "dispatched", err
 		}
+	}
+	if hooks.BeforeDelivery != nil {
+		hooks.BeforeDelivery()
 	}
 	// Whether a failed delivery landed anything is for the readback to say.
 	deliverErr := sink.DeliverSecrets(ctx, c.ScriptName, values)

@@ -1,0 +1,419 @@
+package server_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+)
+
+const secretCanary = "tk-canary-9d31f7a0c2e4b"
+
+func prepPath(org, op string) string {
+	return "/v1/organizations/" + org + "/worker-runtime-input-preparations/" + op
+}
+
+// prepared is a runtime input made the way the provider makes one: the reference computed by the
+// caller from the nonce, target, reservation origin and values.
+type prepared struct {
+	operationID string
+	reference   string
+	reply       reply
+}
+
+func (h *harness) prepare(op, token, reservationID, space, worker string, bindings map[string]string) prepared {
+	h.t.Helper()
+	res := h.getReservation(h.key, reservationID).json(h.t)
+	secrets := map[string]sealing.Secret{}
+	for k, v := range bindings {
+		secrets[k] = sealing.NewSecret(v)
+	}
+	nonce := "nonce-" + op
+	id := runtimeinput.Derive(nonce, runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
+		OriginReservationID: reservationID, CanonicalPublicOrigin: res["canonicalOrigin"].(string)}, secrets)
+	return prepared{operationID: op, reference: id.Reference, reply: h.do(req{method: http.MethodPut, path: prepPath(h.org.ID, op), key: h.key, token: token,
+		body: map[string]any{
+			"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": id.Reference,
+			"target":   map[string]any{"space": space, "workerName": worker, "bundleName": "main", "endpointName": worker, "originReservationId": reservationID},
+			"bindings": bindings,
+		}})}
+}
+
+func secretWorkerBody(reference string) map[string]any {
+	b := workerBody()
+	b["requiredSensitiveVars"] = []string{"API_KEY"}
+	b["runtimeInputReference"] = reference
+	return b
+}
+
+// secretsFile is where the selfhost backend delivers a worker's values.
+func (h *harness) secretsFile(scriptName string) string {
+	return filepath.Join(h.stateDir(), "runtime", "selfhost", "secrets", scriptName+".json")
+}
+
+func (h *harness) preparationStatus(op string) string {
+	return h.status("SELECT status FROM runtime_input_preparations WHERE operation_id = $1", op)
+}
+
+func TestRuntimeInputIsSealedDeliveredOnceAndSettled(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status, "body: %s", p.reply.body)
+	proj := p.reply.json(t)
+	require.Equal(t, "prepared", proj["status"])
+	require.Equal(t, []any{"API_KEY"}, proj["bindingNames"])
+	require.Equal(t, p.reference, proj["runtimeInputReference"])
+	require.Regexp(t, `^prep-[0-9a-f]{32}$`, proj["preparationId"])
+
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	wj := w.json(t)
+	require.Equal(t, true, wj["ready"])
+	require.Equal(t, map[string]any{"reference": p.reference, "status": "settled"}, wj["runtimeInputs"])
+
+	// Delivered into the runtime's private configuration, never into PostgreSQL.
+	file := h.secretsFile(wj["scriptName"].(string))
+	raw, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Contains(t, string(raw), secretCanary)
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	dirInfo, err := os.Stat(filepath.Dir(file))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), dirInfo.Mode().Perm())
+
+	require.Equal(t, "settled", h.preparationStatus("op-1"))
+	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations WHERE operation_id = 'op-1'")[:1])
+	bound := h.getReservation(h.key, "res-api").json(t)
+	require.Equal(t, "bound", bound["status"])
+	require.Equal(t, wj["uid"], bound["boundWorker"].(map[string]any)["uid"])
+
+	// A replay of the worker answers as before; nothing is delivered twice.
+	again := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference))
+	require.Equal(t, w.body, again.body)
+	require.Equal(t, "true", again.header.Get("Takoform-Replayed"))
+}
+
+func TestRuntimeInputRefusesAMismatchedReference(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	res := h.getReservation(h.key, "res-api").json(t)
+	// A reference computed with another origin than the reservation's.
+	id := runtimeinput.Derive("n", runtimeinput.Target{Space: "prod", WorkerName: "api", BundleName: "main", EndpointName: "api",
+		OriginReservationID: "res-api", CanonicalPublicOrigin: "https://evil.example.test"}, map[string]sealing.Secret{"API_KEY": sealing.NewSecret(secretCanary)})
+	r := h.do(req{method: http.MethodPut, path: prepPath(h.org.ID, "op-1"), key: h.key, token: "token-prepare-00000001", body: map[string]any{
+		"format": runtimeinput.PreparationFormat, "materialSetNonce": "n", "runtimeInputReference": id.Reference,
+		"target":   map[string]any{"space": "prod", "workerName": "api", "bundleName": "main", "endpointName": "api", "originReservationId": "res-api"},
+		"bindings": map[string]string{"API_KEY": secretCanary},
+	}})
+	p := r.problem(t, http.StatusUnprocessableEntity, "reference_mismatch")
+	require.Contains(t, p["detail"], res["canonicalOrigin"])
+	require.NotContains(t, string(r.body), secretCanary)
+	require.Zero(t, h.countRows("runtime_input_preparations"))
+}
+
+func (h *harness) countRows(table string) int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.db.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n))
+	return n
+}
+
+func TestRuntimeInputPathOrganizationMustBeTheKeys(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	other, _ := h.newOrg("globex")
+	h.do(req{method: http.MethodGet, path: prepPath(other.ID, "op-1"), key: h.key}).problem(t, http.StatusForbidden, "forbidden")
+	h.do(req{method: http.MethodPut, path: prepPath(other.ID, "op-1"), key: h.key, token: "token-prepare-00000001", body: map[string]any{}}).
+		problem(t, http.StatusForbidden, "forbidden")
+	h.do(req{method: http.MethodDelete, path: prepPath(other.ID, "op-1"), key: h.key, token: "token-prepare-00000001"}).problem(t, http.StatusForbidden, "forbidden")
+}
+
+func TestRuntimeInputTargetMustBeTheReservationsWorker(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	// The target names another worker than the reservation holds.
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "web", map[string]string{"API_KEY": secretCanary})
+	p.reply.problem(t, http.StatusUnprocessableEntity, "target_mismatch")
+	p = h.prepare("op-2", "token-prepare-00000002", "res-api", "staging", "api", map[string]string{"API_KEY": secretCanary})
+	p.reply.problem(t, http.StatusUnprocessableEntity, "target_mismatch")
+
+	// A worker may not consume a runtime input that targets another worker.
+	ok := h.prepare("op-3", "token-prepare-00000003", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, ok.reply.status)
+	h.putWorker("prod", "web", workerToken, secretWorkerBody(ok.reference)).problem(t, http.StatusUnprocessableEntity, "target_mismatch")
+	require.Equal(t, "prepared", h.preparationStatus("op-3"))
+}
+
+func TestRuntimeInputExpiredPreparationCannotBeClaimed(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.exec("UPDATE runtime_input_preparations SET expires_at = now() - interval '1 second'")
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
+	require.Equal(t, "expired", h.preparationStatus("op-1"))
+	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "an expired row keeps only value-free identity")
+}
+
+func TestRuntimeInputSecondClaimIsRefused(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	// Another incarnation holds the claim.
+	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = gen_random_uuid(), worker_revision = 1,
+		claimed_at = now(), claim_expires_at = now() + interval '15 minutes'`)
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
+	require.Equal(t, "claimed", h.preparationStatus("op-1"))
+	// And its claim fences the reservation's release.
+	fence := h.deleteReservation(h.key, "res-api", tokenA).problem(t, http.StatusConflict, "release_fenced")
+	require.Contains(t, fence["unmetFences"], "lease_claimed")
+}
+
+func TestRuntimeInputCorruptCiphertextFailsClosedWithoutASecondClaim(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.exec(`UPDATE runtime_input_preparations SET ciphertext = set_byte(ciphertext, 0, get_byte(ciphertext, 0) # 1)`)
+
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "sealed_material_unreadable")
+	require.Equal(t, "failed", h.preparationStatus("op-1"))
+	// The retry is refused: a failed lease never issues a second claim.
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
+	_, err := os.Stat(h.secretsFile(h.get("/v1/spaces/prod/workers/api").json(t)["scriptName"].(string)))
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestRuntimeInputCiphertextSwappedBetweenRowsFails(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-web", tokenB, apiBody("prod", "web")).status)
+	a := h.prepare("op-a", "token-prepare-0000000a", "res-api", "prod", "api", map[string]string{"API_KEY": "value-for-api"})
+	b := h.prepare("op-b", "token-prepare-0000000b", "res-web", "prod", "web", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, a.reply.status)
+	require.Equal(t, http.StatusCreated, b.reply.status)
+	// Move web's sealed material onto api's row.
+	h.exec(`UPDATE runtime_input_preparations a SET ciphertext = b.ciphertext, sealing_nonce = b.sealing_nonce, sealing_key_id = b.sealing_key_id
+		FROM runtime_input_preparations b WHERE a.operation_id = 'op-a' AND b.operation_id = 'op-b'`)
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(a.reference)).problem(t, http.StatusConflict, "sealed_material_unreadable")
+	require.Equal(t, "failed", h.preparationStatus("op-a"))
+}
+
+func TestRuntimeInputRotationOldKeyOpensRetiredKeyDoesNot(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-web", tokenB, apiBody("prod", "web")).status)
+	a := h.prepare("op-a", "token-prepare-0000000a", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, a.reply.status)
+	_, err := h.ring.Rotate()
+	require.NoError(t, err)
+	// Sealed under the previous key, still in the ring: it opens.
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(a.reference))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	require.Equal(t, "settled", h.preparationStatus("op-a"))
+
+	b := h.prepare("op-b", "token-prepare-0000000b", "res-web", "prod", "web", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, b.reply.status)
+	for range sealing.MaxPreviousKeys + 1 {
+		_, err := h.ring.Rotate()
+		require.NoError(t, err)
+	}
+	p := h.putWorker("prod", "web", "token-worker-web-000001", secretWorkerBody(b.reference)).problem(t, http.StatusConflict, "sealed_material_unreadable")
+	require.Contains(t, p["detail"], "retired key")
+	require.Equal(t, "failed", h.preparationStatus("op-b"))
+}
+
+func TestRuntimeInputAbortRevokesAndWorkerDeletionWaitsForAClaim(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
+	require.Equal(t, "token-prepare-00000001", got["ownershipToken"])
+
+	// The worker exists (without consuming); a claim on it is taken by a stopped request.
+	h.mustWorker("prod", "api", workerToken)
+	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = (SELECT uid FROM workers), worker_revision = 1,
+		claimed_at = now(), claim_expires_at = now() + interval '15 minutes'`)
+	h.deleteWorker("prod", "api", workerToken).problem(t, http.StatusConflict, "lease_claimed")
+
+	aborted := h.do(req{method: http.MethodDelete, path: prepPath(h.org.ID, "op-1"), key: h.key, token: "token-prepare-00000001"})
+	require.Equal(t, http.StatusOK, aborted.status, "body: %s", aborted.body)
+	require.Equal(t, "aborted", aborted.json(t)["status"])
+	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1])
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status, "the claim is gone")
+}
+
+// crashOn makes a hook that stops the request the way a crashed Host does: the operation is
+// left running and no later step happens.
+type crash struct{}
+
+func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.hooks.AfterDispatchCommit = func() error { panic(crash{}) }
+	})
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
+	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
+	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "dispatch cleared the ciphertext")
+
+	n, err := h.manager().RecoverStale(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "failed", h.preparationStatus("op-1"), "nothing was delivered, so recovery fails it")
+	_, err = os.Stat(h.secretsFile(h.get("/v1/spaces/prod/workers/api").json(t)["scriptName"].(string)))
+	require.ErrorIs(t, err, os.ErrNotExist, "recovery never dispatches again")
+}
+
+func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.hooks.AfterDelivery = func() error { panic(crash{}) }
+	})
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
+	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
+
+	n, err := h.manager().RecoverStale(context.Background(), 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, "settled", h.preparationStatus("op-1"), "the readback matches what was sealed")
+}
+
+// TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce: two Hosts (two services, two
+// connection pools) dispatch the same claim at once; the CAS lets exactly one deliver.
+func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
+	t.Parallel()
+	var claimEpoch atomic.Int64
+	h := setup(t, func(o *options) {
+		o.hooks.AfterAcquire = func() { panic(crash{}) } // stop right after the claim
+	})
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
+	require.Equal(t, "claimed", h.preparationStatus("op-1"))
+	var epoch int64
+	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT epoch FROM runtime_input_preparations").Scan(&epoch))
+	claimEpoch.Store(epoch)
+
+	w := h.get("/v1/spaces/prod/workers/api").json(t)
+	var revision int64
+	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT revision FROM workers").Scan(&revision))
+	var deliveries atomic.Int32
+	consumer := runtimeinput.Consumer{
+		Incarnation: reservation.WorkerIncarnation{OrganizationID: h.org.ID, UID: uuid.MustParse(w["uid"].(string)), Revision: revision, Space: "prod", Name: "api"},
+		ScriptName:  w["scriptName"].(string), Required: []string{"API_KEY"}, Installation: catalog.Default().Installations["selfhost"],
+	}
+	results := make([]string, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		pool, err := pgxpool.New(context.Background(), h.dbURL)
+		require.NoError(t, err)
+		defer pool.Close()
+		svc := &runtimeinput.Service{Ring: h.ring, Backends: &backend.Registry{StateDir: h.stateDir()}, Reservations: &reservation.Service{Catalog: catalog.Default()}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, err := svc.Dispatch(context.Background(), poolTxer{pool}, consumer, "op-1", claimEpoch.Load(), runtimeinput.Hooks{
+				BeforeDelivery: func() { deliveries.Add(1) },
+			})
+			if err != nil {
+				status = "refused"
+			}
+			results[i] = status
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int32(1), deliveries.Load(), "exactly one backend delivery")
+	require.ElementsMatch(t, []string{"settled", "refused"}, results)
+	require.Equal(t, "settled", h.preparationStatus("op-1"))
+}
+
+type poolTxer struct{ pool *pgxpool.Pool }
+
+func (p poolTxer) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return store.WithTx(ctx, p.pool, fn)
+}
+
+// TestRuntimeInputCanaryAppearsNowhere: a runtime input whose value is a unique canary is applied
+// and consumed; the canary appears in no HTTP response, no log line at debug level and nowhere in
+// a pg_dump of the database: not raw, not base64, not hex.
+func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	h.get(prepPath(h.org.ID, "op-1"))
+	h.get("/v1/spaces/prod/workers/api")
+	h.get("/v1/operations/" + w.header.Get("Takoform-Operation-Id"))
+	// A refused preparation with the canary in its body, too.
+	h.prepare("op-2", "token-prepare-00000002", "res-api", "prod", "web", map[string]string{"API_KEY": secretCanary})
+
+	// The value really was delivered, so a search that finds nothing means something.
+	raw, err := os.ReadFile(h.secretsFile(w.json(t)["scriptName"].(string)))
+	require.NoError(t, err)
+	require.Contains(t, string(raw), secretCanary)
+
+	bin, err := pgcluster.BinDir()
+	require.NoError(t, err)
+	dump, err := exec.Command(filepath.Join(bin, "pg_dump"), "--data-only", "--inserts", h.dbURL).CombinedOutput()
+	require.NoError(t, err, string(dump))
+	require.Contains(t, string(dump), "runtime_input_preparations", "the dump covers the table")
+
+	forms := []string{
+		secretCanary,
+		base64.StdEncoding.EncodeToString([]byte(secretCanary)),
+		base64.RawURLEncoding.EncodeToString([]byte(secretCanary)),
+		hex.EncodeToString([]byte(secretCanary)),
+		strings.ToUpper(hex.EncodeToString([]byte(secretCanary))),
+		"9d31f7a0c2e4b",
+	}
+	for where, text := range map[string]string{"HTTP responses": h.responses.String(), "logs": h.logs.String(), "pg_dump": string(dump)} {
+		require.NotEmpty(t, text)
+		for _, f := range forms {
+			require.False(t, strings.Contains(text, f), "%s contain the canary as %q", where, f)
+		}
+	}
+}

@@ -417,3 +417,18 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 		}
 	}
 }
+
+func TestRuntimeInputClaimExpiresAfterItsWindow(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = gen_random_uuid(), worker_revision = 1,
+		claimed_at = now() - interval '16 minutes', claim_expires_at = now() - interval '1 minute'`)
+	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
+	require.Equal(t, "expired", got["status"])
+	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1])
+	// An expired claim no longer fences the reservation.
+	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-api", tokenA).status)
+}

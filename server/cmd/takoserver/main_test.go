@@ -470,3 +470,26 @@ func putWith(client *http.Client, url, key, token, body string) (answer, error) 
 	raw, err := io.ReadAll(resp.Body)
 	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Takoform-Replayed"), body: string(raw)}, err
 }
+
+func TestKeysRotateSealingKeepsPreviousKeys(t *testing.T) {
+	t.Parallel()
+	state := filepath.Join(t.TempDir(), "state")
+	require.NoError(t, os.Mkdir(state, 0o700))
+	first := decodeJSON(t, run(t, "", "keys", "rotate-sealing", "--state-dir", state, "--output", "json"))
+	second := decodeJSON(t, run(t, "", "keys", "rotate-sealing", "--state-dir", state, "--output", "json"))
+	require.NotEqual(t, first["current"], second["current"])
+	raw, err := os.ReadFile(filepath.Join(state, "keys", "sealing-keys.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(raw), first["current"], "the previous key stays in the ring")
+	info, err := os.Stat(filepath.Join(state, "keys"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
+
+	// An unsafe key directory is refused, not repaired.
+	bad := filepath.Join(t.TempDir(), "bad")
+	require.NoError(t, os.MkdirAll(filepath.Join(bad, "keys"), 0o755))
+	require.NoError(t, os.Chmod(filepath.Join(bad, "keys"), 0o755))
+	_, errOut, err := runRaw("", "keys", "rotate-sealing", "--state-dir", bad)
+	require.Error(t, err)
+	require.Contains(t, errOut, "refusing unsafe private path")
+}

@@ -186,15 +186,13 @@ func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, mut backe
 			if _, err := tx.Exec(ctx, store.Q("DeploymentSetStatus"), pgx.NamedArgs{"id": pl.deployment, "status": "active", "from": []string{"pending"}}); err != nil {
 				return fmt.Errorf("resource: activate deployment: %w", err)
 			}
-			_, err := tx.Exec(ctx, store.Q("DeploymentSupersede"), pgx.NamedArgs{"resource_uid": resourceOf(pl), "id": pl.deployment})
+			_, err := tx.Exec(ctx, store.Q("DeploymentSupersede"), pgx.NamedArgs{"resource_uid": pl.desired.ResourceUID, "id": pl.deployment})
 			return err
 		}
 		_, err := tx.Exec(ctx, store.Q("DeploymentSetStatus"), pgx.NamedArgs{"id": pl.deployment, "status": "deleted", "from": []string{"deleting"}})
 		return err
 	})
 }
-
-func resourceOf(pl planned) uuid.UUID { return pl.desired.ResourceUID }
 
 func (s *Service) mutator(p Placement) (backend.Mutator, error) {
 	inst, ok := s.Catalog.Installations[p.Installation]

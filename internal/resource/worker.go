@@ -304,7 +304,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			})
 			if store.IsUniqueViolation(err, "workers_live_key") {
 				_ = sp.Rollback(ctx)
-				return s.claimAbandonedWorker(ctx, tx, m, org, space, name, &w)
+				return apierr.New(apierr.ResourceExists, "worker %s/%s already exists and is not owned by this token", space, name)
 			}
 			if err != nil {
 				_ = sp.Rollback(ctx)
@@ -394,17 +394,6 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		return err
 	})
 	return w, created, err
-}
-
-// claimAbandonedWorker handles a create that meets a worker row of the same name: one whose own
-// create was refused (no owner, never committed) is retired so the name is free; anything else is
-// a live worker owned through another binding.
-func (s *Service) claimAbandonedWorker(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, space, name string, _ *Worker) error {
-	existing, err := loadWorker(ctx, tx, org.ID, nil, space, name)
-	if err != nil {
-		return err
-	}
-	return apierr.New(apierr.ResourceExists, "worker %s/%s already exists (uid %s) and is not owned by this token", space, name, existing.UID)
 }
 
 // DeleteWorker deletes the worker the mutation's binding names. It is refused while an endpoint

@@ -1,1 +1,2 @@
+DROP FUNCTION reservation_fences;
 DROP TABLE runtime_input_preparations;

@@ -53,3 +53,29 @@ CREATE TABLE runtime_input_preparations (
 CREATE INDEX runtime_input_preparations_reservation_idx ON runtime_input_preparations (organization_id, origin_reservation_id) WHERE status = 'claimed';
 CREATE INDEX runtime_input_preparations_worker_idx ON runtime_input_preparations (worker_uid) WHERE status = 'claimed';
 CREATE INDEX runtime_input_preparations_claim_op_idx ON runtime_input_preparations (claim_operation_id) WHERE status IN ('claimed', 'dispatched');
+
+-- The absence fences of a reservation's release and of the in-place witness clear (SPEC 3.3 and
+-- 3.4), defined once and evaluated with the values of the caller's locked row:
+--   activation        the reservation is activated;
+--   lease_claimed     an unexpired claimed runtime-input lease names it;
+--   endpoint_present  its retained endpoint exists (a create whose operation was refused never did);
+--   attestation_open  that endpoint's deletion attestation is open (none at all reads as closed);
+--   deployment_live   a deployment of that endpoint is outside deleted or failed, unless every one
+--                     of its effects belongs to a refused operation and none succeeded.
+CREATE FUNCTION reservation_fences(org text, reservation_id text, reservation_status text, witness uuid,
+                                   OUT activation boolean, OUT lease_claimed boolean, OUT endpoint_present boolean,
+                                   OUT attestation_open boolean, OUT deployment_live boolean)
+LANGUAGE sql STABLE AS $$
+SELECT reservation_status = 'activated',
+       EXISTS (SELECT 1 FROM runtime_input_preparations p
+               WHERE p.organization_id = org AND p.origin_reservation_id = reservation_id
+                 AND p.status = 'claimed' AND p.claim_expires_at > now()),
+       EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
+               WHERE e.uid = witness
+                 AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))),
+       EXISTS (SELECT 1 FROM deletion_attestations a WHERE a.uid = witness AND a.status = 'open'),
+       EXISTS (SELECT 1 FROM deployments d
+               WHERE d.resource_uid = witness AND d.status NOT IN ('deleted', 'failed')
+                 AND EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
+                             WHERE x.deployment_id = d.id AND (o.status <> 'refused' OR x.status = 'succeeded')))
+$$;

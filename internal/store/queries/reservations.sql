@@ -95,34 +95,17 @@ RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canon
           endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation;
 
 -- name: ReservationReleaseFenced
--- Release under the four fences of SPEC 3.3, checked and applied in this one statement:
---   1. not activated, and no unexpired claimed runtime-input lease;
---   2. the retained endpoint resource absent (a create whose operation was refused never existed);
---   3. its deletion attestation closed (none at all reads as closed);
---   4. no deployment of it outside deleted or failed, where a deployment whose every effect
---      belongs to a refused operation is settled and one with a running operation is not; an
---      effect that succeeded put the object there, whatever became of its operation.
--- It returns the fences whether or not the release happened.
+-- Release under the four fences of SPEC 3.3 (reservation_fences, migration 3), checked and
+-- applied in this one statement on the locked row. It returns the fences whether or not the
+-- release happened.
 WITH target AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid
     FROM worker_endpoint_origin_reservations r
     WHERE r.organization_id = @organization_id AND r.id = @id AND r.uid = @uid
     FOR UPDATE
 ), fences AS (
-    SELECT t.organization_id, t.id, t.status,
-           t.status = 'activated' AS activation,
-           EXISTS (SELECT 1 FROM runtime_input_preparations p
-                   WHERE p.organization_id = t.organization_id AND p.origin_reservation_id = t.id
-                     AND p.status = 'claimed' AND p.claim_expires_at > now()) AS lease_claimed,
-           EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
-                   WHERE e.uid = t.endpoint_uid
-                     AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))) AS endpoint_present,
-           EXISTS (SELECT 1 FROM deletion_attestations a WHERE a.uid = t.endpoint_uid AND a.status = 'open') AS attestation_open,
-           EXISTS (SELECT 1 FROM deployments d
-                   WHERE d.resource_uid = t.endpoint_uid AND d.status NOT IN ('deleted', 'failed')
-                     AND EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
-                                 WHERE x.deployment_id = d.id AND (o.status <> 'refused' OR x.status = 'succeeded'))) AS deployment_live
-    FROM target t
+    SELECT t.organization_id, t.id, t.status, f.*
+    FROM target t, LATERAL reservation_fences(t.organization_id, t.id, t.status, t.endpoint_uid) f
 ), released AS (
     UPDATE worker_endpoint_origin_reservations r
     SET status = 'released', revision = r.revision + 1, released_at = now(), updated_at = now()
@@ -137,9 +120,9 @@ SELECT f.status, f.activation, f.lease_claimed, f.endpoint_present, f.attestatio
 FROM fences f;
 
 -- name: ReservationClearWitness
--- Lets go, in place, of an endpoint witness that is provably gone (fences 2-4 of the release,
--- and no claimed lease): the row stays bound (an activated row becomes bound), or stays expired.
--- A Host-minted id is never released to be re-minted, so this is how it forgets an old endpoint.
+-- Lets go, in place, of an endpoint witness that is provably gone (the release fences but
+-- activation): the row stays bound (an activated row becomes bound), or stays expired. A
+-- Host-minted id is never released to be re-minted, so this is how it forgets an old endpoint.
 WITH target AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid
     FROM worker_endpoint_origin_reservations r
@@ -147,19 +130,8 @@ WITH target AS (
       AND r.status IN ('bound', 'activated', 'expired')
     FOR UPDATE
 ), fences AS (
-    SELECT t.organization_id, t.id,
-           EXISTS (SELECT 1 FROM runtime_input_preparations p
-                   WHERE p.organization_id = t.organization_id AND p.origin_reservation_id = t.id
-                     AND p.status = 'claimed' AND p.claim_expires_at > now()) AS lease_claimed,
-           EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
-                   WHERE e.uid = t.endpoint_uid
-                     AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))) AS endpoint_present,
-           EXISTS (SELECT 1 FROM deletion_attestations a WHERE a.uid = t.endpoint_uid AND a.status = 'open') AS attestation_open,
-           EXISTS (SELECT 1 FROM deployments d
-                   WHERE d.resource_uid = t.endpoint_uid AND d.status NOT IN ('deleted', 'failed')
-                     AND EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
-                                 WHERE x.deployment_id = d.id AND (o.status <> 'refused' OR x.status = 'succeeded'))) AS deployment_live
-    FROM target t
+    SELECT t.organization_id, t.id, f.*
+    FROM target t, LATERAL reservation_fences(t.organization_id, t.id, t.status, t.endpoint_uid) f
 ), cleared AS (
     UPDATE worker_endpoint_origin_reservations r
     SET endpoint_uid = NULL, endpoint_revision = NULL,

@@ -4,6 +4,7 @@ DROP TABLE backend_effects;
 DROP TABLE deployments;
 DROP TABLE worker_endpoints;
 DROP TABLE workers;
+DROP FUNCTION resource_present;
 DELETE FROM ownership_bindings WHERE state = 'pending';
 ALTER TABLE ownership_bindings
     DROP CONSTRAINT ownership_bindings_response_check,

@@ -27,6 +27,14 @@ ALTER TABLE ownership_bindings
         state = 'pending' OR (response_status BETWEEN 200 AND 299 AND response_body IS NOT NULL)
     );
 
+-- Whether a worker or endpoint row stands: live or deleting, or being created by an operation
+-- that is still running. A create whose operation was refused (or abandoned) never existed.
+-- Reads, the destroy-order checks and the release fences all ask this one function.
+CREATE FUNCTION resource_present(status text, operation_status text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+SELECT status IN ('live', 'deleting') OR (status = 'creating' AND operation_status = 'running')
+$$;
+
 -- Placement is stored on every resource and deployment and compared by every fence.
 CREATE TABLE workers (
     uid                     uuid PRIMARY KEY,

@@ -72,7 +72,7 @@ SELECT reservation_status = 'activated',
                  AND p.status = 'claimed' AND p.claim_expires_at > now()),
        EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
                WHERE e.uid = witness
-                 AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))),
+                 AND resource_present(e.status, o.status)),
        EXISTS (SELECT 1 FROM deletion_attestations a WHERE a.uid = witness AND a.status = 'open'),
        EXISTS (SELECT 1 FROM deployments d
                WHERE d.resource_uid = witness AND d.status NOT IN ('deleted', 'failed')

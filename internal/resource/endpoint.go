@@ -43,8 +43,9 @@ type Endpoint struct {
 	Placement           Placement
 	Status              string
 	OperationID         uuid.UUID
-	OperationStatus     string
-	DeploymentStatus    string
+	// Present is resource_present: false for a row whose create was refused.
+	Present          bool
+	DeploymentStatus string
 }
 
 // Ready is readiness as derived now.
@@ -102,7 +103,7 @@ func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	err := row.Scan(&e.UID, &e.OrganizationID, &e.Space, &e.Name, &e.Generation, &e.Revision, &e.WorkerUID, &e.WorkerName,
 		&e.OriginReservationID, &e.HostMinted, &e.CanonicalOrigin, &e.Hostname, &e.Placement.OfferingID,
 		&e.Placement.OfferingDigest, &e.Placement.Pack, &e.Placement.Installation, &e.Status, &e.OperationID,
-		&e.OperationStatus, &e.DeploymentStatus)
+		&e.Present, &e.DeploymentStatus)
 	return e, err
 }
 
@@ -123,7 +124,7 @@ func (s *Service) GetEndpoint(ctx context.Context, tx pgx.Tx, org auth.Organizat
 	if err != nil {
 		return Endpoint{}, err
 	}
-	if e.Status == "creating" && e.OperationStatus != "running" {
+	if !e.Present {
 		return Endpoint{}, apierr.New(apierr.NotFound, "no endpoint %s/%s", space, name)
 	}
 	return e, nil

@@ -62,9 +62,10 @@ type Worker struct {
 	Placement             Placement
 	Status                string
 	OperationID           uuid.UUID
-	OperationStatus       string
-	DeploymentStatus      string
-	RuntimeInputStatus    *string
+	// Present is resource_present: false for a row whose create was refused.
+	Present            bool
+	DeploymentStatus   string
+	RuntimeInputStatus *string
 }
 
 // Ready is readiness as derived now: live, and the current generation's deployment active.
@@ -188,7 +189,7 @@ func scanWorker(row pgx.Row) (Worker, error) {
 	err := row.Scan(&w.UID, &w.OrganizationID, &w.Space, &w.Name, &w.Generation, &w.Revision, &modules, &w.MainModule,
 		&w.CompatibilityDate, &w.RequiredSensitiveVars, &w.RuntimeInputReference, &w.ScriptName,
 		&w.Placement.OfferingID, &w.Placement.OfferingDigest, &w.Placement.Pack, &w.Placement.Installation,
-		&w.Status, &w.OperationID, &w.OperationStatus, &w.DeploymentStatus, &w.RuntimeInputStatus)
+		&w.Status, &w.OperationID, &w.Present, &w.DeploymentStatus, &w.RuntimeInputStatus)
 	if err != nil {
 		return w, err
 	}
@@ -213,7 +214,7 @@ func (s *Service) GetWorker(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	if err != nil {
 		return Worker{}, err
 	}
-	if w.Status == "creating" && w.OperationStatus != "running" {
+	if !w.Present {
 		return Worker{}, apierr.New(apierr.NotFound, "no worker %s/%s", space, name)
 	}
 	return w, nil

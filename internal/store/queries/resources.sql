@@ -18,7 +18,7 @@ VALUES (@uid, @organization_id, @space, @name, @modules, @main_module, @compatib
 SELECT w.uid, w.organization_id, w.space, w.name, w.generation, w.revision, w.modules, w.main_module,
        w.compatibility_date, w.required_sensitive_vars, w.runtime_input_reference, w.script_name,
        w.offering_id, w.offering_digest, w.pack, w.installation, w.status, w.operation_id,
-       o.status AS operation_status,
+       resource_present(w.status, o.status) AS present,
        coalesce((SELECT d.status FROM deployments d
                  WHERE d.resource_uid = w.uid AND d.generation = w.generation
                  ORDER BY d.created_at DESC, d.id LIMIT 1), '') AS deployment_status,
@@ -42,13 +42,11 @@ WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
 -- name: WorkerLiveEndpoints
--- Endpoints that still stand on a worker: live or deleting, or being created by an operation
--- that is still running.
+-- Endpoints that still stand on a worker.
 SELECT e.name
 FROM worker_endpoints e
 JOIN operations o ON o.id = e.operation_id
-WHERE e.worker_uid = @worker_uid
-  AND (e.status IN ('live', 'deleting') OR (e.status = 'creating' AND o.status = 'running'))
+WHERE e.worker_uid = @worker_uid AND resource_present(e.status, o.status)
 ORDER BY e.name;
 
 -- name: EndpointInsert
@@ -62,7 +60,7 @@ VALUES (@uid, @organization_id, @space, @name, @worker_uid, @worker_name, @origi
 -- name: EndpointSelect
 SELECT e.uid, e.organization_id, e.space, e.name, e.generation, e.revision, e.worker_uid, e.worker_name,
        e.origin_reservation_id, e.host_minted, e.canonical_origin, e.hostname, e.offering_id,
-       e.offering_digest, e.pack, e.installation, e.status, e.operation_id, o.status AS operation_status,
+       e.offering_digest, e.pack, e.installation, e.status, e.operation_id, resource_present(e.status, o.status) AS present,
        coalesce((SELECT d.status FROM deployments d
                  WHERE d.resource_uid = e.uid AND d.generation = e.generation
                  ORDER BY d.created_at DESC, d.id LIMIT 1), '') AS deployment_status

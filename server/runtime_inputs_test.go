@@ -432,3 +432,37 @@ func TestRuntimeInputClaimExpiresAfterItsWindow(t *testing.T) {
 	// An expired claim no longer fences the reservation.
 	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-api", tokenA).status)
 }
+
+// TestRuntimeInputClaimNeedsTheWorkerLiveAtTheClaimedRevision exercises the acquisition statement
+// itself: the guard that keeps a claim and the worker's deletion apart lives in it.
+func TestRuntimeInputClaimNeedsTheWorkerLiveAtTheClaimedRevision(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	w := h.mustWorker("prod", "api", workerToken)
+	uid := uuid.MustParse(w["uid"].(string))
+	h.exec(`UPDATE worker_endpoint_origin_reservations SET status = 'bound', bound_worker_uid = $1, bound_worker_revision = $2`, uid, int64(w["revision"].(float64)))
+
+	acquire := func(revision int64) bool {
+		var epoch int64
+		err := h.db.QueryRow(context.Background(), store.Q("PreparationAcquire"), pgx.NamedArgs{
+			"organization_id": h.org.ID, "operation_id": "op-1", "epoch": int64(1), "reference": p.reference,
+			"space": "prod", "worker_name": "api", "claim_operation_id": nil, "worker_uid": uid,
+			"worker_revision": revision, "native_name": w["scriptName"],
+		}).Scan(&epoch)
+		if err == pgx.ErrNoRows {
+			return false
+		}
+		require.NoError(t, err)
+		return true
+	}
+	revision := int64(w["revision"].(float64))
+	require.False(t, acquire(revision-1), "a stale revision claims nothing")
+	h.exec(`UPDATE workers SET status = 'deleting'`)
+	require.False(t, acquire(revision), "a deleting worker is never claimed")
+	h.exec(`UPDATE workers SET status = 'live'`)
+	require.True(t, acquire(revision))
+	require.Equal(t, "claimed", h.preparationStatus("op-1"))
+}

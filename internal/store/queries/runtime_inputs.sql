@@ -34,8 +34,8 @@ SET status = 'aborted', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce 
 WHERE organization_id = @organization_id AND operation_id = @operation_id AND status IN ('prepared', 'claimed');
 
 -- name: PreparationAcquire
--- prepared -> claimed. Validates, in this statement, the reference and the live bound/activated
--- reservation bound to this exact worker, before any backend call; claims the exact operation,
+-- prepared -> claimed. Validates, in this statement, the reference, the live bound/activated
+-- reservation bound to this exact worker, and the live worker, before any backend call; claims the exact operation,
 -- target and worker, and records the reservation revision and placement in dedicated columns.
 UPDATE runtime_input_preparations p
 SET status = 'claimed', epoch = p.epoch + 1, claim_operation_id = @claim_operation_id,
@@ -54,6 +54,12 @@ WHERE p.organization_id = @organization_id AND p.operation_id = @operation_id
   AND r.organization_id = p.organization_id AND r.id = p.origin_reservation_id
   AND r.status IN ('bound', 'activated') AND r.bound_worker_uid = @worker_uid
   AND r.canonical_origin = p.canonical_public_origin AND r.space = p.space AND r.worker_name = p.worker_name
+  -- The worker must be live at the claimed revision. The share lock serializes the claim with the
+  -- worker's deletion, which locks the row before it looks for claims: a worker is never deleted
+  -- under an unexpired claim, and a deleting worker is never claimed.
+  AND EXISTS (SELECT 1 FROM workers w
+              WHERE w.uid = @worker_uid AND w.revision = @worker_revision AND w.status = 'live'
+              FOR SHARE)
 RETURNING p.epoch;
 
 -- name: PreparationDispatch

@@ -84,3 +84,9 @@ func As(err error) (*Error, bool) {
 	ok := errors.As(err, &e)
 	return e, ok
 }
+
+// Is reports whether err's chain holds an *Error with code.
+func Is(err error, code Code) bool {
+	e, ok := As(err)
+	return ok && e.Code == code
+}

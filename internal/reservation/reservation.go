@@ -5,7 +5,6 @@ package reservation
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -20,6 +19,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
 // Kind is the ownership kind of reservations; ResourceType the provider resource that holds them.
@@ -121,13 +121,7 @@ func (r Reservation) Project(token string) Projection {
 }
 
 // JSON is the projection's bytes, as stored for replay and sent.
-func (p Projection) JSON() []byte {
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err) // a Projection always marshals
-	}
-	return b
-}
+func (p Projection) JSON() []byte { return wire.JSON(p) }
 
 // Service reads and changes reservations.
 type Service struct {

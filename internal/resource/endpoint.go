@@ -2,7 +2,6 @@ package resource
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
 // EndpointSpec is the body of PUT /v1/spaces/{space}/worker-endpoints/{name}.
@@ -90,13 +90,7 @@ func (e Endpoint) Project(token string) EndpointProjection {
 }
 
 // JSON is the projection's bytes.
-func (p EndpointProjection) JSON() []byte {
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+func (p EndpointProjection) JSON() []byte { return wire.JSON(p) }
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
@@ -374,7 +368,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		}
 		r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
 		activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
-		if err != nil && !apierrIs(err, apierr.NotFound) {
+		if err != nil && !apierr.Is(err, apierr.NotFound) {
 			return err
 		}
 		if activatedHere && !e.HostMinted {
@@ -405,11 +399,6 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		return e.setStatus(ctx, tx, m, "deleted")
 	})
 	return e, err
-}
-
-func apierrIs(err error, code apierr.Code) bool {
-	e, ok := apierr.As(err)
-	return ok && e.Code == code
 }
 
 // Activate activates a supplied reservation with the exact endpoint (SPEC 3.3, activation).

@@ -22,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
 // Bounds on a worker bundle.
@@ -115,13 +116,7 @@ func (w Worker) Project(token string) WorkerProjection {
 }
 
 // JSON is the projection's bytes.
-func (p WorkerProjection) JSON() []byte {
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+func (p WorkerProjection) JSON() []byte { return wire.JSON(p) }
 
 func validateWorker(space, name string, spec *WorkerSpec) error {
 	if !namePattern.MatchString(space) {

@@ -71,7 +71,7 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		var err error
 		if p, err = load(ctx, tx, org, nil, prepID); err != nil {
-			if e, ok := apierr.As(err); ok && e.Code == apierr.NotFound {
+			if apierr.Is(err, apierr.NotFound) {
 				return apierr.New(apierr.ReferenceMismatch, "no runtime input is prepared for reference %s", reference)
 			}
 			return err

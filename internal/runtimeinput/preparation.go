@@ -20,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
 // Kind is the ownership kind of preparations; ResourceType the provider resource that holds them.
@@ -150,13 +151,7 @@ func (p Preparation) Project(token string) Projection {
 }
 
 // JSON is the projection's bytes.
-func (p Projection) JSON() []byte {
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
+func (p Projection) JSON() []byte { return wire.JSON(p) }
 
 // Service is the runtime-input authority.
 type Service struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
@@ -29,27 +30,16 @@ func (s *Server) putReservation(c echo.Context) error {
 	var req reservation.Request
 	return s.ownedPut(c, reservation.Kind, id, reservation.ResourceType, &req,
 		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
-			var r reservation.Reservation
-			// A create, or the resumption of one that did not finish, answers 201.
-			status := createdStatus(m.Current == nil || m.Current.Pending)
-			err := m.Tx(ctx, func(tx pgx.Tx) error {
-				if err := resource.CheckBrake(ctx, tx); err != nil {
-					return err
-				}
-				var err error
-				if m.Current == nil {
-					if r, err = s.reservations.Create(ctx, tx, org, id, req); err != nil {
-						return err
-					}
-					return m.Bind(ctx, tx, r.UID)
-				}
-				r, err = s.reservations.Reconcile(ctx, tx, org, id, req)
-				return err
-			})
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: status, Body: r.Project(token).JSON(), UID: r.UID}, nil
+			return createOrReconcile(ctx, m,
+				func(tx pgx.Tx) (reservation.Reservation, uuid.UUID, error) {
+					r, err := s.reservations.Create(ctx, tx, org, id, req)
+					return r, r.UID, err
+				},
+				func(tx pgx.Tx) (reservation.Reservation, uuid.UUID, error) {
+					r, err := s.reservations.Reconcile(ctx, tx, org, id, req)
+					return r, r.UID, err
+				},
+				func(r reservation.Reservation) []byte { return r.Project(token).JSON() })
 		})
 }
 

@@ -4,12 +4,12 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
-	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 )
 
@@ -40,49 +40,23 @@ func (s *Server) putPreparation(c echo.Context) error {
 	if err := runtimeinput.CheckOperationID(id); err != nil {
 		return err
 	}
-	token, err := ownershipToken(c)
-	if err != nil {
-		return err
-	}
+	org := principal(c).Organization
 	var req runtimeinput.Request
-	raw, err := s.decodeJSON(c, &req)
-	if err != nil {
-		return err
-	}
 	// The request hash is taken over the body with its values blanked: the reference commits to
 	// them, and no unkeyed digest of a secret is kept.
-	hashed, err := runtimeinput.HashBody(raw)
-	if err != nil {
-		return apierr.New(apierr.BadRequest, "invalid JSON body")
-	}
-	org := principal(c).Organization
-	resp, err := s.owners.Put(c.Request().Context(), s.intent(c, runtimeinput.Kind, id, runtimeinput.ResourceType, id, token, hashed),
-		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			var p runtimeinput.Preparation
-			status := createdStatus(m.Current == nil || m.Current.Pending)
-			err := m.Tx(ctx, func(tx pgx.Tx) error {
-				if err := resource.CheckBrake(ctx, tx); err != nil {
-					return err
-				}
-				var err error
-				if m.Current == nil {
-					if p, err = s.runtimeInputs.Prepare(ctx, tx, org, id, req); err != nil {
-						return err
-					}
-					return m.Bind(ctx, tx, p.MaterialSetID)
-				}
-				p, err = s.runtimeInputs.Reconcile(ctx, tx, org, id, req)
-				return err
-			})
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: status, Body: p.Project(token).JSON(), UID: p.MaterialSetID}, nil
+	return s.ownedPutHashing(c, runtimeinput.Kind, id, runtimeinput.ResourceType, &req, runtimeinput.HashBody,
+		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
+			return createOrReconcile(ctx, m,
+				func(tx pgx.Tx) (runtimeinput.Preparation, uuid.UUID, error) {
+					p, err := s.runtimeInputs.Prepare(ctx, tx, org, id, req)
+					return p, p.MaterialSetID, err
+				},
+				func(tx pgx.Tx) (runtimeinput.Preparation, uuid.UUID, error) {
+					p, err := s.runtimeInputs.Reconcile(ctx, tx, org, id, req)
+					return p, p.MaterialSetID, err
+				},
+				func(p runtimeinput.Preparation) []byte { return p.Project(token).JSON() })
 		})
-	if err != nil {
-		return err
-	}
-	return writeOwned(c, resp)
 }
 
 func (s *Server) deletePreparation(c echo.Context) error {

@@ -239,7 +239,11 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 				}
 			}
 			if e.DeploymentStatus != "active" {
-				pl, err := plan(ctx, tx, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(e.routeScript(ctx, tx)))
+				var script string
+				if err := tx.QueryRow(ctx, store.Q("WorkerScriptName"), pgx.NamedArgs{"uid": e.WorkerUID}).Scan(&script); err != nil {
+					return fmt.Errorf("resource: endpoint's worker: %w", err)
+				}
+				pl, err := plan(ctx, tx, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(script))
 				work = &pl
 				return err
 			}
@@ -340,12 +344,6 @@ func (s *Service) compensate(ctx context.Context, m *ownership.Mutation, mut bac
 
 func (e Endpoint) desired(scriptName string) backend.Desired {
 	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName, CanonicalOrigin: e.CanonicalOrigin}
-}
-
-func (e Endpoint) routeScript(ctx context.Context, tx pgx.Tx) string {
-	var script string
-	_ = tx.QueryRow(ctx, store.Q("WorkerScriptName"), pgx.NamedArgs{"uid": e.WorkerUID}).Scan(&script)
-	return script
 }
 
 // DeleteEndpoint deletes the endpoint the binding names. A supplied reservation still activated

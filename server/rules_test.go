@@ -177,8 +177,7 @@ func TestRuleTheMintReadsPlacementOffTheWorkersOwnDeployment(t *testing.T) {
 	body["offeringId"] = "worker-b"
 	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, body).status)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"})
-	var offering string
-	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT offering_id FROM worker_endpoint_origin_reservations WHERE id = $1", e["originReservationId"]).Scan(&offering))
+	offering := h.status("SELECT offering_id FROM worker_endpoint_origin_reservations WHERE id = $1", e["originReservationId"])
 	require.Equal(t, "worker-b", offering)
 }
 
@@ -210,8 +209,7 @@ func TestRuleDestroyThenReapplyPublishesAtTheIdenticalOrigin(t *testing.T) {
 	require.Equal(t, first["url"], second["url"])
 	require.NotEqual(t, first["originReservationId"], second["originReservationId"])
 	// The superseded row was released under the four fences, not left holding the address.
-	var status string
-	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"]).Scan(&status))
+	status := h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"])
 	require.Equal(t, "released", status)
 }
 
@@ -228,8 +226,7 @@ func TestRuleASupersededRowWhoseEndpointMayStillAnswerStopsTheMint(t *testing.T)
 	h.mustWorker("prod", "api", "token-worker-0000000002")
 	p := h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api"}).problem(t, http.StatusConflict, "release_fenced")
 	require.Equal(t, []any{"attestation_open"}, p["unmetFences"])
-	var status string
-	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"]).Scan(&status))
+	status := h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"])
 	require.Equal(t, "bound", status, "the old row keeps the address while the old endpoint may answer")
 }
 

@@ -59,6 +59,16 @@ func (h *harness) prepare(op, token, reservationID, space, worker string, bindin
 		}})}
 }
 
+// reservedAndPrepared reserves res-api for prod/api and prepares operation op-1 for it, whose one
+// binding API_KEY holds the canary.
+func (h *harness) reservedAndPrepared() prepared {
+	h.t.Helper()
+	require.Equal(h.t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(h.t, http.StatusCreated, p.reply.status, "body: %s", p.reply.body)
+	return p
+}
+
 func secretWorkerBody(reference string) map[string]any {
 	b := workerBody()
 	b["requiredSensitiveVars"] = []string{"API_KEY"}
@@ -173,9 +183,7 @@ func TestRuntimeInputTargetMustBeTheReservationsWorker(t *testing.T) {
 func TestRuntimeInputExpiredPreparationCannotBeClaimed(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	h.exec("UPDATE runtime_input_preparations SET expires_at = now() - interval '1 second'")
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
 	require.Equal(t, "expired", h.preparationStatus("op-1"))
@@ -185,9 +193,7 @@ func TestRuntimeInputExpiredPreparationCannotBeClaimed(t *testing.T) {
 func TestRuntimeInputSecondClaimIsRefused(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	// Another incarnation holds the claim.
 	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = gen_random_uuid(), worker_revision = 1,
 		claimed_at = now(), claim_expires_at = now() + interval '15 minutes'`)
@@ -201,9 +207,7 @@ func TestRuntimeInputSecondClaimIsRefused(t *testing.T) {
 func TestRuntimeInputCorruptCiphertextFailsClosedWithoutASecondClaim(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	h.exec(`UPDATE runtime_input_preparations SET ciphertext = set_byte(ciphertext, 0, get_byte(ciphertext, 0) # 1)`)
 
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "sealed_material_unreadable")
@@ -258,9 +262,7 @@ func TestRuntimeInputRotationOldKeyOpensRetiredKeyDoesNot(t *testing.T) {
 func TestRuntimeInputAbortRevokesAndWorkerDeletionWaitsForAClaim(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.reservedAndPrepared()
 	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
 	require.Equal(t, "token-prepare-00000001", got["ownershipToken"])
 
@@ -277,8 +279,8 @@ func TestRuntimeInputAbortRevokesAndWorkerDeletionWaitsForAClaim(t *testing.T) {
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status, "the claim is gone")
 }
 
-// crashOn makes a hook that stops the request the way a crashed Host does: the operation is
-// left running and no later step happens.
+// crash is what a test hook panics with to stop a request the way a crashed Host does: the
+// operation is left running and no later step happens.
 type crash struct{}
 
 func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testing.T) {
@@ -286,9 +288,7 @@ func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testi
 	h := setup(t, func(o *options) {
 		o.hooks.AfterDispatchCommit = func() error { panic(crash{}) }
 	})
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
 	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
 	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "dispatch cleared the ciphertext")
@@ -306,9 +306,7 @@ func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing
 	h := setup(t, func(o *options) {
 		o.hooks.AfterDelivery = func() error { panic(crash{}) }
 	})
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
 	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
 
@@ -326,9 +324,7 @@ func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
 	h := setup(t, func(o *options) {
 		o.hooks.AfterAcquire = func() { panic(crash{}) } // stop right after the claim
 	})
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
 	require.Equal(t, "claimed", h.preparationStatus("op-1"))
 	var epoch int64
@@ -380,9 +376,7 @@ func (p poolTxer) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference))
 	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
 	h.get(prepPath(h.org.ID, "op-1"))
@@ -421,9 +415,7 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 func TestRuntimeInputClaimExpiresAfterItsWindow(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	h.reservedAndPrepared()
 	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = gen_random_uuid(), worker_revision = 1,
 		claimed_at = now() - interval '16 minutes', claim_expires_at = now() - interval '1 minute'`)
 	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
@@ -438,9 +430,7 @@ func TestRuntimeInputClaimExpiresAfterItsWindow(t *testing.T) {
 func TestRuntimeInputClaimNeedsTheWorkerLiveAtTheClaimedRevision(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
-	require.Equal(t, http.StatusCreated, p.reply.status)
+	p := h.reservedAndPrepared()
 	w := h.mustWorker("prod", "api", workerToken)
 	uid := uuid.MustParse(w["uid"].(string))
 	h.exec(`UPDATE worker_endpoint_origin_reservations SET status = 'bound', bound_worker_uid = $1, bound_worker_revision = $2`, uid, int64(w["revision"].(float64)))

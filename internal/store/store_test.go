@@ -4,9 +4,9 @@ import (
 	"context"
 	"regexp"
 	"sort"
+	"strconv"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -38,18 +38,9 @@ func TestEveryQueryPrepares(t *testing.T) {
 			if _, ok := index[key]; !ok {
 				index[key] = len(index) + 1
 			}
-			return "$" + itoa(index[key])
+			return "$" + strconv.Itoa(index[key])
 		})
 		_, err := conn.Conn().Prepare(ctx, name, rewritten)
 		require.NoError(t, err, "query %s", name)
 	}
-	_ = pgx.NamedArgs{}
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i < 10 {
-		return digits[i : i+1]
-	}
-	return itoa(i/10) + digits[i%10:i%10+1]
 }

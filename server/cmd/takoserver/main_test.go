@@ -169,20 +169,7 @@ type answer struct {
 }
 
 func put(url, key, token, body string) (answer, error) {
-	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
-	if err != nil {
-		return answer{}, err
-	}
-	req.Header.Set("Authorization", "Bearer "+key)
-	req.Header.Set("Takoform-Ownership-Token", token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Takoform-Replayed"), body: string(raw)}, err
+	return putWith(http.DefaultClient, url, key, token, body)
 }
 
 // TestOneTokenFiftyRequestsTwoHostsOneEffect: 50 identical requests with one token, sent at once

@@ -99,11 +99,8 @@ type Preparation struct {
 	ExpiresAt        time.Time
 	ClaimExpiresAt   *time.Time
 	WorkerUID        *uuid.UUID
-	WorkerRevision   *int64
 	DigestKeyID      string
 	MaterialDigest   []byte
-	NativeName       *string
-	Installation     *string
 }
 
 // TargetView is a target in a projection, with the origin the Host took from the reservation.
@@ -172,7 +169,7 @@ func scan(row pgx.Row) (Preparation, error) {
 	err := row.Scan(&p.OrganizationID, &p.OperationID, &p.PreparationID, &p.Reference, &p.MaterialSetNonce, &p.MaterialSetID,
 		&p.Target.Space, &p.Target.WorkerName, &p.Target.BundleName, &p.Target.EndpointName, &p.Target.OriginReservationID,
 		&p.Target.CanonicalPublicOrigin, &p.BindingNames, &p.Status, &p.Epoch, &p.ExpiresAt, &p.ClaimExpiresAt,
-		&p.WorkerUID, &p.WorkerRevision, &p.DigestKeyID, &p.MaterialDigest, &p.NativeName, &p.Installation)
+		&p.WorkerUID, &p.DigestKeyID, &p.MaterialDigest)
 	return p, err
 }
 

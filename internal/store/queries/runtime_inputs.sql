@@ -20,7 +20,7 @@ VALUES (@organization_id, @operation_id, @preparation_id, @reference, @material_
 -- By operation id, or by preparation id when operation_id is null.
 SELECT organization_id, operation_id, preparation_id, reference, material_set_nonce, material_set_id, space, worker_name,
        bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names, status, epoch,
-       expires_at, claim_expires_at, worker_uid, worker_revision, digest_key_id, material_digest, native_name, installation
+       expires_at, claim_expires_at, worker_uid, digest_key_id, material_digest
 FROM runtime_input_preparations
 WHERE organization_id = @organization_id
   AND ((@operation_id::text IS NOT NULL AND operation_id = @operation_id::text)

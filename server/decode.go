@@ -88,13 +88,17 @@ func ownershipToken(c echo.Context) (string, error) {
 // OperationHeader names the operation ledger entry of a mutating request.
 const OperationHeader = "Takoform-Operation-Id"
 
+// setOperation names the request's ledger entry on its answer, refusals included.
+func setOperation(c echo.Context, resp ownership.Response) {
+	if resp.Operation != uuid.Nil {
+		c.Response().Header().Set(OperationHeader, resp.Operation.String())
+	}
+}
+
 // writeOwned sends an owned mutation's response, marking replays.
 func writeOwned(c echo.Context, resp ownership.Response) error {
 	if resp.Replayed {
 		c.Response().Header().Set(ownership.ReplayedHeader, "true")
-	}
-	if resp.Operation != uuid.Nil {
-		c.Response().Header().Set(OperationHeader, resp.Operation.String())
 	}
 	return c.Blob(resp.Status, echo.MIMEApplicationJSON, resp.Body)
 }

@@ -9,23 +9,17 @@ import (
 )
 
 // DerivationRequest is the body of POST /v1/worker-endpoint-origin-derivations.
-type DerivationRequest struct {
-	Space      string  `json:"space"`
-	WorkerName string  `json:"workerName"`
-	Subdomain  *string `json:"subdomain,omitempty"`
-	OfferingID *string `json:"offeringId,omitempty"`
-}
+type DerivationRequest = reservation.DerivationRequest
 
-// derive answers the origin a reservation for the worker would hold, running the same derivation
-// as the real mutation path and writing nothing. The provider calls it at plan time.
+// derive answers the origin a reservation would hold, and whether it is free, through the same
+// derivation as the real mutation path. It needs only resources:read, takes no lock and writes
+// nothing (SPEC 3.1).
 func (s *Server) derive(c echo.Context) error {
 	var req DerivationRequest
 	if _, err := s.decodeJSON(c, &req); err != nil {
 		return err
 	}
-	d, err := s.reservations.Derive(principal(c).Organization, reservation.Request{
-		Space: req.Space, WorkerName: req.WorkerName, Subdomain: req.Subdomain, OfferingID: req.OfferingID,
-	})
+	d, err := s.reservations.Derive(c.Request().Context(), s.cfg.DB, principal(c).Organization, req)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
@@ -106,8 +105,8 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// authenticate resolves the bearer key to its organization and checks the scope the method needs:
-// reads need resources:read, mutations resources:write.
+// authenticate resolves the bearer key to its organization; each route then checks its scope
+// (requireScope).
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		header := c.Request().Header.Get(echo.HeaderAuthorization)
@@ -126,16 +125,19 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxPrincipal, p)
-		need := auth.ScopeRead
-		switch c.Request().Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
-		default:
-			need = auth.ScopeWrite
-		}
-		if !p.Has(need) {
-			return apierr.New(apierr.Forbidden, "this API key lacks the %s scope", need)
-		}
 		return next(c)
+	}
+}
+
+// requireScope refuses a key without scope (403).
+func requireScope(scope string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if !principal(c).Has(scope) {
+				return apierr.New(apierr.Forbidden, "this API key lacks the %s scope", scope)
+			}
+			return next(c)
+		}
 	}
 }
 

@@ -2,14 +2,14 @@ package server
 
 import (
 	"context"
+	"strconv"
+	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
-	"github.com/takoform/terraform-provider-takoform/internal/resource"
 )
 
 // ownedPut decodes the JSON body into v and runs an owned PUT of (kind, key); effect gets the
@@ -26,6 +26,10 @@ func (s *Server) ownedPutHashing(c echo.Context, kind, key, resourceType string,
 	if err != nil {
 		return err
 	}
+	ifMatch, err := ifMatchRevision(c)
+	if err != nil {
+		return err
+	}
 	raw, err := s.decodeJSON(c, v)
 	if err != nil {
 		return err
@@ -35,10 +39,12 @@ func (s *Server) ownedPutHashing(c echo.Context, kind, key, resourceType string,
 			return apierr.New(apierr.BadRequest, "invalid JSON body")
 		}
 	}
-	resp, err := s.owners.Put(c.Request().Context(), s.intent(c, kind, key, resourceType, key, token, raw),
-		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			return effect(ctx, m, token)
-		})
+	in := s.intent(c, kind, key, resourceType, key, token, raw)
+	in.IfMatch = ifMatch
+	resp, err := s.owners.Put(c.Request().Context(), in, func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+		return effect(ctx, m, token)
+	})
+	setOperation(c, resp)
 	if err != nil {
 		return err
 	}
@@ -51,41 +57,54 @@ func (s *Server) ownedDelete(c echo.Context, kind, key, resourceType string, eff
 	if err != nil {
 		return err
 	}
+	ifMatch, err := ifMatchRevision(c)
+	if err != nil {
+		return err
+	}
 	if _, err := s.readBody(c); err != nil {
 		return err
 	}
-	resp, err := s.owners.Delete(c.Request().Context(), s.intent(c, kind, key, resourceType, key, token, nil), effect)
+	in := s.intent(c, kind, key, resourceType, key, token, nil)
+	in.IfMatch = ifMatch
+	resp, err := s.owners.Delete(c.Request().Context(), in, effect)
+	setOperation(c, resp)
 	if err != nil {
 		return err
 	}
 	return writeOwned(c, resp)
 }
 
-// createOrReconcile is the effect of an owned PUT whose object lives in one transaction: under
-// the deployment brake, create it and bind the token in that transaction when nothing is bound,
-// else reconcile the request with what is held. A create, or the resumption of one that did not
-// finish, answers 201.
-func createOrReconcile[T any](ctx context.Context, m *ownership.Mutation, create, reconcile func(pgx.Tx) (T, uuid.UUID, error), body func(T) []byte) (ownership.Response, error) {
-	var obj T
-	var uid uuid.UUID
-	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := resource.CheckBrake(ctx, tx); err != nil {
-			return err
-		}
+// ifMatchRevision reads If-Match: the revision the client last read (SPEC 3.2). Quotes, as an
+// entity tag would carry, are accepted.
+func ifMatchRevision(c echo.Context) (*int64, error) {
+	raw := strings.TrimSpace(c.Request().Header.Get("If-Match"))
+	if raw == "" {
+		return nil, nil
+	}
+	n, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(raw, "W/"), `"`), 10, 64)
+	if err != nil || n < 1 {
+		return nil, apierr.New(apierr.InvalidRequest, "If-Match must be the object's revision, a positive integer")
+	}
+	return &n, nil
+}
+
+// oneTx is the effect of an owned request whose object lives in one transaction (reservations,
+// preparations, activations): under the deployment brake, create it when nothing is bound, else
+// reconcile the request with what is held, and commit with the binding.
+func oneTx[T any](ctx context.Context, m *ownership.Mutation, create, reconcile func(pgx.Tx) (T, error), respond func(T, bool) ownership.Response) (ownership.Response, error) {
+	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		var obj T
 		var err error
 		if m.Current == nil {
-			if obj, uid, err = create(tx); err != nil {
-				return err
-			}
-			return m.Bind(ctx, tx, uid)
+			obj, err = create(tx)
+		} else {
+			obj, err = reconcile(tx)
 		}
-		obj, uid, err = reconcile(tx)
-		return err
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		return respond(obj, m.Current == nil), nil
 	})
-	if err != nil {
-		return ownership.Response{}, err
-	}
-	return ownership.Response{Status: createdStatus(m.Current == nil || m.Current.Pending), Body: body(obj), UID: uid}, nil
 }
 
 func (s *Server) intent(c echo.Context, kind, key, resourceType, importID, token string, body []byte) ownership.Intent {

@@ -3,10 +3,13 @@ package server_test
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 )
@@ -76,22 +79,82 @@ func TestOwnershipSameTokenNewIntentIsAnUpdate(t *testing.T) {
 	require.Equal(t, 1, h.rowCount("true"))
 }
 
+// holdingBackend holds every Apply of a native object named in hold until released, so that a
+// real request stays in flight while a test sends others.
+type holdingBackend struct {
+	backend.Mutator
+	mu      sync.Mutex
+	hold    map[string]chan struct{}
+	entered chan string
+}
+
+func (b *holdingBackend) Unwrap() backend.Mutator { return b.Mutator }
+
+func (b *holdingBackend) Apply(ctx context.Context, d backend.Desired) error {
+	b.mu.Lock()
+	ch := b.hold[d.NativeName]
+	b.mu.Unlock()
+	if ch != nil {
+		b.entered <- d.NativeName
+		<-ch
+	}
+	return b.Mutator.Apply(ctx, d)
+}
+
+func holding() (*holdingBackend, func(*options)) {
+	hb := &holdingBackend{hold: map[string]chan struct{}{}, entered: make(chan string, 8)}
+	return hb, func(o *options) {
+		o.wrap = func(m backend.Mutator) backend.Mutator { hb.Mutator = m; return hb }
+	}
+}
+
+func (b *holdingBackend) holdNext(native string) chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := make(chan struct{})
+	b.hold[native] = ch
+	return ch
+}
+
+// TestOwnershipInFlightRequestAnswersInProgress: while a real request holds a key (its backend
+// call is under way), another request on the key gets a retryable 409 intent_in_progress with
+// Retry-After, whatever its token; a replay of a request that already finished is answered from
+// its stored response without waiting; and once the first request ends, the retry succeeds.
 func TestOwnershipInFlightRequestAnswersInProgress(t *testing.T) {
 	t.Parallel()
-	h := setup(t, func(o *options) { o.lockWait = 200 * time.Millisecond })
-	ctx := context.Background()
-	// Hold the object's lock the way an in-flight request does.
-	tx, err := h.db.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", h.org.ID+"/worker-endpoint-origin-reservation/res-a")
-	require.NoError(t, err)
+	hb, wrap := holding()
+	h := setup(t, wrap, func(o *options) { o.busyWait = 100 * time.Millisecond })
+	created := h.putWorker("prod", "api", workerToken, workerBody())
+	require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
+	script := created.json(t)["scriptName"].(string)
 
-	h.putReservation(h.key, "res-a", tokenA, apiBody("prod", "api")).problem(t, http.StatusConflict, "intent_in_progress")
-	require.Zero(t, h.rowCount("true"))
+	release := hb.holdNext(script)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	update := workerBody()
+	update["compatibilityDate"] = "2025-03-03"
+	done := make(chan reply, 1)
+	go func() { done <- h.tryPutWorker("prod", "api", workerToken, update) }()
+	require.Equal(t, script, <-hb.entered, "the update is in flight, inside its backend call")
 
-	require.NoError(t, tx.Rollback(ctx))
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-a", tokenA, apiBody("prod", "api")).status, "retrying after the other request ends succeeds")
+	other := workerBody()
+	other["compatibilityDate"] = "2025-04-04"
+	busy := h.putWorker("prod", "api", workerToken, other)
+	busy.problem(t, http.StatusConflict, "intent_in_progress")
+	require.Equal(t, "1", busy.header.Get("Retry-After"))
+	h.putWorker("prod", "api", "another-token-0123456789", other).problem(t, http.StatusConflict, "ownership_conflict")
+
+	replay := h.putWorker("prod", "api", workerToken, workerBody())
+	require.Equal(t, http.StatusCreated, replay.status, "the finished create replays while the update is in flight")
+	require.Equal(t, created.body, replay.body)
+	require.Equal(t, "true", replay.header.Get("Takoform-Replayed"))
+
+	once.Do(func() { close(release) })
+	first := <-done
+	require.Equal(t, http.StatusOK, first.status, "body: %s", first.body)
+	second := h.putWorker("prod", "api", workerToken, other)
+	require.Equal(t, http.StatusOK, second.status, "retrying after the other request ends succeeds: %s", second.body)
+	require.Equal(t, "2025-04-04", second.json(t)["compatibilityDate"])
 }
 
 func TestOwnershipDeleteLeavesTombstone(t *testing.T) {

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
 // ProblemContentType is the media type of every error body (RFC 9457).
@@ -55,6 +58,8 @@ var statuses = map[apierr.Code]struct {
 	apierr.LeaseClaimed:        {http.StatusConflict, "Runtime input claimed"},
 	apierr.LeaseUnavailable:    {http.StatusConflict, "Runtime input unavailable"},
 	apierr.SealedMaterial:      {http.StatusConflict, "Sealed material unreadable"},
+	apierr.RevisionConflict:    {http.StatusConflict, "Revision conflict"},
+	apierr.WitnessOpen:         {http.StatusConflict, "Witness still open"},
 	apierr.Conflict:            {http.StatusConflict, "Conflict"},
 	apierr.Internal:            {http.StatusInternalServerError, "Internal error"},
 	apierr.Unavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
@@ -91,6 +96,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &ae):
+	case errors.Is(err, store.ErrContention):
+		// Deadlocks, serialization failures and lock timeouts clear by themselves (SPEC 2).
+		ae = &apierr.Error{Code: apierr.IntentInProgress, Detail: "concurrent requests on the same objects collided; retry"}
+	case errors.Is(err, store.ErrUnavailable) || errors.Is(store.Classify(err), store.ErrUnavailable):
+		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "database unavailable",
+			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))
+		ae = &apierr.Error{Code: apierr.Unavailable, Detail: "the Host cannot reach its database; retry shortly"}
 	case errors.As(err, &he):
 		code, ok := codeForStatus[he.Code]
 		if !ok {
@@ -109,7 +121,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		st = statuses[apierr.Internal]
 		ae = &apierr.Error{Code: apierr.Internal}
 	}
-	if st.status >= 500 {
+	if st.status >= 500 && ae.Code != apierr.Unavailable {
 		// The cause goes to the log, never to the caller; the request id links the two.
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
 			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))
@@ -129,6 +141,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if mErr != nil {
 		raw = []byte(`{"type":"urn:takoform:problem:internal","title":"Internal error","status":500,"code":"internal"}`)
 		st.status = http.StatusInternalServerError
+	}
+	if apierr.Retryable(ae.Code) {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(ownership.RetryAfterSeconds))
 	}
 	if st.status == http.StatusUnauthorized {
 		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="takoserver"`)

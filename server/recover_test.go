@@ -10,20 +10,22 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
-	"github.com/takoform/terraform-provider-takoform/internal/ownership"
-	"github.com/takoform/terraform-provider-takoform/internal/reservation"
-	"github.com/takoform/terraform-provider-takoform/internal/resource"
-	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 )
 
-// crashedApply leaves the ledger as a Host that stopped right after dispatching an apply of a
-// new generation of worker prod/api leaves it: the operation running, the effect dispatched, the
-// deployment pending. landed says whether the backend got the desired state before the stop.
-func crashedApply(t *testing.T, h *harness, landed bool) (op, deployment uuid.UUID) {
+// crashedApply leaves the database as a Host that stopped right after dispatching an apply of a
+// new generation of worker prod/api leaves it: the operation running, its lease on the key, the
+// effect dispatched, the deployment pending. landed says whether the backend got the desired state
+// before the stop; expired whether the lease has run out (the Host is gone).
+func crashedApply(t *testing.T, h *harness, landed, expired bool) (op, deployment uuid.UUID) {
 	t.Helper()
 	w := h.mustWorker("prod", "api", workerToken)
 	op, deployment = uuid.New(), uuid.New()
 	h.exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status) VALUES ($1, $2, 'worker', 'prod/api', 'PUT', 'running')`, op, h.org.ID)
+	lease := "db_now() + interval '1 minute'"
+	if expired {
+		lease = "db_now() - interval '1 second'"
+	}
+	h.exec(`INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at) VALUES ($1, 'worker', 'prod/api', $2, 'a stopped Host', `+lease+`)`, h.org.ID, op)
 	h.exec(`UPDATE workers SET generation = 2 WHERE uid = $1`, w["uid"])
 	h.exec(`INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name, offering_id, offering_digest, pack, installation, status)
 		SELECT $1, organization_id, 'worker', uid, 2, script_name, offering_id, offering_digest, pack, installation, 'pending' FROM workers WHERE uid = $2`, deployment, w["uid"])
@@ -40,15 +42,6 @@ func crashedApply(t *testing.T, h *harness, landed bool) (op, deployment uuid.UU
 	return op, deployment
 }
 
-func (h *harness) manager() *ownership.Manager {
-	cat := catalog.Default()
-	backends := &backend.Registry{StateDir: h.stateDir()}
-	reservations := &reservation.Service{Catalog: cat}
-	svc := &resource.Service{Catalog: cat, Backends: backends, Reservations: reservations,
-		RuntimeInputs: &runtimeinput.Service{Ring: h.ring, Backends: backends, Reservations: reservations}}
-	return &ownership.Manager{DB: h.db, Recover: svc.Recover}
-}
-
 func (h *harness) status(sql string, args ...any) string {
 	h.t.Helper()
 	var s string
@@ -59,14 +52,13 @@ func (h *harness) status(sql string, args ...any) string {
 func TestRecoveryRecordsAnApplyThatLandedAsActive(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	op, deployment := crashedApply(t, h, true)
-	n, err := h.manager().RecoverStale(context.Background(), 0)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	op, deployment := crashedApply(t, h, true, true)
+	h.srv.Sweep(context.Background())
 	require.Equal(t, "active", h.status("SELECT status FROM deployments WHERE id = $1", deployment))
 	require.Equal(t, "succeeded", h.status("SELECT status FROM backend_effects WHERE deployment_id = $1", deployment))
 	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
 	require.Equal(t, "abandoned", h.status("SELECT code FROM operations WHERE id = $1", op))
+	require.Zero(t, h.count("SELECT count(*) FROM ownership_intents"), "the lease is released")
 	require.Equal(t, true, h.get("/v1/spaces/prod/workers/api").json(t)["ready"])
 	require.Equal(t, "deleted", h.status(`SELECT status FROM deployments WHERE generation = 1`), "the older generation was replaced")
 }
@@ -74,36 +66,30 @@ func TestRecoveryRecordsAnApplyThatLandedAsActive(t *testing.T) {
 func TestRecoveryRecordsAnApplyThatDidNotLandAsFailed(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	op, deployment := crashedApply(t, h, false)
-	n, err := h.manager().RecoverStale(context.Background(), 0)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	op, deployment := crashedApply(t, h, false, true)
+	h.srv.Sweep(context.Background())
 	require.Equal(t, "failed", h.status("SELECT status FROM deployments WHERE id = $1", deployment))
 	require.Equal(t, "failed", h.status("SELECT status FROM backend_effects WHERE deployment_id = $1", deployment))
 	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
 }
 
-func TestRecoverySkipsAnOperationWhoseRequestIsStillRunning(t *testing.T) {
+// TestRecoverySkipsAnOperationWhoseLeaseIsLive: a request whose Host still renews its lease is not
+// abandoned, and another request on its key waits for it (intent_in_progress).
+func TestRecoverySkipsAnOperationWhoseLeaseIsLive(t *testing.T) {
 	t.Parallel()
-	h := setup(t)
-	op, _ := crashedApply(t, h, true)
-	// A live request holds the key's lock: its operation is not stale.
-	ctx := context.Background()
-	tx, err := h.db.Begin(ctx)
-	require.NoError(t, err)
-	defer tx.Rollback(ctx)
-	_, err = tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", h.org.ID+"/worker/prod/api")
-	require.NoError(t, err)
-	n, err := h.manager().RecoverStale(ctx, 0)
-	require.NoError(t, err)
-	require.Zero(t, n)
+	h := setup(t, func(o *options) { o.busyWait = 50 * 1e6 })
+	op, _ := crashedApply(t, h, true, false)
+	h.srv.Sweep(context.Background())
 	require.Equal(t, "running", h.status("SELECT status FROM operations WHERE id = $1", op))
+	body := workerBody()
+	body["compatibilityDate"] = "2025-02-02"
+	h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusConflict, "intent_in_progress")
 }
 
 func TestTheOwnersRetryRecoversTheStoppedRequestFirst(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	op, deployment := crashedApply(t, h, true)
+	op, deployment := crashedApply(t, h, true, true)
 	// The owner's next request on the worker settles the stopped one before it starts.
 	body := workerBody()
 	body["compatibilityDate"] = "2025-02-02"
@@ -112,4 +98,11 @@ func TestTheOwnersRetryRecoversTheStoppedRequestFirst(t *testing.T) {
 	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
 	require.Equal(t, "deleted", h.status("SELECT status FROM deployments WHERE id = $1", deployment), "superseded by the retry's own generation")
 	require.Equal(t, true, r.json(t)["ready"])
+}
+
+func (h *harness) count(sql string, args ...any) int {
+	h.t.Helper()
+	var n int
+	require.NoError(h.t, h.db.QueryRow(context.Background(), sql, args...).Scan(&n))
+	return n
 }

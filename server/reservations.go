@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
@@ -15,12 +14,14 @@ import (
 
 func (s *Server) getReservation(c echo.Context) error {
 	id := c.Param("reservationId")
-	return s.readOwned(c, reservation.Kind, id, func(ctx context.Context, tx pgx.Tx, token string) ([]byte, error) {
-		r, err := s.reservations.Get(ctx, tx, principal(c).Organization, id)
+	return s.readOwned(c, reservation.Kind, id, func(ctx context.Context, token string) ([]byte, error) {
+		r, err := s.reservations.Get(ctx, s.cfg.DB, principal(c).Organization, id)
 		return r.Project(token).JSON(), err
 	})
 }
 
+// putReservation creates a reservation, or answers its owner's unchanged request, in one
+// transaction (it has no backend effect).
 func (s *Server) putReservation(c echo.Context) error {
 	id := c.Param("reservationId")
 	if err := reservation.CheckID(id); err != nil {
@@ -30,19 +31,27 @@ func (s *Server) putReservation(c echo.Context) error {
 	var req reservation.Request
 	return s.ownedPut(c, reservation.Kind, id, reservation.ResourceType, &req,
 		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
-			return createOrReconcile(ctx, m,
-				func(tx pgx.Tx) (reservation.Reservation, uuid.UUID, error) {
-					r, err := s.reservations.Create(ctx, tx, org, id, req)
-					return r, r.UID, err
+			return oneTx(ctx, m,
+				func(tx pgx.Tx) (reservation.Reservation, error) {
+					if err := resource.CheckBrake(ctx, tx, org.ID, req.Space, req.WorkerName); err != nil {
+						return reservation.Reservation{}, err
+					}
+					return s.reservations.Create(ctx, tx, org, id, req)
 				},
-				func(tx pgx.Tx) (reservation.Reservation, uuid.UUID, error) {
+				func(tx pgx.Tx) (reservation.Reservation, error) {
 					r, err := s.reservations.Reconcile(ctx, tx, org, id, req)
-					return r, r.UID, err
+					if err == nil {
+						err = m.CheckRevision(r.Revision)
+					}
+					return r, err
 				},
-				func(r reservation.Reservation) []byte { return r.Project(token).JSON() })
+				func(r reservation.Reservation, created bool) ownership.Response {
+					return ownership.Response{Status: createdStatus(created), Body: r.Project(token).JSON(), UID: r.UID}
+				})
 		})
 }
 
+// deleteReservation releases a reservation under the four fences, in one transaction.
 func (s *Server) deleteReservation(c echo.Context) error {
 	id := c.Param("reservationId")
 	if err := reservation.CheckID(id); err != nil {
@@ -51,18 +60,18 @@ func (s *Server) deleteReservation(c echo.Context) error {
 	org := principal(c).Organization
 	return s.ownedDelete(c, reservation.Kind, id, reservation.ResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			var r reservation.Reservation
-			err := m.Tx(ctx, func(tx pgx.Tx) error {
-				if err := resource.CheckBrake(ctx, tx); err != nil {
-					return err
+			return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+				r, err := s.reservations.Get(ctx, tx, org, id)
+				if err == nil {
+					err = resource.CheckBrake(ctx, tx, org.ID, r.Space, r.WorkerName)
 				}
-				var err error
-				r, err = s.reservations.Release(ctx, tx, org, id, m.Current.UID)
-				return err
+				if err == nil {
+					r, err = s.reservations.Release(ctx, tx, org, id, m.Current.UID)
+				}
+				if err != nil {
+					return ownership.Response{}, err
+				}
+				return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
 			})
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
 		})
 }

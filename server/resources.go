@@ -14,22 +14,18 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
-	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
-// readOwned runs a read in a transaction and adds the owning token of key.
-func (s *Server) readOwned(c echo.Context, kind, key string, read func(ctx context.Context, tx pgx.Tx, token string) ([]byte, error)) error {
+// readOwned runs a read and adds the owning token of key. Reads take no lock and write nothing.
+func (s *Server) readOwned(c echo.Context, kind, key string, read func(ctx context.Context, token string) ([]byte, error)) error {
 	ctx := c.Request().Context()
 	org := principal(c).Organization
-	var body []byte
-	err := store.WithTx(ctx, s.cfg.DB, func(tx pgx.Tx) error {
-		tokens, err := ownership.Tokens(ctx, tx, org.ID, kind, []string{key})
-		if err != nil {
-			return err
-		}
-		body, err = read(ctx, tx, tokens[key])
+	tokens, err := ownership.Tokens(ctx, s.cfg.DB, org.ID, kind, []string{key})
+	if err != nil {
 		return err
-	})
+	}
+	body, err := read(ctx, tokens[key])
 	if err != nil {
 		return err
 	}
@@ -45,8 +41,8 @@ func createdStatus(created bool) int {
 
 func (s *Server) getWorker(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
-	return s.readOwned(c, resource.WorkerKind, space+"/"+name, func(ctx context.Context, tx pgx.Tx, token string) ([]byte, error) {
-		w, err := s.resources.GetWorker(ctx, tx, principal(c).Organization, space, name)
+	return s.readOwned(c, resource.WorkerKind, space+"/"+name, func(ctx context.Context, token string) ([]byte, error) {
+		w, err := s.resources.GetWorker(ctx, s.cfg.DB, principal(c).Organization, space, name)
 		return w.Project(token).JSON(), err
 	})
 }
@@ -56,12 +52,8 @@ func (s *Server) putWorker(c echo.Context) error {
 	org := principal(c).Organization
 	var spec resource.WorkerSpec
 	return s.ownedPut(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType, &spec,
-		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
-			w, created, err := s.resources.PutWorker(ctx, m, org, space, name, spec)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: createdStatus(created), Body: w.Project(token).JSON(), UID: w.UID}, nil
+		func(ctx context.Context, m *ownership.Mutation, _ string) (ownership.Response, error) {
+			return s.resources.PutWorker(ctx, m, org, space, name, spec)
 		})
 }
 
@@ -70,18 +62,14 @@ func (s *Server) deleteWorker(c echo.Context) error {
 	org := principal(c).Organization
 	return s.ownedDelete(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			w, err := s.resources.DeleteWorker(ctx, m, org, space, name)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON(), UID: w.UID}, nil
+			return s.resources.DeleteWorker(ctx, m, org, space, name)
 		})
 }
 
 func (s *Server) getEndpoint(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
-	return s.readOwned(c, resource.EndpointKind, space+"/"+name, func(ctx context.Context, tx pgx.Tx, token string) ([]byte, error) {
-		e, err := s.resources.GetEndpoint(ctx, tx, principal(c).Organization, space, name)
+	return s.readOwned(c, resource.EndpointKind, space+"/"+name, func(ctx context.Context, token string) ([]byte, error) {
+		e, err := s.resources.GetEndpoint(ctx, s.cfg.DB, principal(c).Organization, space, name)
 		return e.Project(token).JSON(), err
 	})
 }
@@ -91,12 +79,8 @@ func (s *Server) putEndpoint(c echo.Context) error {
 	org := principal(c).Organization
 	var spec resource.EndpointSpec
 	return s.ownedPut(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType, &spec,
-		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
-			e, created, err := s.resources.PutEndpoint(ctx, m, org, space, name, spec)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: createdStatus(created), Body: e.Project(token).JSON(), UID: e.UID}, nil
+		func(ctx context.Context, m *ownership.Mutation, _ string) (ownership.Response, error) {
+			return s.resources.PutEndpoint(ctx, m, org, space, name, spec)
 		})
 }
 
@@ -105,11 +89,7 @@ func (s *Server) deleteEndpoint(c echo.Context) error {
 	org := principal(c).Organization
 	return s.ownedDelete(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			e, err := s.resources.DeleteEndpoint(ctx, m, org, space, name)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: http.StatusOK, Body: e.Project("").JSON(), UID: e.UID}, nil
+			return s.resources.DeleteEndpoint(ctx, m, org, space, name)
 		})
 }
 
@@ -136,11 +116,7 @@ func (s *Server) putActivation(c echo.Context) error {
 			if err != nil {
 				return ownership.Response{}, apierr.New(apierr.InvalidRequest, "endpointUid must be an endpoint's uid")
 			}
-			r, err := s.resources.Activate(ctx, m, org, id, endpointUID)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: createdStatus(m.Current == nil || m.Current.Pending), Body: r.Project("").JSON(), UID: r.UID}, nil
+			return s.resources.Activate(ctx, m, org, id, endpointUID)
 		})
 }
 
@@ -152,11 +128,7 @@ func (s *Server) deleteActivation(c echo.Context) error {
 	org := principal(c).Organization
 	return s.ownedDelete(c, activationKind, id, activationResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			r, err := s.resources.Deactivate(ctx, m, org, id)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
+			return s.resources.Deactivate(ctx, m, org, id)
 		})
 }
 
@@ -175,25 +147,20 @@ func (s *Server) getAttestation(c echo.Context) error {
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no deletion attestation %q", c.Param("uid"))
 	}
-	var v AttestationView
-	var op *uuid.UUID
-	var opened time.Time
-	var closed *time.Time
-	err = s.cfg.DB.QueryRow(c.Request().Context(), store.Q("AttestationGet"), pgx.NamedArgs{"uid": uid, "organization_id": principal(c).Organization.ID}).
-		Scan(&v.UID, &v.ResourceKind, &v.Status, &op, &opened, &closed)
+	row, err := dbsqlc.New(s.cfg.DB).AttestationGet(c.Request().Context(), dbsqlc.AttestationGetParams{UID: uid, OrganizationID: principal(c).Organization.ID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.New(apierr.NotFound, "no deletion attestation %s", uid)
 	}
 	if err != nil {
 		return err
 	}
-	v.OpenedAt = opened.UTC().Format(time.RFC3339)
-	if op != nil {
-		id := op.String()
+	v := AttestationView{UID: row.UID.String(), ResourceKind: row.ResourceKind, Status: row.Status, OpenedAt: row.OpenedAt.UTC().Format(time.RFC3339)}
+	if row.OperationID != nil {
+		id := row.OperationID.String()
 		v.OperationID = &id
 	}
-	if closed != nil {
-		t := closed.UTC().Format(time.RFC3339)
+	if row.ClosedAt != nil {
+		t := row.ClosedAt.UTC().Format(time.RFC3339)
 		v.ClosedAt = &t
 	}
 	return c.JSON(http.StatusOK, v)
@@ -230,33 +197,27 @@ func (s *Server) getOperation(c echo.Context) error {
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no operation %q", c.Param("id"))
 	}
-	var v OperationView
-	var started time.Time
-	var finished *time.Time
-	err = s.cfg.DB.QueryRow(ctx, store.Q("OperationGet"), pgx.NamedArgs{"id": id, "organization_id": principal(c).Organization.ID}).
-		Scan(&v.ID, &v.Kind, &v.Key, &v.Method, &v.Status, &v.Code, &v.Replayed, &started, &finished)
+	q := dbsqlc.New(s.cfg.DB)
+	row, err := q.OperationGet(ctx, dbsqlc.OperationGetParams{ID: id, OrganizationID: principal(c).Organization.ID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.New(apierr.NotFound, "no operation %s", id)
 	}
 	if err != nil {
 		return err
 	}
-	v.StartedAt = started.UTC().Format(time.RFC3339Nano)
-	if finished != nil {
-		t := finished.UTC().Format(time.RFC3339Nano)
+	v := OperationView{ID: row.ID.String(), Kind: row.Kind, Key: row.ExternalKey, Method: row.Method, Status: row.Status,
+		Code: row.Code, Replayed: row.Replayed, StartedAt: row.StartedAt.UTC().Format(time.RFC3339Nano), Effects: []EffectView{}}
+	if row.FinishedAt != nil {
+		t := row.FinishedAt.UTC().Format(time.RFC3339Nano)
 		v.FinishedAt = &t
 	}
-	rows, err := s.cfg.DB.Query(ctx, store.Q("OperationEffects"), pgx.NamedArgs{"operation_id": id})
+	effects, err := q.OperationEffects(ctx, id)
 	if err != nil {
 		return err
 	}
-	v.Effects = []EffectView{}
-	var e EffectView
-	if _, err := pgx.ForEachRow(rows, []any{&e.ID, &e.DeploymentID, &e.ResourceKind, &e.ResourceUID, &e.Action, &e.Status, &e.Detail}, func() error {
-		v.Effects = append(v.Effects, e)
-		return nil
-	}); err != nil {
-		return err
+	for _, e := range effects {
+		v.Effects = append(v.Effects, EffectView{ID: e.ID.String(), DeploymentID: e.DeploymentID.String(), ResourceKind: e.ResourceKind,
+			ResourceUID: e.ResourceUID.String(), Action: e.Action, Status: e.Status, Detail: e.Detail})
 	}
 	return c.JSON(http.StatusOK, v)
 }

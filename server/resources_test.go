@@ -25,6 +25,15 @@ func (h *harness) putWorker(space, name, token string, body any) reply {
 	return h.do(req{method: http.MethodPut, path: "/v1/spaces/" + space + "/workers/" + name, key: h.key, token: token, body: body})
 }
 
+// tryPutWorker is putWorker for another goroutine: a transport error comes back as status 0.
+func (h *harness) tryPutWorker(space, name, token string, body any) reply {
+	r, err := h.try(req{method: http.MethodPut, path: "/v1/spaces/" + space + "/workers/" + name, key: h.key, token: token, body: body})
+	if err != nil {
+		return reply{body: []byte(err.Error())}
+	}
+	return r
+}
+
 func (h *harness) deleteWorker(space, name, token string) reply {
 	h.t.Helper()
 	return h.do(req{method: http.MethodDelete, path: "/v1/spaces/" + space + "/workers/" + name, key: h.key, token: token})

@@ -90,18 +90,65 @@ func TestRuleBindRequiresTheReservationsSpaceAndWorker(t *testing.T) {
 		problem(t, http.StatusConflict, "reservation_mismatch")
 }
 
-func TestRuleReservationBoundToAnotherWorkerUIDRefusesBind(t *testing.T) {
+// TestRuleReplacementKeepsTheReservation: "A reservation whose bound worker is provably gone may be
+// bound to a new worker UID of the same space and name" — the origin survives the replacement.
+func TestRuleReplacementKeepsTheReservation(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	res := h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).json(t)
 	h.mustWorker("prod", "api", workerToken)
 	h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
 	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
-	// A new incarnation of the same worker name has a new UID.
+	// A new incarnation of the same worker name has a new UID, and takes the reservation over.
+	w := h.mustWorker("prod", "api", "token-worker-0000000002")
+	e := h.mustEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api", "originReservationId": "res-api"})
+	require.Equal(t, res["canonicalOrigin"].(string)+"/", e["url"])
+	got := h.getReservation(h.key, "res-api").json(t)
+	require.Equal(t, w["uid"], got["boundWorker"].(map[string]any)["uid"])
+	require.Equal(t, e["uid"], got["endpoint"].(map[string]any)["uid"])
+}
+
+// TestRuleAReservationWhoseOldWorkerMayStillRunAnswersWitnessOpen: "While the old row is absent but
+// a fence is still open (attestation, deployment, lease), both answer 409 code witness_open with
+// unmetFences, retryable; never a reallocation."
+func TestRuleAReservationWhoseOldWorkerMayStillRunAnswersWitnessOpen(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	old := h.mustWorker("prod", "api", workerToken)
+	first := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+	// The old worker's deletion has not been confirmed.
+	h.exec("UPDATE deletion_attestations SET status = 'open', closed_at = NULL WHERE uid = $1", old["uid"])
 	h.mustWorker("prod", "api", "token-worker-0000000002")
-	h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api", "originReservationId": "res-api"}).
+	r := h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api", "originReservationId": "res-api"})
+	p := r.problem(t, http.StatusConflict, "witness_open")
+	require.Equal(t, []any{"attestation_open"}, p["unmetFences"])
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	got := h.getReservation(h.key, "res-api").json(t)
+	require.Equal(t, old["uid"], got["boundWorker"].(map[string]any)["uid"], "nothing moved")
+	require.Equal(t, first["uid"], got["endpoint"].(map[string]any)["uid"])
+
+	// Once the old worker is provably gone, the same request succeeds.
+	h.exec("UPDATE deletion_attestations SET status = 'closed', closed_at = now() WHERE uid = $1", old["uid"])
+	require.Equal(t, http.StatusCreated, h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api", "originReservationId": "res-api"}).status)
+}
+
+// TestRuleOneReservationCarriesOneEndpoint: "a second endpoint naming a reservation whose witness is
+// another endpoint that is still present is refused (409 reservation_bound_elsewhere, final)".
+func TestRuleOneReservationCarriesOneEndpoint(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	h.mustWorker("prod", "api", workerToken)
+	first := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	h.putEndpoint("prod", "api-2", "token-endpoint-00000002", map[string]any{"worker": "api", "originReservationId": "res-api"}).
 		problem(t, http.StatusConflict, "reservation_bound_elsewhere")
+	got := h.getReservation(h.key, "res-api").json(t)
+	require.Equal(t, first["uid"], got["endpoint"].(map[string]any)["uid"])
+	require.Equal(t, 1, h.count("SELECT count(*) FROM worker_endpoints WHERE status <> 'deleted'"))
 }
 
 func TestRuleAWorkerRevisionThatMovedDoesNotRefuseTheRetry(t *testing.T) {
@@ -219,14 +266,16 @@ func TestRuleASupersededRowWhoseEndpointMayStillAnswerStopsTheMint(t *testing.T)
 	h.mustWorker("prod", "api", workerToken)
 	first := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"})
 	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
-	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
 	// The old endpoint's deletion has not been confirmed.
 	h.exec("UPDATE deletion_attestations SET status = 'open', closed_at = NULL WHERE uid = $1", first["uid"])
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+	status := h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"])
+	require.Equal(t, "bound", status, "the worker delete's tail cannot release a row whose old endpoint may answer")
 
 	h.mustWorker("prod", "api", "token-worker-0000000002")
-	p := h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api"}).problem(t, http.StatusConflict, "release_fenced")
+	p := h.putEndpoint("prod", "api", "token-endpoint-00000002", map[string]any{"worker": "api"}).problem(t, http.StatusConflict, "witness_open")
 	require.Equal(t, []any{"attestation_open"}, p["unmetFences"])
-	status := h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"])
+	status = h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", first["originReservationId"])
 	require.Equal(t, "bound", status, "the old row keeps the address while the old endpoint may answer")
 }
 
@@ -293,10 +342,10 @@ func TestRuleACreateRefusedAfterDispatchDoesNotWedgeTheWitnessClear(t *testing.T
 	h.mustWorker("prod", "api", workerToken)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"})
 	id := e["originReservationId"].(string)
-	// The ledger shape a refusal after activation leaves: the row is activated with an endpoint
-	// that never committed, whose apply effect was dispatched and never got a terminal event,
-	// under an operation the Host recorded as refused.
-	h.exec(`UPDATE worker_endpoints SET status = 'creating' WHERE uid = $1`, e["uid"])
+	// The ledger shape of an endpoint that never committed, left activated on its row: its row
+	// abandoned, its apply effect dispatched and never settled, under an operation the Host
+	// recorded as refused.
+	h.exec(`UPDATE worker_endpoints SET status = 'deleted' WHERE uid = $1`, e["uid"])
 	h.exec(`UPDATE operations SET status = 'refused', code = 'activation_mismatch' WHERE id = (SELECT operation_id FROM worker_endpoints WHERE uid = $1)`, e["uid"])
 	h.exec(`UPDATE deployments SET status = 'pending' WHERE resource_uid = $1`, e["uid"])
 	h.exec(`UPDATE backend_effects SET status = 'dispatched' WHERE deployment_id IN (SELECT id FROM deployments WHERE resource_uid = $1)`, e["uid"])

@@ -4,12 +4,12 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 )
 
@@ -26,12 +26,29 @@ func (s *Server) getPreparation(c echo.Context) error {
 		return err
 	}
 	id := c.Param("operationId")
-	return s.readOwned(c, runtimeinput.Kind, id, func(ctx context.Context, tx pgx.Tx, token string) ([]byte, error) {
-		p, err := s.runtimeInputs.Get(ctx, tx, principal(c).Organization, id)
+	return s.readOwned(c, runtimeinput.Kind, id, func(ctx context.Context, token string) ([]byte, error) {
+		p, err := s.runtimeInputs.Get(ctx, s.cfg.DB, principal(c).Organization, id)
 		return p.Project(token).JSON(), err
 	})
 }
 
+// getPreparationByReference answers the status of the runtime input a reference names, within
+// the key's organization only (SPEC 3.5).
+func (s *Server) getPreparationByReference(c echo.Context) error {
+	ctx := c.Request().Context()
+	org := principal(c).Organization
+	p, err := s.runtimeInputs.GetByReference(ctx, s.cfg.DB, org, c.Param("reference"))
+	if err != nil {
+		return err
+	}
+	tokens, err := ownership.Tokens(ctx, s.cfg.DB, org.ID, runtimeinput.Kind, []string{p.OperationID})
+	if err != nil {
+		return err
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, p.Project(tokens[p.OperationID]).JSON())
+}
+
+// putPreparation seals a runtime input, in one transaction (it has no backend effect).
 func (s *Server) putPreparation(c echo.Context) error {
 	if err := pathOrganization(c); err != nil {
 		return err
@@ -46,19 +63,24 @@ func (s *Server) putPreparation(c echo.Context) error {
 	// them, and no unkeyed digest of a secret is kept.
 	return s.ownedPutHashing(c, runtimeinput.Kind, id, runtimeinput.ResourceType, &req, runtimeinput.HashBody,
 		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
-			return createOrReconcile(ctx, m,
-				func(tx pgx.Tx) (runtimeinput.Preparation, uuid.UUID, error) {
-					p, err := s.runtimeInputs.Prepare(ctx, tx, org, id, req)
-					return p, p.MaterialSetID, err
+			return oneTx(ctx, m,
+				func(tx pgx.Tx) (runtimeinput.Preparation, error) {
+					if err := resource.CheckBrake(ctx, tx, org.ID, req.Target.Space, req.Target.WorkerName); err != nil {
+						return runtimeinput.Preparation{}, err
+					}
+					return s.runtimeInputs.Prepare(ctx, tx, org, id, req)
 				},
-				func(tx pgx.Tx) (runtimeinput.Preparation, uuid.UUID, error) {
-					p, err := s.runtimeInputs.Reconcile(ctx, tx, org, id, req)
-					return p, p.MaterialSetID, err
+				func(tx pgx.Tx) (runtimeinput.Preparation, error) {
+					return s.runtimeInputs.Reconcile(ctx, tx, org, id, req)
 				},
-				func(p runtimeinput.Preparation) []byte { return p.Project(token).JSON() })
+				func(p runtimeinput.Preparation, created bool) ownership.Response {
+					return ownership.Response{Status: createdStatus(created), Body: p.Project(token).JSON(), UID: p.MaterialSetID}
+				})
 		})
 }
 
+// deletePreparation ends a preparation in any state with 200 and a tombstone (SPEC 3.5), in one
+// transaction.
 func (s *Server) deletePreparation(c echo.Context) error {
 	if err := pathOrganization(c); err != nil {
 		return err
@@ -67,15 +89,12 @@ func (s *Server) deletePreparation(c echo.Context) error {
 	org := principal(c).Organization
 	return s.ownedDelete(c, runtimeinput.Kind, id, runtimeinput.ResourceType,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			var p runtimeinput.Preparation
-			err := m.Tx(ctx, func(tx pgx.Tx) error {
-				var err error
-				p, err = s.runtimeInputs.Abort(ctx, tx, org, id)
-				return err
+			return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+				p, err := s.runtimeInputs.Abort(ctx, tx, org, id)
+				if err != nil {
+					return ownership.Response{}, err
+				}
+				return ownership.Response{Status: http.StatusOK, Body: p.Project("").JSON(), UID: p.MaterialSetID}, nil
 			})
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			return ownership.Response{Status: http.StatusOK, Body: p.Project("").JSON(), UID: p.MaterialSetID}, nil
 		})
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
@@ -18,13 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
-	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
-	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
-	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 const secretCanary = "tk-canary-9d31f7a0c2e4b"
@@ -214,7 +211,7 @@ func TestRuntimeInputCorruptCiphertextFailsClosedWithoutASecondClaim(t *testing.
 	require.Equal(t, "failed", h.preparationStatus("op-1"))
 	// The retry is refused: a failed lease never issues a second claim.
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
-	_, err := os.Stat(h.secretsFile(h.get("/v1/spaces/prod/workers/api").json(t)["scriptName"].(string)))
+	_, err := os.Stat(h.secretsFile(h.status("SELECT script_name FROM workers LIMIT 1")))
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
@@ -241,7 +238,7 @@ func TestRuntimeInputRotationOldKeyOpensRetiredKeyDoesNot(t *testing.T) {
 	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-web", tokenB, apiBody("prod", "web")).status)
 	a := h.prepare("op-a", "token-prepare-0000000a", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
 	require.Equal(t, http.StatusCreated, a.reply.status)
-	_, err := h.ring.Rotate()
+	_, _, err := sealing.Rotate(context.Background(), h.db, h.kek)
 	require.NoError(t, err)
 	// Sealed under the previous key, still in the ring: it opens.
 	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(a.reference))
@@ -251,7 +248,7 @@ func TestRuntimeInputRotationOldKeyOpensRetiredKeyDoesNot(t *testing.T) {
 	b := h.prepare("op-b", "token-prepare-0000000b", "res-web", "prod", "web", map[string]string{"API_KEY": secretCanary})
 	require.Equal(t, http.StatusCreated, b.reply.status)
 	for range sealing.MaxPreviousKeys + 1 {
-		_, err := h.ring.Rotate()
+		_, _, err := sealing.Rotate(context.Background(), h.db, h.kek)
 		require.NoError(t, err)
 	}
 	p := h.putWorker("prod", "web", "token-worker-web-000001", secretWorkerBody(b.reference)).problem(t, http.StatusConflict, "sealed_material_unreadable")
@@ -293,12 +290,12 @@ func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testi
 	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
 	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "dispatch cleared the ciphertext")
 
-	n, err := h.manager().RecoverStale(context.Background(), 0)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	h.advance("2 minutes") // the stopped Host's lease runs out
+	h.srv.Sweep(context.Background())
 	require.Equal(t, "failed", h.preparationStatus("op-1"), "nothing was delivered, so recovery fails it")
-	_, err = os.Stat(h.secretsFile(h.get("/v1/spaces/prod/workers/api").json(t)["scriptName"].(string)))
+	_, err := os.Stat(h.secretsFile(h.status("SELECT script_name FROM workers")))
 	require.ErrorIs(t, err, os.ErrNotExist, "recovery never dispatches again")
+	require.Equal(t, "deleted", h.status("SELECT status FROM workers"), "the create that never committed never existed")
 }
 
 func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing.T) {
@@ -310,17 +307,16 @@ func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
 	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
 
-	n, err := h.manager().RecoverStale(context.Background(), 0)
-	require.NoError(t, err)
-	require.Equal(t, 1, n)
+	h.advance("2 minutes") // the stopped Host's lease runs out
+	h.srv.Sweep(context.Background())
 	require.Equal(t, "settled", h.preparationStatus("op-1"), "the readback matches what was sealed")
 }
 
-// TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce: two Hosts (two services, two
-// connection pools) dispatch the same claim at once; the CAS lets exactly one deliver.
+// TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce: two Hosts (two connection pools)
+// run the dispatch compare-and-swap on the same claim at once, released together; exactly one
+// wins, so exactly one could deliver.
 func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
 	t.Parallel()
-	var claimEpoch atomic.Int64
 	h := setup(t, func(o *options) {
 		o.hooks.AfterAcquire = func() { panic(crash{}) } // stop right after the claim
 	})
@@ -329,45 +325,32 @@ func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
 	require.Equal(t, "claimed", h.preparationStatus("op-1"))
 	var epoch int64
 	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT epoch FROM runtime_input_preparations").Scan(&epoch))
-	claimEpoch.Store(epoch)
 
-	w := h.get("/v1/spaces/prod/workers/api").json(t)
-	var revision int64
-	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT revision FROM workers").Scan(&revision))
-	var deliveries atomic.Int32
-	consumer := runtimeinput.Consumer{
-		Incarnation: reservation.WorkerIncarnation{OrganizationID: h.org.ID, UID: uuid.MustParse(w["uid"].(string)), Revision: revision, Space: "prod", Name: "api"},
-		ScriptName:  w["scriptName"].(string), Required: []string{"API_KEY"}, Installation: catalog.Default().Installations["selfhost"],
-	}
-	results := make([]string, 2)
+	start := make(chan struct{})
+	won := make([]bool, 2)
+	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range 2 {
 		pool, err := pgxpool.New(context.Background(), h.dbURL)
 		require.NoError(t, err)
 		defer pool.Close()
-		svc := &runtimeinput.Service{Ring: h.ring, Backends: &backend.Registry{StateDir: h.stateDir()}, Reservations: &reservation.Service{Catalog: catalog.Default()}}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, err := svc.Dispatch(context.Background(), poolTxer{pool}, consumer, "op-1", claimEpoch.Load(), runtimeinput.Hooks{
-				BeforeDelivery: func() { deliveries.Add(1) },
-			})
-			if err != nil {
-				status = "refused"
+			<-start
+			_, err := dbsqlc.New(pool).PreparationDispatch(context.Background(), dbsqlc.PreparationDispatchParams{OrganizationID: h.org.ID, OperationID: "op-1", Epoch: epoch})
+			won[i], errs[i] = err == nil, err
+			if errors.Is(err, pgx.ErrNoRows) {
+				errs[i] = nil
 			}
-			results[i] = status
 		}()
 	}
+	close(start)
 	wg.Wait()
-	require.Equal(t, int32(1), deliveries.Load(), "exactly one backend delivery")
-	require.ElementsMatch(t, []string{"settled", "refused"}, results)
-	require.Equal(t, "settled", h.preparationStatus("op-1"))
-}
-
-type poolTxer struct{ pool *pgxpool.Pool }
-
-func (p poolTxer) Tx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	return store.WithTx(ctx, p.pool, fn)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ElementsMatch(t, []bool{true, false}, won, "exactly one dispatch")
+	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
 }
 
 // TestRuntimeInputCanaryAppearsNowhere: a runtime input whose value is a unique canary is applied
@@ -419,8 +402,11 @@ func TestRuntimeInputClaimExpiresAfterItsWindow(t *testing.T) {
 	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = gen_random_uuid(), worker_revision = 1,
 		claimed_at = now() - interval '16 minutes', claim_expires_at = now() - interval '1 minute'`)
 	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
-	require.Equal(t, "expired", got["status"])
-	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1])
+	require.Equal(t, "expired", got["status"], "a read computes the expiry")
+	require.Equal(t, "claimed", h.preparationStatus("op-1"), "and writes nothing")
+	h.srv.Sweep(context.Background())
+	require.Equal(t, "expired", h.preparationStatus("op-1"))
+	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "the janitor drops the sealed material")
 	// An expired claim no longer fences the reservation.
 	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-api", tokenA).status)
 }
@@ -435,14 +421,13 @@ func TestRuntimeInputClaimNeedsTheWorkerLiveAtTheClaimedRevision(t *testing.T) {
 	uid := uuid.MustParse(w["uid"].(string))
 	h.exec(`UPDATE worker_endpoint_origin_reservations SET status = 'bound', bound_worker_uid = $1, bound_worker_revision = $2`, uid, int64(w["revision"].(float64)))
 
+	script := w["scriptName"].(string)
 	acquire := func(revision int64) bool {
-		var epoch int64
-		err := h.db.QueryRow(context.Background(), store.Q("PreparationAcquire"), pgx.NamedArgs{
-			"organization_id": h.org.ID, "operation_id": "op-1", "epoch": int64(1), "reference": p.reference,
-			"space": "prod", "worker_name": "api", "claim_operation_id": nil, "worker_uid": uid,
-			"worker_revision": revision, "native_name": w["scriptName"],
-		}).Scan(&epoch)
-		if err == pgx.ErrNoRows {
+		_, err := dbsqlc.New(h.db).PreparationAcquire(context.Background(), dbsqlc.PreparationAcquireParams{
+			OrganizationID: h.org.ID, OperationID: "op-1", Epoch: 1, Reference: p.reference,
+			Space: "prod", WorkerName: "api", WorkerUID: &uid, WorkerRevision: &revision, NativeName: &script,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
 			return false
 		}
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
@@ -25,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // DefaultBodyLimit bounds every request body.
@@ -45,9 +48,18 @@ type Config struct {
 	SealingRing *sealing.Ring
 	// RuntimeInputHooks stop a consumption at a precise point (tests only).
 	RuntimeInputHooks runtimeinput.Hooks
-	// OwnershipLockWait is how long a request waits for an in-flight request on the same object
-	// before answering intent_in_progress (10 s when zero).
-	OwnershipLockWait time.Duration
+	// OwnershipBusyWait is how long a request waits for an in-flight request on the same object
+	// before answering intent_in_progress (2 s when zero).
+	OwnershipBusyWait time.Duration
+	// OwnershipLeaseTTL is how long a multi-transaction request's lease lasts without renewal
+	// (60 s when zero): how soon another replica recovers the request of a Host that died.
+	OwnershipLeaseTTL time.Duration
+	// Holder names this process in lease rows (host name and process id when empty).
+	Holder string
+	// JanitorEvery is how often the janitor runs (a minute when zero).
+	JanitorEvery time.Duration
+	// WrapBackend wraps every backend mutator (tests only: to hold or fail a backend call).
+	WrapBackend func(backend.Mutator) backend.Mutator
 }
 
 // Server is one Host process's HTTP API.
@@ -77,15 +89,16 @@ func New(cfg Config) *Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s := &Server{
-		cfg:          cfg,
-		log:          cfg.Logger,
-		echo:         echo.New(),
-		metrics:      newMetrics(reg),
-		registry:     reg,
-		owners:       &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, LockWait: cfg.OwnershipLockWait},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		echo:     echo.New(),
+		metrics:  newMetrics(reg),
+		registry: reg,
+		owners: &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, BusyWait: cfg.OwnershipBusyWait,
+			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
-	backends := &backend.Registry{StateDir: cfg.StateDir}
+	backends := &backend.Registry{StateDir: cfg.StateDir, Wrap: cfg.WrapBackend}
 	s.runtimeInputs = &runtimeinput.Service{Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
 		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}
@@ -106,26 +119,39 @@ func (s *Server) routes() {
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
 
+	// Every route names the scope it needs: reads, and the non-mutating derivation, need only
+	// resources:read.
 	v1 := e.Group("/v1", s.authenticate)
-	v1.GET("/capabilities", s.capabilities)
-	v1.GET("/offerings", s.offerings)
-	v1.GET("/worker-endpoint-origin-reservations/:reservationId", s.getReservation)
-	v1.PUT("/worker-endpoint-origin-reservations/:reservationId", s.putReservation)
-	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation)
-	v1.PUT("/worker-endpoint-origin-reservations/:reservationId/activation", s.putActivation)
-	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId/activation", s.deleteActivation)
-	v1.POST("/worker-endpoint-origin-derivations", s.derive)
-	v1.GET("/spaces/:space/workers/:name", s.getWorker)
-	v1.PUT("/spaces/:space/workers/:name", s.putWorker)
-	v1.DELETE("/spaces/:space/workers/:name", s.deleteWorker)
-	v1.GET("/spaces/:space/worker-endpoints/:name", s.getEndpoint)
-	v1.PUT("/spaces/:space/worker-endpoints/:name", s.putEndpoint)
-	v1.DELETE("/spaces/:space/worker-endpoints/:name", s.deleteEndpoint)
-	v1.GET("/deletion-attestations/:uid", s.getAttestation)
-	v1.GET("/operations/:id", s.getOperation)
-	v1.GET("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.getPreparation)
-	v1.PUT("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.putPreparation)
-	v1.DELETE("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.deletePreparation)
+	read, write := requireScope(auth.ScopeRead), requireScope(auth.ScopeWrite)
+	v1.GET("/capabilities", s.capabilities, read)
+	v1.GET("/offerings", s.offerings, read)
+	v1.GET("/worker-endpoint-origin-reservations/:reservationId", s.getReservation, read)
+	v1.PUT("/worker-endpoint-origin-reservations/:reservationId", s.putReservation, write)
+	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation, write)
+	v1.PUT("/worker-endpoint-origin-reservations/:reservationId/activation", s.putActivation, write)
+	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId/activation", s.deleteActivation, write)
+	v1.POST("/worker-endpoint-origin-derivations", s.derive, read)
+	v1.GET("/spaces/:space/workers/:name", s.getWorker, read)
+	v1.PUT("/spaces/:space/workers/:name", s.putWorker, write)
+	v1.DELETE("/spaces/:space/workers/:name", s.deleteWorker, write)
+	v1.GET("/spaces/:space/worker-endpoints/:name", s.getEndpoint, read)
+	v1.PUT("/spaces/:space/worker-endpoints/:name", s.putEndpoint, write)
+	v1.DELETE("/spaces/:space/worker-endpoints/:name", s.deleteEndpoint, write)
+	v1.GET("/deletion-attestations/:uid", s.getAttestation, read)
+	v1.GET("/operations/:id", s.getOperation, read)
+	v1.GET("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.getPreparation, read)
+	v1.PUT("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.putPreparation, write)
+	v1.DELETE("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.deletePreparation, write)
+	v1.GET("/worker-runtime-input-references/:reference", s.getPreparationByReference, read)
+}
+
+// holder names this process in lease rows.
+func holder(name string) string {
+	if name != "" {
+		return name
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
 }
 
 // Routes lists the route table as "METHOD path" pairs, paths in echo's :param form.
@@ -156,7 +182,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
-	go s.janitor(ctx, time.Minute)
+	every := s.cfg.JanitorEvery
+	if every <= 0 {
+		every = time.Minute
+	}
+	go s.janitor(ctx, every)
 	select {
 	case err := <-errc:
 		return err
@@ -173,27 +203,57 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// janitor does the Host's periodic housekeeping until ctx ends: it recovers operations a stopped
-// Host left running (a later request on the same object would too) and reclaims expired
-// tombstones, which every lookup already ignores.
+// janitor does the Host's periodic housekeeping until ctx ends. Every step is a database
+// statement or a compare-and-swap, so any number of replicas may run it at once:
+//   - it recovers the operations of leases a stopped Host left to expire (a later request on the
+//     same object would too);
+//   - it takes down what creates that never committed left open on a backend;
+//   - it releases, under the four fences, the Host-minted reservations of deleted workers;
+//   - it expires runtime inputs past their window, dropping their sealed material;
+//   - it reclaims expired tombstones, which every lookup already ignores.
 func (s *Server) janitor(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if n, err := s.owners.RecoverStale(ctx, 2*time.Minute); err != nil && ctx.Err() == nil {
-			s.log.Warn("recover stale operations", "error", err.Error())
-		} else if n > 0 {
-			s.log.Info("recovered operations left running by a stopped Host", "count", n)
-		}
-		if n, err := s.owners.PurgeTombstones(ctx); err != nil && ctx.Err() == nil {
-			s.log.Warn("purge tombstones", "error", err.Error())
-		} else if n > 0 {
-			s.log.Info("purged expired tombstones", "count", n)
-		}
+		s.Sweep(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// Sweep runs the janitor's steps once.
+func (s *Server) Sweep(ctx context.Context) {
+	warn := func(what string, err error) {
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn(what, "error", err.Error())
+		}
+	}
+	if n, err := s.owners.RecoverExpired(ctx); err != nil {
+		warn("recover operations of expired leases", err)
+	} else if n > 0 {
+		s.log.Info("recovered operations left by a stopped Host", "count", n)
+	}
+	if n, err := s.resources.CollectOrphans(ctx, s.cfg.DB, dbsqlc.New(s.cfg.DB)); err != nil {
+		warn("collect orphaned deployments", err)
+	} else if n > 0 {
+		s.log.Info("took down deployments of creates that never committed", "count", n)
+	}
+	if n, err := s.reservations.ReleaseGone(ctx, s.cfg.DB); err != nil {
+		warn("release Host-minted reservations of deleted workers", err)
+	} else if n > 0 {
+		s.log.Info("released Host-minted reservations of deleted workers", "count", n)
+	}
+	if n, err := dbsqlc.New(s.cfg.DB).PreparationSweepAll(ctx); err != nil {
+		warn("expire runtime inputs", err)
+	} else if n > 0 {
+		s.log.Info("expired runtime inputs and dropped their sealed material", "count", n)
+	}
+	if n, err := s.owners.PurgeTombstones(ctx); err != nil {
+		warn("purge tombstones", err)
+	} else if n > 0 {
+		s.log.Info("purged expired tombstones", "count", n)
 	}
 }

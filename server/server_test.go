@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -54,7 +55,9 @@ type harness struct {
 	key   string // read and write
 	state string
 	ring  *sealing.Ring
+	kek   sealing.KEK
 	dbURL string
+	srv   *server.Server
 	// responses records every response the Host sent, headers and body, for canary searches.
 	responses *syncBuffer
 }
@@ -63,8 +66,9 @@ func (h *harness) stateDir() string { return h.state }
 
 type options struct {
 	catalog  *catalog.Catalog
-	lockWait time.Duration
+	busyWait time.Duration
 	hooks    runtimeinput.Hooks
+	wrap     func(backend.Mutator) backend.Mutator
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -79,20 +83,26 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	t.Cleanup(db.Close)
 	logs := &syncBuffer{}
 	stateDir := filepath.Join(t.TempDir(), "state")
-	ring, err := sealing.LoadRing(filepath.Join(stateDir, "keys"))
+	kekFile := filepath.Join(t.TempDir(), "sealing-key")
+	_, err = sealing.WriteKEKFile(kekFile)
+	require.NoError(t, err)
+	kek, err := sealing.LoadKEK(kekFile)
+	require.NoError(t, err)
+	ring, err := sealing.OpenRing(context.Background(), db, kek)
 	require.NoError(t, err)
 	srv := server.New(server.Config{
 		DB:                db,
 		Catalog:           o.catalog,
 		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		OwnershipLockWait: o.lockWait,
+		OwnershipBusyWait: o.busyWait,
 		StateDir:          stateDir,
 		SealingRing:       ring,
 		RuntimeInputHooks: o.hooks,
+		WrapBackend:       o.wrap,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir, ring: ring, dbURL: dbURL, responses: &syncBuffer{}}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir, ring: ring, kek: kek, dbURL: dbURL, responses: &syncBuffer{}, srv: srv}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {
@@ -104,6 +114,14 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	})
 	h.org, h.key = h.newOrg("acme")
 	return h
+}
+
+// advance moves the database's notion of time forward by interval (a PostgreSQL interval such as
+// "2 minutes"), for every Host process on the database at once: TTLs and leases expire without a
+// sleep.
+func (h *harness) advance(interval string) {
+	h.t.Helper()
+	h.exec(`INSERT INTO clock_skew (skew) VALUES ($1::interval) ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`, interval)
 }
 
 func (h *harness) newOrg(name string) (auth.Organization, string) {
@@ -159,6 +177,14 @@ type req struct {
 
 func (h *harness) do(r req) reply {
 	h.t.Helper()
+	rep, err := h.try(r)
+	require.NoError(h.t, err)
+	return rep
+}
+
+// try sends one request and reports a transport error instead of failing the test, so that it
+// may run on any goroutine (require may only be called from the test's own).
+func (h *harness) try(r req) (reply, error) {
 	var body io.Reader
 	switch b := r.body.(type) {
 	case nil:
@@ -168,11 +194,15 @@ func (h *harness) do(r req) reply {
 		body = bytes.NewReader(b)
 	default:
 		raw, err := json.Marshal(b)
-		require.NoError(h.t, err)
+		if err != nil {
+			return reply{}, err
+		}
 		body = bytes.NewReader(raw)
 	}
 	hr, err := http.NewRequest(r.method, h.url+r.path, body)
-	require.NoError(h.t, err)
+	if err != nil {
+		return reply{}, err
+	}
 	if r.key != "" {
 		hr.Header.Set("Authorization", "Bearer "+r.key)
 	}
@@ -190,13 +220,17 @@ func (h *harness) do(r req) reply {
 		hr.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(hr)
-	require.NoError(h.t, err)
+	if err != nil {
+		return reply{}, err
+	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
-	require.NoError(h.t, err)
+	if err != nil {
+		return reply{}, err
+	}
 	_ = resp.Header.Write(h.responses)
 	_, _ = h.responses.Write(raw)
-	return reply{status: resp.StatusCode, header: resp.Header, body: raw}
+	return reply{status: resp.StatusCode, header: resp.Header, body: raw}, nil
 }
 
 const resPath = "/v1/worker-endpoint-origin-reservations/"

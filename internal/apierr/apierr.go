@@ -59,10 +59,18 @@ const (
 	LeaseClaimed        Code = "lease_claimed"
 	LeaseUnavailable    Code = "lease_unavailable"
 	SealedMaterial      Code = "sealed_material_unreadable"
+	RevisionConflict    Code = "revision_conflict"
+	WitnessOpen         Code = "witness_open"
 	Conflict            Code = "conflict"
 	Internal            Code = "internal"
 	Unavailable         Code = "unavailable"
 )
+
+// Retryable reports whether a refusal with code clears by itself, so that the caller should retry
+// the same request after a pause (answered with Retry-After).
+func Retryable(code Code) bool {
+	return code == IntentInProgress || code == WitnessOpen || code == Unavailable
+}
 
 // New returns an *Error with a formatted detail.
 func New(code Code, format string, args ...any) *Error {

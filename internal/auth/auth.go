@@ -14,9 +14,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // Scopes an API key may carry.
@@ -79,38 +79,34 @@ func hashSecret(key string) []byte {
 }
 
 // CreateOrganization creates an organization named name with a fresh immutable id.
-func CreateOrganization(ctx context.Context, db *pgxpool.Pool, name string) (Organization, error) {
+func CreateOrganization(ctx context.Context, db dbsqlc.DBTX, name string) (Organization, error) {
 	if !orgName.MatchString(name) {
 		return Organization{}, fmt.Errorf("organization name %q must match %s", name, orgName)
 	}
-	var org Organization
-	var created any
-	err := db.QueryRow(ctx, store.Q("OrganizationCreate"), pgx.NamedArgs{"id": NewID("org_"), "name": name}).Scan(&org.ID, &org.Name, &created)
+	row, err := dbsqlc.New(db).OrganizationCreate(ctx, dbsqlc.OrganizationCreateParams{ID: NewID("org_"), Name: name})
 	if store.IsUniqueViolation(err, "organizations_name_key") {
 		return Organization{}, fmt.Errorf("organization %q already exists", name)
 	}
 	if err != nil {
-		return Organization{}, fmt.Errorf("create organization: %w", err)
+		return Organization{}, fmt.Errorf("create organization: %w", store.Classify(err))
 	}
-	return org, nil
+	return Organization{ID: row.ID, Name: row.Name}, nil
 }
 
 // OrganizationByName looks an organization up by name.
-func OrganizationByName(ctx context.Context, db *pgxpool.Pool, name string) (Organization, error) {
-	var org Organization
-	var created any
-	err := db.QueryRow(ctx, store.Q("OrganizationGetByName"), pgx.NamedArgs{"name": name}).Scan(&org.ID, &org.Name, &created)
+func OrganizationByName(ctx context.Context, db dbsqlc.DBTX, name string) (Organization, error) {
+	row, err := dbsqlc.New(db).OrganizationGetByName(ctx, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Organization{}, fmt.Errorf("no organization named %q", name)
 	}
 	if err != nil {
-		return Organization{}, fmt.Errorf("look up organization: %w", err)
+		return Organization{}, fmt.Errorf("look up organization: %w", store.Classify(err))
 	}
-	return org, nil
+	return Organization{ID: row.ID, Name: row.Name}, nil
 }
 
 // CreateKey issues a key for the organization named orgName with scopes (all scopes when empty).
-func CreateKey(ctx context.Context, db *pgxpool.Pool, orgName string, scopes []string) (CreatedKey, error) {
+func CreateKey(ctx context.Context, db dbsqlc.DBTX, orgName string, scopes []string) (CreatedKey, error) {
 	org, err := OrganizationByName(ctx, db, orgName)
 	if err != nil {
 		return CreatedKey{}, err
@@ -128,21 +124,17 @@ func CreateKey(ctx context.Context, db *pgxpool.Pool, orgName string, scopes []s
 	}
 	key := KeyPrefix + randomToken(32)
 	out := CreatedKey{ID: NewID("key_"), Key: key, OrganizationID: org.ID}
-	var created any
-	err = db.QueryRow(ctx, store.Q("APIKeyCreate"), pgx.NamedArgs{
-		"id": out.ID, "organization_id": org.ID, "secret_hash": hashSecret(key), "scopes": scopes,
-	}).Scan(&out.ID, &out.OrganizationID, &out.Scopes, &created)
+	row, err := dbsqlc.New(db).APIKeyCreate(ctx, dbsqlc.APIKeyCreateParams{ID: out.ID, OrganizationID: org.ID, SecretHash: hashSecret(key), Scopes: scopes})
 	if err != nil {
-		return CreatedKey{}, fmt.Errorf("create key: %w", err)
+		return CreatedKey{}, fmt.Errorf("create key: %w", store.Classify(err))
 	}
+	out.ID, out.OrganizationID, out.Scopes = row.ID, row.OrganizationID, row.Scopes
 	return out, nil
 }
 
 // RevokeKey revokes the key with id. Revoking a revoked key succeeds.
-func RevokeKey(ctx context.Context, db *pgxpool.Pool, id string) error {
-	var kid, org string
-	var revoked any
-	err := db.QueryRow(ctx, store.Q("APIKeyRevoke"), pgx.NamedArgs{"id": id}).Scan(&kid, &org, &revoked)
+func RevokeKey(ctx context.Context, db dbsqlc.DBTX, id string) error {
+	_, err := dbsqlc.New(db).APIKeyRevoke(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("no API key %q", id)
 	}
@@ -153,18 +145,16 @@ func RevokeKey(ctx context.Context, db *pgxpool.Pool, id string) error {
 }
 
 // Authenticate returns the principal of a presented key, or ErrUnknownKey.
-func Authenticate(ctx context.Context, db *pgxpool.Pool, key string) (Principal, error) {
+func Authenticate(ctx context.Context, db dbsqlc.DBTX, key string) (Principal, error) {
 	if !keyShape.MatchString(key) {
 		return Principal{}, ErrUnknownKey
 	}
-	var p Principal
-	err := db.QueryRow(ctx, store.Q("APIKeyAuthenticate"), pgx.NamedArgs{"secret_hash": hashSecret(key)}).
-		Scan(&p.KeyID, &p.Organization.ID, &p.Organization.Name, &p.Scopes)
+	row, err := dbsqlc.New(db).APIKeyAuthenticate(ctx, hashSecret(key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, ErrUnknownKey
 	}
 	if err != nil {
-		return Principal{}, fmt.Errorf("authenticate: %w", err)
+		return Principal{}, fmt.Errorf("authenticate: %w", store.Classify(err))
 	}
-	return p, nil
+	return Principal{KeyID: row.ID, Organization: Organization{ID: row.OrganizationID, Name: row.OrganizationName}, Scopes: row.Scopes}, nil
 }

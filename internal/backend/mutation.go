@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -59,8 +60,10 @@ type Observation struct {
 type Mutator interface {
 	// Apply makes the native object hold d, replacing any earlier generation.
 	Apply(ctx context.Context, d Desired) error
-	// Delete removes the native object; deleting an absent one succeeds.
-	Delete(ctx context.Context, kind, nativeName string) error
+	// Delete removes the native object only while it still holds what deployment wrote
+	// (compare-and-delete), so that a late delete never removes its successor; deleting an absent
+	// object, or one a later deployment rewrote, succeeds without touching it.
+	Delete(ctx context.Context, kind, nativeName string, deployment uuid.UUID) error
 	// Observe reads the native object back.
 	Observe(ctx context.Context, kind, nativeName string) (Observation, error)
 }
@@ -70,8 +73,10 @@ type Registry struct {
 	// StateDir is the Host's private state directory; selfhost desired state lives below it
 	// unless the installation names its own runtimeDir.
 	StateDir string
-	mu       sync.Mutex
-	made     map[string]Mutator
+	// Wrap, when set, wraps every mutator handed out (tests hold or fail backend calls with it).
+	Wrap func(Mutator) Mutator
+	mu   sync.Mutex
+	made map[string]Mutator
 }
 
 // Mutator returns the mutator of inst.
@@ -91,7 +96,10 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 		}
 		dir = filepath.Join(r.StateDir, "runtime", inst.Name)
 	}
-	m := &selfhostDesiredState{dir: dir}
+	var m Mutator = &selfhostDesiredState{dir: dir}
+	if r.Wrap != nil {
+		m = r.Wrap(m)
+	}
 	if r.made == nil {
 		r.made = map[string]Mutator{}
 	}
@@ -104,6 +112,7 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 // the runtime that serves them reads this state.
 type selfhostDesiredState struct {
 	dir string
+	mu  sync.Mutex
 }
 
 var nativeNameShape = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,252}$`)
@@ -123,6 +132,8 @@ func (s *selfhostDesiredState) kindDir(kind string) (string, error) {
 }
 
 func (s *selfhostDesiredState) Apply(_ context.Context, d Desired) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !nativeNameShape.MatchString(d.NativeName) {
 		return fmt.Errorf("selfhost backend: native name %q is not safe as a file name", d.NativeName)
 	}
@@ -137,13 +148,19 @@ func (s *selfhostDesiredState) Apply(_ context.Context, d Desired) error {
 	return safedir.WriteFile(dir, d.NativeName+".json", raw, safedir.Current())
 }
 
-func (s *selfhostDesiredState) Delete(_ context.Context, kind, nativeName string) error {
+func (s *selfhostDesiredState) Delete(ctx context.Context, kind, nativeName string, deployment uuid.UUID) error {
 	if !nativeNameShape.MatchString(nativeName) {
 		return fmt.Errorf("selfhost backend: native name %q is not safe as a file name", nativeName)
 	}
 	dir, err := s.kindDir(kind)
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	obs, err := s.observe(kind, nativeName)
+	if err != nil || !obs.Present || obs.DeploymentID != deployment {
+		return err // absent, or rewritten by a later deployment: not ours to remove
 	}
 	err = os.Remove(filepath.Join(dir, nativeName+".json"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -163,6 +180,10 @@ func (s *selfhostDesiredState) Delete(_ context.Context, kind, nativeName string
 }
 
 func (s *selfhostDesiredState) Observe(_ context.Context, kind, nativeName string) (Observation, error) {
+	return s.observe(kind, nativeName)
+}
+
+func (s *selfhostDesiredState) observe(kind, nativeName string) (Observation, error) {
 	if !nativeNameShape.MatchString(nativeName) {
 		return Observation{}, fmt.Errorf("selfhost backend: native name %q is not safe as a file name", nativeName)
 	}
@@ -184,13 +205,16 @@ func (s *selfhostDesiredState) Observe(_ context.Context, kind, nativeName strin
 	return Observation{Present: true, DeploymentID: d.DeploymentID, Generation: d.Generation}, nil
 }
 
-// SecretSink delivers runtime-input values to where a worker runs, and reads back what the
-// runtime was actually given, for the keyed readback digest (SPEC 3.5). It is the only
-// value-bearing seam from the Host to a backend.
+// SecretSink delivers runtime-input values to where a worker runs, and answers the readback
+// challenge over what the runtime was actually given (SPEC 3.5). It is the only value-bearing seam
+// from the Host to a backend, and no value ever comes back through it.
 type SecretSink interface {
-	DeliverSecrets(ctx context.Context, scriptName string, values map[string]sealing.Secret) error
-	// ReadSecrets reports the values held for scriptName, and false when none are.
-	ReadSecrets(ctx context.Context, scriptName string) (map[string]sealing.Secret, bool, error)
+	// DeliverSecrets gives the values to the worker scriptName (worker UID workerUID), replacing
+	// any earlier delivery.
+	DeliverSecrets(ctx context.Context, scriptName string, workerUID uuid.UUID, values map[string]sealing.Secret) error
+	// ReadbackSecrets answers HMAC-SHA256(challenge, canonical JSON of the bindings as held) for
+	// scriptName, and false when nothing is held.
+	ReadbackSecrets(ctx context.Context, scriptName string, challenge []byte) ([]byte, bool, error)
 }
 
 // SecretSink returns the secret sink of inst.
@@ -200,6 +224,9 @@ func (r *Registry) SecretSink(inst catalog.Installation) (SecretSink, error) {
 		return nil, err
 	}
 	sink, ok := m.(SecretSink)
+	for u, wrapped := m.(interface{ Unwrap() Mutator }); !ok && wrapped; u, wrapped = u.Unwrap().(interface{ Unwrap() Mutator }) {
+		sink, ok = u.Unwrap().(SecretSink)
+	}
 	if !ok {
 		return nil, fmt.Errorf("%w (pack %s cannot receive runtime inputs)", ErrNotImplemented, inst.Pack)
 	}
@@ -208,7 +235,7 @@ func (r *Registry) SecretSink(inst catalog.Installation) (SecretSink, error) {
 
 // DeliverSecrets writes the values into the runtime's private configuration (a 0600 file in a
 // 0700 directory, SPEC 6.3). They never pass through PostgreSQL.
-func (s *selfhostDesiredState) DeliverSecrets(_ context.Context, scriptName string, values map[string]sealing.Secret) error {
+func (s *selfhostDesiredState) DeliverSecrets(_ context.Context, scriptName string, _ uuid.UUID, values map[string]sealing.Secret) error {
 	if !nativeNameShape.MatchString(scriptName) {
 		return fmt.Errorf("selfhost backend: native name %q is not safe as a file name", scriptName)
 	}
@@ -227,8 +254,8 @@ func (s *selfhostDesiredState) DeliverSecrets(_ context.Context, scriptName stri
 	return safedir.WriteFile(dir, scriptName+".json", raw, safedir.Current())
 }
 
-// ReadSecrets reads back what DeliverSecrets wrote.
-func (s *selfhostDesiredState) ReadSecrets(_ context.Context, scriptName string) (map[string]sealing.Secret, bool, error) {
+// ReadbackSecrets answers the challenge over what DeliverSecrets wrote.
+func (s *selfhostDesiredState) ReadbackSecrets(_ context.Context, scriptName string, challenge []byte) ([]byte, bool, error) {
 	if !nativeNameShape.MatchString(scriptName) {
 		return nil, false, fmt.Errorf("selfhost backend: native name %q is not safe as a file name", scriptName)
 	}
@@ -249,11 +276,7 @@ func (s *selfhostDesiredState) ReadSecrets(_ context.Context, scriptName string)
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, false, fmt.Errorf("selfhost backend: unreadable runtime inputs for %s", scriptName)
 	}
-	out := make(map[string]sealing.Secret, len(f.Bindings))
-	for k, v := range f.Bindings {
-		out[k] = sealing.NewSecret(v)
-	}
-	return out, true, nil
+	return sealing.Digest(challenge, canonjson.Marshal(f.Bindings)), true, nil
 }
 
 func (s *selfhostDesiredState) secretsDir() (string, error) {

@@ -44,8 +44,9 @@ type Installation struct {
 	BaseDomain string `json:"baseDomain,omitempty"`
 }
 
-// Offering is one sold catalog entry. Digest is the SHA-256 of its canonical JSON, which includes
-// the settings of its installation, so that any change to where or how it runs changes the digest.
+// Offering is one sold catalog entry. Digest is the SHA-256 of the canonical JSON of its
+// placement, which includes the settings of its installation, so that any change to where or how
+// it runs changes the digest.
 type Offering struct {
 	ID           string   `json:"id"`
 	Kind         string   `json:"kind"`
@@ -198,15 +199,13 @@ func validateInstallation(inst *Installation) error {
 	return nil
 }
 
+// digest is the SHA-256 of the canonical JSON of o's placement (SPEC 1, offering): its id, kind,
+// pack, installation name and every installation setting that changes where or how workers run
+// or are addressed. Who it is sold to is not placement: selling it to one more organization
+// changes no digest, so nothing already placed on it drifts.
 func digest(o Offering, inst Installation) string {
-	sold := slices.Clone(o.SoldTo)
-	slices.Sort(sold)
-	soldAny := make([]any, len(sold))
-	for i, s := range sold {
-		soldAny[i] = s
-	}
 	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
-		{Key: "format", Value: "takoserver.offering.v1"},
+		{Key: "format", Value: "takoserver.offering-placement.v1"},
 		{Key: "id", Value: o.ID},
 		{Key: "kind", Value: o.Kind},
 		{Key: "installation", Value: canonjson.Object{
@@ -218,7 +217,6 @@ func digest(o Offering, inst Installation) string {
 			{Key: "accountSubdomain", Value: inst.AccountSubdomain},
 			{Key: "baseDomain", Value: inst.BaseDomain},
 		}},
-		{Key: "soldTo", Value: soldAny},
 	}))
 	return hex.EncodeToString(sum[:])
 }

@@ -1,7 +1,9 @@
 // Package ownership implements the takoform-ownership-v1 protocol (SPEC 3.2) once, for every
-// mutating route. A route describes its request as an Intent and hands over the effect; this package
-// serializes requests per object across all Host processes, replays stored responses, refuses
-// conflicting tokens, and keeps tombstones.
+// mutating route. A route describes its request as an Intent and hands over the effect; this
+// package answers replays from storage without taking anything, refuses conflicting tokens,
+// serializes requests per object across every Host replica with database state only (a key lock
+// that lives as long as one transaction, and a lease row for requests that span several), records
+// the operation ledger, binds committed outcomes, and keeps tombstones.
 package ownership
 
 import (
@@ -11,17 +13,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // Protocol is the capability name the Host advertises.
@@ -47,100 +49,86 @@ type Intent struct {
 	Key string
 	// Token is the caller's ownership token.
 	Token string
-	// Method, Path and Body make the canonical request hash.
+	// Method, Path, IfMatch and Body make the canonical request hash.
 	Method string
 	Path   string
 	Body   []byte
+	// IfMatch is the revision the caller last read (If-Match), when it sent one.
+	IfMatch *int64
 	// ResourceType and ImportID name the provider resource and import id in conflict details.
 	ResourceType string
 	ImportID     string
 }
 
-// Response is what an effect produced: stored for replay when it is a success.
+// Response is what an effect produced: stored for replay when it is a committed success.
 type Response struct {
 	Status   int
 	Body     []byte
 	UID      uuid.UUID
 	Replayed bool
-	// Operation is the ledger entry of the request that produced this answer.
+	// Operation is the ledger entry of the request that produced this answer (none for a replay).
 	Operation uuid.UUID
 }
 
-// Binding is the current owner of an object.
+// Binding is the current owner of an object and the request that produced its state.
 type Binding struct {
 	Token       string
 	RequestHash []byte
 	UID         uuid.UUID
-	// Pending is true while the owner's first effect has not finished (the Host may have crashed
-	// part-way); the owner's retry resumes it.
-	Pending bool
 }
 
-// Manager runs owned mutations against one database.
+// Manager runs owned mutations against one database. Any number of Managers, in any number of
+// processes, may share the database: everything that serializes them is in it.
 type Manager struct {
 	DB *pgxpool.Pool
+	// Holder names this process in lease rows, for operators reading them.
+	Holder string
 	// TombstoneRetention is how long tombstones are kept (30 days by default).
 	TombstoneRetention time.Duration
-	// LockWait bounds how long a request waits for another in-flight request on the same object
-	// before answering intent_in_progress.
-	LockWait time.Duration
-	// Recover settles an operation whose Host stopped mid-request (it reads the backend back and
-	// marks the operation refused). It is called with the object's lock held, before a new request
-	// on the object starts, and by RecoverStale.
-	Recover func(ctx context.Context, begin func(context.Context) (pgx.Tx, error), op uuid.UUID) error
+	// LeaseTTL is how long a multi-transaction request's lease lasts without renewal (60 s by
+	// default); the holder renews it every third of that while it works.
+	LeaseTTL time.Duration
+	// BusyWait bounds how long a request waits for another in-flight request on the same object
+	// before answering intent_in_progress (2 s by default).
+	BusyWait time.Duration
+	// Deadline bounds one mutation once it has begun (3 minutes by default). The caller going
+	// away does not cancel it: an outcome is always recorded.
+	Deadline time.Duration
+	// Recover settles an operation whose Host stopped mid-request: it reads the backend back and
+	// records what is there, ending with the operation refused. It is called, holding the key's
+	// lease in the abandoned operation's name, before any new request on the key proceeds, and by
+	// RecoverExpired.
+	Recover func(ctx context.Context, r *Recovery) error
 }
 
-// Mutation is one owned request in progress: it holds the object's lock and its ledger entry.
-// Every transaction of the effect runs on the connection that holds the lock.
-type Mutation struct {
-	// Operation is the request's ledger id.
-	Operation uuid.UUID
-	// Current is the binding before this request (nil when none).
-	Current *Binding
-	Intent  Intent
-	hash    []byte
-	conn    *pgxpool.Conn
+func (mgr *Manager) leaseTTL() time.Duration {
+	if mgr.LeaseTTL > 0 {
+		return mgr.LeaseTTL
+	}
+	return 60 * time.Second
 }
 
-// Tx runs fn in a transaction on the mutation's connection.
-func (m *Mutation) Tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	tx, err := m.conn.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+func (mgr *Manager) busyWait() time.Duration {
+	if mgr.BusyWait > 0 {
+		return mgr.BusyWait
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
-	}
-	return nil
+	return 2 * time.Second
 }
 
-// Bind records, in tx, that the request's token owns uid, before the effect has finished. Call it
-// in the transaction that creates the object's rows, so that a crash after that commit leaves an
-// object its owner's retry resumes instead of an orphan.
-func (m *Mutation) Bind(ctx context.Context, tx pgx.Tx, uid uuid.UUID) error {
-	args := keyArgs(m.Intent)
-	args["request_hash"] = m.hash
-	args["object_uid"] = uid
-	tag, err := tx.Exec(ctx, store.Q("OwnershipBindingPending"), args)
-	if err != nil {
-		return fmt.Errorf("ownership: bind: %w", err)
-	}
-	if tag.RowsAffected() != 1 {
-		return fmt.Errorf("ownership: bind: the key is bound to another token")
-	}
-	return nil
-}
+// lockWait bounds each wait on a key lock inside one transaction: other holders keep it for one
+// transaction, milliseconds.
+const lockWait = "2s"
 
-// Effect performs the mutation. It returns the response to store, or an error that refuses the
-// request (and is recorded as the operation's refusal).
+// RetryAfterSeconds is what a retryable refusal tells the caller to wait.
+const RetryAfterSeconds = 1
+
+// Effect performs a mutation. It must do nothing visible before its first m.Tx or m.Commit,
+// which is where the request takes its key; a refusal is an error.
 type Effect func(ctx context.Context, m *Mutation) (Response, error)
 
-// RequestHash is SHA-256 over the method, the path and the canonical JSON of the body.
-func RequestHash(method, path string, body []byte) ([]byte, error) {
+// RequestHash is SHA-256 over the method, the path, the If-Match revision and the canonical JSON
+// of the body.
+func RequestHash(method, path string, ifMatch *int64, body []byte) ([]byte, error) {
 	canon, err := CanonicalBody(body)
 	if err != nil {
 		return nil, err
@@ -149,6 +137,10 @@ func RequestHash(method, path string, body []byte) ([]byte, error) {
 	h.Write([]byte(method))
 	h.Write([]byte{0})
 	h.Write([]byte(path))
+	h.Write([]byte{0})
+	if ifMatch != nil {
+		h.Write([]byte("if-match:" + strconv.FormatInt(*ifMatch, 10)))
+	}
 	h.Write([]byte{0})
 	h.Write(canon)
 	return h.Sum(nil), nil
@@ -183,336 +175,193 @@ func normalize(v any) any {
 		return v
 	case json.Number:
 		return canonjson.Number(v.String())
-	case float64:
-		return canonjson.Number(fmt.Sprint(v))
 	default:
 		return v
 	}
 }
 
-func keyArgs(in Intent) pgx.NamedArgs {
-	return pgx.NamedArgs{"organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "token": in.Token}
+// record is what the database holds for a key: its binding and stored response, this token's
+// tombstone, and a request in flight.
+type record struct {
+	binding       *Binding
+	stored        *Response
+	tomb          *Response
+	intent        *uuid.UUID
+	intentExpired bool
+	intentHolder  string
 }
 
-// lock takes the object's session-level advisory lock, polling without holding a connection
-// between tries, so waiters never starve the pool. It returns the connection holding the lock.
-func (m *Manager) lock(ctx context.Context, in Intent) (*pgxpool.Conn, func(), error) {
-	wait := m.LockWait
-	if wait <= 0 {
-		wait = 10 * time.Second
-	}
-	deadline := time.Now().Add(wait)
-	args := pgx.NamedArgs{"lock_key": in.OrganizationID + "/" + in.Kind + "/" + in.Key}
-	for pause := 5 * time.Millisecond; ; pause = min(pause*2, 100*time.Millisecond) {
-		conn, err := m.DB.Acquire(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("ownership: acquire connection: %w", err)
-		}
-		var got bool
-		if err := conn.QueryRow(ctx, store.Q("OwnershipTryLock"), args).Scan(&got); err != nil {
-			conn.Release()
-			return nil, nil, fmt.Errorf("ownership: lock: %w", err)
-		}
-		if got {
-			unlock := func() {
-				var released bool
-				err := conn.QueryRow(context.Background(), store.Q("OwnershipUnlock"), args).Scan(&released)
-				if err != nil || !released {
-					// A session we cannot vouch for must not go back to the pool holding the lock.
-					_ = conn.Conn().Close(context.Background())
-				}
-				conn.Release()
-			}
-			return conn, unlock, nil
-		}
-		conn.Release()
-		if time.Now().Add(pause).After(deadline) {
-			return nil, nil, apierr.New(apierr.IntentInProgress, "another request for this %s is still in progress; retry", in.Kind)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(pause + time.Duration(rand.Int64N(int64(pause)))):
+func readRecord(rows []entry) record {
+	var r record
+	for _, e := range rows {
+		switch e.Entry {
+		case "binding":
+			r.binding = &Binding{Token: e.Token, RequestHash: e.RequestHash, UID: e.UID}
+			r.stored = &Response{Status: int(e.Status), Body: e.Body, UID: e.UID, Replayed: true}
+		case "tombstone":
+			r.tomb = &Response{Status: int(e.Status), Body: e.Body, UID: e.UID, Replayed: true}
+		case "intent":
+			op := e.UID
+			r.intent, r.intentExpired, r.intentHolder = &op, e.Status == 1, e.Token
 		}
 	}
+	return r
 }
 
-// run holds the object's lock and its ledger entry around body, recording the outcome.
-func (m *Manager) run(ctx context.Context, in Intent, body func(mut *Mutation) (Response, error)) (Response, error) {
-	if !ValidToken(in.Token) {
-		return Response{}, apierr.New(apierr.InvalidRequest, "%s must be 16 to 128 characters of [A-Za-z0-9._~-]", TokenHeader)
-	}
-	hash, err := RequestHash(in.Method, in.Path, in.Body)
-	if err != nil {
-		return Response{}, apierr.New(apierr.BadRequest, "request body is not valid JSON")
-	}
-	conn, unlock, err := m.lock(ctx, in)
-	if err != nil {
-		return Response{}, err
-	}
-	defer unlock()
-	if err := m.recoverKey(ctx, conn, in); err != nil {
-		return Response{}, err
-	}
-	mut := &Mutation{Operation: uuid.New(), Intent: in, hash: hash, conn: conn}
-	if _, err := conn.Exec(ctx, store.Q("OperationBegin"), pgx.NamedArgs{
-		"id": mut.Operation, "organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "method": in.Method,
-	}); err != nil {
-		return Response{}, fmt.Errorf("ownership: begin operation: %w", err)
-	}
-	resp, err := body(mut)
-	// The outcome is recorded even when the caller has gone away.
-	finish := pgx.NamedArgs{"id": mut.Operation, "status": "committed", "code": nil, "replayed": resp.Replayed}
-	if err != nil {
-		code := string(apierr.Internal)
-		if ae, ok := apierr.As(err); ok {
-			code = string(ae.Code)
-		}
-		finish["status"], finish["code"] = "refused", code
-	}
-	if _, ferr := conn.Exec(context.WithoutCancel(ctx), store.Q("OperationFinish"), finish); ferr != nil && err == nil {
-		err = fmt.Errorf("ownership: finish operation: %w", ferr)
-	}
-	resp.Operation = mut.Operation
-	return resp, err
-}
+type entry = dbsqlc.OwnershipLockRow
 
-// recoverKey settles operations left running on the key by a Host that stopped mid-request. The
-// caller holds the key's lock, so no live request can own them.
-func (m *Manager) recoverKey(ctx context.Context, conn *pgxpool.Conn, in Intent) error {
-	if m.Recover == nil {
-		return nil
-	}
-	rows, err := conn.Query(ctx, store.Q("OperationsRunningForKey"), pgx.NamedArgs{
-		"organization_id": in.OrganizationID, "kind": in.Kind, "external_key": in.Key, "id": uuid.Nil,
-	})
-	if err != nil {
-		return fmt.Errorf("ownership: stale operations: %w", err)
-	}
-	stale, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	if err != nil {
-		return fmt.Errorf("ownership: stale operations: %w", err)
-	}
-	for _, op := range stale {
-		if err := m.Recover(ctx, conn.Begin, op); err != nil {
-			return fmt.Errorf("ownership: recover operation %s: %w", op, err)
+// decide answers what the protocol says about a request given the key's record: a replay, a
+// refusal, or nil to go ahead.
+func decide(in Intent, hash []byte, deleting bool, r record) (*Response, error) {
+	if deleting {
+		switch {
+		case r.tomb != nil:
+			return r.tomb, nil // a replayed DELETE answers as the first did
+		case r.binding == nil:
+			return nil, apierr.New(apierr.NotFound, "no %s %q", in.Kind, in.ImportID)
+		case r.binding.Token != in.Token:
+			return nil, conflict(in, r.binding)
 		}
-	}
-	return nil
-}
-
-// RecoverStale settles running operations older than olderThan whose key's lock is free (their
-// Host is gone). It reports how many it settled.
-func (m *Manager) RecoverStale(ctx context.Context, olderThan time.Duration) (int, error) {
-	if m.Recover == nil {
-		return 0, nil
-	}
-	rows, err := m.DB.Query(ctx, store.Q("OperationsStale"), pgx.NamedArgs{"older_than_seconds": olderThan.Seconds()})
-	if err != nil {
-		return 0, fmt.Errorf("ownership: stale operations: %w", err)
-	}
-	type staleOp struct {
-		id  uuid.UUID
-		key Intent
-	}
-	var ops []staleOp
-	var op staleOp
-	if _, err := pgx.ForEachRow(rows, []any{&op.id, &op.key.OrganizationID, &op.key.Kind, &op.key.Key}, func() error {
-		ops = append(ops, op)
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("ownership: stale operations: %w", err)
-	}
-	settled := 0
-	for _, op := range ops {
-		conn, err := m.DB.Acquire(ctx)
-		if err != nil {
-			return settled, err
-		}
-		args := pgx.NamedArgs{"lock_key": op.key.OrganizationID + "/" + op.key.Kind + "/" + op.key.Key}
-		var got bool
-		if err := conn.QueryRow(ctx, store.Q("OwnershipTryLock"), args).Scan(&got); err != nil || !got {
-			conn.Release()
-			continue // a live request holds it: not stale
-		}
-		err = m.Recover(ctx, conn.Begin, op.id)
-		var released bool
-		if uerr := conn.QueryRow(context.Background(), store.Q("OwnershipUnlock"), args).Scan(&released); uerr != nil || !released {
-			_ = conn.Conn().Close(context.Background())
-		}
-		conn.Release()
-		if err != nil {
-			return settled, fmt.Errorf("ownership: recover operation %s: %w", op.id, err)
-		}
-		settled++
-	}
-	return settled, nil
-}
-
-func (m *Manager) tombstone(ctx context.Context, q pgx.Tx, in Intent) (*Response, error) {
-	var r Response
-	var hash []byte
-	err := q.QueryRow(ctx, store.Q("OwnershipTombstoneGet"), keyArgs(in)).Scan(&r.UID, &hash, &r.Status, &r.Body)
-	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("ownership: read tombstone: %w", err)
+	switch {
+	case r.tomb != nil:
+		// A late replay of a deleted object's request never resurrects it.
+		return nil, apierr.New(apierr.Tombstoned, "this ownership token's %s was deleted; a new object needs a new token", in.Kind)
+	case r.binding != nil && r.binding.Token != in.Token:
+		return nil, conflict(in, r.binding)
+	case r.binding != nil && bytes.Equal(r.binding.RequestHash, hash):
+		return r.stored, nil
 	}
-	r.Replayed = true
-	return &r, nil
-}
-
-func (m *Manager) binding(ctx context.Context, q pgx.Tx, in Intent) (*Binding, *Response, error) {
-	var b Binding
-	var state string
-	var status *int
-	var body []byte
-	err := q.QueryRow(ctx, store.Q("OwnershipBindingGet"), keyArgs(in)).Scan(&b.Token, &b.RequestHash, &b.UID, &state, &status, &body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("ownership: read binding: %w", err)
-	}
-	b.Pending = state == "pending"
-	if b.Pending {
-		return &b, nil, nil
-	}
-	return &b, &Response{Status: *status, Body: body, UID: b.UID, Replayed: true}, nil
-}
-
-// lookup reads the tombstone and binding of in's key.
-func (m *Manager) lookup(ctx context.Context, mut *Mutation) (tomb *Response, current *Binding, stored *Response, err error) {
-	err = mut.Tx(ctx, func(tx pgx.Tx) error {
-		if tomb, err = m.tombstone(ctx, tx, mut.Intent); err != nil || tomb != nil {
-			return err
-		}
-		current, stored, err = m.binding(ctx, tx, mut.Intent)
-		return err
-	})
-	return tomb, current, stored, err
+	return nil, nil
 }
 
 func conflict(in Intent, b *Binding) *apierr.Error {
+	cmd := fmt.Sprintf("terraform import %s.<name> %s", in.ResourceType, in.ImportID)
+	block := fmt.Sprintf("import {\n  to = %s.<name>\n  id = %q\n}", in.ResourceType, in.ImportID)
 	return apierr.New(apierr.OwnershipConflict,
-		"this %s is owned by another ownership token; adopt it with `terraform import %s.<name> %s` (or `tofu import`)",
-		in.Kind, in.ResourceType, in.ImportID).
+		"this %s is owned by another ownership token; adopt it with `%s` (or `tofu import`), or an import block with id %q",
+		in.Kind, cmd, in.ImportID).
 		With("conflict", map[string]any{
 			"kind":          in.Kind,
 			"id":            in.ImportID,
 			"uid":           b.UID.String(),
-			"importCommand": fmt.Sprintf("terraform import %s.<name> %s", in.ResourceType, in.ImportID),
+			"importCommand": cmd,
+			"importBlock":   block,
 		})
 }
 
-// Put runs an owned create-or-update. The effect sees the current binding (nil for a create, or
-// a pending one to resume); a success is bound to the token and stored for replay, a refusal
-// changes no binding.
-func (m *Manager) Put(ctx context.Context, in Intent, effect Effect) (Response, error) {
-	return m.run(ctx, in, func(mut *Mutation) (Response, error) {
-		tomb, current, stored, err := m.lookup(ctx, mut)
+// Put runs an owned create-or-update.
+func (mgr *Manager) Put(ctx context.Context, in Intent, effect Effect) (Response, error) {
+	return mgr.run(ctx, in, false, effect)
+}
+
+// Delete runs an owned delete: the token must own the object; the response is kept in a
+// tombstone so that a replayed DELETE answers as the first did.
+func (mgr *Manager) Delete(ctx context.Context, in Intent, effect Effect) (Response, error) {
+	return mgr.run(ctx, in, true, effect)
+}
+
+func (mgr *Manager) run(ctx context.Context, in Intent, deleting bool, effect Effect) (Response, error) {
+	if !ValidToken(in.Token) {
+		return Response{}, apierr.New(apierr.InvalidRequest, "%s must be 16 to 128 characters of [A-Za-z0-9._~-]", TokenHeader)
+	}
+	hash, err := RequestHash(in.Method, in.Path, in.IfMatch, in.Body)
+	if err != nil {
+		return Response{}, apierr.New(apierr.BadRequest, "request body is not valid JSON")
+	}
+	// The fast path: a replay, a tombstone or a conflict is answered from one read.
+	q := dbsqlc.New(mgr.DB)
+	rows, err := q.OwnershipLookup(ctx, dbsqlc.OwnershipLookupParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token})
+	if err != nil {
+		return Response{}, fmt.Errorf("ownership: lookup: %w", store.Classify(err))
+	}
+	lookup := make([]entry, len(rows))
+	for i, r := range rows {
+		lookup[i] = entry(r)
+	}
+	if resp, err := decide(in, hash, deleting, readRecord(lookup)); resp != nil || err != nil {
+		if resp != nil {
+			return *resp, nil
+		}
+		return Response{}, err
+	}
+
+	// From here the request runs to an outcome even if its caller goes away.
+	deadline := mgr.Deadline
+	if deadline <= 0 {
+		deadline = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	busyUntil := time.Now().Add(mgr.busyWait())
+	for pause := 20 * time.Millisecond; ; pause = min(pause*2, 250*time.Millisecond) {
+		m := &Mutation{Operation: uuid.New(), Intent: in, mgr: mgr, hash: hash, deleting: deleting}
+		resp, err := runEffect(ctx, m, effect)
+		var answered *answeredError
 		switch {
+		case errors.As(err, &answered):
+			return answered.resp, answered.err
+		case errors.Is(err, errBusy):
+			if time.Now().Add(pause).After(busyUntil) {
+				err := apierr.New(apierr.IntentInProgress, "another request for this %s is still in progress; retry", in.Kind)
+				return Response{}, err
+			}
+			time.Sleep(pause)
+			continue
+		case errors.Is(err, errRecovered):
+			continue // an abandoned operation was settled: decide afresh
 		case err != nil:
-			return Response{}, err
-		case tomb != nil:
-			// A late replay of a deleted object's request never resurrects it.
-			return Response{}, apierr.New(apierr.Tombstoned, "this ownership token's %s was deleted; a new object needs a new token", in.Kind)
-		case current != nil && current.Token != in.Token:
-			return Response{}, conflict(in, current)
-		case stored != nil && bytes.Equal(current.RequestHash, mut.hash):
-			return *stored, nil
+			return Response{Operation: m.Operation}, m.refuse(ctx, err)
 		}
-		mut.Current = current
-		resp, err := effect(ctx, mut)
-		if err != nil {
-			return Response{}, err
-		}
-		if resp.Status < 200 || resp.Status > 299 {
-			return Response{}, fmt.Errorf("ownership: effect returned status %d without an error", resp.Status)
-		}
-		args := keyArgs(in)
-		args["request_hash"] = mut.hash
-		args["object_uid"] = resp.UID
-		args["response_status"] = resp.Status
-		args["response_body"] = resp.Body
-		tag, err := mut.conn.Exec(ctx, store.Q("OwnershipBindingComplete"), args)
-		if err != nil {
-			return Response{}, fmt.Errorf("ownership: bind: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return Response{}, fmt.Errorf("ownership: bind: the key is bound to another token")
-		}
+		resp.Operation = m.Operation
 		return resp, nil
-	})
+	}
 }
 
-// Delete runs an owned delete. The token must own the object; the response is kept in a
-// tombstone so a replayed DELETE answers as the first did.
-func (m *Manager) Delete(ctx context.Context, in Intent, effect Effect) (Response, error) {
-	return m.run(ctx, in, func(mut *Mutation) (Response, error) {
-		tomb, current, _, err := m.lookup(ctx, mut)
-		switch {
-		case err != nil:
-			return Response{}, err
-		case tomb != nil:
-			return *tomb, nil
-		case current == nil:
-			return Response{}, apierr.New(apierr.NotFound, "no %s %q", in.Kind, in.ImportID)
-		case current.Token != in.Token:
-			return Response{}, conflict(in, current)
-		}
-		mut.Current = current
-		resp, err := effect(ctx, mut)
-		if err != nil {
-			return Response{}, err
-		}
-		retention := m.TombstoneRetention
-		if retention <= 0 {
-			retention = 30 * 24 * time.Hour
-		}
-		resp.UID = current.UID
-		err = mut.Tx(ctx, func(tx pgx.Tx) error {
-			args := keyArgs(in)
-			args["object_uid"] = current.UID
-			args["request_hash"] = mut.hash
-			args["response_status"] = resp.Status
-			args["response_body"] = resp.Body
-			args["retention_seconds"] = int64(retention / time.Second)
-			if _, err := tx.Exec(ctx, store.Q("OwnershipTombstoneCreate"), args); err != nil {
-				return fmt.Errorf("ownership: tombstone: %w", err)
-			}
-			if _, err := tx.Exec(ctx, store.Q("OwnershipBindingDelete"), keyArgs(in)); err != nil {
-				return fmt.Errorf("ownership: unbind: %w", err)
-			}
-			return nil
-		})
-		return resp, err
-	})
+// runEffect runs effect and stops the lease's renewal however it ends, a panic included: a request
+// that dies mid-way leaves its lease to expire like a stopped Host's, and recovery settles it.
+func runEffect(ctx context.Context, m *Mutation, effect Effect) (Response, error) {
+	defer m.stopHeartbeat()
+	return effect(ctx, m)
+}
+
+// errBusy means another request holds the key's lease.
+var errBusy = errors.New("ownership: another request is in flight")
+
+// errRecovered means the key's abandoned operation was just settled; the request starts over.
+var errRecovered = errors.New("ownership: recovered an abandoned operation")
+
+// errLeaseLost means the request's lease expired and was taken over while it worked.
+var errLeaseLost = apierr.New(apierr.IntentInProgress, "this request ran past its lease and was taken over; retry")
+
+// answeredError carries an answer decided under the key lock: a replay or a refusal that the
+// first read did not see because another request finished in between.
+type answeredError struct {
+	resp Response
+	err  error
+}
+
+func (e *answeredError) Error() string { return "ownership: answered under the key lock" }
+
+// PurgeTombstones deletes tombstones past their retention and reports how many went.
+func (mgr *Manager) PurgeTombstones(ctx context.Context) (int64, error) {
+	n, err := dbsqlc.New(mgr.DB).OwnershipTombstonePurge(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("ownership: purge tombstones: %w", store.Classify(err))
+	}
+	return n, nil
 }
 
 // Tokens returns the owning token of each key of kind in the organization.
-func Tokens(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, organizationID, kind string, keys []string) (map[string]string, error) {
-	rows, err := q.Query(ctx, store.Q("OwnershipBindingTokens"), pgx.NamedArgs{"organization_id": organizationID, "kind": kind, "external_keys": keys})
+func Tokens(ctx context.Context, db dbsqlc.DBTX, organizationID, kind string, keys []string) (map[string]string, error) {
+	rows, err := dbsqlc.New(db).OwnershipTokens(ctx, dbsqlc.OwnershipTokensParams{OrganizationID: organizationID, Kind: kind, ExternalKeys: keys})
 	if err != nil {
-		return nil, fmt.Errorf("ownership: tokens: %w", err)
+		return nil, fmt.Errorf("ownership: tokens: %w", store.Classify(err))
 	}
-	out := map[string]string{}
-	var key, token string
-	_, err = pgx.ForEachRow(rows, []any{&key, &token}, func() error { out[key] = token; return nil })
-	if err != nil {
-		return nil, fmt.Errorf("ownership: tokens: %w", err)
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.ExternalKey] = r.Token
 	}
 	return out, nil
-}
-
-// PurgeTombstones deletes tombstones past their retention and reports how many went.
-func (m *Manager) PurgeTombstones(ctx context.Context) (int64, error) {
-	tag, err := m.DB.Exec(ctx, store.Q("OwnershipTombstonePurge"))
-	if err != nil {
-		return 0, fmt.Errorf("ownership: purge tombstones: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }

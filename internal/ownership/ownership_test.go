@@ -8,9 +8,9 @@ import (
 
 func TestRequestHashIgnoresFormattingOnly(t *testing.T) {
 	t.Parallel()
-	a, err := RequestHash("PUT", "/v1/x/a", []byte(`{"b":1,"a":{"y":"<&>","x":[1,2]}}`))
+	a, err := RequestHash("PUT", "/v1/x/a", nil, []byte(`{"b":1,"a":{"y":"<&>","x":[1,2]}}`))
 	require.NoError(t, err)
-	b, err := RequestHash("PUT", "/v1/x/a", []byte("{ \"a\": {\"x\": [1, 2], \"y\": \"<&>\"},\n  \"b\": 1 }"))
+	b, err := RequestHash("PUT", "/v1/x/a", nil, []byte("{ \"a\": {\"x\": [1, 2], \"y\": \"<&>\"},\n  \"b\": 1 }"))
 	require.NoError(t, err)
 	require.Equal(t, a, b)
 
@@ -20,10 +20,15 @@ func TestRequestHashIgnoresFormattingOnly(t *testing.T) {
 		{"PUT", "/v1/x/a", `{"b":2,"a":{"y":"<&>","x":[1,2]}}`},
 		{"PUT", "/v1/x/a", `{"b":1,"a":{"y":"<&>","x":[2,1]}}`},
 	} {
-		h, err := RequestHash(other.method, other.path, []byte(other.body))
+		h, err := RequestHash(other.method, other.path, nil, []byte(other.body))
 		require.NoError(t, err)
 		require.NotEqual(t, a, h, "%+v", other)
 	}
+	// If-Match is part of the request: a late copy of an older update is another request.
+	rev := int64(3)
+	withRevision, err := RequestHash("PUT", "/v1/x/a", &rev, []byte(`{"b":1,"a":{"y":"<&>","x":[1,2]}}`))
+	require.NoError(t, err)
+	require.NotEqual(t, a, withRevision)
 }
 
 func TestCanonicalBody(t *testing.T) {

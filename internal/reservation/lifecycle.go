@@ -10,18 +10,8 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
-	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
-
-// Placement returns where the reservation was placed.
-func (r Reservation) Placement() catalog.Placement {
-	return catalog.Placement{OfferingID: r.OfferingID, OfferingDigest: r.OfferingDigest, Pack: r.Pack, Installation: r.Installation}
-}
-
-// Live reports whether the row holds its origin as a live reservation.
-func (r Reservation) Live() bool {
-	return r.Status == "prepared" || r.Status == "bound" || r.Status == "activated"
-}
 
 // WorkerIncarnation is a worker as the reservation authority sees it: proved Ready at its current
 // generation by the caller, in the same transaction, with its active deployment's placement.
@@ -32,6 +22,12 @@ type WorkerIncarnation struct {
 	Space          string
 	Name           string
 	Placement      catalog.Placement
+}
+
+// EndpointWitness is an endpoint being created on a reservation: recorded as its witness.
+type EndpointWitness struct {
+	UID      uuid.UUID
+	Revision int64
 }
 
 // EndpointIncarnation is an endpoint proved Ready at its current generation by the caller.
@@ -45,6 +41,8 @@ type EndpointIncarnation struct {
 
 func mustBeLive(r Reservation) error {
 	switch {
+	case r.Format != FormatV2:
+		return apierr.New(apierr.ReservationMismatch, "reservation %q is a migrated %s row; it is readable and never written", r.ID, r.Format)
 	case r.Live():
 		return nil
 	case r.Status == "expired":
@@ -54,10 +52,13 @@ func mustBeLive(r Reservation) error {
 	}
 }
 
-// Bind binds the reservation to the exact worker incarnation, or advances a binding to the same
-// UID at an older revision (SPEC 3.3, bind). The caller has proved w Ready in tx.
-func (s *Service) Bind(ctx context.Context, tx pgx.Tx, id string, w WorkerIncarnation) (Reservation, error) {
-	current, err := get(ctx, tx, w.OrganizationID, id)
+// Bind binds the reservation to the exact worker incarnation w, or advances a binding to the same
+// UID at an older revision, or takes over the binding of a worker that is provably gone; and, when
+// e is set (an endpoint create), records e as the reservation's endpoint witness in the same
+// compare-and-swap, clearing in place a previous witness that is provably gone (SPEC 3.3). The
+// caller has proved w Ready in tx.
+func (s *Service) Bind(ctx context.Context, tx pgx.Tx, id string, w WorkerIncarnation, e *EndpointWitness) (Reservation, error) {
+	current, err := lock(ctx, tx, w.OrganizationID, id)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -67,35 +68,71 @@ func (s *Service) Bind(ctx context.Context, tx pgx.Tx, id string, w WorkerIncarn
 	if current.Space != w.Space || current.WorkerName != w.Name {
 		return Reservation{}, apierr.New(apierr.ReservationMismatch, "reservation %q is for worker %s/%s, not %s/%s", id, current.Space, current.WorkerName, w.Space, w.Name)
 	}
-	if current.BoundWorkerUID != nil && *current.BoundWorkerUID != w.UID {
-		return Reservation{}, apierr.New(apierr.BoundElsewhere, "reservation %q is bound to another incarnation of worker %s/%s (uid %s)", id, w.Space, w.Name, current.BoundWorkerUID)
-	}
 	if current.Placement() != w.Placement {
 		return Reservation{}, apierr.New(apierr.PlacementDrift, "reservation %q is placed on offering %s (digest %.12s) but the worker's active deployment is on %s (digest %.12s)",
 			id, current.OfferingID, current.OfferingDigest, w.Placement.OfferingID, w.Placement.OfferingDigest)
 	}
-	if current.BoundWorkerUID != nil && *current.BoundWorkerRevision >= w.Revision {
-		return current, nil // already bound to this incarnation at this (or a later) revision
+	sameWorker := current.BoundWorkerUID != nil && *current.BoundWorkerUID == w.UID
+	if current.Status != "prepared" && sameWorker && *current.BoundWorkerRevision >= w.Revision &&
+		(e == nil || (current.EndpointUID != nil && *current.EndpointUID == e.UID && *current.EndpointRevision == e.Revision)) {
+		return current, nil // already bound to this incarnation (and witnessed by this endpoint)
 	}
-	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationBindWorker"), pgx.NamedArgs{
-		"organization_id": w.OrganizationID, "id": id, "worker_uid": w.UID, "worker_revision": w.Revision,
-		"space": w.Space, "worker_name": w.Name, "offering_id": w.Placement.OfferingID, "offering_digest": w.Placement.OfferingDigest,
-		"pack": w.Placement.Pack, "installation": w.Placement.Installation,
-	}))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Reservation{}, apierr.New(apierr.IntentInProgress, "reservation %q changed while binding; retry", id)
+	params := dbsqlc.ReservationBindParams{
+		OrganizationID: w.OrganizationID, ID: id, WorkerUID: w.UID, WorkerRevision: w.Revision,
+		Space: w.Space, WorkerName: w.Name, OfferingID: w.Placement.OfferingID, OfferingDigest: w.Placement.OfferingDigest,
+		Pack: w.Placement.Pack, Installation: w.Placement.Installation,
 	}
+	if e != nil {
+		params.EndpointUID, params.EndpointRevision = &e.UID, &e.Revision
+	}
+	row, err := dbsqlc.New(tx).ReservationBind(ctx, params)
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: bind: %w", err)
 	}
-	return r, nil
+	if row.WrittenRevision != 0 {
+		return lock(ctx, tx, w.OrganizationID, id)
+	}
+	// Nothing written: name what stands in the way.
+	if current.BoundWorkerUID != nil && !sameWorker {
+		if b(row.WorkerPresent) {
+			return Reservation{}, apierr.New(apierr.BoundElsewhere, "reservation %q is bound to another worker incarnation of %s/%s (uid %s) that still exists; delete it first, or use another reservation",
+				id, w.Space, w.Name, current.BoundWorkerUID)
+		}
+		if unmet := unmetOf(map[string]bool{"attestation_open": b(row.WorkerAttestationOpen), "deployment_live": b(row.WorkerDeploymentLive), "lease_claimed": b(row.WorkerLeaseClaimed)}); len(unmet) > 0 {
+			return Reservation{}, witnessOpen(id, "its previous worker (uid "+current.BoundWorkerUID.String()+") is deleted but not yet provably gone", unmet)
+		}
+	}
+	if current.EndpointUID != nil && (e == nil || *current.EndpointUID != e.UID) {
+		if b(row.WitnessPresent) {
+			return Reservation{}, apierr.New(apierr.BoundElsewhere, "reservation %q already carries endpoint %s, which still exists; one reservation publishes one endpoint", id, current.EndpointUID)
+		}
+		if unmet := unmetOf(map[string]bool{"lease_claimed": b(row.WitnessLeaseClaimed), "attestation_open": b(row.WitnessAttestationOpen), "deployment_live": b(row.WitnessDeploymentLive)}); len(unmet) > 0 {
+			return Reservation{}, witnessOpen(id, "its previous endpoint (uid "+current.EndpointUID.String()+") is deleted but its route may still answer", unmet)
+		}
+	}
+	return Reservation{}, apierr.New(apierr.IntentInProgress, "reservation %q changed while binding; retry", id)
 }
 
-// Activate moves a bound reservation to activated with the exact endpoint (SPEC 3.3,
-// activation). A retained witness of an earlier endpoint is let go of in place first, under the
-// fences; replaying the same endpoint is idempotent.
+// unmetOf lists the fences that are set, in the order SPEC 3.3 names them.
+func unmetOf(fences map[string]bool) []string {
+	unmet := []string{}
+	for _, name := range []string{"activation", "lease_claimed", "endpoint_present", "attestation_open", "deployment_live"} {
+		if fences[name] {
+			unmet = append(unmet, name)
+		}
+	}
+	return unmet
+}
+
+func witnessOpen(id, why string, unmet []string) *apierr.Error {
+	return apierr.New(apierr.WitnessOpen, "reservation %q keeps its origin until %s; retry shortly (unmet fences %v)", id, why, unmet).
+		With("unmetFences", unmet)
+}
+
+// Activate moves a bound reservation to activated with the exact endpoint recorded as its
+// witness (SPEC 3.3, activation). Replaying the same endpoint is idempotent.
 func (s *Service) Activate(ctx context.Context, tx pgx.Tx, orgID, id string, e EndpointIncarnation) (Reservation, error) {
-	current, err := get(ctx, tx, orgID, id)
+	current, err := lock(ctx, tx, orgID, id)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -109,7 +146,9 @@ func (s *Service) Activate(ctx context.Context, tx pgx.Tx, orgID, id string, e E
 	case current.Status == "activated":
 		return Reservation{}, apierr.New(apierr.ActivationMismatch, "reservation %q is activated with another endpoint (uid %s); delete that activation first", id, current.EndpointUID)
 	case current.Status != "bound":
-		return Reservation{}, apierr.New(apierr.ActivationMismatch, "reservation %q is %s; it must be bound to the endpoint's worker first (create the endpoint with this reservation)", id, current.Status)
+		return Reservation{}, apierr.New(apierr.ActivationMismatch, "reservation %q is %s; create the endpoint with this reservation first", id, current.Status)
+	case current.EndpointUID == nil || *current.EndpointUID != e.UID:
+		return Reservation{}, apierr.New(apierr.ActivationMismatch, "endpoint %s was not created on reservation %q; activate the endpoint that names it", e.UID, id)
 	case *current.BoundWorkerUID != e.WorkerUID:
 		return Reservation{}, apierr.New(apierr.ActivationMismatch, "the endpoint belongs to worker uid %s, but reservation %q is bound to %s", e.WorkerUID, id, current.BoundWorkerUID)
 	case current.CanonicalOrigin != e.CanonicalOrigin:
@@ -117,87 +156,70 @@ func (s *Service) Activate(ctx context.Context, tx pgx.Tx, orgID, id string, e E
 	case current.Pack != e.Placement.Pack || current.Installation != e.Placement.Installation:
 		return Reservation{}, apierr.New(apierr.PlacementDrift, "the endpoint runs on %s/%s, but reservation %q is placed on %s/%s", e.Placement.Pack, e.Placement.Installation, id, current.Pack, current.Installation)
 	}
-	if current.EndpointUID != nil && *current.EndpointUID != e.UID {
-		if _, err := s.ClearWitness(ctx, tx, orgID, id); err != nil {
-			return Reservation{}, err
-		}
-	}
-	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationActivate"), pgx.NamedArgs{
-		"organization_id": orgID, "id": id, "endpoint_uid": e.UID, "endpoint_revision": e.Revision,
-		"worker_uid": e.WorkerUID, "canonical_origin": e.CanonicalOrigin, "pack": e.Placement.Pack, "installation": e.Placement.Installation,
-	}))
+	row, err := dbsqlc.New(tx).ReservationActivate(ctx, dbsqlc.ReservationActivateParams{
+		OrganizationID: orgID, ID: id, EndpointUID: &e.UID, EndpointRevision: &e.Revision, WorkerUID: &e.WorkerUID,
+		CanonicalOrigin: e.CanonicalOrigin, Pack: e.Placement.Pack, Installation: e.Placement.Installation,
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Reservation{}, apierr.New(apierr.IntentInProgress, "reservation %q changed while activating; retry", id)
 	}
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: activate: %w", err)
 	}
-	return r, nil
+	return fromRow(row, ""), nil
 }
 
 // Deactivate moves an activated reservation back to bound, keeping the endpoint as the deletion
 // witness. A reservation that is not activated is left as it is.
 func (s *Service) Deactivate(ctx context.Context, tx pgx.Tx, orgID, id string) (Reservation, error) {
-	current, err := get(ctx, tx, orgID, id)
+	current, err := lock(ctx, tx, orgID, id)
 	if err != nil {
 		return Reservation{}, err
 	}
 	if current.Status != "activated" {
 		return current, nil
 	}
-	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationDeactivate"), pgx.NamedArgs{"organization_id": orgID, "id": id}))
+	if current.Format != FormatV2 {
+		return Reservation{}, apierr.New(apierr.ReservationMismatch, "reservation %q is a migrated %s row; it is readable and never written", id, current.Format)
+	}
+	row, err := dbsqlc.New(tx).ReservationDeactivate(ctx, dbsqlc.ReservationDeactivateParams{OrganizationID: orgID, ID: id})
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: deactivate: %w", err)
 	}
-	return r, nil
+	return fromRow(row, ""), nil
 }
 
 // ClearWitness drops a witness that is provably gone (SPEC 3.4, letting go in place). It reports
-// whether the witness was cleared; unmet fences refuse with release_fenced.
+// whether the witness was cleared; unmet fences refuse with witness_open.
 func (s *Service) ClearWitness(ctx context.Context, tx pgx.Tx, orgID, id string) (bool, error) {
-	var lease, present, attestation, deployment, cleared bool
-	err := tx.QueryRow(ctx, store.Q("ReservationClearWitness"), pgx.NamedArgs{"organization_id": orgID, "id": id}).
-		Scan(&lease, &present, &attestation, &deployment, &cleared)
+	f, err := dbsqlc.New(tx).ReservationClearWitness(ctx, dbsqlc.ReservationClearWitnessParams{OrganizationID: orgID, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // nothing retained
 	}
 	if err != nil {
 		return false, fmt.Errorf("reservation: clear witness: %w", err)
 	}
-	if !cleared {
-		return false, fenced(id, false, lease, present, attestation, deployment)
+	if f.Cleared {
+		return true, nil
 	}
-	return true, nil
+	if b(f.EndpointPresent) {
+		return false, apierr.New(apierr.BoundElsewhere, "reservation %q still carries an endpoint that exists; delete it first", id)
+	}
+	return false, witnessOpen(id, "its previous endpoint's route is provably gone",
+		unmetOf(map[string]bool{"lease_claimed": b(f.LeaseClaimed), "attestation_open": b(f.AttestationOpen), "deployment_live": b(f.DeploymentLive)}))
 }
 
 func fenced(id string, activation, lease, present, attestation, deployment bool) *apierr.Error {
-	unmet := []string{}
-	for _, f := range []struct {
-		on   bool
-		name string
-	}{{activation, "activation"}, {lease, "lease_claimed"}, {present, "endpoint_present"}, {attestation, "attestation_open"}, {deployment, "deployment_live"}} {
-		if f.on {
-			unmet = append(unmet, f.name)
-		}
+	unmet := unmetOf(map[string]bool{"activation": activation, "lease_claimed": lease, "endpoint_present": present, "attestation_open": attestation, "deployment_live": deployment})
+	first := "wait for the endpoint's deletion to close"
+	switch {
+	case activation:
+		first = "destroy the activation (takoform_worker_endpoint_activation) first, then the endpoint"
+	case present:
+		first = "destroy the endpoint (takoform_worker_endpoint) first"
+	case lease:
+		first = "wait for the runtime input's claim to settle or expire, or delete it"
 	}
-	return apierr.New(apierr.ReleaseFenced, "reservation %q cannot let go of its origin yet: unmet fences %v (destroy the activation, then the endpoint, and wait for its deletion to close)", id, unmet).
+	return apierr.New(apierr.ReleaseFenced, "reservation %q cannot let go of its origin yet: unmet fences %v; %s", id, unmet, first).
 		With("unmetFences", unmet)
-}
-
-// release applies the four-fence release in one statement.
-func release(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) error {
-	var status string
-	var activation, lease, present, attestation, deployment, released bool
-	err := tx.QueryRow(ctx, store.Q("ReservationReleaseFenced"), pgx.NamedArgs{"organization_id": orgID, "id": id, "uid": uid}).
-		Scan(&status, &activation, &lease, &present, &attestation, &deployment, &released)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return apierr.New(apierr.NotFound, "no reservation %q", id)
-	}
-	if err != nil {
-		return fmt.Errorf("reservation: release: %w", err)
-	}
-	if released || status == "released" {
-		return nil
-	}
-	return fenced(id, activation, lease, present, attestation, deployment)
 }

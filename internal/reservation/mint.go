@@ -11,6 +11,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // MintedLabel is the subdomain the Host mints for w on b: the backend's hostMintedSubdomain, or,
@@ -22,34 +23,35 @@ func MintedLabel(b backend.Backend, w backend.WorkerRef) string {
 	return backend.DerivedProviderResourceName("tsw", w)
 }
 
-// Mint returns the Host-minted reservation of the exact worker incarnation w, bound to it, making,
-// reviving or repairing it as SPEC 3.4 says. It never takes an address from a caller's live
-// reservation and never reallocates one an old endpoint may still answer on.
+// Mint returns the Host-minted reservation of the exact worker incarnation w, making, reviving
+// or repairing it as SPEC 3.4 says, bound to w. It never takes an address from a caller's
+// reservation and never reallocates one an old endpoint may still answer on. The endpoint create
+// that called it then records itself on the row through Bind.
 func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b backend.Backend) (Reservation, error) {
 	ref := backend.WorkerRef{TenantRef: w.OrganizationID, Space: w.Space, Name: w.Name, UID: w.UID.String()}
 	id := backend.HostMintedReservationID(ref)
 	label := MintedLabel(b, ref)
 	origin := b.CanonicalOrigin(label)
+	q := dbsqlc.New(tx)
 
 	// The mint sweeps its own row (and whatever it could conflict with) before deciding anything.
-	if err := sweep(ctx, tx, w.OrganizationID, id, w.Space, w.Name, origin); err != nil {
+	if err := sweep(ctx, q, w.OrganizationID, id, w.Space, w.Name, origin); err != nil {
 		return Reservation{}, err
 	}
-
 	// Earlier incarnations of this worker name hold the same address until released under the
 	// four fences; an activated one has its witness cleared in place first.
 	if err := s.releaseSuperseded(ctx, tx, w, id); err != nil {
 		return Reservation{}, err
 	}
 
-	current, err := scan(tx.QueryRow(ctx, store.Q("ReservationGetAny"), pgx.NamedArgs{"organization_id": w.OrganizationID, "id": id}))
+	row, err := q.ReservationLock(ctx, dbsqlc.ReservationLockParams{OrganizationID: w.OrganizationID, ID: id})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), err == nil && current.Status == "released":
+	case errors.Is(err, pgx.ErrNoRows), err == nil && row.EffectiveStatus == "released":
 		return s.insertMinted(ctx, tx, w, id, label, origin)
 	case err != nil:
 		return Reservation{}, fmt.Errorf("reservation: mint: %w", err)
 	}
-
+	current := fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus)
 	if current.Status == "expired" {
 		if current.EndpointUID != nil {
 			// It published: waiting does not free the address. Repair it by the in-place clear,
@@ -58,17 +60,17 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 				return Reservation{}, err
 			}
 		}
+		if current.Status != row.WorkerEndpointOriginReservation.Status {
+			// Expired by time but not yet swept (it never conflicted with anything): store it.
+			if err := sweep(ctx, q, w.OrganizationID, id, "", "", ""); err != nil {
+				return Reservation{}, err
+			}
+		}
 		if err := revive(ctx, tx, w, id); err != nil {
 			return Reservation{}, err
 		}
-	} else if current.EndpointUID != nil {
-		// A deactivated row still holds its old endpoint, or an activated one names an endpoint
-		// that may never have committed: let go of it in place if it is provably gone.
-		if _, err := s.ClearWitness(ctx, tx, w.OrganizationID, id); err != nil {
-			return Reservation{}, err
-		}
 	}
-	return s.Bind(ctx, tx, id, w)
+	return lock(ctx, tx, w.OrganizationID, id)
 }
 
 func (s *Service) insertMinted(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id, label, origin string) (Reservation, error) {
@@ -76,24 +78,31 @@ func (s *Service) insertMinted(ctx context.Context, tx pgx.Tx, w WorkerIncarnati
 	if err != nil {
 		return Reservation{}, err
 	}
-	r, err := scan(sp.QueryRow(ctx, store.Q("ReservationMint"), pgx.NamedArgs{
-		"organization_id": w.OrganizationID, "id": id, "uid": uuid.New(), "space": w.Space, "worker_name": w.Name,
-		"subdomain": label, "canonical_origin": origin, "ttl_seconds": DefaultTTLSeconds,
-		"worker_uid": w.UID, "worker_revision": w.Revision, "offering_id": w.Placement.OfferingID,
-		"offering_digest": w.Placement.OfferingDigest, "pack": w.Placement.Pack, "installation": w.Placement.Installation,
-	}))
+	row, err := dbsqlc.New(sp).ReservationMint(ctx, dbsqlc.ReservationMintParams{
+		OrganizationID: w.OrganizationID, ID: id, UID: uuid.New(), Space: w.Space, WorkerName: w.Name,
+		Subdomain: label, CanonicalOrigin: origin, TTLSeconds: DefaultTTLSeconds,
+		WorkerUID: &w.UID, WorkerRevision: &w.Revision, OfferingID: w.Placement.OfferingID,
+		OfferingDigest: w.Placement.OfferingDigest, Pack: w.Placement.Pack, Installation: w.Placement.Installation,
+	})
 	if err != nil {
 		_ = sp.Rollback(ctx)
 	}
 	switch {
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_origin_key"):
-		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another reservation; the Host does not take it", origin)
+		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another reservation; the Host does not take it", origin).
+			With("canonicalOrigin", origin)
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_worker_key"):
-		return Reservation{}, apierr.New(apierr.ReservationConflict, "a live reservation already holds worker %s/%s; create the endpoint with that reservation (originReservationId)", w.Space, w.Name)
+		return Reservation{}, apierr.New(apierr.ReservationConflict, "a reservation already holds worker %s/%s; create the endpoint with that reservation (originReservationId)", w.Space, w.Name)
+	case errors.Is(err, pgx.ErrNoRows):
+		// Another request minted this very row in the meantime (two first mints for one worker).
+		return Reservation{}, apierr.New(apierr.IntentInProgress, "the Host-minted reservation of worker %s/%s is being minted by another request; retry", w.Space, w.Name)
 	case err != nil:
 		return Reservation{}, fmt.Errorf("reservation: mint: %w", err)
 	}
-	return r, sp.Commit(ctx)
+	if err := sp.Commit(ctx); err != nil {
+		return Reservation{}, err
+	}
+	return fromRow(row, ""), nil
 }
 
 func revive(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id string) error {
@@ -101,13 +110,13 @@ func revive(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id string) erro
 	if err != nil {
 		return err
 	}
-	_, err = scan(sp.QueryRow(ctx, store.Q("ReservationRevive"), pgx.NamedArgs{"organization_id": w.OrganizationID, "id": id, "worker_uid": w.UID}))
+	_, err = dbsqlc.New(sp).ReservationRevive(ctx, dbsqlc.ReservationReviveParams{OrganizationID: w.OrganizationID, ID: id, WorkerUID: &w.UID})
 	if err != nil {
 		_ = sp.Rollback(ctx)
 	}
 	switch {
 	case store.IsUniqueViolation(err, ""):
-		return apierr.New(apierr.OriginTaken, "the expired Host-minted reservation %q cannot come back without displacing a live reservation", id)
+		return apierr.New(apierr.OriginTaken, "the expired Host-minted reservation %q cannot come back without displacing another reservation", id)
 	case errors.Is(err, pgx.ErrNoRows):
 		return apierr.New(apierr.BoundElsewhere, "the expired Host-minted reservation %q belongs to another incarnation", id)
 	case err != nil:
@@ -116,30 +125,78 @@ func revive(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id string) erro
 	return sp.Commit(ctx)
 }
 
-// releaseSuperseded releases the Host-minted rows of earlier incarnations of w's name.
+// releaseSuperseded releases the Host-minted rows of earlier incarnations of w's name, each under
+// the four fences; an unmet fence stops the mint.
 func (s *Service) releaseSuperseded(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id string) error {
-	rows, err := tx.Query(ctx, store.Q("ReservationHostMintedSiblings"), pgx.NamedArgs{
-		"organization_id": w.OrganizationID, "space": w.Space, "worker_name": w.Name, "id": id,
+	siblings, err := dbsqlc.New(tx).ReservationHostMintedSiblings(ctx, dbsqlc.ReservationHostMintedSiblingsParams{
+		OrganizationID: w.OrganizationID, Space: w.Space, WorkerName: w.Name, ID: id,
 	})
 	if err != nil {
 		return fmt.Errorf("reservation: superseded: %w", err)
 	}
-	type sibling struct {
-		id  string
-		uid uuid.UUID
-	}
-	var siblings []sibling
-	var sib sibling
-	if _, err := pgx.ForEachRow(rows, []any{&sib.id, &sib.uid}, func() error { siblings = append(siblings, sib); return nil }); err != nil {
-		return fmt.Errorf("reservation: superseded: %w", err)
-	}
 	for _, old := range siblings {
-		if _, err := s.ClearWitness(ctx, tx, w.OrganizationID, old.id); err != nil {
+		if _, err := s.ClearWitness(ctx, tx, w.OrganizationID, old.ID); err != nil {
 			return err
 		}
-		if err := release(ctx, tx, w.OrganizationID, old.id, old.uid); err != nil {
+		if _, err := release(ctx, tx, w.OrganizationID, old.ID, old.UID); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ReleaseMintedOf releases, under the four fences, the Host-minted rows bound to a worker whose
+// deletion has closed (SPEC 3.4): that UID can never mint again. A row whose fences are unmet is
+// left for the janitor.
+func (s *Service) ReleaseMintedOf(ctx context.Context, tx pgx.Tx, orgID string, workerUID uuid.UUID) error {
+	rows, err := dbsqlc.New(tx).ReservationMintedOfWorker(ctx, dbsqlc.ReservationMintedOfWorkerParams{OrganizationID: orgID, WorkerUID: &workerUID})
+	if err != nil {
+		return fmt.Errorf("reservation: minted rows of worker: %w", err)
+	}
+	for _, r := range rows {
+		if err := s.releaseIfFree(ctx, tx, orgID, r.ID, r.UID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// releaseIfFree releases a Host-minted row when its fences allow, in a savepoint, and leaves it
+// otherwise.
+func (s *Service) releaseIfFree(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := s.ClearWitness(ctx, sp, orgID, id); err == nil {
+		_, err = release(ctx, sp, orgID, id, uid)
+		if err == nil {
+			return sp.Commit(ctx)
+		}
+	}
+	_ = sp.Rollback(ctx)
+	return nil
+}
+
+// ReleaseGone releases the Host-minted rows of deleted workers that a worker delete's tail could
+// not release yet, for the janitor. It reports how many it released.
+func (s *Service) ReleaseGone(ctx context.Context, db store.Beginner) (int, error) {
+	n := 0
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		rows, err := dbsqlc.New(tx).ReservationsOfGoneWorkers(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			before := n
+			if err := s.releaseIfFree(ctx, tx, r.OrganizationID, r.ID, r.UID); err != nil {
+				return err
+			}
+			if row, err := dbsqlc.New(tx).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: r.OrganizationID, ID: r.ID}); err == nil && row.EffectiveStatus == "released" {
+				n = before + 1
+			}
+		}
+		return nil
+	})
+	return n, err
 }

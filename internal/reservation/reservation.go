@@ -1,6 +1,7 @@
 // Package reservation is the authority over worker endpoint origin reservations (SPEC 3.3):
 // value-free holds on one canonical origin, unique per (organization, space, worker) and per origin
-// across all organizations, enforced by partial unique indexes.
+// across all organizations, enforced by partial unique indexes, with every transition a single
+// compare-and-swap statement.
 package reservation
 
 import (
@@ -19,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
@@ -53,7 +55,7 @@ type Request struct {
 	OfferingID *string `json:"offeringId,omitempty"`
 }
 
-// Reservation is one stored row.
+// Reservation is one stored row, its Status as of database time.
 type Reservation struct {
 	OrganizationID      string
 	ID                  string
@@ -76,6 +78,19 @@ type Reservation struct {
 	OfferingDigest      string
 	Pack                string
 	Installation        string
+}
+
+func fromRow(r dbsqlc.WorkerEndpointOriginReservation, status string) Reservation {
+	if status == "" {
+		status = r.Status
+	}
+	return Reservation{
+		OrganizationID: r.OrganizationID, ID: r.ID, UID: r.UID, Format: r.Format, Space: r.Space, WorkerName: r.WorkerName,
+		Subdomain: r.Subdomain, CanonicalOrigin: r.CanonicalOrigin, TTLSeconds: int(r.TTLSeconds), Revision: r.Revision,
+		Status: status, ExpiresAt: r.ExpiresAt, HostMinted: r.HostMinted, BoundWorkerUID: r.BoundWorkerUID,
+		BoundWorkerRevision: r.BoundWorkerRevision, EndpointUID: r.EndpointUID, EndpointRevision: r.EndpointRevision,
+		OfferingID: r.OfferingID, OfferingDigest: r.OfferingDigest, Pack: r.Pack, Installation: r.Installation,
+	}
 }
 
 // ObjectRef is a {uid, revision} pair in a projection.
@@ -123,6 +138,16 @@ func (r Reservation) Project(token string) Projection {
 // JSON is the projection's bytes, as stored for replay and sent.
 func (p Projection) JSON() []byte { return wire.JSON(p) }
 
+// Placement returns where the reservation was placed.
+func (r Reservation) Placement() catalog.Placement {
+	return catalog.Placement{OfferingID: r.OfferingID, OfferingDigest: r.OfferingDigest, Pack: r.Pack, Installation: r.Installation}
+}
+
+// Live reports whether the row holds its origin as a live reservation.
+func (r Reservation) Live() bool {
+	return r.Status == "prepared" || r.Status == "bound" || r.Status == "activated"
+}
+
 // Service reads and changes reservations.
 type Service struct {
 	Catalog *catalog.Catalog
@@ -141,13 +166,10 @@ func CheckID(id string) error {
 
 // CheckReadableID refuses an id that can name no reservation at all.
 func CheckReadableID(id string) error {
-	if mintedIDPattern.MatchString(id) {
+	if mintedIDPattern.MatchString(id) || idPattern.MatchString(id) {
 		return nil
 	}
-	if !idPattern.MatchString(id) {
-		return apierr.New(apierr.NotFound, "no reservation %q", id)
-	}
-	return nil
+	return apierr.New(apierr.NotFound, "no reservation %q", id)
 }
 
 // desired is what a request asks for once defaults and derivation are applied.
@@ -156,6 +178,7 @@ type desired struct {
 	ttl                                  int
 	offering                             catalog.Offering
 	inst                                 catalog.Installation
+	backend                              backend.Backend
 }
 
 func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
@@ -186,8 +209,7 @@ func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
 	case err != nil:
 		return desired{}, err
 	}
-	b, err := backend.For(d.inst)
-	if err != nil {
+	if d.backend, err = backend.For(d.inst); err != nil {
 		return desired{}, err
 	}
 	if req.Subdomain != nil {
@@ -196,54 +218,47 @@ func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
 		}
 		d.subdomain = *req.Subdomain
 	} else {
-		d.subdomain = b.DefaultLabel(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName})
+		d.subdomain = d.backend.DefaultLabel(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName})
 	}
-	d.origin = b.CanonicalOrigin(d.subdomain)
+	d.origin = d.backend.CanonicalOrigin(d.subdomain)
 	return d, nil
 }
 
-func scan(row pgx.Row) (Reservation, error) {
-	var r Reservation
-	err := row.Scan(&r.OrganizationID, &r.ID, &r.UID, &r.Format, &r.Space, &r.WorkerName, &r.Subdomain,
-		&r.CanonicalOrigin, &r.TTLSeconds, &r.Revision, &r.Status, &r.ExpiresAt, &r.HostMinted,
-		&r.BoundWorkerUID, &r.BoundWorkerRevision, &r.EndpointUID, &r.EndpointRevision,
-		&r.OfferingID, &r.OfferingDigest, &r.Pack, &r.Installation)
-	return r, err
-}
-
-// sweep expires, lazily, every prepared or bound row whose TTL passed among those a read or write
-// of (id, space/worker, origin) could meet (SPEC 3.3: expiry is lazy).
-func sweep(ctx context.Context, tx pgx.Tx, orgID, id, space, worker, origin string) error {
-	_, err := tx.Exec(ctx, store.Q("ReservationSweepExpired"), pgx.NamedArgs{
-		"organization_id": orgID, "id": id, "space": space, "worker_name": worker, "canonical_origin": origin,
-	})
-	if err != nil {
+func sweep(ctx context.Context, q *dbsqlc.Queries, orgID, id, space, worker, origin string) error {
+	if _, err := q.ReservationSweep(ctx, dbsqlc.ReservationSweepParams{
+		OrganizationID: orgID, ID: id, Space: space, WorkerName: worker, CanonicalOrigin: origin,
+	}); err != nil {
 		return fmt.Errorf("reservation: sweep: %w", err)
 	}
 	return nil
 }
 
-func get(ctx context.Context, tx pgx.Tx, orgID, id string) (Reservation, error) {
-	if err := sweep(ctx, tx, orgID, id, "", "", ""); err != nil {
+// Get reads one reservation of the organization as of database time, taking no lock and writing
+// nothing. Released rows and other organizations' rows are reported as absent.
+func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, id string) (Reservation, error) {
+	if err := CheckReadableID(id); err != nil {
 		return Reservation{}, err
 	}
-	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationGetByID"), pgx.NamedArgs{"organization_id": orgID, "id": id}))
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && r.Status == "released") {
+	row, err := dbsqlc.New(db).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: org.ID, ID: id})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == "released") {
 		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
 	}
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: get: %w", err)
 	}
-	return r, nil
+	return fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus), nil
 }
 
-// Get reads one reservation of the organization. Released rows and other organizations' rows are
-// reported as absent.
-func (s *Service) Get(ctx context.Context, tx pgx.Tx, org auth.Organization, id string) (Reservation, error) {
-	if err := CheckReadableID(id); err != nil {
-		return Reservation{}, err
+// lock reads and locks one reservation for the rest of tx.
+func lock(ctx context.Context, tx pgx.Tx, orgID, id string) (Reservation, error) {
+	row, err := dbsqlc.New(tx).ReservationLock(ctx, dbsqlc.ReservationLockParams{OrganizationID: orgID, ID: id})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == "released") {
+		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
 	}
-	return get(ctx, tx, org.ID, id)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reservation: lock: %w", err)
+	}
+	return fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus), nil
 }
 
 // Create makes a new reservation incarnation in state prepared.
@@ -255,7 +270,8 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	if err := sweep(ctx, tx, org.ID, id, d.space, d.workerName, d.origin); err != nil {
+	q := dbsqlc.New(tx)
+	if err := sweep(ctx, q, org.ID, id, d.space, d.workerName, d.origin); err != nil {
 		return Reservation{}, err
 	}
 	// A savepoint keeps the transaction usable when a unique index refuses the insert.
@@ -263,29 +279,29 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
 	}
-	r, err := scan(sp.QueryRow(ctx, store.Q("ReservationCreate"), pgx.NamedArgs{
-		"organization_id": org.ID, "id": id, "uid": uuid.New(), "space": d.space, "worker_name": d.workerName,
-		"subdomain": d.subdomain, "canonical_origin": d.origin, "ttl_seconds": d.ttl,
-		"offering_id": d.offering.ID, "offering_digest": d.offering.Digest, "pack": d.offering.Pack, "installation": d.inst.Name,
-	}))
+	row, err := dbsqlc.New(sp).ReservationCreate(ctx, dbsqlc.ReservationCreateParams{
+		OrganizationID: org.ID, ID: id, UID: uuid.New(), Space: d.space, WorkerName: d.workerName,
+		Subdomain: d.subdomain, CanonicalOrigin: d.origin, TTLSeconds: int32(d.ttl),
+		OfferingID: d.offering.ID, OfferingDigest: d.offering.Digest, Pack: d.offering.Pack, Installation: d.inst.Name,
+	})
+	if err != nil {
+		_ = sp.Rollback(ctx)
+	}
 	switch {
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_origin_key"):
-		_ = sp.Rollback(ctx)
-		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another live reservation", d.origin)
+		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another reservation", d.origin).
+			With("canonicalOrigin", d.origin)
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_worker_key"):
-		_ = sp.Rollback(ctx)
-		return Reservation{}, apierr.New(apierr.ReservationConflict, "another live reservation already holds worker %s/%s", d.space, d.workerName)
+		return Reservation{}, apierr.New(apierr.ReservationConflict, "another reservation already holds worker %s/%s", d.space, d.workerName)
 	case errors.Is(err, pgx.ErrNoRows):
-		_ = sp.Rollback(ctx)
-		return Reservation{}, apierr.New(apierr.ReservationConflict, "reservation %q already exists and is not owned through the ownership protocol", id)
+		return Reservation{}, apierr.New(apierr.ReservationConflict, "reservation %q already exists and still holds its origin (or is a migrated v1 row); release it first or choose another id", id)
 	case err != nil:
-		_ = sp.Rollback(ctx)
 		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
 	}
 	if err := sp.Commit(ctx); err != nil {
 		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
 	}
-	return r, nil
+	return fromRow(row, ""), nil
 }
 
 // Reconcile answers a changed request from the reservation's owner. A reservation never changes
@@ -298,7 +314,7 @@ func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	if err != nil {
 		return Reservation{}, err
 	}
-	r, err := get(ctx, tx, org.ID, id)
+	r, err := lock(ctx, tx, org.ID, id)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -322,47 +338,91 @@ func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	return r, nil
 }
 
-// Release lets go of a reservation under the four fences of SPEC 3.3; releasing a released one
-// succeeds (release is idempotent once terminal).
+// Release lets go of a reservation under the four fences of SPEC 3.3, in one statement on the
+// locked row; releasing a released one succeeds (release is idempotent once terminal).
 func (s *Service) Release(ctx context.Context, tx pgx.Tx, org auth.Organization, id string, uid uuid.UUID) (Reservation, error) {
 	if err := CheckID(id); err != nil {
 		return Reservation{}, err
 	}
-	if err := sweep(ctx, tx, org.ID, id, "", "", ""); err != nil {
-		return Reservation{}, err
+	return release(ctx, tx, org.ID, id, uid)
+}
+
+func release(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) (Reservation, error) {
+	q := dbsqlc.New(tx)
+	row, err := q.ReservationLock(ctx, dbsqlc.ReservationLockParams{OrganizationID: orgID, ID: id})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
 	}
-	if err := release(ctx, tx, org.ID, id, uid); err != nil {
-		return Reservation{}, err
-	}
-	r, err := scan(tx.QueryRow(ctx, store.Q("ReservationGetByID"), pgx.NamedArgs{"organization_id": org.ID, "id": id}))
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: release: %w", err)
 	}
-	return r, nil
+	current := fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus)
+	switch {
+	case current.UID != uid:
+		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
+	case current.Status == "released":
+		return current, nil // release is idempotent once terminal
+	}
+	if current.Format != FormatV2 {
+		return Reservation{}, apierr.New(apierr.ReservationMismatch, "reservation %q is a migrated %s row; it is readable and never written", id, current.Format)
+	}
+	f, err := q.ReservationRelease(ctx, dbsqlc.ReservationReleaseParams{OrganizationID: orgID, ID: id, UID: uid})
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reservation: release: %w", err)
+	}
+	if !f.Released {
+		return Reservation{}, fenced(id, b(f.Activation), b(f.LeaseClaimed), b(f.EndpointPresent), b(f.AttestationOpen), b(f.DeploymentLive))
+	}
+	row2, err := q.ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: orgID, ID: id})
+	if err != nil {
+		return Reservation{}, fmt.Errorf("reservation: release: %w", err)
+	}
+	return fromRow(row2.WorkerEndpointOriginReservation, row2.EffectiveStatus), nil
 }
 
-// Derivation is the answer of the non-mutating derivation route.
+func b(v *bool) bool { return v != nil && *v }
+
+// Derivation is the answer of the non-mutating derivation route (SPEC 3.1).
 type Derivation struct {
 	OfferingID          string  `json:"offeringId"`
 	CanonicalOrigin     string  `json:"canonicalOrigin"`
 	Subdomain           string  `json:"subdomain"`
 	HostMintedSubdomain *string `json:"hostMintedSubdomain"`
+	Available           bool    `json:"available"`
 }
 
-// Derive answers what a reservation PUT with req would hold, through the same resolution as the
-// real PUT, writing nothing.
-func (s *Service) Derive(org auth.Organization, req Request) (Derivation, error) {
-	d, err := s.resolve(org, req)
+// DerivationRequest is the body of POST /v1/worker-endpoint-origin-derivations.
+type DerivationRequest struct {
+	Space               string  `json:"space"`
+	WorkerName          string  `json:"workerName"`
+	Subdomain           *string `json:"subdomain,omitempty"`
+	OfferingID          *string `json:"offeringId,omitempty"`
+	OriginReservationID *string `json:"originReservationId,omitempty"`
+}
+
+// Derive answers what a reservation PUT would hold, through the same resolution as the real PUT,
+// and whether that origin is free for the caller. It takes no lock and writes nothing.
+func (s *Service) Derive(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, req DerivationRequest) (Derivation, error) {
+	reservationID := ""
+	if req.OriginReservationID != nil {
+		if err := CheckReadableID(*req.OriginReservationID); err != nil {
+			return Derivation{}, apierr.New(apierr.InvalidRequest, "originReservationId %q is not a reservation id", *req.OriginReservationID)
+		}
+		reservationID = *req.OriginReservationID
+	}
+	d, err := s.resolve(org, Request{Space: req.Space, WorkerName: req.WorkerName, Subdomain: req.Subdomain, OfferingID: req.OfferingID})
 	if err != nil {
 		return Derivation{}, err
 	}
 	out := Derivation{OfferingID: d.offering.ID, CanonicalOrigin: d.origin, Subdomain: d.subdomain}
-	b, err := backend.For(d.inst)
-	if err != nil {
-		return Derivation{}, err
-	}
-	if label, ok := b.HostMintedSubdomain(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName}); ok {
+	if label, ok := d.backend.HostMintedSubdomain(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName}); ok {
 		out.HostMintedSubdomain = &label
+	}
+	out.Available, err = dbsqlc.New(db).ReservationOriginAvailable(ctx, dbsqlc.ReservationOriginAvailableParams{
+		CanonicalOrigin: d.origin, OrganizationID: org.ID, ReservationID: reservationID, Space: req.Space, WorkerName: req.WorkerName,
+	})
+	if err != nil {
+		return Derivation{}, fmt.Errorf("reservation: availability: %w", err)
 	}
 	return out, nil
 }

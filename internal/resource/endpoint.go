@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 
 	"github.com/google/uuid"
@@ -16,6 +17,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
@@ -28,28 +30,33 @@ type EndpointSpec struct {
 
 // Endpoint is one stored endpoint with its derived deployment state.
 type Endpoint struct {
-	UID                 uuid.UUID
-	OrganizationID      string
-	Space               string
-	Name                string
-	Generation          int64
-	Revision            int64
-	WorkerUID           uuid.UUID
-	WorkerName          string
-	OriginReservationID string
-	HostMinted          bool
-	CanonicalOrigin     string
-	Hostname            string
-	Placement           Placement
-	Status              string
-	OperationID         uuid.UUID
-	// Present is resource_present: false for a row whose create was refused.
-	Present          bool
-	DeploymentStatus string
+	dbsqlc.EndpointState
+	Placement Placement
+}
+
+func endpointOf(st dbsqlc.EndpointState) Endpoint {
+	return Endpoint{EndpointState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
 }
 
 // Ready is readiness as derived now.
 func (e Endpoint) Ready() bool { return e.Status == "live" && e.DeploymentStatus == "active" }
+
+func (e Endpoint) conditions() []Condition {
+	c := Condition{Type: "Ready", Status: "False"}
+	switch {
+	case e.Status == "deleted":
+		c.Reason, c.Message = "Deleted", "the endpoint was deleted"
+	case e.Status == "deleting":
+		c.Reason, c.Message = "Deleting", "the endpoint is being deleted"
+	case e.DeploymentStatus == "failed":
+		c.Reason, c.Message = "DeploymentFailed", "the backend refused the route; apply again to retry"
+	case e.DeploymentStatus != "active" || e.Status != "live":
+		c.Reason, c.Message = "DeploymentPending", "the route has no active deployment yet"
+	default:
+		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the route is active"
+	}
+	return []Condition{c}
+}
 
 // WorkerRef names an endpoint's worker in its projection.
 type WorkerRef struct {
@@ -81,7 +88,7 @@ func (e Endpoint) Project(token string) EndpointProjection {
 		UID: e.UID.String(), Space: e.Space, Name: e.Name, Generation: e.Generation, Revision: e.Revision,
 		Worker: WorkerRef{UID: e.WorkerUID.String(), Name: e.WorkerName}, OriginReservationID: e.OriginReservationID,
 		HostMinted: e.HostMinted, Hostname: e.Hostname, URL: e.CanonicalOrigin + "/", Ready: e.Ready(),
-		Conditions: readyCondition(e.Status, e.DeploymentStatus), OfferingID: e.Placement.OfferingID,
+		Conditions: e.conditions(), OfferingID: e.Placement.OfferingID,
 	}
 	if token != "" {
 		p.OwnershipToken = &token
@@ -92,29 +99,31 @@ func (e Endpoint) Project(token string) EndpointProjection {
 // JSON is the projection's bytes.
 func (p EndpointProjection) JSON() []byte { return wire.JSON(p) }
 
-func scanEndpoint(row pgx.Row) (Endpoint, error) {
-	var e Endpoint
-	err := row.Scan(&e.UID, &e.OrganizationID, &e.Space, &e.Name, &e.Generation, &e.Revision, &e.WorkerUID, &e.WorkerName,
-		&e.OriginReservationID, &e.HostMinted, &e.CanonicalOrigin, &e.Hostname, &e.Placement.OfferingID,
-		&e.Placement.OfferingDigest, &e.Placement.Pack, &e.Placement.Installation, &e.Status, &e.OperationID,
-		&e.Present, &e.DeploymentStatus)
-	return e, err
-}
-
-func loadEndpoint(ctx context.Context, tx pgx.Tx, org string, uid *uuid.UUID, space, name string) (Endpoint, error) {
-	e, err := scanEndpoint(tx.QueryRow(ctx, store.Q("EndpointSelect"), pgx.NamedArgs{"organization_id": org, "uid": uid, "space": space, "name": name}))
+func lockEndpoint(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UUID, space, name string) (Endpoint, error) {
+	st, err := q.EndpointLock(ctx, dbsqlc.EndpointLockParams{OrganizationID: org, UID: uid, Space: space, Name: name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, apierr.New(apierr.NotFound, "no endpoint %s/%s", space, name)
 	}
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("resource: load endpoint: %w", err)
+		return Endpoint{}, fmt.Errorf("resource: lock endpoint: %w", err)
 	}
-	return e, nil
+	return endpointOf(st), nil
 }
 
-// GetEndpoint reads the present endpoint space/name.
-func (s *Service) GetEndpoint(ctx context.Context, tx pgx.Tx, org auth.Organization, space, name string) (Endpoint, error) {
-	e, err := loadEndpoint(ctx, tx, org.ID, nil, space, name)
+func readEndpoint(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UUID, space, name string) (Endpoint, error) {
+	st, err := q.EndpointGet(ctx, dbsqlc.EndpointGetParams{OrganizationID: org, UID: uid, Space: space, Name: name})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Endpoint{}, apierr.New(apierr.NotFound, "no endpoint %s/%s", space, name)
+	}
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("resource: read endpoint: %w", err)
+	}
+	return endpointOf(st), nil
+}
+
+// GetEndpoint reads the present endpoint space/name, taking no lock.
+func (s *Service) GetEndpoint(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Endpoint, error) {
+	e, err := readEndpoint(ctx, dbsqlc.New(db), org.ID, nil, space, name)
 	if err != nil {
 		return Endpoint{}, err
 	}
@@ -124,43 +133,20 @@ func (s *Service) GetEndpoint(ctx context.Context, tx pgx.Tx, org auth.Organizat
 	return e, nil
 }
 
-func (e *Endpoint) setStatus(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, status string) error {
-	var revision int64
-	err := tx.QueryRow(ctx, store.Q("EndpointSetStatus"), pgx.NamedArgs{"uid": e.UID, "revision": e.Revision, "status": status, "operation_id": m.Operation}).Scan(&revision)
+func (e *Endpoint) setStatus(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, status string) error {
+	revision, err := q.EndpointSetStatus(ctx, dbsqlc.EndpointSetStatusParams{UID: e.UID, Revision: e.Revision, Status: status, OperationID: operation})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.New(apierr.IntentInProgress, "the endpoint changed during this request; retry")
 	}
 	if err != nil {
 		return fmt.Errorf("resource: endpoint status: %w", err)
 	}
-	e.Status, e.Revision, e.OperationID = status, revision, m.Operation
+	e.Status, e.Revision, e.OperationID = status, revision, operation
 	return nil
 }
 
 func (e Endpoint) incarnation() reservation.EndpointIncarnation {
 	return reservation.EndpointIncarnation{UID: e.UID, Revision: e.Revision, WorkerUID: e.WorkerUID, CanonicalOrigin: e.CanonicalOrigin, Placement: e.Placement}
-}
-
-// readyWorker loads the worker named space/name, proves it Ready as derived now, and returns it
-// with its active deployment's placement, for binding and minting.
-func readyWorker(ctx context.Context, tx pgx.Tx, org, space, name string) (Worker, reservation.WorkerIncarnation, error) {
-	w, err := loadWorker(ctx, tx, org, nil, space, name)
-	if err != nil {
-		return Worker{}, reservation.WorkerIncarnation{}, err
-	}
-	if !w.Ready() {
-		return Worker{}, reservation.WorkerIncarnation{}, apierr.New(apierr.WorkerNotReady, "worker %s/%s is not Ready (%s); apply it first", space, name, readyCondition(w.Status, w.DeploymentStatus)[0].Reason)
-	}
-	inc := reservation.WorkerIncarnation{OrganizationID: org, UID: w.UID, Revision: w.Revision, Space: space, Name: name}
-	err = tx.QueryRow(ctx, store.Q("DeploymentActivePlacement"), pgx.NamedArgs{"resource_uid": w.UID}).
-		Scan(&inc.Placement.OfferingID, &inc.Placement.OfferingDigest, &inc.Placement.Pack, &inc.Placement.Installation)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Worker{}, reservation.WorkerIncarnation{}, apierr.New(apierr.WorkerNotReady, "worker %s/%s has no active deployment", space, name)
-	}
-	if err != nil {
-		return Worker{}, reservation.WorkerIncarnation{}, fmt.Errorf("resource: worker placement: %w", err)
-	}
-	return w, inc, nil
 }
 
 func hostOf(origin string) string {
@@ -171,42 +157,143 @@ func hostOf(origin string) string {
 	return u.Hostname()
 }
 
-// PutEndpoint creates an endpoint (binding its supplied reservation, or minting one and
-// activating it), resumes an interrupted create, or answers an unchanged one. An endpoint never
-// changes in place: its worker, origin and placement are its identity.
-func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec EndpointSpec) (Endpoint, bool, error) {
+func (e Endpoint) desired(scriptName string) backend.Desired {
+	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName, CanonicalOrigin: e.CanonicalOrigin}
+}
+
+// PutEndpoint creates an endpoint on its supplied reservation or on one the Host mints, or
+// resumes one whose route is not active. An endpoint never changes in place: its worker, origin
+// and placement are its identity. Its phases: plan (one transaction: prove the worker Ready, bind
+// the reservation and record the endpoint on it as its witness, insert the endpoint, plan the
+// route), apply (one backend call), commit (record the route, the endpoint live, a Host-minted
+// reservation activated, the binding).
+func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec EndpointSpec) (ownership.Response, error) {
 	if !namePattern.MatchString(space) || !namePattern.MatchString(name) || !namePattern.MatchString(spec.Worker) {
-		return Endpoint{}, false, apierr.New(apierr.InvalidRequest, "space, name and worker must each match %s", namePattern)
+		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "space, name and worker must each match %s", namePattern)
 	}
 	if spec.OriginReservationID != nil {
 		if err := reservation.CheckID(*spec.OriginReservationID); err != nil {
-			return Endpoint{}, false, err
+			return ownership.Response{}, err
 		}
 	}
 	offering, inst, err := s.selectOffering(org, catalog.KindEndpoint, spec.OfferingID)
 	if err != nil {
-		return Endpoint{}, false, err
+		return ownership.Response{}, err
 	}
-	placement := placementOf(offering)
+	placement := offering.Placement()
 	mut, err := s.mutator(placement)
 	if err != nil {
-		return Endpoint{}, false, err
+		return ownership.Response{}, err
 	}
 	b, err := backend.For(inst)
 	if err != nil {
-		return Endpoint{}, false, err
+		return ownership.Response{}, err
 	}
+	e, work, err := s.planEndpoint(ctx, m, org, space, name, spec, placement, b)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	isCreate := m.Current == nil
+	var applied *outcome
+	if work != nil {
+		o := perform(ctx, mut, *work)
+		applied = &o
+		if !o.done {
+			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
+				q := dbsqlc.New(tx)
+				if err := record(ctx, q, o, e.UID); err != nil {
+					return err
+				}
+				if isCreate {
+					_, err := q.EndpointAbandonCreate(ctx, e.UID)
+					return err
+				}
+				return nil
+			})
+			return ownership.Response{}, backendFailed(o)
+		}
+	}
+	token := m.Intent.Token
+	resp, err := m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		q := dbsqlc.New(tx)
+		if applied != nil {
+			if err := record(ctx, q, *applied, e.UID); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		if e.HostMinted {
+			// mint -> bind -> create endpoint -> activate (SPEC 3.4). The reservation is locked
+			// before the endpoint, in the documented order.
+			cur, err := readEndpoint(ctx, q, org.ID, &e.UID, space, name)
+			if err != nil {
+				return ownership.Response{}, err
+			}
+			inc := cur.incarnation()
+			inc.Revision = cur.Revision + boolInt(cur.Status == "creating")
+			if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, inc); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		if cur.Status == "creating" {
+			if err := cur.setStatus(ctx, q, m.Operation, "live"); err != nil {
+				return ownership.Response{}, err
+			}
+			if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, space, name); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		return ownership.Response{Status: created(m), Body: cur.Project(token).JSON(), UID: cur.UID}, nil
+	})
+	if err != nil && applied != nil && isCreate {
+		// The route landed but the endpoint will not commit: take it down again.
+		outs := s.compensate(ctx, mut, []planned{applied.pl})
+		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
+			q := dbsqlc.New(tx)
+			if err := record(ctx, q, *applied, e.UID); err != nil {
+				return err
+			}
+			for _, o := range outs {
+				if err := recordCompensation(ctx, q, m.Operation, o); err != nil {
+					return err
+				}
+			}
+			_, err := q.EndpointAbandonCreate(ctx, e.UID)
+			return err
+		})
+	}
+	return resp, err
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// planEndpoint is the first phase. For a create it proves the worker Ready, takes the supplied
+// reservation or mints one, and in the same transaction records the new endpoint on it as its
+// witness (SPEC 3.3: from this moment release is fenced and expiry keeps the origin held), inserts
+// the endpoint, and plans its route. For an existing endpoint it checks nothing changed and
+// re-plans a route that is not active.
+func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec EndpointSpec, placement Placement, b backend.Backend) (Endpoint, *planned, error) {
 	var e Endpoint
 	var work *planned
-	created := m.Current == nil || m.Current.Pending
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := brake(ctx, tx); err != nil {
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if err := CheckBrake(ctx, tx, org.ID, space, spec.Worker); err != nil {
 			return err
 		}
 		if m.Current != nil {
-			uid := m.Current.UID
 			var err error
-			if e, err = loadEndpoint(ctx, tx, org.ID, &uid, space, name); err != nil {
+			if e, err = lockEndpoint(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
+				return err
+			}
+			if err := m.CheckRevision(e.Revision); err != nil {
 				return err
 			}
 			if e.Status == "deleting" || e.Status == "deleted" {
@@ -219,158 +306,94 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 			if spec.Worker != e.WorkerName || wantReservation != e.OriginReservationID || (spec.OriginReservationID == nil) != e.HostMinted || placement != e.Placement {
 				return apierr.New(apierr.Immutable, "endpoint %s/%s cannot change its worker, reservation or offering in place: replace it", space, name)
 			}
-			if e.Status == "creating" {
-				// Resuming a create that did not finish: prove the worker again and re-take the
-				// reservation, which may have aged out meanwhile (a minted one is revived).
-				w, inc, err := readyWorker(ctx, tx, org.ID, space, spec.Worker)
-				if err != nil {
-					return err
-				}
-				if w.UID != e.WorkerUID {
-					return apierr.New(apierr.Immutable, "worker %s/%s was replaced while endpoint %s/%s was being created: replace the endpoint", space, spec.Worker, space, name)
-				}
-				if e.HostMinted {
-					_, err = s.Reservations.Mint(ctx, tx, inc, b)
-				} else {
-					_, err = s.Reservations.Bind(ctx, tx, e.OriginReservationID, inc)
-				}
-				if err != nil {
-					return err
-				}
+			if e.DeploymentStatus == "active" {
+				return nil
 			}
-			if e.DeploymentStatus != "active" {
-				var script string
-				if err := tx.QueryRow(ctx, store.Q("WorkerScriptName"), pgx.NamedArgs{"uid": e.WorkerUID}).Scan(&script); err != nil {
-					return fmt.Errorf("resource: endpoint's worker: %w", err)
-				}
-				pl, err := plan(ctx, tx, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(script))
-				work = &pl
-				return err
+			script, err := q.WorkerScriptName(ctx, e.WorkerUID)
+			if err != nil {
+				return fmt.Errorf("resource: endpoint's worker: %w", err)
 			}
-			return nil
+			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(script))
+			work = &pl
+			return err
 		}
-		w, inc, err := readyWorker(ctx, tx, org.ID, space, spec.Worker)
+		w, inc, err := readyWorker(ctx, q, org.ID, space, spec.Worker, uuid.Nil, true)
 		if err != nil {
 			return err
 		}
 		if inc.Placement.Installation != placement.Installation {
 			return apierr.New(apierr.PlacementDrift, "the endpoint offering runs on installation %s but worker %s/%s runs on %s", placement.Installation, space, spec.Worker, inc.Placement.Installation)
 		}
-		var r reservation.Reservation
+		uid := uuid.New()
+		witness := &reservation.EndpointWitness{UID: uid, Revision: 1}
+		reservationID := ""
 		if spec.OriginReservationID != nil {
-			r, err = s.Reservations.Bind(ctx, tx, *spec.OriginReservationID, inc)
+			reservationID = *spec.OriginReservationID
 		} else {
-			r, err = s.Reservations.Mint(ctx, tx, inc, b)
+			minted, err := s.Reservations.Mint(ctx, tx, inc, b)
+			if err != nil {
+				return err
+			}
+			reservationID = minted.ID
 		}
+		r, err := s.Reservations.Bind(ctx, tx, reservationID, inc, witness)
 		if err != nil {
 			return err
 		}
-		e = Endpoint{
-			UID: uuid.New(), OrganizationID: org.ID, Space: space, Name: name, Generation: 1, Revision: 1,
-			WorkerUID: w.UID, WorkerName: w.Name, OriginReservationID: r.ID, HostMinted: r.HostMinted,
-			CanonicalOrigin: r.CanonicalOrigin, Hostname: hostOf(r.CanonicalOrigin), Placement: placement,
-			Status: "creating", OperationID: m.Operation,
-		}
-		_, err = tx.Exec(ctx, store.Q("EndpointInsert"), pgx.NamedArgs{
-			"uid": e.UID, "organization_id": org.ID, "space": space, "name": name, "worker_uid": w.UID, "worker_name": w.Name,
-			"origin_reservation_id": r.ID, "host_minted": r.HostMinted, "canonical_origin": e.CanonicalOrigin, "hostname": e.Hostname,
-			"offering_id": placement.OfferingID, "offering_digest": placement.OfferingDigest, "pack": placement.Pack,
-			"installation": placement.Installation, "operation_id": m.Operation,
+		e = Endpoint{Placement: placement}
+		e.UID, e.OrganizationID, e.Space, e.Name, e.Generation, e.Revision = uid, org.ID, space, name, 1, 1
+		e.WorkerUID, e.WorkerName, e.OriginReservationID, e.HostMinted = w.UID, w.Name, r.ID, r.HostMinted
+		e.CanonicalOrigin, e.Hostname, e.Status, e.OperationID = r.CanonicalOrigin, hostOf(r.CanonicalOrigin), "creating", m.Operation
+		err = q.EndpointInsert(ctx, dbsqlc.EndpointInsertParams{
+			UID: e.UID, OrganizationID: org.ID, Space: space, Name: name, WorkerUID: w.UID, WorkerName: w.Name,
+			OriginReservationID: r.ID, HostMinted: r.HostMinted, CanonicalOrigin: e.CanonicalOrigin, Hostname: e.Hostname,
+			OfferingID: placement.OfferingID, OfferingDigest: placement.OfferingDigest, Pack: placement.Pack,
+			Installation: placement.Installation, OperationID: m.Operation,
 		})
-		if store.IsUniqueViolation(err, "worker_endpoints_live_key") {
-			return apierr.New(apierr.ResourceExists, "endpoint %s/%s already exists and is not owned by this token", space, name)
-		}
-		if err != nil {
+		switch {
+		case store.IsUniqueViolation(err, "worker_endpoints_live_key"):
+			return apierr.New(apierr.ResourceExists, "endpoint %s/%s already exists and is owned by another token; import it to adopt it", space, name)
+		case store.IsUniqueViolation(err, "worker_endpoints_origin_key"):
+			return apierr.New(apierr.BoundElsewhere, "another endpoint already stands on %s; one origin publishes one endpoint", e.CanonicalOrigin)
+		case err != nil:
 			return fmt.Errorf("resource: create endpoint: %w", err)
 		}
-		if err := m.Bind(ctx, tx, e.UID); err != nil {
-			return err
-		}
-		pl, err := plan(ctx, tx, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(w.ScriptName))
+		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(w.ScriptName))
 		work = &pl
 		return err
 	})
-	if err != nil {
-		return Endpoint{}, false, err
-	}
-	if work != nil {
-		if err := s.dispatch(ctx, m, mut, *work); err != nil {
-			return Endpoint{}, false, err
-		}
-	}
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
-		uid := e.UID
-		var err error
-		if e, err = loadEndpoint(ctx, tx, org.ID, &uid, space, name); err != nil {
-			return err
-		}
-		if e.Status == "creating" {
-			if err := e.setStatus(ctx, tx, m, "live"); err != nil {
-				return err
-			}
-		}
-		if e.HostMinted {
-			// mint -> bind -> create endpoint -> activate (SPEC 3.4).
-			if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, e.incarnation()); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil && work != nil {
-		// The create is refused after its route was applied: take the route down again so that
-		// nothing is left answering for an endpoint that never existed.
-		s.compensate(ctx, m, mut, e.UID)
-	}
-	return e, created, err
-}
-
-// compensate removes what a refused create left on the backend. Failure here is not fatal: the
-// ledger records the refusal, and the next attempt or delete reconciles.
-func (s *Service) compensate(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, uid uuid.UUID) {
-	ctx = context.WithoutCancel(ctx)
-	var work []planned
-	if err := m.Tx(ctx, func(tx pgx.Tx) error {
-		var err error
-		work, err = planDeletes(ctx, tx, m, backend.NativeRoute, uid)
-		return err
-	}); err != nil {
-		return
-	}
-	for _, pl := range work {
-		_ = s.dispatch(ctx, m, mut, pl)
-	}
-}
-
-func (e Endpoint) desired(scriptName string) backend.Desired {
-	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName, CanonicalOrigin: e.CanonicalOrigin}
+	return e, work, err
 }
 
 // DeleteEndpoint deletes the endpoint the binding names. A supplied reservation still activated
-// with it refuses the delete (destroy the activation first); a Host-minted one is deactivated
-// first and keeps the endpoint as its witness.
-func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (Endpoint, error) {
+// with it refuses the delete (destroy the activation first); a Host-minted one is deactivated and
+// keeps the endpoint as its witness. Its phases: mark deleting and plan (one transaction), delete
+// the route and confirm its absence (backend calls), commit (close the attestation).
+func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (ownership.Response, error) {
 	var e Endpoint
 	var work []planned
-	uid := m.Current.UID
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := brake(ctx, tx); err != nil {
+		q := dbsqlc.New(tx)
+		uid := m.Current.UID
+		var err error
+		// Read first to learn the reservation, then lock in the documented order: the
+		// reservation, then the endpoint.
+		if e, err = readEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
 			return err
 		}
-		var err error
-		if e, err = loadEndpoint(ctx, tx, org.ID, &uid, space, name); err != nil {
+		if err := CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
 			return err
 		}
 		if e.Status == "deleted" {
 			return nil
 		}
 		r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
-		activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
 		if err != nil && !apierr.Is(err, apierr.NotFound) {
 			return err
 		}
+		activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
 		if activatedHere && !e.HostMinted {
-			return apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation first", space, name, r.ID).
+			return apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation (takoform_worker_endpoint_activation) first", space, name, r.ID).
 				With("reservationId", r.ID)
 		}
 		if activatedHere {
@@ -378,63 +401,88 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 				return err
 			}
 		}
+		if e, err = lockEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
+			return err
+		}
 		if e.Status != "deleting" {
-			if err := e.setStatus(ctx, tx, m, "deleting"); err != nil {
+			if err := e.setStatus(ctx, q, m.Operation, "deleting"); err != nil {
 				return err
 			}
 		}
-		work, err = beginDelete(ctx, tx, m, org.ID, "endpoint", e.UID)
+		work, err = beginDelete(ctx, q, m.Operation, org.ID, "endpoint", e.UID, e.Placement)
 		return err
 	})
-	if err != nil || e.Status == "deleted" {
-		return e, err
+	if err != nil {
+		return ownership.Response{}, err
 	}
-	err = s.finishDelete(ctx, m, e.Placement, work, e.UID, func(tx pgx.Tx) error {
-		var err error
-		if e, err = loadEndpoint(ctx, tx, org.ID, &uid, space, name); err != nil {
-			return err
+	outs, err := s.performDeletes(ctx, m, e.Placement, work, e.UID)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		q := dbsqlc.New(tx)
+		for _, o := range outs {
+			if err := record(ctx, q, o, e.UID); err != nil {
+				return ownership.Response{}, err
+			}
 		}
-		return e.setStatus(ctx, tx, m, "deleted")
+		// Absence is confirmed: the attestation closes.
+		if err := q.AttestationClose(ctx, e.UID); err != nil {
+			return ownership.Response{}, fmt.Errorf("resource: close attestation: %w", err)
+		}
+		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		if cur.Status != "deleted" {
+			if err := cur.setStatus(ctx, q, m.Operation, "deleted"); err != nil {
+				return ownership.Response{}, err
+			}
+			if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, space, name); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		return ownership.Response{Status: http.StatusOK, Body: cur.Project("").JSON()}, nil
 	})
-	return e, err
 }
 
-// Activate activates a supplied reservation with the exact endpoint (SPEC 3.3, activation).
-func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string, endpointUID uuid.UUID) (reservation.Reservation, error) {
-	if err := reservation.CheckID(reservationID); err != nil {
-		return reservation.Reservation{}, err
-	}
-	var r reservation.Reservation
-	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := brake(ctx, tx); err != nil {
-			return err
+// Activate activates a supplied reservation with the exact endpoint recorded on it (SPEC 3.3,
+// activation), in one transaction.
+func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string, endpointUID uuid.UUID) (ownership.Response, error) {
+	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		q := dbsqlc.New(tx)
+		e, err := readEndpoint(ctx, q, org.ID, &endpointUID, "", "")
+		if err != nil || !e.Present {
+			return ownership.Response{}, apierr.New(apierr.NotFound, "no endpoint with uid %s", endpointUID)
 		}
-		e, err := loadEndpoint(ctx, tx, org.ID, &endpointUID, "", "")
-		if err != nil {
-			return apierr.New(apierr.NotFound, "no endpoint with uid %s", endpointUID)
+		if err := CheckBrake(ctx, tx, org.ID, e.Space, e.WorkerName); err != nil {
+			return ownership.Response{}, err
 		}
 		if !e.Ready() {
-			return apierr.New(apierr.ActivationMismatch, "endpoint %s/%s is not Ready (%s)", e.Space, e.Name, readyCondition(e.Status, e.DeploymentStatus)[0].Reason)
+			return ownership.Response{}, apierr.New(apierr.ActivationMismatch, "endpoint %s/%s is not Ready (%s)", e.Space, e.Name, e.conditions()[0].Reason)
 		}
-		r, err = s.Reservations.Activate(ctx, tx, org.ID, reservationID, e.incarnation())
-		return err
+		r, err := s.Reservations.Activate(ctx, tx, org.ID, reservationID, e.incarnation())
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		return ownership.Response{Status: created(m), Body: r.Project("").JSON(), UID: r.UID}, nil
 	})
-	return r, err
 }
 
-// Deactivate ends a supplied reservation's activation, keeping the endpoint as its witness.
-func (s *Service) Deactivate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string) (reservation.Reservation, error) {
-	if err := reservation.CheckID(reservationID); err != nil {
-		return reservation.Reservation{}, err
-	}
-	var r reservation.Reservation
-	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := brake(ctx, tx); err != nil {
-			return err
+// Deactivate ends a supplied reservation's activation, keeping the endpoint as its witness, in
+// one transaction.
+func (s *Service) Deactivate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string) (ownership.Response, error) {
+	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		r, err := s.Reservations.Get(ctx, tx, org, reservationID)
+		if err != nil {
+			return ownership.Response{}, err
 		}
-		var err error
-		r, err = s.Reservations.Deactivate(ctx, tx, org.ID, reservationID)
-		return err
+		if err := CheckBrake(ctx, tx, org.ID, r.Space, r.WorkerName); err != nil {
+			return ownership.Response{}, err
+		}
+		if r, err = s.Reservations.Deactivate(ctx, tx, org.ID, reservationID); err != nil {
+			return ownership.Response{}, err
+		}
+		return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
 	})
-	return r, err
 }

@@ -2,84 +2,155 @@ package resource
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
-// Recover settles an operation whose Host stopped mid-request. It reads every unsettled effect
-// back from the backend and records what is actually there, then marks the operation refused
-// ("abandoned"), all in one transaction so that no fence ever sees the operation settled before
-// its effects are. It never calls a mutating backend method: an apply that landed is recorded as
-// active, one that did not as failed; a delete that finished as deleted, one that did not leaves
-// the deployment standing for the owner's retry to take down.
-func (s *Service) Recover(ctx context.Context, begin func(context.Context) (pgx.Tx, error), op uuid.UUID) error {
-	tx, err := begin(ctx)
-	if err != nil {
-		return fmt.Errorf("recover: begin: %w", err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	type unsettled struct {
-		effect, deployment               uuid.UUID
-		action, status, deploymentStatus string
-		kind, native, installation       string
-		resource                         uuid.UUID
-	}
-	rows, err := tx.Query(ctx, store.Q("OperationUnsettledEffects"), pgx.NamedArgs{"operation_id": op})
-	if err != nil {
-		return fmt.Errorf("recover: effects: %w", err)
-	}
-	var work []unsettled
-	var u unsettled
-	if _, err := pgx.ForEachRow(rows, []any{&u.effect, &u.action, &u.status, &u.deployment, &u.deploymentStatus, &u.kind, &u.resource, &u.native, &u.installation}, func() error {
-		work = append(work, u)
-		return nil
+// Recover settles an operation whose Host stopped mid-request (ownership.Manager.Recover). Its
+// phases: read what the operation left unsettled (one transaction); read the backend back and take
+// down what a create that never committed put there (backend calls, no transaction); record all
+// of it and end the operation refused (one transaction, so that no fence ever sees the operation
+// settled before its effects are). It never reapplies anything and never delivers a value.
+func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
+	var effects []dbsqlc.OperationUnsettledEffectsRow
+	var creating []dbsqlc.ResourcesCreatingByOperationRow
+	if err := r.Tx(ctx, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		var err error
+		if effects, err = q.OperationUnsettledEffects(ctx, r.Operation); err != nil {
+			return err
+		}
+		creating, err = q.ResourcesCreatingByOperation(ctx, r.Operation)
+		return err
 	}); err != nil {
-		return fmt.Errorf("recover: effects: %w", err)
+		return fmt.Errorf("recover: read the ledger: %w", err)
 	}
-	for _, u := range work {
-		mut, err := s.mutator(Placement{Installation: u.installation})
+	abandoned := map[uuid.UUID]bool{}
+	for _, c := range creating {
+		abandoned[c.UID] = true
+	}
+
+	var outs, undone []outcome
+	var unobservable []uuid.UUID
+	for _, e := range effects {
+		mut, err := s.mutator(Placement{Installation: e.Installation})
+		if apierr.Is(err, apierr.PlacementDrift) {
+			unobservable = append(unobservable, e.EffectID)
+			continue // its installation left the catalog: recorded, not retried for ever
+		}
 		if err != nil {
 			return err
 		}
-		obs, err := mut.Observe(ctx, u.kind, u.native)
+		pl := planned{deployment: e.DeploymentID, effect: e.EffectID, action: e.Action,
+			desired: backend.Desired{Kind: e.ResourceKind, NativeName: e.NativeName, DeploymentID: e.DeploymentID, ResourceUID: e.ResourceUID, Generation: e.Generation}}
+		o, err := observe(ctx, mut, pl)
 		if err != nil {
-			return fmt.Errorf("recover: read back %s %s: %w", u.kind, u.native, err)
+			return fmt.Errorf("recover: read back %s %s: %w", e.ResourceKind, e.NativeName, err)
 		}
-		landed := obs.Present && obs.DeploymentID == u.deployment
-		effect, deployment := "failed", ""
-		switch {
-		case u.action == "apply" && landed:
-			effect, deployment = "succeeded", "active"
-		case u.action == "apply":
-			deployment = "failed"
-		case u.action == "delete" && !obs.Present:
-			effect, deployment = "succeeded", "deleted"
-		default: // a delete that did not finish: the object stands
-			deployment = "active"
+		outs = append(outs, o)
+		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.done {
+			// A create that never committed never existed: take what it applied down again.
+			undone = append(undone, s.compensate(ctx, mut, []planned{pl})...)
 		}
-		if _, err := tx.Exec(ctx, store.Q("RecoverySettleEffect"), pgx.NamedArgs{"id": u.effect, "status": effect}); err != nil {
-			return fmt.Errorf("recover: effect: %w", err)
+	}
+	var leases []runtimeinput.Recovered
+	if s.RuntimeInputs != nil {
+		var err error
+		if leases, err = s.RuntimeInputs.ObserveLeases(ctx, r, s.Catalog.Installations, r.Operation); err != nil {
+			return err
 		}
-		if _, err := tx.Exec(ctx, store.Q("RecoverySettleDeployment"), pgx.NamedArgs{"id": u.deployment, "status": deployment}); err != nil {
-			return fmt.Errorf("recover: deployment: %w", err)
-		}
-		if deployment == "active" {
-			if _, err := tx.Exec(ctx, store.Q("DeploymentSupersede"), pgx.NamedArgs{"resource_uid": u.resource, "id": u.deployment}); err != nil {
-				return fmt.Errorf("recover: supersede: %w", err)
+	}
+	return r.Finish(ctx, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		for _, o := range outs {
+			if err := record(ctx, q, o, o.pl.desired.ResourceUID); err != nil {
+				return err
 			}
 		}
+		for _, o := range undone {
+			if err := recordCompensation(ctx, q, r.Operation, o); err != nil {
+				return err
+			}
+		}
+		detail := "its installation left the catalog; the object cannot be observed"
+		for _, id := range unobservable {
+			if _, err := q.EffectSetStatus(ctx, dbsqlc.EffectSetStatusParams{ID: id, Status: "unobservable", Detail: &detail, FromStatuses: []string{"planned", "dispatched"}}); err != nil {
+				return err
+			}
+		}
+		for _, c := range creating {
+			if c.Kind == "worker" {
+				if _, err := q.ResourceAbandonCreate(ctx, c.UID); err != nil {
+					return err
+				}
+			} else if _, err := q.EndpointAbandonCreate(ctx, c.UID); err != nil {
+				return err
+			}
+		}
+		return runtimeinput.RecordLeases(ctx, tx, leases)
+	})
+}
+
+// observe reads one planned effect's native object back, without changing anything.
+func observe(ctx context.Context, mut backend.Mutator, pl planned) (outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+	defer cancel()
+	obs, err := mut.Observe(ctx, pl.desired.Kind, pl.desired.NativeName)
+	if err != nil {
+		return outcome{}, err
 	}
-	if s.RuntimeInputs != nil {
-		if err := s.RuntimeInputs.RecoverLeases(ctx, tx, s.Catalog.Installations, op); err != nil {
-			return fmt.Errorf("recover: runtime inputs: %w", err)
+	holds := obs.Present && obs.DeploymentID == pl.deployment
+	o := outcome{pl: pl, done: holds}
+	if pl.action == "delete" {
+		o.done = !holds
+	}
+	if !o.done {
+		o.err = errors.New("settled by recovery: the interrupted call did not take effect")
+	}
+	return o, nil
+}
+
+// CollectOrphans takes down what creates that never committed left open on a backend (their
+// compensation could not be confirmed), for the janitor: one delete per deployment, each read
+// back and recorded under an operation of the janitor's own. It reports how many it closed.
+func (s *Service) CollectOrphans(ctx context.Context, db store.Beginner, q *dbsqlc.Queries) (int, error) {
+	rows, err := q.DeploymentsOrphaned(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("resource: orphaned deployments: %w", store.Classify(err))
+	}
+	closed := 0
+	for _, d := range rows {
+		mut, err := s.mutator(Placement{Installation: d.Installation})
+		if err != nil {
+			continue
+		}
+		pl := planned{deployment: d.ID, action: "delete",
+			desired: backend.Desired{Kind: d.ResourceKind, NativeName: d.NativeName, DeploymentID: d.ID, ResourceUID: d.ResourceUID, Generation: d.Generation}}
+		o := perform(ctx, mut, pl)
+		op := uuid.New()
+		err = store.WithTx(ctx, db, func(tx pgx.Tx) error {
+			q := dbsqlc.New(tx)
+			code := "orphan_collected"
+			if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
+				ID: op, OrganizationID: d.OrganizationID, Kind: "janitor", ExternalKey: d.ID.String(), Method: "DELETE", Status: "committed", Code: &code,
+			}); err != nil {
+				return err
+			}
+			return recordCompensation(ctx, q, op, o)
+		})
+		if err == nil && o.done {
+			closed++
 		}
 	}
-	if _, err := tx.Exec(ctx, store.Q("OperationAbandon"), pgx.NamedArgs{"id": op}); err != nil {
-		return fmt.Errorf("recover: abandon: %w", err)
-	}
-	return tx.Commit(ctx)
+	return closed, nil
 }

@@ -1,7 +1,8 @@
 // Package resource is the authority over workers and endpoints (SPEC 3.6): their rows, their
 // backend deployments, deletion attestations, and readiness derived from the deployment rows on
-// every read. Every mutation runs inside an ownership.Mutation and records its backend effects in
-// the operation ledger (planned -> dispatched -> succeeded | failed).
+// every read. Every mutation runs inside an ownership.Mutation as a few named phases, each one
+// transaction or one backend call, never both, and records its backend effects in the operation
+// ledger (planned -> dispatched -> succeeded | failed).
 package resource
 
 import (
@@ -9,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -19,7 +21,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
-	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // Ownership kinds and provider resource types.
@@ -30,12 +32,14 @@ const (
 	EndpointResourceType = "takoform_worker_endpoint"
 )
 
+// BackendCallTimeout bounds one backend call, well inside an ownership lease, so that a call
+// cannot outlive the lease of the request that made it.
+const BackendCallTimeout = 20 * time.Second
+
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Placement is where a resource runs (see catalog.Placement).
 type Placement = catalog.Placement
-
-func placementOf(o catalog.Offering) Placement { return o.Placement() }
 
 // Service changes workers and endpoints.
 type Service struct {
@@ -55,149 +59,153 @@ type Condition struct {
 	Message string `json:"message"`
 }
 
-func readyCondition(status, deploymentStatus string) []Condition {
-	c := Condition{Type: "Ready", Status: "False"}
-	switch {
-	case status == "deleted":
-		c.Reason, c.Message = "Deleted", "the resource was deleted"
-	case status == "deleting":
-		c.Reason, c.Message = "Deleting", "the resource is being deleted"
-	case deploymentStatus == "active" && status == "live":
-		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the current generation's deployment is active"
-	case deploymentStatus == "failed":
-		c.Reason, c.Message = "DeploymentFailed", "the backend refused the current generation; apply again to retry"
-	default:
-		c.Reason, c.Message = "DeploymentPending", "the current generation has no active deployment yet"
+// CheckBrake refuses a graph-changing mutation while a deployment brake covers the organization
+// or the worker (SPEC 3.6). worker is the worker name the mutation changes, or empty.
+func CheckBrake(ctx context.Context, db dbsqlc.DBTX, org, space, worker string) error {
+	params := dbsqlc.BrakeEngagedParams{OrganizationID: &org}
+	if worker != "" {
+		params.Space, params.WorkerName = &space, &worker
 	}
-	return []Condition{c}
-}
-
-// CheckBrake refuses a graph-changing mutation while the deployment brake is engaged.
-func CheckBrake(ctx context.Context, tx pgx.Tx) error { return brake(ctx, tx) }
-
-func brake(ctx context.Context, tx pgx.Tx) error {
-	var engaged bool
-	if err := tx.QueryRow(ctx, store.Q("BrakeEngaged"), pgx.NamedArgs{"name": "deployment"}).Scan(&engaged); err != nil {
-		return fmt.Errorf("resource: read brake: %w", err)
+	engaged, err := dbsqlc.New(db).BrakeEngaged(ctx, params)
+	if err != nil {
+		return fmt.Errorf("resource: read brakes: %w", err)
 	}
 	if engaged {
-		return apierr.New(apierr.DeploymentBrake, "the deployment brake is engaged: graph-changing mutations are refused until an operator releases it (reads continue)")
+		return apierr.New(apierr.DeploymentBrake, "a deployment brake covers this change: graph-changing mutations are refused until an operator releases it (reads continue)")
 	}
 	return nil
 }
 
-// planned is a deployment and its effect, recorded and not yet dispatched.
+// planned is a deployment and its effect, recorded as dispatched in the transaction that planned
+// it, and carried out by one backend call after that transaction commits.
 type planned struct {
 	deployment uuid.UUID
 	effect     uuid.UUID
 	action     string
 	desired    backend.Desired
+	placement  Placement
 }
 
-func plan(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org, kind string, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
-	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: "apply", desired: d}
+// outcome is what the backend call of one planned effect left on the backend, as read back.
+type outcome struct {
+	pl   planned
+	done bool // apply: the native object holds this deployment; delete: it no longer does
+	err  error
+}
+
+func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org, kind string, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
+	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: "apply", desired: d, placement: p}
 	pl.desired.DeploymentID = pl.deployment
 	pl.desired.Generation = generation
-	if _, err := tx.Exec(ctx, store.Q("DeploymentInsert"), pgx.NamedArgs{
-		"id": pl.deployment, "organization_id": org, "resource_kind": kind, "resource_uid": uid, "generation": generation,
-		"native_name": d.NativeName, "offering_id": p.OfferingID, "offering_digest": p.OfferingDigest, "pack": p.Pack, "installation": p.Installation,
+	if err := q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{
+		ID: pl.deployment, OrganizationID: org, ResourceKind: kind, ResourceUID: uid, Generation: generation,
+		NativeName: d.NativeName, OfferingID: p.OfferingID, OfferingDigest: p.OfferingDigest, Pack: p.Pack, Installation: p.Installation,
 	}); err != nil {
 		return planned{}, fmt.Errorf("resource: plan deployment: %w", err)
 	}
-	if _, err := tx.Exec(ctx, store.Q("EffectInsert"), pgx.NamedArgs{
-		"id": pl.effect, "operation_id": m.Operation, "deployment_id": pl.deployment, "action": "apply",
-	}); err != nil {
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: m.Operation, DeploymentID: pl.deployment, Action: "apply", Status: "dispatched"}); err != nil {
 		return planned{}, fmt.Errorf("resource: plan effect: %w", err)
 	}
 	return pl, nil
 }
 
 // planDeletes moves every open deployment of uid to deleting and plans one delete effect each.
-func planDeletes(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, kind string, uid uuid.UUID) ([]planned, error) {
-	rows, err := tx.Query(ctx, store.Q("DeploymentsOpen"), pgx.NamedArgs{"resource_uid": uid})
+func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, kind string, uid uuid.UUID, p Placement) ([]planned, error) {
+	open, err := q.DeploymentsOpen(ctx, uid)
 	if err != nil {
 		return nil, fmt.Errorf("resource: open deployments: %w", err)
 	}
 	var out []planned
-	var id uuid.UUID
-	var native string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &native}, func() error {
-		out = append(out, planned{deployment: id, effect: uuid.New(), action: "delete", desired: backend.Desired{Kind: kind, NativeName: native, DeploymentID: id}})
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("resource: open deployments: %w", err)
-	}
-	for _, pl := range out {
-		if _, err := tx.Exec(ctx, store.Q("DeploymentSetStatus"), pgx.NamedArgs{"id": pl.deployment, "status": "deleting", "from": []string{"pending", "active", "deleting"}}); err != nil {
+	for _, d := range open {
+		pl := planned{deployment: d.ID, effect: uuid.New(), action: "delete", placement: p,
+			desired: backend.Desired{Kind: kind, NativeName: d.NativeName, DeploymentID: d.ID, ResourceUID: uid, Generation: d.Generation}}
+		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: d.ID, Status: "deleting", FromStatuses: []string{"pending", "active", "deleting"}}); err != nil {
 			return nil, fmt.Errorf("resource: mark deployment deleting: %w", err)
 		}
-		if _, err := tx.Exec(ctx, store.Q("EffectInsert"), pgx.NamedArgs{
-			"id": pl.effect, "operation_id": m.Operation, "deployment_id": pl.deployment, "action": "delete",
-		}); err != nil {
+		if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: operation, DeploymentID: d.ID, Action: "delete", Status: "dispatched"}); err != nil {
 			return nil, fmt.Errorf("resource: plan effect: %w", err)
 		}
+		out = append(out, pl)
 	}
 	return out, nil
 }
 
-// dispatch carries out one planned effect: it records the dispatch before calling the backend,
-// and the outcome after, each in its own transaction, so a crash leaves a ledger that says how far
-// the effect got.
-func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, pl planned) error {
-	if err := m.Tx(ctx, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, store.Q("EffectSetStatus"), pgx.NamedArgs{"id": pl.effect, "status": "dispatched", "from": "planned", "detail": nil})
-		return err
-	}); err != nil {
-		return fmt.Errorf("resource: dispatch effect: %w", err)
-	}
+// perform makes the backend call of one planned effect and reads the result back; it never runs
+// inside a transaction. Absence after a delete and presence after an apply are confirmed by
+// reading back, not assumed from the call.
+func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
+	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+	defer cancel()
 	var callErr error
 	if pl.action == "apply" {
 		callErr = mut.Apply(ctx, pl.desired)
 	} else {
-		callErr = mut.Delete(ctx, pl.desired.Kind, pl.desired.NativeName)
+		callErr = mut.Delete(ctx, pl.desired.Kind, pl.desired.NativeName, pl.deployment)
+	}
+	obs, err := mut.Observe(ctx, pl.desired.Kind, pl.desired.NativeName)
+	if err != nil {
 		if callErr == nil {
-			// Absence is confirmed by reading back, not assumed from the call.
-			obs, err := mut.Observe(ctx, pl.desired.Kind, pl.desired.NativeName)
-			if err == nil && obs.Present && obs.DeploymentID == pl.deployment {
-				err = errors.New("the native object is still present after delete")
-			}
 			callErr = err
 		}
+		// Unreadable: an apply counts as not landed only when the call itself failed; a delete
+		// is never assumed done.
+		return outcome{pl: pl, done: pl.action == "apply" && callErr == nil, err: callErr}
 	}
-	ctx = context.WithoutCancel(ctx)
-	if callErr != nil {
-		_ = m.Tx(ctx, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, store.Q("EffectSetStatus"), pgx.NamedArgs{"id": pl.effect, "status": "failed", "from": "dispatched", "detail": callErr.Error()}); err != nil {
-				return err
-			}
-			if pl.action == "apply" {
-				_, err := tx.Exec(ctx, store.Q("DeploymentSetStatus"), pgx.NamedArgs{"id": pl.deployment, "status": "failed", "from": []string{"pending"}})
-				return err
-			}
-			return nil
-		})
-		return &apierr.Error{Code: apierr.BackendFailed, Detail: "the backend could not apply the change; apply again to retry"}
+	holds := obs.Present && obs.DeploymentID == pl.deployment
+	if pl.action == "apply" {
+		if holds {
+			callErr = nil // it landed, whatever the call said
+		} else if callErr == nil {
+			callErr = errors.New("the backend does not hold the deployment after applying it")
+		}
+		return outcome{pl: pl, done: holds, err: callErr}
 	}
-	return m.Tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, store.Q("EffectSetStatus"), pgx.NamedArgs{"id": pl.effect, "status": "succeeded", "from": "dispatched", "detail": nil}); err != nil {
-			return fmt.Errorf("resource: settle effect: %w", err)
+	if holds && callErr == nil {
+		callErr = errors.New("the native object is still present after delete")
+	}
+	return outcome{pl: pl, done: !holds, err: callErr}
+}
+
+// record writes an outcome into the ledger by compare-and-swap on the effect's status: an apply
+// that landed makes its deployment active (and supersedes older ones), one that did not fails it;
+// a delete that took the object away makes it deleted, one that did not leaves it deleting.
+func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.UUID) error {
+	var detail *string
+	if o.err != nil {
+		d := o.err.Error()
+		detail = &d
+	}
+	status := "failed"
+	if o.done {
+		status = "succeeded"
+	}
+	if _, err := q.EffectSetStatus(ctx, dbsqlc.EffectSetStatusParams{ID: o.pl.effect, Status: status, Detail: detail, FromStatuses: []string{"planned", "dispatched"}}); err != nil {
+		return fmt.Errorf("resource: settle effect: %w", err)
+	}
+	switch {
+	case o.pl.action == "apply" && o.done:
+		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "active", FromStatuses: []string{"pending"}}); err != nil {
+			return fmt.Errorf("resource: activate deployment: %w", err)
 		}
-		if pl.action == "apply" {
-			if _, err := tx.Exec(ctx, store.Q("DeploymentSetStatus"), pgx.NamedArgs{"id": pl.deployment, "status": "active", "from": []string{"pending"}}); err != nil {
-				return fmt.Errorf("resource: activate deployment: %w", err)
-			}
-			_, err := tx.Exec(ctx, store.Q("DeploymentSupersede"), pgx.NamedArgs{"resource_uid": pl.desired.ResourceUID, "id": pl.deployment})
-			return err
-		}
-		_, err := tx.Exec(ctx, store.Q("DeploymentSetStatus"), pgx.NamedArgs{"id": pl.deployment, "status": "deleted", "from": []string{"deleting"}})
+		return q.DeploymentSupersede(ctx, dbsqlc.DeploymentSupersedeParams{ResourceUID: resourceUID, ID: o.pl.deployment})
+	case o.pl.action == "apply":
+		_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "failed", FromStatuses: []string{"pending"}})
 		return err
-	})
+	case o.done:
+		_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "deleted", FromStatuses: []string{"deleting", "active", "pending"}})
+		return err
+	}
+	return nil
+}
+
+func backendFailed(o outcome) error {
+	return apierr.New(apierr.BackendFailed, "the backend could not apply the change; apply again to retry")
 }
 
 func (s *Service) mutator(p Placement) (backend.Mutator, error) {
 	inst, ok := s.Catalog.Installations[p.Installation]
 	if !ok {
-		return nil, apierr.New(apierr.PlacementDrift, "installation %q is no longer in the catalog", p.Installation)
+		return nil, apierr.New(apierr.PlacementDrift, "installation %q is no longer in the catalog; the object cannot be observed or changed there", p.Installation)
 	}
 	mut, err := s.Backends.Mutator(inst)
 	if errors.Is(err, backend.ErrNotImplemented) {
@@ -208,33 +216,29 @@ func (s *Service) mutator(p Placement) (backend.Mutator, error) {
 
 // beginDelete opens the deletion attestation of uid and plans the deletes of its deployments, in
 // the transaction that marks the resource deleting.
-func beginDelete(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org, kind string, uid uuid.UUID) ([]planned, error) {
-	if _, err := tx.Exec(ctx, store.Q("AttestationOpen"), pgx.NamedArgs{"uid": uid, "organization_id": org, "resource_kind": kind, "operation_id": m.Operation}); err != nil {
+func beginDelete(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, org, kind string, uid uuid.UUID, p Placement) ([]planned, error) {
+	if err := q.AttestationOpen(ctx, dbsqlc.AttestationOpenParams{UID: uid, OrganizationID: org, ResourceKind: kind, OperationID: &operation}); err != nil {
 		return nil, fmt.Errorf("resource: open attestation: %w", err)
 	}
 	native := backend.NativeWorker
 	if kind == "endpoint" {
 		native = backend.NativeRoute
 	}
-	return planDeletes(ctx, tx, m, native, uid)
+	return planDeletes(ctx, q, operation, native, uid, p)
 }
 
-// finishDelete dispatches the planned deletes, then, once the backend confirmed absence, closes
-// the attestation and lets finalize mark the resource deleted, in one transaction.
-func (s *Service) finishDelete(ctx context.Context, m *ownership.Mutation, p Placement, work []planned, uid uuid.UUID, finalize func(pgx.Tx) error) error {
-	mut, err := s.mutator(p)
-	if err != nil {
-		return err
-	}
+// compensate takes down what a create that will not commit left on the backend: one backend
+// call per open deployment of uid, each read back. It returns the outcomes for the refusal's
+// transaction to record; whatever it cannot confirm stays open and the janitor finishes it.
+func (s *Service) compensate(ctx context.Context, mut backend.Mutator, work []planned) []outcome {
+	var out []outcome
 	for _, pl := range work {
-		if err := s.dispatch(ctx, m, mut, pl); err != nil {
-			return err
-		}
+		del := pl
+		del.action = "delete"
+		out = append(out, perform(context.WithoutCancel(ctx), mut, del))
 	}
-	return m.Tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, store.Q("AttestationClose"), pgx.NamedArgs{"uid": uid}); err != nil {
-			return fmt.Errorf("resource: close attestation: %w", err)
-		}
-		return finalize(tx)
-	})
+	return out
 }
+
+// txFunc is a phase transaction.
+type txFunc = func(ctx context.Context, fn func(pgx.Tx) error) error

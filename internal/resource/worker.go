@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
@@ -48,29 +50,59 @@ type WorkerSpec struct {
 
 // Worker is one stored worker with its derived deployment state.
 type Worker struct {
-	UID                   uuid.UUID
-	OrganizationID        string
-	Space                 string
-	Name                  string
-	Generation            int64
-	Revision              int64
-	Modules               map[string]string
-	MainModule            string
-	CompatibilityDate     string
-	RequiredSensitiveVars []string
-	RuntimeInputReference *string
-	ScriptName            string
-	Placement             Placement
-	Status                string
-	OperationID           uuid.UUID
-	// Present is resource_present: false for a row whose create was refused.
-	Present            bool
-	DeploymentStatus   string
-	RuntimeInputStatus *string
+	dbsqlc.WorkerState
+	Modules   map[string]string
+	Placement Placement
 }
 
-// Ready is readiness as derived now: live, and the current generation's deployment active.
-func (w Worker) Ready() bool { return w.Status == "live" && w.DeploymentStatus == "active" }
+func workerOf(st dbsqlc.WorkerState) (Worker, error) {
+	w := Worker{WorkerState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
+	return w, json.Unmarshal(st.Modules, &w.Modules)
+}
+
+// Deployed is readiness of the code alone: live (or being created by operation op), and the
+// current generation's deployment active.
+func (w Worker) Deployed(op uuid.UUID) bool {
+	return (w.Status == "live" || (w.Status == "creating" && w.OperationID == op)) && w.DeploymentStatus == "active"
+}
+
+// inputsSettled reports whether the worker's secrets are delivered to it (SPEC 3.5): a worker
+// without required sensitive vars needs none.
+func (w Worker) inputsSettled() bool {
+	if len(w.RequiredSensitiveVars) == 0 && w.RuntimeInputReference == nil {
+		return true
+	}
+	return w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == "settled" &&
+		w.RuntimeInputWorkerUID != nil && *w.RuntimeInputWorkerUID == w.UID
+}
+
+// Ready is readiness as derived now: live, the current generation's deployment active, and its
+// runtime input, if it names one, settled for this worker.
+func (w Worker) Ready() bool {
+	return w.Status == "live" && w.DeploymentStatus == "active" && w.inputsSettled()
+}
+
+func (w Worker) conditions() []Condition {
+	c := Condition{Type: "Ready", Status: "False"}
+	switch {
+	case w.Status == "deleted":
+		c.Reason, c.Message = "Deleted", "the worker was deleted"
+	case w.Status == "deleting":
+		c.Reason, c.Message = "Deleting", "the worker is being deleted"
+	case w.DeploymentStatus == "failed":
+		c.Reason, c.Message = "DeploymentFailed", "the backend refused the current generation; apply again to retry"
+	case w.DeploymentStatus != "active" || w.Status != "live":
+		c.Reason, c.Message = "DeploymentPending", "the current generation has no active deployment yet"
+	case !w.inputsSettled():
+		c.Reason, c.Message = "RuntimeInputPending", "the worker's runtime input is not delivered to it yet"
+		if w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == "settled" {
+			c.Message = "the runtime input named is settled for another worker UID: a replaced worker needs a new runtime input (bump bindings_wo_version)"
+		}
+	default:
+		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the current generation's deployment is active"
+	}
+	return []Condition{c}
+}
 
 // WorkerProjection is the public view of a worker.
 type WorkerProjection struct {
@@ -84,8 +116,10 @@ type WorkerProjection struct {
 	ScriptName        string             `json:"scriptName"`
 	RuntimeInputs     *RuntimeInputsView `json:"runtimeInputs"`
 	OwnershipToken    *string            `json:"ownershipToken"`
+	Modules           map[string]string  `json:"modules"`
 	MainModule        string             `json:"mainModule"`
 	CompatibilityDate string             `json:"compatibilityDate"`
+	RequiredSensitive []string           `json:"requiredSensitiveVars"`
 	OfferingID        string             `json:"offeringId"`
 }
 
@@ -99,8 +133,12 @@ type RuntimeInputsView struct {
 func (w Worker) Project(token string) WorkerProjection {
 	p := WorkerProjection{
 		UID: w.UID.String(), Space: w.Space, Name: w.Name, Generation: w.Generation, Revision: w.Revision,
-		Ready: w.Ready(), Conditions: readyCondition(w.Status, w.DeploymentStatus), ScriptName: w.ScriptName,
-		MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, OfferingID: w.Placement.OfferingID,
+		Ready: w.Ready(), Conditions: w.conditions(), ScriptName: w.ScriptName, Modules: w.Modules,
+		MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, RequiredSensitive: w.RequiredSensitiveVars,
+		OfferingID: w.Placement.OfferingID,
+	}
+	if p.RequiredSensitive == nil {
+		p.RequiredSensitive = []string{}
 	}
 	if w.RuntimeInputReference != nil {
 		status := "missing"
@@ -153,11 +191,11 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 		seen[v] = true
 	}
 	spec.RequiredSensitiveVars = append([]string{}, slices.Sorted(maps.Keys(seen))...)
-	if len(spec.RequiredSensitiveVars) > 0 && (spec.RuntimeInputReference == nil || *spec.RuntimeInputReference == "") {
-		return apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
-	}
 	if spec.RuntimeInputReference != nil && *spec.RuntimeInputReference == "" {
 		spec.RuntimeInputReference = nil
+	}
+	if len(spec.RequiredSensitiveVars) > 0 && spec.RuntimeInputReference == nil {
+		return apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
 	}
 	return nil
 }
@@ -178,61 +216,48 @@ func (s *Service) selectOffering(org auth.Organization, kind string, id *string)
 	return o, inst, err
 }
 
-func scanWorker(row pgx.Row) (Worker, error) {
-	var w Worker
-	var modules []byte
-	err := row.Scan(&w.UID, &w.OrganizationID, &w.Space, &w.Name, &w.Generation, &w.Revision, &modules, &w.MainModule,
-		&w.CompatibilityDate, &w.RequiredSensitiveVars, &w.RuntimeInputReference, &w.ScriptName,
-		&w.Placement.OfferingID, &w.Placement.OfferingDigest, &w.Placement.Pack, &w.Placement.Installation,
-		&w.Status, &w.OperationID, &w.Present, &w.DeploymentStatus, &w.RuntimeInputStatus)
-	if err != nil {
-		return w, err
-	}
-	return w, json.Unmarshal(modules, &w.Modules)
-}
-
-// loadWorker reads (and locks) a worker by UID, or the present one named space/name when uid is nil.
-func loadWorker(ctx context.Context, tx pgx.Tx, org string, uid *uuid.UUID, space, name string) (Worker, error) {
-	w, err := scanWorker(tx.QueryRow(ctx, store.Q("WorkerSelect"), pgx.NamedArgs{"organization_id": org, "uid": uid, "space": space, "name": name}))
+// lockWorker reads and locks a worker by UID, or the standing one named space/name when uid is nil.
+func lockWorker(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UUID, space, name string) (Worker, error) {
+	st, err := q.WorkerLock(ctx, dbsqlc.WorkerLockParams{OrganizationID: org, UID: uid, Space: space, Name: name})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Worker{}, apierr.New(apierr.NotFound, "no worker %s/%s", space, name)
 	}
 	if err != nil {
-		return Worker{}, fmt.Errorf("resource: load worker: %w", err)
+		return Worker{}, fmt.Errorf("resource: lock worker: %w", err)
 	}
-	return w, nil
+	return workerOf(st)
 }
 
-// GetWorker reads the present worker space/name (one whose create was refused is absent).
-func (s *Service) GetWorker(ctx context.Context, tx pgx.Tx, org auth.Organization, space, name string) (Worker, error) {
-	w, err := loadWorker(ctx, tx, org.ID, nil, space, name)
-	if err != nil {
-		return Worker{}, err
-	}
-	if !w.Present {
+// GetWorker reads the present worker space/name (one whose create never committed is absent),
+// taking no lock.
+func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Worker, error) {
+	st, err := dbsqlc.New(db).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: name})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !st.Present) {
 		return Worker{}, apierr.New(apierr.NotFound, "no worker %s/%s", space, name)
 	}
-	return w, nil
+	if err != nil {
+		return Worker{}, fmt.Errorf("resource: get worker: %w", err)
+	}
+	return workerOf(st)
 }
 
-func (w *Worker) save(ctx context.Context, tx pgx.Tx, m *ownership.Mutation) error {
+func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
 	modules, err := json.Marshal(w.Modules)
 	if err != nil {
 		return err
 	}
-	var revision int64
-	err = tx.QueryRow(ctx, store.Q("WorkerUpdate"), pgx.NamedArgs{
-		"uid": w.UID, "revision": w.Revision, "generation": w.Generation, "modules": modules, "main_module": w.MainModule,
-		"compatibility_date": w.CompatibilityDate, "required_sensitive_vars": w.RequiredSensitiveVars,
-		"runtime_input_reference": w.RuntimeInputReference, "status": w.Status, "operation_id": m.Operation,
-	}).Scan(&revision)
+	revision, err := q.WorkerUpdate(ctx, dbsqlc.WorkerUpdateParams{
+		UID: w.UID, Revision: w.Revision, Generation: w.Generation, Modules: modules, MainModule: w.MainModule,
+		CompatibilityDate: w.CompatibilityDate, RequiredSensitiveVars: w.RequiredSensitiveVars,
+		RuntimeInputReference: w.RuntimeInputReference, Status: w.Status, OperationID: operation,
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.New(apierr.IntentInProgress, "the worker changed during this request; retry")
 	}
 	if err != nil {
 		return fmt.Errorf("resource: save worker: %w", err)
 	}
-	w.Revision, w.OperationID = revision, m.Operation
+	w.Revision, w.OperationID = revision, operation
 	return nil
 }
 
@@ -253,73 +278,135 @@ func equalPtr(a, b *string) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
-// PutWorker creates the worker, resumes its interrupted create, or applies a changed spec as a
-// new generation. It returns the worker and whether this request created it.
-func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec) (Worker, bool, error) {
+func created(m *ownership.Mutation) int {
+	if m.Current == nil {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+// PutWorker creates the worker, or applies a changed spec as a new generation, and has it consume
+// its runtime input. Its phases: plan (one transaction, which takes the key), apply (one backend
+// call), consume (the lease's own phases), commit (one transaction that records the outcome, the
+// settle, the worker's state and the binding).
+func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec) (ownership.Response, error) {
 	if err := validateWorker(space, name, &spec); err != nil {
-		return Worker{}, false, err
+		return ownership.Response{}, err
 	}
-	offering, _, err := s.selectOffering(org, catalog.KindWorker, spec.OfferingID)
+	offering, inst, err := s.selectOffering(org, catalog.KindWorker, spec.OfferingID)
 	if err != nil {
-		return Worker{}, false, err
+		return ownership.Response{}, err
 	}
-	placement := placementOf(offering)
+	placement := offering.Placement()
 	mut, err := s.mutator(placement)
 	if err != nil {
-		return Worker{}, false, err
+		return ownership.Response{}, err
 	}
+	w, work, err := s.planWorker(ctx, m, org, space, name, spec, placement)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	isCreate := m.Current == nil
+	var applied *outcome
+	if work != nil {
+		o := perform(ctx, mut, *work)
+		applied = &o
+		if !o.done {
+			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
+				return abandonWorker(ctx, dbsqlc.New(tx), o, w.UID, isCreate)
+			})
+			return ownership.Response{}, backendFailed(o)
+		}
+	}
+	var settle func(context.Context, pgx.Tx) error
+	if w.RuntimeInputReference != nil && !w.inputsSettled() {
+		if applied != nil {
+			// The deployment must read active before the reservation can be bound to it.
+			if err := m.Tx(ctx, func(tx pgx.Tx) error { return record(ctx, dbsqlc.New(tx), *applied, w.UID) }); err != nil {
+				return ownership.Response{}, err
+			}
+			applied = nil
+		}
+		settle, err = s.consume(ctx, m, org, w, inst)
+		if err != nil {
+			if isCreate {
+				s.undoCreate(ctx, m, mut, w.UID, work)
+			}
+			return ownership.Response{}, err
+		}
+	}
+	token := m.Intent.Token
+	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		q := dbsqlc.New(tx)
+		if applied != nil {
+			if err := record(ctx, q, *applied, w.UID); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		if settle != nil {
+			if err := settle(ctx, tx); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		if w.Status == "creating" {
+			w.Status = "live"
+			if err := w.save(ctx, q, m.Operation); err != nil {
+				return ownership.Response{}, err
+			}
+			if w, err = lockWorker(ctx, q, org.ID, &w.UID, space, name); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		return ownership.Response{Status: created(m), Body: w.Project(token).JSON(), UID: w.UID}, nil
+	})
+}
+
+// planWorker is the first phase: it takes the key and, in one transaction, creates the worker's
+// row or writes its new generation, and plans the deployment (nil when nothing changes).
+func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, *planned, error) {
 	var w Worker
 	var work *planned
-	created := m.Current == nil || m.Current.Pending
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := brake(ctx, tx); err != nil {
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if err := CheckBrake(ctx, tx, org.ID, space, name); err != nil {
 			return err
 		}
 		if m.Current == nil {
-			w = Worker{
-				UID: uuid.New(), OrganizationID: org.ID, Space: space, Name: name, Generation: 1, Revision: 1,
-				Modules: spec.Modules, MainModule: spec.MainModule, CompatibilityDate: spec.CompatibilityDate,
-				RequiredSensitiveVars: spec.RequiredSensitiveVars, RuntimeInputReference: spec.RuntimeInputReference,
-				Placement: placement, Status: "creating",
-				ScriptName: backend.ScriptName(backend.WorkerRef{TenantRef: org.ID, Space: space, Name: name}),
-			}
+			w = Worker{Modules: spec.Modules, Placement: placement}
+			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
+			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
+			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, "creating", m.Operation
+			w.ScriptName = backend.ScriptName(backend.WorkerRef{TenantRef: org.ID, Space: space, Name: name})
 			modules, err := json.Marshal(w.Modules)
 			if err != nil {
 				return err
 			}
-			sp, err := tx.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			_, err = sp.Exec(ctx, store.Q("WorkerInsert"), pgx.NamedArgs{
-				"uid": w.UID, "organization_id": org.ID, "space": space, "name": name, "modules": modules,
-				"main_module": w.MainModule, "compatibility_date": w.CompatibilityDate,
-				"required_sensitive_vars": w.RequiredSensitiveVars, "runtime_input_reference": w.RuntimeInputReference, "script_name": w.ScriptName,
-				"offering_id": placement.OfferingID, "offering_digest": placement.OfferingDigest, "pack": placement.Pack,
-				"installation": placement.Installation, "operation_id": m.Operation,
+			err = q.WorkerInsert(ctx, dbsqlc.WorkerInsertParams{
+				UID: w.UID, OrganizationID: org.ID, Space: space, Name: name, Modules: modules, MainModule: w.MainModule,
+				CompatibilityDate: w.CompatibilityDate, RequiredSensitiveVars: w.RequiredSensitiveVars,
+				RuntimeInputReference: w.RuntimeInputReference, ScriptName: w.ScriptName,
+				OfferingID: placement.OfferingID, OfferingDigest: placement.OfferingDigest, Pack: placement.Pack,
+				Installation: placement.Installation, OperationID: m.Operation,
 			})
 			if store.IsUniqueViolation(err, "workers_live_key") {
-				_ = sp.Rollback(ctx)
-				return apierr.New(apierr.ResourceExists, "worker %s/%s already exists and is not owned by this token", space, name)
+				return apierr.New(apierr.ResourceExists, "worker %s/%s already exists and is owned by another token; import it to adopt it", space, name)
 			}
 			if err != nil {
-				_ = sp.Rollback(ctx)
 				return fmt.Errorf("resource: create worker: %w", err)
 			}
-			if err := sp.Commit(ctx); err != nil {
-				return err
-			}
-			if err := m.Bind(ctx, tx, w.UID); err != nil {
-				return err
-			}
-			w.OperationID = m.Operation
-			pl, err := plan(ctx, tx, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired())
+			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired())
 			work = &pl
 			return err
 		}
-		uid := m.Current.UID
 		var err error
-		if w, err = loadWorker(ctx, tx, org.ID, &uid, space, name); err != nil {
+		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
+			return err
+		}
+		if err := m.CheckRevision(w.Revision); err != nil {
 			return err
 		}
 		if w.Status == "deleting" || w.Status == "deleted" {
@@ -334,86 +421,133 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			w.Generation++
 			w.Modules, w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.Modules, spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference = spec.RuntimeInputReference
-		}
-		if changed || w.DeploymentStatus != "active" || w.Status == "creating" {
-			if err := w.save(ctx, tx, m); err != nil {
+			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
 			}
 		}
 		if changed || w.DeploymentStatus != "active" {
-			pl, err := plan(ctx, tx, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired())
+			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired())
 			work = &pl
 			return err
 		}
 		return nil
 	})
-	if err != nil {
-		return Worker{}, false, err
+	return w, work, err
+}
+
+// abandonWorker records, in the refusal's transaction, an apply that did not land; a create that
+// never committed leaves the uniqueness constraints.
+func abandonWorker(ctx context.Context, q *dbsqlc.Queries, o outcome, uid uuid.UUID, isCreate bool) error {
+	if err := record(ctx, q, o, uid); err != nil {
+		return err
 	}
-	if work != nil {
-		if err := s.dispatch(ctx, m, mut, *work); err != nil {
-			return Worker{}, false, err
-		}
+	if isCreate {
+		_, err := q.ResourceAbandonCreate(ctx, uid)
+		return err
 	}
-	var inc reservation.WorkerIncarnation
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
-		var err error
-		if w, err = loadWorker(ctx, tx, org.ID, &w.UID, space, name); err != nil {
-			return err
-		}
-		if w.Status == "creating" {
-			w.Status = "live"
-			if err := w.save(ctx, tx, m); err != nil {
+	return nil
+}
+
+// undoCreate takes down a create that landed on the backend but will not commit (its runtime
+// input was refused): one backend delete per deployment, recorded by the refusal.
+func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, uid uuid.UUID, work *planned) {
+	if work == nil {
+		return
+	}
+	outs := s.compensate(ctx, mut, []planned{*work})
+	m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		for _, o := range outs {
+			if err := recordCompensation(ctx, q, m.Operation, o); err != nil {
 				return err
 			}
 		}
-		if w.RuntimeInputReference != nil && (w.RuntimeInputStatus == nil || *w.RuntimeInputStatus != "settled") {
-			_, inc, err = readyWorker(ctx, tx, org.ID, space, name)
+		_, err := q.ResourceAbandonCreate(ctx, uid)
+		if err == nil {
+			_, err = q.EndpointAbandonCreate(ctx, uid)
 		}
 		return err
 	})
-	if err != nil || inc.OrganizationID == "" {
-		return w, created, err
+}
+
+// recordCompensation writes a compensating delete into the ledger: a delete effect of the
+// deployment, and the deployment deleted when the backend confirmed it, or left deleting for the
+// janitor.
+func recordCompensation(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, o outcome) error {
+	status, to := "failed", "deleting"
+	if o.done {
+		status, to = "succeeded", "deleted"
 	}
-	// The deployment is active: the worker consumes its runtime input (SPEC 3.5).
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
+		return err
+	}
+	_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}})
+	return err
+}
+
+// consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the
+// settle, which the worker's commit transaction runs.
+func (s *Service) consume(ctx context.Context, m *ownership.Mutation, org auth.Organization, w Worker, inst catalog.Installation) (func(context.Context, pgx.Tx) error, error) {
 	if s.RuntimeInputs == nil {
-		return Worker{}, false, apierr.New(apierr.NotImplemented, "this Host serves no runtime inputs")
+		return nil, apierr.New(apierr.NotImplemented, "this Host serves no runtime inputs")
 	}
-	if _, err := s.RuntimeInputs.Consume(ctx, m, runtimeinput.Consumer{
-		Incarnation: inc, ScriptName: w.ScriptName, Required: w.RequiredSensitiveVars, Installation: s.Catalog.Installations[w.Placement.Installation],
-	}, *w.RuntimeInputReference, s.Hooks); err != nil {
-		return Worker{}, false, err
-	}
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
+	var inc reservation.WorkerIncarnation
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		var err error
-		w, err = loadWorker(ctx, tx, org.ID, &w.UID, space, name)
+		_, inc, err = readyWorker(ctx, dbsqlc.New(tx), org.ID, w.Space, w.Name, m.Operation, false)
 		return err
 	})
-	return w, created, err
+	if err != nil {
+		return nil, err
+	}
+	return s.RuntimeInputs.Consume(ctx, m, runtimeinput.Consumer{
+		Incarnation: inc, ScriptName: w.ScriptName, Required: w.RequiredSensitiveVars, Installation: inst,
+	}, *w.RuntimeInputReference, s.Hooks)
+}
+
+// readyWorker loads and locks the worker named space/name, proves it Ready as derived now (its
+// code, and with needInputs its runtime input too; a worker being created by operation op counts
+// as standing), and returns it with its active deployment's placement, for binding and minting.
+func readyWorker(ctx context.Context, q *dbsqlc.Queries, org, space, name string, op uuid.UUID, needInputs bool) (Worker, reservation.WorkerIncarnation, error) {
+	w, err := lockWorker(ctx, q, org, nil, space, name)
+	if err != nil {
+		return Worker{}, reservation.WorkerIncarnation{}, err
+	}
+	if !w.Deployed(op) || (needInputs && !w.inputsSettled()) {
+		return Worker{}, reservation.WorkerIncarnation{}, apierr.New(apierr.WorkerNotReady, "worker %s/%s is not Ready (%s); apply it first", space, name, w.conditions()[0].Reason)
+	}
+	inc := reservation.WorkerIncarnation{OrganizationID: org, UID: w.UID, Revision: w.Revision, Space: space, Name: name}
+	row, err := q.DeploymentActivePlacement(ctx, w.UID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Worker{}, reservation.WorkerIncarnation{}, apierr.New(apierr.WorkerNotReady, "worker %s/%s has no active deployment", space, name)
+	}
+	if err != nil {
+		return Worker{}, reservation.WorkerIncarnation{}, fmt.Errorf("resource: worker placement: %w", err)
+	}
+	inc.Placement = Placement{OfferingID: row.OfferingID, OfferingDigest: row.OfferingDigest, Pack: row.Pack, Installation: row.Installation}
+	return w, inc, nil
 }
 
 // DeleteWorker deletes the worker the mutation's binding names. It is refused while an endpoint
-// still stands on the worker (SPEC 3.3, safe destroy order).
-func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (Worker, error) {
+// still stands on the worker (SPEC 3.3, safe destroy order) or a claim on it is unexpired. Its
+// phases: mark deleting and plan (one transaction), delete (backend calls), commit (close the
+// attestation, release its Host-minted reservations, tombstone).
+func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (ownership.Response, error) {
 	var w Worker
 	var work []planned
-	uid := m.Current.UID
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		if err := brake(ctx, tx); err != nil {
+		q := dbsqlc.New(tx)
+		if err := CheckBrake(ctx, tx, org.ID, space, name); err != nil {
 			return err
 		}
 		var err error
-		if w, err = loadWorker(ctx, tx, org.ID, &uid, space, name); err != nil {
+		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
 		if w.Status == "deleted" {
 			return nil
 		}
-		rows, err := tx.Query(ctx, store.Q("WorkerLiveEndpoints"), pgx.NamedArgs{"worker_uid": w.UID})
-		if err != nil {
-			return fmt.Errorf("resource: worker endpoints: %w", err)
-		}
-		endpoints, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		endpoints, err := q.WorkerStandingEndpoints(ctx, w.UID)
 		if err != nil {
 			return fmt.Errorf("resource: worker endpoints: %w", err)
 		}
@@ -421,11 +555,7 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 			return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", space, name, strings.Join(endpoints, ", ")).
 				With("endpoints", endpoints)
 		}
-		rows, err = tx.Query(ctx, store.Q("PreparationClaimsOnWorker"), pgx.NamedArgs{"worker_uid": w.UID})
-		if err != nil {
-			return fmt.Errorf("resource: worker claims: %w", err)
-		}
-		claims, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		claims, err := q.PreparationClaimsOnWorker(ctx, &w.UID)
 		if err != nil {
 			return fmt.Errorf("resource: worker claims: %w", err)
 		}
@@ -434,23 +564,79 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		}
 		if w.Status != "deleting" {
 			w.Status = "deleting"
-			if err := w.save(ctx, tx, m); err != nil {
+			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
 			}
 		}
-		work, err = beginDelete(ctx, tx, m, org.ID, "worker", w.UID)
+		work, err = beginDelete(ctx, q, m.Operation, org.ID, "worker", w.UID, w.Placement)
 		return err
 	})
-	if err != nil || w.Status == "deleted" {
-		return w, err
+	if err != nil {
+		return ownership.Response{}, err
 	}
-	err = s.finishDelete(ctx, m, w.Placement, work, w.UID, func(tx pgx.Tx) error {
-		var err error
-		if w, err = loadWorker(ctx, tx, org.ID, &uid, space, name); err != nil {
-			return err
+	outs, err := s.performDeletes(ctx, m, w.Placement, work, w.UID)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		q := dbsqlc.New(tx)
+		for _, o := range outs {
+			if err := record(ctx, q, o, w.UID); err != nil {
+				return ownership.Response{}, err
+			}
 		}
-		w.Status = "deleted"
-		return w.save(ctx, tx, m)
+		if err := q.AttestationClose(ctx, w.UID); err != nil {
+			return ownership.Response{}, fmt.Errorf("resource: close attestation: %w", err)
+		}
+		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		if w.Status != "deleted" {
+			w.Status = "deleted"
+			if err := w.save(ctx, q, m.Operation); err != nil {
+				return ownership.Response{}, err
+			}
+		}
+		// That worker UID can never mint again: its Host-minted reservations go, under the fences.
+		if err := s.Reservations.ReleaseMintedOf(ctx, tx, org.ID, w.UID); err != nil {
+			return ownership.Response{}, err
+		}
+		if w, err = lockWorker(ctx, q, org.ID, &w.UID, space, name); err != nil {
+			return ownership.Response{}, err
+		}
+		return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
 	})
-	return w, err
+}
+
+// performDeletes carries out planned deletes (backend calls, no transaction). Any that the
+// backend does not confirm refuses the request, with the outcomes recorded by the refusal.
+func (s *Service) performDeletes(ctx context.Context, m *ownership.Mutation, p Placement, work []planned, uid uuid.UUID) ([]outcome, error) {
+	if len(work) == 0 {
+		return nil, nil
+	}
+	mut, err := s.mutator(p)
+	if err != nil {
+		return nil, err
+	}
+	var outs []outcome
+	failed := false
+	for _, pl := range work {
+		o := perform(ctx, mut, pl)
+		outs = append(outs, o)
+		failed = failed || !o.done
+	}
+	if failed {
+		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
+			q := dbsqlc.New(tx)
+			for _, o := range outs {
+				if err := record(ctx, q, o, uid); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return nil, apierr.New(apierr.BackendFailed, "the backend could not confirm the deletion; delete again to retry (the deletion attestation stays open until it does)")
+	}
+	return outs, nil
 }

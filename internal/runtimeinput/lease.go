@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,7 +17,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
-	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // Consumer is the worker incarnation consuming a runtime input: proved Ready at its current
@@ -28,7 +29,7 @@ type Consumer struct {
 	Installation catalog.Installation
 }
 
-// Hooks lets tests stop a consumption at a precise point, as a crash would.
+// Hooks lets tests stop a consumption at a precise point.
 type Hooks struct {
 	// AfterAcquire runs after the claim committed.
 	AfterAcquire func()
@@ -37,127 +38,191 @@ type Hooks struct {
 	// AfterDispatchCommit runs after the dispatch CAS committed and before the backend call; an
 	// error stops the consumption there.
 	AfterDispatchCommit func() error
-	// AfterDelivery runs after the backend applied the values and before the settle; an error
+	// AfterDelivery runs after the backend applied the values and before the readback; an error
 	// stops the consumption there (an acknowledgement lost).
 	AfterDelivery func() error
 }
 
-// Consume runs the lease for the runtime input the worker names: bind the reservation to the
-// exact Ready worker, acquire, dispatch (clearing the ciphertext in the same CAS), deliver, and
-// settle on a matching readback digest (SPEC 3.5). It returns the lease's final status.
-func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer, reference string, hooks Hooks) (string, error) {
-	if _, err := s.ring(); err != nil {
-		return "", err
+// failedDetail is what a lease that cannot be settled tells its owner.
+const failedDetail = "the delivery could not be confirmed; this runtime input can never be delivered again: bump bindings_wo_version to prepare a new one"
+
+// Consume runs the lease for the runtime input the worker names up to the readback (SPEC 3.5):
+// bind the reservation to the exact worker and acquire (one transaction), open the sealed material
+// and dispatch, clearing the ciphertext in the same compare-and-swap (one transaction), deliver
+// (one backend call), and ask the backend the readback challenge (one backend call). It returns
+// the settle, which the worker's commit transaction runs, so that the worker and its delivery
+// commit together. A runtime input already settled for this worker returns a nil settle.
+func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer, reference string, hooks Hooks) (func(context.Context, pgx.Tx) error, error) {
+	ring, err := s.ring()
+	if err != nil {
+		return nil, err
 	}
 	prepID, ok := parseReference(reference)
 	if !ok {
-		return "", apierr.New(apierr.ReferenceMismatch, "runtimeInputReference %q is not a well-formed reference", reference)
+		return nil, apierr.New(apierr.ReferenceMismatch, "runtimeInputReference %q is not a well-formed reference", reference)
 	}
 	// Fail before claiming anything when the backend cannot receive the values.
-	if _, err := s.Backends.SecretSink(c.Installation); errors.Is(err, backend.ErrNotImplemented) {
-		return "", apierr.New(apierr.NotImplemented, "the %s backend cannot receive runtime inputs yet", c.Installation.Pack)
+	sink, err := s.Backends.SecretSink(c.Installation)
+	if errors.Is(err, backend.ErrNotImplemented) {
+		return nil, apierr.New(apierr.NotImplemented, "the %s backend cannot receive runtime inputs yet", c.Installation.Pack)
 	} else if err != nil {
-		return "", err
+		return nil, err
+	}
+	// Expiry is lazy: it is swept in a transaction of its own, so that it stands even when the
+	// claim below is refused.
+	if err := m.Tx(ctx, func(tx pgx.Tx) error {
+		_, err := lock(ctx, tx, c.Incarnation.OrganizationID, nil, &prepID)
+		if apierr.Is(err, apierr.NotFound) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	lease, done, err := s.acquire(ctx, m, c, reference, prepID)
+	if err != nil || done {
+		return nil, err
+	}
+	if hooks.AfterAcquire != nil {
+		hooks.AfterAcquire()
+	}
+	values, err := s.dispatch(ctx, m, ring, c, &lease)
+	if err != nil {
+		return nil, err
+	}
+	// From here the values may be on the backend: every way out settles or fails the lease.
+	if hooks.AfterDispatchCommit != nil {
+		if err := hooks.AfterDispatchCommit(); err != nil {
+			s.concludeLater(ctx, m, ring, sink, c, lease)
+			return nil, err
+		}
+	}
+	if hooks.BeforeDelivery != nil {
+		hooks.BeforeDelivery()
+	}
+	deliverErr := s.deliver(ctx, sink, c, values)
+	if hooks.AfterDelivery != nil {
+		if err := hooks.AfterDelivery(); err != nil {
+			s.concludeLater(ctx, m, ring, sink, c, lease)
+			return nil, err
+		}
+	}
+	digest, present, err := s.readback(ctx, m, ring, sink, c.ScriptName, lease)
+	if err != nil || !present || !equal(digest, lease.MaterialDigest) {
+		m.OnRefuse(failLease(c.Incarnation.OrganizationID, lease.OperationID, failedDetail))
+		why := "its readback does not match what was sealed"
+		if deliverErr != nil {
+			why = "the delivery failed"
+		}
+		return nil, apierr.New(apierr.BackendFailed, "runtime input %s was not delivered (%s); it fails closed: bump bindings_wo_version to prepare a new one", prepID, why)
 	}
 	org := c.Incarnation.OrganizationID
-	// Expiry is lazy: sweep in a transaction of its own, so it stands even when the claim below
-	// is refused.
-	if err := m.Tx(ctx, func(tx pgx.Tx) error { return sweep(ctx, tx, org) }); err != nil {
-		return "", err
-	}
-	var p Preparation
-	var epoch int64
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := dbsqlc.New(tx).PreparationSettle(ctx, dbsqlc.PreparationSettleParams{
+			OrganizationID: org, OperationID: lease.OperationID, Epoch: lease.Epoch, ReadbackDigest: digest,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return apierr.New(apierr.LeaseUnavailable, "runtime input %s changed while it was delivered; apply again", prepID)
+		}
+		return err
+	}, nil
+}
+
+func equal(a, b []byte) bool { return len(a) > 0 && string(a) == string(b) }
+
+// leaseState is what the phases of one consumption carry from one to the next.
+type leaseState struct {
+	OperationID    string
+	PreparationID  string
+	Reference      string
+	MaterialSetID  uuid.UUID
+	DigestKeyID    string
+	MaterialDigest []byte
+	Epoch          int64
+}
+
+// acquire is the lease's first phase: in one transaction, check the preparation against the
+// consuming worker, bind the reservation to the exact Ready worker, and claim (SPEC 3.5:
+// acquisition validates the reference and the live bound reservation before any backend call).
+func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer, reference, prepID string) (leaseState, bool, error) {
+	var l leaseState
 	done := false
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		var err error
-		if p, err = load(ctx, tx, org, nil, prepID); err != nil {
-			if apierr.Is(err, apierr.NotFound) {
-				return apierr.New(apierr.ReferenceMismatch, "no runtime input is prepared for reference %s", reference)
-			}
+		org := c.Incarnation.OrganizationID
+		p, err := lock(ctx, tx, org, nil, &prepID)
+		if apierr.Is(err, apierr.NotFound) {
+			return apierr.New(apierr.ReferenceMismatch, "no runtime input is prepared for reference %s", reference)
+		}
+		if err != nil {
 			return err
 		}
 		if p.Reference != reference {
 			return apierr.New(apierr.ReferenceMismatch, "runtime input %s has another reference", prepID)
 		}
-		if p.Target.Space != c.Incarnation.Space || p.Target.WorkerName != c.Incarnation.Name {
-			return apierr.New(apierr.TargetMismatch, "runtime input %s targets worker %s/%s, not %s/%s", prepID, p.Target.Space, p.Target.WorkerName, c.Incarnation.Space, c.Incarnation.Name)
+		if p.Space != c.Incarnation.Space || p.WorkerName != c.Incarnation.Name {
+			return apierr.New(apierr.TargetMismatch, "runtime input %s targets worker %s/%s, not %s/%s", prepID, p.Space, p.WorkerName, c.Incarnation.Space, c.Incarnation.Name)
 		}
-		for _, v := range c.Required {
-			if !slices.Contains(p.BindingNames, v) {
-				return apierr.New(apierr.TargetMismatch, "runtime input %s has no binding for required sensitive var %s", prepID, v)
-			}
+		names := slices.Clone(p.BindingNames)
+		slices.Sort(names)
+		if !slices.Equal(names, c.Required) {
+			return apierr.New(apierr.TargetMismatch, "runtime input %s binds %v but the worker requires exactly %v (requiredSensitiveVars)", prepID, names, c.Required)
 		}
+		mine := p.WorkerUID != nil && *p.WorkerUID == c.Incarnation.UID
 		switch {
-		case p.Status == "settled" && p.WorkerUID != nil && *p.WorkerUID == c.Incarnation.UID:
+		case p.Status == "settled" && mine:
 			done = true
 			return nil
-		case p.Status == "prepared", p.Status == "claimed" && p.WorkerUID != nil && *p.WorkerUID == c.Incarnation.UID:
+		case p.Status == "settled":
+			return apierr.New(apierr.LeaseUnavailable, "runtime input %s was delivered to another worker (uid %s); a replaced worker needs a new runtime input: replace it too, or bump bindings_wo_version", prepID, p.WorkerUID)
+		case p.Status == "prepared", p.Status == "claimed" && mine:
 		case p.Status == "dispatched":
 			return apierr.New(apierr.IntentInProgress, "runtime input %s is being delivered; retry", prepID)
 		default:
-			return apierr.New(apierr.LeaseUnavailable, "runtime input %s is %s; prepare a new one (a new material set nonce)", prepID, p.Status)
+			return apierr.New(apierr.LeaseUnavailable, "runtime input %s is %s; prepare a new one (bump bindings_wo_version)", prepID, p.Status)
 		}
 		// Bind the reservation to this exact worker first: acquisition requires it.
-		if _, err := s.Reservations.Bind(ctx, tx, p.Target.OriginReservationID, c.Incarnation); err != nil {
+		if _, err := s.Reservations.Bind(ctx, tx, p.OriginReservationID, c.Incarnation, nil); err != nil {
 			return err
 		}
-		err = tx.QueryRow(ctx, store.Q("PreparationAcquire"), pgx.NamedArgs{
-			"organization_id": org, "operation_id": p.OperationID, "epoch": p.Epoch, "reference": reference,
-			"space": c.Incarnation.Space, "worker_name": c.Incarnation.Name, "claim_operation_id": m.Operation,
-			"worker_uid": c.Incarnation.UID, "worker_revision": c.Incarnation.Revision, "native_name": c.ScriptName,
-		}).Scan(&epoch)
+		epoch, err := dbsqlc.New(tx).PreparationAcquire(ctx, dbsqlc.PreparationAcquireParams{
+			OrganizationID: org, OperationID: p.OperationID, Epoch: p.Epoch, Reference: reference,
+			Space: c.Incarnation.Space, WorkerName: c.Incarnation.Name, ClaimOperationID: &m.Operation,
+			WorkerUID: &c.Incarnation.UID, WorkerRevision: &c.Incarnation.Revision, NativeName: &c.ScriptName,
+		})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return apierr.New(apierr.LeaseUnavailable, "runtime input %s could not be claimed for this worker", prepID)
+			return apierr.New(apierr.LeaseUnavailable, "runtime input %s could not be claimed for this worker (the claim expired or was aborted, or the worker changed)", prepID)
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		l = leaseState{OperationID: p.OperationID, PreparationID: p.PreparationID, Reference: p.Reference, MaterialSetID: p.MaterialSetID,
+			DigestKeyID: p.DigestKeyID, MaterialDigest: p.MaterialDigest, Epoch: epoch}
+		return nil
 	})
-	if err != nil || done {
-		return p.Status, err
-	}
-
-	if hooks.AfterAcquire != nil {
-		hooks.AfterAcquire()
-	}
-	return s.Dispatch(ctx, m, c, p.OperationID, epoch, hooks)
+	return l, done, err
 }
 
-// Txer runs a transaction; an ownership.Mutation is one.
-type Txer interface {
-	Tx(ctx context.Context, fn func(pgx.Tx) error) error
-}
-
-// Dispatch carries a claimed lease through: open the sealed material, clear it in the CAS that
-// authorizes delivery, deliver once, and settle on a matching readback digest. Of several Hosts
-// racing to dispatch one claim, the CAS lets exactly one deliver.
-func (s *Service) Dispatch(ctx context.Context, m Txer, c Consumer, operationID string, epoch int64, hooks Hooks) (string, error) {
-	ring, err := s.ring()
-	if err != nil {
-		return "", err
-	}
-	sink, err := s.Backends.SecretSink(c.Installation)
-	if err != nil {
-		return "", err
-	}
+// dispatch is the second phase: open the sealed material, then clear it in the compare-and-swap
+// that authorizes delivery, in one transaction. Of several Hosts racing to dispatch one claim,
+// the CAS lets exactly one deliver. Material that cannot be opened fails closed, once.
+func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, c Consumer, l *leaseState) (map[string]sealing.Secret, error) {
 	org := c.Incarnation.OrganizationID
-	var p Preparation
-	if err := m.Tx(ctx, func(tx pgx.Tx) error {
-		var err error
-		p, err = load(ctx, tx, org, &operationID, "")
-		return err
-	}); err != nil {
-		return "", err
-	}
-	prepID := p.PreparationID
-	// Dispatch: open the sealed material, then clear it in the CAS that authorizes delivery.
 	var values map[string]sealing.Secret
 	var unreadable error
-	err = m.Tx(ctx, func(tx pgx.Tx) error {
-		var sealed sealing.Sealed
-		if err := tx.QueryRow(ctx, store.Q("PreparationSealed"), pgx.NamedArgs{"organization_id": org, "operation_id": p.OperationID}).
-			Scan(&sealed.KeyID, &sealed.Nonce, &sealed.Ciphertext); err != nil {
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		row, err := q.PreparationSealed(ctx, dbsqlc.PreparationSealedParams{OrganizationID: org, OperationID: l.OperationID})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return apierr.New(apierr.LeaseUnavailable, "runtime input %s is no longer claimed (the claim expired or was aborted); apply again", l.PreparationID)
+		}
+		if err != nil {
 			return fmt.Errorf("runtime input: read sealed material: %w", err)
 		}
-		plain, err := ring.Open(sealed, aad(org, p.PreparationID, p.Reference))
+		sealed := sealing.Sealed{Nonce: row.SealingNonce, Ciphertext: row.Ciphertext}
+		if row.SealingKeyID != nil {
+			sealed.KeyID = *row.SealingKeyID
+		}
+		plain, err := ring.Open(ctx, tx, sealed, aad(org, l.PreparationID, l.Reference))
 		if err == nil {
 			values, err = decodeMaterial(plain)
 		}
@@ -165,59 +230,25 @@ func (s *Service) Dispatch(ctx context.Context, m Txer, c Consumer, operationID 
 			unreadable = err
 			return errUnreadable
 		}
-		var next int64
-		err = tx.QueryRow(ctx, store.Q("PreparationDispatch"), pgx.NamedArgs{"organization_id": org, "operation_id": p.OperationID, "epoch": epoch}).
-			Scan(&sealed.KeyID, &sealed.Nonce, &sealed.Ciphertext, &next)
+		epoch, err := q.PreparationDispatch(ctx, dbsqlc.PreparationDispatchParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return apierr.New(apierr.LeaseUnavailable, "runtime input %s: the worker, its reservation or its placement changed after the claim (or the claim expired); apply again", prepID)
+			return apierr.New(apierr.LeaseUnavailable, "runtime input %s: the worker, its reservation or its placement changed after the claim (or the claim expired); apply again", l.PreparationID)
 		}
-		epoch = next
+		l.Epoch = epoch
 		return err
 	})
 	if errors.Is(err, errUnreadable) {
-		// Fail closed, once: the row can never be claimed again.
-		_ = m.Tx(context.WithoutCancel(ctx), func(tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, store.Q("PreparationFail"), pgx.NamedArgs{"organization_id": org, "operation_id": p.OperationID, "failure": "sealed material unreadable"})
-			return err
-		})
-		reason := "corrupt or moved"
-		if errors.Is(unreadable, sealing.ErrUnknownKey) {
-			reason = "sealed under a retired key"
-		}
-		return "failed", apierr.New(apierr.SealedMaterial, "runtime input %s cannot be opened (%s); it fails closed: prepare a new one", prepID, reason)
+		m.OnRefuse(failLease(org, l.OperationID, "sealed material unreadable: "+unreadableReason(unreadable)))
+		return nil, apierr.New(apierr.SealedMaterial, "runtime input %s cannot be opened (%s); it fails closed: bump bindings_wo_version to prepare a new one", l.PreparationID, unreadableReason(unreadable))
 	}
-	if err != nil {
-		return "", err
+	return values, err
+}
+
+func unreadableReason(err error) string {
+	if errors.Is(err, sealing.ErrUnknownKey) {
+		return "sealed under a retired key"
 	}
-	if hooks.AfterDispatchCommit != nil {
-		if err := hooks.AfterDispatchCommit(); err != nil {
-			return "dispatched", err
-		}
-	}
-	if hooks.BeforeDelivery != nil {
-		hooks.BeforeDelivery()
-	}
-	// Whether a failed delivery landed anything is for the readback to say.
-	deliverErr := sink.DeliverSecrets(ctx, c.ScriptName, values)
-	if hooks.AfterDelivery != nil {
-		if err := hooks.AfterDelivery(); err != nil {
-			return "dispatched", err
-		}
-	}
-	var status string
-	err = m.Tx(context.WithoutCancel(ctx), func(tx pgx.Tx) error {
-		var err error
-		status, err = s.settle(ctx, tx, sink, org, p.OperationID, epoch, p.DigestKeyID, p.MaterialDigest, c.ScriptName)
-		return err
-	})
-	if err == nil && status != "settled" {
-		why := "its readback does not match what was sealed"
-		if deliverErr != nil {
-			why = "the delivery failed"
-		}
-		err = apierr.New(apierr.BackendFailed, "runtime input %s was not delivered (%s); it fails closed: prepare a new one", prepID, why)
-	}
-	return status, err
+	return "corrupt or moved"
 }
 
 var errUnreadable = errors.New("sealed material unreadable")
@@ -234,70 +265,113 @@ func decodeMaterial(plain []byte) (map[string]sealing.Secret, error) {
 	return out, nil
 }
 
-// settle compares the keyed digest of the backend's readback with the sealed material's and
-// settles on a match, or fails the lease. It never delivers anything.
-func (s *Service) settle(ctx context.Context, tx pgx.Tx, sink backend.SecretSink, org, operationID string, epoch int64, digestKeyID string, want []byte, scriptName string) (string, error) {
-	got, present, err := sink.ReadSecrets(ctx, scriptName)
-	if err != nil {
-		return "", fmt.Errorf("runtime input: read back: %w", err)
-	}
-	var digest []byte
-	if present {
-		if digest, err = s.Ring.Digest(digestKeyID, material(got)); err != nil {
-			digest = nil
-		}
-	}
-	if digest != nil {
-		var next int64
-		err := tx.QueryRow(ctx, store.Q("PreparationSettle"), pgx.NamedArgs{"organization_id": org, "operation_id": operationID, "epoch": epoch, "readback_digest": digest}).Scan(&next)
-		if err == nil {
-			return "settled", nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return "", fmt.Errorf("runtime input: settle: %w", err)
-		}
-	}
-	if _, err := tx.Exec(ctx, store.Q("PreparationFail"), pgx.NamedArgs{"organization_id": org, "operation_id": operationID, "failure": "readback does not match the sealed material"}); err != nil {
-		return "", fmt.Errorf("runtime input: fail: %w", err)
-	}
-	return "failed", nil
+// deliver is the one backend call that carries values.
+func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, values map[string]sealing.Secret) error {
+	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+	defer cancel()
+	return sink.DeliverSecrets(ctx, c.ScriptName, c.Incarnation.UID, values)
 }
 
-// RecoverLeases settles, by readback only, the leases an interrupted operation dispatched: an
-// acknowledgement lost after the backend applied the values settles; anything else fails. It
-// never dispatches again, returns values, or reads a reservation or endpoint.
-func (s *Service) RecoverLeases(ctx context.Context, tx pgx.Tx, catalogInstallations map[string]catalog.Installation, op uuid.UUID) error {
-	rows, err := tx.Query(ctx, store.Q("PreparationsDispatchedByOperation"), pgx.NamedArgs{"claim_operation_id": op})
-	if err != nil {
-		return fmt.Errorf("runtime input: recover: %w", err)
-	}
-	type lease struct {
-		org, operationID, digestKeyID string
-		epoch                         int64
-		digest                        []byte
-		native, installation          *string
-	}
-	var leases []lease
-	var l lease
-	if _, err := pgx.ForEachRow(rows, []any{&l.org, &l.operationID, &l.epoch, &l.digestKeyID, &l.digest, &l.native, &l.installation}, func() error {
-		leases = append(leases, l)
-		return nil
+// readback derives the preparation's challenge and asks the backend for its digest of what it
+// holds: the challenge in one short transaction, the backend call outside any.
+func (s *Service) readback(ctx context.Context, tx txRunner, ring *sealing.Ring, sink backend.SecretSink, scriptName string, l leaseState) ([]byte, bool, error) {
+	var challenge []byte
+	if err := tx.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		challenge, err = ring.Challenge(ctx, tx, l.DigestKeyID, l.PreparationID, l.MaterialSetID)
+		return err
 	}); err != nil {
-		return fmt.Errorf("runtime input: recover: %w", err)
+		return nil, false, err
 	}
-	for _, l := range leases {
-		inst, ok := catalogInstallations[deref(l.installation)]
-		var sink backend.SecretSink
-		if ok {
-			sink, err = s.Backends.SecretSink(inst)
+	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+	defer cancel()
+	return sink.ReadbackSecrets(ctx, scriptName, challenge)
+}
+
+// txRunner runs a transaction: an ownership.Mutation or Recovery.
+type txRunner interface {
+	Tx(ctx context.Context, fn func(pgx.Tx) error) error
+}
+
+// concludeLater settles or fails a dispatched lease that a consumption stops on, by readback, in
+// the refusal's transaction; it never delivers again.
+func (s *Service) concludeLater(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l leaseState) {
+	digest, present, err := s.readback(context.WithoutCancel(ctx), m, ring, sink, c.ScriptName, l)
+	org := c.Incarnation.OrganizationID
+	if err == nil && present && equal(digest, l.MaterialDigest) {
+		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
+			_, err := dbsqlc.New(tx).PreparationSettle(ctx, dbsqlc.PreparationSettleParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch, ReadbackDigest: digest})
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+		return
+	}
+	m.OnRefuse(failLease(org, l.OperationID, failedDetail))
+}
+
+func failLease(org, operationID, detail string) func(context.Context, pgx.Tx) error {
+	return func(ctx context.Context, tx pgx.Tx) error {
+		_, err := dbsqlc.New(tx).PreparationFail(ctx, dbsqlc.PreparationFailParams{OrganizationID: org, OperationID: operationID, Failure: &detail})
+		return err
+	}
+}
+
+// Recovered is what lease recovery found for one dispatched lease, for the recovery's last
+// transaction to record.
+type Recovered struct {
+	org, operationID string
+	epoch            int64
+	digest           []byte
+	settled          bool
+}
+
+// ObserveLeases reads back, for an interrupted operation, every lease it dispatched and never
+// settled (SPEC 3.5: recovery may settle an acknowledgement loss by readback; it can never
+// redispatch, return values, or depend on a reservation or endpoint that may since have been
+// deleted). The backend calls run outside any transaction; Record writes what they found.
+func (s *Service) ObserveLeases(ctx context.Context, r txRunner, installations map[string]catalog.Installation, op uuid.UUID) ([]Recovered, error) {
+	var rows []dbsqlc.PreparationsDispatchedByOperationRow
+	if err := r.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		rows, err = dbsqlc.New(tx).PreparationsDispatchedByOperation(ctx, &op)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("runtime input: recover: %w", err)
+	}
+	var out []Recovered
+	for _, row := range rows {
+		rec := Recovered{org: row.OrganizationID, operationID: row.OperationID, epoch: row.Epoch}
+		inst, ok := installations[deref(row.Installation)]
+		if ok && row.NativeName != nil && s.Ring != nil {
+			if sink, err := s.Backends.SecretSink(inst); err == nil {
+				l := leaseState{OperationID: row.OperationID, PreparationID: row.PreparationID, MaterialSetID: row.MaterialSetID, DigestKeyID: row.DigestKeyID}
+				digest, present, err := s.readback(ctx, r, s.Ring, sink, *row.NativeName, l)
+				if err != nil {
+					return nil, fmt.Errorf("runtime input: read back %s: %w", row.PreparationID, err)
+				}
+				rec.settled, rec.digest = present && equal(digest, row.MaterialDigest), digest
+			}
 		}
-		if !ok || err != nil || l.native == nil || s.Ring == nil {
-			if _, err := tx.Exec(ctx, store.Q("PreparationFail"), pgx.NamedArgs{"organization_id": l.org, "operation_id": l.operationID, "failure": "interrupted; the backend cannot be read back"}); err != nil {
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// RecordLeases writes, in the recovery's last transaction, what ObserveLeases found: a lease
+// whose readback matches settles; any other fails, saying to prepare a new one.
+func RecordLeases(ctx context.Context, tx pgx.Tx, found []Recovered) error {
+	q := dbsqlc.New(tx)
+	for _, r := range found {
+		if r.settled {
+			if _, err := q.PreparationSettle(ctx, dbsqlc.PreparationSettleParams{OrganizationID: r.org, OperationID: r.operationID, Epoch: r.epoch, ReadbackDigest: r.digest}); err == nil {
+				continue
+			} else if !errors.Is(err, pgx.ErrNoRows) {
 				return err
 			}
-			continue
 		}
-		if _, err := s.settle(ctx, tx, sink, l.org, l.operationID, l.epoch, l.digestKeyID, l.digest, *l.native); err != nil {
+		if err := failLease(r.org, r.operationID, failedDetail)(ctx, tx); err != nil {
 			return err
 		}
 	}
@@ -310,3 +384,6 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// BackendCallTimeout bounds one backend call of the lease, well inside an ownership lease.
+const BackendCallTimeout = 20 * time.Second

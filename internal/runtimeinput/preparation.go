@@ -20,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
@@ -27,6 +28,8 @@ import (
 const (
 	Kind         = "worker-runtime-input-preparation"
 	ResourceType = "takoform_worker_runtime_input"
+	// ProjectionFormat names the projection of a preparation.
+	ProjectionFormat = "takoserver.worker-runtime-input-preparation.v1"
 )
 
 // Bounds on a preparation.
@@ -84,23 +87,9 @@ func HashBody(raw []byte) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// Preparation is one stored row, value-free.
+// Preparation is one stored row, value-free, its Status as of database time.
 type Preparation struct {
-	OrganizationID   string
-	OperationID      string
-	PreparationID    string
-	Reference        string
-	MaterialSetNonce string
-	MaterialSetID    uuid.UUID
-	Target           Target
-	BindingNames     []string
-	Status           string
-	Epoch            int64
-	ExpiresAt        time.Time
-	ClaimExpiresAt   *time.Time
-	WorkerUID        *uuid.UUID
-	DigestKeyID      string
-	MaterialDigest   []byte
+	dbsqlc.PreparationGetRow
 }
 
 // TargetView is a target in a projection, with the origin the Host took from the reservation.
@@ -113,10 +102,15 @@ type TargetView struct {
 	CanonicalPublicOrigin string `json:"canonicalPublicOrigin"`
 }
 
-// Projection is the public view of a preparation: names, never values.
+// ObjectRef is a {uid, revision} pair in a projection.
+type ObjectRef struct {
+	UID      string `json:"uid"`
+	Revision int64  `json:"revision"`
+}
+
+// Projection is the public view of a preparation (SPEC 3.5): names, never values.
 type Projection struct {
 	Format                string     `json:"format"`
-	OrganizationID        string     `json:"organizationId"`
 	OperationID           string     `json:"operationId"`
 	PreparationID         string     `json:"preparationId"`
 	RuntimeInputReference string     `json:"runtimeInputReference"`
@@ -125,6 +119,8 @@ type Projection struct {
 	BindingNames          []string   `json:"bindingNames"`
 	Status                string     `json:"status"`
 	ExpiresAt             string     `json:"expiresAt"`
+	BoundWorker           *ObjectRef `json:"boundWorker"`
+	Failure               *string    `json:"failure"`
 	OwnershipToken        *string    `json:"ownershipToken"`
 }
 
@@ -135,11 +131,17 @@ func (p Preparation) Project(token string) Projection {
 		expires = *p.ClaimExpiresAt
 	}
 	out := Projection{
-		Format: PreparationFormat, OrganizationID: p.OrganizationID, OperationID: p.OperationID, PreparationID: p.PreparationID,
+		Format: ProjectionFormat, OperationID: p.OperationID, PreparationID: p.PreparationID,
 		RuntimeInputReference: p.Reference, MaterialSetNonce: p.MaterialSetNonce,
-		Target: TargetView{Space: p.Target.Space, WorkerName: p.Target.WorkerName, BundleName: p.Target.BundleName,
-			EndpointName: p.Target.EndpointName, OriginReservationID: p.Target.OriginReservationID, CanonicalPublicOrigin: p.Target.CanonicalPublicOrigin},
-		BindingNames: p.BindingNames, Status: p.Status, ExpiresAt: expires.UTC().Format(time.RFC3339),
+		Target: TargetView{Space: p.Space, WorkerName: p.WorkerName, BundleName: p.BundleName,
+			EndpointName: p.EndpointName, OriginReservationID: p.OriginReservationID, CanonicalPublicOrigin: p.CanonicalPublicOrigin},
+		BindingNames: p.BindingNames, Status: p.Status, ExpiresAt: expires.UTC().Format(time.RFC3339), Failure: p.Failure,
+	}
+	if out.BindingNames == nil {
+		out.BindingNames = []string{}
+	}
+	if p.WorkerUID != nil && p.WorkerRevision != nil {
+		out.BoundWorker = &ObjectRef{UID: p.WorkerUID.String(), Revision: *p.WorkerRevision}
 	}
 	if token != "" {
 		out.OwnershipToken = &token
@@ -164,49 +166,68 @@ func (s *Service) ring() (*sealing.Ring, error) {
 	return s.Ring, nil
 }
 
-func scan(row pgx.Row) (Preparation, error) {
-	var p Preparation
-	err := row.Scan(&p.OrganizationID, &p.OperationID, &p.PreparationID, &p.Reference, &p.MaterialSetNonce, &p.MaterialSetID,
-		&p.Target.Space, &p.Target.WorkerName, &p.Target.BundleName, &p.Target.EndpointName, &p.Target.OriginReservationID,
-		&p.Target.CanonicalPublicOrigin, &p.BindingNames, &p.Status, &p.Epoch, &p.ExpiresAt, &p.ClaimExpiresAt,
-		&p.WorkerUID, &p.DigestKeyID, &p.MaterialDigest)
-	return p, err
-}
-
-func sweep(ctx context.Context, tx pgx.Tx, org string) error {
-	if _, err := tx.Exec(ctx, store.Q("PreparationSweep"), pgx.NamedArgs{"organization_id": org}); err != nil {
-		return fmt.Errorf("runtime input: sweep: %w", err)
-	}
-	return nil
-}
-
-func load(ctx context.Context, tx pgx.Tx, org string, operationID *string, preparationID string) (Preparation, error) {
-	if err := sweep(ctx, tx, org); err != nil {
-		return Preparation{}, err
-	}
-	p, err := scan(tx.QueryRow(ctx, store.Q("PreparationSelect"), pgx.NamedArgs{"organization_id": org, "operation_id": operationID, "preparation_id": preparationID}))
+func get(ctx context.Context, db dbsqlc.DBTX, org string, params dbsqlc.PreparationGetParams) (Preparation, string, error) {
+	params.OrganizationID = org
+	row, err := dbsqlc.New(db).PreparationGet(ctx, params)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Preparation{}, apierr.New(apierr.NotFound, "no runtime-input preparation %s", firstNonEmpty(operationID, preparationID))
+		return Preparation{}, "", apierr.New(apierr.NotFound, "no runtime-input preparation %s", firstOf(params.OperationID, params.PreparationID, params.Reference))
 	}
 	if err != nil {
-		return Preparation{}, fmt.Errorf("runtime input: load: %w", err)
+		return Preparation{}, "", fmt.Errorf("runtime input: get: %w", err)
 	}
-	return p, nil
+	return Preparation{row}, row.OperationID, nil
 }
 
-func firstNonEmpty(a *string, b string) string {
-	if a != nil {
-		return *a
+func firstOf(vals ...*string) string {
+	for _, v := range vals {
+		if v != nil {
+			return *v
+		}
 	}
-	return b
+	return ""
 }
 
-// Get reads one preparation of the organization.
-func (s *Service) Get(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string) (Preparation, error) {
+// Get reads one preparation of the organization by operation id, writing nothing.
+func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, operationID string) (Preparation, error) {
 	if err := CheckOperationID(operationID); err != nil {
 		return Preparation{}, apierr.New(apierr.NotFound, "no runtime-input preparation %q", operationID)
 	}
-	return load(ctx, tx, org.ID, &operationID, "")
+	p, _, err := get(ctx, db, org.ID, dbsqlc.PreparationGetParams{OperationID: &operationID})
+	return p, err
+}
+
+// GetByReference reads the preparation a reference names, within the organization only (a
+// reference is not a bearer credential), writing nothing. It returns its operation id too.
+func (s *Service) GetByReference(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, reference string) (Preparation, error) {
+	if !referencePattern.MatchString(reference) {
+		return Preparation{}, apierr.New(apierr.NotFound, "no runtime input with reference %q", reference)
+	}
+	p, _, err := get(ctx, db, org.ID, dbsqlc.PreparationGetParams{Reference: &reference})
+	return p, err
+}
+
+// lock sweeps the row's expiry, then reads and locks it.
+func lock(ctx context.Context, tx pgx.Tx, org string, operationID, preparationID *string) (dbsqlc.PreparationLockRow, error) {
+	q := dbsqlc.New(tx)
+	if operationID != nil {
+		if err := q.PreparationSweep(ctx, dbsqlc.PreparationSweepParams{OrganizationID: org, OperationID: *operationID}); err != nil {
+			return dbsqlc.PreparationLockRow{}, fmt.Errorf("runtime input: sweep: %w", err)
+		}
+	}
+	row, err := q.PreparationLock(ctx, dbsqlc.PreparationLockParams{OrganizationID: org, OperationID: operationID, PreparationID: preparationID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, apierr.New(apierr.NotFound, "no runtime-input preparation %s", firstOf(operationID, preparationID))
+	}
+	if err != nil {
+		return row, fmt.Errorf("runtime input: lock: %w", err)
+	}
+	if operationID == nil {
+		if err := q.PreparationSweep(ctx, dbsqlc.PreparationSweepParams{OrganizationID: org, OperationID: row.OperationID}); err != nil {
+			return row, fmt.Errorf("runtime input: sweep: %w", err)
+		}
+		return q.PreparationLock(ctx, dbsqlc.PreparationLockParams{OrganizationID: org, OperationID: &row.OperationID})
+	}
+	return row, nil
 }
 
 func (s *Service) validate(req Request) error {
@@ -238,7 +259,7 @@ func (s *Service) validate(req Request) error {
 }
 
 // material is the canonical JSON of the bindings: what is sealed, and what the readback digest
-// is compared over.
+// is taken over.
 func material(bindings map[string]sealing.Secret) []byte {
 	plain := make(map[string]string, len(bindings))
 	for k, v := range bindings {
@@ -258,7 +279,9 @@ func aad(org, preparationID, reference string) []byte {
 }
 
 // Prepare seals a new preparation. The canonical origin is taken only from the live same-org
-// reservation the target names; the reference is recomputed and must match (SPEC 3.5).
+// reservation the target names; the reference is recomputed and must match (SPEC 3.5). Only the
+// readback digest under a challenge derived from the ring (and never stored) is kept beside the
+// ciphertext.
 func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string, req Request) (Preparation, error) {
 	if err := CheckOperationID(operationID); err != nil {
 		return Preparation{}, err
@@ -288,13 +311,14 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 			"runtimeInputReference does not match the nonce, target and bindings as the Host computes them with canonical origin %s (taken from reservation %q)", r.CanonicalOrigin, r.ID)
 	}
 	plain := material(req.Bindings)
-	sealed, err := ring.Seal(plain, aad(org.ID, id.PreparationID, id.Reference))
+	sealed, err := ring.Seal(ctx, tx, plain, aad(org.ID, id.PreparationID, id.Reference))
 	if err != nil {
 		return Preparation{}, fmt.Errorf("runtime input: seal: %w", err)
 	}
-	digest, err := ring.Digest(sealed.KeyID, plain)
+	materialSetID := uuid.New()
+	challenge, err := ring.Challenge(ctx, tx, sealed.KeyID, id.PreparationID, materialSetID)
 	if err != nil {
-		return Preparation{}, fmt.Errorf("runtime input: digest: %w", err)
+		return Preparation{}, fmt.Errorf("runtime input: challenge: %w", err)
 	}
 	names := make([]string, 0, len(req.Bindings))
 	for n := range req.Bindings {
@@ -305,12 +329,12 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	if err != nil {
 		return Preparation{}, err
 	}
-	_, err = sp.Exec(ctx, store.Q("PreparationInsert"), pgx.NamedArgs{
-		"organization_id": org.ID, "operation_id": operationID, "preparation_id": id.PreparationID, "reference": id.Reference,
-		"material_set_nonce": req.MaterialSetNonce, "material_set_id": uuid.New(), "space": target.Space, "worker_name": target.WorkerName,
-		"bundle_name": target.BundleName, "endpoint_name": target.EndpointName, "origin_reservation_id": target.OriginReservationID,
-		"canonical_public_origin": target.CanonicalPublicOrigin, "binding_names": names, "sealing_key_id": sealed.KeyID,
-		"sealing_nonce": sealed.Nonce, "ciphertext": sealed.Ciphertext, "material_digest": digest, "digest_key_id": sealed.KeyID,
+	err = dbsqlc.New(sp).PreparationInsert(ctx, dbsqlc.PreparationInsertParams{
+		OrganizationID: org.ID, OperationID: operationID, PreparationID: id.PreparationID, Reference: id.Reference,
+		MaterialSetNonce: req.MaterialSetNonce, MaterialSetID: materialSetID, Space: target.Space, WorkerName: target.WorkerName,
+		BundleName: target.BundleName, EndpointName: target.EndpointName, OriginReservationID: target.OriginReservationID,
+		CanonicalPublicOrigin: target.CanonicalPublicOrigin, BindingNames: names, SealingKeyID: &sealed.KeyID,
+		SealingNonce: sealed.Nonce, Ciphertext: sealed.Ciphertext, MaterialDigest: sealing.Digest(challenge, plain), DigestKeyID: sealed.KeyID,
 	})
 	if err != nil {
 		_ = sp.Rollback(ctx)
@@ -322,7 +346,8 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	if err := sp.Commit(ctx); err != nil {
 		return Preparation{}, err
 	}
-	return load(ctx, tx, org.ID, &operationID, "")
+	p, _, err := get(ctx, tx, org.ID, dbsqlc.PreparationGetParams{OperationID: &operationID})
+	return p, err
 }
 
 // Reconcile answers a changed request from the preparation's owner: a preparation never changes,
@@ -338,15 +363,18 @@ func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	return p, nil
 }
 
-// Abort revokes a prepared or claimed preparation (DELETE). A terminal one is left as it is.
+// Abort ends a preparation (DELETE, SPEC 3.5): a prepared or claimed one is revoked and its
+// ciphertext dropped; one in any other state is left as it is (a settled one's values stay with
+// its worker on the backend until the worker is deleted or a new delivery replaces them).
 func (s *Service) Abort(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string) (Preparation, error) {
-	if _, err := s.Get(ctx, tx, org, operationID); err != nil {
+	if _, err := lock(ctx, tx, org.ID, &operationID, nil); err != nil {
 		return Preparation{}, err
 	}
-	if _, err := tx.Exec(ctx, store.Q("PreparationAbort"), pgx.NamedArgs{"organization_id": org.ID, "operation_id": operationID}); err != nil {
+	if _, err := dbsqlc.New(tx).PreparationAbort(ctx, dbsqlc.PreparationAbortParams{OrganizationID: org.ID, OperationID: operationID}); err != nil {
 		return Preparation{}, fmt.Errorf("runtime input: abort: %w", err)
 	}
-	return load(ctx, tx, org.ID, &operationID, "")
+	p, _, err := get(ctx, tx, org.ID, dbsqlc.PreparationGetParams{OperationID: &operationID})
+	return p, err
 }
 
 // parseReference returns the preparation id a reference names.

@@ -2,6 +2,7 @@ package sealing
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -9,7 +10,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
 const canary = "canary-4f1d2a9c7e"
@@ -46,98 +51,165 @@ func TestSecretRedactsItselfEverywhere(t *testing.T) {
 	require.Error(t, json.Unmarshal([]byte(`{"V":1}`), &decoded))
 }
 
-func ring(t *testing.T) *Ring {
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// kek writes a fresh key-encryption key file and loads it.
+func kek(t *testing.T) KEK {
 	t.Helper()
-	r, err := LoadRing(filepath.Join(t.TempDir(), "keys"))
+	path := filepath.Join(t.TempDir(), "sealing-key")
+	k, err := WriteKEKFile(path)
 	require.NoError(t, err)
-	return r
+	loaded, err := LoadKEK(path)
+	require.NoError(t, err)
+	require.Equal(t, k.ID, loaded.ID)
+	return loaded
 }
 
 func TestSealOpensOnlyWithTheSameAAD(t *testing.T) {
 	t.Parallel()
-	r := ring(t)
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	r, err := OpenRing(ctx, db, kek(t))
+	require.NoError(t, err)
 	aad := []byte(`{"org":"a","prep":"p1"}`)
-	s, err := r.Seal([]byte(canary), aad)
+	s, err := r.Seal(ctx, db, []byte(canary), aad)
 	require.NoError(t, err)
 	require.NotContains(t, string(s.Ciphertext), canary)
-	got, err := r.Open(s, aad)
+	got, err := r.Open(ctx, db, s, aad)
 	require.NoError(t, err)
 	require.Equal(t, canary, string(got))
 
 	// Moved to another row (another AAD), it fails.
-	_, err = r.Open(s, []byte(`{"org":"a","prep":"p2"}`))
+	_, err = r.Open(ctx, db, s, []byte(`{"org":"a","prep":"p2"}`))
 	require.ErrorIs(t, err, ErrOpen)
 	// Corrupt, it fails.
 	bad := s
 	bad.Ciphertext = append([]byte{}, s.Ciphertext...)
 	bad.Ciphertext[0] ^= 1
-	_, err = r.Open(bad, aad)
+	_, err = r.Open(ctx, db, bad, aad)
 	require.ErrorIs(t, err, ErrOpen)
 	// Two seals of the same value differ (fresh nonce).
-	s2, err := r.Seal([]byte(canary), aad)
+	s2, err := r.Seal(ctx, db, []byte(canary), aad)
 	require.NoError(t, err)
 	require.NotEqual(t, s.Nonce, s2.Nonce)
 	require.NotEqual(t, s.Ciphertext, s2.Ciphertext)
 }
 
+// TestEveryReplicaOpensWhatAnotherSealed: the ring lives in the database, so two replicas given the
+// same key-encryption key open each other's rows; a replica given another key refuses to start.
+func TestEveryReplicaOpensWhatAnotherSealed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	k := kek(t)
+	a, err := OpenRing(ctx, db, k)
+	require.NoError(t, err)
+	b, err := OpenRing(ctx, db, k)
+	require.NoError(t, err)
+	s, err := a.Seal(ctx, db, []byte(canary), []byte("row"))
+	require.NoError(t, err)
+	got, err := b.Open(ctx, db, s, []byte("row"))
+	require.NoError(t, err)
+	require.Equal(t, canary, string(got))
+
+	_, err = OpenRing(ctx, db, kek(t))
+	require.ErrorContains(t, err, "cannot unwrap the current data key")
+	require.ErrorContains(t, err, "same --sealing-key-file")
+}
+
+// TestADumpAloneOpensNothing: what the database holds of the ring is wrapped; nothing in it is a
+// data key.
+func TestADumpAloneOpensNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	k := kek(t)
+	r, err := OpenRing(ctx, db, k)
+	require.NoError(t, err)
+	id, err := dbsqlc.New(db).SealingKeyCurrentID(ctx)
+	require.NoError(t, err)
+	data, err := r.key(ctx, db, id)
+	require.NoError(t, err)
+	var wrapped []byte
+	require.NoError(t, db.QueryRow(ctx, "SELECT wrapped_key FROM sealing_keys WHERE id = $1", id).Scan(&wrapped))
+	require.False(t, bytes.Contains(wrapped, data), "the stored key is wrapped")
+}
+
 func TestRotationKeepsABoundedSetOfPreviousKeys(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "keys")
-	r, err := LoadRing(dir)
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	k := kek(t)
+	r, err := OpenRing(ctx, db, k)
 	require.NoError(t, err)
 	aad := []byte("row")
-	old, err := r.Seal([]byte(canary), aad)
+	old, err := r.Seal(ctx, db, []byte(canary), aad)
 	require.NoError(t, err)
 
 	for i := range MaxPreviousKeys {
-		_, err := r.Rotate()
+		id, _, err := Rotate(ctx, db, k)
 		require.NoError(t, err)
-		// A reloaded ring (another Host process) opens the old row too.
-		again, err := LoadRing(dir)
+		// The rotation is one write every replica sees on its next seal, with no restart.
+		next, err := r.Seal(ctx, db, []byte(canary), aad)
 		require.NoError(t, err)
-		got, err := again.Open(old, aad)
+		require.Equal(t, id, next.KeyID)
+		got, err := r.Open(ctx, db, old, aad)
 		require.NoError(t, err, "after %d rotations the old key still opens", i+1)
 		require.Equal(t, canary, string(got))
 	}
-	_, err = r.Rotate()
+	_, retired, err := Rotate(ctx, db, k)
 	require.NoError(t, err)
-	_, err = r.Open(old, aad)
-	require.ErrorIs(t, err, ErrUnknownKey, "a retired key opens nothing")
-	_, err = r.Digest(old.KeyID, []byte(canary))
+	require.Equal(t, 1, retired)
+	_, err = r.Open(ctx, db, old, aad)
+	require.ErrorIs(t, err, ErrUnknownKey, "a retired key opens nothing, even on a replica that had it cached")
+	_, err = r.Challenge(ctx, db, old.KeyID, "prep", uuid.New())
 	require.ErrorIs(t, err, ErrUnknownKey)
 }
 
-func TestRingFilesArePrivateAndUnsafeDirsRefused(t *testing.T) {
+func TestKeyFileIsPrivateNeverOverwrittenAndChecked(t *testing.T) {
 	t.Parallel()
-	dir := filepath.Join(t.TempDir(), "keys")
-	_, err := LoadRing(dir)
+	path := filepath.Join(t.TempDir(), "sealing-key")
+	_, err := WriteKEKFile(path)
 	require.NoError(t, err)
-	info, err := os.Stat(filepath.Join(dir, ringFile))
+	info, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
-	raw, err := os.ReadFile(filepath.Join(dir, ringFile))
-	require.NoError(t, err)
-	require.NotContains(t, string(raw), canary)
+	_, err = WriteKEKFile(path)
+	require.ErrorContains(t, err, "never overwritten")
 
-	open := filepath.Join(t.TempDir(), "open")
-	require.NoError(t, os.Mkdir(open, 0o755))
-	require.NoError(t, os.Chmod(open, 0o755))
-	_, err = LoadRing(open)
-	require.ErrorContains(t, err, "refusing unsafe private path")
+	require.NoError(t, os.Chmod(path, 0o644))
+	_, err = LoadKEK(path)
+	require.ErrorContains(t, err, "readable by its owner only")
+	bad := filepath.Join(t.TempDir(), "bad")
+	require.NoError(t, os.WriteFile(bad, []byte("not base64 at all\n"), 0o600))
+	_, err = LoadKEK(bad)
+	require.ErrorContains(t, err, "32 bytes")
+	_, err = LoadKEK("")
+	require.ErrorContains(t, err, "keys init-sealing")
 }
 
-func TestDigestIsKeyed(t *testing.T) {
+func TestReadbackDigestIsKeyedByTheChallenge(t *testing.T) {
 	t.Parallel()
-	a, b := ring(t), ring(t)
-	da, err := a.Digest(a.Current(), []byte(canary))
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	r, err := OpenRing(ctx, db, kek(t))
 	require.NoError(t, err)
-	da2, err := a.Digest(a.Current(), []byte(canary))
+	id, err := dbsqlc.New(db).SealingKeyCurrentID(ctx)
 	require.NoError(t, err)
-	db, err := b.Digest(b.Current(), []byte(canary))
+	ms := uuid.New()
+	c1, err := r.Challenge(ctx, db, id, "prep-1", ms)
 	require.NoError(t, err)
-	other, err := a.Digest(a.Current(), []byte("other"))
+	again, err := r.Challenge(ctx, db, id, "prep-1", ms)
 	require.NoError(t, err)
-	require.Equal(t, da, da2)
-	require.NotEqual(t, da, db, "another ring's digest differs")
-	require.NotEqual(t, da, other)
+	c2, err := r.Challenge(ctx, db, id, "prep-2", ms)
+	require.NoError(t, err)
+	c3, err := r.Challenge(ctx, db, id, "prep-1", uuid.New())
+	require.NoError(t, err)
+	require.Equal(t, c1, again)
+	require.NotEqual(t, c1, c2)
+	require.NotEqual(t, c1, c3)
+	d := Digest(c1, []byte(canary))
+	require.Equal(t, d, Digest(again, []byte(canary)))
+	require.NotEqual(t, d, Digest(c2, []byte(canary)), "another challenge gives another digest")
+	require.NotEqual(t, d, Digest(c1, []byte("other")))
 }

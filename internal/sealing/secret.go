@@ -1,6 +1,6 @@
-// Package sealing protects runtime-input values: a Secret type that never prints itself, and a
-// key ring that seals values with AES-256-GCM and computes keyed digests for readback comparison
-// (SPEC 3.5). Keys live in a private directory under SPEC 6.3.
+// Package sealing protects runtime-input values (SPEC 3.5): a Secret type that never prints
+// itself, a key ring in PostgreSQL whose data keys are wrapped by the operator's key-encryption
+// key and seal values with AES-256-GCM, and the challenge and digest of the readback.
 package sealing
 
 import (

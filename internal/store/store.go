@@ -1,12 +1,17 @@
-// Package store owns the Host's SQL: the connection pool, migrations and the named queries in
-// queries/*.sql. Domain packages call it; nothing else talks to PostgreSQL.
+// Package store owns the Host's SQL: the connection pool, migrations, transactions, and the typed
+// query functions sqlc generates into dbsqlc from queries/*.sql. Domain packages call it; nothing
+// else talks to PostgreSQL.
 package store
+
+//go:generate go tool sqlc generate
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -27,10 +32,10 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("parse database URL: %w", redactParseError(err))
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "takoserver"
-	// Each owned request holds one connection for its lock; leave room beyond the CPU count
-	// unless the URL sets pool_max_conns itself.
+	// A request holds a connection only for one transaction at a time; leave room beyond the
+	// CPU count for concurrent requests unless the URL sets pool_max_conns itself.
 	if !strings.Contains(databaseURL, "pool_max_conns") {
-		cfg.MaxConns = 16
+		cfg.MaxConns = 32
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -97,21 +102,72 @@ func MigrateUp(databaseURL string) error {
 	return nil
 }
 
+// Beginner starts transactions: a pool, or a connection.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // WithTx runs fn in a transaction, committing when it returns nil. The rollback uses a fresh
-// context so that a cancelled request never leaves a transaction open.
-func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
-	tx, err := pool.Begin(ctx)
+// context so that a cancelled request never leaves a transaction open. Serialization failures,
+// deadlocks and lock timeouts come back as ErrContention, so that callers answer them as a
+// retryable conflict.
+func WithTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
+	tx, err := db.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
+		return fmt.Errorf("begin transaction: %w", Classify(err))
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err := fn(tx); err != nil {
-		return err
+		return Classify(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit transaction: %w", err)
+		return fmt.Errorf("commit transaction: %w", Classify(err))
 	}
 	return nil
+}
+
+// ErrContention marks a transaction PostgreSQL gave up on because of other transactions: a
+// serialization failure, a deadlock or a lock timeout. Retrying it is safe.
+var ErrContention = errors.New("the database refused the transaction because of concurrent work")
+
+// ErrUnavailable marks an error reaching PostgreSQL at all.
+var ErrUnavailable = errors.New("the database is unavailable")
+
+type classified struct {
+	kind  error
+	cause error
+}
+
+func (c *classified) Error() string        { return c.kind.Error() + ": " + c.cause.Error() }
+func (c *classified) Unwrap() []error      { return []error{c.kind, c.cause} }
+func (c *classified) Is(target error) bool { return target == c.kind }
+
+// Classify marks contention and unavailability in err's chain with ErrContention or
+// ErrUnavailable, leaving every other error as it is.
+func Classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrContention) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01", "55P03": // serialization_failure, deadlock_detected, lock_not_available
+			return &classified{kind: ErrContention, cause: err}
+		case "57P01", "57P02", "57P03", "53300": // shutdown, crash, cannot connect now, too many connections
+			return &classified{kind: ErrUnavailable, cause: err}
+		}
+		return err
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed") {
+		return &classified{kind: ErrUnavailable, cause: err}
+	}
+	return err
 }
 
 // IsUniqueViolation reports whether err is a unique-constraint violation on constraint (any
@@ -119,10 +175,4 @@ func WithTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) erro
 func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
-}
-
-// IsLockTimeout reports whether err is PostgreSQL giving up waiting for a lock (lock_timeout).
-func IsLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }

@@ -2,11 +2,11 @@ package store_test
 
 import (
 	"context"
-	"regexp"
-	"sort"
-	"strconv"
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -15,32 +15,30 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-var namedParam = regexp.MustCompile(`@([a-z_]+)`)
-
-// TestEveryQueryPrepares parses and plans every named query against the migrated schema, so a
-// typo or a type mismatch fails here instead of in a request.
-func TestEveryQueryPrepares(t *testing.T) {
+// TestLockTimeoutIsContention: a transaction that gives up waiting for a lock comes back as the
+// retryable ErrContention, never as a bare database error.
+func TestLockTimeoutIsContention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.Pool(t)
-	conn, err := pool.Acquire(ctx)
+	holder, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	defer conn.Release()
-	names := store.QueryNames()
-	sort.Strings(names)
-	require.NotEmpty(t, names)
-	for _, name := range names {
-		sql := store.Q(name)
-		// Rewrite @name parameters the way pgx.NamedArgs does: one $n per distinct name.
-		index := map[string]int{}
-		rewritten := namedParam.ReplaceAllStringFunc(sql, func(m string) string {
-			key := m[1:]
-			if _, ok := index[key]; !ok {
-				index[key] = len(index) + 1
-			}
-			return "$" + strconv.Itoa(index[key])
-		})
-		_, err := conn.Conn().Prepare(ctx, name, rewritten)
-		require.NoError(t, err, "query %s", name)
-	}
+	defer holder.Rollback(ctx)
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_xact_lock(42)")
+	require.NoError(t, err)
+	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '50ms'; SELECT pg_advisory_xact_lock(42)")
+		return err
+	})
+	require.ErrorIs(t, err, store.ErrContention)
+}
+
+// TestUnreachableDatabaseIsUnavailable: failing to reach PostgreSQL is ErrUnavailable.
+func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := store.Open(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
+	require.Error(t, err)
+	require.True(t, errors.Is(store.Classify(err), store.ErrUnavailable), "%v", err)
 }

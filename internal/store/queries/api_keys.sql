@@ -1,16 +1,16 @@
--- name: APIKeyCreate
+-- name: APIKeyCreate :one
 INSERT INTO api_keys (id, organization_id, secret_hash, scopes)
 VALUES (@id, @organization_id, @secret_hash, @scopes)
-RETURNING id, organization_id, scopes, created_at;
+RETURNING id, organization_id, scopes;
 
--- name: APIKeyRevoke
+-- name: APIKeyRevoke :one
 -- Revoking twice keeps the first revocation time.
 UPDATE api_keys
 SET revoked_at = coalesce(revoked_at, now())
 WHERE id = @id
 RETURNING id, organization_id, revoked_at;
 
--- name: APIKeyAuthenticate
+-- name: APIKeyAuthenticate :one
 -- Revoked keys never match, so revocation takes effect on the next request.
 SELECT k.id, k.organization_id, o.name AS organization_name, k.scopes
 FROM api_keys k

@@ -1,9 +1,7 @@
--- name: OrganizationCreate
+-- name: OrganizationCreate :one
 INSERT INTO organizations (id, name)
 VALUES (@id, @name)
-RETURNING id, name, created_at;
+RETURNING id, name;
 
--- name: OrganizationGetByName
-SELECT id, name, created_at
-FROM organizations
-WHERE name = @name;
+-- name: OrganizationGetByName :one
+SELECT id, name FROM organizations WHERE name = @name;

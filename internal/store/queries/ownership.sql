@@ -1,71 +1,93 @@
--- name: OwnershipTryLock
--- Serializes every request for one (organization, kind, external key) across all Host processes
--- (SPEC 3.2: concurrent requests with one token serialize). Session-level, so that a request may
--- commit several transactions under it; a crashed Host's session ends and frees it.
-SELECT pg_try_advisory_lock(hashtextextended(@lock_key::text, 0));
+-- name: OwnershipLookup :many
+-- The fast path of every owned request (SPEC 3.2): the key's binding and this token's tombstone,
+-- as entries shaped like OwnershipLock's, read without a lock or a write, so that a replay of a
+-- finished request is answered from its stored response without waiting on or taking anything.
+SELECT 'binding'::text AS entry, b.token, b.request_hash, b.object_uid AS uid, b.response_status AS status, b.response_body AS body
+FROM ownership_bindings b
+WHERE b.organization_id = @organization_id AND b.kind = @kind AND b.external_key = @external_key
+UNION ALL
+SELECT 'tombstone'::text, t.token, t.request_hash, t.object_uid, t.response_status, t.response_body
+FROM ownership_tombstones t
+WHERE t.organization_id = @organization_id AND t.kind = @kind AND t.external_key = @external_key
+  AND t.token = @token AND t.expires_at > db_now();
 
--- name: OwnershipUnlock
-SELECT pg_advisory_unlock(hashtextextended(@lock_key::text, 0));
+-- name: OwnershipLock :many
+-- The lock step of an owned mutation (the ownership_lock function of migration 4): the key's
+-- advisory lock, then its binding, this token's tombstone and any in-flight lease, read under it.
+SELECT l.entry::text AS entry, l.token::text AS token, l.request_hash::bytea AS request_hash, l.uid::uuid AS uid,
+       l.status::integer AS status, l.body::bytea AS body
+FROM ownership_lock(@organization_id::text, @kind::text, @external_key::text, @token::text, @lock_wait::text) AS l;
 
--- name: OwnershipBindingGet
-SELECT token, request_hash, object_uid, state, response_status, response_body
-FROM ownership_bindings
+-- name: OwnershipIntentAcquire :exec
+-- Takes the key's in-flight lease for a request whose effect spans several transactions. The
+-- caller holds the key lock and has seen no live lease; an expired one is taken over here.
+INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at)
+VALUES (@organization_id, @kind, @external_key, @operation_id, @holder, db_now() + make_interval(secs => @lease_seconds::double precision))
+ON CONFLICT (organization_id, kind, external_key) DO UPDATE
+SET operation_id = excluded.operation_id, holder = excluded.holder, lease_expires_at = excluded.lease_expires_at;
+
+-- name: OwnershipIntentHeld :one
+-- Proves, at the start of each later phase, that this request still holds its lease, and locks
+-- the lease row for the phase so that no takeover can interleave with it. No row: the lease was
+-- lost (it expired and someone recovered the operation).
+SELECT operation_id FROM ownership_intents
+WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
+  AND operation_id = @operation_id
+FOR UPDATE;
+
+-- name: OwnershipIntentRenew :execrows
+UPDATE ownership_intents
+SET lease_expires_at = db_now() + make_interval(secs => @lease_seconds::double precision)
+WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
+  AND operation_id = @operation_id;
+
+-- name: OwnershipIntentRelease :exec
+DELETE FROM ownership_intents
+WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
+  AND operation_id = @operation_id;
+
+-- name: OwnershipIntentsExpired :many
+-- Leases whose Host stopped renewing them: their operations wait for recovery.
+SELECT organization_id, kind, external_key, operation_id
+FROM ownership_intents
+WHERE lease_expires_at <= db_now()
+ORDER BY lease_expires_at
+LIMIT 100;
+
+-- name: OwnershipBind :exec
+-- Binds the token to the object with the committed outcome's response, in the transaction that
+-- commits it (SPEC 3.2: only committed outcomes are bound and stored).
+INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, response_status, response_body)
+VALUES (@organization_id, @kind, @external_key, @token, @request_hash, @object_uid, @response_status, @response_body)
+ON CONFLICT (organization_id, kind, external_key) DO UPDATE
+SET request_hash = excluded.request_hash, object_uid = excluded.object_uid,
+    response_status = excluded.response_status, response_body = excluded.response_body, updated_at = now()
+WHERE ownership_bindings.token = excluded.token;
+
+-- name: OwnershipUnbind :exec
+DELETE FROM ownership_bindings
 WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key;
 
--- name: OwnershipBindingTokens
--- The tokens of many objects of one kind, for list and get projections.
+-- name: OwnershipTombstoneCreate :exec
+INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, deleted_at, expires_at)
+VALUES (@organization_id, @kind, @external_key, @token, @object_uid, @request_hash, @response_status, @response_body,
+        db_now(), db_now() + make_interval(secs => @retention_seconds::double precision))
+ON CONFLICT (organization_id, kind, external_key, token) DO UPDATE
+SET object_uid = excluded.object_uid, request_hash = excluded.request_hash, response_status = excluded.response_status,
+    response_body = excluded.response_body, deleted_at = excluded.deleted_at, expires_at = excluded.expires_at;
+
+-- name: OwnershipTombstonePurge :execrows
+DELETE FROM ownership_tombstones WHERE expires_at <= db_now();
+
+-- name: OwnershipTokens :many
+-- The owning tokens of objects of one kind, for read projections.
 SELECT external_key, token
 FROM ownership_bindings
 WHERE organization_id = @organization_id AND kind = @kind AND external_key = ANY (@external_keys::text[]);
 
--- name: OwnershipBindingPending
--- Binds the token to the object before its effect has finished, in the transaction that creates
--- the object's rows.
-INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, state)
-VALUES (@organization_id, @kind, @external_key, @token, @request_hash, @object_uid, 'pending')
-ON CONFLICT (organization_id, kind, external_key) DO UPDATE
-SET request_hash = excluded.request_hash,
-    object_uid = excluded.object_uid,
-    state = 'pending',
-    response_status = NULL,
-    response_body = NULL,
-    updated_at = now()
-WHERE ownership_bindings.token = excluded.token;
-
--- name: OwnershipBindingComplete
-INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, state, response_status, response_body)
-VALUES (@organization_id, @kind, @external_key, @token, @request_hash, @object_uid, 'complete', @response_status, @response_body)
-ON CONFLICT (organization_id, kind, external_key) DO UPDATE
-SET request_hash = excluded.request_hash,
-    object_uid = excluded.object_uid,
-    state = 'complete',
-    response_status = excluded.response_status,
-    response_body = excluded.response_body,
-    updated_at = now()
-WHERE ownership_bindings.token = excluded.token;
-
--- name: OwnershipBindingDelete
-DELETE FROM ownership_bindings
-WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key;
-
--- name: OwnershipTombstoneGet
-SELECT object_uid, request_hash, response_status, response_body
-FROM ownership_tombstones
-WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key AND token = @token
-  AND expires_at > now();
-
--- name: OwnershipTombstoneCreate
-INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, expires_at)
-VALUES (@organization_id, @kind, @external_key, @token, @object_uid, @request_hash, @response_status, @response_body,
-        now() + make_interval(secs => @retention_seconds::bigint))
-ON CONFLICT (organization_id, kind, external_key, token) DO UPDATE
-SET object_uid = excluded.object_uid,
-    request_hash = excluded.request_hash,
-    response_status = excluded.response_status,
-    response_body = excluded.response_body,
-    deleted_at = now(),
-    expires_at = excluded.expires_at;
-
--- name: OwnershipTombstonePurge
-DELETE FROM ownership_tombstones
-WHERE expires_at <= now();
+-- name: OwnershipIntentExpire :exec
+-- A recovery that could not finish gives the lease back already expired, so that the next request
+-- on the key, or the janitor, tries again.
+UPDATE ownership_intents SET lease_expires_at = db_now()
+WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
+  AND operation_id = @operation_id;

@@ -1,55 +1,67 @@
--- name: BrakeEngaged
-SELECT engaged FROM brakes WHERE name = @name;
+-- name: BrakeEngaged :one
+-- Whether a deployment brake covers this organization's worker (SPEC 3.6): one on the whole Host,
+-- on the organization, or on this very worker.
+SELECT EXISTS (
+    SELECT 1 FROM deployment_brakes b
+    WHERE b.organization_id IS NULL
+       OR (b.organization_id = @organization_id
+           AND (b.space IS NULL OR (b.space = sqlc.narg('space') AND b.worker_name = sqlc.narg('worker_name'))))
+)::boolean AS engaged;
 
--- name: BrakeSet
-UPDATE brakes SET engaged = @engaged, updated_at = now() WHERE name = @name RETURNING name, engaged;
+-- name: BrakeEngage :exec
+INSERT INTO deployment_brakes (scope, organization_id, space, worker_name)
+VALUES (@scope, sqlc.narg('organization_id'), sqlc.narg('space'), sqlc.narg('worker_name'))
+ON CONFLICT (scope) DO NOTHING;
 
--- name: WorkerInsert
+-- name: BrakeRelease :execrows
+DELETE FROM deployment_brakes WHERE scope = @scope;
+
+-- name: WorkerInsert :exec
 INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date,
                      required_sensitive_vars, runtime_input_reference, script_name,
                      offering_id, offering_digest, pack, installation, status, operation_id)
 VALUES (@uid, @organization_id, @space, @name, @modules, @main_module, @compatibility_date,
-        @required_sensitive_vars, @runtime_input_reference, @script_name,
+        @required_sensitive_vars, sqlc.narg('runtime_input_reference'), @script_name,
         @offering_id, @offering_digest, @pack, @installation, 'creating', @operation_id);
 
--- name: WorkerSelect
--- Readiness is derived here, on every read, from the deployment rows (SPEC 3.6): live, and the
--- current generation's deployment active.
-SELECT w.uid, w.organization_id, w.space, w.name, w.generation, w.revision, w.modules, w.main_module,
-       w.compatibility_date, w.required_sensitive_vars, w.runtime_input_reference, w.script_name,
-       w.offering_id, w.offering_digest, w.pack, w.installation, w.status, w.operation_id,
-       resource_present(w.status, o.status) AS present,
-       coalesce((SELECT d.status FROM deployments d
-                 WHERE d.resource_uid = w.uid AND d.generation = w.generation
-                 ORDER BY d.created_at DESC, d.id LIMIT 1), '') AS deployment_status,
-       (SELECT p.status FROM runtime_input_preparations p
-        WHERE p.organization_id = w.organization_id AND p.reference = w.runtime_input_reference) AS runtime_input_status
-FROM workers w
-JOIN operations o ON o.id = w.operation_id
-WHERE w.organization_id = @organization_id
-  AND ((@uid::uuid IS NOT NULL AND w.uid = @uid::uuid)
-       OR (@uid::uuid IS NULL AND w.space = @space AND w.name = @name AND w.status <> 'deleted'))
+-- name: WorkerGet :one
+-- A worker as reads derive it; no lock. By UID, or the one of space/name that is not deleted.
+SELECT * FROM worker_states
+WHERE organization_id = @organization_id
+  AND ((sqlc.narg('uid')::uuid IS NOT NULL AND uid = sqlc.narg('uid')::uuid)
+       OR (sqlc.narg('uid')::uuid IS NULL AND space = @space AND name = @name AND status <> 'deleted'));
+
+-- name: WorkerLock :one
+-- The worker a mutation decides on, locked for the rest of its transaction.
+SELECT v.* FROM worker_states v
+JOIN workers w ON w.uid = v.uid
+WHERE v.organization_id = @organization_id
+  AND ((sqlc.narg('uid')::uuid IS NOT NULL AND v.uid = sqlc.narg('uid')::uuid)
+       OR (sqlc.narg('uid')::uuid IS NULL AND v.space = @space AND v.name = @name AND v.status <> 'deleted'))
 FOR UPDATE OF w;
 
--- name: WorkerUpdate
--- Compare-and-swap on revision: zero rows means someone else changed the worker.
+-- name: WorkerUpdate :one
+-- Compare-and-swap on revision: no row means someone else changed the worker.
 UPDATE workers
 SET generation = @generation, revision = revision + 1, modules = @modules, main_module = @main_module,
     compatibility_date = @compatibility_date, required_sensitive_vars = @required_sensitive_vars,
-    runtime_input_reference = @runtime_input_reference, status = @status, operation_id = @operation_id,
-    updated_at = now(), deleted_at = CASE WHEN @status = 'deleted' THEN now() END
+    runtime_input_reference = sqlc.narg('runtime_input_reference'), status = @status, operation_id = @operation_id,
+    updated_at = db_now(), deleted_at = CASE WHEN @status::text = 'deleted' THEN db_now() END
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
--- name: WorkerLiveEndpoints
--- Endpoints that still stand on a worker.
+-- name: WorkerStandingEndpoints :many
+-- Endpoints that still stand on a worker: its delete waits for them (SPEC 3.3, safe order).
 SELECT e.name
 FROM worker_endpoints e
 JOIN operations o ON o.id = e.operation_id
 WHERE e.worker_uid = @worker_uid AND resource_present(e.status, o.status)
 ORDER BY e.name;
 
--- name: EndpointInsert
+-- name: WorkerScriptName :one
+SELECT script_name FROM workers WHERE uid = @uid;
+
+-- name: EndpointInsert :exec
 INSERT INTO worker_endpoints (uid, organization_id, space, name, worker_uid, worker_name, origin_reservation_id,
                               host_minted, canonical_origin, hostname, offering_id, offering_digest, pack,
                               installation, status, operation_id)
@@ -57,49 +69,59 @@ VALUES (@uid, @organization_id, @space, @name, @worker_uid, @worker_name, @origi
         @host_minted, @canonical_origin, @hostname, @offering_id, @offering_digest, @pack,
         @installation, 'creating', @operation_id);
 
--- name: EndpointSelect
-SELECT e.uid, e.organization_id, e.space, e.name, e.generation, e.revision, e.worker_uid, e.worker_name,
-       e.origin_reservation_id, e.host_minted, e.canonical_origin, e.hostname, e.offering_id,
-       e.offering_digest, e.pack, e.installation, e.status, e.operation_id, resource_present(e.status, o.status) AS present,
-       coalesce((SELECT d.status FROM deployments d
-                 WHERE d.resource_uid = e.uid AND d.generation = e.generation
-                 ORDER BY d.created_at DESC, d.id LIMIT 1), '') AS deployment_status
-FROM worker_endpoints e
-JOIN operations o ON o.id = e.operation_id
-WHERE e.organization_id = @organization_id
-  AND ((@uid::uuid IS NOT NULL AND e.uid = @uid::uuid)
-       OR (@uid::uuid IS NULL AND e.space = @space AND e.name = @name AND e.status <> 'deleted'))
+-- name: EndpointGet :one
+SELECT * FROM endpoint_states
+WHERE organization_id = @organization_id
+  AND ((sqlc.narg('uid')::uuid IS NOT NULL AND uid = sqlc.narg('uid')::uuid)
+       OR (sqlc.narg('uid')::uuid IS NULL AND space = @space AND name = @name AND status <> 'deleted'));
+
+-- name: EndpointLock :one
+SELECT v.* FROM endpoint_states v
+JOIN worker_endpoints e ON e.uid = v.uid
+WHERE v.organization_id = @organization_id
+  AND ((sqlc.narg('uid')::uuid IS NOT NULL AND v.uid = sqlc.narg('uid')::uuid)
+       OR (sqlc.narg('uid')::uuid IS NULL AND v.space = @space AND v.name = @name AND v.status <> 'deleted'))
 FOR UPDATE OF e;
 
--- name: EndpointSetStatus
+-- name: EndpointSetStatus :one
+-- Compare-and-swap on revision.
 UPDATE worker_endpoints
-SET status = @status, revision = revision + 1, operation_id = @operation_id, updated_at = now(),
-    deleted_at = CASE WHEN @status = 'deleted' THEN now() END
+SET status = @status, revision = revision + 1, operation_id = @operation_id, updated_at = db_now(),
+    deleted_at = CASE WHEN @status::text = 'deleted' THEN db_now() END
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
--- name: DeploymentInsert
+-- name: ResourceAbandonCreate :execrows
+-- A create that never committed never existed: its row leaves every uniqueness constraint.
+UPDATE workers SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
+WHERE uid = @uid AND status = 'creating';
+
+-- name: EndpointAbandonCreate :execrows
+UPDATE worker_endpoints SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
+WHERE uid = @uid AND status = 'creating';
+
+-- name: DeploymentInsert :exec
 INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name,
                          offering_id, offering_digest, pack, installation, status)
 VALUES (@id, @organization_id, @resource_kind, @resource_uid, @generation, @native_name,
         @offering_id, @offering_digest, @pack, @installation, 'pending');
 
--- name: DeploymentsOpen
+-- name: DeploymentsOpen :many
 -- The deployments of a resource that a delete must take down.
-SELECT id, native_name FROM deployments
+SELECT id, native_name, generation FROM deployments
 WHERE resource_uid = @resource_uid AND status IN ('pending', 'active', 'deleting')
 ORDER BY created_at, id;
 
--- name: DeploymentSetStatus
-UPDATE deployments SET status = @status, updated_at = now()
-WHERE id = @id AND status = ANY (@from::text[]);
+-- name: DeploymentSetStatus :execrows
+UPDATE deployments SET status = @status, updated_at = db_now()
+WHERE id = @id AND status = ANY (@from_statuses::text[]);
 
--- name: DeploymentSupersede
+-- name: DeploymentSupersede :exec
 -- A newer generation replaced the native object in place: older deployments are gone.
-UPDATE deployments SET status = 'deleted', updated_at = now()
+UPDATE deployments SET status = 'deleted', updated_at = db_now()
 WHERE resource_uid = @resource_uid AND id <> @id AND status IN ('pending', 'active');
 
--- name: DeploymentActivePlacement
+-- name: DeploymentActivePlacement :one
 -- The placement of the worker's current active deployment: the only source a mint reads.
 SELECT d.offering_id, d.offering_digest, d.pack, d.installation
 FROM deployments d
@@ -108,35 +130,47 @@ WHERE d.resource_uid = @resource_uid AND d.status = 'active'
 ORDER BY d.created_at DESC, d.id
 LIMIT 1;
 
--- name: EffectInsert
+-- name: DeploymentsOrphaned :many
+-- Open deployments of resources that no longer stand and that no running operation is working
+-- on: what a create that never committed, or a refused one whose compensation failed, left on a
+-- backend. The janitor takes them down so that nothing is orphaned.
+SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.generation, d.installation, d.organization_id
+FROM deployments d
+WHERE d.status IN ('pending', 'active', 'deleting')
+  AND NOT EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
+                  WHERE x.deployment_id = d.id AND o.status = 'running')
+  AND (   EXISTS (SELECT 1 FROM workers w WHERE w.uid = d.resource_uid AND w.status = 'deleted')
+       OR EXISTS (SELECT 1 FROM worker_endpoints e WHERE e.uid = d.resource_uid AND e.status = 'deleted'))
+ORDER BY d.updated_at
+LIMIT 50;
+
+-- name: EffectInsert :exec
 INSERT INTO backend_effects (id, operation_id, deployment_id, action, status)
-VALUES (@id, @operation_id, @deployment_id, @action, 'planned');
+VALUES (@id, @operation_id, @deployment_id, @action, @status);
 
--- name: EffectSetStatus
-UPDATE backend_effects SET status = @status, detail = @detail, updated_at = now()
-WHERE id = @id AND status = @from;
+-- name: EffectSetStatus :execrows
+-- Compare-and-swap on the effect's status.
+UPDATE backend_effects SET status = @status, detail = sqlc.narg('detail'), updated_at = db_now()
+WHERE id = @id AND status = ANY (@from_statuses::text[]);
 
--- name: AttestationOpen
-INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id)
-VALUES (@uid, @organization_id, @resource_kind, 'open', @operation_id)
+-- name: AttestationOpen :exec
+INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id, opened_at)
+VALUES (@uid, @organization_id, @resource_kind, 'open', @operation_id, db_now())
 ON CONFLICT (uid) DO UPDATE SET operation_id = excluded.operation_id
 WHERE deletion_attestations.status = 'open';
 
--- name: AttestationClose
-UPDATE deletion_attestations SET status = 'closed', closed_at = now()
+-- name: AttestationClose :exec
+UPDATE deletion_attestations SET status = 'closed', closed_at = db_now()
 WHERE uid = @uid AND status = 'open';
 
--- name: AttestationGet
+-- name: AttestationGet :one
 SELECT uid, resource_kind, status, operation_id, opened_at, closed_at
 FROM deletion_attestations
 WHERE uid = @uid AND organization_id = @organization_id;
 
--- name: WorkerScriptName
-SELECT script_name FROM workers WHERE uid = @uid;
-
--- name: RecoverySettleEffect
-UPDATE backend_effects SET status = @status, detail = 'settled by recovery', updated_at = now()
-WHERE id = @id AND status IN ('planned', 'dispatched');
-
--- name: RecoverySettleDeployment
-UPDATE deployments SET status = @status, updated_at = now() WHERE id = @id;
+-- name: ResourcesCreatingByOperation :many
+-- The workers and endpoints an interrupted operation was creating: a create that never
+-- committed never existed, so recovery takes them down.
+SELECT 'worker'::text AS kind, w.uid FROM workers w WHERE w.operation_id = @operation_id::uuid AND w.status = 'creating'
+UNION ALL
+SELECT 'endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = @operation_id::uuid AND e.status = 'creating';

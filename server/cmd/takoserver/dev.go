@@ -15,6 +15,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
@@ -23,6 +24,8 @@ const (
 	devDatabase     = "takoform"
 	devKeyFile      = "api-key"
 	devEnvFile      = "env"
+	// devSealingKeyFile is the sealing key-encryption key dev generates in its directory.
+	devSealingKeyFile = "sealing-key"
 )
 
 func devCommand(g *globals) *cobra.Command {
@@ -85,9 +88,18 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions) er
 	if err != nil {
 		return err
 	}
+	if o.sealingKeyFile == "" {
+		// The embedded default generates its sealing key-encryption key once, beside the cluster.
+		o.sealingKeyFile = filepath.Join(cluster.Dir, devSealingKeyFile)
+		if _, err := os.Stat(o.sealingKeyFile); errors.Is(err, os.ErrNotExist) {
+			if _, err := sealing.WriteKEKFile(o.sealingKeyFile); err != nil {
+				return err
+			}
+		}
+	}
 	serveErr := serve(ctx, log, databaseURL, o, func(addr string) {
 		endpoint := "http://" + addr
-		env := fmt.Sprintf("export TAKOFORM_ENDPOINT=%s\nexport TAKOFORM_API_KEY=\"$(cat %s)\"\nexport TAKOSERVER_DATABASE_URL='%s'\n", endpoint, keyPath, databaseURL)
+		env := fmt.Sprintf("export TAKOFORM_ENDPOINT=%s\nexport TAKOFORM_API_KEY=\"$(cat %s)\"\nexport TAKOSERVER_DATABASE_URL='%s'\nexport TAKOSERVER_SEALING_KEY_FILE=%s\n", endpoint, keyPath, databaseURL, o.sealingKeyFile)
 		if err := safedir.WriteFile(cluster.Dir, devEnvFile, []byte(env), cluster.Owner); err != nil {
 			fmt.Fprintln(cmd.ErrOrStderr(), "takoserver dev: write env file:", err)
 		}

@@ -15,9 +15,9 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -26,6 +26,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
 
@@ -92,15 +93,20 @@ func (g *globals) print(w io.Writer, v any, text string) error {
 }
 
 type serveOptions struct {
-	listen   string
-	stateDir string
-	config   string
+	listen             string
+	stateDir           string
+	config             string
+	sealingKeyFile     string
+	tombstoneRetention time.Duration
 }
 
 func (o *serveOptions) flags(cmd *cobra.Command, defaultStateDir string) {
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the API listens on")
-	cmd.Flags().StringVar(&o.stateDir, "state-dir", defaultStateDir, "private directory for the key ring and runtime files (SPEC 6.3)")
+	cmd.Flags().StringVar(&o.stateDir, "state-dir", defaultStateDir, "private directory for the selfhost backend's desired state (SPEC 6.3)")
 	cmd.Flags().StringVar(&o.config, "config", "", "catalog file (JSON); the default catalog is one selfhost installation")
+	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
+		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with `takoserver keys init-sealing --out FILE`)")
+	cmd.Flags().DurationVar(&o.tombstoneRetention, "tombstone-retention", 30*24*time.Hour, "how long ownership tombstones are kept (a late replay of a deleted object's request is refused while its tombstone lasts)")
 }
 
 func serveCommand(g *globals) *cobra.Command {
@@ -134,11 +140,14 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 			return err
 		}
 	}
-	if err := safedir.Ensure(o.stateDir, safedir.Current()); err != nil {
+	if o.tombstoneRetention < time.Hour {
+		return errors.New("--tombstone-retention must be at least an hour")
+	}
+	kek, err := sealing.LoadKEK(o.sealingKeyFile)
+	if err != nil {
 		return err
 	}
-	ring, err := sealing.LoadRing(filepath.Join(o.stateDir, "keys"))
-	if err != nil {
+	if err := safedir.Ensure(o.stateDir, safedir.Current()); err != nil {
 		return err
 	}
 	if err := store.MigrateUp(databaseURL); err != nil {
@@ -149,6 +158,11 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 		return err
 	}
 	defer db.Close()
+	// A replica whose key-encryption key cannot unwrap the current data key refuses to start.
+	ring, err := sealing.OpenRing(ctx, db, kek)
+	if err != nil {
+		return err
+	}
 	l, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
@@ -157,7 +171,7 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if ready != nil {
 		ready(l.Addr().String())
 	}
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, StateDir: o.stateDir, SealingRing: ring})
+	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, StateDir: o.stateDir, SealingRing: ring, TombstoneRetention: o.tombstoneRetention})
 	return srv.Serve(ctx, l)
 }
 
@@ -290,29 +304,58 @@ func keysCommand(g *globals) *cobra.Command {
 	}
 	create.Flags().StringVar(&org, "org", "", "organization name")
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope to grant (repeatable): resources:read, resources:write; default both")
-	var stateDir string
-	rotate := &cobra.Command{
-		Use:   "rotate-sealing",
-		Short: "Make a fresh sealing key current (previous keys keep opening prepared and claimed rows, up to a bound)",
+	var out string
+	initSealing := &cobra.Command{
+		Use:   "init-sealing --out FILE",
+		Short: "Write a new sealing key-encryption key (32 random bytes, base64) to FILE with mode 0600; never overwrites",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.checkOutput(); err != nil {
 				return err
 			}
-			ring, err := sealing.LoadRing(filepath.Join(stateDir, "keys"))
+			if out == "" {
+				return errors.New("--out is required")
+			}
+			kek, err := sealing.WriteKEKFile(out)
 			if err != nil {
 				return err
 			}
-			id, err := ring.Rotate()
-			if err != nil {
-				return err
-			}
-			return g.print(cmd.OutOrStdout(), map[string]any{"current": id, "maxPrevious": sealing.MaxPreviousKeys},
-				fmt.Sprintf("sealing key %s is current; restart or signal every Host sharing this state directory's key ring", id))
+			return g.print(cmd.OutOrStdout(), map[string]any{"file": out, "kekId": kek.ID},
+				fmt.Sprintf("wrote sealing key-encryption key %s to %s (mode 0600)\nGive every Host replica this same file (--sealing-key-file) and keep a copy safe: without it nothing sealed can be opened.", kek.ID, out))
 		},
 	}
-	rotate.Flags().StringVar(&stateDir, "state-dir", filepath.Join(".takoform", "state"), "the Host's private state directory")
-	cmd.AddCommand(create, rotate, &cobra.Command{
+	initSealing.Flags().StringVar(&out, "out", "", "file to create")
+	var keyFile string
+	rotate := &cobra.Command{
+		Use:   "rotate-sealing",
+		Short: "Make a fresh sealing data key current, in one database write",
+		Long: `rotate-sealing makes a fresh data key current in PostgreSQL, wrapped by the key-encryption key.
+Every Host replica seals with it from its next seal on; no restart is needed. The previous data keys
+(up to three) keep opening runtime inputs sealed under them; older ones are destroyed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			kek, err := sealing.LoadKEK(keyFile)
+			if err != nil {
+				return err
+			}
+			db, err := g.pool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			id, retired, err := sealing.Rotate(cmd.Context(), db, kek)
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"current": id, "retired": retired, "maxPrevious": sealing.MaxPreviousKeys},
+				fmt.Sprintf("sealing key %s is current; every Host replica seals with it from its next seal on (no restart needed); %d previous key(s) still open what they sealed, %d retired", id, sealing.MaxPreviousKeys, retired))
+		},
+	}
+	rotate.Flags().StringVar(&keyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"), "the sealing key-encryption key (env TAKOSERVER_SEALING_KEY_FILE)")
+	cmd.AddCommand(create, initSealing, rotate, &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key at once", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {
@@ -333,35 +376,70 @@ func keysCommand(g *globals) *cobra.Command {
 }
 
 func brakeCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "brake deployment|lifecycle on|off",
-		Short: "Engage or release a brake",
-		Long: `The deployment brake makes every graph-changing mutation (PUT and DELETE of reservations,
-activations, workers and endpoints) answer 423 while reads continue. The lifecycle brake stops
-runtime restarts.`,
-		Args:      cobra.ExactArgs(2),
-		ValidArgs: []string{"deployment", "lifecycle"},
+	var org, space, worker string
+	cmd := &cobra.Command{
+		Use:   "brake deployment on|off [--org ORG [--space S --worker W]]",
+		Short: "Engage or release a deployment brake: on the whole Host, one organization, or one worker",
+		Long: `A deployment brake makes every graph-changing mutation in its scope (PUT and DELETE of
+reservations, activations, runtime inputs, workers and endpoints) answer 423 while reads continue and
+everything outside the scope is untouched. The lifecycle brake, which stops runtime restarts, belongs
+to the runtime node: takoserver runtime brake lifecycle on|off.`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {
 				return err
 			}
 			name, state := args[0], args[1]
-			if name != "deployment" && name != "lifecycle" {
-				return fmt.Errorf("unknown brake %q: deployment or lifecycle", name)
+			if name == "lifecycle" {
+				return errors.New("the lifecycle brake belongs to the runtime node: takoserver runtime brake lifecycle on|off")
+			}
+			if name != "deployment" {
+				return fmt.Errorf("unknown brake %q: deployment", name)
 			}
 			if state != "on" && state != "off" {
 				return fmt.Errorf("brake state must be on or off, not %q", state)
+			}
+			if (space == "") != (worker == "") || (space != "" && org == "") {
+				return errors.New("--space and --worker go together, and need --org")
 			}
 			db, err := g.pool(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			var engaged bool
-			if err := db.QueryRow(cmd.Context(), store.Q("BrakeSet"), pgx.NamedArgs{"name": name, "engaged": state == "on"}).Scan(&name, &engaged); err != nil {
+			params := dbsqlc.BrakeEngageParams{Scope: "*"}
+			if org != "" {
+				o, err := auth.OrganizationByName(cmd.Context(), db, org)
+				if err != nil {
+					return err
+				}
+				params.Scope, params.OrganizationID = o.ID, &o.ID
+				if space != "" {
+					params.Scope, params.Space, params.WorkerName = o.ID+"/"+space+"/"+worker, &space, &worker
+				}
+			}
+			q := dbsqlc.New(db)
+			if state == "on" {
+				err = q.BrakeEngage(cmd.Context(), params)
+			} else {
+				_, err = q.BrakeRelease(cmd.Context(), params.Scope)
+			}
+			if err != nil {
 				return fmt.Errorf("set brake: %w", err)
 			}
-			return g.print(cmd.OutOrStdout(), map[string]any{"brake": name, "engaged": engaged}, fmt.Sprintf("%s brake %s", name, state))
+			scope := "the whole Host"
+			if org != "" {
+				scope = "organization " + org
+				if space != "" {
+					scope = fmt.Sprintf("worker %s/%s of organization %s", space, worker, org)
+				}
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"brake": name, "engaged": state == "on", "scope": params.Scope},
+				fmt.Sprintf("deployment brake %s for %s", state, scope))
 		},
 	}
+	cmd.Flags().StringVar(&org, "org", "", "limit the brake to this organization")
+	cmd.Flags().StringVar(&space, "space", "", "limit the brake to this worker's space (with --worker)")
+	cmd.Flags().StringVar(&worker, "worker", "", "limit the brake to this worker (with --space)")
+	return cmd
 }

@@ -113,11 +113,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 3, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 2, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "2", "--output", "json"))["version"])
-	require.EqualValues(t, 3, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 3")
+	require.EqualValues(t, 4, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 3, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "3", "--output", "json"))["version"])
+	require.EqualValues(t, 4, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 4")
 }
 
 // host is one running `takoserver serve` process.
@@ -126,12 +126,23 @@ type host struct {
 	logs *bytes.Buffer
 }
 
-func startHost(t *testing.T, databaseURL string, extra ...string) host {
+// sealingKey writes a sealing key-encryption key for one database's Hosts (every replica gets the
+// same file) and returns its path.
+func sealingKey(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sealing-key")
+	run(t, "", "keys", "init-sealing", "--out", path)
+	return path
+}
+
+// startHost starts a Host on databaseURL with the sealing key file kek, in a working directory of
+// its own.
+func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 	t.Helper()
 	port, err := pgcluster.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--listen", addr, "--state-dir", filepath.Join(t.TempDir(), "state")}, extra...)
+	args := append([]string{"serve", "--listen", addr, "--state-dir", filepath.Join(t.TempDir(), "state"), "--sealing-key-file", kek}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
 	logs := &bytes.Buffer{}
@@ -180,7 +191,8 @@ func TestOneTokenFiftyRequestsTwoHostsOneEffect(t *testing.T) {
 	run(t, url, "migrate", "up")
 	run(t, url, "orgs", "create", "acme")
 	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
-	hosts := []host{startHost(t, url), startHost(t, url)}
+	kek := sealingKey(t)
+	hosts := []host{startHost(t, url, kek), startHost(t, url, kek)}
 
 	const n = 50
 	answers := make([]answer, n)
@@ -230,7 +242,7 @@ func TestServeRefusesUnsafeStateDir(t *testing.T) {
 	require.NoError(t, os.Mkdir(target, 0o700))
 	link := filepath.Join(base, "state")
 	require.NoError(t, os.Symlink(target, link))
-	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", link)
+	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", link, "--sealing-key-file", sealingKey(t))
 	require.Error(t, err)
 	require.Contains(t, errOut, "refusing unsafe private path")
 	require.Contains(t, errOut, "symlink")
@@ -241,7 +253,7 @@ func TestServeRefusesBadCatalog(t *testing.T) {
 	url := testdb.URL(t)
 	path := filepath.Join(t.TempDir(), "catalog.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"installations":[{"name":"x","pack":"selfhost","colour":"red"}]}`), 0o600))
-	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"), "--config", path)
+	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"), "--config", path, "--sealing-key-file", sealingKey(t))
 	require.Error(t, err)
 	require.Contains(t, errOut, `unknown field "colour"`)
 }
@@ -342,25 +354,59 @@ func TestDevRefusesUnsafeDirectory(t *testing.T) {
 	require.Equal(t, os.FileMode(0o755), info.Mode().Perm(), "never repaired")
 }
 
+// TestDeploymentBrakeRefusesMutationsAndKeepsReads: a brake refuses graph-changing mutations in its
+// scope only (the whole Host, an organization, one worker), on reservations, workers and
+// endpoints, while reads continue and another organization is unaffected.
 func TestDeploymentBrakeRefusesMutationsAndKeepsReads(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	run(t, url, "migrate", "up")
 	run(t, url, "orgs", "create", "acme")
+	run(t, url, "orgs", "create", "other")
 	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
-	h := startHost(t, url)
+	otherKey := decodeJSON(t, run(t, url, "keys", "create", "--org", "other", "--output", "json"))["key"].(string)
+	h := startHost(t, url, sealingKey(t))
 	res := h.url + "/v1/worker-endpoint-origin-reservations/"
+	worker := `{"modules":{"index.js":"export default { async fetch() { return new Response('hi') } }"},"mainModule":"index.js","compatibilityDate":"2025-01-01","requiredSensitiveVars":[]}`
 
 	a, err := put(res+"res-a", key, "token-brake-0000000001", `{"space":"prod","workerName":"api"}`)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, a.status, a.body)
-
-	require.Equal(t, true, decodeJSON(t, run(t, url, "brake", "deployment", "on", "--output", "json"))["engaged"])
-	b, err := put(res+"res-b", key, "token-brake-0000000002", `{"space":"prod","workerName":"web"}`)
+	w, err := put(h.url+"/v1/spaces/prod/workers/api", key, "token-brake-worker-0001", worker)
 	require.NoError(t, err)
-	require.Equal(t, http.StatusLocked, b.status, b.body)
-	require.Contains(t, b.body, `"code":"deployment_brake"`)
+	require.Equal(t, http.StatusCreated, w.status, w.body)
 
+	locked := func(a answer, err error) {
+		t.Helper()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusLocked, a.status, a.body)
+		require.Contains(t, a.body, `"code":"deployment_brake"`)
+	}
+	allowed := func(a answer, err error, status int) {
+		t.Helper()
+		require.NoError(t, err)
+		require.Equal(t, status, a.status, a.body)
+	}
+
+	// One worker's brake: that worker's mutations stop; the organization's others go on.
+	require.Equal(t, true, decodeJSON(t, run(t, url, "brake", "deployment", "on", "--org", "acme", "--space", "prod", "--worker", "api", "--output", "json"))["engaged"])
+	locked(put(h.url+"/v1/spaces/prod/workers/api", key, "token-brake-worker-0001", strings.Replace(worker, "2025-01-01", "2025-02-02", 1)))
+	locked(put(h.url+"/v1/spaces/prod/worker-endpoints/api", key, "token-brake-endpoint-01", `{"worker":"api","originReservationId":"res-a"}`))
+	b, err := put(res+"res-b", key, "token-brake-0000000002", `{"space":"prod","workerName":"web"}`)
+	allowed(b, err, http.StatusCreated)
+	run(t, url, "brake", "deployment", "off", "--org", "acme", "--space", "prod", "--worker", "api")
+
+	// The organization's brake: all of acme stops, other goes on.
+	run(t, url, "brake", "deployment", "on", "--org", "acme")
+	locked(put(res+"res-c", key, "token-brake-0000000003", `{"space":"prod","workerName":"db"}`))
+	o, err := put(res+"res-o", otherKey, "token-brake-other-00001", `{"space":"prod","workerName":"api"}`)
+	allowed(o, err, http.StatusCreated)
+	run(t, url, "brake", "deployment", "off", "--org", "acme")
+
+	// The whole Host's brake: everyone stops; reads continue.
+	run(t, url, "brake", "deployment", "on")
+	locked(put(res+"res-c", key, "token-brake-0000000003", `{"space":"prod","workerName":"db"}`))
+	locked(put(res+"res-p", otherKey, "token-brake-other-00002", `{"space":"prod","workerName":"web"}`))
 	req, err := http.NewRequest(http.MethodGet, res+"res-a", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -370,13 +416,15 @@ func TestDeploymentBrakeRefusesMutationsAndKeepsReads(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "reads continue under the brake")
 
 	run(t, url, "brake", "deployment", "off")
-	b, err = put(res+"res-b", key, "token-brake-0000000002", `{"space":"prod","workerName":"web"}`)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusCreated, b.status, b.body)
+	c, err := put(res+"res-c", key, "token-brake-0000000003", `{"space":"prod","workerName":"db"}`)
+	allowed(c, err, http.StatusCreated)
 
 	_, errOut, err := runRaw(url, "brake", "everything", "on")
 	require.Error(t, err)
 	require.Contains(t, errOut, "unknown brake")
+	_, errOut, err = runRaw(url, "brake", "deployment", "on", "--space", "prod")
+	require.Error(t, err)
+	require.Contains(t, errOut, "--space and --worker go together")
 }
 
 // TestSixtyFourPutsForOneOriginHaveExactlyOneWinner: 64 concurrent PUTs for one origin, from 64
@@ -400,7 +448,8 @@ func TestSixtyFourPutsForOneOriginHaveExactlyOneWinner(t *testing.T) {
 		require.NoError(t, err)
 		keys[i] = k.Key
 	}
-	hosts := []host{startHost(t, url), startHost(t, url)}
+	kek := sealingKey(t)
+	hosts := []host{startHost(t, url, kek), startHost(t, url, kek)}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: orgs}}
 
 	for round := range rounds {
@@ -458,25 +507,42 @@ func putWith(client *http.Client, url, key, token, body string) (answer, error) 
 	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Takoform-Replayed"), body: string(raw)}, err
 }
 
-func TestKeysRotateSealingKeepsPreviousKeys(t *testing.T) {
+// TestSealingKeyFileAndRotation: init-sealing writes a 0600 key file and never overwrites one;
+// rotation is one database write that says what replicas do; a Host given another key refuses to
+// start instead of sealing under a key nobody else has.
+func TestSealingKeyFileAndRotation(t *testing.T) {
 	t.Parallel()
-	state := filepath.Join(t.TempDir(), "state")
-	require.NoError(t, os.Mkdir(state, 0o700))
-	first := decodeJSON(t, run(t, "", "keys", "rotate-sealing", "--state-dir", state, "--output", "json"))
-	second := decodeJSON(t, run(t, "", "keys", "rotate-sealing", "--state-dir", state, "--output", "json"))
-	require.NotEqual(t, first["current"], second["current"])
-	raw, err := os.ReadFile(filepath.Join(state, "keys", "sealing-keys.json"))
+	url := testdb.URL(t)
+	run(t, url, "migrate", "up")
+	dir := t.TempDir()
+	kek := filepath.Join(dir, "sealing-key")
+	created := decodeJSON(t, run(t, "", "keys", "init-sealing", "--out", kek, "--output", "json"))
+	require.Regexp(t, `^[0-9a-f]{16}$`, created["kekId"])
+	info, err := os.Stat(kek)
 	require.NoError(t, err)
-	require.Contains(t, string(raw), first["current"], "the previous key stays in the ring")
-	info, err := os.Stat(filepath.Join(state, "keys"))
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	before, err := os.ReadFile(kek)
 	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o700), info.Mode().Perm())
-
-	// An unsafe key directory is refused, not repaired.
-	bad := filepath.Join(t.TempDir(), "bad")
-	require.NoError(t, os.MkdirAll(filepath.Join(bad, "keys"), 0o755))
-	require.NoError(t, os.Chmod(filepath.Join(bad, "keys"), 0o755))
-	_, errOut, err := runRaw("", "keys", "rotate-sealing", "--state-dir", bad)
+	_, errOut, err := runRaw("", "keys", "init-sealing", "--out", kek)
 	require.Error(t, err)
-	require.Contains(t, errOut, "refusing unsafe private path")
+	require.Contains(t, errOut, "never overwritten")
+	after, err := os.ReadFile(kek)
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+
+	first := decodeJSON(t, run(t, url, "keys", "rotate-sealing", "--sealing-key-file", kek, "--output", "json"))
+	second := decodeJSON(t, run(t, url, "keys", "rotate-sealing", "--sealing-key-file", kek, "--output", "json"))
+	require.NotEqual(t, first["current"], second["current"])
+	require.Contains(t, run(t, url, "keys", "rotate-sealing", "--sealing-key-file", kek), "no restart needed")
+
+	other := sealingKey(t)
+	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"), "--sealing-key-file", other)
+	require.Error(t, err)
+	require.Contains(t, errOut, "cannot unwrap the current data key")
+	_, errOut, err = runRaw(url, "keys", "rotate-sealing", "--sealing-key-file", other)
+	require.Error(t, err)
+	require.Contains(t, errOut, "cannot unwrap the current data key")
+	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"))
+	require.Error(t, err)
+	require.Contains(t, errOut, "keys init-sealing")
 }

@@ -1,0 +1,35 @@
+-- name: SealingKeysOpenable :many
+-- The keys that may still open something: the current one and the bounded previous ones.
+SELECT id, status, kek_id, wrapped_key FROM sealing_keys
+WHERE status IN ('current', 'previous')
+ORDER BY created_at DESC, id;
+
+-- name: SealingKeyCurrentID :one
+SELECT id FROM sealing_keys WHERE status = 'current';
+
+-- name: SealingKeyInit :execrows
+-- The first data key of a database, wrapped by the first Host's key-encryption key. A database
+-- that already has a current key keeps it.
+INSERT INTO sealing_keys (id, status, kek_id, wrapped_key)
+VALUES (@id, 'current', @kek_id, @wrapped_key)
+ON CONFLICT DO NOTHING;
+
+-- name: SealingKeyRotate :one
+-- Rotation is one write (SPEC 3.5): the new key becomes current, the old current becomes
+-- previous, and previous keys beyond the bound are retired, their material destroyed. Every
+-- replica sees the new key on its next seal.
+WITH demoted AS (
+    UPDATE sealing_keys SET status = 'previous' WHERE status = 'current' RETURNING id, created_at
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS n
+    FROM (SELECT id, created_at FROM sealing_keys WHERE status = 'previous'
+          UNION SELECT id, created_at FROM demoted) k
+), retired AS (
+    UPDATE sealing_keys s SET status = 'retired', wrapped_key = NULL, retired_at = db_now()
+    FROM ranked WHERE s.id = ranked.id AND ranked.n > @max_previous::integer
+    RETURNING s.id
+), inserted AS (
+    INSERT INTO sealing_keys (id, status, kek_id, wrapped_key) VALUES (@id, 'current', @kek_id, @wrapped_key)
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM retired)::integer AS retired_count, (SELECT count(*) FROM ranked)::integer AS previous_count;

@@ -1,0 +1,123 @@
+// Package testhost starts a real Host for tests outside the server package (the provider's
+// acceptance tests, the randomized invariant test): a fresh migrated database, a sealing key ring
+// wrapped by a fresh key-encryption key, and the API on a loopback listener.
+package testhost
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+	"github.com/takoform/terraform-provider-takoform/server"
+)
+
+// Host is one running Host and an organization with a read-write key on it.
+type Host struct {
+	URL          string
+	DB           *pgxpool.Pool
+	DatabaseURL  string
+	Organization auth.Organization
+	Key          string
+	Server       *server.Server
+	logs         *syncBuffer
+}
+
+// Options change what Start builds.
+type Options struct {
+	// Catalog is the catalog (the default one when nil).
+	Catalog *catalog.Catalog
+	// Organization names the organization Start creates ("acme" when empty).
+	Organization string
+}
+
+// Start starts a Host for t on a fresh database. The caller's package must run testdb.Main from
+// TestMain. It fails t when anything is missing.
+func Start(t testing.TB, opts Options) *Host {
+	t.Helper()
+	ctx := context.Background()
+	dbURL := testdb.URL(t)
+	db, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("testhost: connect: %v", err)
+	}
+	t.Cleanup(db.Close)
+	kekFile := filepath.Join(t.TempDir(), "sealing-key")
+	if _, err := sealing.WriteKEKFile(kekFile); err != nil {
+		t.Fatalf("testhost: sealing key: %v", err)
+	}
+	kek, err := sealing.LoadKEK(kekFile)
+	if err != nil {
+		t.Fatalf("testhost: sealing key: %v", err)
+	}
+	ring, err := sealing.OpenRing(ctx, db, kek)
+	if err != nil {
+		t.Fatalf("testhost: key ring: %v", err)
+	}
+	logs := &syncBuffer{}
+	srv := server.New(server.Config{
+		DB: db, Catalog: opts.Catalog, SealingRing: ring, StateDir: filepath.Join(t.TempDir(), "state"),
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	name := opts.Organization
+	if name == "" {
+		name = "acme"
+	}
+	org, err := auth.CreateOrganization(ctx, db, name)
+	if err != nil {
+		t.Fatalf("testhost: organization: %v", err)
+	}
+	key, err := auth.CreateKey(ctx, db, name, nil)
+	if err != nil {
+		t.Fatalf("testhost: key: %v", err)
+	}
+	return &Host{URL: ts.URL, DB: db, DatabaseURL: dbURL, Organization: org, Key: key.Key, Server: srv, logs: logs}
+}
+
+// NewKey issues another key of organization name (created when it does not exist) with scopes
+// (all when none).
+func (h *Host) NewKey(t testing.TB, name string, scopes ...string) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := auth.OrganizationByName(ctx, h.DB, name); err != nil {
+		if _, err := auth.CreateOrganization(ctx, h.DB, name); err != nil {
+			t.Fatalf("testhost: organization: %v", err)
+		}
+	}
+	key, err := auth.CreateKey(ctx, h.DB, name, scopes)
+	if err != nil {
+		t.Fatalf("testhost: key: %v", err)
+	}
+	return key.Key
+}
+
+// Logs is everything the Host logged, at debug level.
+func (h *Host) Logs() string { return h.logs.String() }
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

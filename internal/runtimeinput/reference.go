@@ -1,72 +1,23 @@
-// Package runtimeinput is the runtime-input authority (SPEC 3.5): the plan-known reference,
-// preparations that seal secret bindings, and the one-shot lease that hands them to the backend.
+// Package runtimeinput is the runtime-input authority (SPEC 3.5): preparations that seal secret
+// bindings under a plan-known reference, and the one-shot lease that hands them to the backend.
 package runtimeinput
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"sort"
-
-	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 )
 
-// Formats.
-const (
-	PreparationFormat = "takoserver.worker-runtime-input-preparation@v1"
-	preflightFormat   = "takoserver.worker-runtime-input-preflight.v1"
-)
+// PreparationFormat is the format of a preparation request body.
+const PreparationFormat = "takoserver.worker-runtime-input-preparation@v1"
 
-// Target names where a runtime input goes. CanonicalPublicOrigin comes from the reservation, never
-// from the caller.
-type Target struct {
-	Space                 string `json:"space"`
-	WorkerName            string `json:"workerName"`
-	BundleName            string `json:"bundleName"`
-	EndpointName          string `json:"endpointName"`
-	OriginReservationID   string `json:"originReservationId"`
-	CanonicalPublicOrigin string `json:"-"`
-}
+// Target names where a runtime input goes (see runtimeref.Target).
+type Target = runtimeref.Target
 
-// Identity is what the reference derivation yields.
-type Identity struct {
-	// Canonical is the preflight document the digest is taken over. It holds the values: never
-	// store, log or return it.
-	Canonical     []byte
-	Digest        string
-	PreparationID string
-	Reference     string
-}
-
-// Derive computes the reference of SPEC 3.5: H = SHA-256 of the canonical preflight JSON (keys in
-// exactly the given order, bindings sorted by name in code-unit order), preparationId = "prep-" +
-// H[0:32], runtimeInputReference = "rip1." + preparationId + "." + H. The worker UID is not in it,
-// so the reference is known at plan time.
-func Derive(nonce string, t Target, bindings map[string]sealing.Secret) Identity {
-	names := make([]string, 0, len(bindings))
-	for n := range bindings {
-		names = append(names, n)
+// Derive computes the reference of SPEC 3.5 over secret bindings (see runtimeref.Derive).
+func Derive(nonce string, t Target, bindings map[string]sealing.Secret) runtimeref.Identity {
+	plain := make(map[string]string, len(bindings))
+	for k, v := range bindings {
+		plain[k] = v.Reveal()
 	}
-	sort.Slice(names, func(i, j int) bool { return canonjson.LessUTF16(names[i], names[j]) })
-	values := make(canonjson.Object, 0, len(names))
-	for _, n := range names {
-		values = append(values, canonjson.Field{Key: n, Value: bindings[n].Reveal()})
-	}
-	canonical := canonjson.Marshal(canonjson.Object{
-		{Key: "format", Value: preflightFormat},
-		{Key: "materialSetNonce", Value: nonce},
-		{Key: "target", Value: canonjson.Object{
-			{Key: "space", Value: t.Space},
-			{Key: "workerName", Value: t.WorkerName},
-			{Key: "bundleName", Value: t.BundleName},
-			{Key: "endpointName", Value: t.EndpointName},
-			{Key: "originReservationId", Value: t.OriginReservationID},
-			{Key: "canonicalPublicOrigin", Value: t.CanonicalPublicOrigin},
-		}},
-		{Key: "bindings", Value: values},
-	})
-	sum := sha256.Sum256(canonical)
-	h := hex.EncodeToString(sum[:])
-	prep := "prep-" + h[:32]
-	return Identity{Canonical: canonical, Digest: h, PreparationID: prep, Reference: "rip1." + prep + "." + h}
+	return runtimeref.Derive(nonce, t, plain)
 }

@@ -1,4 +1,4 @@
-package runtimeinput
+package runtimeref
 
 import (
 	"encoding/json"
@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 )
 
 type referenceVector struct {
@@ -39,15 +37,11 @@ func TestDeriveMatchesSharedVectors(t *testing.T) {
 	require.NotEmpty(t, vectors)
 	for _, v := range vectors {
 		t.Run(v.Name, func(t *testing.T) {
-			bindings := map[string]sealing.Secret{}
-			for k, val := range v.Bindings {
-				bindings[k] = sealing.NewSecret(val)
-			}
 			id := Derive(v.MaterialSetNonce, Target{
 				Space: v.Target.Space, WorkerName: v.Target.WorkerName, BundleName: v.Target.BundleName,
 				EndpointName: v.Target.EndpointName, OriginReservationID: v.Target.OriginReservationID,
 				CanonicalPublicOrigin: v.Target.CanonicalPublicOrigin,
-			}, bindings)
+			}, v.Bindings)
 			require.Equal(t, v.Expect.Canonical, string(id.Canonical))
 			require.Equal(t, v.Expect.SHA256, id.Digest)
 			require.Equal(t, v.Expect.PreparationID, id.PreparationID)

@@ -136,6 +136,7 @@ type Incarnation struct {
 	restarts []time.Time
 	admitted bool
 
+	ready    atomic.Bool // mirrors status.State == ready, for the edge's hot path
 	inflight atomic.Int64
 	retired  atomic.Bool
 
@@ -197,11 +198,7 @@ func (i *Incarnation) Status() Status {
 }
 
 // Ready reports whether both witnesses hold now.
-func (i *Incarnation) Ready() bool {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	return i.status.State == adminapi.StateReady
-}
+func (i *Incarnation) Ready() bool { return i.ready.Load() }
 
 // Admit marks the incarnation as having served: from now on continuity keeps it alive.
 func (i *Incarnation) Admit() {
@@ -264,6 +261,7 @@ func (i *Incarnation) set(mutate func(s *Status)) {
 	i.mu.Lock()
 	before := i.status
 	mutate(&i.status)
+	i.ready.Store(i.status.State == adminapi.StateReady)
 	changed := before != i.status
 	i.mu.Unlock()
 	if changed && i.opts.Changed != nil {

@@ -164,7 +164,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		}
 		n.log.Info("incarnation serving", "script", name, "incarnation", c.id, "deploymentId", c.deploymentID, "generation", c.generation)
 		retire(old, true)
-	case isDone(c.inc):
+	case isDone(c.inc) || c.inc.Status().State == adminapi.StateFailed:
 		r.failed, r.candidate = c, nil
 	}
 	return retired
@@ -309,10 +309,10 @@ func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
 		}
 	case current:
 		out.Reason = adminapi.ReasonSecretsPending
-	case r.candidate != nil && r.serving != nil:
-		out.Reason = adminapi.ReasonPending
 	case out.Candidate != nil && out.Candidate.State == adminapi.StateFailed:
 		out.Reason = adminapi.ReasonFailed
+	case r.candidate != nil && r.serving != nil:
+		out.Reason = adminapi.ReasonPending
 	case out.Incarnation != nil:
 		out.Reason = out.Incarnation.Reason
 	default:

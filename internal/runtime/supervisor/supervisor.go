@@ -289,8 +289,14 @@ func (i *Incarnation) isAdmitted() bool {
 }
 
 func (i *Incarnation) run() {
-	defer close(i.done)
-	defer i.cleanup()
+	defer func() {
+		i.cleanup()
+		close(i.done)
+		// Whoever waits on the outcome looks again now that it is final.
+		if i.opts.Changed != nil {
+			i.opts.Changed(i)
+		}
+	}()
 	backoff := i.opts.Backoff
 	earlyExits := 0
 	for attempt := 0; ; attempt++ {

@@ -25,6 +25,9 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
 
+// maxBackoff caps the delay between two tries of one call.
+const maxBackoff = 2 * time.Second
+
 // ErrUnreachable wraps every failure to get an answer from the runtime node.
 var ErrUnreachable = errors.New("runtime node unreachable")
 
@@ -191,7 +194,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 			return lastErr
 		case <-time.After(backoff):
 		}
-		backoff *= 2
+		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

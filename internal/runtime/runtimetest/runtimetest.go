@@ -52,10 +52,16 @@ func (h *Harness) start(tb testing.TB) {
 	cfg := h.cfg
 	cfg.Logger = slog.New(slog.NewJSONHandler(h.Logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var err error
-	cfg.AdminListener, err = net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	cfg.EdgeListener, err = net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
+	// Listeners a test passed are used once; a restart gets fresh port-0 ones.
+	if cfg.AdminListener == nil {
+		cfg.AdminListener, err = net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(tb, err)
+	}
+	if cfg.EdgeListener == nil {
+		cfg.EdgeListener, err = net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(tb, err)
+	}
+	h.cfg.AdminListener, h.cfg.EdgeListener = nil, nil
 	h.Node, err = runtime.Start(cfg)
 	require.NoError(tb, err)
 	h.Info = h.Node.Info()

@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,7 @@ type Handler struct {
 	resolve  Resolver
 	proxy    *httputil.ReverseProxy
 	requests *prometheus.CounterVec
+	byCode   sync.Map // int → prometheus.Counter: one label lookup per status, not per request
 	log      *slog.Logger
 }
 
@@ -91,6 +93,14 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger) *Handle
 	return h
 }
 
+func (h *Handler) counter(code int) prometheus.Counter {
+	if c, ok := h.byCode.Load(code); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := h.byCode.LoadOrStore(code, h.requests.WithLabelValues(strconv.Itoa(code)))
+	return c.(prometheus.Counter)
+}
+
 // Hostname normalizes a Host header: port removed, lowercase, no trailing dot.
 func Hostname(host string) string {
 	if h, _, err := net.SplitHostPort(host); err == nil {
@@ -102,7 +112,7 @@ func Hostname(host string) string {
 // ServeHTTP routes one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sw := &statusWriter{ResponseWriter: w}
-	defer func() { h.requests.WithLabelValues(strconv.Itoa(sw.code())).Inc() }()
+	defer func() { h.counter(sw.code()).Inc() }()
 	host := Hostname(r.Host)
 	// A drain can retire the target between lookup and Acquire; look again, a bounded number of times.
 	for range 5 {

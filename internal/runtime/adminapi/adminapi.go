@@ -23,10 +23,20 @@
 // secrets are erased. A PUT with no secretNames erases the delivered secrets (SPEC 3.5: a worker
 // without runtime inputs keeps no values on the backend).
 //
-// The DELETE is conditional on the worker UID the caller believes is there: another UID answers
-// `409 worker_mismatch` and removes nothing; an absent script answers 200 with present: false. It
-// stops the script's incarnations (in-flight requests drain, bounded) and erases its delivered
-// secrets. Routes naming the script stay until their own DELETE; the edge answers 503 for them.
+// The DELETE is conditional on the worker UID the caller believes is there, so a late delete never
+// removes a successor (a replaced worker keeps its script name): when the script is absent, or
+// belongs to another worker UID, nothing is removed and the 200 answer says what is there (present
+// false, or present with the other workerUid). Otherwise it stops the script's incarnations
+// (in-flight requests drain, bounded), erases its delivered secrets, and answers once the processes
+// are gone. Routes naming the script stay until their own DELETE; the edge answers 503 for them.
+//
+// The script's status reports `incarnation` (the serving one, or the one starting when none has
+// served yet) and `candidate` (a newer one being admitted beside it, or the last one that failed),
+// each with its state (pending, ready, failed), reason, message, restarts, incident, pid and
+// loopback address. `ready` is true when the serving incarnation is Ready and is the one the
+// current desired deployment (and current delivery, when the script declares secretNames) calls
+// for; until then `reason` is RuntimePending, RuntimeInputPending, RuntimeRestarting,
+// LifecycleBrake or RuntimeFailed.
 //
 // # Secret deliveries
 //
@@ -34,8 +44,11 @@
 //	DELETE /v1/scripts/{scriptName}/secrets?workerUid=U → ScriptStatus
 //	POST   /v1/scripts/{scriptName}/secrets/readback    ReadbackRequest → Readback
 //
-// A delivery carries the values of one worker UID; its names must equal the script's secretNames.
-// It replaces any previous delivery and admits a new incarnation through the update path. Values are
+// A delivery carries the values of one worker UID; its names must equal the script's secretNames
+// (`422 secret_names_mismatch`), its worker UID the script's (`409 worker_mismatch`), and the script
+// must exist (`404 script_absent`). It replaces any previous delivery and admits a new incarnation
+// through the update path; later code changes of the same worker UID run with it, so the Host never
+// re-sends values. The DELETE erases the delivery if it still belongs to that worker UID. Values are
 // sealed at rest under the runtime's own key and reach workerd only through its environment; no
 // response, log line or file ever holds one. Readback answers HMAC-SHA256(challenge, canonical JSON
 // of the bindings exactly as given to workerd), never the values nor an unkeyed digest.
@@ -62,6 +75,12 @@
 // The lifecycle brake (global, or scoped to an organization, a space or one worker by the script's
 // labels) stops restarts of admitted incarnations in its scope: a process that dies there stays
 // down. It never stops what is serving.
+//
+// # Metrics
+//
+// GET /metrics (no token) exports takoform_runtime_restarts_total{script},
+// takoform_runtime_incident{script}, takoform_runtime_ready_incarnations, takoform_runtime_scripts
+// and takoform_runtime_edge_requests_total{code}.
 //
 // Errors are RFC 9457 `application/problem+json` (Problem) with a stable Code.
 package adminapi

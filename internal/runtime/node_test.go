@@ -588,3 +588,27 @@ func newListener(t *testing.T) net.Listener {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+func TestWorkerOutputIsScrubbedOfDeliveredValues(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-console-5be0"
+	put := f.scriptPut("uid-l", 1, "l", "TOKEN")
+	put.Modules = map[string]string{"main.js": `export default {
+  fetch(req, env) {
+    console.log("the token is " + env.TOKEN);
+    console.error("again: " + env.TOKEN);
+    return new Response("logged\n");
+  }
+};`}
+	_, err := f.client.PutScript(f.ctx, "chatty", put)
+	require.NoError(t, err)
+	f.route("chatty.workers.localhost", "chatty", "ep-l")
+	f.deliver("chatty", "uid-l", "delivery-l", canary)
+	f.waitReady("chatty")
+	f.answers("chatty.workers.localhost", "logged\n")
+	require.Eventually(t, func() bool {
+		return strings.Contains(f.h.Logs.String(), "again: [redacted]")
+	}, 10*time.Second, 20*time.Millisecond, "workerd's output reaches the log, scrubbed")
+	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+}

@@ -72,9 +72,12 @@
 //	GET  /v1/brakes              → Brakes
 //	POST /v1/brakes/lifecycle    BrakeSet → Brakes
 //
-// The lifecycle brake (global, or scoped to an organization, a space or one worker by the script's
-// labels) stops restarts of admitted incarnations in its scope: a process that dies there stays
-// down. It never stops what is serving.
+// The lifecycle brake (global, one organization, or one worker by the script's labels; space and
+// worker go together) stops restarts of admitted incarnations in its scope: a process that dies
+// there stays down (reason LifecycleBrake) until the brake is released. It never stops what is
+// serving, nor the admission of a new deployment (that is the Host's deployment brake), nor the
+// start of the desired incarnations when the node itself starts. Brakes persist across restarts;
+// releasing one scope leaves the others engaged.
 //
 // # Metrics
 //

@@ -290,6 +290,7 @@ func TestEdgeRefusesUnknownHostsAndRouteDeleteIsCompareAndDelete(t *testing.T) {
 	var p adminapi.Problem
 	require.NoError(t, json.Unmarshal([]byte(body), &p))
 	require.Equal(t, adminapi.CodeUnknownHost, p.Code)
+	require.Contains(t, f.metrics(), `takoform_runtime_edge_requests_total{code="404"} 1`)
 
 	f.script("site-a", "uid-a", 1, "a")
 	f.route("site.workers.localhost", "site-a", "ep-old")

@@ -1,0 +1,248 @@
+// Package selfhost is the Host's client of a runtime node's admin API (SPEC 5): the selfhost
+// backend drives the runtime through it the way the workers-dev backend drives Cloudflare. It
+// imports only the shared wire types (internal/runtime/adminapi).
+//
+// Every admin call is safe to repeat (mutations are idempotent by effect id, deletes are
+// conditional, the readback is a read), so a call that could not reach the runtime is retried with
+// backoff until its context ends. Refusals are *ProblemError; an unreachable runtime is
+// ErrUnreachable, which the Host reports as RuntimeUnreachable.
+package selfhost
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+)
+
+// maxBackoff caps the delay between two tries of one call.
+const maxBackoff = 2 * time.Second
+
+// ErrUnreachable wraps every failure to get an answer from the runtime node.
+var ErrUnreachable = errors.New("runtime node unreachable")
+
+// ProblemError is a refusal from the runtime node.
+type ProblemError struct {
+	StatusCode int
+	Problem    adminapi.Problem
+}
+
+func (e *ProblemError) Error() string {
+	return fmt.Sprintf("runtime node refused: %s", e.Problem.Error())
+}
+
+// IsCode reports whether err is a refusal with this problem code.
+func IsCode(err error, code string) bool {
+	var p *ProblemError
+	return errors.As(err, &p) && p.Problem.Code == code
+}
+
+// Client talks to one runtime node.
+type Client struct {
+	baseURL string
+	token   string
+	http    *http.Client
+	// Attempts bounds the tries of one call that cannot reach the runtime (default 4); the call's
+	// context bounds them too.
+	Attempts int
+	// Backoff is the first retry delay, doubling.
+	Backoff time.Duration
+}
+
+// New reads the admin token from tokenFile and returns a client of the node at baseURL
+// (http://127.0.0.1:8788 by default on a dev machine). Per-call deadlines come from the contexts
+// passed to each method; a call with none gets 30 seconds.
+func New(baseURL, tokenFile string) (*Client, error) {
+	b, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("read the runtime's admin token: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return nil, fmt.Errorf("the runtime's admin token file %s is empty", tokenFile)
+	}
+	return NewWithToken(baseURL, token), nil
+}
+
+// NewWithToken is New with the token in hand.
+func NewWithToken(baseURL, token string) *Client {
+	return &Client{
+		baseURL:  strings.TrimRight(baseURL, "/"),
+		token:    token,
+		http:     &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 8, IdleConnTimeout: time.Minute}},
+		Attempts: 4,
+		Backoff:  100 * time.Millisecond,
+	}
+}
+
+// BaseURL is the node's admin URL.
+func (c *Client) BaseURL() string { return c.baseURL }
+
+// PutScript declares a script's desired deployment.
+func (c *Client) PutScript(ctx context.Context, scriptName string, req adminapi.ScriptPut) (adminapi.ScriptStatus, error) {
+	var out adminapi.ScriptStatus
+	return out, c.do(ctx, http.MethodPut, adminapi.ScriptPath(scriptName), req, &out)
+}
+
+// GetScript reads what the runtime holds and runs for a script.
+func (c *Client) GetScript(ctx context.Context, scriptName string) (adminapi.ScriptStatus, error) {
+	var out adminapi.ScriptStatus
+	return out, c.do(ctx, http.MethodGet, adminapi.ScriptPath(scriptName), nil, &out)
+}
+
+// DeleteScript removes the script if it still belongs to workerUID; the answer says what is there
+// afterwards (present with another worker UID when a successor holds the name).
+func (c *Client) DeleteScript(ctx context.Context, scriptName, workerUID string) (adminapi.ScriptStatus, error) {
+	var out adminapi.ScriptStatus
+	return out, c.do(ctx, http.MethodDelete, adminapi.ScriptDeletePath(scriptName, workerUID), nil, &out)
+}
+
+// PutSecrets delivers one worker UID's secret values. They travel in this request body only.
+func (c *Client) PutSecrets(ctx context.Context, scriptName string, req adminapi.SecretsPut) (adminapi.ScriptStatus, error) {
+	var out adminapi.ScriptStatus
+	return out, c.do(ctx, http.MethodPut, adminapi.SecretsPath(scriptName), req, &out)
+}
+
+// DeleteSecrets erases a script's delivery if it still belongs to workerUID.
+func (c *Client) DeleteSecrets(ctx context.Context, scriptName, workerUID string) (adminapi.ScriptStatus, error) {
+	var out adminapi.ScriptStatus
+	return out, c.do(ctx, http.MethodDelete, adminapi.SecretsDeletePath(scriptName, workerUID), nil, &out)
+}
+
+// Readback sends a challenge (32 bytes, sent as standard base64) and returns the runtime's keyed
+// digest of the bindings it gives workerd.
+func (c *Client) Readback(ctx context.Context, scriptName string, challenge []byte) (adminapi.Readback, error) {
+	var out adminapi.Readback
+	return out, c.do(ctx, http.MethodPost, adminapi.ReadbackPath(scriptName), adminapi.ReadbackRequest{Challenge: encodeChallenge(challenge)}, &out)
+}
+
+// PutRoute installs hostname → script for one endpoint UID.
+func (c *Client) PutRoute(ctx context.Context, hostname string, req adminapi.RoutePut) (adminapi.RouteStatus, error) {
+	var out adminapi.RouteStatus
+	return out, c.do(ctx, http.MethodPut, adminapi.RoutePath(hostname), req, &out)
+}
+
+// GetRoute reads one hostname's route.
+func (c *Client) GetRoute(ctx context.Context, hostname string) (adminapi.RouteStatus, error) {
+	var out adminapi.RouteStatus
+	return out, c.do(ctx, http.MethodGet, adminapi.RoutePath(hostname), nil, &out)
+}
+
+// DeleteRoute removes the route only while it maps hostname to scriptName for endpointUID; the
+// answer is what is there afterwards (absent, or a successor's route, left alone).
+func (c *Client) DeleteRoute(ctx context.Context, hostname, scriptName, endpointUID string) (adminapi.RouteStatus, error) {
+	var out adminapi.RouteStatus
+	return out, c.do(ctx, http.MethodDelete, adminapi.RouteDeletePath(hostname, scriptName, endpointUID), nil, &out)
+}
+
+// Status reads every script, route and brake.
+func (c *Client) Status(ctx context.Context) (adminapi.Status, error) {
+	var out adminapi.Status
+	return out, c.do(ctx, http.MethodGet, adminapi.PathStatus, nil, &out)
+}
+
+// SetLifecycleBrake engages or releases the lifecycle brake of one scope.
+func (c *Client) SetLifecycleBrake(ctx context.Context, engaged bool, scope adminapi.BrakeScope) (adminapi.Brakes, error) {
+	var out adminapi.Brakes
+	return out, c.do(ctx, http.MethodPost, adminapi.PathLifecycleBrake, adminapi.BrakeSet{Engaged: engaged, Scope: scope}, &out)
+}
+
+// Brakes lists the engaged brakes.
+func (c *Client) Brakes(ctx context.Context) (adminapi.Brakes, error) {
+	var out adminapi.Brakes
+	return out, c.do(ctx, http.MethodGet, adminapi.PathBrakes, nil, &out)
+}
+
+// do sends one call, retrying while the runtime cannot be reached. Every call of this API may be
+// repeated (see the package comment), so a lost answer is safe to ask again.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	var payload []byte
+	if body != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+	}
+	backoff := c.Backoff
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		err := c.once(ctx, method, path, payload, out)
+		if err == nil || !errors.Is(err, ErrUnreachable) {
+			return err
+		}
+		lastErr = err
+		if attempt >= c.Attempts {
+			return lastErr
+		}
+		select {
+		case <-ctx.Done():
+			return lastErr
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+func (c *Client) once(ctx context.Context, method, path string, payload []byte, out any) error {
+	var body io.Reader
+	if payload != nil {
+		body = bytes.NewReader(payload)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.baseURL+path, body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "application/json")
+	if payload != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// The transport error names only the URL, never the body.
+		return fmt.Errorf("%w: %s %s: %v", ErrUnreachable, method, path, unwrapURLError(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%w: %s %s: reading the answer: %v", ErrUnreachable, method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		pe := &ProblemError{StatusCode: resp.StatusCode}
+		if json.Unmarshal(b, &pe.Problem) != nil || pe.Problem.Code == "" {
+			pe.Problem = *adminapi.NewProblem(resp.StatusCode, "http_"+fmt.Sprint(resp.StatusCode), http.StatusText(resp.StatusCode), "the runtime node answered without a problem document")
+		}
+		return pe
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("decode the answer to %s %s: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+func unwrapURLError(err error) error {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return opErr
+	}
+	return err
+}
+
+func encodeChallenge(c []byte) string { return base64.StdEncoding.EncodeToString(c) }

@@ -1,0 +1,168 @@
+package selfhost_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+)
+
+const source = `export default { async fetch(req, env) { return new Response("has key: " + (env.KEY !== undefined) + "\n"); } };`
+
+func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
+	t.Parallel()
+	h := runtimetest.Start(t)
+	c, err := selfhost.New(h.Info.AdminURL, h.Info.TokenFile)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	st, err := c.PutScript(ctx, "api-test", adminapi.ScriptPut{
+		EffectID: "e-1", WorkerUID: "uid-api", DeploymentID: "dep-1", Generation: 1,
+		Labels:  adminapi.Labels{Organization: "o", Space: "s", Worker: "w"},
+		Modules: map[string]string{"main.js": source}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
+		SecretNames: []string{"KEY"}, BundleDigest: "b1",
+	})
+	require.NoError(t, err)
+	require.True(t, st.Present)
+	require.Equal(t, []string{"KEY"}, st.SecretNames)
+
+	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-2", WorkerUID: "uid-api", DeliveryID: "del-1", Values: map[string]adminapi.Secret{"KEY": adminapi.NewSecret("v")}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		st, err = c.GetScript(ctx, "api-test")
+		require.NoError(t, err)
+		return st.Ready
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, "del-1", st.Incarnation.DeliveryID)
+
+	challenge := []byte("0123456789abcdef0123456789abcdef")
+	rb, err := c.Readback(ctx, "api-test", challenge)
+	require.NoError(t, err)
+	mac := hmac.New(sha256.New, challenge)
+	mac.Write(canonjson.Marshal(map[string]string{"KEY": "v"}))
+	require.Equal(t, hex.EncodeToString(mac.Sum(nil)), rb.Digest)
+
+	rt, err := c.PutRoute(ctx, "api.workers.localhost", adminapi.RoutePut{EffectID: "e-3", ScriptName: "api-test", EndpointUID: "ep-1", DeploymentID: "dep-e"})
+	require.NoError(t, err)
+	require.True(t, rt.Present)
+	rt, err = c.GetRoute(ctx, "api.workers.localhost")
+	require.NoError(t, err)
+	require.True(t, rt.Ready)
+	code, body, _ := h.Get(t, "api.workers.localhost", "/")
+	require.Equal(t, 200, code)
+	require.Equal(t, "has key: true\n", body)
+
+	brakes, err := c.SetLifecycleBrake(ctx, true, adminapi.BrakeScope{Organization: "o"})
+	require.NoError(t, err)
+	require.Len(t, brakes.Lifecycle, 1)
+	brakes, err = c.Brakes(ctx)
+	require.NoError(t, err)
+	require.Len(t, brakes.Lifecycle, 1)
+	status, err := c.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, status.Scripts, 1)
+	require.Len(t, status.Routes, 1)
+	require.Len(t, status.Brakes.Lifecycle, 1)
+
+	// Erasing the delivery admits an incarnation without it; the script waits for a new one.
+	st, err = c.DeleteSecrets(ctx, "api-test", "uid-api")
+	require.NoError(t, err)
+	require.False(t, st.Secrets.Delivered)
+	_, err = os.Stat(filepath.Join(h.StateDir, "secrets", "uid-api"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+	rb, err = c.Readback(ctx, "api-test", challenge)
+	require.NoError(t, err)
+	require.False(t, rb.Present)
+	require.Empty(t, rb.Digest)
+
+	rt, err = c.DeleteRoute(ctx, "api.workers.localhost", "api-test", "ep-1")
+	require.NoError(t, err)
+	require.False(t, rt.Present)
+	st, err = c.DeleteScript(ctx, "api-test", "uid-api")
+	require.NoError(t, err)
+	require.False(t, st.Present)
+
+	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-4", WorkerUID: "uid-api", DeliveryID: "del-2", Values: map[string]adminapi.Secret{"KEY": adminapi.NewSecret("v")}})
+	var problem *selfhost.ProblemError
+	require.ErrorAs(t, err, &problem)
+	require.Equal(t, 404, problem.StatusCode)
+	require.Equal(t, adminapi.CodeScriptAbsent, problem.Problem.Code)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptAbsent))
+	require.False(t, errors.Is(err, selfhost.ErrUnreachable))
+
+	bad := selfhost.NewWithToken(h.Info.AdminURL, "not-the-token")
+	_, err = bad.Status(ctx)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeUnauthorized), "%v", err)
+}
+
+func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	c := selfhost.NewWithToken("http://"+addr, "token")
+	c.Attempts, c.Backoff = 3, 10*time.Millisecond
+	_, err = c.Status(context.Background())
+	require.ErrorIs(t, err, selfhost.ErrUnreachable)
+
+	// A node that comes up while the client retries answers the same call.
+	c.Attempts, c.Backoff = 50, 20*time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Status(context.Background())
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	h := runtimetest.Start(t, func(cfg *runtime.Config) {
+		var err error
+		cfg.AdminListener, err = net.Listen("tcp", addr)
+		require.NoError(t, err)
+	})
+	require.NotNil(t, h)
+	select {
+	case err := <-done:
+		// The call reached the node; with the wrong token it is refused, which proves it got there.
+		require.True(t, selfhost.IsCode(err, adminapi.CodeUnauthorized), "%v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the retried call never reached the node")
+	}
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	c = selfhost.NewWithToken("http://"+closed.Addr().String(), "token")
+	c.Attempts, c.Backoff = 100, time.Second
+	start := time.Now()
+	_, err = c.Status(ctx)
+	require.ErrorIs(t, err, selfhost.ErrUnreachable)
+	require.Less(t, time.Since(start), 5*time.Second, "the context bounds the retries")
+}
+
+func TestNewNeedsTheTokenFile(t *testing.T) {
+	t.Parallel()
+	_, err := selfhost.New("http://127.0.0.1:8788", filepath.Join(t.TempDir(), "missing"))
+	require.ErrorContains(t, err, "admin token")
+	empty := filepath.Join(t.TempDir(), "empty")
+	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
+	_, err = selfhost.New("http://127.0.0.1:8788", empty)
+	require.ErrorContains(t, err, "empty")
+}

@@ -1,0 +1,415 @@
+// Package adminapi holds the wire types of the runtime node's admin API: the only code the Host
+// and the runtime node share (SPEC 5). The Host's selfhost backend is a client of this API, the
+// way the workers-dev backend is a client of Cloudflare's.
+//
+// # Authentication
+//
+// Every route under /v1 needs `Authorization: Bearer <token>`, the token the runtime node wrote on
+// its first start into `<state-dir>/admin-token` (0600). GET /healthz and GET /metrics (Prometheus)
+// need none: the admin listener is loopback, or TLS when it is not.
+//
+// # Scripts
+//
+//	PUT    /v1/scripts/{scriptName}                     ScriptPut → ScriptStatus
+//	GET    /v1/scripts/{scriptName}                     → ScriptStatus
+//	DELETE /v1/scripts/{scriptName}?workerUid=U         → ScriptStatus (present: false)
+//
+// A script PUT declares the desired deployment. It is idempotent by effectId: a replay of the same
+// request does no new work and answers the script's current status with `Takoform-Replayed: true`;
+// the same effectId with another body is `409 effect_conflict`. Generations only move forward for
+// one worker UID: an older generation is `409 stale_generation`, and the same generation with other
+// content is `409 generation_conflict`, so a late copy of an old PUT can never revert a newer one.
+// A PUT naming another worker UID than the script has replaces the worker: the old UID's delivered
+// secrets are erased. A PUT with no secretNames erases the delivered secrets (SPEC 3.5: a worker
+// without runtime inputs keeps no values on the backend).
+//
+// The DELETE is conditional on the worker UID the caller believes is there, so a late delete never
+// removes a successor (a replaced worker keeps its script name): when the script is absent, or
+// belongs to another worker UID, nothing is removed and the 200 answer says what is there (present
+// false, or present with the other workerUid). Otherwise it stops the script's incarnations
+// (in-flight requests drain, bounded), erases its delivered secrets, and answers once the processes
+// are gone. Routes naming the script stay until their own DELETE; the edge answers 503 for them.
+//
+// The script's status reports `incarnation` (the serving one, or the one starting when none has
+// served yet) and `candidate` (a newer one being admitted beside it, or the last one that failed),
+// each with its state (pending, ready, failed), reason, message, restarts, incident, pid and
+// loopback address. `ready` is true when the serving incarnation is Ready and is the one the
+// current desired deployment (and current delivery, when the script declares secretNames) calls
+// for; until then `reason` is RuntimePending, RuntimeInputPending, RuntimeRestarting,
+// LifecycleBrake or RuntimeFailed.
+//
+// # Secret deliveries
+//
+//	PUT    /v1/scripts/{scriptName}/secrets             SecretsPut → ScriptStatus
+//	DELETE /v1/scripts/{scriptName}/secrets?workerUid=U → ScriptStatus
+//	POST   /v1/scripts/{scriptName}/secrets/readback    ReadbackRequest → Readback
+//
+// A delivery carries the values of one worker UID; its names must equal the script's secretNames
+// (`422 secret_names_mismatch`), its worker UID the script's (`409 worker_mismatch`), and the script
+// must exist (`404 script_absent`). It replaces any previous delivery and admits a new incarnation
+// through the update path; later code changes of the same worker UID run with it, so the Host never
+// re-sends values. The DELETE erases the delivery if it still belongs to that worker UID. Values are
+// sealed at rest under the runtime's own key and reach workerd only through its environment; no
+// response, log line or file ever holds one. Readback answers HMAC-SHA256(challenge, canonical JSON
+// of the bindings exactly as given to workerd), never the values nor an unkeyed digest.
+//
+// # Routes
+//
+//	PUT    /v1/routes/{hostname}                          RoutePut → RouteStatus
+//	GET    /v1/routes/{hostname}                          → RouteStatus
+//	DELETE /v1/routes/{hostname}?scriptName=S&endpointUid=E → RouteStatus
+//
+// The hostname is lowercase and carries no port; the edge matches the request's Host header with
+// its port removed. A PUT on a hostname held by another endpoint UID is `409 route_conflict`: the
+// holder is removed by its own DELETE first. The DELETE is compare-and-delete: it removes the route
+// only while it maps the hostname to that script for that endpoint UID, so a late delete never
+// removes a successor; a route that is absent, or that is someone else's, is left alone and the
+// answer reports what is there (present, and whose).
+//
+// # Status and brakes
+//
+//	GET  /v1/status              → Status
+//	GET  /v1/brakes              → Brakes
+//	POST /v1/brakes/lifecycle    BrakeSet → Brakes
+//
+// The lifecycle brake (global, one organization, or one worker by the script's labels; space and
+// worker go together) stops restarts of admitted incarnations in its scope: a process that dies
+// there stays down (reason LifecycleBrake) until the brake is released. It never stops what is
+// serving, nor the admission of a new deployment (that is the Host's deployment brake), nor the
+// start of the desired incarnations when the node itself starts. Brakes persist across restarts;
+// releasing one scope leaves the others engaged.
+//
+// # Metrics
+//
+// GET /metrics (no token) exports takoform_runtime_restarts_total{script},
+// takoform_runtime_incident{script}, takoform_runtime_ready_incarnations, takoform_runtime_scripts
+// and takoform_runtime_edge_requests_total{code}.
+//
+// Errors are RFC 9457 `application/problem+json` (Problem) with a stable Code.
+package adminapi
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/url"
+)
+
+// Route patterns, in the form net/http's ServeMux takes.
+const (
+	PatternScript         = "/v1/scripts/{scriptName}"
+	PatternScriptSecrets  = "/v1/scripts/{scriptName}/secrets"
+	PatternScriptReadback = "/v1/scripts/{scriptName}/secrets/readback"
+	PatternRoute          = "/v1/routes/{hostname}"
+	PathStatus            = "/v1/status"
+	PathBrakes            = "/v1/brakes"
+	PathLifecycleBrake    = "/v1/brakes/lifecycle"
+	PathHealth            = "/healthz"
+	PathMetrics           = "/metrics"
+	HeaderReplayed        = "Takoform-Replayed"
+	ProblemContentType    = "application/problem+json"
+	TokenFileName         = "admin-token"
+	DefaultAdminListen    = "127.0.0.1:8788"
+	DefaultEdgeListen     = "127.0.0.1:8787"
+	DefaultAdminURL       = "http://" + DefaultAdminListen
+	queryWorkerUID        = "workerUid"
+	queryScriptName       = "scriptName"
+	queryEndpointUID      = "endpointUid"
+	problemTypeURIPrefix  = "https://takoform.dev/problems/runtime/"
+)
+
+// ScriptPath is the path of one script.
+func ScriptPath(scriptName string) string { return "/v1/scripts/" + url.PathEscape(scriptName) }
+
+// ScriptDeletePath is the conditional delete of one script for one worker UID.
+func ScriptDeletePath(scriptName, workerUID string) string {
+	return ScriptPath(scriptName) + "?" + url.Values{queryWorkerUID: {workerUID}}.Encode()
+}
+
+// SecretsPath is the secret delivery of one script.
+func SecretsPath(scriptName string) string { return ScriptPath(scriptName) + "/secrets" }
+
+// SecretsDeletePath is the conditional erasure of one script's delivery for one worker UID.
+func SecretsDeletePath(scriptName, workerUID string) string {
+	return SecretsPath(scriptName) + "?" + url.Values{queryWorkerUID: {workerUID}}.Encode()
+}
+
+// ReadbackPath is the challenge readback of one script's delivery.
+func ReadbackPath(scriptName string) string { return SecretsPath(scriptName) + "/readback" }
+
+// RoutePath is the path of one hostname's route.
+func RoutePath(hostname string) string { return "/v1/routes/" + url.PathEscape(hostname) }
+
+// RouteDeletePath is the compare-and-delete of one hostname's route.
+func RouteDeletePath(hostname, scriptName, endpointUID string) string {
+	return RoutePath(hostname) + "?" + url.Values{queryScriptName: {scriptName}, queryEndpointUID: {endpointUID}}.Encode()
+}
+
+// Query parameter names of the conditional deletes.
+const (
+	QueryWorkerUID   = queryWorkerUID
+	QueryScriptName  = queryScriptName
+	QueryEndpointUID = queryEndpointUID
+)
+
+// Labels say whose a script is. The runtime interprets them only to scope brakes.
+type Labels struct {
+	Organization string `json:"organization"`
+	Space        string `json:"space"`
+	Worker       string `json:"worker"`
+}
+
+// ScriptPut is the desired deployment of one script.
+type ScriptPut struct {
+	EffectID          string            `json:"effectId"`
+	WorkerUID         string            `json:"workerUid"`
+	DeploymentID      string            `json:"deploymentId"`
+	Generation        int64             `json:"generation"`
+	Labels            Labels            `json:"labels"`
+	Modules           map[string]string `json:"modules"`
+	MainModule        string            `json:"mainModule"`
+	CompatibilityDate string            `json:"compatibilityDate"`
+	SecretNames       []string          `json:"secretNames"`
+	// BundleDigest is the Host's digest of the bundle, kept and reported back; the runtime's
+	// incarnation identity uses its own digest of the modules.
+	BundleDigest string `json:"bundleDigest"`
+}
+
+// Incarnation states.
+const (
+	StatePending = "pending"
+	StateReady   = "ready"
+	StateFailed  = "failed"
+)
+
+// Reasons an incarnation or a script is not Ready (the Host reports them as worker conditions).
+const (
+	ReasonPending        = "RuntimePending"
+	ReasonFailed         = "RuntimeFailed"
+	ReasonRestarting     = "RuntimeRestarting"
+	ReasonBraked         = "LifecycleBrake"
+	ReasonSecretsPending = "RuntimeInputPending"
+	ReasonReady          = "Ready"
+)
+
+// Incarnation is one running identity of a script: its exact bundle and config (secrets included
+// by keyed digest), served by one workerd process.
+type Incarnation struct {
+	ID           string `json:"id"`
+	DeploymentID string `json:"deploymentId"`
+	Generation   int64  `json:"generation"`
+	// DeliveryID names the secret delivery it runs with, empty when it runs with none.
+	DeliveryID string `json:"deliveryId"`
+	State      string `json:"state"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message"`
+	// Restarts counts restarts of this incarnation since the runtime node started.
+	Restarts int  `json:"restarts"`
+	Incident bool `json:"incident"`
+	// Address is the loopback address of its workerd socket, and PID its process (0 when down).
+	Address string `json:"address"`
+	PID     int    `json:"pid"`
+}
+
+// SecretsStatus describes a script's delivery without any value.
+type SecretsStatus struct {
+	Delivered  bool     `json:"delivered"`
+	Names      []string `json:"names"`
+	DeliveryID string   `json:"deliveryId"`
+}
+
+// ScriptStatus is what the runtime holds and runs for one script.
+type ScriptStatus struct {
+	ScriptName   string        `json:"scriptName"`
+	Present      bool          `json:"present"`
+	WorkerUID    string        `json:"workerUid"`
+	DeploymentID string        `json:"deploymentId"`
+	Generation   int64         `json:"generation"`
+	BundleDigest string        `json:"bundleDigest"`
+	Labels       Labels        `json:"labels"`
+	SecretNames  []string      `json:"secretNames"`
+	Secrets      SecretsStatus `json:"secrets"`
+	// Incarnation is the one serving (or, before any has served, the one starting); Candidate is a
+	// newer one being admitted beside it.
+	Incarnation *Incarnation `json:"incarnation"`
+	Candidate   *Incarnation `json:"candidate"`
+	// Ready: the serving incarnation is Ready and is the one for the current desired deployment
+	// (and, when the script declares secretNames, runs with the current delivery of those names).
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason"`
+	// Incident: the script's incarnation restarted six times within an hour (retries continue).
+	Incident        bool   `json:"incident"`
+	IncidentMessage string `json:"incidentMessage,omitempty"`
+}
+
+// SecretsPut delivers the values of one worker UID's secret bindings. Its String, GoString,
+// Format and LogValue never show a value; only MarshalJSON (the wire) does.
+type SecretsPut struct {
+	EffectID   string
+	WorkerUID  string
+	DeliveryID string
+	Values     map[string]Secret
+}
+
+type secretsPutWire struct {
+	EffectID   string            `json:"effectId"`
+	WorkerUID  string            `json:"workerUid"`
+	DeliveryID string            `json:"deliveryId"`
+	Values     map[string]string `json:"values"`
+}
+
+// MarshalJSON writes the values in clear: the request body is the one place they travel.
+func (p SecretsPut) MarshalJSON() ([]byte, error) {
+	w := secretsPutWire{EffectID: p.EffectID, WorkerUID: p.WorkerUID, DeliveryID: p.DeliveryID, Values: make(map[string]string, len(p.Values))}
+	for k, v := range p.Values {
+		w.Values[k] = v.Reveal()
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads the wire form.
+func (p *SecretsPut) UnmarshalJSON(b []byte) error {
+	var w secretsPutWire
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*p = SecretsPut{EffectID: w.EffectID, WorkerUID: w.WorkerUID, DeliveryID: w.DeliveryID, Values: make(map[string]Secret, len(w.Values))}
+	for k, v := range w.Values {
+		p.Values[k] = NewSecret(v)
+	}
+	return nil
+}
+
+func (p SecretsPut) String() string {
+	names := make([]string, 0, len(p.Values))
+	for k := range p.Values {
+		names = append(names, k)
+	}
+	return fmt.Sprintf("SecretsPut{effectId:%s workerUid:%s deliveryId:%s names:%v}", p.EffectID, p.WorkerUID, p.DeliveryID, names)
+}
+
+// GoString redacts like String.
+func (p SecretsPut) GoString() string { return p.String() }
+
+// Format redacts for every verb.
+func (p SecretsPut) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(p.String())) }
+
+// LogValue redacts in slog.
+func (p SecretsPut) LogValue() slog.Value { return slog.StringValue(p.String()) }
+
+// ReadbackRequest carries the Host's challenge: standard base64 of 32 bytes.
+type ReadbackRequest struct {
+	Challenge string `json:"challenge"`
+}
+
+// Readback answers a challenge: Digest is lowercase hex HMAC-SHA256(challenge, canonical JSON of
+// the bindings as given to workerd), empty when nothing is delivered.
+type Readback struct {
+	Present    bool   `json:"present"`
+	WorkerUID  string `json:"workerUid"`
+	DeliveryID string `json:"deliveryId"`
+	Digest     string `json:"digest"`
+}
+
+// RoutePut installs hostname → script for one endpoint UID.
+type RoutePut struct {
+	EffectID     string `json:"effectId"`
+	ScriptName   string `json:"scriptName"`
+	EndpointUID  string `json:"endpointUid"`
+	DeploymentID string `json:"deploymentId"`
+}
+
+// RouteStatus is what the runtime holds for one hostname. Ready: installed, and its script's
+// serving incarnation is Ready.
+type RouteStatus struct {
+	Hostname     string `json:"hostname"`
+	Present      bool   `json:"present"`
+	ScriptName   string `json:"scriptName"`
+	EndpointUID  string `json:"endpointUid"`
+	DeploymentID string `json:"deploymentId"`
+	Ready        bool   `json:"ready"`
+}
+
+// BrakeScope selects scripts by their labels: empty is every script; Space needs Organization, and
+// Worker needs Space.
+type BrakeScope struct {
+	Organization string `json:"organization,omitempty"`
+	Space        string `json:"space,omitempty"`
+	Worker       string `json:"worker,omitempty"`
+}
+
+// Matches reports whether a script with labels l is inside the scope.
+func (s BrakeScope) Matches(l Labels) bool {
+	return (s.Organization == "" || s.Organization == l.Organization) &&
+		(s.Space == "" || s.Space == l.Space) &&
+		(s.Worker == "" || s.Worker == l.Worker)
+}
+
+// Valid reports whether the scope is one of the shapes the CLI offers.
+func (s BrakeScope) Valid() bool {
+	if s.Space != "" && s.Organization == "" {
+		return false
+	}
+	return (s.Space == "") == (s.Worker == "")
+}
+
+// BrakeSet engages or releases the lifecycle brake of exactly one scope.
+type BrakeSet struct {
+	Engaged bool       `json:"engaged"`
+	Scope   BrakeScope `json:"scope"`
+}
+
+// Brakes lists the engaged lifecycle brakes.
+type Brakes struct {
+	Lifecycle []BrakeScope `json:"lifecycle"`
+}
+
+// Status is everything the runtime holds.
+type Status struct {
+	Scripts []ScriptStatus `json:"scripts"`
+	Routes  []RouteStatus  `json:"routes"`
+	Brakes  Brakes         `json:"brakes"`
+}
+
+// Problem is an RFC 9457 problem with a stable machine Code.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+	// Current describes what is there when a conditional request found something else.
+	Current any `json:"current,omitempty"`
+}
+
+// NewProblem builds a problem whose type URI is derived from its code.
+func NewProblem(status int, code, title, detail string) *Problem {
+	return &Problem{Type: problemTypeURIPrefix + code, Title: title, Status: status, Detail: detail, Code: code}
+}
+
+func (p *Problem) Error() string {
+	if p.Detail != "" {
+		return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail)
+	}
+	return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Title)
+}
+
+// Problem codes.
+const (
+	CodeUnauthorized       = "unauthorized"
+	CodeInvalidRequest     = "invalid_request"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeEffectConflict     = "effect_conflict"
+	CodeStaleGeneration    = "stale_generation"
+	CodeGenerationConflict = "generation_conflict"
+	CodeWorkerMismatch     = "worker_mismatch"
+	CodeScriptAbsent       = "script_absent"
+	CodeSecretNames        = "secret_names_mismatch"
+	CodeRouteConflict      = "route_conflict"
+	CodeInternal           = "internal"
+	// Edge answers.
+	CodeUnknownHost   = "unknown_host"
+	CodeNotReady      = "script_not_ready"
+	CodeUpstreamError = "upstream_error"
+)

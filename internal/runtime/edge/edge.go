@@ -1,0 +1,176 @@
+// Package edge is the runtime node's public face: a standard-library reverse proxy that routes each
+// request by its Host header to the Ready incarnation of the route's script (SPEC 5). Any other host
+// gets a 404 problem; a route whose script has no Ready incarnation gets a 503 problem.
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+)
+
+// Target is one incarnation's socket. Acquire counts a request in flight and fails once the target
+// is retired (draining), so the edge looks the route up again and reaches its successor.
+type Target interface {
+	Addr() string
+	Acquire() bool
+	Release()
+}
+
+// Lookup outcomes.
+const (
+	Found = iota
+	UnknownHost
+	NotReady
+)
+
+// Resolver maps a normalized hostname to the target serving it.
+type Resolver interface {
+	Resolve(hostname string) (Target, int)
+}
+
+// Handler is the edge.
+type Handler struct {
+	resolve  Resolver
+	proxy    *httputil.ReverseProxy
+	requests *prometheus.CounterVec
+	byCode   sync.Map // int → prometheus.Counter: one label lookup per status, not per request
+	log      *slog.Logger
+}
+
+type targetKey struct{}
+
+// New builds the edge. Requests are counted by status in the registerer's
+// takoform_runtime_edge_requests_total.
+func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{resolve: resolver, log: log}
+	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "takoform_runtime_edge_requests_total",
+		Help: "Requests answered by the runtime node's edge, by HTTP status.",
+	}, []string{"code"})
+	if reg != nil {
+		reg.MustRegister(h.requests)
+	}
+	transport := &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		// The upstream is workerd on loopback: never through a proxy from the environment.
+		Proxy: nil,
+	}
+	h.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			addr := pr.In.Context().Value(targetKey{}).(string)
+			pr.Out.URL.Scheme = "http"
+			pr.Out.URL.Host = addr
+			// The worker sees the public hostname it is served at, not the loopback socket.
+			pr.Out.Host = pr.In.Host
+			pr.SetXForwarded()
+		},
+		Transport: transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			h.log.Warn("edge upstream error", "host", r.Host, "error", err)
+			writeProblem(w, adminapi.NewProblem(http.StatusBadGateway, adminapi.CodeUpstreamError, "Bad Gateway",
+				"the worker's runtime did not answer"))
+		},
+	}
+	return h
+}
+
+func (h *Handler) counter(code int) prometheus.Counter {
+	if c, ok := h.byCode.Load(code); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := h.byCode.LoadOrStore(code, h.requests.WithLabelValues(strconv.Itoa(code)))
+	return c.(prometheus.Counter)
+}
+
+// Hostname normalizes a Host header: port removed, lowercase, no trailing dot.
+func Hostname(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+// ServeHTTP routes one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() { h.counter(sw.code()).Inc() }()
+	host := Hostname(r.Host)
+	// A drain can retire the target between lookup and Acquire; look again, a bounded number of times.
+	for range 5 {
+		target, outcome := h.resolve.Resolve(host)
+		switch outcome {
+		case UnknownHost:
+			writeProblem(sw, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeUnknownHost, "Not Found", "no worker is routed at this host"))
+			return
+		case NotReady:
+			writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host has no Ready incarnation"))
+			return
+		}
+		if !target.Acquire() {
+			continue
+		}
+		defer target.Release()
+		ctx := r.Context()
+		h.proxy.ServeHTTP(sw, r.WithContext(contextWithTarget(ctx, target.Addr())))
+		return
+	}
+	writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host is switching incarnations; retry"))
+}
+
+func writeProblem(w http.ResponseWriter, p *adminapi.Problem) {
+	w.Header().Set("Content-Type", adminapi.ProblemContentType)
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController (which the reverse proxy uses to flush) reach the original.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) code() int {
+	if w.status == 0 {
+		return http.StatusOK
+	}
+	return w.status
+}
+
+func contextWithTarget(ctx context.Context, addr string) context.Context {
+	return context.WithValue(ctx, targetKey{}, addr)
+}

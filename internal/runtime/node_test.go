@@ -1,0 +1,615 @@
+package runtime_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+)
+
+// workerSource answers with its version and what it received in env.TOKEN: only a length and a
+// digest, never the value.
+func workerSource(version string) string {
+	return `export default {
+  async fetch(req, env) {
+    const s = env.TOKEN ?? "";
+    const d = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(s));
+    const hex = [...new Uint8Array(d)].map(b => b.toString(16).padStart(2, "0")).join("");
+    return new Response("version=` + version + ` len=" + s.length + " sha256=" + hex + "\n");
+  }
+};`
+}
+
+func sha(s string) string {
+	d := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(d[:])
+}
+
+func expectReply(version, secret string) string {
+	return fmt.Sprintf("version=%s len=%d sha256=%s\n", version, len(secret), sha(secret))
+}
+
+type fixture struct {
+	t      *testing.T
+	h      *runtimetest.Harness
+	client *selfhost.Client
+	ctx    context.Context
+	seq    atomic.Int64
+}
+
+func setup(t *testing.T, mutate ...func(*runtime.Config)) *fixture {
+	t.Helper()
+	h := runtimetest.Start(t, mutate...)
+	c, err := selfhost.New(h.Info.AdminURL, h.Info.TokenFile)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &fixture{t: t, h: h, client: c, ctx: ctx}
+}
+
+func (f *fixture) effect() string { return fmt.Sprintf("effect-%d", f.seq.Add(1)) }
+
+func (f *fixture) reconnect() {
+	c, err := selfhost.New(f.h.Info.AdminURL, f.h.Info.TokenFile)
+	require.NoError(f.t, err)
+	f.client = c
+}
+
+// script PUTs a script of one version at a generation, for worker UID uid.
+func (f *fixture) script(name, uid string, generation int64, version string, secretNames ...string) adminapi.ScriptStatus {
+	f.t.Helper()
+	st, err := f.client.PutScript(f.ctx, name, f.scriptPut(uid, generation, version, secretNames...))
+	require.NoError(f.t, err)
+	return st
+}
+
+func (f *fixture) scriptPut(uid string, generation int64, version string, secretNames ...string) adminapi.ScriptPut {
+	return adminapi.ScriptPut{
+		EffectID: f.effect(), WorkerUID: uid, DeploymentID: fmt.Sprintf("dep-%s-%d", uid, generation), Generation: generation,
+		Labels:  adminapi.Labels{Organization: "org-1", Space: "prod", Worker: "w-" + uid},
+		Modules: map[string]string{"main.js": workerSource(version)}, MainModule: "main.js",
+		CompatibilityDate: "2024-09-23", SecretNames: secretNames, BundleDigest: "sha256:" + sha(version),
+	}
+}
+
+func (f *fixture) deliver(name, uid, deliveryID, value string) {
+	f.t.Helper()
+	_, err := f.client.PutSecrets(f.ctx, name, adminapi.SecretsPut{
+		EffectID: f.effect(), WorkerUID: uid, DeliveryID: deliveryID, Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret(value)},
+	})
+	require.NoError(f.t, err)
+}
+
+func (f *fixture) route(host, script, endpoint string) adminapi.RouteStatus {
+	f.t.Helper()
+	st, err := f.client.PutRoute(f.ctx, host, adminapi.RoutePut{EffectID: f.effect(), ScriptName: script, EndpointUID: endpoint, DeploymentID: "dep-" + endpoint})
+	require.NoError(f.t, err)
+	return st
+}
+
+func (f *fixture) waitReady(name string) adminapi.ScriptStatus {
+	f.t.Helper()
+	var st adminapi.ScriptStatus
+	require.Eventually(f.t, func() bool {
+		var err error
+		st, err = f.client.GetScript(f.ctx, name)
+		require.NoError(f.t, err)
+		return st.Ready
+	}, 30*time.Second, 20*time.Millisecond, "script %s never became Ready", name)
+	return st
+}
+
+func (f *fixture) waitStatus(what string, cond func(adminapi.ScriptStatus) bool, name string) adminapi.ScriptStatus {
+	f.t.Helper()
+	var st adminapi.ScriptStatus
+	require.Eventually(f.t, func() bool {
+		var err error
+		st, err = f.client.GetScript(f.ctx, name)
+		require.NoError(f.t, err)
+		return cond(st)
+	}, 30*time.Second, 20*time.Millisecond, "%s (last status %+v)", what, st)
+	return st
+}
+
+func (f *fixture) answers(host, want string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		code, body, _ := f.h.Get(f.t, host, "/")
+		return code == http.StatusOK && body == want
+	}, 30*time.Second, 20*time.Millisecond, "%s never answered %q", host, want)
+}
+
+func (f *fixture) raw(method, path, token string, body any) (int, string) {
+	f.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(f.t, err)
+		r = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequest(method, f.h.Info.AdminURL+path, r)
+	require.NoError(f.t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(f.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(f.t, err)
+	return resp.StatusCode, string(b)
+}
+
+func (f *fixture) metrics() string {
+	_, body := f.raw(http.MethodGet, adminapi.PathMetrics, "", nil)
+	return body
+}
+
+func (f *fixture) kill(name string) int {
+	f.t.Helper()
+	st, err := f.client.GetScript(f.ctx, name)
+	require.NoError(f.t, err)
+	require.NotNil(f.t, st.Incarnation)
+	pid := st.Incarnation.PID
+	require.NotZero(f.t, pid)
+	require.NoError(f.t, syscall.Kill(pid, syscall.SIGKILL))
+	return pid
+}
+
+// requireNowhere checks that a value is in no file under dir, no log line and no admin answer.
+func requireNowhere(t *testing.T, value, dir string, texts ...string) {
+	t.Helper()
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		require.NotContains(t, string(b), value, "plain text of a secret in %s", path)
+		return nil
+	}))
+	for _, text := range texts {
+		require.NotContains(t, text, value)
+	}
+}
+
+func TestWorkerAnswersAtItsHostWithItsSecretWhichIsNowhereElse(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-e2e-Zq81vX"
+	f.script("hello-prod-1a2b3c4d", "uid-1", 1, "v1", "TOKEN")
+	f.route("hello.workers.localhost", "hello-prod-1a2b3c4d", "ep-1")
+	st := f.waitStatus("deployment incarnation Ready, secrets pending", func(s adminapi.ScriptStatus) bool {
+		return s.Incarnation != nil && s.Incarnation.State == adminapi.StateReady
+	}, "hello-prod-1a2b3c4d")
+	require.False(t, st.Ready, "a script that declares secrets is not Ready before its delivery")
+	require.Equal(t, adminapi.ReasonSecretsPending, st.Reason)
+
+	f.deliver("hello-prod-1a2b3c4d", "uid-1", "delivery-1", canary)
+	st = f.waitReady("hello-prod-1a2b3c4d")
+	require.Equal(t, "delivery-1", st.Secrets.DeliveryID)
+	require.Equal(t, []string{"TOKEN"}, st.Secrets.Names)
+	f.answers("hello.workers.localhost", expectReply("v1", canary))
+	code, body, _ := f.h.Get(t, "HELLO.workers.localhost:8787", "/")
+	require.Equal(t, http.StatusOK, code, "the Host header's port and case do not matter")
+	require.Equal(t, expectReply("v1", canary), body)
+
+	route, err := f.client.GetRoute(f.ctx, "hello.workers.localhost")
+	require.NoError(t, err)
+	require.True(t, route.Ready)
+
+	// The value reaches workerd through its environment, not its config.
+	pid := st.Incarnation.PID
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	require.NoError(t, err)
+	require.Contains(t, string(environ), "TAKOFORM_SECRET_TOKEN="+canary)
+
+	// Readback: HMAC(challenge, canonical JSON of the bindings as given to workerd).
+	challenge := make([]byte, 32)
+	_, _ = rand.Read(challenge)
+	rb, err := f.client.Readback(f.ctx, "hello-prod-1a2b3c4d", challenge)
+	require.NoError(t, err)
+	mac := hmac.New(sha256.New, challenge)
+	mac.Write(canonjson.Marshal(map[string]string{"TOKEN": canary}))
+	require.True(t, rb.Present)
+	require.Equal(t, "delivery-1", rb.DeliveryID)
+	require.Equal(t, hex.EncodeToString(mac.Sum(nil)), rb.Digest)
+	other := make([]byte, 32)
+	_, _ = rand.Read(other)
+	rb2, err := f.client.Readback(f.ctx, "hello-prod-1a2b3c4d", other)
+	require.NoError(t, err)
+	require.NotEqual(t, rb.Digest, rb2.Digest, "the digest is keyed by the challenge")
+	require.NotContains(t, rb.Digest, sha(canary))
+
+	code, bad := f.raw(http.MethodPost, adminapi.ReadbackPath("hello-prod-1a2b3c4d"), f.token(), map[string]string{"challenge": "c2hvcnQ="})
+	require.Equal(t, http.StatusUnprocessableEntity, code, bad)
+
+	var answers []string
+	status, err := f.client.Status(f.ctx)
+	require.NoError(t, err)
+	for _, v := range []any{status, st, rb, rb2, route} {
+		b, _ := json.Marshal(v)
+		answers = append(answers, string(b))
+	}
+	answers = append(answers, f.metrics(), f.h.Logs.String())
+	requireNowhere(t, canary, f.h.StateDir, answers...)
+
+	// Deleting the worker stops it, erases its delivery, and leaves its route answering 503.
+	gone, err := f.client.DeleteScript(f.ctx, "hello-prod-1a2b3c4d", "uid-1")
+	require.NoError(t, err)
+	require.False(t, gone.Present)
+	_, err = os.Stat(filepath.Join(f.h.StateDir, "secrets", "uid-1"))
+	require.ErrorIs(t, err, os.ErrNotExist, "a deleted worker's delivery is erased")
+	require.Error(t, syscall.Kill(pid, 0), "its process is gone")
+	code, body, _ = f.h.Get(t, "hello.workers.localhost", "/")
+	require.Equal(t, http.StatusServiceUnavailable, code, body)
+	entries, err := os.ReadDir(filepath.Join(f.h.StateDir, "incarnations"))
+	require.NoError(t, err)
+	require.Empty(t, entries, "incarnation directories go with their incarnations")
+}
+
+func (f *fixture) token() string {
+	b, err := os.ReadFile(f.h.Info.TokenFile)
+	require.NoError(f.t, err)
+	return strings.TrimSpace(string(b))
+}
+
+func TestEdgeRefusesUnknownHostsAndRouteDeleteIsCompareAndDelete(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	code, body, header := f.h.Get(t, "nobody.workers.localhost", "/")
+	require.Equal(t, http.StatusNotFound, code)
+	require.Equal(t, adminapi.ProblemContentType, header.Get("Content-Type"))
+	var p adminapi.Problem
+	require.NoError(t, json.Unmarshal([]byte(body), &p))
+	require.Equal(t, adminapi.CodeUnknownHost, p.Code)
+	require.Contains(t, f.metrics(), `takoform_runtime_edge_requests_total{code="404"} 1`)
+
+	f.script("site-a", "uid-a", 1, "a")
+	f.route("site.workers.localhost", "site-a", "ep-old")
+	f.answers("site.workers.localhost", expectReply("a", ""))
+
+	// A second endpoint cannot take a hostname its predecessor still holds.
+	_, err := f.client.PutRoute(f.ctx, "site.workers.localhost", adminapi.RoutePut{EffectID: f.effect(), ScriptName: "site-a", EndpointUID: "ep-new", DeploymentID: "d"})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeRouteConflict), "%v", err)
+
+	gone, err := f.client.DeleteRoute(f.ctx, "site.workers.localhost", "site-a", "ep-old")
+	require.NoError(t, err)
+	require.False(t, gone.Present)
+	code, _, _ = f.h.Get(t, "site.workers.localhost", "/")
+	require.Equal(t, http.StatusNotFound, code, "a removed route stops answering")
+
+	f.route("site.workers.localhost", "site-a", "ep-new")
+	// A late delete naming the old endpoint leaves its successor alone.
+	left, err := f.client.DeleteRoute(f.ctx, "site.workers.localhost", "site-a", "ep-old")
+	require.NoError(t, err)
+	require.True(t, left.Present)
+	require.Equal(t, "ep-new", left.EndpointUID)
+	f.answers("site.workers.localhost", expectReply("a", ""))
+	// Deleting an absent route succeeds.
+	absent, err := f.client.DeleteRoute(f.ctx, "other.workers.localhost", "site-a", "ep-x")
+	require.NoError(t, err)
+	require.False(t, absent.Present)
+}
+
+func TestKilledProcessRestartsAsTheSameIncarnationAndRepeatedCrashesRaiseAnIncident(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.script("crashy", "uid-c", 1, "c")
+	f.route("crashy.workers.localhost", "crashy", "ep-c")
+	first := f.waitReady("crashy")
+	f.answers("crashy.workers.localhost", expectReply("c", ""))
+
+	for kill := 1; kill <= 6; kill++ {
+		pid := f.kill("crashy")
+		st := f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.PID != pid && s.Incarnation.Restarts == kill
+		}, "crashy")
+		require.Equal(t, first.Incarnation.ID, st.Incarnation.ID, "continuity restarts the same incarnation")
+		require.Equal(t, first.Incarnation.Address, st.Incarnation.Address, "on the same socket")
+		f.answers("crashy.workers.localhost", expectReply("c", ""))
+		require.Equal(t, kill >= 6, st.Incident, "an incident after six restarts within an hour, not before (kill %d)", kill)
+	}
+	st, err := f.client.GetScript(f.ctx, "crashy")
+	require.NoError(t, err)
+	require.True(t, st.Incident)
+	require.Contains(t, st.IncidentMessage, "retries continue")
+	status, err := f.client.Status(f.ctx)
+	require.NoError(t, err)
+	require.True(t, status.Scripts[0].Incident)
+	metrics := f.metrics()
+	require.Contains(t, metrics, `takoform_runtime_incident{script="crashy"} 1`)
+	require.Contains(t, metrics, `takoform_runtime_restarts_total{script="crashy"} 6`)
+}
+
+func TestLifecycleBrakeKeepsAKilledProcessDownWhileOthersServe(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.script("braked", "uid-b", 1, "b")
+	f.script("free", "uid-f", 1, "f")
+	f.route("braked.workers.localhost", "braked", "ep-b")
+	f.route("free.workers.localhost", "free", "ep-f")
+	f.waitReady("braked")
+	f.waitReady("free")
+
+	scope := adminapi.BrakeScope{Organization: "org-1", Space: "prod", Worker: "w-uid-b"}
+	brakes, err := f.client.SetLifecycleBrake(f.ctx, true, scope)
+	require.NoError(t, err)
+	require.Equal(t, []adminapi.BrakeScope{scope}, brakes.Lifecycle)
+	f.answers("braked.workers.localhost", expectReply("b", "")) // the brake stops nothing that serves
+
+	f.kill("braked")
+	f.waitStatus("held by the brake", func(s adminapi.ScriptStatus) bool {
+		return s.Incarnation.Reason == adminapi.ReasonBraked
+	}, "braked")
+	time.Sleep(500 * time.Millisecond) // several backoff periods: still down
+	st, err := f.client.GetScript(f.ctx, "braked")
+	require.NoError(t, err)
+	require.False(t, st.Ready)
+	require.Zero(t, st.Incarnation.PID)
+	code, _, _ := f.h.Get(t, "braked.workers.localhost", "/")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	f.answers("free.workers.localhost", expectReply("f", ""))
+
+	// The other worker is outside the scope: it is still restarted.
+	f.kill("free")
+	f.answers("free.workers.localhost", expectReply("f", ""))
+
+	_, err = f.client.SetLifecycleBrake(f.ctx, false, scope)
+	require.NoError(t, err)
+	f.waitReady("braked")
+	f.answers("braked.workers.localhost", expectReply("b", ""))
+}
+
+func TestRestartedNodeServesItsWorkersAgainWithTheirSecrets(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-restart-4411"
+	f.script("keeper", "uid-k", 1, "k", "TOKEN")
+	f.route("keeper.workers.localhost", "keeper", "ep-k")
+	f.deliver("keeper", "uid-k", "delivery-k", canary)
+	before := f.waitReady("keeper")
+	f.answers("keeper.workers.localhost", expectReply("k", canary))
+
+	f.h.Restart(t) // no Host involved: the node reads its own desired state
+	f.reconnect()
+	after := f.waitReady("keeper")
+	require.Equal(t, before.Incarnation.ID, after.Incarnation.ID, "the same admitted incarnation")
+	f.answers("keeper.workers.localhost", expectReply("k", canary))
+	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+}
+
+func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-update-77aa"
+	f.script("rolling", "uid-r", 1, "v1", "TOKEN")
+	f.route("rolling.workers.localhost", "rolling", "ep-r")
+	f.deliver("rolling", "uid-r", "delivery-r", canary)
+	v1 := f.waitReady("rolling")
+	f.answers("rolling.workers.localhost", expectReply("v1", canary))
+
+	var ok, failed atomic.Int64
+	var lastFailure atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 10 * time.Second}
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest(http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
+				req.Host = "rolling.workers.localhost"
+				resp, err := client.Do(req)
+				if err != nil {
+					failed.Add(1)
+					lastFailure.Store(err.Error())
+					continue
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || !strings.HasSuffix(string(body), fmt.Sprintf("len=%d sha256=%s\n", len(canary), sha(canary))) {
+					failed.Add(1)
+					lastFailure.Store(fmt.Sprintf("%d %s", resp.StatusCode, body))
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	// A new generation, no second delivery: it runs with the values delivered for this worker UID.
+	f.script("rolling", "uid-r", 2, "v2", "TOKEN")
+	v2 := f.waitStatus("generation 2 serving", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Generation == 2 && s.Incarnation.Generation == 2
+	}, "rolling")
+	require.NotEqual(t, v1.Incarnation.ID, v2.Incarnation.ID)
+	require.Equal(t, "delivery-r", v2.Incarnation.DeliveryID)
+	f.answers("rolling.workers.localhost", expectReply("v2", canary))
+	time.Sleep(300 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	require.Zero(t, failed.Load(), "failed requests across the update (last: %v)", lastFailure.Load())
+	require.Greater(t, ok.Load(), int64(20))
+	require.Eventually(t, func() bool { return syscall.Kill(v1.Incarnation.PID, 0) != nil }, 15*time.Second, 20*time.Millisecond, "the incumbent drains and stops")
+
+	// A candidate that cannot start leaves the incumbent serving.
+	broken := f.scriptPut("uid-r", 3, "v3", "TOKEN")
+	broken.Modules = map[string]string{"main.js": "export default { fetch( {"}
+	_, err := f.client.PutScript(f.ctx, "rolling", broken)
+	require.NoError(t, err)
+	st := f.waitStatus("candidate failed", func(s adminapi.ScriptStatus) bool {
+		return s.Candidate != nil && s.Candidate.State == adminapi.StateFailed
+	}, "rolling")
+	require.False(t, st.Ready)
+	require.Equal(t, adminapi.ReasonFailed, st.Reason)
+	require.Equal(t, v2.Incarnation.ID, st.Incarnation.ID)
+	f.answers("rolling.workers.localhost", expectReply("v2", canary))
+	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+}
+
+func TestEffectsAreIdempotentAndGenerationsMoveForward(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	put := f.scriptPut("uid-i", 2, "i")
+	first, err := f.client.PutScript(f.ctx, "idem", put)
+	require.NoError(t, err)
+	again, err := f.client.PutScript(f.ctx, "idem", put)
+	require.NoError(t, err)
+	require.Equal(t, first.Generation, again.Generation)
+	f.waitReady("idem")
+
+	code, _ := f.raw(http.MethodPut, adminapi.ScriptPath("idem"), f.token(), put)
+	require.Equal(t, http.StatusOK, code)
+	req, _ := http.NewRequest(http.MethodPut, f.h.Info.AdminURL+adminapi.ScriptPath("idem"), strings.NewReader(mustJSON(t, put)))
+	req.Header.Set("Authorization", "Bearer "+f.token())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, "true", resp.Header.Get(adminapi.HeaderReplayed))
+
+	conflicting := put
+	conflicting.DeploymentID = "dep-other"
+	_, err = f.client.PutScript(f.ctx, "idem", conflicting)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeEffectConflict), "%v", err)
+
+	older := f.scriptPut("uid-i", 1, "old")
+	_, err = f.client.PutScript(f.ctx, "idem", older)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeStaleGeneration), "a late older PUT never reverts: %v", err)
+	same := f.scriptPut("uid-i", 2, "different")
+	_, err = f.client.PutScript(f.ctx, "idem", same)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeGenerationConflict), "%v", err)
+
+	// A delete for another worker UID removes nothing and says what is there.
+	left, err := f.client.DeleteScript(f.ctx, "idem", "uid-someone-else")
+	require.NoError(t, err)
+	require.True(t, left.Present)
+	require.Equal(t, "uid-i", left.WorkerUID)
+
+	// Deliveries name the script's secrets exactly, and belong to its worker UID.
+	_, err = f.client.PutSecrets(f.ctx, "idem", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-i", DeliveryID: "d", Values: map[string]adminapi.Secret{"OTHER": adminapi.NewSecret("x")}})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeSecretNames), "%v", err)
+	_, err = f.client.PutSecrets(f.ctx, "idem", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-x", DeliveryID: "d", Values: map[string]adminapi.Secret{"OTHER": adminapi.NewSecret("x")}})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeWorkerMismatch), "%v", err)
+	_, err = f.client.PutSecrets(f.ctx, "absent", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-i", DeliveryID: "d", Values: map[string]adminapi.Secret{"A": adminapi.NewSecret("x")}})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptAbsent), "%v", err)
+
+	// Bad input changes nothing.
+	bad := f.scriptPut("uid-i", 3, "i")
+	bad.MainModule = "missing.js"
+	_, err = f.client.PutScript(f.ctx, "idem", bad)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeInvalidRequest), "%v", err)
+	st, err := f.client.GetScript(f.ctx, "idem")
+	require.NoError(t, err)
+	require.Equal(t, int64(2), st.Generation)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestAdminAPIRefusesWithoutTheToken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, token := range []string{"", "wrong", f.token() + "x"} {
+		code, body := f.raw(http.MethodGet, adminapi.PathStatus, token, nil)
+		require.Equal(t, http.StatusUnauthorized, code)
+		require.Contains(t, body, adminapi.CodeUnauthorized)
+		require.NotContains(t, body, f.token())
+	}
+	code, _ := f.raw(http.MethodGet, adminapi.PathStatus, f.token(), nil)
+	require.Equal(t, http.StatusOK, code)
+	info, err := os.Stat(f.h.Info.TokenFile)
+	require.NoError(t, err)
+	require.Equal(t, safedir.FileMode, info.Mode().Perm())
+	require.NotContains(t, f.h.Logs.String(), f.token(), "the admin token is never logged")
+	code, _ = f.raw(http.MethodGet, adminapi.PathMetrics, "", nil)
+	require.Equal(t, http.StatusOK, code, "metrics are for the scraper, on the private admin listener")
+}
+
+func TestStartRefusesUnsafeStateDirAndPublicAdminWithoutTLS(t *testing.T) {
+	t.Parallel()
+	open := filepath.Join(t.TempDir(), "open")
+	require.NoError(t, os.Mkdir(open, 0o755))
+	require.NoError(t, os.Chmod(open, 0o755))
+	base := runtimetest.Start(t) // holds its state directory
+	wd := workerdtest.Binary(t)
+	_, err := runtime.Start(runtime.Config{StateDir: open, Workerd: wd})
+	var unsafe *safedir.UnsafePathError
+	require.ErrorAs(t, err, &unsafe)
+
+	_, err = runtime.Start(runtime.Config{StateDir: filepath.Join(t.TempDir(), "rt"), Workerd: wd, AdminListen: "0.0.0.0:0", EdgeListener: newListener(t)})
+	require.ErrorContains(t, err, "not loopback")
+
+	_, err = runtime.Start(runtime.Config{StateDir: base.StateDir, Workerd: wd, AdminListener: newListener(t), EdgeListener: newListener(t)})
+	require.ErrorContains(t, err, "in use by another runtime node")
+
+	_, err = runtime.Start(runtime.Config{StateDir: filepath.Join(t.TempDir(), "rt2"), Workerd: filepath.Join(t.TempDir(), "no-workerd")})
+	require.ErrorContains(t, err, "make workerd")
+}
+
+func newListener(t *testing.T) net.Listener {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestWorkerOutputIsScrubbedOfDeliveredValues(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-console-5be0"
+	put := f.scriptPut("uid-l", 1, "l", "TOKEN")
+	put.Modules = map[string]string{"main.js": `export default {
+  fetch(req, env) {
+    console.log("the token is " + env.TOKEN);
+    console.error("again: " + env.TOKEN);
+    return new Response("logged\n");
+  }
+};`}
+	_, err := f.client.PutScript(f.ctx, "chatty", put)
+	require.NoError(t, err)
+	f.route("chatty.workers.localhost", "chatty", "ep-l")
+	f.deliver("chatty", "uid-l", "delivery-l", canary)
+	f.waitReady("chatty")
+	f.answers("chatty.workers.localhost", "logged\n")
+	require.Eventually(t, func() bool {
+		return strings.Contains(f.h.Logs.String(), "again: [redacted]")
+	}, 10*time.Second, 20*time.Millisecond, "workerd's output reaches the log, scrubbed")
+	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+}

@@ -1,0 +1,347 @@
+package runtime
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+	"slices"
+	"sort"
+
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+)
+
+// scriptRun is what runs for one script: the serving incarnation (admitted; the edge sends its
+// requests there), a candidate being admitted beside it, and the last candidate that failed.
+type scriptRun struct {
+	serving   *running
+	candidate *running
+	failed    *running
+	// problem explains why no candidate could even be built (a delivery that does not open).
+	problem string
+}
+
+// running is one incarnation and the deployment it was started for.
+type running struct {
+	inc *supervisor.Incarnation
+	desiredIdentity
+}
+
+func (r *scriptRun) incarnations() []*supervisor.Incarnation {
+	var out []*supervisor.Incarnation
+	for _, x := range []*running{r.serving, r.candidate} {
+		if x != nil {
+			out = append(out, x.inc)
+		}
+	}
+	return out
+}
+
+// desiredIdentity is a desired deployment's incarnation identity and what it reports.
+type desiredIdentity struct {
+	id           string
+	deploymentID string
+	generation   int64
+	deliveryID   string
+	secretNames  []string
+	config       map[string][]byte
+}
+
+// identity derives the incarnation a script's desired state calls for. The identity is the exact
+// bundle digest and config digest; the config names the secret bindings, and the values enter by
+// their keyed digest (HMAC under the runtime's key, never a plain hash). A new deployment with the
+// same code, config and secrets is the same incarnation, which simply keeps serving.
+func identity(s *state.Script) (desiredIdentity, error) {
+	var names []string
+	var valuesMAC, deliveryID string
+	if s.Delivery != nil {
+		names = append(names, s.Delivery.Names...)
+		valuesMAC, deliveryID = s.Delivery.ValuesMAC, s.Delivery.DeliveryID
+	}
+	sort.Strings(names)
+	files, err := workerd.Render(workerd.Worker{Modules: s.Modules, MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Secrets: names},
+		supervisor.ConfigFile, supervisor.ConfigConst, supervisor.SocketName)
+	if err != nil {
+		return desiredIdentity{}, err
+	}
+	modules := make(map[string]string, len(s.Modules))
+	for k, v := range s.Modules {
+		modules[k] = v
+	}
+	bundle := sha256.Sum256(canonjson.Marshal(canonjson.Object{{Key: "mainModule", Value: s.MainModule}, {Key: "modules", Value: modules}}))
+	config := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+		{Key: "script", Value: s.Name},
+		{Key: "config", Value: string(files[supervisor.ConfigFile])},
+		{Key: "secretsMac", Value: valuesMAC},
+	}))
+	id := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+		{Key: "format", Value: "takoform.runtime-incarnation.v1"},
+		{Key: "bundle", Value: hex.EncodeToString(bundle[:])},
+		{Key: "config", Value: hex.EncodeToString(config[:])},
+	}))
+	return desiredIdentity{
+		id: "inc-" + hex.EncodeToString(id[:])[:32], deploymentID: s.DeploymentID, generation: s.Generation,
+		deliveryID: deliveryID, secretNames: names, config: files,
+	}, nil
+}
+
+// reconcileLocked moves one script towards its desired state (n.mu held):
+//   - the serving incarnation already is the desired one: it serves the new deployment, and any
+//     other candidate stops;
+//   - otherwise a candidate for the desired identity starts beside it, and once Ready it becomes the
+//     serving one (the edge switches), is admitted (continuity now keeps exactly it alive), and the
+//     previous one drains and stops;
+//   - a failed candidate stays failed (the incumbent keeps serving) until the Host asks again.
+//
+// It returns the incarnations it retired, which finish stopping in the background.
+func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
+	if n.closing {
+		return nil
+	}
+	s := n.desired.Scripts[name]
+	r := n.scripts[name]
+	if r == nil {
+		r = &scriptRun{}
+		n.scripts[name] = r
+	}
+	var retired []*supervisor.Incarnation
+	retire := func(x *running, drain bool) {
+		if x != nil {
+			retired = append(retired, x.inc)
+			n.retire(x.inc, drain)
+		}
+	}
+	if s == nil {
+		retire(r.candidate, false)
+		retire(r.serving, true)
+		delete(n.scripts, name)
+		return retired
+	}
+	want, err := identity(s)
+	if err != nil {
+		r.problem = "the desired deployment cannot be rendered: " + err.Error()
+		return nil
+	}
+	r.problem = ""
+	if r.serving != nil && r.serving.id == want.id {
+		r.serving.desiredIdentity = want
+		retire(r.candidate, false)
+		r.candidate, r.failed = nil, nil
+		return retired
+	}
+	if r.candidate != nil && r.candidate.id != want.id {
+		retire(r.candidate, false)
+		r.candidate = nil
+	}
+	if r.candidate == nil {
+		if r.failed != nil && r.failed.id == want.id {
+			return retired
+		}
+		c, err := n.startCandidate(s, want)
+		if err != nil {
+			r.problem = err.Error()
+			n.log.Error("start candidate", "script", name, "error", err)
+			return retired
+		}
+		r.candidate, r.failed = c, nil
+	}
+	switch c := r.candidate; {
+	case c.inc.Ready():
+		// Promotion: the edge sends new requests to the candidate from here on.
+		old := r.serving
+		r.serving, r.candidate = c, nil
+		c.inc.Admit()
+		if s.Admitted != c.id {
+			s.Admitted = c.id
+			if err := n.store.Save(n.desired); err != nil {
+				n.log.Error("persist the admitted incarnation", "script", name, "error", err)
+			}
+		}
+		n.log.Info("incarnation serving", "script", name, "incarnation", c.id, "deploymentId", c.deploymentID, "generation", c.generation)
+		retire(old, true)
+	case isDone(c.inc) || c.inc.Status().State == adminapi.StateFailed:
+		r.failed, r.candidate = c, nil
+	}
+	return retired
+}
+
+func isDone(inc *supervisor.Incarnation) bool {
+	select {
+	case <-inc.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// retire stops an incarnation in the background: drained (its requests in flight finish, bounded)
+// when it has served, at once when it never did.
+func (n *Node) retire(inc *supervisor.Incarnation, drain bool) {
+	n.retiring.Add(1)
+	go func() {
+		defer n.retiring.Done()
+		if drain {
+			inc.Drain(n.cfg.DrainTimeout)
+		} else {
+			inc.Stop()
+		}
+		n.log.Info("incarnation stopped", "script", inc.Script(), "incarnation", inc.ID())
+	}()
+}
+
+// startCandidate opens the script's delivery (if any) and starts its incarnation. Values go only
+// into the process environment and the scrub list of its output.
+func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, error) {
+	var env, scrub []string
+	if s.Delivery != nil {
+		values, err := n.store.OpenSecrets(s.Delivery.WorkerUID, s.Delivery.DeliveryID)
+		if err != nil {
+			return nil, err
+		}
+		for name, v := range values {
+			env = append(env, workerd.SecretEnv(name)+"="+v.Reveal())
+			scrub = append(scrub, v.Reveal())
+		}
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	labels := s.Labels
+	inc, err := supervisor.Start(supervisor.Spec{
+		ID: want.id, Script: s.Name,
+		Dir:   filepath.Join(n.store.IncarnationsDir(), s.Name+"-"+want.id[4:16]+"-"+hex.EncodeToString(suffix)),
+		Files: want.config, Env: env, Scrub: scrub,
+		Admitted: s.Admitted == want.id,
+		Braked:   func() bool { return n.braked(labels) },
+	}, n.sup)
+	if err != nil {
+		return nil, err
+	}
+	return &running{inc: inc, desiredIdentity: want}, nil
+}
+
+// braked reports whether a lifecycle brake covers a script with these labels.
+func (n *Node) braked(l adminapi.Labels) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	for _, b := range n.desired.Brakes {
+		if b.Matches(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// Resolve implements edge.Resolver: the serving incarnation of the hostname's route, when Ready.
+func (n *Node) Resolve(hostname string) (edge.Target, int) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	route := n.desired.Routes[hostname]
+	if route == nil {
+		return nil, edge.UnknownHost
+	}
+	r := n.scripts[route.ScriptName]
+	if n.desired.Scripts[route.ScriptName] == nil || r == nil || r.serving == nil || !r.serving.inc.Ready() {
+		return nil, edge.NotReady
+	}
+	return r.serving.inc, edge.Found
+}
+
+func incarnationStatus(x *running) *adminapi.Incarnation {
+	if x == nil {
+		return nil
+	}
+	st := x.inc.Status()
+	return &adminapi.Incarnation{
+		ID: x.id, DeploymentID: x.deploymentID, Generation: x.generation, DeliveryID: x.deliveryID,
+		State: st.State, Reason: st.Reason, Message: st.Message, Restarts: st.Restarts, Incident: st.Incident,
+		Address: st.Address, PID: st.PID,
+	}
+}
+
+// scriptStatusLocked reports one script (n.mu held, read or write).
+func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
+	s := n.desired.Scripts[name]
+	if s == nil {
+		return adminapi.ScriptStatus{ScriptName: name, SecretNames: []string{}, Secrets: adminapi.SecretsStatus{Names: []string{}}}
+	}
+	out := adminapi.ScriptStatus{
+		ScriptName: name, Present: true, WorkerUID: s.WorkerUID, DeploymentID: s.DeploymentID, Generation: s.Generation,
+		BundleDigest: s.BundleDigest, Labels: s.Labels, SecretNames: append([]string{}, s.SecretNames...),
+		Secrets: adminapi.SecretsStatus{Names: []string{}},
+	}
+	if d := s.Delivery; d != nil {
+		out.Secrets = adminapi.SecretsStatus{Delivered: true, Names: append([]string{}, d.Names...), DeliveryID: d.DeliveryID}
+	}
+	r := n.scripts[name]
+	if r == nil {
+		out.Reason = adminapi.ReasonPending
+		return out
+	}
+	switch {
+	case r.serving != nil:
+		out.Incarnation = incarnationStatus(r.serving)
+		out.Candidate = incarnationStatus(r.candidate)
+		if out.Candidate == nil {
+			out.Candidate = incarnationStatus(r.failed)
+		}
+	case r.candidate != nil:
+		out.Incarnation = incarnationStatus(r.candidate)
+	default:
+		out.Incarnation = incarnationStatus(r.failed)
+	}
+	want, err := identity(s)
+	current := err == nil && r.serving != nil && r.serving.id == want.id && r.serving.inc.Ready()
+	secretsCurrent := len(s.SecretNames) == 0 ||
+		(s.Delivery != nil && sameNames(s.Delivery.Names, s.SecretNames) && r.serving != nil && r.serving.deliveryID == s.Delivery.DeliveryID)
+	out.Ready = current && secretsCurrent
+	switch {
+	case out.Ready:
+		out.Reason = adminapi.ReasonReady
+	case r.problem != "":
+		out.Reason = adminapi.ReasonFailed
+		if out.Incarnation == nil {
+			out.Incarnation = &adminapi.Incarnation{State: adminapi.StateFailed, Reason: adminapi.ReasonFailed, Message: r.problem}
+		}
+	case current:
+		out.Reason = adminapi.ReasonSecretsPending
+	case out.Candidate != nil && out.Candidate.State == adminapi.StateFailed:
+		out.Reason = adminapi.ReasonFailed
+	case r.candidate != nil && r.serving != nil:
+		out.Reason = adminapi.ReasonPending
+	case out.Incarnation != nil:
+		out.Reason = out.Incarnation.Reason
+	default:
+		out.Reason = adminapi.ReasonPending
+	}
+	if r.serving != nil {
+		if st := r.serving.inc.Status(); st.Incident {
+			out.Incident, out.IncidentMessage = true, st.IncidentMessage
+		}
+	}
+	return out
+}
+
+func sameNames(a, b []string) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	sort.Strings(x)
+	sort.Strings(y)
+	return slices.Equal(x, y)
+}
+
+// routeStatusLocked reports one route (n.mu held).
+func (n *Node) routeStatusLocked(hostname string) adminapi.RouteStatus {
+	route := n.desired.Routes[hostname]
+	if route == nil {
+		return adminapi.RouteStatus{Hostname: hostname}
+	}
+	out := adminapi.RouteStatus{Hostname: hostname, Present: true, ScriptName: route.ScriptName, EndpointUID: route.EndpointUID, DeploymentID: route.DeploymentID}
+	if r := n.scripts[route.ScriptName]; r != nil && n.desired.Scripts[route.ScriptName] != nil && r.serving != nil {
+		out.Ready = r.serving.inc.Ready()
+	}
+	return out
+}

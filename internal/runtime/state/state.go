@@ -1,0 +1,387 @@
+// Package state keeps the runtime node's private files (SPEC 5, 6.3): its admin token, its own
+// sealing key, its desired state and the sealed secret deliveries, all inside one 0700 state
+// directory whose files are 0600. An unsafe existing path is refused, never repaired.
+//
+// Layout:
+//
+//	<state-dir>/            0700
+//	  lock                  held (flock) while a node runs, so two nodes never share the directory
+//	  admin-token           the admin API's bearer token (256 random bits, hex)
+//	  runtime-key           32 random bytes (standard base64): seals deliveries, keys digests
+//	  desired.json          scripts, routes, brakes, delivery metadata, recent effect ids
+//	  secrets/<workerUid>   one sealed delivery per worker UID (AES-256-GCM)
+//	  incarnations/         one private directory per running incarnation (config and modules)
+package state
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+)
+
+const (
+	keyFile          = "runtime-key"
+	desiredFile      = "desired.json"
+	lockFile         = "lock"
+	secretsDir       = "secrets"
+	incarnationsDir  = "incarnations"
+	desiredVersion   = 1
+	sealedFileFormat = "takoform.runtime-sealed-delivery.v1"
+)
+
+// Desired is everything the node must serve, persisted so that a node restarted with no Host
+// serves the same workers again.
+type Desired struct {
+	Version int                    `json:"version"`
+	Scripts map[string]*Script     `json:"scripts"`
+	Routes  map[string]*Route      `json:"routes"`
+	Brakes  []adminapi.BrakeScope  `json:"brakes"`
+	Effects map[string]EffectEntry `json:"effects"`
+}
+
+// Script is one script's desired deployment and the metadata of its delivery.
+type Script struct {
+	Name              string            `json:"name"`
+	WorkerUID         string            `json:"workerUid"`
+	DeploymentID      string            `json:"deploymentId"`
+	Generation        int64             `json:"generation"`
+	Labels            adminapi.Labels   `json:"labels"`
+	Modules           map[string]string `json:"modules"`
+	MainModule        string            `json:"mainModule"`
+	CompatibilityDate string            `json:"compatibilityDate"`
+	SecretNames       []string          `json:"secretNames"`
+	BundleDigest      string            `json:"bundleDigest"`
+	Delivery          *Delivery         `json:"delivery"`
+	// Admitted is the incarnation that has served: continuity restarts exactly it, also after the
+	// node itself restarts, while a newer candidate that never served is only attempted.
+	Admitted string `json:"admitted"`
+}
+
+// Delivery is the value-free record of a script's delivered secrets; the values are in the sealed
+// file of its worker UID.
+type Delivery struct {
+	DeliveryID string   `json:"deliveryId"`
+	WorkerUID  string   `json:"workerUid"`
+	Names      []string `json:"names"`
+	// ValuesMAC is a keyed digest of the values under the runtime's key: it enters the incarnation
+	// identity, and tells two deliveries apart without any reusable digest of a secret.
+	ValuesMAC string `json:"valuesMac"`
+}
+
+// Route maps one hostname to a script for one endpoint UID.
+type Route struct {
+	Hostname     string `json:"hostname"`
+	ScriptName   string `json:"scriptName"`
+	EndpointUID  string `json:"endpointUid"`
+	DeploymentID string `json:"deploymentId"`
+}
+
+// EffectEntry remembers one applied effect id: what it was applied to and a keyed digest of its
+// request, so a replay is recognised and a conflicting reuse refused.
+type EffectEntry struct {
+	Target     string    `json:"target"`
+	RequestMAC string    `json:"requestMac"`
+	At         time.Time `json:"at"`
+}
+
+// Store is an open state directory. Only one node at a time may hold it.
+type Store struct {
+	dir     string
+	owner   safedir.Owner
+	token   string
+	sealKey []byte
+	macKey  []byte
+	lock    *os.File
+}
+
+// Open validates (or creates) the state directory and its private subdirectories, takes its lock,
+// and loads or generates the admin token and the runtime key.
+func Open(dir string) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: abs, owner: safedir.Current()}
+	if err := safedir.Ensure(abs, s.owner); err != nil {
+		return nil, err
+	}
+	if err := s.takeLock(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	for _, sub := range []string{secretsDir, incarnationsDir} {
+		if err := safedir.Ensure(filepath.Join(abs, sub), s.owner); err != nil {
+			return nil, err
+		}
+	}
+	if s.token, err = s.loadOrCreate(adminapi.TokenFileName, func() ([]byte, error) {
+		b, err := randomBytes(32)
+		return []byte(hex.EncodeToString(b) + "\n"), err
+	}); err != nil {
+		return nil, err
+	}
+	keyText, err := s.loadOrCreate(keyFile, func() ([]byte, error) {
+		b, err := randomBytes(32)
+		return []byte(base64.StdEncoding.EncodeToString(b) + "\n"), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	key, err := base64.StdEncoding.DecodeString(keyText)
+	if err != nil || len(key) != 32 {
+		return nil, fmt.Errorf("%s: want 32 bytes of standard base64", filepath.Join(abs, keyFile))
+	}
+	// Separate keys for sealing and for digests, so neither use can be turned against the other.
+	s.sealKey = mac(key, []byte("takoform runtime seal v1"))
+	s.macKey = mac(key, []byte("takoform runtime digest v1"))
+	ok = true
+	return s, nil
+}
+
+func (s *Store) takeLock() error {
+	path := filepath.Join(s.dir, lockFile)
+	if info, err := os.Lstat(path); err == nil && !info.Mode().IsRegular() {
+		return &safedir.UnsafePathError{Path: path, Reason: "it is not a regular file"}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, safedir.FileMode)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return fmt.Errorf("state directory %s is in use by another runtime node (%w)", s.dir, err)
+	}
+	s.lock = f
+	return nil
+}
+
+// Close releases the state directory's lock.
+func (s *Store) Close() {
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
+}
+
+func (s *Store) loadOrCreate(name string, generate func() ([]byte, error)) (string, error) {
+	b, err := safedir.ReadFile(s.dir, name, s.owner)
+	if errors.Is(err, fs.ErrNotExist) {
+		if b, err = generate(); err != nil {
+			return "", err
+		}
+		if err := safedir.WriteFile(s.dir, name, b, s.owner); err != nil {
+			return "", err
+		}
+	} else if err != nil {
+		return "", err
+	}
+	text := strings.TrimSpace(string(b))
+	if text == "" {
+		return "", fmt.Errorf("%s is empty", filepath.Join(s.dir, name))
+	}
+	return text, nil
+}
+
+// Dir is the absolute state directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Owner is the owner every private path must have.
+func (s *Store) Owner() safedir.Owner { return s.owner }
+
+// TokenFile is the path of the admin token file.
+func (s *Store) TokenFile() string { return filepath.Join(s.dir, adminapi.TokenFileName) }
+
+// Token is the admin API's bearer token.
+func (s *Store) Token() string { return s.token }
+
+// IncarnationsDir holds the private directory of every running incarnation.
+func (s *Store) IncarnationsDir() string { return filepath.Join(s.dir, incarnationsDir) }
+
+// Load reads the desired state; a state directory that has none yet holds nothing.
+func (s *Store) Load() (*Desired, error) {
+	d := &Desired{Version: desiredVersion}
+	b, err := safedir.ReadFile(s.dir, desiredFile, s.owner)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, err
+	default:
+		if err := json.Unmarshal(b, d); err != nil {
+			return nil, fmt.Errorf("read %s: %w", filepath.Join(s.dir, desiredFile), err)
+		}
+		if d.Version != desiredVersion {
+			return nil, fmt.Errorf("%s has version %d; this runtime reads %d", filepath.Join(s.dir, desiredFile), d.Version, desiredVersion)
+		}
+	}
+	if d.Scripts == nil {
+		d.Scripts = map[string]*Script{}
+	}
+	if d.Routes == nil {
+		d.Routes = map[string]*Route{}
+	}
+	if d.Effects == nil {
+		d.Effects = map[string]EffectEntry{}
+	}
+	return d, nil
+}
+
+// Save replaces the desired state atomically.
+func (s *Store) Save(d *Desired) error {
+	d.Version = desiredVersion
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	return safedir.WriteFile(s.dir, desiredFile, b, s.owner)
+}
+
+// MAC is the runtime's keyed digest (hex HMAC-SHA256 under its own key) of msg. It is never a
+// reusable digest of a secret: without the key it opens nothing.
+func (s *Store) MAC(msg []byte) string { return hex.EncodeToString(mac(s.macKey, msg)) }
+
+// ValuesMAC is the keyed digest of a delivery's values.
+func (s *Store) ValuesMAC(values map[string]adminapi.Secret) string {
+	return s.MAC(canonjson.Marshal(Reveal(values)))
+}
+
+// Reveal returns the plain bindings: for workerd's environment, sealing and the readback HMAC only.
+func Reveal(values map[string]adminapi.Secret) map[string]string {
+	plain := make(map[string]string, len(values))
+	for k, v := range values {
+		plain[k] = v.Reveal()
+	}
+	return plain
+}
+
+var workerUIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidWorkerUID reports whether uid can name a sealed file (no path separators, no dot-files).
+func ValidWorkerUID(uid string) bool { return workerUIDPattern.MatchString(uid) }
+
+type sealedFile struct {
+	Format     string `json:"format"`
+	WorkerUID  string `json:"workerUid"`
+	DeliveryID string `json:"deliveryId"`
+	Nonce      []byte `json:"nonce"`
+	Ciphertext []byte `json:"ciphertext"`
+}
+
+func sealAAD(workerUID, deliveryID string) []byte {
+	return canonjson.Marshal(canonjson.Object{{Key: "format", Value: sealedFileFormat}, {Key: "workerUid", Value: workerUID}, {Key: "deliveryId", Value: deliveryID}})
+}
+
+// SealSecrets writes a worker UID's delivery, sealed with AES-256-GCM under the runtime key (fresh
+// nonce; the worker UID and delivery id are authenticated), replacing any previous one.
+func (s *Store) SealSecrets(workerUID, deliveryID string, values map[string]adminapi.Secret) error {
+	if !ValidWorkerUID(workerUID) {
+		return fmt.Errorf("worker UID %q cannot name a sealed file", workerUID)
+	}
+	aead, err := s.aead()
+	if err != nil {
+		return err
+	}
+	nonce, err := randomBytes(aead.NonceSize())
+	if err != nil {
+		return err
+	}
+	f := sealedFile{Format: sealedFileFormat, WorkerUID: workerUID, DeliveryID: deliveryID, Nonce: nonce,
+		Ciphertext: aead.Seal(nil, nonce, canonjson.Marshal(Reveal(values)), sealAAD(workerUID, deliveryID))}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return safedir.WriteFile(filepath.Join(s.dir, secretsDir), workerUID, b, s.owner)
+}
+
+// OpenSecrets reads a worker UID's delivery; it fails closed when the file is missing, unsafe,
+// corrupt or of another delivery.
+func (s *Store) OpenSecrets(workerUID, deliveryID string) (map[string]adminapi.Secret, error) {
+	if !ValidWorkerUID(workerUID) {
+		return nil, fmt.Errorf("worker UID %q cannot name a sealed file", workerUID)
+	}
+	b, err := safedir.ReadFile(filepath.Join(s.dir, secretsDir), workerUID, s.owner)
+	if err != nil {
+		return nil, fmt.Errorf("open the delivery of worker %s: %w", workerUID, err)
+	}
+	var f sealedFile
+	if err := json.Unmarshal(b, &f); err != nil || f.Format != sealedFileFormat {
+		return nil, fmt.Errorf("the delivery of worker %s is not a sealed delivery", workerUID)
+	}
+	if f.WorkerUID != workerUID || f.DeliveryID != deliveryID {
+		return nil, fmt.Errorf("the sealed file of worker %s holds delivery %s, want %s", workerUID, f.DeliveryID, deliveryID)
+	}
+	aead, err := s.aead()
+	if err != nil {
+		return nil, err
+	}
+	plain, err := aead.Open(nil, f.Nonce, f.Ciphertext, sealAAD(workerUID, deliveryID))
+	if err != nil {
+		return nil, fmt.Errorf("the delivery of worker %s does not open under this runtime's key", workerUID)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(plain, &m); err != nil {
+		return nil, fmt.Errorf("the delivery of worker %s is corrupt", workerUID)
+	}
+	values := make(map[string]adminapi.Secret, len(m))
+	for k, v := range m {
+		values[k] = adminapi.NewSecret(v)
+	}
+	return values, nil
+}
+
+// EraseSecrets removes a worker UID's sealed delivery; an absent one is already erased.
+func (s *Store) EraseSecrets(workerUID string) error {
+	if !ValidWorkerUID(workerUID) {
+		return nil
+	}
+	err := os.Remove(filepath.Join(s.dir, secretsDir, workerUID))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("erase the delivery of worker %s: %w", workerUID, err)
+	}
+	return nil
+}
+
+func (s *Store) aead() (cipher.AEAD, error) {
+	block, err := aes.NewCipher(s.sealKey)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+func mac(key, msg []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write(msg)
+	return h.Sum(nil)
+}
+
+func randomBytes(n int) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+)
+
+// runtimeCommand is `takoserver runtime`: the runtime node (SPEC 5), and its admin commands.
+func runtimeCommand(g *globals) *cobra.Command {
+	var cfg runtime.Config
+	cmd := &cobra.Command{
+		Use:   "runtime",
+		Short: "Run the runtime node: workers in workerd, served at their hostnames by its edge",
+		Long: `runtime runs a runtime node. It keeps its desired state (scripts, secret deliveries sealed
+under its own key, routes, brakes) in its private state directory, runs one workerd process per
+incarnation, and serves workers through its edge by Host header. The Host's selfhost backend drives
+it over the admin API with the bearer token in <state-dir>/admin-token. It keeps serving while no
+Host runs, and serves again after a restart. Interrupt it to stop every workerd process; the desired
+state stays for the next start.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			cfg.Ready = func(info runtime.Info) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "takoserver runtime: admin API %s (token in %s), edge %s\n", info.AdminURL, info.TokenFile, info.EdgeAddr)
+			}
+			return runtime.Run(cmd.Context(), cfg)
+		},
+	}
+	cmd.PersistentFlags().StringVar(&cfg.StateDir, "state-dir", runtime.DefaultStateDir, "the runtime's private state directory (SPEC 6.3)")
+	cmd.Flags().StringVar(&cfg.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the admin API (a non-loopback address needs --admin-tls-cert and --admin-tls-key)")
+	cmd.Flags().StringVar(&cfg.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the edge that serves workers by Host header")
+	cmd.Flags().StringVar(&cfg.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH; make workerd installs the pinned one)")
+	cmd.Flags().StringVar(&cfg.AdminTLSCert, "admin-tls-cert", "", "TLS certificate (PEM) of the admin API")
+	cmd.Flags().StringVar(&cfg.AdminTLSKey, "admin-tls-key", "", "TLS key (PEM) of the admin API")
+	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir))
+	return cmd
+}
+
+// adminClientFlags are how the runtime's admin commands reach a node.
+type adminClientFlags struct {
+	url       string
+	tokenFile string
+}
+
+func (f *adminClientFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.url, "admin-url", adminapi.DefaultAdminURL, "the runtime node's admin API")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "the admin token file (default <state-dir>/admin-token)")
+}
+
+func (f *adminClientFlags) client(stateDir string) (*selfhost.Client, error) {
+	tokenFile := f.tokenFile
+	if tokenFile == "" {
+		tokenFile = filepath.Join(stateDir, adminapi.TokenFileName)
+	}
+	return selfhost.New(f.url, tokenFile)
+}
+
+func runtimeBrakeCommand(g *globals, stateDir *string) *cobra.Command {
+	var f adminClientFlags
+	var scope adminapi.BrakeScope
+	cmd := &cobra.Command{
+		Use:   "brake lifecycle on|off",
+		Short: "Engage or release the runtime's lifecycle brake (stops restarts; never stops serving)",
+		Long: `With the lifecycle brake on, a workerd process in its scope that dies stays down; what is
+serving keeps serving. The scope is the whole runtime, one organization (--org), or one worker
+(--org, --space and --worker). Releasing a brake releases exactly that scope.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			if args[0] != "lifecycle" {
+				return fmt.Errorf("the runtime has one brake, lifecycle, not %q (the deployment brake is the Host's: takoserver brake deployment)", args[0])
+			}
+			if args[1] != "on" && args[1] != "off" {
+				return fmt.Errorf("brake state must be on or off, not %q", args[1])
+			}
+			if !scope.Valid() {
+				return errors.New("scope: --org alone, or --org with both --space and --worker, or nothing for the whole runtime")
+			}
+			c, err := f.client(*stateDir)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			brakes, err := c.SetLifecycleBrake(ctx, args[1] == "on", scope)
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"brake": "lifecycle", "engaged": args[1] == "on", "scope": scope, "lifecycle": brakes.Lifecycle},
+				fmt.Sprintf("lifecycle brake %s (%s); engaged: %s", args[1], scopeName(scope), scopesText(brakes.Lifecycle)))
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&scope.Organization, "org", "", "organization label of the scripts in scope")
+	cmd.Flags().StringVar(&scope.Space, "space", "", "space label (with --org and --worker)")
+	cmd.Flags().StringVar(&scope.Worker, "worker", "", "worker label (with --org and --space)")
+	return cmd
+}
+
+func runtimeStatusCommand(g *globals, stateDir *string) *cobra.Command {
+	var f adminClientFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the runtime's scripts, routes, incidents and brakes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			c, err := f.client(*stateDir)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			for _, s := range st.Scripts {
+				fmt.Fprintf(&b, "script %s generation %d: ready=%t reason=%s", s.ScriptName, s.Generation, s.Ready, s.Reason)
+				if s.Incarnation != nil {
+					fmt.Fprintf(&b, " incarnation=%s state=%s restarts=%d", s.Incarnation.ID, s.Incarnation.State, s.Incarnation.Restarts)
+				}
+				if s.Incident {
+					fmt.Fprintf(&b, " INCIDENT: %s", s.IncidentMessage)
+				}
+				b.WriteByte('\n')
+			}
+			for _, r := range st.Routes {
+				fmt.Fprintf(&b, "route %s -> %s (endpoint %s): ready=%t\n", r.Hostname, r.ScriptName, r.EndpointUID, r.Ready)
+			}
+			fmt.Fprintf(&b, "lifecycle brakes: %s", scopesText(st.Brakes.Lifecycle))
+			return g.print(cmd.OutOrStdout(), st, b.String())
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func scopeName(s adminapi.BrakeScope) string {
+	switch {
+	case s.Worker != "":
+		return fmt.Sprintf("worker %s/%s/%s", s.Organization, s.Space, s.Worker)
+	case s.Organization != "":
+		return "organization " + s.Organization
+	default:
+		return "whole runtime"
+	}
+}
+
+func scopesText(scopes []adminapi.BrakeScope) string {
+	if len(scopes) == 0 {
+		return "none"
+	}
+	names := make([]string, len(scopes))
+	for i, s := range scopes {
+		names[i] = scopeName(s)
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,3 +1,4 @@
+ALTER TABLE deployments DROP COLUMN seq, DROP COLUMN route_script;
 DROP VIEW endpoint_states;
 DROP VIEW worker_states;
 DROP FUNCTION reservation_effective_status;

@@ -208,6 +208,9 @@ SELECT w.*, resource_present(w.status, o.status) AS present,
        coalesce((SELECT d.status FROM deployments d
                  WHERE d.resource_uid = w.uid AND d.generation = w.generation
                  ORDER BY d.created_at DESC, d.id LIMIT 1), '')::text AS deployment_status,
+       (SELECT d.id FROM deployments d
+        WHERE d.resource_uid = w.uid AND d.generation = w.generation
+        ORDER BY d.created_at DESC, d.id LIMIT 1) AS deployment_id,
        p.status AS runtime_input_status,
        p.worker_uid AS runtime_input_worker_uid
 FROM workers w
@@ -218,6 +221,16 @@ CREATE VIEW endpoint_states AS
 SELECT e.*, resource_present(e.status, o.status) AS present,
        coalesce((SELECT d.status FROM deployments d
                  WHERE d.resource_uid = e.uid AND d.generation = e.generation
-                 ORDER BY d.created_at DESC, d.id LIMIT 1), '')::text AS deployment_status
+                 ORDER BY d.created_at DESC, d.id LIMIT 1), '')::text AS deployment_status,
+       (SELECT d.id FROM deployments d
+        WHERE d.resource_uid = e.uid AND d.generation = e.generation
+        ORDER BY d.created_at DESC, d.id LIMIT 1) AS deployment_id
 FROM worker_endpoints e
 JOIN operations o ON o.id = e.operation_id;
+
+-- A deployment's sequence orders the deployments of one resource for its backend (a later one is
+-- always larger, so a late copy of an older call never reverts a newer one), and a route's
+-- deployment remembers the script it sends to, which its compare-and-delete names.
+ALTER TABLE deployments
+    ADD COLUMN seq bigserial NOT NULL,
+    ADD COLUMN route_script text;

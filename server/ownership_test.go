@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"testing"
@@ -85,15 +86,20 @@ type holdingBackend struct {
 	backend.Mutator
 	mu      sync.Mutex
 	hold    map[string]chan struct{}
+	fail    map[string]bool
 	entered chan string
 }
 
 func (b *holdingBackend) Unwrap() backend.Mutator { return b.Mutator }
 
-func (b *holdingBackend) Apply(ctx context.Context, d backend.Desired) error {
+func (b *holdingBackend) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	b.mu.Lock()
-	ch := b.hold[d.NativeName]
+	ch, fail := b.hold[d.NativeName], b.fail[d.NativeName]
+	delete(b.fail, d.NativeName)
 	b.mu.Unlock()
+	if fail {
+		return backend.Observation{}, errors.New("the backend refused the call (test)")
+	}
 	if ch != nil {
 		b.entered <- d.NativeName
 		<-ch
@@ -101,8 +107,15 @@ func (b *holdingBackend) Apply(ctx context.Context, d backend.Desired) error {
 	return b.Mutator.Apply(ctx, d)
 }
 
+// failNext makes the next Apply of native fail before it reaches the backend.
+func (b *holdingBackend) failNext(native string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fail[native] = true
+}
+
 func holding() (*holdingBackend, func(*options)) {
-	hb := &holdingBackend{hold: map[string]chan struct{}{}, entered: make(chan string, 8)}
+	hb := &holdingBackend{hold: map[string]chan struct{}{}, fail: map[string]bool{}, entered: make(chan string, 8)}
 	return hb, func(o *options) {
 		o.wrap = func(m backend.Mutator) backend.Mutator { hb.Mutator = m; return hb }
 	}

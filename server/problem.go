@@ -45,6 +45,7 @@ var statuses = map[apierr.Code]struct {
 	apierr.DeploymentBrake:     {http.StatusLocked, "Deployment brake engaged"},
 	apierr.NotImplemented:      {http.StatusNotImplemented, "Not implemented"},
 	apierr.BackendFailed:       {http.StatusBadGateway, "Backend failed"},
+	apierr.BackendUnreachable:  {http.StatusServiceUnavailable, "Backend unreachable"},
 	apierr.WorkerNotReady:      {http.StatusConflict, "Worker not ready"},
 	apierr.WorkerHasEndpoints:  {http.StatusConflict, "Worker has endpoints"},
 	apierr.EndpointActivated:   {http.StatusConflict, "Endpoint activated"},
@@ -121,7 +122,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		st = statuses[apierr.Internal]
 		ae = &apierr.Error{Code: apierr.Internal}
 	}
-	if st.status >= 500 && ae.Code != apierr.Unavailable {
+	if st.status >= 500 && ae.Code != apierr.Unavailable && ae.Code != apierr.BackendFailed && ae.Code != apierr.BackendUnreachable {
 		// The cause goes to the log, never to the caller; the request id links the two.
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
 			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))

@@ -29,14 +29,19 @@ func crashedApply(t *testing.T, h *harness, landed, expired bool) (op, deploymen
 	h.exec(`UPDATE workers SET generation = 2 WHERE uid = $1`, w["uid"])
 	h.exec(`INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name, offering_id, offering_digest, pack, installation, status)
 		SELECT $1, organization_id, 'worker', uid, 2, script_name, offering_id, offering_digest, pack, installation, 'pending' FROM workers WHERE uid = $2`, deployment, w["uid"])
+	var seq int64
+	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT seq FROM deployments WHERE id = $1", deployment).Scan(&seq))
 	h.exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status) VALUES ($1, $2, $3, 'apply', 'dispatched')`, uuid.New(), op, deployment)
 	if landed {
-		mut, err := (&backend.Registry{StateDir: h.stateDir()}).Mutator(catalog.Default().Installations["selfhost"])
+		mut, err := (&backend.Registry{}).Mutator(catalog.DefaultWithRuntime(h.runtime.Info.AdminURL, h.runtime.Info.TokenFile, h.runtime.Info.EdgeAddr).Installations["selfhost"])
 		require.NoError(t, err)
-		require.NoError(t, mut.Apply(context.Background(), backend.Desired{
-			Kind: backend.NativeWorker, NativeName: w["scriptName"].(string), DeploymentID: deployment, Generation: 2,
+		obs, err := mut.Apply(context.Background(), backend.Desired{
+			Kind: backend.NativeWorker, NativeName: w["scriptName"].(string), DeploymentID: deployment, EffectID: uuid.New(),
+			ResourceUID: uuid.MustParse(w["uid"].(string)), Sequence: seq,
 			Bundle: &backend.Bundle{Modules: map[string]string{"index.js": helloModule}, MainModule: "index.js", CompatibilityDate: "2025-01-01"},
-		}))
+		})
+		require.NoError(t, err)
+		require.True(t, obs.Admitted)
 	}
 	require.Equal(t, false, h.get("/v1/spaces/prod/workers/api").json(t)["ready"], "generation 2 has no active deployment yet")
 	return op, deployment

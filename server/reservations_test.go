@@ -3,14 +3,10 @@ package server_test
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
 
 func TestReservationProjectionV2(t *testing.T) {
@@ -26,7 +22,7 @@ func TestReservationProjectionV2(t *testing.T) {
 	require.Nil(t, p["boundWorker"])
 	require.Nil(t, p["endpoint"])
 	require.Regexp(t, `^api-prod-[0-9a-f]{8}$`, p["subdomain"])
-	require.Equal(t, "http://"+p["subdomain"].(string)+".workers.localhost:8787", p["canonicalOrigin"])
+	require.Equal(t, "http://"+p["subdomain"].(string)+".workers.localhost:"+h.edgePort(), p["canonicalOrigin"])
 	require.NotEmpty(t, p["expiresAt"])
 	for _, placement := range []string{"offeringId", "offeringDigest", "pack", "installation", "placement"} {
 		require.NotContains(t, p, placement, "placement is never projected")
@@ -114,8 +110,8 @@ func TestReservationBodyLimit(t *testing.T) {
 
 func TestReservationOfferingSelection(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "catalog.json")
-	require.NoError(t, os.WriteFile(path, []byte(`{
+	h := setup(t, func(o *options) {
+		o.catalogJSON = `{
 	  "installations": [
 	    {"name": "local", "pack": "selfhost"},
 	    {"name": "cf", "pack": "workers-dev", "accountSubdomain": "acme"}
@@ -124,10 +120,8 @@ func TestReservationOfferingSelection(t *testing.T) {
 	    {"id": "local-worker", "kind": "module-worker", "installation": "local", "soldTo": ["*"]},
 	    {"id": "cf-worker", "kind": "module-worker", "installation": "cf", "soldTo": ["acme"]}
 	  ]
-	}`), 0o600))
-	cat, err := catalog.Load(path)
-	require.NoError(t, err)
-	h := setup(t, func(o *options) { o.catalog = cat })
+	}`
+	})
 
 	h.putReservation(h.key, "res-a", tokenA, apiBody("prod", "api")).problem(t, http.StatusUnprocessableEntity, "offering_ambiguous")
 	require.Zero(t, h.rowCount("true"))

@@ -119,7 +119,7 @@ func TestHostMintedEndpointPublishesAndLetsGoInPlace(t *testing.T) {
 	require.Equal(t, true, e["hostMinted"])
 	require.Equal(t, true, e["ready"])
 	require.Regexp(t, `^hostmint-[0-9a-f]{40}$`, e["originReservationId"])
-	require.Regexp(t, `^http://api-prod-[0-9a-f]{8}\.workers\.localhost:8787/$`, e["url"])
+	require.Regexp(t, `^http://api-prod-[0-9a-f]{8}\.workers\.localhost:`+h.edgePort()+`/$`, e["url"])
 
 	minted := h.getReservation(h.key, e["originReservationId"].(string)).json(t)
 	require.Equal(t, "activated", minted["status"])

@@ -6,24 +6,10 @@ package server_test
 import (
 	"context"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
-
-// catalogFile loads a catalog from JSON for a test.
-func catalogFile(t *testing.T, body string) *catalog.Catalog {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "catalog.json")
-	require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
-	c, err := catalog.Load(path)
-	require.NoError(t, err)
-	return c
-}
 
 // twoWorkerOfferings sells two module-worker offerings on one selfhost installation.
 const twoWorkerOfferings = `{
@@ -202,7 +188,7 @@ func TestRuleActivationRequiresTheReservationsOriginAndWorker(t *testing.T) {
 
 func TestRulePlacementDriftIsRefused(t *testing.T) {
 	t.Parallel()
-	h := setup(t, func(o *options) { o.catalog = catalogFile(t, twoWorkerOfferings) })
+	h := setup(t, func(o *options) { o.catalogJSON = twoWorkerOfferings })
 	// The reservation is placed on worker-a; the worker runs on worker-b.
 	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, map[string]any{"space": "prod", "workerName": "api", "offeringId": "worker-a"}).status)
 	body := workerBody()
@@ -219,7 +205,7 @@ func TestRulePlacementDriftIsRefused(t *testing.T) {
 func TestRuleTheMintReadsPlacementOffTheWorkersOwnDeployment(t *testing.T) {
 	t.Parallel()
 	// Two worker offerings make a catalog lookup ambiguous; the mint never asks the catalog.
-	h := setup(t, func(o *options) { o.catalog = catalogFile(t, twoWorkerOfferings) })
+	h := setup(t, func(o *options) { o.catalogJSON = twoWorkerOfferings })
 	body := workerBody()
 	body["offeringId"] = "worker-b"
 	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, body).status)
@@ -296,18 +282,15 @@ func TestRuleACallersLiveReservationStopsTheMint(t *testing.T) {
 
 func TestRuleADelayedEndpointCreatePastTheTTLStillGetsItsEndpoint(t *testing.T) {
 	t.Parallel()
-	h := setup(t)
-	h.mustWorker("prod", "api", workerToken)
+	hb, wrap := holding()
+	h := setup(t, wrap)
+	w := h.mustWorker("prod", "api", workerToken)
 	// The backend refuses the route once: the create stops after the mint bound the row.
-	stateDir := h.stateDir()
-	routes := filepath.Join(stateDir, "runtime", "selfhost", "endpoints")
-	require.NoError(t, os.MkdirAll(filepath.Dir(routes), 0o700))
-	require.NoError(t, os.WriteFile(routes, []byte("not a directory"), 0o600))
+	hb.failNext(hostOfScript(h, w["scriptName"].(string)))
 	h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"}).problem(t, http.StatusBadGateway, "backend_failed")
 
 	// A day later the minted row has aged out without publishing.
-	h.exec("UPDATE worker_endpoint_origin_reservations SET expires_at = now() - interval '1 hour' WHERE host_minted")
-	require.NoError(t, os.Remove(routes))
+	h.advance("25 hours")
 
 	// The next apply retries with the same token: the mint sweeps, revives and publishes.
 	e := h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"})
@@ -315,6 +298,12 @@ func TestRuleADelayedEndpointCreatePastTheTTLStillGetsItsEndpoint(t *testing.T) 
 	require.Equal(t, true, e.json(t)["ready"])
 	got := h.getReservation(h.key, e.json(t)["originReservationId"].(string)).json(t)
 	require.Equal(t, "activated", got["status"])
+}
+
+// hostOfScript is the hostname the selfhost backend derives for a Host-minted endpoint of the
+// worker whose script is scriptName.
+func hostOfScript(h *harness, scriptName string) string {
+	return scriptName + ".workers.localhost"
 }
 
 func TestRuleAnExpiredMintedRowThatPublishedIsRepairedNotRevived(t *testing.T) {
@@ -354,7 +343,9 @@ func TestRuleACreateRefusedAfterDispatchDoesNotWedgeTheWitnessClear(t *testing.T
 	h.exec(`DELETE FROM ownership_bindings WHERE kind = 'worker-endpoint'`)
 	require.Equal(t, "activated", h.getReservation(h.key, id).json(t)["status"])
 
-	// A new declaration of the endpoint clears that witness in place and publishes.
+	// The janitor takes the route that never committed down (its create was refused), and a new
+	// declaration of the endpoint clears that witness in place and publishes.
+	h.srv.Sweep(context.Background())
 	again := h.putEndpoint("prod", "api-2", "token-endpoint-00000002", map[string]any{"worker": "api"})
 	require.Equal(t, http.StatusCreated, again.status, "body: %s", again.body)
 	got := h.getReservation(h.key, id).json(t)
@@ -408,10 +399,10 @@ func TestRuleDerivationWritesNothingAndMatchesTheMutationPath(t *testing.T) {
 func TestRuleWFPManagedDefaultLabelIsTheDerivedProviderResourceName(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
-		o.catalog = catalogFile(t, `{
+		o.catalogJSON = `{
 		  "installations": [{"name": "wfp", "pack": "wfp-managed", "baseDomain": "edge.example.com"}],
 		  "offerings": [{"id": "wfp-worker", "kind": "module-worker", "installation": "wfp", "soldTo": ["*"]}]
-		}`)
+		}`
 	})
 	d := h.do(req{method: http.MethodPost, path: "/v1/worker-endpoint-origin-derivations", key: h.key, body: apiBody("prod", "api")}).json(t)
 	require.Nil(t, d["hostMintedSubdomain"], "a backend that sells its base domain mints no script-named label")

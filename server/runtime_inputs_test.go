@@ -2,9 +2,11 @@ package server_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -66,16 +69,44 @@ func (h *harness) reservedAndPrepared() prepared {
 	return p
 }
 
+// secretModule answers with the length and SHA-256 of its API_KEY binding: it shows that the
+// worker received its secret without ever showing the value.
+const secretModule = `export default {
+  async fetch(request, env) {
+    const value = env.API_KEY ?? "";
+    const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(value));
+    const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+    return new Response("len=" + value.length + " sha256=" + hex);
+  },
+};`
+
 func secretWorkerBody(reference string) map[string]any {
 	b := workerBody()
+	b["modules"] = map[string]string{"index.js": secretModule}
 	b["requiredSensitiveVars"] = []string{"API_KEY"}
 	b["runtimeInputReference"] = reference
 	return b
 }
 
-// secretsFile is where the selfhost backend delivers a worker's values.
-func (h *harness) secretsFile(scriptName string) string {
-	return filepath.Join(h.stateDir(), "runtime", "selfhost", "secrets", scriptName+".json")
+// secretShown is what secretModule answers for value.
+func secretShown(value string) string {
+	sum := sha256.Sum256([]byte(value))
+	return fmt.Sprintf("len=%d sha256=%x", len(value), sum)
+}
+
+// delivered reports whether the runtime node holds a delivery for scriptName.
+func (h *harness) delivered(scriptName string) bool {
+	h.t.Helper()
+	st, err := h.runtimeClient().GetScript(context.Background(), scriptName)
+	require.NoError(h.t, err)
+	return st.Present && st.Secrets.Delivered
+}
+
+func (h *harness) runtimeClient() *selfhost.Client {
+	h.t.Helper()
+	c, err := selfhost.New(h.runtime.Info.AdminURL, h.runtime.Info.TokenFile)
+	require.NoError(h.t, err)
+	return c
 }
 
 func (h *harness) preparationStatus(op string) string {
@@ -100,17 +131,13 @@ func TestRuntimeInputIsSealedDeliveredOnceAndSettled(t *testing.T) {
 	require.Equal(t, true, wj["ready"])
 	require.Equal(t, map[string]any{"reference": p.reference, "status": "settled"}, wj["runtimeInputs"])
 
-	// Delivered into the runtime's private configuration, never into PostgreSQL.
-	file := h.secretsFile(wj["scriptName"].(string))
-	raw, err := os.ReadFile(file)
-	require.NoError(t, err)
-	require.Contains(t, string(raw), secretCanary)
-	info, err := os.Stat(file)
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
-	dirInfo, err := os.Stat(filepath.Dir(file))
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o700), dirInfo.Mode().Perm())
+	// Delivered to the runtime node, which runs the worker with it: the worker's answer through
+	// the edge shows the value by length and digest only.
+	require.True(t, h.delivered(wj["scriptName"].(string)))
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	status, body, _ := h.runtime.Get(t, e["hostname"].(string), "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, secretShown(secretCanary), body)
 
 	require.Equal(t, "settled", h.preparationStatus("op-1"))
 	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations WHERE operation_id = 'op-1'")[:1])
@@ -211,8 +238,9 @@ func TestRuntimeInputCorruptCiphertextFailsClosedWithoutASecondClaim(t *testing.
 	require.Equal(t, "failed", h.preparationStatus("op-1"))
 	// The retry is refused: a failed lease never issues a second claim.
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
-	_, err := os.Stat(h.secretsFile(h.status("SELECT script_name FROM workers LIMIT 1")))
-	require.ErrorIs(t, err, os.ErrNotExist)
+	st, err := h.runtimeClient().GetScript(context.Background(), h.status("SELECT script_name FROM workers LIMIT 1"))
+	require.NoError(t, err)
+	require.False(t, st.Secrets.Delivered, "nothing was delivered")
 }
 
 func TestRuntimeInputCiphertextSwappedBetweenRowsFails(t *testing.T) {
@@ -293,8 +321,9 @@ func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testi
 	h.advance("2 minutes") // the stopped Host's lease runs out
 	h.srv.Sweep(context.Background())
 	require.Equal(t, "failed", h.preparationStatus("op-1"), "nothing was delivered, so recovery fails it")
-	_, err := os.Stat(h.secretsFile(h.status("SELECT script_name FROM workers")))
-	require.ErrorIs(t, err, os.ErrNotExist, "recovery never dispatches again")
+	st, err := h.runtimeClient().GetScript(context.Background(), h.status("SELECT script_name FROM workers"))
+	require.NoError(t, err)
+	require.False(t, st.Secrets.Delivered, "recovery never dispatches again")
 	require.Equal(t, "deleted", h.status("SELECT status FROM workers"), "the create that never committed never existed")
 }
 
@@ -369,9 +398,18 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 	h.prepare("op-2", "token-prepare-00000002", "res-api", "prod", "web", map[string]string{"API_KEY": secretCanary})
 
 	// The value really was delivered, so a search that finds nothing means something.
-	raw, err := os.ReadFile(h.secretsFile(w.json(t)["scriptName"].(string)))
-	require.NoError(t, err)
-	require.Contains(t, string(raw), secretCanary)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	_, shown, _ := h.runtime.Get(t, e["hostname"].(string), "/")
+	require.Equal(t, secretShown(secretCanary), shown)
+	var files strings.Builder
+	require.NoError(t, filepath.WalkDir(h.runtime.StateDir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(path)
+		files.Write(raw)
+		return err
+	}))
 
 	bin, err := pgcluster.BinDir()
 	require.NoError(t, err)
@@ -387,7 +425,8 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 		strings.ToUpper(hex.EncodeToString([]byte(secretCanary))),
 		"9d31f7a0c2e4b",
 	}
-	for where, text := range map[string]string{"HTTP responses": h.responses.String(), "logs": h.logs.String(), "pg_dump": string(dump)} {
+	for where, text := range map[string]string{"HTTP responses": h.responses.String(), "logs": h.logs.String(), "pg_dump": string(dump),
+		"the runtime's logs": h.runtime.Logs.String(), "the runtime's files": files.String()} {
 		require.NotEmpty(t, text)
 		for _, f := range forms {
 			require.False(t, strings.Contains(text, f), "%s contain the canary as %q", where, f)

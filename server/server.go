@@ -42,8 +42,6 @@ type Config struct {
 	BodyLimit int64
 	// TombstoneRetention is how long ownership tombstones are kept (30 days when zero).
 	TombstoneRetention time.Duration
-	// StateDir is the Host's private state directory (selfhost desired state lives below it).
-	StateDir string
 	// SealingRing seals runtime inputs; without one the runtime-input routes answer 501.
 	SealingRing *sealing.Ring
 	// RuntimeInputHooks stop a consumption at a precise point (tests only).
@@ -98,7 +96,7 @@ func New(cfg Config) *Server {
 			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
-	backends := &backend.Registry{StateDir: cfg.StateDir, Wrap: cfg.WrapBackend}
+	backends := &backend.Registry{Wrap: cfg.WrapBackend}
 	s.runtimeInputs = &runtimeinput.Service{Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
 		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}

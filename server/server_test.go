@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -20,6 +22,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -47,28 +51,63 @@ func (b *syncBuffer) String() string {
 }
 
 type harness struct {
-	t     *testing.T
-	db    *pgxpool.Pool
-	url   string
-	logs  *syncBuffer
-	org   auth.Organization
-	key   string // read and write
-	state string
-	ring  *sealing.Ring
-	kek   sealing.KEK
-	dbURL string
-	srv   *server.Server
+	t       *testing.T
+	db      *pgxpool.Pool
+	url     string
+	logs    *syncBuffer
+	org     auth.Organization
+	key     string // read and write
+	ring    *sealing.Ring
+	runtime *runtimetest.Harness
+	kek     sealing.KEK
+	dbURL   string
+	srv     *server.Server
 	// responses records every response the Host sent, headers and body, for canary searches.
 	responses *syncBuffer
 }
 
-func (h *harness) stateDir() string { return h.state }
+// edgePort is the port of the harness's runtime edge, which every selfhost origin carries.
+func (h *harness) edgePort() string {
+	_, port, err := net.SplitHostPort(h.runtime.Info.EdgeAddr)
+	require.NoError(h.t, err)
+	return port
+}
+
+// loadCatalog writes body as a catalog file and loads it, pointing its selfhost installations at
+// the harness's runtime node unless they name one.
+func loadCatalog(t *testing.T, body string, rt runtime.Info) *catalog.Catalog {
+	t.Helper()
+	var f map[string]any
+	require.NoError(t, json.Unmarshal([]byte(body), &f))
+	insts, _ := f["installations"].([]any)
+	for _, i := range insts {
+		inst := i.(map[string]any)
+		if inst["pack"] != "selfhost" {
+			continue
+		}
+		if _, ok := inst["runtimeUrl"]; !ok {
+			inst["runtimeUrl"], inst["runtimeTokenFile"] = rt.AdminURL, rt.TokenFile
+		}
+		if _, ok := inst["edgeListen"]; !ok {
+			inst["edgeListen"] = rt.EdgeAddr
+		}
+	}
+	raw, err := json.Marshal(f)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	c, err := catalog.Load(path)
+	require.NoError(t, err)
+	return c
+}
 
 type options struct {
-	catalog  *catalog.Catalog
-	busyWait time.Duration
-	hooks    runtimeinput.Hooks
-	wrap     func(backend.Mutator) backend.Mutator
+	// catalogJSON is a catalog file's body; its selfhost installations are pointed at the
+	// harness's runtime node unless they name one.
+	catalogJSON string
+	busyWait    time.Duration
+	hooks       runtimeinput.Hooks
+	wrap        func(backend.Mutator) backend.Mutator
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -82,7 +121,11 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	logs := &syncBuffer{}
-	stateDir := filepath.Join(t.TempDir(), "state")
+	node := runtimetest.Start(t)
+	cat := catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
+	if o.catalogJSON != "" {
+		cat = loadCatalog(t, o.catalogJSON, node.Info)
+	}
 	kekFile := filepath.Join(t.TempDir(), "sealing-key")
 	_, err = sealing.WriteKEKFile(kekFile)
 	require.NoError(t, err)
@@ -92,17 +135,16 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	require.NoError(t, err)
 	srv := server.New(server.Config{
 		DB:                db,
-		Catalog:           o.catalog,
+		Catalog:           cat,
 		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OwnershipBusyWait: o.busyWait,
-		StateDir:          stateDir,
 		SealingRing:       ring,
 		RuntimeInputHooks: o.hooks,
 		WrapBackend:       o.wrap,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs, state: stateDir, ring: ring, kek: kek, dbURL: dbURL, responses: &syncBuffer{}, srv: srv}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, ring: ring, kek: kek, dbURL: dbURL, responses: &syncBuffer{}, srv: srv, runtime: node}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {

@@ -46,6 +46,7 @@ const (
 	DeploymentBrake     Code = "deployment_brake"
 	NotImplemented      Code = "not_implemented"
 	BackendFailed       Code = "backend_failed"
+	BackendUnreachable  Code = "backend_unreachable"
 	WorkerNotReady      Code = "worker_not_ready"
 	WorkerHasEndpoints  Code = "worker_has_endpoints"
 	EndpointActivated   Code = "endpoint_activated"
@@ -69,7 +70,7 @@ const (
 // Retryable reports whether a refusal with code clears by itself, so that the caller should retry
 // the same request after a pause (answered with Retry-After).
 func Retryable(code Code) bool {
-	return code == IntentInProgress || code == WitnessOpen || code == Unavailable
+	return code == IntentInProgress || code == WitnessOpen || code == Unavailable || code == BackendUnreachable
 }
 
 // New returns an *Error with a formatted detail.

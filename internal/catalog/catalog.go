@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"regexp"
 	"slices"
@@ -37,7 +38,9 @@ type Installation struct {
 	EndpointSuffix string `json:"endpointSuffix,omitempty"`
 	EdgeListen     string `json:"edgeListen,omitempty"`
 	Scheme         string `json:"scheme,omitempty"`
-	RuntimeDir     string `json:"runtimeDir,omitempty"`
+	// RuntimeURL is the runtime node's admin API (SPEC 5); RuntimeTokenFile holds its bearer token.
+	RuntimeURL       string `json:"runtimeUrl,omitempty"`
+	RuntimeTokenFile string `json:"runtimeTokenFile,omitempty"`
 	// workers-dev
 	AccountSubdomain string `json:"accountSubdomain,omitempty"`
 	// wfp-managed
@@ -67,12 +70,26 @@ type file struct {
 	Offerings     []Offering     `json:"offerings"`
 }
 
+// The default selfhost installation's runtime node (SPEC 6.1): the one `takoserver dev` embeds
+// and `takoserver runtime` runs with its defaults.
+const (
+	DefaultRuntimeURL       = "http://127.0.0.1:8788"
+	DefaultRuntimeTokenFile = ".takoform/runtime/admin-token"
+)
+
 // Default is the catalog used without a config file.
 func Default() *Catalog {
+	return DefaultWithRuntime(DefaultRuntimeURL, DefaultRuntimeTokenFile, "127.0.0.1:8787")
+}
+
+// DefaultWithRuntime is the default catalog pointing at another runtime node (tests, and a
+// `takoserver dev` whose node listens elsewhere).
+func DefaultWithRuntime(runtimeURL, tokenFile, edgeListen string) *Catalog {
 	c, err := build(file{
 		Installations: []Installation{{
 			Name: "selfhost", Pack: PackSelfhost,
-			EndpointSuffix: "workers.localhost", EdgeListen: "127.0.0.1:8787", Scheme: "http",
+			EndpointSuffix: "workers.localhost", EdgeListen: edgeListen, Scheme: "http",
+			RuntimeURL: runtimeURL, RuntimeTokenFile: tokenFile,
 		}},
 		Offerings: []Offering{
 			{ID: "selfhost-module-worker", Kind: KindWorker, Installation: "selfhost", SoldTo: []string{everyOrganization}},
@@ -167,6 +184,15 @@ func validateInstallation(inst *Installation) error {
 		if inst.Scheme == "" {
 			inst.Scheme = "http"
 		}
+		if inst.RuntimeURL == "" {
+			inst.RuntimeURL = DefaultRuntimeURL
+		}
+		if inst.RuntimeTokenFile == "" {
+			inst.RuntimeTokenFile = DefaultRuntimeTokenFile
+		}
+		if u, err := url.Parse(inst.RuntimeURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("runtimeUrl %q must be an http:// or https:// base URL", inst.RuntimeURL)
+		}
 		if !dnsName.MatchString(inst.EndpointSuffix) {
 			return fmt.Errorf("endpointSuffix %q is not a lowercase DNS name", inst.EndpointSuffix)
 		}
@@ -177,20 +203,20 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("scheme must be http or https")
 		}
 		if inst.AccountSubdomain != "" || inst.BaseDomain != "" {
-			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme and runtimeDir only")
+			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl and runtimeTokenFile only")
 		}
 	case PackWorkersDev:
 		if !dnsName.MatchString(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
 			return fmt.Errorf("workers-dev needs accountSubdomain, one lowercase DNS label")
 		}
-		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeDir != "" || inst.BaseDomain != "" {
+		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.BaseDomain != "" {
 			return fmt.Errorf("workers-dev takes accountSubdomain only")
 		}
 	case PackWFPManaged:
 		if !dnsName.MatchString(inst.BaseDomain) || !strings.Contains(inst.BaseDomain, ".") {
 			return fmt.Errorf("wfp-managed needs baseDomain, a lowercase DNS name")
 		}
-		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeDir != "" || inst.AccountSubdomain != "" {
+		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.AccountSubdomain != "" {
 			return fmt.Errorf("wfp-managed takes baseDomain only")
 		}
 	default:
@@ -214,6 +240,7 @@ func digest(o Offering, inst Installation) string {
 			{Key: "endpointSuffix", Value: inst.EndpointSuffix},
 			{Key: "edgeListen", Value: inst.EdgeListen},
 			{Key: "scheme", Value: inst.Scheme},
+			{Key: "runtimeUrl", Value: inst.RuntimeURL},
 			{Key: "accountSubdomain", Value: inst.AccountSubdomain},
 			{Key: "baseDomain", Value: inst.BaseDomain},
 		}},

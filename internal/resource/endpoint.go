@@ -32,14 +32,19 @@ type EndpointSpec struct {
 type Endpoint struct {
 	dbsqlc.EndpointState
 	Placement Placement
+	// Live is how its backend routes it now, when a read asked (nil: not asked).
+	Live *Liveness
 }
 
 func endpointOf(st dbsqlc.EndpointState) Endpoint {
 	return Endpoint{EndpointState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
 }
 
-// Ready is readiness as derived now.
-func (e Endpoint) Ready() bool { return e.Status == "live" && e.DeploymentStatus == "active" }
+// Ready is readiness as derived now: live, its route's deployment active, and (when asked) the
+// backend routing it to a Ready incarnation of its worker now.
+func (e Endpoint) Ready() bool {
+	return e.Status == "live" && e.DeploymentStatus == "active" && e.Live.serves(e.DeploymentID)
+}
 
 func (e Endpoint) conditions() []Condition {
 	c := Condition{Type: "Ready", Status: "False"}
@@ -52,8 +57,10 @@ func (e Endpoint) conditions() []Condition {
 		c.Reason, c.Message = "DeploymentFailed", "the backend refused the route; apply again to retry"
 	case e.DeploymentStatus != "active" || e.Status != "live":
 		c.Reason, c.Message = "DeploymentPending", "the route has no active deployment yet"
+	case !e.Live.serves(e.DeploymentID):
+		c.Reason, c.Message = e.Live.condition(e.DeploymentID)
 	default:
-		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the route is active"
+		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the route is active and its worker serves"
 	}
 	return []Condition{c}
 }
@@ -130,6 +137,7 @@ func (s *Service) GetEndpoint(ctx context.Context, db dbsqlc.DBTX, org auth.Orga
 	if !e.Present {
 		return Endpoint{}, apierr.New(apierr.NotFound, "no endpoint %s/%s", space, name)
 	}
+	e.Live = s.observe(ctx, e.Placement, backend.NativeRoute, e.Hostname)
 	return e, nil
 }
 
@@ -157,8 +165,9 @@ func hostOf(origin string) string {
 	return u.Hostname()
 }
 
-func (e Endpoint) desired(scriptName string) backend.Desired {
-	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName, CanonicalOrigin: e.CanonicalOrigin}
+func (e Endpoint) desired(org auth.Organization, scriptName string) backend.Desired {
+	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName,
+		Labels: backend.Labels{Organization: org.Name, Space: e.Space, Worker: e.WorkerName}}
 }
 
 // PutEndpoint creates an endpoint on its supplied reservation or on one the Host mints, or
@@ -199,10 +208,19 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 		o := perform(ctx, mut, *work)
 		applied = &o
 		if !o.done {
+			var undone []outcome
+			if isCreate && o.present {
+				undone = s.compensate(ctx, mut, []planned{o.pl}) // it never committed: take it down
+			}
 			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
 				q := dbsqlc.New(tx)
 				if err := record(ctx, q, o, e.UID); err != nil {
 					return err
+				}
+				for _, u := range undone {
+					if err := recordCompensation(ctx, q, m.Operation, u); err != nil {
+						return err
+					}
 				}
 				if isCreate {
 					_, err := q.EndpointAbandonCreate(ctx, e.UID)
@@ -214,6 +232,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 		}
 	}
 	token := m.Intent.Token
+	live := s.observe(ctx, placement, backend.NativeRoute, e.Hostname)
 	resp, err := m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
 		if applied != nil {
@@ -246,6 +265,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 				return ownership.Response{}, err
 			}
 		}
+		cur.Live = live
 		return ownership.Response{Status: created(m), Body: cur.Project(token).JSON(), UID: cur.UID}, nil
 	})
 	if err != nil && applied != nil && isCreate {
@@ -313,7 +333,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 			if err != nil {
 				return fmt.Errorf("resource: endpoint's worker: %w", err)
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(script))
+			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, script))
 			work = &pl
 			return err
 		}
@@ -358,7 +378,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 		case err != nil:
 			return fmt.Errorf("resource: create endpoint: %w", err)
 		}
-		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(w.ScriptName))
+		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, w.ScriptName))
 		work = &pl
 		return err
 	})

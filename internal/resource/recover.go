@@ -52,13 +52,13 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 			return err
 		}
 		pl := planned{deployment: e.DeploymentID, effect: e.EffectID, action: e.Action,
-			desired: backend.Desired{Kind: e.ResourceKind, NativeName: e.NativeName, DeploymentID: e.DeploymentID, ResourceUID: e.ResourceUID, Generation: e.Generation}}
+			desired: deployed(e.ResourceKind, e.DeploymentID, e.ResourceUID, e.NativeName, e.Seq, e.RouteScript)}
 		o, err := observe(ctx, mut, pl)
 		if err != nil {
 			return fmt.Errorf("recover: read back %s %s: %w", e.ResourceKind, e.NativeName, err)
 		}
 		outs = append(outs, o)
-		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.done {
+		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.present {
 			// A create that never committed never existed: take what it applied down again.
 			undone = append(undone, s.compensate(ctx, mut, []planned{pl})...)
 		}
@@ -110,7 +110,7 @@ func observe(ctx context.Context, mut backend.Mutator, pl planned) (outcome, err
 		return outcome{}, err
 	}
 	holds := obs.Present && obs.DeploymentID == pl.deployment
-	o := outcome{pl: pl, done: holds}
+	o := outcome{pl: pl, done: holds && obs.Admitted, present: holds, obs: obs}
 	if pl.action == "delete" {
 		o.done = !holds
 	}
@@ -135,7 +135,8 @@ func (s *Service) CollectOrphans(ctx context.Context, db store.Beginner, q *dbsq
 			continue
 		}
 		pl := planned{deployment: d.ID, action: "delete",
-			desired: backend.Desired{Kind: d.ResourceKind, NativeName: d.NativeName, DeploymentID: d.ID, ResourceUID: d.ResourceUID, Generation: d.Generation}}
+			desired: deployed(d.ResourceKind, d.ID, d.ResourceUID, d.NativeName, d.Seq, d.RouteScript)}
+		pl.desired.EffectID = uuid.New()
 		o := perform(ctx, mut, pl)
 		op := uuid.New()
 		err = store.WithTx(ctx, db, func(tx pgx.Tx) error {

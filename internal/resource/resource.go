@@ -32,9 +32,9 @@ const (
 	EndpointResourceType = "takoform_worker_endpoint"
 )
 
-// BackendCallTimeout bounds one backend call, well inside an ownership lease, so that a call
-// cannot outlive the lease of the request that made it.
-const BackendCallTimeout = 20 * time.Second
+// BackendCallTimeout bounds one backend call, admission wait included, inside an ownership lease
+// (renewed while the call runs), so that a call cannot outlive the request that made it.
+const BackendCallTimeout = 45 * time.Second
 
 var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
@@ -88,25 +88,44 @@ type planned struct {
 
 // outcome is what the backend call of one planned effect left on the backend, as read back.
 type outcome struct {
-	pl   planned
-	done bool // apply: the native object holds this deployment; delete: it no longer does
-	err  error
+	pl planned
+	// done: an apply the backend admitted, or a delete after which the object no longer holds
+	// this deployment.
+	done bool
+	// present: the backend holds this deployment (whether or not it admitted it).
+	present bool
+	obs     backend.Observation
+	err     error
 }
 
 func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org, kind string, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
 	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: "apply", desired: d, placement: p}
-	pl.desired.DeploymentID = pl.deployment
-	pl.desired.Generation = generation
-	if err := q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{
+	var routeScript *string
+	if kind == "endpoint" {
+		routeScript = &d.ScriptName
+	}
+	seq, err := q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{
 		ID: pl.deployment, OrganizationID: org, ResourceKind: kind, ResourceUID: uid, Generation: generation,
 		NativeName: d.NativeName, OfferingID: p.OfferingID, OfferingDigest: p.OfferingDigest, Pack: p.Pack, Installation: p.Installation,
-	}); err != nil {
+		RouteScript: routeScript,
+	})
+	if err != nil {
 		return planned{}, fmt.Errorf("resource: plan deployment: %w", err)
 	}
+	pl.desired.DeploymentID, pl.desired.EffectID, pl.desired.Sequence = pl.deployment, pl.effect, seq
 	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: m.Operation, DeploymentID: pl.deployment, Action: "apply", Status: "dispatched"}); err != nil {
 		return planned{}, fmt.Errorf("resource: plan effect: %w", err)
 	}
 	return pl, nil
+}
+
+// deployed rebuilds what a recorded deployment wrote, for its delete or its read-back.
+func deployed(kind string, deployment, resource uuid.UUID, native string, seq int64, routeScript *string) backend.Desired {
+	d := backend.Desired{Kind: kind, NativeName: native, DeploymentID: deployment, ResourceUID: resource, Sequence: seq}
+	if routeScript != nil {
+		d.ScriptName = *routeScript
+	}
+	return d
 }
 
 // planDeletes moves every open deployment of uid to deleting and plans one delete effect each.
@@ -118,7 +137,8 @@ func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, ki
 	var out []planned
 	for _, d := range open {
 		pl := planned{deployment: d.ID, effect: uuid.New(), action: "delete", placement: p,
-			desired: backend.Desired{Kind: kind, NativeName: d.NativeName, DeploymentID: d.ID, ResourceUID: uid, Generation: d.Generation}}
+			desired: deployed(kind, d.ID, uid, d.NativeName, d.Seq, d.RouteScript)}
+		pl.desired.EffectID = pl.effect
 		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: d.ID, Status: "deleting", FromStatuses: []string{"pending", "active", "deleting"}}); err != nil {
 			return nil, fmt.Errorf("resource: mark deployment deleting: %w", err)
 		}
@@ -131,44 +151,52 @@ func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, ki
 }
 
 // perform makes the backend call of one planned effect and reads the result back; it never runs
-// inside a transaction. Absence after a delete and presence after an apply are confirmed by
+// inside a transaction. Absence after a delete and admission after an apply are confirmed by
 // reading back, not assumed from the call.
 func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
-	var callErr error
 	if pl.action == "apply" {
-		callErr = mut.Apply(ctx, pl.desired)
-	} else {
-		callErr = mut.Delete(ctx, pl.desired.Kind, pl.desired.NativeName, pl.deployment)
+		obs, err := mut.Apply(ctx, pl.desired)
+		if err != nil {
+			// Whether the failed call landed is for the read-back to say.
+			if again, rerr := mut.Observe(ctx, pl.desired.Kind, pl.desired.NativeName); rerr == nil {
+				obs = again
+			}
+		}
+		holds := obs.Present && obs.DeploymentID == pl.deployment
+		o := outcome{pl: pl, present: holds, done: holds && obs.Admitted, obs: obs, err: err}
+		switch {
+		case o.done:
+			o.err = nil // it landed and was admitted, whatever the call said
+		case o.err == nil && holds && obs.Failed:
+			o.err = fmt.Errorf("the backend could not start it: %s", obs.Message)
+		case o.err == nil && holds:
+			o.err = errors.New("the backend did not make it Ready in time (it keeps trying; apply again)")
+		case o.err == nil:
+			o.err = errors.New("the backend does not hold the deployment after applying it")
+		}
+		return o
 	}
+	callErr := mut.Delete(ctx, pl.desired)
 	obs, err := mut.Observe(ctx, pl.desired.Kind, pl.desired.NativeName)
 	if err != nil {
 		if callErr == nil {
 			callErr = err
 		}
-		// Unreadable: an apply counts as not landed only when the call itself failed; a delete
-		// is never assumed done.
-		return outcome{pl: pl, done: pl.action == "apply" && callErr == nil, err: callErr}
+		return outcome{pl: pl, present: true, err: callErr} // a delete is never assumed done
 	}
 	holds := obs.Present && obs.DeploymentID == pl.deployment
-	if pl.action == "apply" {
-		if holds {
-			callErr = nil // it landed, whatever the call said
-		} else if callErr == nil {
-			callErr = errors.New("the backend does not hold the deployment after applying it")
-		}
-		return outcome{pl: pl, done: holds, err: callErr}
-	}
 	if holds && callErr == nil {
 		callErr = errors.New("the native object is still present after delete")
 	}
-	return outcome{pl: pl, done: !holds, err: callErr}
+	return outcome{pl: pl, done: !holds, present: holds, obs: obs, err: callErr}
 }
 
 // record writes an outcome into the ledger by compare-and-swap on the effect's status: an apply
-// that landed makes its deployment active (and supersedes older ones), one that did not fails it;
-// a delete that took the object away makes it deleted, one that did not leaves it deleting.
+// the backend admitted makes its deployment active (and supersedes older ones), one it did not
+// fails it; a delete that took the object away makes it deleted, one that did not leaves it
+// deleting.
 func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.UUID) error {
 	var detail *string
 	if o.err != nil {
@@ -199,7 +227,16 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 }
 
 func backendFailed(o outcome) error {
-	return apierr.New(apierr.BackendFailed, "the backend could not apply the change; apply again to retry")
+	if errors.Is(o.err, backend.ErrUnreachable) {
+		return apierr.New(apierr.BackendUnreachable, "the backend could not be reached; apply again to retry")
+	}
+	detail := "the backend could not apply the change; apply again to retry"
+	if o.present && o.obs.Failed {
+		detail = fmt.Sprintf("the backend could not start the new deployment (%s); the previous one, if any, keeps serving; fix the code and apply again", o.obs.Message)
+	} else if o.present {
+		detail = "the backend did not make the deployment Ready in time; it keeps trying: apply again"
+	}
+	return apierr.New(apierr.BackendFailed, "%s", detail)
 }
 
 func (s *Service) mutator(p Placement) (backend.Mutator, error) {
@@ -217,6 +254,7 @@ func (s *Service) mutator(p Placement) (backend.Mutator, error) {
 // beginDelete opens the deletion attestation of uid and plans the deletes of its deployments, in
 // the transaction that marks the resource deleting.
 func beginDelete(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, org, kind string, uid uuid.UUID, p Placement) ([]planned, error) {
+	// The attestation closes only when the backend confirms absence (finishDelete's caller).
 	if err := q.AttestationOpen(ctx, dbsqlc.AttestationOpenParams{UID: uid, OrganizationID: org, ResourceKind: kind, OperationID: &operation}); err != nil {
 		return nil, fmt.Errorf("resource: open attestation: %w", err)
 	}
@@ -228,13 +266,14 @@ func beginDelete(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, or
 }
 
 // compensate takes down what a create that will not commit left on the backend: one backend
-// call per open deployment of uid, each read back. It returns the outcomes for the refusal's
+// call per deployment it applied, each read back. It returns the outcomes for the refusal's
 // transaction to record; whatever it cannot confirm stays open and the janitor finishes it.
 func (s *Service) compensate(ctx context.Context, mut backend.Mutator, work []planned) []outcome {
 	var out []outcome
 	for _, pl := range work {
 		del := pl
 		del.action = "delete"
+		del.desired.EffectID = uuid.New()
 		out = append(out, perform(context.WithoutCancel(ctx), mut, del))
 	}
 	return out

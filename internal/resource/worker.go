@@ -53,6 +53,34 @@ type Worker struct {
 	dbsqlc.WorkerState
 	Modules   map[string]string
 	Placement Placement
+	// Live is how its backend runs it now, when a read asked (nil: not asked).
+	Live *Liveness
+}
+
+// Liveness is a backend's own report on a resource's current deployment, read without a
+// transaction: the deployment rows say what the Host admitted; this says whether it serves now.
+type Liveness struct {
+	// Reachable is false when the backend could not be asked.
+	Reachable bool
+	Obs       backend.Observation
+}
+
+// serves reports whether live (when asked) says deployment serves now.
+func (l *Liveness) serves(deployment uuid.UUID) bool {
+	return l == nil || (l.Reachable && l.Obs.Present && l.Obs.DeploymentID == deployment && l.Obs.Ready)
+}
+
+// condition is why live keeps a resource from Ready (deployment is the one the Host admitted).
+func (l *Liveness) condition(deployment uuid.UUID) (reason, message string) {
+	switch {
+	case !l.Reachable:
+		return "RuntimeUnreachable", "the backend could not be asked how the deployment runs"
+	case !l.Obs.Present || l.Obs.DeploymentID != deployment:
+		return "RuntimePending", "the backend does not hold the current deployment yet"
+	case l.Obs.Reason != "":
+		return l.Obs.Reason, l.Obs.Message
+	}
+	return "RuntimePending", "the backend has not made the current deployment Ready yet"
 }
 
 func workerOf(st dbsqlc.WorkerState) (Worker, error) {
@@ -98,10 +126,16 @@ func (w Worker) conditions() []Condition {
 		if w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == "settled" {
 			c.Message = "the runtime input named is settled for another worker UID: a replaced worker needs a new runtime input (bump bindings_wo_version)"
 		}
+	case !w.Live.serves(w.DeploymentID):
+		c.Reason, c.Message = w.Live.condition(w.DeploymentID)
 	default:
-		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the current generation's deployment is active"
+		c.Status, c.Reason, c.Message = "True", "DeploymentActive", "the current generation's deployment is active and serving"
 	}
-	return []Condition{c}
+	out := []Condition{c}
+	if w.Live != nil && w.Live.Obs.Incident {
+		out = append(out, Condition{Type: "Incident", Status: "True", Reason: "RestartLoop", Message: w.Live.Obs.IncidentMessage})
+	}
+	return out
 }
 
 // WorkerProjection is the public view of a worker.
@@ -229,7 +263,7 @@ func lockWorker(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UU
 }
 
 // GetWorker reads the present worker space/name (one whose create never committed is absent),
-// taking no lock.
+// taking no lock, and asks its backend how it runs now.
 func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Worker, error) {
 	st, err := dbsqlc.New(db).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: name})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !st.Present) {
@@ -238,7 +272,46 @@ func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organi
 	if err != nil {
 		return Worker{}, fmt.Errorf("resource: get worker: %w", err)
 	}
-	return workerOf(st)
+	w, err := workerOf(st)
+	if err != nil {
+		return Worker{}, err
+	}
+	w.Live = s.observe(ctx, w.Placement, backend.NativeWorker, w.ScriptName)
+	return w, nil
+}
+
+// observe asks a resource's backend how its native object runs now (a backend call, never inside
+// a transaction). A pack that cannot be asked reports nothing (nil), and readiness rests on the
+// deployment rows alone.
+func (s *Service) observe(ctx context.Context, p Placement, kind, native string) *Liveness {
+	mut, err := s.mutator(p)
+	if err != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	obs, err := mut.Observe(ctx, kind, native)
+	if err != nil {
+		return &Liveness{Reachable: false}
+	}
+	return &Liveness{Reachable: true, Obs: obs}
+}
+
+// awaitServing waits, bounded, until the worker's backend serves deployment (a new delivery
+// admits a new incarnation through the update path), and reports what it last saw.
+func (s *Service) awaitServing(ctx context.Context, p Placement, native string, deployment uuid.UUID, within time.Duration) *Liveness {
+	deadline := time.Now().Add(within)
+	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
+		live := s.observe(ctx, p, backend.NativeWorker, native)
+		if live == nil || live.serves(deployment) || time.Now().Add(pause).After(deadline) {
+			return live
+		}
+		select {
+		case <-ctx.Done():
+			return live
+		case <-time.After(pause):
+		}
+	}
 }
 
 func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
@@ -261,10 +334,14 @@ func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUI
 	return nil
 }
 
-func (w Worker) desired() backend.Desired {
+// desired is what the worker's deployment writes on its backend. Its labels name the
+// organization as operators type it, for the runtime's scoped brakes.
+func (w Worker) desired(org auth.Organization) backend.Desired {
 	return backend.Desired{
 		Kind: backend.NativeWorker, NativeName: w.ScriptName, ResourceUID: w.UID,
-		Bundle: &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate},
+		Labels:      backend.Labels{Organization: org.Name, Space: w.Space, Worker: w.Name},
+		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate},
+		SecretNames: w.RequiredSensitiveVars,
 	}
 }
 
@@ -335,6 +412,13 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			return ownership.Response{}, err
 		}
 	}
+	// The answer says how the backend runs the worker now: the new deployment (or the one
+	// already active), with its delivered values when it has some.
+	deployment := w.DeploymentID
+	if work != nil {
+		deployment = work.deployment
+	}
+	live := s.awaitServing(ctx, w.Placement, w.ScriptName, deployment, 30*time.Second)
 	token := m.Intent.Token
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
@@ -361,6 +445,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 				return ownership.Response{}, err
 			}
 		}
+		w.Live = live
 		return ownership.Response{Status: created(m), Body: w.Project(token).JSON(), UID: w.UID}, nil
 	})
 }
@@ -398,7 +483,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err != nil {
 				return fmt.Errorf("resource: create worker: %w", err)
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired())
+			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
 			work = &pl
 			return err
 		}
@@ -426,7 +511,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			}
 		}
 		if changed || w.DeploymentStatus != "active" {
-			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired())
+			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
 			work = &pl
 			return err
 		}

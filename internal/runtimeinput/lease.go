@@ -100,7 +100,7 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 	if hooks.BeforeDelivery != nil {
 		hooks.BeforeDelivery()
 	}
-	deliverErr := s.deliver(ctx, sink, c, values)
+	deliverErr := s.deliver(ctx, sink, c, lease, m.Operation, values)
 	if hooks.AfterDelivery != nil {
 		if err := hooks.AfterDelivery(); err != nil {
 			s.concludeLater(ctx, m, ring, sink, c, lease)
@@ -265,11 +265,13 @@ func decodeMaterial(plain []byte) (map[string]sealing.Secret, error) {
 	return out, nil
 }
 
-// deliver is the one backend call that carries values.
-func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, values map[string]sealing.Secret) error {
+// deliver is the one backend call that carries values. The delivery is named by the sealed
+// material's id, and the call is idempotent by an effect id derived from the claim.
+func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, l leaseState, claim uuid.UUID, values map[string]sealing.Secret) error {
 	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
-	return sink.DeliverSecrets(ctx, c.ScriptName, c.Incarnation.UID, values)
+	effect := uuid.NewSHA1(uuid.NameSpaceURL, []byte("takoform:delivery:"+claim.String()+":"+l.PreparationID))
+	return sink.DeliverSecrets(ctx, c.ScriptName, c.Incarnation.UID, l.MaterialSetID, effect, values)
 }
 
 // readback derives the preparation's challenge and asks the backend for its digest of what it

@@ -16,14 +16,17 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
 
-// Host is one running Host and an organization with a read-write key on it.
+// Host is one running Host, the runtime node its selfhost installation drives, and an
+// organization with a read-write key on it.
 type Host struct {
 	URL          string
+	Runtime      *runtimetest.Harness
 	DB           *pgxpool.Pool
 	DatabaseURL  string
 	Organization auth.Organization
@@ -34,7 +37,7 @@ type Host struct {
 
 // Options change what Start builds.
 type Options struct {
-	// Catalog is the catalog (the default one when nil).
+	// Catalog is the catalog (when nil: the default one, pointing at the runtime node Start runs).
 	Catalog *catalog.Catalog
 	// Organization names the organization Start creates ("acme" when empty).
 	Organization string
@@ -63,9 +66,14 @@ func Start(t testing.TB, opts Options) *Host {
 	if err != nil {
 		t.Fatalf("testhost: key ring: %v", err)
 	}
+	node := runtimetest.Start(t)
+	cat := opts.Catalog
+	if cat == nil {
+		cat = catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
+	}
 	logs := &syncBuffer{}
 	srv := server.New(server.Config{
-		DB: db, Catalog: opts.Catalog, SealingRing: ring, StateDir: filepath.Join(t.TempDir(), "state"),
+		DB: db, Catalog: cat, SealingRing: ring,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	ts := httptest.NewServer(srv.Handler())
@@ -82,7 +90,7 @@ func Start(t testing.TB, opts Options) *Host {
 	if err != nil {
 		t.Fatalf("testhost: key: %v", err)
 	}
-	return &Host{URL: ts.URL, DB: db, DatabaseURL: dbURL, Organization: org, Key: key.Key, Server: srv, logs: logs}
+	return &Host{URL: ts.URL, Runtime: node, DB: db, DatabaseURL: dbURL, Organization: org, Key: key.Key, Server: srv, logs: logs}
 }
 
 // NewKey issues another key of organization name (created when it does not exist) with scopes

@@ -60,6 +60,8 @@ type Deployment struct {
 	Status         string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+	Seq            int64
+	RouteScript    *string
 }
 
 type DeploymentBrake struct {
@@ -94,6 +96,7 @@ type EndpointState struct {
 	DeletedAt           *time.Time
 	Present             bool
 	DeploymentStatus    string
+	DeploymentID        uuid.UUID
 }
 
 type Operation struct {
@@ -298,6 +301,7 @@ type WorkerState struct {
 	DeletedAt             *time.Time
 	Present               bool
 	DeploymentStatus      string
+	DeploymentID          uuid.UUID
 	RuntimeInputStatus    *string
 	RuntimeInputWorkerUID *uuid.UUID
 }

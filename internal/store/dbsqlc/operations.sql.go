@@ -175,7 +175,7 @@ func (q *Queries) OperationRecord(ctx context.Context, arg OperationRecordParams
 
 const operationUnsettledEffects = `-- name: OperationUnsettledEffects :many
 SELECT e.id AS effect_id, e.action, d.id AS deployment_id, d.status AS deployment_status, d.resource_kind,
-       d.resource_uid, d.generation, d.native_name, d.installation
+       d.resource_uid, d.generation, d.seq, d.route_script, d.native_name, d.installation
 FROM backend_effects e
 JOIN deployments d ON d.id = e.deployment_id
 WHERE e.operation_id = $1 AND e.status IN ('planned', 'dispatched')
@@ -190,6 +190,8 @@ type OperationUnsettledEffectsRow struct {
 	ResourceKind     string
 	ResourceUID      uuid.UUID
 	Generation       int64
+	Seq              int64
+	RouteScript      *string
 	NativeName       string
 	Installation     string
 }
@@ -214,6 +216,8 @@ func (q *Queries) OperationUnsettledEffects(ctx context.Context, operationID uui
 			&i.ResourceKind,
 			&i.ResourceUID,
 			&i.Generation,
+			&i.Seq,
+			&i.RouteScript,
 			&i.NativeName,
 			&i.Installation,
 		); err != nil {

@@ -168,11 +168,12 @@ func (q *Queries) DeploymentActivePlacement(ctx context.Context, resourceUid uui
 	return i, err
 }
 
-const deploymentInsert = `-- name: DeploymentInsert :exec
+const deploymentInsert = `-- name: DeploymentInsert :one
 INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name,
-                         offering_id, offering_digest, pack, installation, status)
+                         offering_id, offering_digest, pack, installation, status, route_script)
 VALUES ($1, $2, $3, $4, $5, $6,
-        $7, $8, $9, $10, 'pending')
+        $7, $8, $9, $10, 'pending', $11)
+RETURNING seq
 `
 
 type DeploymentInsertParams struct {
@@ -186,10 +187,11 @@ type DeploymentInsertParams struct {
 	OfferingDigest string
 	Pack           string
 	Installation   string
+	RouteScript    *string
 }
 
-func (q *Queries) DeploymentInsert(ctx context.Context, arg DeploymentInsertParams) error {
-	_, err := q.db.Exec(ctx, deploymentInsert,
+func (q *Queries) DeploymentInsert(ctx context.Context, arg DeploymentInsertParams) (int64, error) {
+	row := q.db.QueryRow(ctx, deploymentInsert,
 		arg.ID,
 		arg.OrganizationID,
 		arg.ResourceKind,
@@ -200,8 +202,11 @@ func (q *Queries) DeploymentInsert(ctx context.Context, arg DeploymentInsertPara
 		arg.OfferingDigest,
 		arg.Pack,
 		arg.Installation,
+		arg.RouteScript,
 	)
-	return err
+	var seq int64
+	err := row.Scan(&seq)
+	return seq, err
 }
 
 const deploymentSetStatus = `-- name: DeploymentSetStatus :execrows
@@ -240,15 +245,17 @@ func (q *Queries) DeploymentSupersede(ctx context.Context, arg DeploymentSuperse
 }
 
 const deploymentsOpen = `-- name: DeploymentsOpen :many
-SELECT id, native_name, generation FROM deployments
+SELECT id, native_name, generation, seq, route_script FROM deployments
 WHERE resource_uid = $1 AND status IN ('pending', 'active', 'deleting')
 ORDER BY created_at, id
 `
 
 type DeploymentsOpenRow struct {
-	ID         uuid.UUID
-	NativeName string
-	Generation int64
+	ID          uuid.UUID
+	NativeName  string
+	Generation  int64
+	Seq         int64
+	RouteScript *string
 }
 
 // The deployments of a resource that a delete must take down.
@@ -261,7 +268,13 @@ func (q *Queries) DeploymentsOpen(ctx context.Context, resourceUid uuid.UUID) ([
 	var items []DeploymentsOpenRow
 	for rows.Next() {
 		var i DeploymentsOpenRow
-		if err := rows.Scan(&i.ID, &i.NativeName, &i.Generation); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.NativeName,
+			&i.Generation,
+			&i.Seq,
+			&i.RouteScript,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -273,7 +286,7 @@ func (q *Queries) DeploymentsOpen(ctx context.Context, resourceUid uuid.UUID) ([
 }
 
 const deploymentsOrphaned = `-- name: DeploymentsOrphaned :many
-SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.generation, d.installation, d.organization_id
+SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.generation, d.seq, d.route_script, d.installation, d.organization_id
 FROM deployments d
 WHERE d.status IN ('pending', 'active', 'deleting')
   AND NOT EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
@@ -290,6 +303,8 @@ type DeploymentsOrphanedRow struct {
 	ResourceUID    uuid.UUID
 	NativeName     string
 	Generation     int64
+	Seq            int64
+	RouteScript    *string
 	Installation   string
 	OrganizationID string
 }
@@ -312,6 +327,8 @@ func (q *Queries) DeploymentsOrphaned(ctx context.Context) ([]DeploymentsOrphane
 			&i.ResourceUID,
 			&i.NativeName,
 			&i.Generation,
+			&i.Seq,
+			&i.RouteScript,
 			&i.Installation,
 			&i.OrganizationID,
 		); err != nil {
@@ -389,7 +406,7 @@ func (q *Queries) EndpointAbandonCreate(ctx context.Context, uid uuid.UUID) (int
 }
 
 const endpointGet = `-- name: EndpointGet :one
-SELECT uid, organization_id, space, name, generation, revision, worker_uid, worker_name, origin_reservation_id, host_minted, canonical_origin, hostname, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, present, deployment_status FROM endpoint_states
+SELECT uid, organization_id, space, name, generation, revision, worker_uid, worker_name, origin_reservation_id, host_minted, canonical_origin, hostname, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, present, deployment_status, deployment_id FROM endpoint_states
 WHERE organization_id = $1
   AND (($2::uuid IS NOT NULL AND uid = $2::uuid)
        OR ($2::uuid IS NULL AND space = $3 AND name = $4 AND status <> 'deleted'))
@@ -434,6 +451,7 @@ func (q *Queries) EndpointGet(ctx context.Context, arg EndpointGetParams) (Endpo
 		&i.DeletedAt,
 		&i.Present,
 		&i.DeploymentStatus,
+		&i.DeploymentID,
 	)
 	return i, err
 }
@@ -487,7 +505,7 @@ func (q *Queries) EndpointInsert(ctx context.Context, arg EndpointInsertParams) 
 }
 
 const endpointLock = `-- name: EndpointLock :one
-SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.worker_uid, v.worker_name, v.origin_reservation_id, v.host_minted, v.canonical_origin, v.hostname, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.present, v.deployment_status FROM endpoint_states v
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.worker_uid, v.worker_name, v.origin_reservation_id, v.host_minted, v.canonical_origin, v.hostname, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.present, v.deployment_status, v.deployment_id FROM endpoint_states v
 JOIN worker_endpoints e ON e.uid = v.uid
 WHERE v.organization_id = $1
   AND (($2::uuid IS NOT NULL AND v.uid = $2::uuid)
@@ -534,6 +552,7 @@ func (q *Queries) EndpointLock(ctx context.Context, arg EndpointLockParams) (End
 		&i.DeletedAt,
 		&i.Present,
 		&i.DeploymentStatus,
+		&i.DeploymentID,
 	)
 	return i, err
 }
@@ -614,7 +633,7 @@ func (q *Queries) ResourcesCreatingByOperation(ctx context.Context, operationID 
 }
 
 const workerGet = `-- name: WorkerGet :one
-SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, present, deployment_status, runtime_input_status, runtime_input_worker_uid FROM worker_states
+SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
 WHERE organization_id = $1
   AND (($2::uuid IS NOT NULL AND uid = $2::uuid)
        OR ($2::uuid IS NULL AND space = $3 AND name = $4 AND status <> 'deleted'))
@@ -660,6 +679,7 @@ func (q *Queries) WorkerGet(ctx context.Context, arg WorkerGetParams) (WorkerSta
 		&i.DeletedAt,
 		&i.Present,
 		&i.DeploymentStatus,
+		&i.DeploymentID,
 		&i.RuntimeInputStatus,
 		&i.RuntimeInputWorkerUID,
 	)
@@ -715,7 +735,7 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 }
 
 const workerLock = `-- name: WorkerLock :one
-SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.present, v.deployment_status, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
 JOIN workers w ON w.uid = v.uid
 WHERE v.organization_id = $1
   AND (($2::uuid IS NOT NULL AND v.uid = $2::uuid)
@@ -763,6 +783,7 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 		&i.DeletedAt,
 		&i.Present,
 		&i.DeploymentStatus,
+		&i.DeploymentID,
 		&i.RuntimeInputStatus,
 		&i.RuntimeInputWorkerUID,
 	)

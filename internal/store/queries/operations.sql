@@ -31,7 +31,7 @@ ORDER BY e.created_at, e.id;
 -- recovery needs to read the backend back. Read outside any backend call; settled afterwards by
 -- compare-and-swap on the effect's status.
 SELECT e.id AS effect_id, e.action, d.id AS deployment_id, d.status AS deployment_status, d.resource_kind,
-       d.resource_uid, d.generation, d.native_name, d.installation
+       d.resource_uid, d.generation, d.seq, d.route_script, d.native_name, d.installation
 FROM backend_effects e
 JOIN deployments d ON d.id = e.deployment_id
 WHERE e.operation_id = @operation_id AND e.status IN ('planned', 'dispatched')

@@ -100,15 +100,16 @@ WHERE uid = @uid AND status = 'creating';
 UPDATE worker_endpoints SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
 WHERE uid = @uid AND status = 'creating';
 
--- name: DeploymentInsert :exec
+-- name: DeploymentInsert :one
 INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name,
-                         offering_id, offering_digest, pack, installation, status)
+                         offering_id, offering_digest, pack, installation, status, route_script)
 VALUES (@id, @organization_id, @resource_kind, @resource_uid, @generation, @native_name,
-        @offering_id, @offering_digest, @pack, @installation, 'pending');
+        @offering_id, @offering_digest, @pack, @installation, 'pending', sqlc.narg('route_script'))
+RETURNING seq;
 
 -- name: DeploymentsOpen :many
 -- The deployments of a resource that a delete must take down.
-SELECT id, native_name, generation FROM deployments
+SELECT id, native_name, generation, seq, route_script FROM deployments
 WHERE resource_uid = @resource_uid AND status IN ('pending', 'active', 'deleting')
 ORDER BY created_at, id;
 
@@ -134,7 +135,7 @@ LIMIT 1;
 -- Open deployments of resources that no longer stand and that no running operation is working
 -- on: what a create that never committed, or a refused one whose compensation failed, left on a
 -- backend. The janitor takes them down so that nothing is orphaned.
-SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.generation, d.installation, d.organization_id
+SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.generation, d.seq, d.route_script, d.installation, d.organization_id
 FROM deployments d
 WHERE d.status IN ('pending', 'active', 'deleting')
   AND NOT EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id

@@ -13,7 +13,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -31,30 +34,35 @@ const (
 func devCommand(g *globals) *cobra.Command {
 	o := &serveOptions{}
 	var dir string
+	rt := runtime.Config{}
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run the Host on a private PostgreSQL cluster in .takoform/dev (no server needed)",
-		Long: `dev starts (or reuses) a PostgreSQL cluster from this machine's PostgreSQL binaries in
-the dev directory, migrates it, makes sure organization "dev" and an API key exist, writes the key to
-a 0600 file, and serves the API until interrupted. It then stops the cluster if it started it.`,
+		Short: "Run the Host and a runtime node on a private PostgreSQL cluster in .takoform/dev (no server needed)",
+		Long: `dev is the embedded default (SPEC 6.1). It starts (or reuses) a PostgreSQL cluster from this
+machine's PostgreSQL binaries in the dev directory, migrates it, generates the sealing
+key-encryption key once, makes sure organization "dev" and an API key exist (the key goes to a 0600
+file), starts a runtime node (workerd, its admin API and its edge) and serves the API until
+interrupted. It then stops the runtime node's processes and the cluster if it started it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			if !cmd.Flags().Changed("state-dir") {
-				o.stateDir = filepath.Join(dir, "state")
-			}
-			return runDev(cmd, log, dir, *o)
+			rt.Logger = log.With("component", "runtime")
+			return runDev(cmd, log, dir, *o, rt)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", filepath.Join(".takoform", "dev"), "private directory for the dev cluster and key")
-	o.flags(cmd, "")
+	cmd.Flags().StringVar(&rt.StateDir, "runtime-state-dir", runtime.DefaultStateDir, "the embedded runtime node's private state directory")
+	cmd.Flags().StringVar(&rt.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the embedded runtime node's admin API")
+	cmd.Flags().StringVar(&rt.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the embedded runtime node's edge, where workers answer")
+	cmd.Flags().StringVar(&rt.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH)")
+	o.flags(cmd)
 	return cmd
 }
 
-func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions) error {
+func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt runtime.Config) error {
 	ctx := cmd.Context()
 	dir, err := filepath.Abs(dir)
 	if err != nil {
@@ -97,7 +105,20 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions) er
 			}
 		}
 	}
-	serveErr := serve(ctx, log, databaseURL, o, func(addr string) {
+	// The runtime node runs in-process beside the Host; the default catalog's selfhost
+	// installation points at it.
+	node, err := runtime.Start(rt)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := node.Close(); err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "takoserver dev: stop the runtime node:", err)
+		}
+	}()
+	info := node.Info()
+	cat := catalog.DefaultWithRuntime(info.AdminURL, info.TokenFile, info.EdgeAddr)
+	serveErr := serve(ctx, log, databaseURL, o, cat, func(addr string) {
 		endpoint := "http://" + addr
 		env := fmt.Sprintf("export TAKOFORM_ENDPOINT=%s\nexport TAKOFORM_API_KEY=\"$(cat %s)\"\nexport TAKOSERVER_DATABASE_URL='%s'\nexport TAKOSERVER_SEALING_KEY_FILE=%s\n", endpoint, keyPath, databaseURL, o.sealingKeyFile)
 		if err := safedir.WriteFile(cluster.Dir, devEnvFile, []byte(env), cluster.Owner); err != nil {
@@ -105,6 +126,7 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions) er
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), `
 takoserver dev is serving at %s (organization %q).
+Workers answer at the runtime node's edge, %s (http://<hostname>:<port>/).
 The API key is in %s (mode 0600). Point a provider or curl at the Host with:
 
     source %s
@@ -116,7 +138,7 @@ or by hand:
 
 Press Ctrl-C to stop; the PostgreSQL cluster in %s is kept for the next run.
 
-`, endpoint, devOrganization, keyPath, filepath.Join(cluster.Dir, devEnvFile), endpoint, keyPath, cluster.Dir)
+`, endpoint, devOrganization, info.EdgeAddr, keyPath, filepath.Join(cluster.Dir, devEnvFile), endpoint, keyPath, cluster.Dir)
 	})
 	if errors.Is(serveErr, context.Canceled) {
 		return nil

@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
-	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -95,15 +93,13 @@ func (g *globals) print(w io.Writer, v any, text string) error {
 
 type serveOptions struct {
 	listen             string
-	stateDir           string
 	config             string
 	sealingKeyFile     string
 	tombstoneRetention time.Duration
 }
 
-func (o *serveOptions) flags(cmd *cobra.Command, defaultStateDir string) {
+func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the API listens on")
-	cmd.Flags().StringVar(&o.stateDir, "state-dir", defaultStateDir, "private directory for the selfhost backend's desired state (SPEC 6.3)")
 	cmd.Flags().StringVar(&o.config, "config", "", "catalog file (JSON); the default catalog is one selfhost installation")
 	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
 		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with `takoserver keys init-sealing --out FILE`)")
@@ -124,17 +120,19 @@ func serveCommand(g *globals) *cobra.Command {
 			if g.databaseURL == "" {
 				return errors.New("no database: pass --database-url or set TAKOSERVER_DATABASE_URL")
 			}
-			return serve(cmd.Context(), log, g.databaseURL, *o, nil)
+			return serve(cmd.Context(), log, g.databaseURL, *o, nil, nil)
 		},
 	}
-	o.flags(cmd, filepath.Join(".takoform", "state"))
+	o.flags(cmd)
 	return cmd
 }
 
 // serve migrates, then answers on o.listen until ctx ends. ready, when set, is called once the
-// listener is open.
-func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOptions, ready func(addr string)) error {
-	cat := catalog.Default()
+// listener is open. cat, when set, is the catalog to use without a --config.
+func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOptions, cat *catalog.Catalog, ready func(addr string)) error {
+	if cat == nil {
+		cat = catalog.Default()
+	}
 	if o.config != "" {
 		var err error
 		if cat, err = catalog.Load(o.config); err != nil {
@@ -146,9 +144,6 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	}
 	kek, err := sealing.LoadKEK(o.sealingKeyFile)
 	if err != nil {
-		return err
-	}
-	if err := safedir.Ensure(o.stateDir, safedir.Current()); err != nil {
 		return err
 	}
 	if err := store.MigrateUp(databaseURL); err != nil {
@@ -172,7 +167,8 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if ready != nil {
 		ready(l.Addr().String())
 	}
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, StateDir: o.stateDir, SealingRing: ring, TombstoneRetention: o.tombstoneRetention})
+	// A Host keeps nothing on disk: its backends are APIs, its authority is PostgreSQL.
+	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention})
 	return srv.Serve(ctx, l)
 }
 

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
@@ -126,6 +129,51 @@ type host struct {
 	logs *bytes.Buffer
 }
 
+// node is one running `takoserver runtime` process.
+type node struct {
+	adminURL, tokenFile, edgeAddr string
+	cmd                           *exec.Cmd
+}
+
+// startRuntime runs `takoserver runtime` on port-0 listeners and a state directory of its own, as
+// an operator runs it beside Host replicas.
+func startRuntime(t *testing.T) node {
+	t.Helper()
+	stateDir := filepath.Join(t.TempDir(), "runtime")
+	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
+		"--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
+	started := regexp.MustCompile(`^takoserver runtime: admin API (\S+) \(token in (\S+)\), edge (\S+)$`)
+	lines := bufio.NewScanner(stderr)
+	n := node{cmd: cmd}
+	for lines.Scan() {
+		if m := started.FindStringSubmatch(lines.Text()); m != nil {
+			n.adminURL, n.tokenFile, n.edgeAddr = m[1], m[2], m[3]
+			break
+		}
+	}
+	require.NotEmpty(t, n.adminURL, "the runtime says where it listens")
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	return n
+}
+
+// catalog writes a catalog file whose selfhost installation drives n, and returns its path.
+func (n node) catalog(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`{
+  "installations": [{"name": "selfhost", "pack": "selfhost", "runtimeUrl": %q, "runtimeTokenFile": %q, "edgeListen": %q}],
+  "offerings": [
+    {"id": "selfhost-module-worker", "kind": "module-worker", "installation": "selfhost", "soldTo": ["*"]},
+    {"id": "selfhost-worker-endpoint", "kind": "worker-endpoint", "installation": "selfhost", "soldTo": ["*"]}
+  ]
+}`, n.adminURL, n.tokenFile, n.edgeAddr)), 0o600))
+	return path
+}
+
 // sealingKey writes a sealing key-encryption key for one database's Hosts (every replica gets the
 // same file) and returns its path.
 func sealingKey(t *testing.T) string {
@@ -142,8 +190,9 @@ func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 	port, err := pgcluster.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--listen", addr, "--state-dir", filepath.Join(t.TempDir(), "state"), "--sealing-key-file", kek}, extra...)
+	args := append([]string{"serve", "--listen", addr, "--sealing-key-file", kek}, extra...)
 	cmd := exec.Command(binary, args...)
+	cmd.Dir = t.TempDir() // every replica its own working directory
 	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
 	logs := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -234,26 +283,12 @@ func TestOneTokenFiftyRequestsTwoHostsOneEffect(t *testing.T) {
 	require.Equal(t, 1, bindings)
 }
 
-func TestServeRefusesUnsafeStateDir(t *testing.T) {
-	t.Parallel()
-	url := testdb.URL(t)
-	base := t.TempDir()
-	target := filepath.Join(base, "real")
-	require.NoError(t, os.Mkdir(target, 0o700))
-	link := filepath.Join(base, "state")
-	require.NoError(t, os.Symlink(target, link))
-	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", link, "--sealing-key-file", sealingKey(t))
-	require.Error(t, err)
-	require.Contains(t, errOut, "refusing unsafe private path")
-	require.Contains(t, errOut, "symlink")
-}
-
 func TestServeRefusesBadCatalog(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	path := filepath.Join(t.TempDir(), "catalog.json")
 	require.NoError(t, os.WriteFile(path, []byte(`{"installations":[{"name":"x","pack":"selfhost","colour":"red"}]}`), 0o600))
-	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"), "--config", path, "--sealing-key-file", sealingKey(t))
+	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--config", path, "--sealing-key-file", sealingKey(t))
 	require.Error(t, err)
 	require.Contains(t, errOut, `unknown field "colour"`)
 }
@@ -280,7 +315,8 @@ func startDev(t *testing.T, dir string) devProcess {
 	port, err := pgcluster.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(binary, "dev", "--dir", dir, "--listen", addr)
+	cmd := exec.Command(binary, "dev", "--dir", dir, "--listen", addr, "--workerd", workerdtest.Binary(t),
+		"--runtime-state-dir", filepath.Join(filepath.Dir(dir), "runtime"), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
 	cmd.Env = os.Environ()
 	stdout := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, io.Discard
@@ -346,7 +382,7 @@ func TestDevRefusesUnsafeDirectory(t *testing.T) {
 	dir := devDir(t)
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	require.NoError(t, os.Chmod(dir, 0o755))
-	_, errOut, err := runRaw("", "dev", "--dir", dir, "--listen", "127.0.0.1:0")
+	_, errOut, err := runRaw("", "dev", "--dir", dir, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
 	require.Error(t, err)
 	require.Contains(t, errOut, "refusing unsafe private path")
 	info, err := os.Stat(dir)
@@ -365,7 +401,7 @@ func TestDeploymentBrakeRefusesMutationsAndKeepsReads(t *testing.T) {
 	run(t, url, "orgs", "create", "other")
 	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
 	otherKey := decodeJSON(t, run(t, url, "keys", "create", "--org", "other", "--output", "json"))["key"].(string)
-	h := startHost(t, url, sealingKey(t))
+	h := startHost(t, url, sealingKey(t), "--config", startRuntime(t).catalog(t))
 	res := h.url + "/v1/worker-endpoint-origin-reservations/"
 	worker := `{"modules":{"index.js":"export default { async fetch() { return new Response('hi') } }"},"mainModule":"index.js","compatibilityDate":"2025-01-01","requiredSensitiveVars":[]}`
 
@@ -536,13 +572,13 @@ func TestSealingKeyFileAndRotation(t *testing.T) {
 	require.Contains(t, run(t, url, "keys", "rotate-sealing", "--sealing-key-file", kek), "no restart needed")
 
 	other := sealingKey(t)
-	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"), "--sealing-key-file", other)
+	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--sealing-key-file", other)
 	require.Error(t, err)
 	require.Contains(t, errOut, "cannot unwrap the current data key")
 	_, errOut, err = runRaw(url, "keys", "rotate-sealing", "--sealing-key-file", other)
 	require.Error(t, err)
 	require.Contains(t, errOut, "cannot unwrap the current data key")
-	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--state-dir", filepath.Join(t.TempDir(), "s"))
+	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0")
 	require.Error(t, err)
 	require.Contains(t, errOut, "keys init-sealing")
 }

@@ -1,0 +1,227 @@
+package backend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	nodeapi "github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+)
+
+// AdmitWait bounds how long Apply waits for the runtime node to admit or refuse a worker's new
+// deployment (the node itself gives up on an incarnation that answers no probe in 30 s).
+var AdmitWait = 40 * time.Second
+
+// runtimeNode is the selfhost backend: a client of one runtime node's admin API (SPEC 5), as the
+// workers-dev backend will be a client of Cloudflare's. The Host keeps no runtime files.
+type runtimeNode struct {
+	inst   catalog.Installation
+	mu     sync.Mutex
+	client *nodeapi.Client
+}
+
+func newRuntimeNode(inst catalog.Installation) *runtimeNode { return &runtimeNode{inst: inst} }
+
+// api returns the admin client, reading the token file on first use (and again after a failure,
+// so a runtime started after the Host is found).
+func (n *runtimeNode) api() (*nodeapi.Client, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.client != nil {
+		return n.client, nil
+	}
+	c, err := nodeapi.New(n.inst.RuntimeURL, n.inst.RuntimeTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", ErrUnreachable, n.inst.RuntimeURL, err)
+	}
+	n.client = c
+	return c, nil
+}
+
+func (n *runtimeNode) wrap(err error) error {
+	if errors.Is(err, nodeapi.ErrUnreachable) {
+		return fmt.Errorf("%w: runtime node %s: %v", ErrUnreachable, n.inst.RuntimeURL, err)
+	}
+	return err
+}
+
+// bundleDigest is the Host's digest of a bundle, which the runtime keeps and reports back.
+func bundleDigest(b *Bundle) string {
+	names := make([]string, 0, len(b.Modules))
+	for name := range b.Modules {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	modules := make(canonjson.Object, 0, len(names))
+	for _, name := range names {
+		modules = append(modules, canonjson.Field{Key: name, Value: b.Modules[name]})
+	}
+	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+		{Key: "format", Value: "takoform.worker-bundle.v1"},
+		{Key: "mainModule", Value: b.MainModule},
+		{Key: "compatibilityDate", Value: b.CompatibilityDate},
+		{Key: "modules", Value: modules},
+	}))
+	return hex.EncodeToString(sum[:])
+}
+
+func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error) {
+	c, err := n.api()
+	if err != nil {
+		return Observation{}, err
+	}
+	switch d.Kind {
+	case NativeWorker:
+		if d.Bundle == nil {
+			return Observation{}, errors.New("selfhost backend: a worker deployment needs its bundle")
+		}
+		names := append([]string{}, d.SecretNames...)
+		_, err := c.PutScript(ctx, d.NativeName, adminapi.ScriptPut{
+			EffectID: d.EffectID.String(), WorkerUID: d.ResourceUID.String(), DeploymentID: d.DeploymentID.String(),
+			Generation: d.Sequence, Labels: adminapi.Labels{Organization: d.Labels.Organization, Space: d.Labels.Space, Worker: d.Labels.Worker},
+			Modules: d.Bundle.Modules, MainModule: d.Bundle.MainModule, CompatibilityDate: d.Bundle.CompatibilityDate,
+			SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
+		})
+		if err != nil {
+			return Observation{}, n.wrap(err)
+		}
+		return n.awaitAdmission(ctx, d)
+	case NativeRoute:
+		_, err := c.PutRoute(ctx, d.NativeName, adminapi.RoutePut{
+			EffectID: d.EffectID.String(), ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), DeploymentID: d.DeploymentID.String(),
+		})
+		if err != nil {
+			return Observation{}, n.wrap(err)
+		}
+		return n.Observe(ctx, NativeRoute, d.NativeName)
+	}
+	return Observation{}, fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
+}
+
+// awaitAdmission polls the script until the runtime admits or refuses d's deployment (its
+// incarnation Ready, or ready and waiting only for its secret values; or failed), or the wait
+// ends. Ready needs the runtime's two witnesses (process running, probe answered).
+func (n *runtimeNode) awaitAdmission(ctx context.Context, d Desired) (Observation, error) {
+	deadline := time.Now().Add(AdmitWait)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl.Add(-500 * time.Millisecond)
+	}
+	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
+		obs, err := n.Observe(ctx, NativeWorker, d.NativeName)
+		if err != nil {
+			return obs, err
+		}
+		if obs.Present && obs.DeploymentID != d.DeploymentID {
+			return obs, nil // a later deployment rewrote it: the caller compares
+		}
+		if obs.Admitted || obs.Failed || time.Now().Add(pause).After(deadline) {
+			return obs, nil
+		}
+		select {
+		case <-ctx.Done():
+			return obs, nil
+		case <-time.After(pause):
+		}
+	}
+}
+
+func (n *runtimeNode) Delete(ctx context.Context, d Desired) error {
+	c, err := n.api()
+	if err != nil {
+		return err
+	}
+	switch d.Kind {
+	case NativeWorker:
+		_, err = c.DeleteScript(ctx, d.NativeName, d.ResourceUID.String())
+	case NativeRoute:
+		_, err = c.DeleteRoute(ctx, d.NativeName, d.ScriptName, d.ResourceUID.String())
+	default:
+		err = fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
+	}
+	return n.wrap(err)
+}
+
+func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
+	c, err := n.api()
+	if err != nil {
+		return Observation{}, err
+	}
+	switch kind {
+	case NativeWorker:
+		st, err := c.GetScript(ctx, nativeName)
+		if err != nil {
+			return Observation{}, n.wrap(err)
+		}
+		return scriptObservation(st), nil
+	case NativeRoute:
+		rt, err := c.GetRoute(ctx, nativeName)
+		if err != nil {
+			return Observation{}, n.wrap(err)
+		}
+		obs := Observation{Present: rt.Present, Admitted: rt.Present, Ready: rt.Ready}
+		obs.DeploymentID, _ = uuid.Parse(rt.DeploymentID)
+		if rt.Present && !rt.Ready {
+			obs.Reason, obs.Message = adminapi.ReasonPending, "the route is installed; its worker's incarnation is not Ready"
+		}
+		return obs, nil
+	}
+	return Observation{}, fmt.Errorf("selfhost backend: unknown native kind %q", kind)
+}
+
+func scriptObservation(st adminapi.ScriptStatus) Observation {
+	obs := Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage}
+	obs.DeploymentID, _ = uuid.Parse(st.DeploymentID)
+	obs.Admitted = st.Present && (st.Ready || st.Reason == adminapi.ReasonSecretsPending)
+	obs.Failed = st.Present && st.Reason == adminapi.ReasonFailed
+	if st.Candidate != nil && st.Candidate.State == adminapi.StateFailed {
+		obs.Message = st.Candidate.Message
+	} else if st.Incarnation != nil {
+		obs.Message = st.Incarnation.Message
+	}
+	return obs
+}
+
+func (n *runtimeNode) DeliverSecrets(ctx context.Context, scriptName string, workerUID, deliveryID, effectID uuid.UUID, values map[string]sealing.Secret) error {
+	c, err := n.api()
+	if err != nil {
+		return err
+	}
+	wire := make(map[string]adminapi.Secret, len(values))
+	for k, v := range values {
+		wire[k] = adminapi.NewSecret(v.Reveal())
+	}
+	_, err = c.PutSecrets(ctx, scriptName, adminapi.SecretsPut{
+		EffectID: effectID.String(), WorkerUID: workerUID.String(), DeliveryID: deliveryID.String(), Values: wire,
+	})
+	return n.wrap(err)
+}
+
+func (n *runtimeNode) ReadbackSecrets(ctx context.Context, scriptName string, challenge []byte) ([]byte, bool, error) {
+	c, err := n.api()
+	if err != nil {
+		return nil, false, err
+	}
+	rb, err := c.Readback(ctx, scriptName, challenge)
+	if err != nil {
+		return nil, false, n.wrap(err)
+	}
+	if !rb.Present {
+		return nil, false, nil
+	}
+	digest, err := hex.DecodeString(rb.Digest)
+	if err != nil {
+		return nil, false, fmt.Errorf("selfhost backend: the runtime answered a malformed readback digest")
+	}
+	return digest, true, nil
+}

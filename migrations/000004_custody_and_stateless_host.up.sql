@@ -8,9 +8,13 @@ CREATE TABLE clock_skew (
     skew      interval NOT NULL
 );
 
+-- PL/pgSQL caches the plan of its query once per session: called on every row of every statement,
+-- it costs microseconds, where a SQL function with a subquery would be planned on every statement.
 CREATE FUNCTION db_now() RETURNS timestamptz
-LANGUAGE sql STABLE AS $$
-SELECT now() + coalesce((SELECT skew FROM clock_skew), interval '0')
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN now() + coalesce((SELECT skew FROM clock_skew), interval '0');
+END
 $$;
 
 -- In-flight requests (SPEC 3.2, the idempotency-key pattern). A request whose effect spans several
@@ -153,10 +157,12 @@ $$;
 -- Whether a reservation has published: activated, or its recorded endpoint may still stand. A
 -- published row does not age (SPEC 3.3): the TTL bounds a hold that has not published.
 CREATE FUNCTION reservation_published(reservation_status text, witness uuid) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-SELECT reservation_status = 'activated'
-    OR (witness IS NOT NULL AND EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
-                                        WHERE e.uid = witness AND resource_present(e.status, o.status)))
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN reservation_status = 'activated'
+        OR (witness IS NOT NULL AND EXISTS (SELECT 1 FROM worker_endpoints e JOIN operations o ON o.id = e.operation_id
+                                            WHERE e.uid = witness AND resource_present(e.status, o.status)));
+END
 $$;
 
 -- The lock step of every owned mutation (SPEC 3.2), in one round trip: bound its wait by
@@ -164,10 +170,12 @@ $$;
 -- transaction and is gone when it ends, crash included), then read, under the lock and with a
 -- fresh snapshot, what is recorded for the key: one row per entry that exists, 'binding' (the
 -- owner and stored response), 'tombstone' (this token's deleted object) and 'intent' (a request in
--- flight: uid is its operation, status 1 when its lease expired).
+-- flight: uid is its operation, status 1 when its lease expired), and 'brake' when a deployment
+-- brake covers the worker the mutation changes (brake_worker null: the caller checks itself).
 -- Locks are taken in one order everywhere: this key lock first, then rows in the order workers,
 -- worker_endpoints, worker_endpoint_origin_reservations, runtime_input_preparations, deployments.
-CREATE FUNCTION ownership_lock(org text, key_kind text, key text, caller_token text, wait text)
+CREATE FUNCTION ownership_lock(org text, key_kind text, key text, caller_token text, wait text,
+                               brake_space text, brake_worker text)
 RETURNS TABLE (entry text, token text, request_hash bytea, uid uuid, status integer, body bytea)
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
@@ -185,18 +193,27 @@ BEGIN
     UNION ALL
     SELECT 'intent', i.holder, ''::bytea, i.operation_id, CASE WHEN i.lease_expires_at <= db_now() THEN 1 ELSE 0 END, ''::bytea
     FROM ownership_intents i
-    WHERE i.organization_id = org AND i.kind = key_kind AND i.external_key = key;
+    WHERE i.organization_id = org AND i.kind = key_kind AND i.external_key = key
+    UNION ALL
+    -- A deployment brake covering the mutation's worker (SPEC 3.6), when the caller names one.
+    SELECT 'brake', b.scope, ''::bytea, '00000000-0000-0000-0000-000000000000'::uuid, 0, ''::bytea
+    FROM deployment_brakes b
+    WHERE brake_worker IS NOT NULL
+      AND (b.organization_id IS NULL
+           OR (b.organization_id = org AND (b.space IS NULL OR (b.space = brake_space AND b.worker_name = brake_worker))));
 END
 $$;
 
 -- A reservation's status as of database time (SPEC 3.3, lazy expiry): a prepared or bound row
 -- whose TTL passed is expired unless it has published. Reads compute it; only writes store it.
 CREATE FUNCTION reservation_effective_status(reservation_status text, expires_at timestamptz, witness uuid) RETURNS text
-LANGUAGE sql STABLE AS $$
-SELECT CASE
-    WHEN reservation_status IN ('prepared', 'bound') AND expires_at <= db_now()
-         AND NOT reservation_published(reservation_status, witness) THEN 'expired'
-    ELSE reservation_status
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF reservation_status IN ('prepared', 'bound') AND expires_at <= db_now()
+       AND NOT reservation_published(reservation_status, witness) THEN
+        RETURN 'expired';
+    END IF;
+    RETURN reservation_status;
 END
 $$;
 

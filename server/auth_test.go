@@ -81,4 +81,20 @@ func TestAnotherOrganizationsObjectsAreNotFound(t *testing.T) {
 	require.NotEqual(t, h.getReservation(h.key, "res-a").json(t)["canonicalOrigin"], r.json(t)["canonicalOrigin"],
 		"the derived label includes the tenant, so the two origins differ")
 	require.Equal(t, 2, h.rowCount("id = 'res-a'"))
+
+	// Workers, endpoints, operations and deletion attestations of another organization are not
+	// found either, never forbidden.
+	h.mustWorker("prod", "api", workerToken)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-a"})
+	created := h.putWorker("prod", "web", "token-worker-web-000001", workerBody())
+	op := created.header.Get("Takoform-Operation-Id")
+	require.NotEmpty(t, op)
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "web", "token-worker-web-000001").status)
+	web := created.json(t)["uid"].(string)
+	require.Equal(t, http.StatusOK, h.get("/v1/deletion-attestations/"+web).status)
+	for _, path := range []string{"/v1/spaces/prod/workers/api", "/v1/spaces/prod/worker-endpoints/api", "/v1/operations/" + op, "/v1/deletion-attestations/" + web} {
+		h.do(req{method: http.MethodGet, path: path, key: otherKey}).problem(t, http.StatusNotFound, "not_found")
+	}
+	h.do(req{method: http.MethodDelete, path: "/v1/spaces/prod/worker-endpoints/api", key: otherKey, token: endpointToken}).problem(t, http.StatusNotFound, "not_found")
+	require.Equal(t, true, h.get("/v1/spaces/prod/worker-endpoints/api").json(t)["ready"], e["uid"])
 }

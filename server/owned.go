@@ -14,14 +14,17 @@ import (
 
 // ownedPut decodes the JSON body into v and runs an owned PUT of (kind, key); effect gets the
 // mutation and the request's token.
-func (s *Server) ownedPut(c echo.Context, kind, key, resourceType string, v any, effect func(context.Context, *ownership.Mutation, string) (ownership.Response, error)) error {
-	return s.ownedPutHashing(c, kind, key, resourceType, v, nil, effect)
+// brake, when set, names (from the decoded body) the worker the PUT changes, so that the lock step
+// checks the deployment brake.
+func (s *Server) ownedPut(c echo.Context, kind, key, resourceType string, v any, brake func() *ownership.BrakeScope,
+	effect func(context.Context, *ownership.Mutation, string) (ownership.Response, error)) error {
+	return s.ownedPutHashing(c, kind, key, resourceType, v, nil, brake, effect)
 }
 
 // ownedPutHashing is ownedPut with the body the request hash is taken over rewritten by hashBody
 // first (for bodies that carry secrets).
 func (s *Server) ownedPutHashing(c echo.Context, kind, key, resourceType string, v any, hashBody func([]byte) ([]byte, error),
-	effect func(context.Context, *ownership.Mutation, string) (ownership.Response, error)) error {
+	brake func() *ownership.BrakeScope, effect func(context.Context, *ownership.Mutation, string) (ownership.Response, error)) error {
 	token, err := ownershipToken(c)
 	if err != nil {
 		return err
@@ -41,6 +44,9 @@ func (s *Server) ownedPutHashing(c echo.Context, kind, key, resourceType string,
 	}
 	in := s.intent(c, kind, key, resourceType, key, token, raw)
 	in.IfMatch = ifMatch
+	if brake != nil {
+		in.Brake = brake()
+	}
 	resp, err := s.owners.Put(c.Request().Context(), in, func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 		return effect(ctx, m, token)
 	})
@@ -51,8 +57,8 @@ func (s *Server) ownedPutHashing(c echo.Context, kind, key, resourceType string,
 	return writeOwned(c, resp)
 }
 
-// ownedDelete runs an owned DELETE of (kind, key).
-func (s *Server) ownedDelete(c echo.Context, kind, key, resourceType string, effect ownership.Effect) error {
+// ownedDelete runs an owned DELETE of (kind, key); brake as for ownedPut (from the path).
+func (s *Server) ownedDelete(c echo.Context, kind, key, resourceType string, brake *ownership.BrakeScope, effect ownership.Effect) error {
 	token, err := ownershipToken(c)
 	if err != nil {
 		return err
@@ -66,6 +72,7 @@ func (s *Server) ownedDelete(c echo.Context, kind, key, resourceType string, eff
 	}
 	in := s.intent(c, kind, key, resourceType, key, token, nil)
 	in.IfMatch = ifMatch
+	in.Brake = brake
 	resp, err := s.owners.Delete(c.Request().Context(), in, effect)
 	setOperation(c, resp)
 	if err != nil {

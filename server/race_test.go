@@ -37,44 +37,66 @@ func TestConcurrentActivationDeactivationAndReleaseStayLegal(t *testing.T) {
 	h.mustWorker("prod", "api", workerToken)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
 
+	// Both sides start together behind a barrier; neither calls require (only this goroutine may).
+	// After every answer the custody invariant is checked in SQL by the test's goroutine, from the
+	// answers the workers hand back.
 	var wg sync.WaitGroup
 	statuses := make(chan int, 1000)
-	firstActivation := make(chan struct{})
+	failures := make(chan error, 1000)
+	start := make(chan struct{})
+	send := func(r req) int {
+		rep, err := h.try(r)
+		if err != nil {
+			failures <- err
+			return 0
+		}
+		statuses <- rep.status
+		return rep.status
+	}
 	wg.Add(2)
 	go func() { // activation cycles, a fresh token per cycle (a deleted activation's token is tombstoned)
 		defer wg.Done()
+		<-start
 		for i := range 15 {
 			token := fmt.Sprintf("token-cycle-%010d", i)
-			statuses <- h.putActivation("res-api", token, e["uid"].(string)).status
-			if i == 0 {
-				close(firstActivation)
-			}
-			statuses <- h.deleteActivation("res-api", token).status
+			send(req{method: http.MethodPut, path: resPath + "res-api/activation", key: h.key, token: token, body: map[string]any{"endpointUid": e["uid"]}})
+			send(req{method: http.MethodDelete, path: resPath + "res-api/activation", key: h.key, token: token})
 		}
 	}()
 	go func() { // the teardown, retried until it gets through in the safe order
 		defer wg.Done()
-		<-firstActivation
+		<-start
 		for range 200 {
-			r := h.deleteEndpoint("prod", "api", endpointToken)
-			statuses <- r.status
-			if r.status == http.StatusOK {
+			if send(req{method: http.MethodDelete, path: "/v1/spaces/prod/worker-endpoints/api", key: h.key, token: endpointToken}) == http.StatusOK {
 				break
 			}
 		}
 		for range 200 {
-			r := h.deleteReservation(h.key, "res-api", tokenA)
-			statuses <- r.status
-			if r.status == http.StatusOK {
+			if send(req{method: http.MethodDelete, path: resPath + "res-api", key: h.key, token: tokenA}) == http.StatusOK {
 				break
 			}
 		}
 	}()
-	wg.Wait()
+	close(start)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+			h.custodyHolds()
+		}
+	}
 	close(statuses)
+	close(failures)
+	for err := range failures {
+		require.NoError(t, err)
+	}
 	for s := range statuses {
 		require.Less(t, s, 500, "no request may fail with a server error")
 	}
+	h.custodyHolds()
 
 	rows, err := h.db.Query(context.Background(), "SELECT old_status, new_status, old_revision, new_revision FROM transitions ORDER BY seq")
 	require.NoError(t, err)

@@ -30,12 +30,10 @@ func (s *Server) putReservation(c echo.Context) error {
 	org := principal(c).Organization
 	var req reservation.Request
 	return s.ownedPut(c, reservation.Kind, id, reservation.ResourceType, &req,
+		func() *ownership.BrakeScope { return &ownership.BrakeScope{Space: req.Space, Worker: req.WorkerName} },
 		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
 			return oneTx(ctx, m,
 				func(tx pgx.Tx) (reservation.Reservation, error) {
-					if err := resource.CheckBrake(ctx, tx, org.ID, req.Space, req.WorkerName); err != nil {
-						return reservation.Reservation{}, err
-					}
 					return s.reservations.Create(ctx, tx, org, id, req)
 				},
 				func(tx pgx.Tx) (reservation.Reservation, error) {
@@ -58,7 +56,7 @@ func (s *Server) deleteReservation(c echo.Context) error {
 		return err
 	}
 	org := principal(c).Organization
-	return s.ownedDelete(c, reservation.Kind, id, reservation.ResourceType,
+	return s.ownedDelete(c, reservation.Kind, id, reservation.ResourceType, nil,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 				r, err := s.reservations.Get(ctx, tx, org, id)

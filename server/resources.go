@@ -52,6 +52,7 @@ func (s *Server) putWorker(c echo.Context) error {
 	org := principal(c).Organization
 	var spec resource.WorkerSpec
 	return s.ownedPut(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType, &spec,
+		func() *ownership.BrakeScope { return &ownership.BrakeScope{Space: space, Worker: name} },
 		func(ctx context.Context, m *ownership.Mutation, _ string) (ownership.Response, error) {
 			return s.resources.PutWorker(ctx, m, org, space, name, spec)
 		})
@@ -61,6 +62,7 @@ func (s *Server) deleteWorker(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
 	org := principal(c).Organization
 	return s.ownedDelete(c, resource.WorkerKind, space+"/"+name, resource.WorkerResourceType,
+		&ownership.BrakeScope{Space: space, Worker: name},
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			return s.resources.DeleteWorker(ctx, m, org, space, name)
 		})
@@ -79,6 +81,7 @@ func (s *Server) putEndpoint(c echo.Context) error {
 	org := principal(c).Organization
 	var spec resource.EndpointSpec
 	return s.ownedPut(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType, &spec,
+		func() *ownership.BrakeScope { return &ownership.BrakeScope{Space: space, Worker: spec.Worker} },
 		func(ctx context.Context, m *ownership.Mutation, _ string) (ownership.Response, error) {
 			return s.resources.PutEndpoint(ctx, m, org, space, name, spec)
 		})
@@ -87,7 +90,7 @@ func (s *Server) putEndpoint(c echo.Context) error {
 func (s *Server) deleteEndpoint(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
 	org := principal(c).Organization
-	return s.ownedDelete(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType,
+	return s.ownedDelete(c, resource.EndpointKind, space+"/"+name, resource.EndpointResourceType, nil,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			return s.resources.DeleteEndpoint(ctx, m, org, space, name)
 		})
@@ -110,7 +113,7 @@ func (s *Server) putActivation(c echo.Context) error {
 	}
 	org := principal(c).Organization
 	var req ActivationRequest
-	return s.ownedPut(c, activationKind, id, activationResourceType, &req,
+	return s.ownedPut(c, activationKind, id, activationResourceType, &req, nil,
 		func(ctx context.Context, m *ownership.Mutation, _ string) (ownership.Response, error) {
 			endpointUID, err := uuid.Parse(req.EndpointUID)
 			if err != nil {
@@ -126,7 +129,7 @@ func (s *Server) deleteActivation(c echo.Context) error {
 		return err
 	}
 	org := principal(c).Organization
-	return s.ownedDelete(c, activationKind, id, activationResourceType,
+	return s.ownedDelete(c, activationKind, id, activationResourceType, nil,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			return s.resources.Deactivate(ctx, m, org, id)
 		})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
-	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 )
 
@@ -62,12 +61,12 @@ func (s *Server) putPreparation(c echo.Context) error {
 	// The request hash is taken over the body with its values blanked: the reference commits to
 	// them, and no unkeyed digest of a secret is kept.
 	return s.ownedPutHashing(c, runtimeinput.Kind, id, runtimeinput.ResourceType, &req, runtimeinput.HashBody,
+		func() *ownership.BrakeScope {
+			return &ownership.BrakeScope{Space: req.Target.Space, Worker: req.Target.WorkerName}
+		},
 		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
 			return oneTx(ctx, m,
 				func(tx pgx.Tx) (runtimeinput.Preparation, error) {
-					if err := resource.CheckBrake(ctx, tx, org.ID, req.Target.Space, req.Target.WorkerName); err != nil {
-						return runtimeinput.Preparation{}, err
-					}
 					return s.runtimeInputs.Prepare(ctx, tx, org, id, req)
 				},
 				func(tx pgx.Tx) (runtimeinput.Preparation, error) {
@@ -87,7 +86,7 @@ func (s *Server) deletePreparation(c echo.Context) error {
 	}
 	id := c.Param("operationId")
 	org := principal(c).Organization
-	return s.ownedDelete(c, runtimeinput.Kind, id, runtimeinput.ResourceType,
+	return s.ownedDelete(c, runtimeinput.Kind, id, runtimeinput.ResourceType, nil,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 				p, err := s.runtimeInputs.Abort(ctx, tx, org, id)

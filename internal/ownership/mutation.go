@@ -112,9 +112,11 @@ func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) erro
 	var abandoned *uuid.UUID
 	err := store.WithTx(ctx, m.mgr.DB, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		rows, err := q.OwnershipLock(ctx, dbsqlc.OwnershipLockParams{
-			OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token, LockWait: lockWait,
-		})
+		params := dbsqlc.OwnershipLockParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token, LockWait: lockWait}
+		if in.Brake != nil {
+			params.BrakeSpace, params.BrakeWorker = &in.Brake.Space, &in.Brake.Worker
+		}
+		rows, err := q.OwnershipLock(ctx, params)
 		if err != nil {
 			return fmt.Errorf("ownership: lock: %w", err)
 		}
@@ -134,6 +136,9 @@ func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) erro
 			return a
 		}
 		m.Current = rec.binding
+		if rec.braked {
+			return apierr.New(apierr.DeploymentBrake, "a deployment brake covers this change: graph-changing mutations are refused until an operator releases it (reads continue)")
+		}
 		if m.Intent.IfMatch != nil && m.Current == nil {
 			return apierr.New(apierr.RevisionConflict, "If-Match names revision %d but there is no %s to match", *m.Intent.IfMatch, in.Kind)
 		}
@@ -193,6 +198,16 @@ func (m *Mutation) held(ctx context.Context, tx pgx.Tx) error {
 // the tombstone and the binding's removal), and the lease's release.
 func (m *Mutation) record(ctx context.Context, q *dbsqlc.Queries, resp *Response) error {
 	in := m.Intent
+	if !m.deleting {
+		if err := q.OwnershipCommitBinding(ctx, dbsqlc.OwnershipCommitBindingParams{
+			OperationID: m.Operation, OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Method: in.Method,
+			Leased: m.started, Token: in.Token, RequestHash: m.hash, ObjectUID: resp.UID,
+			ResponseStatus: int32(resp.Status), ResponseBody: resp.Body,
+		}); err != nil {
+			return fmt.Errorf("ownership: commit: %w", err)
+		}
+		return nil
+	}
 	if m.started {
 		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: m.Operation, Status: "committed"}); err != nil {
 			return fmt.Errorf("ownership: finish operation: %w", err)
@@ -207,24 +222,15 @@ func (m *Mutation) record(ctx context.Context, q *dbsqlc.Queries, resp *Response
 	}); err != nil {
 		return fmt.Errorf("ownership: record operation: %w", err)
 	}
-	if m.deleting {
-		resp.UID = m.Current.UID
-		if err := q.OwnershipTombstoneCreate(ctx, dbsqlc.OwnershipTombstoneCreateParams{
-			OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token, ObjectUID: resp.UID,
-			RequestHash: m.hash, ResponseStatus: int32(resp.Status), ResponseBody: resp.Body, RetentionSeconds: m.mgr.retention().Seconds(),
-		}); err != nil {
-			return fmt.Errorf("ownership: tombstone: %w", err)
-		}
-		if err := q.OwnershipUnbind(ctx, dbsqlc.OwnershipUnbindParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key}); err != nil {
-			return fmt.Errorf("ownership: unbind: %w", err)
-		}
-		return nil
-	}
-	if err := q.OwnershipBind(ctx, dbsqlc.OwnershipBindParams{
-		OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token, RequestHash: m.hash,
-		ObjectUID: resp.UID, ResponseStatus: int32(resp.Status), ResponseBody: resp.Body,
+	resp.UID = m.Current.UID
+	if err := q.OwnershipTombstoneCreate(ctx, dbsqlc.OwnershipTombstoneCreateParams{
+		OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token, ObjectUID: resp.UID,
+		RequestHash: m.hash, ResponseStatus: int32(resp.Status), ResponseBody: resp.Body, RetentionSeconds: m.mgr.retention().Seconds(),
 	}); err != nil {
-		return fmt.Errorf("ownership: bind: %w", err)
+		return fmt.Errorf("ownership: tombstone: %w", err)
+	}
+	if err := q.OwnershipUnbind(ctx, dbsqlc.OwnershipUnbindParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key}); err != nil {
+		return fmt.Errorf("ownership: unbind: %w", err)
 	}
 	return nil
 }

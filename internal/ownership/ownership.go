@@ -55,9 +55,18 @@ type Intent struct {
 	Body   []byte
 	// IfMatch is the revision the caller last read (If-Match), when it sent one.
 	IfMatch *int64
+	// Brake, when set, names the worker the mutation changes: the lock step refuses it while a
+	// deployment brake covers that worker (SPEC 3.6). Unset, the effect checks itself.
+	Brake *BrakeScope
 	// ResourceType and ImportID name the provider resource and import id in conflict details.
 	ResourceType string
 	ImportID     string
+}
+
+// BrakeScope names a worker of the intent's organization.
+type BrakeScope struct {
+	Space  string
+	Worker string
 }
 
 // Response is what an effect produced: stored for replay when it is a committed success.
@@ -189,6 +198,7 @@ type record struct {
 	intent        *uuid.UUID
 	intentExpired bool
 	intentHolder  string
+	braked        bool
 }
 
 func readRecord(rows []entry) record {
@@ -203,6 +213,8 @@ func readRecord(rows []entry) record {
 		case "intent":
 			op := e.UID
 			r.intent, r.intentExpired, r.intentHolder = &op, e.Status == 1, e.Token
+		case "brake":
+			r.braked = true
 		}
 	}
 	return r

@@ -74,19 +74,13 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 }
 
 func (s *Service) insertMinted(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id, label, origin string) (Reservation, error) {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return Reservation{}, err
-	}
-	row, err := dbsqlc.New(sp).ReservationMint(ctx, dbsqlc.ReservationMintParams{
+	// A unique index refusing the insert refuses the request: the transaction ends with it.
+	row, err := dbsqlc.New(tx).ReservationMint(ctx, dbsqlc.ReservationMintParams{
 		OrganizationID: w.OrganizationID, ID: id, UID: uuid.New(), Space: w.Space, WorkerName: w.Name,
 		Subdomain: label, CanonicalOrigin: origin, TTLSeconds: DefaultTTLSeconds,
 		WorkerUID: &w.UID, WorkerRevision: &w.Revision, OfferingID: w.Placement.OfferingID,
 		OfferingDigest: w.Placement.OfferingDigest, Pack: w.Placement.Pack, Installation: w.Placement.Installation,
 	})
-	if err != nil {
-		_ = sp.Rollback(ctx)
-	}
 	switch {
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_origin_key"):
 		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another reservation; the Host does not take it", origin).
@@ -99,21 +93,11 @@ func (s *Service) insertMinted(ctx context.Context, tx pgx.Tx, w WorkerIncarnati
 	case err != nil:
 		return Reservation{}, fmt.Errorf("reservation: mint: %w", err)
 	}
-	if err := sp.Commit(ctx); err != nil {
-		return Reservation{}, err
-	}
 	return fromRow(row, ""), nil
 }
 
 func revive(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id string) error {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = dbsqlc.New(sp).ReservationRevive(ctx, dbsqlc.ReservationReviveParams{OrganizationID: w.OrganizationID, ID: id, WorkerUID: &w.UID})
-	if err != nil {
-		_ = sp.Rollback(ctx)
-	}
+	_, err := dbsqlc.New(tx).ReservationRevive(ctx, dbsqlc.ReservationReviveParams{OrganizationID: w.OrganizationID, ID: id, WorkerUID: &w.UID})
 	switch {
 	case store.IsUniqueViolation(err, ""):
 		return apierr.New(apierr.OriginTaken, "the expired Host-minted reservation %q cannot come back without displacing another reservation", id)
@@ -122,7 +106,7 @@ func revive(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id string) erro
 	case err != nil:
 		return fmt.Errorf("reservation: revive: %w", err)
 	}
-	return sp.Commit(ctx)
+	return nil
 }
 
 // releaseSuperseded releases the Host-minted rows of earlier incarnations of w's name, each under

@@ -274,19 +274,12 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err := sweep(ctx, q, org.ID, id, d.space, d.workerName, d.origin); err != nil {
 		return Reservation{}, err
 	}
-	// A savepoint keeps the transaction usable when a unique index refuses the insert.
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
-	}
-	row, err := dbsqlc.New(sp).ReservationCreate(ctx, dbsqlc.ReservationCreateParams{
+	// A unique index refusing the insert refuses the request: the transaction ends with it.
+	row, err := q.ReservationCreate(ctx, dbsqlc.ReservationCreateParams{
 		OrganizationID: org.ID, ID: id, UID: uuid.New(), Space: d.space, WorkerName: d.workerName,
 		Subdomain: d.subdomain, CanonicalOrigin: d.origin, TTLSeconds: int32(d.ttl),
 		OfferingID: d.offering.ID, OfferingDigest: d.offering.Digest, Pack: d.offering.Pack, Installation: d.inst.Name,
 	})
-	if err != nil {
-		_ = sp.Rollback(ctx)
-	}
 	switch {
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_origin_key"):
 		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another reservation", d.origin).
@@ -296,9 +289,6 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	case errors.Is(err, pgx.ErrNoRows):
 		return Reservation{}, apierr.New(apierr.ReservationConflict, "reservation %q already exists and still holds its origin (or is a migrated v1 row); release it first or choose another id", id)
 	case err != nil:
-		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
-	}
-	if err := sp.Commit(ctx); err != nil {
 		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
 	}
 	return fromRow(row, ""), nil

@@ -305,9 +305,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 	var work *planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		if err := CheckBrake(ctx, tx, org.ID, space, spec.Worker); err != nil {
-			return err
-		}
+		// The deployment brake was checked in the lock step (the intent names the worker).
 		if m.Current != nil {
 			var err error
 			if e, err = lockEndpoint(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {

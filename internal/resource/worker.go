@@ -457,9 +457,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 	var work *planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		if err := CheckBrake(ctx, tx, org.ID, space, name); err != nil {
-			return err
-		}
+		// The deployment brake was checked in the lock step (the intent names this worker).
 		if m.Current == nil {
 			w = Worker{Modules: spec.Modules, Placement: placement}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
@@ -622,9 +620,6 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 	var work []planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		if err := CheckBrake(ctx, tx, org.ID, space, name); err != nil {
-			return err
-		}
 		var err error
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err

@@ -325,11 +325,7 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	sp, err := tx.Begin(ctx)
-	if err != nil {
-		return Preparation{}, err
-	}
-	err = dbsqlc.New(sp).PreparationInsert(ctx, dbsqlc.PreparationInsertParams{
+	err = dbsqlc.New(tx).PreparationInsert(ctx, dbsqlc.PreparationInsertParams{
 		OrganizationID: org.ID, OperationID: operationID, PreparationID: id.PreparationID, Reference: id.Reference,
 		MaterialSetNonce: req.MaterialSetNonce, MaterialSetID: materialSetID, Space: target.Space, WorkerName: target.WorkerName,
 		BundleName: target.BundleName, EndpointName: target.EndpointName, OriginReservationID: target.OriginReservationID,
@@ -337,14 +333,10 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 		SealingNonce: sealed.Nonce, Ciphertext: sealed.Ciphertext, MaterialDigest: sealing.Digest(challenge, plain), DigestKeyID: sealed.KeyID,
 	})
 	if err != nil {
-		_ = sp.Rollback(ctx)
 		if store.IsUniqueViolation(err, "") {
 			return Preparation{}, apierr.New(apierr.ResourceExists, "this material (%s) is already prepared under another operation id", id.PreparationID)
 		}
 		return Preparation{}, fmt.Errorf("runtime input: prepare: %w", err)
-	}
-	if err := sp.Commit(ctx); err != nil {
-		return Preparation{}, err
 	}
 	p, _, err := get(ctx, tx, org.ID, dbsqlc.PreparationGetParams{OperationID: &operationID})
 	return p, err

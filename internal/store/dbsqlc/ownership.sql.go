@@ -47,6 +47,61 @@ func (q *Queries) OwnershipBind(ctx context.Context, arg OwnershipBindParams) er
 	return err
 }
 
+const ownershipCommitBinding = `-- name: OwnershipCommitBinding :exec
+WITH recorded AS (
+    INSERT INTO operations (id, organization_id, kind, external_key, method, status, replayed, started_at, finished_at)
+    SELECT $9, $1, $2, $3, $10, 'committed', false, db_now(), db_now()
+    WHERE NOT $11::boolean
+), finished AS (
+    UPDATE operations SET status = 'committed', finished_at = db_now()
+    WHERE $11::boolean AND id = $9 AND status = 'running'
+), released AS (
+    DELETE FROM ownership_intents
+    WHERE $11::boolean AND organization_id = $1 AND kind = $2 AND external_key = $3
+      AND operation_id = $9
+)
+INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, response_status, response_body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (organization_id, kind, external_key) DO UPDATE
+SET request_hash = excluded.request_hash, object_uid = excluded.object_uid,
+    response_status = excluded.response_status, response_body = excluded.response_body, updated_at = now()
+WHERE ownership_bindings.token = excluded.token
+`
+
+type OwnershipCommitBindingParams struct {
+	OrganizationID string
+	Kind           string
+	ExternalKey    string
+	Token          string
+	RequestHash    []byte
+	ObjectUID      uuid.UUID
+	ResponseStatus int32
+	ResponseBody   []byte
+	OperationID    uuid.UUID
+	Method         string
+	Leased         bool
+}
+
+// The committed outcome of a PUT, in one statement: the operation recorded committed (inserted,
+// for a request that was one transaction from the start; finished, with its lease released, for
+// one that held a lease) and the token bound to the object with the stored response.
+func (q *Queries) OwnershipCommitBinding(ctx context.Context, arg OwnershipCommitBindingParams) error {
+	_, err := q.db.Exec(ctx, ownershipCommitBinding,
+		arg.OrganizationID,
+		arg.Kind,
+		arg.ExternalKey,
+		arg.Token,
+		arg.RequestHash,
+		arg.ObjectUID,
+		arg.ResponseStatus,
+		arg.ResponseBody,
+		arg.OperationID,
+		arg.Method,
+		arg.Leased,
+	)
+	return err
+}
+
 const ownershipIntentAcquire = `-- name: OwnershipIntentAcquire :exec
 INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at)
 VALUES ($1, $2, $3, $4, $5, db_now() + make_interval(secs => $6::double precision))
@@ -227,7 +282,8 @@ func (q *Queries) OwnershipIntentsExpired(ctx context.Context) ([]OwnershipInten
 const ownershipLock = `-- name: OwnershipLock :many
 SELECT l.entry::text AS entry, l.token::text AS token, l.request_hash::bytea AS request_hash, l.uid::uuid AS uid,
        l.status::integer AS status, l.body::bytea AS body
-FROM ownership_lock($1::text, $2::text, $3::text, $4::text, $5::text) AS l
+FROM ownership_lock($1::text, $2::text, $3::text, $4::text, $5::text,
+                    $6::text, $7::text) AS l
 `
 
 type OwnershipLockParams struct {
@@ -236,6 +292,8 @@ type OwnershipLockParams struct {
 	ExternalKey    string
 	Token          string
 	LockWait       string
+	BrakeSpace     *string
+	BrakeWorker    *string
 }
 
 type OwnershipLockRow struct {
@@ -256,6 +314,8 @@ func (q *Queries) OwnershipLock(ctx context.Context, arg OwnershipLockParams) ([
 		arg.ExternalKey,
 		arg.Token,
 		arg.LockWait,
+		arg.BrakeSpace,
+		arg.BrakeWorker,
 	)
 	if err != nil {
 		return nil, err

@@ -808,14 +808,24 @@ func (q *Queries) ReservationRevive(ctx context.Context, arg ReservationRevivePa
 }
 
 const reservationSweep = `-- name: ReservationSweep :execrows
-UPDATE worker_endpoint_origin_reservations
-SET status = 'expired', revision = revision + 1, updated_at = db_now()
-WHERE format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND status IN ('prepared', 'bound') AND expires_at <= db_now()
-  AND NOT reservation_published(status, endpoint_uid)
-  AND ((organization_id = $1 AND id = $2)
-       OR (organization_id = $1 AND space = $3 AND worker_name = $4)
-       OR canonical_origin = $5)
+UPDATE worker_endpoint_origin_reservations r
+SET status = 'expired', revision = r.revision + 1, updated_at = db_now()
+FROM (
+    SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+    WHERE x.organization_id = $1 AND x.id = $2
+    UNION
+    SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+    WHERE x.organization_id = $1 AND x.space = $3 AND x.worker_name = $4
+      AND (x.status IN ('prepared', 'bound', 'activated') OR (x.status = 'expired' AND x.endpoint_uid IS NOT NULL))
+    UNION
+    SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+    WHERE x.canonical_origin = $5
+      AND (x.status IN ('prepared', 'bound', 'activated') OR (x.status = 'expired' AND x.endpoint_uid IS NOT NULL))
+) c
+WHERE r.organization_id = c.organization_id AND r.id = c.id
+  AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
+  AND r.status IN ('prepared', 'bound') AND r.expires_at <= db_now()
+  AND NOT reservation_published(r.status, r.endpoint_uid)
 `
 
 type ReservationSweepParams struct {
@@ -828,7 +838,8 @@ type ReservationSweepParams struct {
 
 // Lazy expiry (SPEC 3.3): a prepared or bound row whose TTL passed and that has not published
 // becomes expired. Run before any write that could conflict with the rows it matches: the row
-// itself, its worker key and its origin.
+// itself, its worker key and its origin. Each of the three is found through its own index (a
+// single OR lets the planner scan a whole organization).
 func (q *Queries) ReservationSweep(ctx context.Context, arg ReservationSweepParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reservationSweep,
 		arg.OrganizationID,

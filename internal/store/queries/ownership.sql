@@ -16,7 +16,8 @@ WHERE t.organization_id = @organization_id AND t.kind = @kind AND t.external_key
 -- advisory lock, then its binding, this token's tombstone and any in-flight lease, read under it.
 SELECT l.entry::text AS entry, l.token::text AS token, l.request_hash::bytea AS request_hash, l.uid::uuid AS uid,
        l.status::integer AS status, l.body::bytea AS body
-FROM ownership_lock(@organization_id::text, @kind::text, @external_key::text, @token::text, @lock_wait::text) AS l;
+FROM ownership_lock(@organization_id::text, @kind::text, @external_key::text, @token::text, @lock_wait::text,
+                    sqlc.narg('brake_space')::text, sqlc.narg('brake_worker')::text) AS l;
 
 -- name: OwnershipIntentAcquire :exec
 -- Takes the key's in-flight lease for a request whose effect spans several transactions. The
@@ -91,3 +92,26 @@ WHERE organization_id = @organization_id AND kind = @kind AND external_key = ANY
 UPDATE ownership_intents SET lease_expires_at = db_now()
 WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
   AND operation_id = @operation_id;
+
+-- name: OwnershipCommitBinding :exec
+-- The committed outcome of a PUT, in one statement: the operation recorded committed (inserted,
+-- for a request that was one transaction from the start; finished, with its lease released, for
+-- one that held a lease) and the token bound to the object with the stored response.
+WITH recorded AS (
+    INSERT INTO operations (id, organization_id, kind, external_key, method, status, replayed, started_at, finished_at)
+    SELECT @operation_id, @organization_id, @kind, @external_key, @method, 'committed', false, db_now(), db_now()
+    WHERE NOT @leased::boolean
+), finished AS (
+    UPDATE operations SET status = 'committed', finished_at = db_now()
+    WHERE @leased::boolean AND id = @operation_id AND status = 'running'
+), released AS (
+    DELETE FROM ownership_intents
+    WHERE @leased::boolean AND organization_id = @organization_id AND kind = @kind AND external_key = @external_key
+      AND operation_id = @operation_id
+)
+INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, response_status, response_body)
+VALUES (@organization_id, @kind, @external_key, @token, @request_hash, @object_uid, @response_status, @response_body)
+ON CONFLICT (organization_id, kind, external_key) DO UPDATE
+SET request_hash = excluded.request_hash, object_uid = excluded.object_uid,
+    response_status = excluded.response_status, response_body = excluded.response_body, updated_at = now()
+WHERE ownership_bindings.token = excluded.token;

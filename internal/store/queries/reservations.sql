@@ -35,15 +35,26 @@ SELECT (NOT EXISTS (
 -- name: ReservationSweep :execrows
 -- Lazy expiry (SPEC 3.3): a prepared or bound row whose TTL passed and that has not published
 -- becomes expired. Run before any write that could conflict with the rows it matches: the row
--- itself, its worker key and its origin.
-UPDATE worker_endpoint_origin_reservations
-SET status = 'expired', revision = revision + 1, updated_at = db_now()
-WHERE format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND status IN ('prepared', 'bound') AND expires_at <= db_now()
-  AND NOT reservation_published(status, endpoint_uid)
-  AND ((organization_id = @organization_id AND id = @id)
-       OR (organization_id = @organization_id AND space = @space AND worker_name = @worker_name)
-       OR canonical_origin = @canonical_origin);
+-- itself, its worker key and its origin. Each of the three is found through its own index (a
+-- single OR lets the planner scan a whole organization).
+UPDATE worker_endpoint_origin_reservations r
+SET status = 'expired', revision = r.revision + 1, updated_at = db_now()
+FROM (
+    SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+    WHERE x.organization_id = @organization_id AND x.id = @id
+    UNION
+    SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+    WHERE x.organization_id = @organization_id AND x.space = @space AND x.worker_name = @worker_name
+      AND (x.status IN ('prepared', 'bound', 'activated') OR (x.status = 'expired' AND x.endpoint_uid IS NOT NULL))
+    UNION
+    SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+    WHERE x.canonical_origin = @canonical_origin
+      AND (x.status IN ('prepared', 'bound', 'activated') OR (x.status = 'expired' AND x.endpoint_uid IS NOT NULL))
+) c
+WHERE r.organization_id = c.organization_id AND r.id = c.id
+  AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
+  AND r.status IN ('prepared', 'bound') AND r.expires_at <= db_now()
+  AND NOT reservation_published(r.status, r.endpoint_uid);
 
 -- name: ReservationCreate :one
 -- A new incarnation (new UID) in state prepared. A released row of the same id, or an expired one

@@ -96,6 +96,7 @@ type serveOptions struct {
 	config             string
 	sealingKeyFile     string
 	tombstoneRetention time.Duration
+	janitorEvery       time.Duration
 }
 
 func (o *serveOptions) flags(cmd *cobra.Command) {
@@ -104,6 +105,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
 		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with `takoserver keys init-sealing --out FILE`)")
 	cmd.Flags().DurationVar(&o.tombstoneRetention, "tombstone-retention", 30*24*time.Hour, "how long ownership tombstones are kept (a late replay of a deleted object's request is refused while its tombstone lasts)")
+	cmd.Flags().DurationVar(&o.janitorEvery, "janitor-every", time.Minute, "how often the janitor recovers abandoned requests, collects orphans, releases Host-minted reservations of deleted workers and purges tombstones")
 }
 
 func serveCommand(g *globals) *cobra.Command {
@@ -168,7 +170,7 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 		ready(l.Addr().String())
 	}
 	// A Host keeps nothing on disk: its backends are APIs, its authority is PostgreSQL.
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention})
+	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, JanitorEvery: o.janitorEvery})
 	return srv.Serve(ctx, l)
 }
 

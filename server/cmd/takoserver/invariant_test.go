@@ -1,0 +1,532 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+// The custody invariant of SPEC 3.3, attacked: random, seeded sequences of reservation, worker,
+// endpoint and activation PUTs and DELETEs (with and without supplied reservations, from two
+// organizations that want the same origins), sent to two `takoserver serve` processes sharing one
+// database and one runtime node, with the database's clock moved past TTLs and leases, Hosts
+// killed mid-request (SIGKILL) and restarted, and concurrent bursts across both replicas. After
+// every step the invariant is checked directly in SQL, through the API, and against the routes
+// the runtime node actually holds:
+//
+//	while any endpoint row names a canonical origin, or any backend may still route it, no other
+//	reservation of any organization can hold that origin.
+//
+// TAKOFORM_INVARIANT_SEED replays one sequence; TAKOFORM_SOAK (a duration) runs sequences until it
+// passes. A failure prints the seed.
+
+const invariantSpace = "prod"
+
+// invariantWorker is the code every worker of the sequences runs.
+const invariantWorker = `{"modules":{"index.js":"export default { async fetch() { return new Response('ok') } }"},"mainModule":"index.js","compatibilityDate":"2025-01-01","requiredSensitiveVars":[]}`
+
+type tenant struct {
+	name string
+	key  string
+}
+
+// world is one sequence's Hosts, runtime, database and what it has asked for.
+type world struct {
+	t       *testing.T
+	rng     *rand.Rand
+	seed    uint64
+	db      *pgxpool.Pool
+	dbURL   string
+	kek     string
+	catalog string
+	hosts   []host
+	procs   []*exec.Cmd
+	node    node
+	orgs    []tenant
+	// tokens holds the ownership token of each (org, path) the sequence addresses; a delete that
+	// succeeded, or a token the Host tombstoned, gets a fresh one.
+	tokens map[string]string
+	serial int
+	steps  int
+	// What the sequence believes exists, from answers it got, to pick plausible requests most of
+	// the time: workers[org][name], reservations[org][id] = worker name.
+	workers      map[string]map[string]bool
+	reservations map[string]map[string]string
+	log          []string
+	client       *http.Client
+}
+
+func (w *world) fail(format string, args ...any) {
+	w.t.Helper()
+	tail := w.log
+	if len(tail) > 25 {
+		tail = tail[len(tail)-25:]
+	}
+	w.t.Fatalf("custody invariant broken (replay with TAKOFORM_INVARIANT_SEED=%d) at step %d: %s\nlast steps:\n  %s",
+		w.seed, w.steps, fmt.Sprintf(format, args...), strings.Join(tail, "\n  "))
+}
+
+func (w *world) token(org, path string) string {
+	k := org + " " + path
+	if tok, ok := w.tokens[k]; ok {
+		return tok
+	}
+	w.serial++
+	tok := fmt.Sprintf("inv-%d-%08d", w.seed%100000, w.serial)
+	w.tokens[k] = tok
+	return tok
+}
+
+func (w *world) forget(org, path string) { delete(w.tokens, org+" "+path) }
+
+// send performs one request; it never calls require, so bursts may run it on any goroutine.
+func (w *world) send(h host, org tenant, method, path, body string, ifMatch string) (answer, error) {
+	var rd *strings.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	} else {
+		rd = strings.NewReader("")
+	}
+	req, err := http.NewRequest(method, h.url+path, rd)
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+org.key)
+	if method != http.MethodGet && method != http.MethodPost {
+		req.Header.Set("Takoform-Ownership-Token", w.token(org.name, path))
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if ifMatch != "" {
+		req.Header.Set("If-Match", ifMatch)
+	}
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if rerr != nil {
+			break
+		}
+	}
+	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Takoform-Replayed"), body: b.String()}, nil
+}
+
+// note records an answer and keeps the token book: a delete that answered 200 ends the object,
+// a tombstoned or conflicting token is replaced.
+func (w *world) note(org tenant, method, path string, a answer, err error) {
+	switch {
+	case err != nil:
+		w.log = append(w.log, fmt.Sprintf("%s %s %s -> transport error %v", org.name, method, path, err))
+		return
+	case a.status >= 500 && a.status != http.StatusBadGateway && a.status != http.StatusServiceUnavailable:
+		w.fail("%s %s %s answered %d: %s", org.name, method, path, a.status, a.body)
+	}
+	code := ""
+	var p map[string]any
+	if json.Unmarshal([]byte(a.body), &p) == nil {
+		code, _ = p["code"].(string)
+	}
+	w.log = append(w.log, fmt.Sprintf("%s %s %s -> %d %s", org.name, method, path, a.status, code))
+	if (method == http.MethodDelete && a.status == http.StatusOK) || code == "tombstoned" || code == "ownership_conflict" {
+		w.forget(org.name, path)
+	}
+	if w.workers[org.name] == nil {
+		w.workers[org.name], w.reservations[org.name] = map[string]bool{}, map[string]string{}
+	}
+	ok := a.status == http.StatusOK || a.status == http.StatusCreated
+	switch parts := strings.Split(strings.TrimPrefix(path, "/v1/"), "/"); {
+	case len(parts) == 4 && parts[2] == "workers" && ok:
+		w.workers[org.name][parts[3]] = method == http.MethodPut
+	case len(parts) == 2 && parts[0] == "worker-endpoint-origin-reservations" && ok:
+		if method == http.MethodPut {
+			var r map[string]any
+			if json.Unmarshal([]byte(a.body), &r) == nil {
+				w.reservations[org.name][parts[1]], _ = r["workerName"].(string)
+			}
+		} else {
+			delete(w.reservations[org.name], parts[1])
+		}
+	}
+}
+
+// knownWorker is one of org's workers most of the time, any name otherwise.
+func (w *world) knownWorker(org tenant) string {
+	var names []string
+	for n, ok := range w.workers[org.name] {
+		if ok {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 || w.pick(5) == 0 {
+		return w.workerName()
+	}
+	sortStrings(names)
+	return names[w.pick(len(names))]
+}
+
+// knownReservation is one of org's reservations for worker most of the time.
+func (w *world) knownReservation(org tenant, worker string) string {
+	var ids []string
+	for id, wk := range w.reservations[org.name] {
+		if wk == worker {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 || w.pick(5) == 0 {
+		return w.reservationID()
+	}
+	sortStrings(ids)
+	return ids[w.pick(len(ids))]
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func (w *world) pick(n int) int { return w.rng.IntN(n) }
+
+func (w *world) anyHost() host { return w.hosts[w.pick(len(w.hosts))] }
+
+func (w *world) anyOrg() tenant { return w.orgs[w.pick(len(w.orgs))] }
+
+// A small name space, shared by both organizations, so that origins collide.
+func (w *world) reservationID() string { return fmt.Sprintf("res-%d", 1+w.pick(3)) }
+func (w *world) workerName() string    { return fmt.Sprintf("w%d", 1+w.pick(2)) }
+func (w *world) endpointName() string  { return fmt.Sprintf("e%d", 1+w.pick(2)) }
+
+func (w *world) reservationBody() string {
+	body := map[string]any{"space": invariantSpace, "workerName": w.workerName()}
+	if w.pick(3) > 0 {
+		body["subdomain"] = fmt.Sprintf("shared-%d", 1+w.pick(2)) // both organizations want these
+	}
+	if w.pick(2) == 0 {
+		body["ttlSeconds"] = 60
+	}
+	raw, _ := json.Marshal(body)
+	return string(raw)
+}
+
+func (w *world) endpointBody(org tenant) string {
+	worker := w.knownWorker(org)
+	body := map[string]any{"worker": worker}
+	if w.pick(3) > 0 {
+		body["originReservationId"] = w.knownReservation(org, worker)
+	}
+	raw, _ := json.Marshal(body)
+	return string(raw)
+}
+
+// mutation is one request of the sequence.
+type mutation struct {
+	org    tenant
+	method string
+	path   string
+	body   string
+}
+
+func (w *world) randomMutation() mutation {
+	org := w.anyOrg()
+	res := "/v1/worker-endpoint-origin-reservations/"
+	choice := w.pick(10)
+	if choice >= 6 && choice <= 7 && w.knownWorker(org) == "" {
+		choice = 3
+	}
+	if w.pick(3) == 0 && len(w.workers[org.name]) > 0 {
+		choice = 6 // an endpoint, most often on something that exists: where custody is decided
+	}
+	switch choice {
+	case 0, 1:
+		return mutation{org, http.MethodPut, res + w.reservationID(), w.reservationBody()}
+	case 2:
+		id := w.reservationID()
+		for known := range w.reservations[org.name] {
+			if w.pick(2) == 0 {
+				id = known
+			}
+		}
+		return mutation{org, http.MethodDelete, res + id, ""}
+	case 3, 4:
+		return mutation{org, http.MethodPut, "/v1/spaces/" + invariantSpace + "/workers/" + w.workerName(), invariantWorker}
+	case 5:
+		return mutation{org, http.MethodDelete, "/v1/spaces/" + invariantSpace + "/workers/" + w.knownWorker(org), ""}
+	case 6, 7:
+		return mutation{org, http.MethodPut, "/v1/spaces/" + invariantSpace + "/worker-endpoints/" + w.endpointName(), w.endpointBody(org)}
+	case 8:
+		return mutation{org, http.MethodDelete, "/v1/spaces/" + invariantSpace + "/worker-endpoints/" + w.endpointName(), ""}
+	default:
+		id := w.reservationID()
+		if w.pick(2) == 0 {
+			return mutation{org, http.MethodDelete, res + id + "/activation", ""}
+		}
+		// Activate with the UID of one of the organization's endpoints, read through the API.
+		uid := w.endpointUID(org, w.endpointName())
+		return mutation{org, http.MethodPut, res + id + "/activation", fmt.Sprintf(`{"endpointUid":%q}`, uid)}
+	}
+}
+
+func (w *world) endpointUID(org tenant, name string) string {
+	a, err := w.send(w.anyHost(), org, http.MethodGet, "/v1/spaces/"+invariantSpace+"/worker-endpoints/"+name, "", "")
+	if err != nil || a.status != http.StatusOK {
+		return "00000000-0000-0000-0000-000000000000"
+	}
+	var e map[string]any
+	_ = json.Unmarshal([]byte(a.body), &e)
+	uid, _ := e["uid"].(string)
+	return uid
+}
+
+func (w *world) do(m mutation, h host) {
+	a, err := w.send(h, m.org, m.method, m.path, m.body, "")
+	w.note(m.org, m.method, m.path, a, err)
+}
+
+// step runs one random step and then checks the invariant.
+func (w *world) step() {
+	w.steps++
+	switch r := w.pick(20); {
+	case r < 13:
+		w.do(w.randomMutation(), w.anyHost())
+	case r < 15: // a burst: two mutations at once on both replicas, released together
+		ms := []mutation{w.randomMutation(), w.randomMutation()}
+		if w.pick(2) == 0 { // the same origin wanted by both organizations at once
+			body := fmt.Sprintf(`{"space":%q,"workerName":%q,"subdomain":"shared-1"}`, invariantSpace, w.workerName())
+			ms = []mutation{{w.orgs[0], http.MethodPut, "/v1/worker-endpoint-origin-reservations/" + w.reservationID(), body},
+				{w.orgs[1], http.MethodPut, "/v1/worker-endpoint-origin-reservations/" + w.reservationID(), body}}
+		}
+		start := make(chan struct{})
+		answers := make([]answer, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range ms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				answers[i], errs[i] = w.send(w.hosts[i%len(w.hosts)], ms[i].org, ms[i].method, ms[i].path, ms[i].body, "")
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, m := range ms {
+			w.note(m.org, m.method, m.path, answers[i], errs[i])
+		}
+	case r < 17: // the database's clock moves: TTLs and leases run out
+		skews := []string{"30 seconds", "90 seconds", "2 hours", "2 days"}
+		skew := skews[w.pick(len(skews))]
+		_, err := w.db.Exec(context.Background(), `INSERT INTO clock_skew (skew) VALUES ($1::interval)
+			ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`, skew)
+		require.NoError(w.t, err)
+		w.log = append(w.log, "clock +"+skew)
+	default: // a Host killed mid-request, then restarted; its lease runs out by database time
+		i := w.pick(len(w.hosts))
+		m := w.randomMutation()
+		for m.method == http.MethodGet {
+			m = w.randomMutation()
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = w.send(w.hosts[i], m.org, m.method, m.path, m.body, "")
+		}()
+		time.Sleep(time.Duration(w.pick(40)) * time.Millisecond)
+		require.NoError(w.t, w.procs[i].Process.Signal(syscall.SIGKILL))
+		_ = w.procs[i].Wait()
+		<-done
+		w.log = append(w.log, fmt.Sprintf("%s %s %s on host %d -> killed", m.org.name, m.method, m.path, i))
+		w.hosts[i], w.procs[i] = w.startHost()
+		_, err := w.db.Exec(context.Background(), `INSERT INTO clock_skew (skew) VALUES (interval '2 minutes')
+			ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`)
+		require.NoError(w.t, err)
+	}
+	w.check()
+}
+
+// check states the invariant three ways.
+func (w *world) check() {
+	w.t.Helper()
+	ctx := context.Background()
+	// 1. In SQL: an origin an endpoint that may stand names is held by no reservation but the
+	// one it was created on; no two endpoints that may stand share one.
+	var bad int
+	require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM worker_endpoints e
+		JOIN worker_endpoint_origin_reservations r ON r.canonical_origin = e.canonical_origin
+		WHERE e.status <> 'deleted'
+		  AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+		  AND NOT (r.organization_id = e.organization_id AND r.id = e.origin_reservation_id)`).Scan(&bad))
+	if bad > 0 {
+		w.fail("in SQL: %d reservation(s) hold an origin another reservation's endpoint stands on", bad)
+	}
+	require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM (SELECT canonical_origin FROM worker_endpoints
+		WHERE status <> 'deleted' GROUP BY canonical_origin HAVING count(*) > 1) x`).Scan(&bad))
+	if bad > 0 {
+		w.fail("in SQL: two endpoints stand on one origin")
+	}
+
+	// 2. Through the API, as each organization sees its own objects: an endpoint's origin is
+	// held by no reservation of the other organization.
+	origins := map[string]string{} // origin -> org of an endpoint on it
+	holders := map[string]string{} // origin -> org of a reservation holding it
+	for _, org := range w.orgs {
+		for e := 1; e <= 2; e++ {
+			a, err := w.send(w.hosts[0], org, http.MethodGet, fmt.Sprintf("/v1/spaces/%s/worker-endpoints/e%d", invariantSpace, e), "", "")
+			require.NoError(w.t, err)
+			if a.status == http.StatusOK {
+				var ep map[string]any
+				require.NoError(w.t, json.Unmarshal([]byte(a.body), &ep))
+				origins[strings.TrimSuffix(ep["url"].(string), "/")] = org.name
+			}
+		}
+		for r := 1; r <= 3; r++ {
+			a, err := w.send(w.hosts[len(w.hosts)-1], org, http.MethodGet, fmt.Sprintf("/v1/worker-endpoint-origin-reservations/res-%d", r), "", "")
+			require.NoError(w.t, err)
+			if a.status == http.StatusOK {
+				var res map[string]any
+				require.NoError(w.t, json.Unmarshal([]byte(a.body), &res))
+				st := res["status"].(string)
+				if st == "prepared" || st == "bound" || st == "activated" || (st == "expired" && res["endpoint"] != nil) {
+					holders[res["canonicalOrigin"].(string)] = org.name
+				}
+			}
+		}
+	}
+	for origin, org := range origins {
+		if holder, ok := holders[origin]; ok && holder != org {
+			w.fail("through the API: %s holds %s, where an endpoint of %s stands", holder, origin, org)
+		}
+	}
+
+	// 3. Against the runtime: every route it holds belongs to an endpoint of the organization
+	// whose reservation (if any) holds that route's origin.
+	c, err := selfhost.New(w.node.adminURL, w.node.tokenFile)
+	require.NoError(w.t, err)
+	st, err := c.Status(ctx)
+	require.NoError(w.t, err)
+	for _, rt := range st.Routes {
+		if !rt.Present {
+			continue
+		}
+		var endpointOrg string
+		err := w.db.QueryRow(ctx, `SELECT organization_id FROM worker_endpoints WHERE uid = $1`, rt.EndpointUID).Scan(&endpointOrg)
+		if err != nil {
+			w.fail("the runtime routes %s for endpoint %s, which the database does not know", rt.Hostname, rt.EndpointUID)
+		}
+		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM worker_endpoint_origin_reservations r
+			WHERE split_part(split_part(r.canonical_origin, '://', 2), ':', 1) = $1
+			  AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+			  AND r.organization_id <> $2`, rt.Hostname, endpointOrg).Scan(&bad))
+		if bad > 0 {
+			w.fail("the runtime still routes %s for %s while another organization's reservation holds it", rt.Hostname, endpointOrg)
+		}
+	}
+}
+
+func (w *world) startHost() (host, *exec.Cmd) {
+	w.t.Helper()
+	port, err := pgcluster.FreePort()
+	require.NoError(w.t, err)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	cmd := exec.Command(binary, "serve", "--listen", addr, "--sealing-key-file", w.kek, "--config", w.catalog, "--janitor-every", "2s")
+	cmd.Dir = w.t.TempDir()
+	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+w.dbURL)
+	require.NoError(w.t, cmd.Start())
+	t := w.t
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	h := host{url: "http://" + addr}
+	waitReady(w.t, h.url+"/readyz")
+	return h, cmd
+}
+
+func newWorld(t *testing.T, seed uint64) *world {
+	t.Helper()
+	dbURL := testdb.URL(t)
+	run(t, dbURL, "migrate", "up")
+	ctx := context.Background()
+	db, err := store.Open(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed: seed, db: db, dbURL: dbURL,
+		tokens: map[string]string{}, client: &http.Client{Timeout: 2 * time.Minute},
+		workers: map[string]map[string]bool{}, reservations: map[string]map[string]string{}}
+	for _, name := range []string{"acme", "globex"} {
+		run(t, dbURL, "orgs", "create", name)
+		key := decodeJSON(t, run(t, dbURL, "keys", "create", "--org", name, "--output", "json"))["key"].(string)
+		w.orgs = append(w.orgs, tenant{name: name, key: key})
+	}
+	w.kek = sealingKey(t)
+	w.node = startRuntime(t)
+	w.catalog = w.node.catalog(t)
+	for range 2 {
+		h, cmd := w.startHost()
+		w.hosts, w.procs = append(w.hosts, h), append(w.procs, cmd)
+	}
+	return w
+}
+
+// TestCustodyInvariantUnderRandomSequences runs a few seeded sequences in make test; make soak runs
+// many for as long as TAKOFORM_SOAK says.
+func TestCustodyInvariantUnderRandomSequences(t *testing.T) {
+	t.Parallel()
+	sequences, steps := 2, 60
+	var until time.Time
+	if d, err := time.ParseDuration(os.Getenv("TAKOFORM_SOAK")); err == nil && d > 0 {
+		until = time.Now().Add(d)
+		steps = 120
+	}
+	seeds := []uint64{}
+	if s := os.Getenv("TAKOFORM_INVARIANT_SEED"); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err)
+		seeds, sequences = append(seeds, seed), 1
+	}
+	totalSteps := 0
+	for n := 0; n < sequences || time.Now().Before(until); n++ {
+		seed := uint64(time.Now().UnixNano())
+		if n < len(seeds) {
+			seed = seeds[n]
+		}
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Logf("seed %d (replay with TAKOFORM_INVARIANT_SEED=%d)", seed, seed)
+			w := newWorld(t, seed)
+			for range steps {
+				w.step()
+			}
+			totalSteps += w.steps
+			if os.Getenv("TAKOFORM_INVARIANT_VERBOSE") != "" {
+				t.Log("steps:\n  " + strings.Join(w.log, "\n  "))
+			}
+		})
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("custody invariant held over %d steps", totalSteps)
+}

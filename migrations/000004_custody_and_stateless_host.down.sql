@@ -1,3 +1,6 @@
+ALTER TABLE operations ADD CONSTRAINT operations_organization_id_fkey FOREIGN KEY (organization_id) REFERENCES organizations (id);
+ALTER TABLE ownership_bindings ADD CONSTRAINT ownership_bindings_organization_id_fkey FOREIGN KEY (organization_id) REFERENCES organizations (id);
+ALTER TABLE ownership_tombstones ADD CONSTRAINT ownership_tombstones_organization_id_fkey FOREIGN KEY (organization_id) REFERENCES organizations (id);
 ALTER TABLE deployments DROP COLUMN seq, DROP COLUMN route_script;
 DROP VIEW endpoint_states;
 DROP VIEW worker_states;

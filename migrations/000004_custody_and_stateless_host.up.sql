@@ -251,3 +251,12 @@ JOIN operations o ON o.id = e.operation_id;
 ALTER TABLE deployments
     ADD COLUMN seq bigserial NOT NULL,
     ADD COLUMN route_script text;
+
+-- The ledger tables name their organization without a foreign key: every owned mutation writes
+-- them, and a foreign key would take a share lock on the organization's one row in each of those
+-- writes, which serializes an organization's concurrent requests on that row. Their organization
+-- ids come from authenticated keys, and organizations are never deleted.
+ALTER TABLE operations DROP CONSTRAINT operations_organization_id_fkey;
+ALTER TABLE ownership_bindings DROP CONSTRAINT ownership_bindings_organization_id_fkey;
+ALTER TABLE ownership_tombstones DROP CONSTRAINT ownership_tombstones_organization_id_fkey;
+ALTER TABLE ownership_intents DROP CONSTRAINT ownership_intents_organization_id_fkey;

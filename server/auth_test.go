@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -38,6 +39,22 @@ func TestRevokedKeyStopsWorkingAtOnce(t *testing.T) {
 	// Revoking again is harmless; other keys of the organization keep working.
 	require.NoError(t, auth.RevokeKey(context.Background(), h.db, key.ID))
 	require.Equal(t, http.StatusOK, h.do(req{method: http.MethodGet, path: "/v1/capabilities", key: h.key}).status)
+}
+
+// TestRevokedKeyStopsWorkingWithinTheCacheTTL: a Host trusts a key that authenticated for a short
+// while (one second by default) without asking the database; a revocation reaches it within that.
+func TestRevokedKeyStopsWorkingWithinTheCacheTTL(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) { o.keyCacheTTL = 300 * time.Millisecond })
+	key := h.keyWith("acme")
+	require.Equal(t, http.StatusOK, h.do(req{method: http.MethodGet, path: "/v1/capabilities", key: key.Key}).status)
+	require.NoError(t, auth.RevokeKey(context.Background(), h.db, key.ID))
+	deadline := time.Now().Add(2 * time.Second)
+	for h.do(req{method: http.MethodGet, path: "/v1/capabilities", key: key.Key}).status == http.StatusOK {
+		require.True(t, time.Now().Before(deadline), "the revoked key still works after its cache TTL")
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.do(req{method: http.MethodGet, path: "/v1/capabilities", key: key.Key}).problem(t, http.StatusUnauthorized, "unauthenticated")
 }
 
 func TestMissingScopeIsForbidden(t *testing.T) {

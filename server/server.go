@@ -56,6 +56,10 @@ type Config struct {
 	Holder string
 	// JanitorEvery is how often the janitor runs (a minute when zero).
 	JanitorEvery time.Duration
+	// KeyCacheTTL is how long a key that authenticated is trusted without asking the database
+	// again: how soon a revocation reaches this replica (one second when zero; negative: never
+	// cached).
+	KeyCacheTTL time.Duration
 	// WrapBackend wraps every backend mutator (tests only: to hold or fail a backend call).
 	WrapBackend func(backend.Mutator) backend.Mutator
 }
@@ -71,6 +75,7 @@ type Server struct {
 	reservations  *reservation.Service
 	resources     *resource.Service
 	runtimeInputs *runtimeinput.Service
+	keys          *auth.Cache
 }
 
 // New builds the API over cfg.
@@ -95,6 +100,7 @@ func New(cfg Config) *Server {
 		owners: &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, BusyWait: cfg.OwnershipBusyWait,
 			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
+		keys:         &auth.Cache{TTL: cfg.KeyCacheTTL},
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend}
 	s.runtimeInputs = &runtimeinput.Service{Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}

@@ -106,13 +106,14 @@ type options struct {
 	// harness's runtime node unless they name one.
 	catalogJSON string
 	busyWait    time.Duration
+	keyCacheTTL time.Duration
 	hooks       runtimeinput.Hooks
 	wrap        func(backend.Mutator) backend.Mutator
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
 	t.Helper()
-	o := options{}
+	o := options{keyCacheTTL: -1} // every request asks the database, unless a test says otherwise
 	for _, f := range opts {
 		f(&o)
 	}
@@ -138,6 +139,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		Catalog:           cat,
 		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		OwnershipBusyWait: o.busyWait,
+		KeyCacheTTL:       o.keyCacheTTL,
 		SealingRing:       ring,
 		RuntimeInputHooks: o.hooks,
 		WrapBackend:       o.wrap,

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -157,4 +159,57 @@ func Authenticate(ctx context.Context, db dbsqlc.DBTX, key string) (Principal, e
 		return Principal{}, fmt.Errorf("authenticate: %w", store.Classify(err))
 	}
 	return Principal{KeyID: row.ID, Organization: Organization{ID: row.OrganizationID, Name: row.OrganizationName}, Scopes: row.Scopes}, nil
+}
+
+// Cache remembers keys that authenticated, for a short while, so that a busy Host does not ask the
+// database on every request. A revoked key stops working within TTL on every replica. Only
+// successful lookups are kept, by the key's hash; the zero value is ready to use.
+type Cache struct {
+	// TTL is how long a key that authenticated is trusted without asking again (one second when
+	// zero; negative: every request asks).
+	TTL time.Duration
+	mu  sync.Mutex
+	m   map[[32]byte]cached
+}
+
+type cached struct {
+	p       Principal
+	expires time.Time
+}
+
+// maxCached bounds the cache; past it the cache starts afresh.
+const maxCached = 10000
+
+// Authenticate is Authenticate through the cache.
+func (c *Cache) Authenticate(ctx context.Context, db dbsqlc.DBTX, key string) (Principal, error) {
+	if c.TTL < 0 {
+		return Authenticate(ctx, db, key)
+	}
+	if !keyShape.MatchString(key) {
+		return Principal{}, ErrUnknownKey
+	}
+	var h [32]byte
+	copy(h[:], hashSecret(key))
+	now := time.Now()
+	c.mu.Lock()
+	if e, ok := c.m[h]; ok && now.Before(e.expires) {
+		c.mu.Unlock()
+		return e.p, nil
+	}
+	c.mu.Unlock()
+	p, err := Authenticate(ctx, db, key)
+	if err != nil {
+		return p, err
+	}
+	ttl := c.TTL
+	if ttl <= 0 {
+		ttl = time.Second
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCached {
+		c.m = map[[32]byte]cached{}
+	}
+	c.m[h] = cached{p: p, expires: now.Add(ttl)}
+	c.mu.Unlock()
+	return p, nil
 }

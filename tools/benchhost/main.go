@@ -3,7 +3,9 @@
 // insert-and-update transaction run straight on the same database, printed as ratios with p50 and
 // p99 latencies. It starts its own throwaway PostgreSQL cluster and an in-process Host on a
 // loopback listener, and removes both when done. It is a benchmark, not a test: run it on a quiet
-// machine and read the figures, not a pass or fail.
+// machine and read the figures, not a pass or fail. TAKOFORM_BENCH_ASYNC_COMMIT=1 compares the
+// work per request without the disk; TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent
+// its time (pg_stat_statements).
 package main
 
 import (
@@ -106,7 +108,7 @@ func run(d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	cluster, err := pgcluster.Open(ctx, filepath.Join(root, "pg"), pgcluster.Options{Port: port, Settings: map[string]string{"max_connections": "300"}})
+	cluster, err := pgcluster.Open(ctx, filepath.Join(root, "pg"), pgcluster.Options{Port: port, Settings: benchSettings()})
 	if err != nil {
 		return err
 	}
@@ -197,6 +199,27 @@ func run(d time.Duration) error {
 		})
 	}
 
+	if os.Getenv("TAKOFORM_BENCH_STATEMENTS") != "" {
+		if _, err := db.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+			return err
+		}
+		defer func() {
+			rows, err := db.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round((total_exec_time / calls)::numeric * 1000, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 70)
+				FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25`)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			fmt.Printf("\n%8s %10s %8s  %s\n", "calls", "total ms", "avg µs", "statement")
+			for rows.Next() {
+				var calls int64
+				var total, avg float64
+				var q string
+				_ = rows.Scan(&calls, &total, &avg, &q)
+				fmt.Printf("%8d %10.1f %8.1f  %s\n", calls, total, avg, q)
+			}
+		}()
+	}
 	fmt.Printf("reservation PUT against one Host on PostgreSQL, %s per measurement, %d cores\n\n", d, numCPU())
 	fmt.Printf("%-8s %-10s %10s %10s %10s %8s %9s\n", "clients", "what", "req/s", "p50", "p99", "failed", "ratio")
 	for _, clients := range benchClients() {
@@ -230,3 +253,17 @@ func numCPU() int {
 }
 
 func benchClients() []int { return []int{1, 16, 64} }
+
+// benchSettings are the cluster's server settings: durable commits, as in production, unless
+// TAKOFORM_BENCH_ASYNC_COMMIT is set to compare the work per request without the disk.
+func benchSettings() map[string]string {
+	s := map[string]string{"max_connections": "300"}
+	if os.Getenv("TAKOFORM_BENCH_ASYNC_COMMIT") != "" {
+		s["synchronous_commit"] = "off"
+	}
+	if os.Getenv("TAKOFORM_BENCH_STATEMENTS") != "" {
+		s["shared_preload_libraries"] = "pg_stat_statements"
+		s["pg_stat_statements.track"] = "all"
+	}
+	return s
+}

@@ -480,3 +480,68 @@ func TestRuntimeInputClaimNeedsTheWorkerLiveAtTheClaimedRevision(t *testing.T) {
 	require.True(t, acquire(revision))
 	require.Equal(t, "claimed", h.preparationStatus("op-1"))
 }
+
+// TestRuntimeInputBindingNamesMustEqualTheWorkersRequiredVars: "The binding names must equal the
+// consuming worker's requiredSensitiveVars exactly (else 422 target_mismatch)".
+func TestRuntimeInputBindingNamesMustEqualTheWorkersRequiredVars(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	p := h.prepare("op-1", "token-prepare-00000001", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary, "EXTRA": "x"})
+	require.Equal(t, http.StatusCreated, p.reply.status)
+	r := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusUnprocessableEntity, "target_mismatch")
+	require.Contains(t, r["detail"], "requires exactly")
+	require.Equal(t, "prepared", h.preparationStatus("op-1"), "nothing was claimed")
+}
+
+// TestRuntimeInputStatusByReferenceStaysWithinTheOrganization: GET
+// /v1/worker-runtime-input-references/{reference} answers the preparation's status to its own
+// organization and 404 to any other: a reference is not a bearer credential.
+func TestRuntimeInputStatusByReferenceStaysWithinTheOrganization(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	p := h.reservedAndPrepared()
+	got := h.get("/v1/worker-runtime-input-references/" + p.reference)
+	require.Equal(t, http.StatusOK, got.status, "body: %s", got.body)
+	require.Equal(t, "prepared", got.json(t)["status"])
+	require.Nil(t, got.json(t)["boundWorker"])
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).json(t)
+	settled := h.get("/v1/worker-runtime-input-references/" + p.reference).json(t)
+	require.Equal(t, "settled", settled["status"])
+	require.Equal(t, w["uid"], settled["boundWorker"].(map[string]any)["uid"])
+	_, other := h.newOrg("globex")
+	h.do(req{method: http.MethodGet, path: "/v1/worker-runtime-input-references/" + p.reference, key: other}).problem(t, http.StatusNotFound, "not_found")
+}
+
+// TestRuntimeInputDeleteAnswersInAnyState: "DELETE of a preparation in any state answers 200 and
+// leaves a tombstone; a settled one's values stay with its worker on the backend".
+func TestRuntimeInputDeleteAnswersInAnyState(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	p := h.reservedAndPrepared()
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).json(t)
+	deleted := h.do(req{method: http.MethodDelete, path: prepPath(h.org.ID, "op-1"), key: h.key, token: "token-prepare-00000001"})
+	require.Equal(t, http.StatusOK, deleted.status, "body: %s", deleted.body)
+	require.Equal(t, "settled", deleted.json(t)["status"], "a settled preparation stays settled")
+	again := h.do(req{method: http.MethodDelete, path: prepPath(h.org.ID, "op-1"), key: h.key, token: "token-prepare-00000001"})
+	require.Equal(t, deleted.body, again.body)
+	require.Equal(t, "true", again.header.Get("Takoform-Replayed"))
+	require.True(t, h.delivered(w["scriptName"].(string)), "the values stay with the worker")
+	require.Equal(t, true, h.get("/v1/spaces/prod/workers/api").json(t)["ready"])
+}
+
+// TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion: a lease a crashed Host left
+// dispatched, whose readback shows nothing, ends failed with a detail that says what to do.
+func TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.hooks.AfterDispatchCommit = func() error { panic(crash{}) }
+	})
+	p := h.reservedAndPrepared()
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
+	h.advance("2 minutes")
+	h.srv.Sweep(context.Background())
+	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
+	require.Equal(t, "failed", got["status"])
+	require.Contains(t, got["failure"], "bump bindings_wo_version")
+}

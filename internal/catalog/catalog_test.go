@@ -88,3 +88,20 @@ func TestSelectNeedsExactlyOneEligibleOffering(t *testing.T) {
 	_, _, err = c.Select(acme, KindEndpoint, "")
 	require.True(t, errors.Is(err, ErrOfferingAmbiguous), "zero eligible offerings is ambiguous too")
 }
+
+// TestOfferingDigestCoversPlacementOnly: selling an offering to one more organization changes no
+// digest (nothing placed on it drifts); moving its runtime node does.
+func TestOfferingDigestCoversPlacementOnly(t *testing.T) {
+	t.Parallel()
+	load := func(soldTo, runtimeURL string) Offering {
+		t.Helper()
+		c, err := build(file{
+			Installations: []Installation{{Name: "x", Pack: PackSelfhost, RuntimeURL: runtimeURL}},
+			Offerings:     []Offering{{ID: "o", Kind: KindWorker, Installation: "x", SoldTo: []string{soldTo}}},
+		})
+		require.NoError(t, err)
+		return c.Offerings[0]
+	}
+	require.Equal(t, load("acme", "http://127.0.0.1:8788").Digest, load("*", "http://127.0.0.1:8788").Digest)
+	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "http://10.0.0.2:8788").Digest)
+}

@@ -1,0 +1,216 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+)
+
+// routeWatcher sees every route delete the Host makes: it can fail the next one before it reaches
+// the runtime, and it runs a check right after one returned.
+type routeWatcher struct {
+	backend.Mutator
+	mu          sync.Mutex
+	failNext    bool
+	afterDelete func(backend.Desired)
+}
+
+func (w *routeWatcher) Unwrap() backend.Mutator { return w.Mutator }
+
+func (w *routeWatcher) Delete(ctx context.Context, d backend.Desired) error {
+	if d.Kind != backend.NativeRoute {
+		return w.Mutator.Delete(ctx, d)
+	}
+	w.mu.Lock()
+	fail, after := w.failNext, w.afterDelete
+	w.failNext = false
+	w.mu.Unlock()
+	if fail {
+		return backend.ErrUnreachable
+	}
+	if err := w.Mutator.Delete(ctx, d); err != nil {
+		return err
+	}
+	if after != nil {
+		after(d)
+	}
+	return nil
+}
+
+// attestation is the status of the deletion attestation of the endpoint uid ("" while none).
+func (h *harness) attestation(uid string) string {
+	h.t.Helper()
+	var s string
+	err := h.db.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM deletion_attestations WHERE uid = $1), '')`, uid).Scan(&s)
+	require.NoError(h.t, err)
+	return s
+}
+
+// A destroyed endpoint stops answering at its URL, and its deletion attestation closes only after
+// the runtime confirmed the route gone: a delete that could not reach the runtime leaves both the
+// route and the attestation open, and its retry closes them in that order.
+func TestDestroyedEndpointStopsAnsweringBeforeItsAttestationCloses(t *testing.T) {
+	t.Parallel()
+	w := &routeWatcher{}
+	h := setup(t, func(o *options) {
+		o.wrap = func(m backend.Mutator) backend.Mutator { w.Mutator = m; return w }
+	})
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, workerBody()).status)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	host, uid := e["hostname"].(string), e["uid"].(string)
+	status, body, _ := h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "hello", body)
+
+	// The runtime cannot be reached: the delete fails, the endpoint still answers, and its
+	// attestation stays open.
+	w.mu.Lock()
+	w.failNext = true
+	w.mu.Unlock()
+	r := h.deleteEndpoint("prod", "api", endpointToken)
+	require.GreaterOrEqual(t, r.status, 500, "body: %s", r.body)
+	require.Equal(t, "open", h.attestation(uid))
+	status, _, _ = h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, "a route whose delete never reached the runtime still serves")
+
+	// The retry: right after the runtime removed the route, the edge already refuses the host
+	// while the attestation is still open.
+	var seenStatus atomic.Int64
+	var seenAttestation atomic.Value
+	w.mu.Lock()
+	w.afterDelete = func(backend.Desired) {
+		st, _, _ := h.runtime.Get(t, host, "/")
+		seenStatus.Store(int64(st))
+		seenAttestation.Store(h.attestation(uid))
+	}
+	w.mu.Unlock()
+	r = h.deleteEndpoint("prod", "api", endpointToken)
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	require.Equal(t, int64(http.StatusNotFound), seenStatus.Load())
+	require.Equal(t, "open", seenAttestation.Load())
+	require.Equal(t, "closed", h.attestation(uid))
+	status, _, _ = h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusNotFound, status)
+}
+
+// versionedSecretModule is secretModule that also says which version of the code answers.
+func versionedSecretModule(version string) string {
+	return strings.Replace(secretModule, `new Response("len="`, `new Response("`+version+` len="`, 1)
+}
+
+// A worker whose code changes keeps answering with the values delivered to it: the new revision
+// is admitted by the runtime with the delivery it already holds, and the Host never sends the
+// values a second time.
+func TestCodeChangeKeepsTheDeliveredSecretWithoutASecondDelivery(t *testing.T) {
+	t.Parallel()
+	var deliveries atomic.Int64
+	h := setup(t, func(o *options) {
+		o.hooks = runtimeinput.Hooks{BeforeDelivery: func() { deliveries.Add(1) }}
+	})
+	p := h.reservedAndPrepared()
+	body := secretWorkerBody(p.reference)
+	body["modules"] = map[string]string{"index.js": versionedSecretModule("v1")}
+	w := h.putWorker("prod", "api", workerToken, body)
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	host := e["hostname"].(string)
+	status, reply, _ := h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, reply)
+	require.Equal(t, "v1 "+secretShown(secretCanary), reply)
+	require.Equal(t, int64(1), deliveries.Load())
+
+	// The code changes (the same owner, a new intent); the reference and its settled input stay.
+	body["modules"] = map[string]string{"index.js": versionedSecretModule("v2")}
+	u := h.putWorker("prod", "api", workerToken, body)
+	require.Equal(t, http.StatusOK, u.status, "body: %s", u.body)
+	uj := u.json(t)
+	require.Equal(t, true, uj["ready"], "body: %s", u.body)
+	require.Equal(t, map[string]any{"reference": p.reference, "status": "settled"}, uj["runtimeInputs"])
+	status, reply, _ = h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, reply)
+	require.Equal(t, "v2 "+secretShown(secretCanary), reply)
+	require.Equal(t, int64(1), deliveries.Load(), "the values were delivered again for a new revision")
+	require.NotContains(t, h.logs.String(), secretCanary)
+	require.NotContains(t, h.runtime.Logs.String(), secretCanary)
+}
+
+// A worker whose process keeps dying is restarted as the same incarnation each time, and after
+// the sixth restart within the hour the Host shows the runtime's incident as a worker condition;
+// the worker still answers, since retries continue.
+func TestRepeatedCrashesShowAsAnIncidentOnTheWorker(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	w := h.putWorker("prod", "api", workerToken, workerBody())
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	script := w.json(t)["scriptName"].(string)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	host := e["hostname"].(string)
+
+	rt := h.runtimeClient()
+	ctx := context.Background()
+	first, err := rt.GetScript(ctx, script)
+	require.NoError(t, err)
+	require.NotNil(t, first.Incarnation)
+	incarnation := first.Incarnation.ID
+	for i := 0; i < supervisor.IncidentRestarts; i++ {
+		st, err := rt.GetScript(ctx, script)
+		require.NoError(t, err)
+		pid := st.Incarnation.PID
+		require.NotZero(t, pid)
+		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+		require.NoError(t, waitFor(30*time.Second, func() error {
+			st, err := rt.GetScript(ctx, script)
+			if err != nil {
+				return err
+			}
+			if st.Incarnation == nil || st.Incarnation.PID == pid || !st.Ready {
+				return errors.New("not restarted yet")
+			}
+			if st.Incarnation.ID != incarnation {
+				return errors.New("restarted as another incarnation")
+			}
+			return nil
+		}))
+	}
+
+	got := h.get("/v1/spaces/prod/workers/api").json(t)
+	var incident map[string]any
+	for _, c := range got["conditions"].([]any) {
+		if c := c.(map[string]any); c["type"] == "Incident" {
+			incident = c
+		}
+	}
+	require.NotNil(t, incident, "worker: %v", got)
+	require.Equal(t, "True", incident["status"])
+	require.Equal(t, "RestartLoop", incident["reason"])
+	require.NotEmpty(t, incident["message"])
+	status, reply, _ := h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "hello", reply)
+}
+
+// waitFor polls check until it succeeds or the deadline passes, returning its last error.
+func waitFor(deadline time.Duration, check func() error) error {
+	end := time.Now().Add(deadline)
+	for {
+		err := check()
+		if err == nil || time.Now().After(end) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -103,7 +103,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the API listens on")
 	cmd.Flags().StringVar(&o.config, "config", "", "catalog file (JSON); the default catalog is one selfhost installation")
 	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
-		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with `takoserver keys init-sealing --out FILE`)")
+		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with: takoserver keys init-sealing --out FILE)")
 	cmd.Flags().DurationVar(&o.tombstoneRetention, "tombstone-retention", 30*24*time.Hour, "how long ownership tombstones are kept (a late replay of a deleted object's request is refused while its tombstone lasts)")
 	cmd.Flags().DurationVar(&o.janitorEvery, "janitor-every", time.Minute, "how often the janitor recovers abandoned requests, collects orphans, releases Host-minted reservations of deleted workers and purges tombstones")
 }
@@ -355,7 +355,7 @@ Every Host replica seals with it from its next seal on; no restart is needed. Th
 	}
 	rotate.Flags().StringVar(&keyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"), "the sealing key-encryption key (env TAKOSERVER_SEALING_KEY_FILE)")
 	cmd.AddCommand(create, initSealing, rotate, &cobra.Command{
-		Use: "revoke ID", Short: "Revoke an API key at once", Args: cobra.ExactArgs(1),
+		Use: "revoke ID", Short: "Revoke an API key: every Host refuses it within a second", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/takoform/terraform-provider-takoform/api"
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
@@ -106,5 +108,66 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 	for _, request := range []string{"ReservationRequest", "WorkerSpec", "EndpointSpec", "ActivationRequest", "DerivationRequest", "PreparationRequest"} {
 		require.NotNil(t, doc.Components.Schemas[request].AdditionalProperties, request)
 		require.False(t, *doc.Components.Schemas[request].AdditionalProperties, request)
+	}
+}
+
+// TestOpenAPIProblemCodesAndHeaders: the document's problem codes are exactly the server's, every
+// owned mutation takes If-Match beside the ownership token, and each refusal that clears by itself
+// is documented with Retry-After under its status.
+func TestOpenAPIProblemCodesAndHeaders(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Paths      map[string]map[string]any `yaml:"paths"`
+		Components struct {
+			Schemas struct {
+				Problem struct {
+					Properties struct {
+						Code struct {
+							Enum []string `yaml:"enum"`
+						} `yaml:"code"`
+					} `yaml:"properties"`
+				} `yaml:"Problem"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(api.OpenAPI, &doc))
+	codes := server.ProblemCodes()
+	var served []string
+	for c := range codes {
+		served = append(served, string(c))
+	}
+	documented := append([]string(nil), doc.Components.Schemas.Problem.Properties.Code.Enum...)
+	sort.Strings(served)
+	sort.Strings(documented)
+	require.Equal(t, served, documented)
+
+	retryable := map[string]bool{}
+	for c, status := range codes {
+		if apierr.Retryable(c) {
+			retryable[strconv.Itoa(status)] = true
+		}
+	}
+	for path, item := range doc.Paths {
+		for method, op := range item {
+			if method != "put" && method != "delete" {
+				continue
+			}
+			raw, err := yaml.Marshal(op)
+			require.NoError(t, err)
+			text := string(raw)
+			if !strings.Contains(text, "parameters/OwnershipToken") {
+				continue
+			}
+			require.Contains(t, text, "parameters/IfMatch", "%s %s", method, path)
+			var parsed struct {
+				Responses map[string]struct {
+					Ref string `yaml:"$ref"`
+				} `yaml:"responses"`
+			}
+			require.NoError(t, yaml.Unmarshal(raw, &parsed))
+			for status := range retryable {
+				require.Equal(t, "#/components/responses/RetryableProblem", parsed.Responses[status].Ref, "%s %s answers %s", method, path, status)
+			}
+		}
 	}
 }

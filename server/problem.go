@@ -66,6 +66,16 @@ var statuses = map[apierr.Code]struct {
 	apierr.Unavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
 }
 
+// ProblemCodes maps every code the Host answers with to its status (the API document
+// lists the same, a test checks it).
+func ProblemCodes() map[apierr.Code]int {
+	out := make(map[apierr.Code]int, len(statuses))
+	for c, st := range statuses {
+		out[c] = st.status
+	}
+	return out
+}
+
 // KnownCode reports whether code has a status in the table.
 func KnownCode(code apierr.Code) bool {
 	_, ok := statuses[code]

@@ -120,7 +120,7 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 		retries = cfg.MaxRetries.ValueInt64()
 	}
 	c, err := client.New(client.Config{
-		Endpoint:   endpoint,
+		Endpoint:       endpoint,
 		APIKey:         apiKey,
 		OrganizationID: orgID,
 		Timeout:        timeout,

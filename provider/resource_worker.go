@@ -67,15 +67,6 @@ func spaceNameIdentitySchema(what string) identityschema.Schema {
 	}
 }
 
-// requiresReplaceOnceSet replaces only when a value that was set changes: an imported object
-// (which does not know it) takes the configured value in place, and the Host refuses it if it
-// really differs.
-func requiresReplaceOnceSet(what string) planmodifier.String {
-	return stringplanmodifier.RequiresReplaceIf(func(_ context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
-		resp.RequiresReplace = !req.StateValue.IsNull()
-	}, "Changing "+what+" replaces the object.", "Changing "+what+" replaces the object.")
-}
-
 func (r *workerResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_worker"
 }
@@ -123,9 +114,10 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				Optional:            true,
 			},
 			"offering_id": schema.StringAttribute{
-				MarkdownDescription: "The `module-worker` offering to run on. May be omitted when exactly one is sold to the organization. Changing it replaces the worker.",
+				MarkdownDescription: "The `module-worker` offering to run on. May be omitted when exactly one is sold to the organization (and then shows the one chosen). Changing it replaces the worker.",
 				Optional:            true,
-				PlanModifiers:       []planmodifier.String{requiresReplaceOnceSet("offering_id")},
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"revision": schema.Int64Attribute{
 				MarkdownDescription: "The worker's revision; sent as `If-Match` on updates, so a stale update never reverts a newer one.", Computed: true,
@@ -220,9 +212,7 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	if w.RuntimeInputs != nil {
 		m.RuntimeInputReference = types.StringValue(w.RuntimeInputs.Reference)
 	}
-	if !importing && !m.OfferingID.IsNull() {
-		m.OfferingID = types.StringValue(w.OfferingID)
-	}
+	m.OfferingID = types.StringValue(w.OfferingID)
 	m.Revision, m.Generation = types.Int64Value(w.Revision), types.Int64Value(w.Generation)
 	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
 }
@@ -273,6 +263,7 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 			// exactly this object: never an orphan, never a duplicate.
 			plan.ID, plan.ScriptName = stringOrNull(nonEmpty(w.UID)), stringOrNull(nonEmpty(w.ScriptName))
 			plan.Revision, plan.Generation, plan.Ready = types.Int64Value(w.Revision), types.Int64Value(w.Generation), types.BoolValue(false)
+			plan.OfferingID = nullIfUnknown(plan.OfferingID)
 			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}

@@ -97,10 +97,11 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				MarkdownDescription: "Name of the worker (in the same space) the endpoint routes to.", Required: true, Validators: nameValidators(), PlanModifiers: replace,
 			},
 			"worker_id": schema.StringAttribute{
-				MarkdownDescription: "The worker's `id`. Set it so that replacing the worker replaces its endpoint; the provider refuses to create the endpoint when the named worker's UID differs.",
+				MarkdownDescription: "The worker's `id`. Set it so that replacing the worker replaces its endpoint; the provider refuses to create the endpoint when the named worker's UID differs. Omitted, it shows the UID of the worker the endpoint was created on.",
 				Optional:            true,
+				Computed:            true,
 				Validators:          []validator.String{stringvalidatorRegex(uuidPattern, "must be a worker's id (a UUID)")},
-				PlanModifiers:       []planmodifier.String{requiresReplaceOnceSet("worker_id")},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"origin_reservation_id": schema.StringAttribute{
 				MarkdownDescription: "The reservation to publish through. Omitted, the Host mints one (`hostmint-…`) for the worker's derived address, and this shows its id.",
@@ -110,9 +111,10 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				PlanModifiers:       []planmodifier.String{reservationChoice{}},
 			},
 			"offering_id": schema.StringAttribute{
-				MarkdownDescription: "The `worker-endpoint` offering. May be omitted when exactly one is sold to the organization. Changing it replaces the endpoint.",
+				MarkdownDescription: "The `worker-endpoint` offering. May be omitted when exactly one is sold to the organization (and then shows the one chosen). Changing it replaces the endpoint.",
 				Optional:            true,
-				PlanModifiers:       []planmodifier.String{requiresReplaceOnceSet("offering_id")},
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"hostname": schema.StringAttribute{
 				MarkdownDescription: "Host name the endpoint answers on.", Computed: true, PlanModifiers: known,
@@ -140,14 +142,9 @@ func (r *endpointResource) Configure(_ context.Context, req resource.ConfigureRe
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
 }
 
-func (r *endpointResource) fill(m *endpointModel, e client.Endpoint, importing bool) {
+func (r *endpointResource) fill(m *endpointModel, e client.Endpoint) {
 	m.ID, m.Space, m.Name, m.Worker = types.StringValue(e.UID), types.StringValue(e.Space), types.StringValue(e.Name), types.StringValue(e.Worker.Name)
-	if !importing && !m.WorkerID.IsNull() {
-		m.WorkerID = types.StringValue(e.Worker.UID)
-	}
-	if !importing && !m.OfferingID.IsNull() {
-		m.OfferingID = types.StringValue(e.OfferingID)
-	}
+	m.WorkerID, m.OfferingID = types.StringValue(e.Worker.UID), types.StringValue(e.OfferingID)
 	m.OriginReservationID, m.Hostname, m.URL = types.StringValue(e.OriginReservationID), types.StringValue(e.Hostname), types.StringValue(e.URL)
 	m.HostMinted = types.BoolValue(e.HostMinted)
 }
@@ -182,7 +179,7 @@ func (r *endpointResource) Create(ctx context.Context, req resource.CreateReques
 		return
 	}
 	space, name, worker := plan.Space.ValueString(), plan.Name.ValueString(), plan.Worker.ValueString()
-	if !plan.WorkerID.IsNull() {
+	if !plan.WorkerID.IsNull() && !plan.WorkerID.IsUnknown() {
 		w, err := r.client.GetWorker(ctx, space, worker)
 		if err != nil {
 			addError(&resp.Diagnostics, "Unable to create endpoint", fmt.Errorf("read its worker %s/%s: %w", space, worker, err))
@@ -212,17 +209,18 @@ func (r *endpointResource) Create(ctx context.Context, req resource.CreateReques
 				plan.OriginReservationID = types.StringValue(e.OriginReservationID)
 			}
 			plan.HostMinted = types.BoolValue(e.HostMinted)
+			plan.WorkerID, plan.OfferingID = nullIfUnknown(plan.WorkerID), nullIfUnknown(plan.OfferingID)
 			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}
 		addError(&resp.Diagnostics, "Unable to create endpoint", err)
 		return
 	}
-	if !plan.WorkerID.IsNull() && e.Worker.UID != plan.WorkerID.ValueString() {
+	if !plan.WorkerID.IsUnknown() && e.Worker.UID != plan.WorkerID.ValueString() {
 		resp.Diagnostics.AddWarning("Endpoint routes to another worker incarnation",
 			fmt.Sprintf("The endpoint was created on worker UID %s, not %s.", e.Worker.UID, plan.WorkerID.ValueString()))
 	}
-	r.fill(&plan, e, false)
+	r.fill(&plan, e)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
@@ -243,7 +241,7 @@ func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, r
 		addError(&resp.Diagnostics, "Unable to read endpoint", err)
 		return
 	}
-	r.fill(&state, e, state.Worker.IsNull())
+	r.fill(&state, e)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
 	if token, diags := getToken(ctx, req.Private); !diags.HasError() && token == "" && e.OwnershipToken != nil {
@@ -265,7 +263,7 @@ func (r *endpointResource) Update(ctx context.Context, req resource.UpdateReques
 	defer cancel()
 	space, name := plan.Space.ValueString(), plan.Name.ValueString()
 	e, err := r.client.GetEndpoint(ctx, space, name)
-	if err == nil && !plan.WorkerID.IsNull() && e.Worker.UID != plan.WorkerID.ValueString() {
+	if err == nil && !plan.WorkerID.IsUnknown() && e.Worker.UID != plan.WorkerID.ValueString() {
 		err = fmt.Errorf("endpoint %s/%s routes to worker UID %s, not worker_id %s", space, name, e.Worker.UID, plan.WorkerID.ValueString())
 	}
 	if err == nil && !e.Ready {
@@ -283,7 +281,7 @@ func (r *endpointResource) Update(ctx context.Context, req resource.UpdateReques
 		addError(&resp.Diagnostics, "Unable to update endpoint", err)
 		return
 	}
-	r.fill(&plan, e, false)
+	r.fill(&plan, e)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
 }

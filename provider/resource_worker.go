@@ -289,6 +289,9 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
+	// from a Read that removes the resource.
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
 	w, err := r.client.GetWorker(ctx, state.Space.ValueString(), state.Name.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)

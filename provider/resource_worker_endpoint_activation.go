@@ -154,6 +154,9 @@ func (r *activationResource) Read(ctx context.Context, req resource.ReadRequest,
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
+	// from a Read that removes the resource.
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, activationIdentityModel{ReservationID: state.ReservationID})...)
 	res, err := r.client.GetReservation(ctx, state.ReservationID.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)

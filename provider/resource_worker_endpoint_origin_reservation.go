@@ -259,6 +259,9 @@ func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
+	// from a Read that removes the resource.
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, reservationIdentityModel{ID: state.ID})...)
 	res, err := r.client.GetReservation(ctx, state.ID.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)

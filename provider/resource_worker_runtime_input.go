@@ -440,6 +440,9 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
+	// from a Read that removes the resource.
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, runtimeInputIdentityModel{OperationID: state.OperationID})...)
 	p, err := r.client.GetPreparation(ctx, state.OperationID.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)

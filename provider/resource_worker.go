@@ -217,6 +217,18 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
 }
 
+// put sends the worker. Today's Host does not consume a runtime input that an update newly names
+// (it judges the delivery by the previous reference's status; a needed Host change): the worker
+// answers RuntimeInputPending with its new runtime input still prepared. Sending the same spec
+// once more at the new revision has it consume the runtime input.
+func (r *workerResource) put(ctx context.Context, space, name, token string, ifMatch int64, spec client.WorkerSpec) (client.Worker, error) {
+	w, _, err := r.client.PutWorker(ctx, space, name, token, ifMatch, spec)
+	if err == nil && !w.Ready && w.RuntimeInputs != nil && w.RuntimeInputs.Status == "prepared" {
+		w, _, err = r.client.PutWorker(ctx, space, name, token, w.Revision, spec)
+	}
+	return w, err
+}
+
 // waitReady polls the worker until it is Ready at generation (or later), or ctx ends.
 func (r *workerResource) waitReady(ctx context.Context, space, name string, w client.Worker) (client.Worker, error) {
 	if w.Ready {
@@ -228,9 +240,30 @@ func (r *workerResource) waitReady(ctx context.Context, space, name string, w cl
 			return false, "", err
 		}
 		w = got
-		return got.Ready, "worker " + space + "/" + name + " is not Ready: " + conditionsText(got.Conditions), nil
+		waiting := "worker " + space + "/" + name + " is not Ready: " + conditionsText(got.Conditions)
+		if !got.Ready && stuck(got) {
+			return false, "", fmt.Errorf("%s; this does not clear by waiting", waiting)
+		}
+		return got.Ready, waiting, nil
 	})
 	return w, err
+}
+
+// stuck reports a worker that will not become Ready by itself: its deployment failed, or its
+// runtime input can no longer be delivered to it.
+func stuck(w client.Worker) bool {
+	for _, c := range w.Conditions {
+		if c.Type == "Ready" && c.Reason == "DeploymentFailed" {
+			return true
+		}
+	}
+	if w.RuntimeInputs != nil {
+		switch w.RuntimeInputs.Status {
+		case "settled", "failed", "expired", "aborted", "missing":
+			return true // settled for another worker UID, or gone
+		}
+	}
+	return false
 }
 
 func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -253,7 +286,7 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 	}
 	space, name := plan.Space.ValueString(), plan.Name.ValueString()
 	token := newToken()
-	w, _, err := r.client.PutWorker(ctx, space, name, token, 0, spec)
+	w, err := r.put(ctx, space, name, token, 0, spec)
 	if err == nil {
 		w, err = r.waitReady(ctx, space, name, w)
 	}
@@ -331,7 +364,7 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 		return
 	}
 	space, name := plan.Space.ValueString(), plan.Name.ValueString()
-	w, _, err := r.client.PutWorker(ctx, space, name, token, state.Revision.ValueInt64(), spec)
+	w, err := r.put(ctx, space, name, token, state.Revision.ValueInt64(), spec)
 	if err == nil {
 		w, err = r.waitReady(ctx, space, name, w)
 	}

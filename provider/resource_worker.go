@@ -252,15 +252,19 @@ func (r *workerResource) waitReady(ctx context.Context, space, name string, w cl
 // stuck reports a worker that will not become Ready by itself: its deployment failed, or its
 // runtime input can no longer be delivered to it.
 func stuck(w client.Worker) bool {
+	inputPending := false
 	for _, c := range w.Conditions {
 		if c.Type == "Ready" && c.Reason == "DeploymentFailed" {
 			return true
 		}
+		inputPending = inputPending || c.Type == "Ready" && c.Reason == "RuntimeInputPending"
 	}
 	if w.RuntimeInputs != nil {
 		switch w.RuntimeInputs.Status {
-		case "settled", "failed", "expired", "aborted", "missing":
-			return true // settled for another worker UID, or gone
+		case "failed", "expired", "aborted", "missing":
+			return true // gone: it can never be delivered
+		case "settled":
+			return inputPending // settled, but for another worker UID
 		}
 	}
 	return false

@@ -129,3 +129,60 @@ func TestAccMissingEndpointIsAClearError(t *testing.T) {
 	require.Contains(t, out, "Unable to configure the Takoform provider")
 	require.Contains(t, out, "TAKOFORM_ENDPOINT")
 }
+
+// TestAccSecretCanaryIsNowhere: a secret given in bindings_wo appears nowhere: not in the plan
+// JSON, the state file, the CLI's output, the TRACE log of the CLI and the provider, or the Host's
+// debug log.
+func TestAccSecretCanaryIsNowhere(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	canary := "canary-" + strings.Repeat("7f3a", 6)
+	config := `
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+# As a module author would pass a secret: an ephemeral variable, which no plan or state keeps.
+variable "greeting" {
+  type      = string
+  sensitive = true
+  ephemeral = true
+}
+` + strings.Replace(graph("canary", "hello", canary, 1), `"`+canary+`"`, "var.greeting", 1)
+	logPath := filepath.Join(t.TempDir(), "trace.log")
+	w := newWorkspace(t, h.URL, h.Key, config, "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID, "TF_LOG=TRACE", "TF_LOG_PATH="+logPath,
+		"TF_VAR_greeting="+canary)
+	var outputs []string
+	step := func(args ...string) string {
+		out, err := w.run(args...)
+		require.NoError(t, err, out)
+		outputs = append(outputs, out)
+		return out
+	}
+	step("plan", "-input=false", "-no-color", "-out=tfplan")
+	planJSON := step("show", "-json", "tfplan")
+	require.Contains(t, planJSON, "rip1.prep-", "the plan carries the reference")
+	step("apply", "-input=false", "-no-color", "tfplan")
+	state, err := os.ReadFile(filepath.Join(w.dir, "terraform.tfstate"))
+	require.NoError(t, err)
+	require.Contains(t, string(state), `"ready": true`, "the worker consumed the runtime input and is Ready")
+	step("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	step("destroy", "-auto-approve", "-input=false", "-no-color")
+	trace, err := os.ReadFile(logPath)
+	require.NoError(t, err)
+	require.Contains(t, string(trace), "request to the Host answered", "the provider's own TRACE lines are in the log")
+
+	for what, text := range map[string]string{
+		"plan JSON": planJSON, "state file": string(state), "CLI output": strings.Join(outputs, "\n"),
+		"TRACE log": string(trace), "Host log": h.Logs(),
+	} {
+		if i := strings.Index(text, canary); i >= 0 {
+			t.Errorf("the secret leaked into the %s: …%s…", what, text[max(0, i-400):min(len(text), i+100)])
+		}
+		require.NotContains(t, text, h.Key, "the API key leaked into the %s", what)
+	}
+}

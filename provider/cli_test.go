@@ -186,3 +186,63 @@ variable "greeting" {
 		require.NotContains(t, text, h.Key, "the API key leaked into the %s", what)
 	}
 }
+
+// TestAccWorkerModule applies examples/modules/worker as its README calls it, re-plans empty,
+// and destroys.
+func TestAccWorkerModule(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	config := fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+variable "token" {
+  type      = string
+  sensitive = true
+  default   = "module-secret"
+}
+
+module "billing" {
+  source = %q
+
+  space   = "prod"
+  name    = "billing"
+  modules = { "index.js" = "export default { fetch() { return new Response('ok') } };" }
+  secrets = { TOKEN = var.token }
+}
+
+module "plain" {
+  source = %q
+
+  space   = "prod"
+  name    = "plain"
+  modules = { "index.js" = "export default { fetch() { return new Response('ok') } };" }
+}
+
+output "url" {
+  value = module.billing.url
+}
+`, module, module)
+	w := newWorkspace(t, h.URL, h.Key, config, "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	out, err := w.run("get", "-no-color") // modules; dev_overrides serve the provider without init
+	require.NoError(t, err, out)
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	out, err = w.run("output", "-raw", "url")
+	require.NoError(t, err, out)
+	require.Regexp(t, `^http://billing-prod-[0-9a-f]{8}\.workers\.localhost:8787/$`, out)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	state, err := os.ReadFile(filepath.Join(w.dir, "terraform.tfstate"))
+	require.NoError(t, err)
+	require.NotContains(t, string(state), "module-secret")
+}

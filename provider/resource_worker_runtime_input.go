@@ -82,7 +82,7 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"changes in place: new values, or a bump of `bindings_wo_version`, replace it and update the worker in place.",
 		Attributes: map[string]schema.Attribute{
 			"operation_id": schema.StringAttribute{
-				MarkdownDescription: "Operation id of the preparation, unique in the organization. Defaults to `rip-` and random hex, drawn in the plan (a new one for every replacement); leave it unset unless you manage ids yourself.",
+				MarkdownDescription: "Operation id of the preparation, unique in the organization. Defaults to `rip-` and 24 hex digits, known in the plan: derived from the target and `bindings_wo_version`, the first such id the Host does not know yet, so every new incarnation (a replacement, or after an expiry) gets a new one. Leave it unset unless you manage ids yourself.",
 				Optional:            true,
 				Computed:            true,
 				Validators:          []validator.String{stringvalidator.RegexMatches(operationIDPattern, "must be 1 to 128 characters of letters, digits, ., _ and -, starting with a letter or digit")},
@@ -113,7 +113,7 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 				Required:            true, PlanModifiers: replace,
 			},
 			"material_set_nonce": schema.StringAttribute{
-				MarkdownDescription: "Nonce of the material set. Drawn in the plan when unset, and drawn again whenever `bindings_wo_version` changes, so the same values seal under a new reference.",
+				MarkdownDescription: "Nonce of the material set. When unset it is derived in the plan with the operation id, and changes whenever `bindings_wo_version` does, so the same values seal under a new reference.",
 				Optional:            true, Computed: true, PlanModifiers: replace,
 			},
 			"bindings_wo": schema.MapAttribute{

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 )
@@ -42,6 +43,7 @@ type takoformProvider struct {
 type takoformProviderModel struct {
 	Endpoint       types.String `tfsdk:"endpoint"`
 	APIKey         types.String `tfsdk:"api_key"`
+	OrganizationID types.String `tfsdk:"organization_id"`
 	RequestTimeout types.String `tfsdk:"request_timeout"`
 	MaxRetries     types.Int64  `tfsdk:"max_retries"`
 }
@@ -64,13 +66,17 @@ func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Optional:            true,
 				Sensitive:           true,
 			},
+			"organization_id": schema.StringAttribute{
+				MarkdownDescription: "The API key's organization id (`org_…`). Defaults to the `TAKOFORM_ORGANIZATION_ID` environment variable. Only `takoform_worker_runtime_input` needs it (its routes carry the organization in the path), and only while the Host does not state it in `GET /v1/capabilities`; `takoserver keys create --output json` prints it as `organizationId`.",
+				Optional:            true,
+			},
 			"request_timeout": schema.StringAttribute{
 				MarkdownDescription: "Timeout of one HTTP request to the Host, as a Go duration (`30s`, `2m`). Defaults to `30s`.",
 				Optional:            true,
 				Validators:          []validator.String{durationValidator{}},
 			},
 			"max_retries": schema.Int64Attribute{
-				MarkdownDescription: "How many times a request that failed with 429, a 5xx status or a connection error is retried, with backoff and `Retry-After`, always with the same ownership token. Defaults to `4`.",
+				MarkdownDescription: "How many times a read that failed with 429, a 5xx status, a retryable 409 or a connection error is retried, with backoff and `Retry-After`. Defaults to `4`. Creates, updates and deletes are replay-safe (they always resend the same ownership token) and are retried until the resource's timeout instead.",
 				Optional:            true,
 				Validators:          []validator.Int64{int64validator.Between(0, 20)},
 			},
@@ -84,7 +90,7 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	for attr, value := range map[string]types.String{"endpoint": cfg.Endpoint, "api_key": cfg.APIKey} {
+	for attr, value := range map[string]types.String{"endpoint": cfg.Endpoint, "api_key": cfg.APIKey, "organization_id": cfg.OrganizationID} {
 		if value.IsUnknown() {
 			resp.Diagnostics.AddAttributeError(path.Root(attr), "Unknown provider configuration",
 				"The provider's "+attr+" is not known until apply; set it from a value known at plan time or from the environment.")
@@ -101,6 +107,10 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 	if !cfg.APIKey.IsNull() {
 		apiKey = cfg.APIKey.ValueString()
 	}
+	orgID := os.Getenv("TAKOFORM_ORGANIZATION_ID")
+	if !cfg.OrganizationID.IsNull() {
+		orgID = cfg.OrganizationID.ValueString()
+	}
 	timeout := defaultRequestTimeout
 	if !cfg.RequestTimeout.IsNull() && !cfg.RequestTimeout.IsUnknown() {
 		timeout, _ = time.ParseDuration(cfg.RequestTimeout.ValueString())
@@ -110,26 +120,38 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 		retries = cfg.MaxRetries.ValueInt64()
 	}
 	c, err := client.New(client.Config{
-		Endpoint:   endpoint,
-		APIKey:     apiKey,
-		Timeout:    timeout,
-		MaxRetries: int(retries),
-		UserAgent:  "terraform-provider-takoform/" + p.version,
+		Endpoint:       endpoint,
+		APIKey:         apiKey,
+		OrganizationID: orgID,
+		Timeout:        timeout,
+		MaxRetries:     int(retries),
+		UserAgent:      "terraform-provider-takoform/" + p.version,
+		Log: func(ctx context.Context, msg string, fields map[string]any) {
+			tflog.Debug(ctx, msg, fields)
+		},
 	})
 	if err != nil {
 		resp.Diagnostics.AddError("Unable to configure the Takoform provider", err.Error())
 		return
 	}
-	resp.DataSourceData = c
-	resp.ResourceData = c
+	// One client per configuration: OpenTofu's provider for_each makes several in one process.
+	data := &providerData{client: c}
+	resp.DataSourceData = data
+	resp.ResourceData = data
 }
 
 func (p *takoformProvider) Resources(context.Context) []func() resource.Resource {
-	return nil
+	return []func() resource.Resource{
+		newReservationResource,
+		newRuntimeInputResource,
+		newWorkerResource,
+		newEndpointResource,
+		newActivationResource,
+	}
 }
 
 func (p *takoformProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{newOfferingsDataSource}
+	return []func() datasource.DataSource{newOfferingsDataSource, newReservationDataSource, newWorkerDataSource}
 }
 
 // durationValidator accepts a positive Go duration.

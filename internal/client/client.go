@@ -1,6 +1,11 @@
-// Package client is the provider's one way to reach the Host's public API. It authenticates with
-// the organization API key, retries what is safe to retry (429, 5xx, connection errors) with
-// backoff and Retry-After, and turns problem+json answers into *Error.
+// Package client is the provider's one way to reach the Host's public API (api/openapi.yaml; a
+// test checks every type here against the document). It authenticates with the organization API
+// key, retries what SPEC 4 lists as retryable with backoff and Retry-After, always resending the
+// same ownership token, and turns problem+json answers into *Error.
+//
+// A Client holds the state of one provider configuration (the capabilities check, the
+// organization id): OpenTofu's provider for_each makes several in one process, so nothing here is
+// a package global.
 package client
 
 import (
@@ -16,30 +21,53 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // OwnershipProtocol is the capability the client requires before any mutation.
 const OwnershipProtocol = "takoform-ownership-v1"
 
+// Header names of the ownership protocol (SPEC 3.2).
+const (
+	TokenHeader    = "Takoform-Ownership-Token"
+	ReplayedHeader = "Takoform-Replayed"
+)
+
+// LogFunc receives one line about a request: never a body, never a header value.
+type LogFunc func(ctx context.Context, msg string, fields map[string]any)
+
 // Config configures a Client.
 type Config struct {
-	Endpoint   string
-	APIKey     string
-	Timeout    time.Duration
+	Endpoint string
+	APIKey   string
+	// OrganizationID is the API key's organization, needed by the runtime-input routes. When
+	// empty it is taken from GET /v1/capabilities, if the Host tells it there.
+	OrganizationID string
+	// Timeout bounds one HTTP request.
+	Timeout time.Duration
+	// MaxRetries bounds the retries of a read. Owned mutations are replay-safe and are retried
+	// until their context ends (the resource's timeout), as SPEC 4 requires.
 	MaxRetries int
 	UserAgent  string
 	// HTTPClient is used when set (tests); otherwise one with Timeout is made.
 	HTTPClient *http.Client
+	// Log, when set, is told about every attempt (method, path, status, code; nothing else).
+	Log LogFunc
 }
 
-// Client talks to one Host.
+// Client talks to one Host for one provider configuration.
 type Client struct {
 	base       *url.URL
 	apiKey     string
 	maxRetries int
 	userAgent  string
 	http       *http.Client
+	log        LogFunc
+
+	mu        sync.Mutex
+	ownership bool // the Host advertised the ownership protocol
+	orgID     string
 }
 
 // Error is a problem answer from the Host.
@@ -50,8 +78,23 @@ type Error struct {
 	Detail string
 	// RequestID links the answer to the Host's log.
 	RequestID string
-	// Raw holds every member of the problem, for details such as unmetFences.
+	// UnmetFences lists the fences of a release_fenced or witness_open refusal.
+	UnmetFences []string
+	// Conflict names the existing object of an ownership_conflict.
+	Conflict *Conflict
+	// Raw holds every member of the problem.
 	Raw map[string]any
+	// RetryAfter is the Host's Retry-After, when it sent one.
+	RetryAfter time.Duration
+}
+
+// Conflict is the `conflict` member of an ownership_conflict problem.
+type Conflict struct {
+	Kind          string `json:"kind"`
+	ID            string `json:"id"`
+	UID           string `json:"uid"`
+	ImportCommand string `json:"importCommand"`
+	ImportBlock   string `json:"importBlock"`
 }
 
 func (e *Error) Error() string {
@@ -70,6 +113,25 @@ func IsCode(err error, code string) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
+
+// IsNotFound reports whether err is a 404.
+func IsNotFound(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == http.StatusNotFound
+}
+
+// OutcomeUnknownError means a mutation was sent, perhaps more than once with the same ownership
+// token, and no answer came back before the context ended: the Host may or may not have done it.
+type OutcomeUnknownError struct {
+	Method, Path string
+	Err          error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("%s %s: no answer from the Host before the timeout, so the outcome is unknown (last error: %v)", e.Method, e.Path, e.Err)
+}
+
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 
 // New validates cfg and returns a Client. It does not contact the Host.
 func New(cfg Config) (*Client, error) {
@@ -97,7 +159,7 @@ func New(cfg Config) (*Client, error) {
 	if ua == "" {
 		ua = "terraform-provider-takoform"
 	}
-	return &Client{base: base, apiKey: cfg.APIKey, maxRetries: cfg.MaxRetries, userAgent: ua, http: hc}, nil
+	return &Client{base: base, apiKey: cfg.APIKey, maxRetries: cfg.MaxRetries, userAgent: ua, http: hc, log: cfg.Log, orgID: cfg.OrganizationID}, nil
 }
 
 // Request is one call to the Host.
@@ -107,56 +169,127 @@ type Request struct {
 	Body   any
 	// OwnershipToken is sent unchanged on every attempt, so that a retry is a replay.
 	OwnershipToken string
+	// IfMatch is the revision the caller last read; it makes an update fail on a stale revision.
+	IfMatch int64
+}
+
+// Response describes a successful answer.
+type Response struct {
+	Status   int
+	Replayed bool
 }
 
 // Do sends req, retrying transient failures, and decodes a 2xx JSON answer into out (when not
-// nil). It returns the final status.
-func (c *Client) Do(ctx context.Context, req Request, out any) (int, error) {
+// nil).
+func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error) {
 	var body []byte
 	if req.Body != nil {
 		var err error
 		if body, err = json.Marshal(req.Body); err != nil {
-			return 0, fmt.Errorf("encode request: %w", err)
+			return Response{}, fmt.Errorf("encode request: %w", err)
 		}
 	}
-	target := c.base.JoinPath(req.Path)
+	owned := req.OwnershipToken != ""
+	_, hasDeadline := ctx.Deadline()
+	target := c.base.JoinPath(req.Path).String()
+	sent := false
 	for attempt := 0; ; attempt++ {
-		status, retryAfter, err := c.once(ctx, req, target.String(), body, out)
-		if err == nil || attempt >= c.maxRetries || !retryable(status, err) {
-			return status, err
+		resp, err := c.once(ctx, req, target, body, out)
+		sent = sent || resp.Status == 0 && err != nil && ctx.Err() == nil
+		if err == nil {
+			return resp, nil
 		}
-		wait := backoff(attempt, retryAfter)
+		if !retryable(resp.Status, err) {
+			return resp, err
+		}
+		// Owned mutations are replay-safe: they are retried until the resource's timeout.
+		if (!owned || !hasDeadline) && attempt >= c.maxRetries {
+			return resp, c.giveUp(req, owned, sent, err)
+		}
+		wait := backoff(attempt, retryAfter(err))
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return resp, c.giveUp(req, owned, sent, err)
+		}
+		c.logf(ctx, "retrying a request to the Host", map[string]any{"method": req.Method, "path": req.Path, "attempt": attempt + 1, "wait": wait.String(), "reason": reason(resp.Status, err)})
 		select {
 		case <-ctx.Done():
-			return status, fmt.Errorf("%w (gave up waiting to retry: %v)", err, ctx.Err())
+			return resp, c.giveUp(req, owned, sent, err)
 		case <-time.After(wait):
 		}
 	}
 }
 
-func retryable(status int, err error) bool {
-	if status == 0 {
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+// giveUp returns the final error: a mutation that may have landed reports an unknown outcome.
+func (c *Client) giveUp(req Request, owned, sent bool, err error) error {
+	if owned && sent {
+		return &OutcomeUnknownError{Method: req.Method, Path: req.Path, Err: err}
 	}
-	return status == http.StatusTooManyRequests || status >= 500 || IsCode(err, "intent_in_progress")
+	return err
+}
+
+func reason(status int, err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return fmt.Sprintf("%d %s", e.Status, e.Code)
+	}
+	if status == 0 {
+		return "no answer"
+	}
+	return strconv.Itoa(status)
+}
+
+func retryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
+}
+
+// retryable is SPEC 4's list: connection errors, 429, 5xx (but 501, which never clears), and the
+// retryable 409s intent_in_progress and witness_open.
+func retryable(status int, err error) bool {
+	switch {
+	case status == 0:
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) || isClientTimeout(err)
+	case status == http.StatusNotImplemented:
+		return false
+	case status == http.StatusTooManyRequests || status >= 500:
+		return true
+	}
+	return IsCode(err, "intent_in_progress") || IsCode(err, "witness_open")
+}
+
+// isClientTimeout reports a per-request timeout (http.Client.Timeout), which is a lost answer,
+// not the caller giving up.
+func isClientTimeout(err error) bool {
+	var ue interface{ Timeout() bool }
+	return errors.As(err, &ue) && ue.Timeout()
 }
 
 func backoff(attempt int, retryAfter time.Duration) time.Duration {
 	if retryAfter > 0 {
-		return min(retryAfter, time.Minute)
+		return min(retryAfter, 30*time.Second)
 	}
-	d := time.Duration(250*(1<<min(attempt, 6))) * time.Millisecond
+	d := time.Duration(200*(1<<min(attempt, 5))) * time.Millisecond
+	d = min(d, 5*time.Second)
 	return d/2 + rand.N(d/2+1)
 }
 
-func (c *Client) once(ctx context.Context, req Request, target string, body []byte, out any) (int, time.Duration, error) {
+func (c *Client) logf(ctx context.Context, msg string, fields map[string]any) {
+	if c.log != nil {
+		c.log(ctx, msg, fields)
+	}
+}
+
+func (c *Client) once(ctx context.Context, req Request, target string, body []byte, out any) (Response, error) {
 	var reader io.Reader
 	if body != nil {
 		reader = bytes.NewReader(body)
 	}
 	hr, err := http.NewRequestWithContext(ctx, req.Method, target, reader)
 	if err != nil {
-		return 0, 0, err
+		return Response{}, err
 	}
 	hr.Header.Set("Authorization", "Bearer "+c.apiKey)
 	hr.Header.Set("Accept", "application/json, application/problem+json")
@@ -165,36 +298,51 @@ func (c *Client) once(ctx context.Context, req Request, target string, body []by
 		hr.Header.Set("Content-Type", "application/json")
 	}
 	if req.OwnershipToken != "" {
-		hr.Header.Set("Takoform-Ownership-Token", req.OwnershipToken)
+		hr.Header.Set(TokenHeader, req.OwnershipToken)
+	}
+	if req.IfMatch > 0 {
+		hr.Header.Set("If-Match", strconv.FormatInt(req.IfMatch, 10))
 	}
 	resp, err := c.http.Do(hr)
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s %s: %w", req.Method, req.Path, redactURLError(err))
+		c.logf(ctx, "request to the Host got no answer", map[string]any{"method": req.Method, "path": req.Path, "error": redactURLError(err).Error()})
+		return Response{}, fmt.Errorf("%s %s: %w", req.Method, req.Path, redactURLError(err))
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if err != nil {
-		return resp.StatusCode, 0, fmt.Errorf("%s %s: read answer: %w", req.Method, req.Path, err)
+		// The status arrived but the body did not: for a mutation that is a lost answer.
+		return Response{}, fmt.Errorf("%s %s: read answer: %w", req.Method, req.Path, err)
 	}
+	out2 := Response{Status: resp.StatusCode, Replayed: resp.Header.Get(ReplayedHeader) == "true"}
+	c.logf(ctx, "request to the Host answered", map[string]any{"method": req.Method, "path": req.Path, "status": resp.StatusCode, "replayed": out2.Replayed})
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if out != nil && len(raw) > 0 {
 			if err := json.Unmarshal(raw, out); err != nil {
-				return resp.StatusCode, 0, fmt.Errorf("%s %s: decode answer: %w", req.Method, req.Path, err)
+				return out2, fmt.Errorf("%s %s: decode answer: %w", req.Method, req.Path, err)
 			}
 		}
-		return resp.StatusCode, 0, nil
+		return out2, nil
 	}
-	return resp.StatusCode, parseRetryAfter(resp.Header.Get("Retry-After")), problem(resp, raw)
+	return out2, problem(resp, raw)
 }
 
 func problem(resp *http.Response, raw []byte) *Error {
-	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
-	var m map[string]any
-	if json.Unmarshal(raw, &m) == nil {
-		e.Raw = m
-		e.Code, _ = m["code"].(string)
-		e.Title, _ = m["title"].(string)
-		e.Detail, _ = m["detail"].(string)
+	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	var p struct {
+		Code        string    `json:"code"`
+		Title       string    `json:"title"`
+		Detail      string    `json:"detail"`
+		RequestID   string    `json:"requestId"`
+		UnmetFences []string  `json:"unmetFences"`
+		Conflict    *Conflict `json:"conflict"`
+	}
+	if json.Unmarshal(raw, &p) == nil {
+		e.Code, e.Title, e.Detail, e.UnmetFences, e.Conflict = p.Code, p.Title, p.Detail, p.UnmetFences, p.Conflict
+		if e.RequestID == "" {
+			e.RequestID = p.RequestID
+		}
+		_ = json.Unmarshal(raw, &e.Raw)
 	}
 	if e.Code == "" {
 		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
@@ -219,18 +367,18 @@ func parseRetryAfter(v string) time.Duration {
 func redactURLError(err error) error {
 	var ue *url.Error
 	if errors.As(err, &ue) {
+		if ue.Timeout() {
+			return timeoutError{ue.Err}
+		}
 		return fmt.Errorf("%s", ue.Err)
 	}
 	return err
 }
 
-// Capabilities is GET /v1/capabilities.
-type Capabilities struct {
-	Ownership           []string `json:"ownership"`
-	ReservationFormats  []string `json:"reservationFormats"`
-	RuntimeInputFormats []string `json:"runtimeInputFormats"`
-	Packs               []string `json:"packs"`
-}
+type timeoutError struct{ err error }
+
+func (t timeoutError) Error() string { return t.err.Error() }
+func (t timeoutError) Timeout() bool { return true }
 
 // Capabilities asks the Host what it supports.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
@@ -240,8 +388,14 @@ func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 }
 
 // RequireOwnership fails closed unless the Host advertises the ownership protocol: without it no
-// mutation may be sent.
+// mutation may be sent. A success is remembered for this configuration.
 func (c *Client) RequireOwnership(ctx context.Context) error {
+	c.mu.Lock()
+	ok := c.ownership
+	c.mu.Unlock()
+	if ok {
+		return nil
+	}
 	caps, err := c.Capabilities(ctx)
 	if err != nil {
 		return err
@@ -249,23 +403,34 @@ func (c *Client) RequireOwnership(ctx context.Context) error {
 	if !slices.Contains(caps.Ownership, OwnershipProtocol) {
 		return fmt.Errorf("the Host does not advertise %s; refusing to mutate anything", OwnershipProtocol)
 	}
+	c.mu.Lock()
+	c.ownership = true
+	if c.orgID == "" && caps.OrganizationID != "" {
+		c.orgID = caps.OrganizationID
+	}
+	c.mu.Unlock()
 	return nil
 }
 
-// Offering is one entry of GET /v1/offerings.
-type Offering struct {
-	ID           string `json:"id"`
-	Kind         string `json:"kind"`
-	Pack         string `json:"pack"`
-	Installation string `json:"installation"`
-	Digest       string `json:"digest"`
-}
-
-// Offerings lists the catalog visible to the key's organization.
-func (c *Client) Offerings(ctx context.Context) ([]Offering, error) {
-	var out struct {
-		Offerings []Offering `json:"offerings"`
+// OrganizationID returns the API key's organization id: the configured one, or the one the Host
+// states in its capabilities.
+func (c *Client) OrganizationID(ctx context.Context) (string, error) {
+	c.mu.Lock()
+	id := c.orgID
+	c.mu.Unlock()
+	if id != "" {
+		return id, nil
 	}
-	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: "/v1/offerings"}, &out)
-	return out.Offerings, err
+	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		return "", err
+	}
+	if caps.OrganizationID == "" {
+		return "", errors.New("the Host does not tell which organization the API key belongs to, and the runtime-input routes need it: " +
+			"set organization_id in the provider block or TAKOFORM_ORGANIZATION_ID (`takoserver keys create --output json` prints it as organizationId)")
+	}
+	c.mu.Lock()
+	c.orgID = caps.OrganizationID
+	c.mu.Unlock()
+	return caps.OrganizationID, nil
 }

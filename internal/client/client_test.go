@@ -53,9 +53,9 @@ func TestRetriesTransientFailuresWithTheSameToken(t *testing.T) {
 	t.Parallel()
 	f := &flaky{statuses: []int{503, 429, 502, 200}}
 	c := newTestClient(t, f, 4)
-	status, err := c.Do(context.Background(), Request{Method: http.MethodPut, Path: "/v1/x", Body: map[string]string{"a": "b"}, OwnershipToken: "token-0123456789abcdef"}, nil)
+	resp, err := c.Do(context.Background(), Request{Method: http.MethodPut, Path: "/v1/x", Body: map[string]string{"a": "b"}, OwnershipToken: "token-0123456789abcdef"}, nil)
 	require.NoError(t, err)
-	require.Equal(t, 200, status)
+	require.Equal(t, 200, resp.Status)
 	require.Len(t, f.headers, 4)
 	for _, h := range f.headers {
 		require.Equal(t, "token-0123456789abcdef", h.Get("Takoform-Ownership-Token"), "every retry is a replay of the same owned request")
@@ -68,8 +68,82 @@ func TestGivesUpAfterMaxRetries(t *testing.T) {
 	f := &flaky{statuses: []int{503}}
 	c := newTestClient(t, f, 2)
 	_, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/v1/x"}, nil)
-	require.True(t, IsCode(err, "some_code"))
+	require.True(t, IsCode(err, "some_code"), "%v", err)
 	require.Len(t, f.headers, 3)
+}
+
+func TestRetryableConflictsAreRetriedUntilTheDeadline(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	calls := 0
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n <= 6 {
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusConflict)
+			code := "intent_in_progress"
+			if n%2 == 0 {
+				code = "witness_open"
+			}
+			_, _ = w.Write([]byte(`{"code":"` + code + `","detail":"later","unmetFences":["attestation_open"]}`))
+			return
+		}
+		w.Header().Set(ReplayedHeader, "true")
+		_, _ = w.Write([]byte(`{}`))
+	})
+	c := newTestClient(t, h, 1) // max_retries bounds reads; an owned mutation runs to its deadline
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
+	require.NoError(t, err)
+	require.True(t, resp.Replayed)
+	require.Equal(t, 7, calls)
+}
+
+func TestAMutationWithoutAnswerHasAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	tokens := []string{}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		tokens = append(tokens, r.Header.Get(TokenHeader))
+		mu.Unlock()
+		// The request is read (it may have landed), then the connection drops without an answer.
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	})
+	c := newTestClient(t, h, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", Body: map[string]string{}, OwnershipToken: "token-0123456789abcdef"}, nil)
+	var unknown *OutcomeUnknownError
+	require.ErrorAs(t, err, &unknown)
+	require.Greater(t, len(tokens), 1, "the same request is resent until the deadline")
+	for _, tok := range tokens {
+		require.Equal(t, "token-0123456789abcdef", tok)
+	}
+}
+
+func TestConflictDetailsAreDecoded(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusConflict)
+		_, _ = w.Write([]byte(`{"code":"ownership_conflict","detail":"owned","requestId":"r-9","conflict":{"kind":"worker","id":"s/n","uid":"u","importCommand":"terraform import takoform_worker.<name> s/n","importBlock":"import {}"}}`))
+	})
+	c := newTestClient(t, h, 0)
+	_, err := c.GetWorker(context.Background(), "s", "n")
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, "r-9", e.RequestID)
+	require.Equal(t, "s/n", e.Conflict.ID)
+	require.Contains(t, e.Conflict.ImportCommand, "terraform import")
 }
 
 func TestClientErrorsAreNotRetried(t *testing.T) {

@@ -1,0 +1,51 @@
+variable "space" {
+  description = "Space of the worker (prod, staging, ...)."
+  type        = string
+}
+
+variable "name" {
+  description = "Name of the worker; its endpoint takes the same name."
+  type        = string
+}
+
+variable "modules" {
+  description = "The worker's ES modules: source by module name."
+  type        = map(string)
+}
+
+variable "main_module" {
+  description = "The entry module, one of the keys of modules."
+  type        = string
+  default     = "index.js"
+}
+
+variable "compatibility_date" {
+  description = "Workers runtime compatibility date."
+  type        = string
+  default     = "2025-01-01"
+}
+
+variable "secrets" {
+  description = "Secret bindings by name. They are sealed by the Host and reach the worker's environment; they never enter the state."
+  type        = map(string)
+  default     = {}
+  sensitive   = true
+}
+
+variable "secrets_version" {
+  description = "Bump to re-seal the secrets under a new reference (rotation)."
+  type        = number
+  default     = 1
+}
+
+variable "subdomain" {
+  description = "DNS label of the worker's origin; null for the backend's derived label."
+  type        = string
+  default     = null
+}
+
+variable "offering_id" {
+  description = "The module-worker offering to run on; null when the organization is sold exactly one."
+  type        = string
+  default     = null
+}

@@ -1,0 +1,4 @@
+import {
+  to = takoform_worker.api
+  id = "prod/api"
+}

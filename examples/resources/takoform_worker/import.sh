@@ -1,0 +1,2 @@
+# A worker is imported as space/name; the import adopts its ownership token.
+tofu import takoform_worker.api prod/api

@@ -1,0 +1,167 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+)
+
+// One method per operation of api/openapi.yaml that the provider uses.
+
+// Offerings lists the catalog visible to the key's organization.
+func (c *Client) Offerings(ctx context.Context) ([]Offering, error) {
+	var out struct {
+		Offerings []Offering `json:"offerings"`
+	}
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: "/v1/offerings"}, &out)
+	return out.Offerings, err
+}
+
+// Derive asks what a reservation would hold and whether the origin is free; it writes nothing.
+func (c *Client) Derive(ctx context.Context, req DerivationRequest) (Derivation, error) {
+	var out Derivation
+	_, err := c.Do(ctx, Request{Method: http.MethodPost, Path: "/v1/worker-endpoint-origin-derivations", Body: req}, &out)
+	return out, err
+}
+
+func reservationPath(id string) string {
+	return "/v1/worker-endpoint-origin-reservations/" + url.PathEscape(id)
+}
+
+// GetReservation reads a reservation (Host-minted ones too).
+func (c *Client) GetReservation(ctx context.Context, id string) (Reservation, error) {
+	var out Reservation
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: reservationPath(id)}, &out)
+	return out, err
+}
+
+// PutReservation creates a reservation under token.
+func (c *Client) PutReservation(ctx context.Context, id, token string, req ReservationRequest) (Reservation, Response, error) {
+	var out Reservation
+	resp, err := c.Do(ctx, Request{Method: http.MethodPut, Path: reservationPath(id), Body: req, OwnershipToken: token}, &out)
+	return out, resp, err
+}
+
+// DeleteReservation releases a reservation under the four fences.
+func (c *Client) DeleteReservation(ctx context.Context, id, token string) (Reservation, error) {
+	var out Reservation
+	_, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: reservationPath(id), OwnershipToken: token}, &out)
+	return out, err
+}
+
+// PutActivation activates a reservation with the endpoint recorded on it.
+func (c *Client) PutActivation(ctx context.Context, reservationID, token, endpointUID string) (Reservation, Response, error) {
+	var out Reservation
+	resp, err := c.Do(ctx, Request{Method: http.MethodPut, Path: reservationPath(reservationID) + "/activation",
+		Body: ActivationRequest{EndpointUID: endpointUID}, OwnershipToken: token}, &out)
+	return out, resp, err
+}
+
+// DeleteActivation ends an activation; the endpoint stays the reservation's witness.
+func (c *Client) DeleteActivation(ctx context.Context, reservationID, token string) (Reservation, error) {
+	var out Reservation
+	_, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: reservationPath(reservationID) + "/activation", OwnershipToken: token}, &out)
+	return out, err
+}
+
+func workerPath(space, name string) string {
+	return "/v1/spaces/" + url.PathEscape(space) + "/workers/" + url.PathEscape(name)
+}
+
+// GetWorker reads a worker, readiness derived now.
+func (c *Client) GetWorker(ctx context.Context, space, name string) (Worker, error) {
+	var out Worker
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: workerPath(space, name)}, &out)
+	return out, err
+}
+
+// PutWorker creates a worker, or updates it at revision ifMatch (0 for a create).
+func (c *Client) PutWorker(ctx context.Context, space, name, token string, ifMatch int64, spec WorkerSpec) (Worker, Response, error) {
+	var out Worker
+	resp, err := c.Do(ctx, Request{Method: http.MethodPut, Path: workerPath(space, name), Body: spec, OwnershipToken: token, IfMatch: ifMatch}, &out)
+	return out, resp, err
+}
+
+// DeleteWorker deletes a worker.
+func (c *Client) DeleteWorker(ctx context.Context, space, name, token string) (Worker, error) {
+	var out Worker
+	_, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: workerPath(space, name), OwnershipToken: token}, &out)
+	return out, err
+}
+
+func endpointPath(space, name string) string {
+	return "/v1/spaces/" + url.PathEscape(space) + "/worker-endpoints/" + url.PathEscape(name)
+}
+
+// GetEndpoint reads an endpoint, readiness derived now.
+func (c *Client) GetEndpoint(ctx context.Context, space, name string) (Endpoint, error) {
+	var out Endpoint
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: endpointPath(space, name)}, &out)
+	return out, err
+}
+
+// PutEndpoint creates an endpoint (or resumes one whose route is not active).
+func (c *Client) PutEndpoint(ctx context.Context, space, name, token string, ifMatch int64, spec EndpointSpec) (Endpoint, Response, error) {
+	var out Endpoint
+	resp, err := c.Do(ctx, Request{Method: http.MethodPut, Path: endpointPath(space, name), Body: spec, OwnershipToken: token, IfMatch: ifMatch}, &out)
+	return out, resp, err
+}
+
+// DeleteEndpoint deletes an endpoint and confirms its route is gone.
+func (c *Client) DeleteEndpoint(ctx context.Context, space, name, token string) (Endpoint, error) {
+	var out Endpoint
+	_, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: endpointPath(space, name), OwnershipToken: token}, &out)
+	return out, err
+}
+
+func preparationPath(orgID, operationID string) string {
+	return "/v1/organizations/" + url.PathEscape(orgID) + "/worker-runtime-input-preparations/" + url.PathEscape(operationID)
+}
+
+// GetPreparation reads a runtime input by operation id.
+func (c *Client) GetPreparation(ctx context.Context, operationID string) (Preparation, error) {
+	org, err := c.OrganizationID(ctx)
+	if err != nil {
+		return Preparation{}, err
+	}
+	var out Preparation
+	_, err = c.Do(ctx, Request{Method: http.MethodGet, Path: preparationPath(org, operationID)}, &out)
+	return out, err
+}
+
+// PutPreparation seals a runtime input. The body carries the secret values.
+func (c *Client) PutPreparation(ctx context.Context, operationID, token string, req PreparationRequest) (Preparation, Response, error) {
+	org, err := c.OrganizationID(ctx)
+	if err != nil {
+		return Preparation{}, Response{}, err
+	}
+	var out Preparation
+	resp, err := c.Do(ctx, Request{Method: http.MethodPut, Path: preparationPath(org, operationID), Body: req, OwnershipToken: token}, &out)
+	return out, resp, err
+}
+
+// DeletePreparation aborts a runtime input (a settled one's values stay with its worker).
+func (c *Client) DeletePreparation(ctx context.Context, operationID, token string) (Preparation, error) {
+	org, err := c.OrganizationID(ctx)
+	if err != nil {
+		return Preparation{}, err
+	}
+	var out Preparation
+	_, err = c.Do(ctx, Request{Method: http.MethodDelete, Path: preparationPath(org, operationID), OwnershipToken: token}, &out)
+	return out, err
+}
+
+// GetPreparationByReference reads the runtime input a reference names, within the key's
+// organization only.
+func (c *Client) GetPreparationByReference(ctx context.Context, reference string) (Preparation, error) {
+	var out Preparation
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: "/v1/worker-runtime-input-references/" + url.PathEscape(reference)}, &out)
+	return out, err
+}
+
+// GetAttestation reads the deletion attestation of a resource UID.
+func (c *Client) GetAttestation(ctx context.Context, uid string) (Attestation, error) {
+	var out Attestation
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: "/v1/deletion-attestations/" + url.PathEscape(uid)}, &out)
+	return out, err
+}

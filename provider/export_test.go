@@ -1,0 +1,7 @@
+package provider
+
+// ActivationToken lets the acceptance tests act on an activation behind the provider's back.
+var ActivationToken = activationToken
+
+// DefaultReservationID is the id of a reservation created without one.
+var DefaultReservationID = defaultReservationID

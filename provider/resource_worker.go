@@ -1,0 +1,471 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/identityschema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/takoform/terraform-provider-takoform/internal/client"
+)
+
+var (
+	_ resource.ResourceWithConfigure   = (*workerResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*workerResource)(nil)
+	_ resource.ResourceWithImportState = (*workerResource)(nil)
+	_ resource.ResourceWithIdentity    = (*workerResource)(nil)
+)
+
+func newWorkerResource() resource.Resource { return &workerResource{} }
+
+// workerResource is takoform_worker: an ES-module bundle and its declared secret bindings.
+type workerResource struct {
+	client *client.Client
+}
+
+type workerModel struct {
+	ID                    types.String   `tfsdk:"id"`
+	Space                 types.String   `tfsdk:"space"`
+	Name                  types.String   `tfsdk:"name"`
+	MainModule            types.String   `tfsdk:"main_module"`
+	Modules               types.Map      `tfsdk:"modules"`
+	CompatibilityDate     types.String   `tfsdk:"compatibility_date"`
+	RequiredSensitiveVars types.Set      `tfsdk:"required_sensitive_vars"`
+	RuntimeInputReference types.String   `tfsdk:"runtime_input_reference"`
+	OfferingID            types.String   `tfsdk:"offering_id"`
+	Revision              types.Int64    `tfsdk:"revision"`
+	Generation            types.Int64    `tfsdk:"generation"`
+	ScriptName            types.String   `tfsdk:"script_name"`
+	Ready                 types.Bool     `tfsdk:"ready"`
+	Timeouts              timeouts.Value `tfsdk:"timeouts"`
+}
+
+type spaceNameIdentityModel struct {
+	Space types.String `tfsdk:"space"`
+	Name  types.String `tfsdk:"name"`
+}
+
+func spaceNameIdentitySchema(what string) identityschema.Schema {
+	return identityschema.Schema{
+		Attributes: map[string]identityschema.Attribute{
+			"space": identityschema.StringAttribute{RequiredForImport: true, Description: "Space of the " + what + "."},
+			"name":  identityschema.StringAttribute{RequiredForImport: true, Description: "Name of the " + what + "."},
+		},
+	}
+}
+
+func (r *workerResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_worker"
+}
+
+func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	replace := []planmodifier.String{stringplanmodifier.RequiresReplace()}
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A worker: an ES-module bundle, run by the offering's backend, with the names of the secrets it requires. " +
+			"Create and update return once the worker is Ready (its current generation deployed and, when it requires secrets, its runtime input delivered to it).",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				MarkdownDescription: "The worker's UID. A replaced worker has a new one; `takoform_worker_endpoint.worker_id` follows it so that the endpoint is replaced with it.",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"space": schema.StringAttribute{
+				MarkdownDescription: "Space of the worker.", Required: true, Validators: nameValidators(), PlanModifiers: replace,
+			},
+			"name": schema.StringAttribute{
+				MarkdownDescription: "Name of the worker, unique in its space.", Required: true, Validators: nameValidators(), PlanModifiers: replace,
+			},
+			"main_module": schema.StringAttribute{
+				MarkdownDescription: "Name of the entry module; one of `modules`. Changes in place.", Required: true,
+			},
+			"modules": schema.MapAttribute{
+				MarkdownDescription: "The bundle: ES-module source by module name. Changes in place (a new generation).",
+				Required:            true,
+				ElementType:         types.StringType,
+				Validators:          []validator.Map{mapvalidator.SizeBetween(1, 64)},
+			},
+			"compatibility_date": schema.StringAttribute{
+				MarkdownDescription: "Workers runtime compatibility date, `YYYY-MM-DD`. Changes in place.",
+				Required:            true,
+				Validators:          []validator.String{stringvalidator.RegexMatches(datePattern, "must be a date such as 2025-01-01")},
+			},
+			"required_sensitive_vars": schema.SetAttribute{
+				MarkdownDescription: "Names of the secret bindings the worker requires. They must equal the `binding_names` of the runtime input it names. Changes in place.",
+				Optional:            true,
+				ElementType:         types.StringType,
+				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(bindingNamePattern,
+					"must be a binding name: a letter or _, then letters, digits or _"))},
+			},
+			"runtime_input_reference": schema.StringAttribute{
+				MarkdownDescription: "The `reference` of the `takoform_worker_runtime_input` that carries the worker's secrets; required when `required_sensitive_vars` is set. Changes in place: the worker consumes the new runtime input.",
+				Optional:            true,
+			},
+			"offering_id": schema.StringAttribute{
+				MarkdownDescription: "The `module-worker` offering to run on. May be omitted when exactly one is sold to the organization (and then shows the one chosen). Changing it replaces the worker.",
+				Optional:            true,
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
+			},
+			"revision": schema.Int64Attribute{
+				MarkdownDescription: "The worker's revision; sent as `If-Match` on updates, so a stale update never reverts a newer one.", Computed: true,
+			},
+			"generation": schema.Int64Attribute{
+				MarkdownDescription: "The worker's generation: it moves with every change of the bundle, its secrets or its reference.", Computed: true,
+			},
+			"script_name": schema.StringAttribute{
+				MarkdownDescription: "The backend's script name for the worker.",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"ready": schema.BoolAttribute{
+				MarkdownDescription: "Whether the worker is Ready, as the Host derives it now.", Computed: true,
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+		},
+	}
+}
+
+func (r *workerResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	resp.IdentitySchema = spaceNameIdentitySchema("worker")
+}
+
+func (r *workerResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.client = configureData(req.ProviderData, &resp.Diagnostics)
+}
+
+// ModifyPlan refuses, at plan time, a worker that would consume a runtime input already delivered
+// to another worker UID (SPEC 4): a new or replaced worker needs a new runtime input.
+func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || r.client == nil {
+		return
+	}
+	var plan workerModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
+		return
+	}
+	var state workerModel
+	creating := req.State.Raw.IsNull()
+	if !creating {
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		if plan.RuntimeInputReference.Equal(state.RuntimeInputReference) {
+			return // consumed already by this worker
+		}
+	}
+	p, err := r.client.GetPreparationByReference(ctx, plan.RuntimeInputReference.ValueString())
+	if client.IsNotFound(err) {
+		return // prepared later in this apply
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Unable to read the worker's runtime input", err)
+		return
+	}
+	if p.BoundWorker != nil && (creating || p.BoundWorker.UID != state.ID.ValueString()) {
+		resp.Diagnostics.AddAttributeError(path.Root("runtime_input_reference"), "Runtime input delivered to another worker",
+			fmt.Sprintf("The runtime input %s (operation id %s) was delivered to worker UID %s. A runtime input is delivered once, to one worker UID, "+
+				"so a new or replaced worker needs a new runtime input: replace the takoform_worker_runtime_input too "+
+				"(`tofu apply -replace=<its address>` together with the worker's), or bump its bindings_wo_version.",
+				p.RuntimeInputReference, p.OperationID, p.BoundWorker.UID))
+	}
+}
+
+func (r *workerResource) spec(ctx context.Context, m workerModel) (client.WorkerSpec, error) {
+	spec := client.WorkerSpec{MainModule: m.MainModule.ValueString(), CompatibilityDate: m.CompatibilityDate.ValueString(),
+		RuntimeInputReference: strPtr(m.RuntimeInputReference), OfferingID: strPtr(m.OfferingID), RequiredSensitiveVars: []string{}}
+	if d := m.Modules.ElementsAs(ctx, &spec.Modules, false); d.HasError() {
+		return spec, fmt.Errorf("modules: %v", d)
+	}
+	if !m.RequiredSensitiveVars.IsNull() {
+		if d := m.RequiredSensitiveVars.ElementsAs(ctx, &spec.RequiredSensitiveVars, false); d.HasError() {
+			return spec, fmt.Errorf("required_sensitive_vars: %v", d)
+		}
+		slices.Sort(spec.RequiredSensitiveVars)
+	}
+	return spec, nil
+}
+
+func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Worker, importing bool) {
+	m.ID, m.Space, m.Name = types.StringValue(w.UID), types.StringValue(w.Space), types.StringValue(w.Name)
+	m.MainModule, m.CompatibilityDate = types.StringValue(w.MainModule), types.StringValue(w.CompatibilityDate)
+	m.Modules, _ = types.MapValueFrom(ctx, types.StringType, w.Modules)
+	if len(w.RequiredSensitiveVars) == 0 && (importing || m.RequiredSensitiveVars.IsNull() || m.RequiredSensitiveVars.IsUnknown()) {
+		m.RequiredSensitiveVars = types.SetNull(types.StringType)
+	} else {
+		m.RequiredSensitiveVars, _ = types.SetValueFrom(ctx, types.StringType, w.RequiredSensitiveVars)
+	}
+	m.RuntimeInputReference = types.StringNull()
+	if w.RuntimeInputs != nil {
+		m.RuntimeInputReference = types.StringValue(w.RuntimeInputs.Reference)
+	}
+	m.OfferingID = types.StringValue(w.OfferingID)
+	m.Revision, m.Generation = types.Int64Value(w.Revision), types.Int64Value(w.Generation)
+	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
+}
+
+// put sends the worker. Today's Host does not consume a runtime input that an update newly names
+// (it judges the delivery by the previous reference's status; a needed Host change): the worker
+// answers RuntimeInputPending with its new runtime input still prepared. Sending the same spec
+// once more at the new revision has it consume the runtime input.
+func (r *workerResource) put(ctx context.Context, space, name, token string, ifMatch int64, spec client.WorkerSpec) (client.Worker, error) {
+	w, _, err := r.client.PutWorker(ctx, space, name, token, ifMatch, spec)
+	if err == nil && !w.Ready && w.RuntimeInputs != nil && w.RuntimeInputs.Status == "prepared" {
+		w, _, err = r.client.PutWorker(ctx, space, name, token, w.Revision, spec)
+	}
+	return w, err
+}
+
+// waitReady polls the worker until it is Ready at generation (or later), or ctx ends.
+func (r *workerResource) waitReady(ctx context.Context, space, name string, w client.Worker) (client.Worker, error) {
+	if w.Ready {
+		return w, nil
+	}
+	err := waitFor(ctx, func() (bool, string, error) {
+		got, err := r.client.GetWorker(ctx, space, name)
+		if err != nil {
+			return false, "", err
+		}
+		w = got
+		waiting := "worker " + space + "/" + name + " is not Ready: " + conditionsText(got.Conditions)
+		if !got.Ready && stuck(got) {
+			return false, "", fmt.Errorf("%s; this does not clear by waiting", waiting)
+		}
+		return got.Ready, waiting, nil
+	})
+	return w, err
+}
+
+// stuck reports a worker that will not become Ready by itself: its deployment failed, or its
+// runtime input can no longer be delivered to it.
+func stuck(w client.Worker) bool {
+	inputPending := false
+	for _, c := range w.Conditions {
+		if c.Type == "Ready" && c.Reason == "DeploymentFailed" {
+			return true
+		}
+		inputPending = inputPending || c.Type == "Ready" && c.Reason == "RuntimeInputPending"
+	}
+	if w.RuntimeInputs != nil {
+		switch w.RuntimeInputs.Status {
+		case "failed", "expired", "aborted", "missing":
+			return true // gone: it can never be delivered
+		case "settled":
+			return inputPending // settled, but for another worker UID
+		}
+	}
+	return false
+}
+
+func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan workerModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, diags := plan.Timeouts.Create(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	spec, err := r.spec(ctx, plan)
+	if err == nil {
+		err = r.client.RequireOwnership(ctx)
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Unable to create worker", err)
+		return
+	}
+	space, name := plan.Space.ValueString(), plan.Name.ValueString()
+	token := newToken()
+	w, err := r.put(ctx, space, name, token, 0, spec)
+	if err == nil {
+		w, err = r.waitReady(ctx, space, name, w)
+	}
+	if err != nil {
+		if isUnknownOutcome(err) || w.UID != "" {
+			// Keep the token (and what is known) so that the next apply deletes or replaces
+			// exactly this object: never an orphan, never a duplicate.
+			plan.ID, plan.ScriptName = stringOrNull(nonEmpty(w.UID)), stringOrNull(nonEmpty(w.ScriptName))
+			plan.Revision, plan.Generation, plan.Ready = types.Int64Value(w.Revision), types.Int64Value(w.Generation), types.BoolValue(false)
+			plan.OfferingID = nullIfUnknown(plan.OfferingID)
+			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
+		}
+		addError(&resp.Diagnostics, "Unable to create worker", err)
+		return
+	}
+	r.fill(ctx, &plan, w, false)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
+}
+
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state workerModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
+	// from a Read that removes the resource.
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
+	w, err := r.client.GetWorker(ctx, state.Space.ValueString(), state.Name.ValueString())
+	if client.IsNotFound(err) {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Unable to read worker", err)
+		return
+	}
+	r.fill(ctx, &state, w, state.MainModule.IsNull())
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
+	if token, diags := getToken(ctx, req.Private); !diags.HasError() && token == "" && w.OwnershipToken != nil {
+		resp.Diagnostics.Append(setToken(ctx, resp.Private, *w.OwnershipToken)...) // import adopts the token
+	}
+}
+
+func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state workerModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, diags := plan.Timeouts.Update(ctx, defaultCreateTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	token, diags := getToken(ctx, req.Private)
+	resp.Diagnostics.Append(diags...)
+	spec, err := r.spec(ctx, plan)
+	if err == nil {
+		err = r.client.RequireOwnership(ctx)
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Unable to update worker", err)
+		return
+	}
+	space, name := plan.Space.ValueString(), plan.Name.ValueString()
+	w, err := r.put(ctx, space, name, token, state.Revision.ValueInt64(), spec)
+	if err == nil {
+		w, err = r.waitReady(ctx, space, name, w)
+	}
+	if err != nil {
+		if client.IsCode(err, "revision_conflict") {
+			err = fmt.Errorf("%s\n\nThe worker changed after this plan was made; run plan again", describe(err))
+		}
+		addError(&resp.Diagnostics, "Unable to update worker", err)
+		return
+	}
+	r.fill(ctx, &plan, w, false)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
+	if token == "" && w.OwnershipToken != nil {
+		resp.Diagnostics.Append(setToken(ctx, resp.Private, *w.OwnershipToken)...)
+	}
+}
+
+// Delete deletes the worker. It waits out an unexpired runtime-input claim (it settles or expires);
+// an endpoint still standing on the worker is a diagnostic naming it.
+func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state workerModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	timeout, diags := state.Timeouts.Delete(ctx, defaultDeleteTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := r.client.RequireOwnership(ctx); err != nil {
+		addError(&resp.Diagnostics, "Unable to delete worker", err)
+		return
+	}
+	space, name := state.Space.ValueString(), state.Name.ValueString()
+	token, diags := getToken(ctx, req.Private)
+	resp.Diagnostics.Append(diags...)
+	if token == "" {
+		w, err := r.client.GetWorker(ctx, space, name)
+		if client.IsNotFound(err) {
+			return
+		}
+		if err != nil || w.OwnershipToken == nil {
+			addError(&resp.Diagnostics, "Unable to delete worker", fmt.Errorf("no ownership token is known for worker %s/%s: %v", space, name, err))
+			return
+		}
+		token = *w.OwnershipToken
+	}
+	var last error
+	err := waitFor(ctx, func() (bool, string, error) {
+		_, err := r.client.DeleteWorker(ctx, space, name, token)
+		switch {
+		case err == nil || client.IsNotFound(err):
+			return true, "", nil
+		case client.IsCode(err, "lease_claimed"):
+			last = err
+			return false, describe(err), nil
+		}
+		return false, "", err
+	})
+	if err != nil {
+		if last != nil && ctx.Err() != nil {
+			err = last
+		}
+		if client.IsCode(err, "worker_has_endpoints") {
+			err = fmt.Errorf("%s\n\nDestroy the takoform_worker_endpoint resources on this worker first (a configuration that passes the worker's id as their worker_id orders this by itself)", describe(err))
+		}
+		addError(&resp.Diagnostics, "Unable to delete worker", err)
+	}
+}
+
+// ImportState takes `space/name` or an identity.
+func (r *workerResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	importSpaceName(ctx, req, resp, "worker")
+}
+
+// importSpaceName is the import of the resources whose id is `space/name`.
+func importSpaceName(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse, what string) {
+	var space, name string
+	if req.ID != "" {
+		s, n, ok := strings.Cut(req.ID, "/")
+		if !ok || !namePattern.MatchString(s) || !namePattern.MatchString(n) {
+			resp.Diagnostics.AddError("Unable to import "+what, fmt.Sprintf("The import id %q must be space/name.", req.ID))
+			return
+		}
+		space, name = s, n
+	} else {
+		var id spaceNameIdentityModel
+		resp.Diagnostics.Append(req.Identity.Get(ctx, &id)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+		space, name = id.Space.ValueString(), id.Name.ValueString()
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("space"), space)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
+	if resp.Identity != nil {
+		resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: types.StringValue(space), Name: types.StringValue(name)})...)
+	}
+}

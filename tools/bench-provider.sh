@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# make bench-provider: times `tofu apply`, a no-op `tofu plan` and `tofu destroy` of STACKS full
+# stacks (reservation, runtime input, worker, endpoint, activation: 5 resources each) against a
+# `takoserver dev` Host at OpenTofu's default parallelism, and the same graph shape built from
+# terraform_data, and prints the ratios. It also counts intent_in_progress answers: those the
+# provider retried behind the scenes (the Host's 409 answers, from its /metrics) and those that
+# surfaced to the user.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tofu="${TAKOFORM_TOFU:-$root/.tools/bin/tofu}"
+stacks="${STACKS:-20}"
+listen="${TAKOFORM_BENCH_LISTEN:-127.0.0.1:8090}"
+work="$root/.takoform/bench"
+devdir="$work/dev"
+
+[ -x "$tofu" ] || { echo "no OpenTofu at $tofu: run tools/opentofu.sh" >&2; exit 1; }
+[ -x "$root/bin/takoserver" ] && [ -x "$root/bin/terraform-provider-takoform" ] || { echo "run make build first" >&2; exit 1; }
+for tool in curl jq; do command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }; done
+
+rm -rf "$work"
+mkdir -p "$work/takoform" "$work/data"
+"$root/bin/takoserver" dev --dir "$devdir" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
+host_pid=$!
+trap 'kill -INT "$host_pid" 2>/dev/null; wait "$host_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 1 120); do
+  curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break
+  kill -0 "$host_pid" 2>/dev/null || { cat "$work/takoserver.log" >&2; exit 1; }
+  sleep 0.5
+done
+# shellcheck disable=SC1091
+source "$devdir/env"
+org_json="$("$root/bin/takoserver" keys create --org dev --scope resources:read --output json)"
+export TAKOFORM_ORGANIZATION_ID="$(jq -r .organizationId <<<"$org_json")"
+"$root/bin/takoserver" keys revoke "$(jq -r .id <<<"$org_json")" >/dev/null
+
+cat >"$work/cli.tfrc" <<RC
+provider_installation {
+  dev_overrides {
+    "takoform/takoform" = "$root/bin"
+  }
+  direct {}
+}
+RC
+export TF_CLI_CONFIG_FILE="$work/cli.tfrc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
+
+names="$(seq -f 's%02g' 1 "$stacks" | jq -R . | jq -sc .)"
+cat >"$work/takoform/main.tf" <<TF
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+locals {
+  stacks = toset($names)
+}
+
+resource "takoform_worker_endpoint_origin_reservation" "r" {
+  for_each    = local.stacks
+  space       = "bench"
+  worker_name = each.key
+}
+
+resource "takoform_worker_runtime_input" "ri" {
+  for_each                = local.stacks
+  space                   = "bench"
+  worker_name             = each.key
+  endpoint_name           = each.key
+  origin_reservation_id   = takoform_worker_endpoint_origin_reservation.r[each.key].id
+  canonical_public_origin = takoform_worker_endpoint_origin_reservation.r[each.key].canonical_origin
+  bindings_wo             = { TOKEN = "secret-\${each.key}" }
+  bindings_wo_version     = 1
+}
+
+resource "takoform_worker" "w" {
+  for_each                = local.stacks
+  space                   = "bench"
+  name                    = each.key
+  main_module             = "index.js"
+  modules                 = { "index.js" = "export default { fetch() { return new Response('ok'); } };" }
+  compatibility_date      = "2025-01-01"
+  required_sensitive_vars = ["TOKEN"]
+  runtime_input_reference = takoform_worker_runtime_input.ri[each.key].reference
+}
+
+resource "takoform_worker_endpoint" "e" {
+  for_each              = local.stacks
+  space                 = "bench"
+  name                  = each.key
+  worker                = takoform_worker.w[each.key].name
+  worker_id             = takoform_worker.w[each.key].id
+  origin_reservation_id = takoform_worker_endpoint_origin_reservation.r[each.key].id
+}
+
+resource "takoform_worker_endpoint_activation" "a" {
+  for_each       = local.stacks
+  reservation_id = takoform_worker_endpoint_origin_reservation.r[each.key].id
+  endpoint_id    = takoform_worker_endpoint.e[each.key].id
+}
+TF
+cat >"$work/data/main.tf" <<TF
+locals {
+  stacks = toset($names)
+}
+
+resource "terraform_data" "r" {
+  for_each = local.stacks
+  input    = each.key
+}
+
+resource "terraform_data" "ri" {
+  for_each = local.stacks
+  input    = terraform_data.r[each.key].output
+}
+
+resource "terraform_data" "w" {
+  for_each = local.stacks
+  input    = terraform_data.ri[each.key].output
+}
+
+resource "terraform_data" "e" {
+  for_each = local.stacks
+  input    = [terraform_data.w[each.key].output, terraform_data.r[each.key].output]
+}
+
+resource "terraform_data" "a" {
+  for_each = local.stacks
+  input    = [terraform_data.r[each.key].output, terraform_data.e[each.key].output]
+}
+TF
+
+now() { date +%s.%N; }
+declare -A took
+run() { # run NAME DIR ARGS...: times one tofu command, keeping its output
+  local name="$1" dir="$2"
+  shift 2
+  local start end
+  start="$(now)"
+  if ! (cd "$dir" && "$tofu" "$@" -input=false -no-color >"$work/$name.out" 2>&1); then
+    cat "$work/$name.out" >&2
+    echo "bench: $name failed" >&2
+    exit 1
+  fi
+  end="$(now)"
+  took[$name]="$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }')"
+  printf '%-18s %6.2f s\n' "$name" "${took[$name]}"
+}
+
+(cd "$work/data" && "$tofu" init -input=false -no-color >/dev/null)
+echo "== $stacks stacks, $((stacks * 5)) resources each side, default parallelism"
+run data-apply "$work/data" apply -auto-approve
+run data-plan "$work/data" plan -detailed-exitcode
+run data-destroy "$work/data" destroy -auto-approve
+conflicts() { curl -fsS "http://$listen/metrics" | awk '/^takoserver_http_requests_total/ && /status="409"/ { n += $NF } END { print n + 0 }'; }
+before="$(conflicts)"
+run takoform-apply "$work/takoform" apply -auto-approve
+run takoform-plan "$work/takoform" plan -detailed-exitcode
+run takoform-destroy "$work/takoform" destroy -auto-approve
+
+retried="$(( $(conflicts) - before ))"
+surfaced="$(cat "$work"/takoform-*.out | grep -c 'intent_in_progress' || true)"
+echo
+echo "== ratios (takoform / terraform_data; targets: apply <= 8x, no-op plan <= 5x)"
+for op in apply plan destroy; do
+  awk -v op="$op" -v a="${took[takoform-$op]}" -v b="${took[data-$op]}" 'BEGIN { printf "%-8s %6.2fx  (%.2f s / %.2f s)\n", op, a / b, a, b }'
+done
+echo "retryable 409s (intent_in_progress, witness_open): $retried answered and retried by the provider, $surfaced surfaced to the user (target 0)"
+[ "$surfaced" -eq 0 ]

@@ -214,3 +214,34 @@ func waitFor(deadline time.Duration, check func() error) error {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A worker that names a new runtime input (its values rotated) takes it in the same PUT: the new
+// values are delivered once, the worker reads Ready with the new reference settled, and its URL
+// answers with the new value.
+func TestWorkerNamingANewRuntimeInputTakesItInTheSamePut(t *testing.T) {
+	t.Parallel()
+	var deliveries atomic.Int64
+	h := setup(t, func(o *options) {
+		o.hooks = runtimeinput.Hooks{BeforeDelivery: func() { deliveries.Add(1) }}
+	})
+	first := h.reservedAndPrepared()
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(first.reference))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	host := e["hostname"].(string)
+
+	const rotated = "tk-canary-rotated-51c7e2"
+	second := h.prepare("op-2", "token-prepare-00000002", "res-api", "prod", "api", map[string]string{"API_KEY": rotated})
+	require.Equal(t, http.StatusCreated, second.reply.status, "body: %s", second.reply.body)
+	u := h.putWorker("prod", "api", workerToken, secretWorkerBody(second.reference))
+	require.Equal(t, http.StatusOK, u.status, "body: %s", u.body)
+	uj := u.json(t)
+	require.Equal(t, true, uj["ready"], "body: %s", u.body)
+	require.Equal(t, map[string]any{"reference": second.reference, "status": "settled"}, uj["runtimeInputs"])
+	require.Equal(t, int64(2), deliveries.Load())
+	require.Equal(t, "settled", h.preparationStatus("op-2"))
+	status, reply, _ := h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, reply)
+	require.Equal(t, secretShown(rotated), reply)
+	require.NotContains(t, h.logs.String(), rotated)
+}

@@ -507,6 +507,10 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
 			}
+			// Read back: the runtime input's status is the new reference's, not the old one's.
+			if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
+				return err
+			}
 		}
 		if changed || w.DeploymentStatus != "active" {
 			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -230,14 +231,19 @@ output "url" {
   value = module.billing.url
 }
 `, module, module)
-	w := newWorkspace(t, h.URL, h.Key, config, "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	// No organization id anywhere: the provider learns it from the Host's capabilities.
+	w := newWorkspace(t, h.URL, h.Key, config)
 	out, err := w.run("get", "-no-color") // modules; dev_overrides serve the provider without init
 	require.NoError(t, err, out)
 	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
 	require.NoError(t, err, out)
 	out, err = w.run("output", "-raw", "url")
 	require.NoError(t, err, out)
-	require.Regexp(t, `^http://billing-prod-[0-9a-f]{8}\.workers\.localhost:8787/$`, out)
+	require.Regexp(t, `^http://billing-prod-[0-9a-f]{8}\.workers\.localhost:`+h.EdgePort()+`/$`, out)
+	// The URL answers through the runtime's edge with the module's worker.
+	status, body, _ := h.Runtime.Get(t, strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/"), "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "ok", body)
 	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
 	require.NoError(t, err, "re-plan is empty:\n%s", out)
 	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")

@@ -67,7 +67,7 @@ func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Sensitive:           true,
 			},
 			"organization_id": schema.StringAttribute{
-				MarkdownDescription: "The API key's organization id (`org_…`). Defaults to the `TAKOFORM_ORGANIZATION_ID` environment variable. Only `takoform_worker_runtime_input` needs it (its routes carry the organization in the path), and only while the Host does not state it in `GET /v1/capabilities`; `takoserver keys create --output json` prints it as `organizationId`.",
+				MarkdownDescription: "Optional: the organization the API key must belong to (`org_…`), or the `TAKOFORM_ORGANIZATION_ID` environment variable. The Host states the key's organization in `GET /v1/capabilities`, which is where `takoform_worker_runtime_input` takes it from; when this is set and differs, the provider refuses to change anything.",
 				Optional:            true,
 			},
 			"request_timeout": schema.StringAttribute{

@@ -44,7 +44,7 @@ func TestAccReservation(t *testing.T) {
 				Config: f.config(reservationConfig("")),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("id"), knownvalue.StringRegexp(regexp.MustCompile(`^res-[0-9a-f]{16}$`))),
-					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringRegexp(regexp.MustCompile(`^http://api-staging-[0-9a-f]{8}\.workers\.localhost:8787$`))),
+					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringRegexp(regexp.MustCompile(`^http://api-staging-[0-9a-f]{8}\.workers\.localhost:`+f.h.EdgePort()+`$`))),
 				}},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("status"), knownvalue.StringExact("prepared")),
@@ -55,7 +55,7 @@ func TestAccReservation(t *testing.T) {
 				Config: f.config(reservationConfig("api-v2")),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(reservationAddr, plancheck.ResourceActionDestroyBeforeCreate),
-					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringExact("http://api-v2.workers.localhost:8787")),
+					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringExact("http://api-v2.workers.localhost:"+f.h.EdgePort())),
 				}},
 			},
 			{

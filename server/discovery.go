@@ -35,6 +35,9 @@ type Capabilities struct {
 	ReservationFormats  []string `json:"reservationFormats"`
 	RuntimeInputFormats []string `json:"runtimeInputFormats"`
 	Packs               []string `json:"packs"`
+	// OrganizationID is the key's organization, which the runtime-input routes carry in their
+	// path.
+	OrganizationID string `json:"organizationId"`
 }
 
 func (s *Server) capabilities(c echo.Context) error {
@@ -43,6 +46,7 @@ func (s *Server) capabilities(c echo.Context) error {
 		ReservationFormats:  []string{reservation.FormatV2},
 		RuntimeInputFormats: s.runtimeInputFormats(),
 		Packs:               s.cfg.Catalog.Packs(),
+		OrganizationID:      principal(c).Organization.ID,
 	})
 }
 

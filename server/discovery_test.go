@@ -35,6 +35,7 @@ func TestCapabilitiesAdvertiseOwnership(t *testing.T) {
 	require.Equal(t, []any{"takoserver.worker-endpoint-origin-reservation.v2"}, c["reservationFormats"])
 	require.Equal(t, []any{"selfhost"}, c["packs"])
 	require.Equal(t, []any{"takoserver.worker-runtime-input-preparation@v1"}, c["runtimeInputFormats"])
+	require.Equal(t, h.org.ID, c["organizationId"])
 }
 
 func TestOfferingsListTheDefaultCatalog(t *testing.T) {

@@ -30,9 +30,6 @@ for _ in $(seq 1 120); do
 done
 # shellcheck disable=SC1091
 source "$devdir/env"
-org_json="$("$root/bin/takoserver" keys create --org dev --scope resources:read --output json)"
-export TAKOFORM_ORGANIZATION_ID="$(jq -r .organizationId <<<"$org_json")"
-"$root/bin/takoserver" keys revoke "$(jq -r .id <<<"$org_json")" >/dev/null
 
 cat >"$work/cli.tfrc" <<RC
 provider_installation {

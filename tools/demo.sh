@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# make demo: start `takoserver dev`, show the Host answering with a real key, install the provider
-# from a local mirror, `tofu init && tofu apply` examples/quickstart (the full graph: reservation,
-# sealed runtime input, worker, endpoint, activation), show its outputs and an empty re-plan, show
-# the ownership protocol on a reservation, destroy, and stop the Host (which stops its PostgreSQL
-# cluster).
+# make demo: start `takoserver dev` (the Host and a runtime node), show the Host answering with a
+# real key, install the provider from a local mirror, `tofu init && tofu apply` examples/quickstart
+# (the full graph: reservation, sealed runtime input, worker, endpoint, activation), fetch its URL
+# (the worker shows its secret by length and digest), show an empty re-plan and the ownership
+# protocol on a reservation, destroy (the URL then answers 404), and stop the Host (which stops its
+# workerd processes and its PostgreSQL cluster).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -12,6 +13,7 @@ listen="${TAKOFORM_DEMO_LISTEN:-127.0.0.1:8080}"
 version="${VERSION:-0.1.0}"
 devdir="$root/.takoform/dev"
 work="$root/.takoform/demo"
+secret="hello from a sealed secret" # examples/quickstart's default greeting
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -24,8 +26,8 @@ done
 rm -rf "$work"
 mkdir -p "$work"
 
-step "starting takoserver dev on $listen (PostgreSQL cluster in $devdir)"
-"$root/bin/takoserver" dev --dir "$devdir" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
+step "starting takoserver dev on $listen (PostgreSQL cluster in $devdir, a runtime node with workerd)"
+"$root/bin/takoserver" dev --dir "$devdir" --runtime-state-dir "$root/.takoform/runtime" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
 host_pid=$!
 stop_host() {
   if kill -0 "$host_pid" 2>/dev/null; then
@@ -54,12 +56,6 @@ curl -fsS "${auth[@]}" "$TAKOFORM_ENDPOINT/v1/capabilities" | jq .
 step "and refuses a request without one"
 curl -sS "$TAKOFORM_ENDPOINT/v1/capabilities" | jq .
 
-step "the API key's organization id, which takoform_worker_runtime_input needs (the Host does not state it yet)"
-org_json="$("$root/bin/takoserver" keys create --org dev --scope resources:read --output json)"
-export TAKOFORM_ORGANIZATION_ID="$(jq -r .organizationId <<<"$org_json")"
-"$root/bin/takoserver" keys revoke "$(jq -r .id <<<"$org_json")" >/dev/null
-echo "TAKOFORM_ORGANIZATION_ID=$TAKOFORM_ORGANIZATION_ID"
-
 step "installing the provider from a local mirror and running tofu init && tofu apply on examples/quickstart"
 for host in registry.opentofu.org registry.terraform.io; do
   dir="$work/mirror/$host/takoform/takoform/$version/linux_amd64"
@@ -85,26 +81,21 @@ step "tofu output: the URL, the origin reserved before anything existed, and the
 (cd "$work/quickstart" && "$tofu" output -no-color)
 url="$(cd "$work/quickstart" && "$tofu" output -raw url)"
 
-step "fetching $url"
-if reply="$(curl -sS --max-time 3 "$url" 2>&1)"; then
-  echo "the worker answered: $reply"
-else
-  cat <<NOTE
-The URL does not answer yet, and that is expected on this build: the Host's selfhost backend
-records the worker, its route and its sealed secret as desired state, but the runtime node that
-runs workers with workerd and serves their URLs (SPEC 5) is still being integrated into
-takoserver dev. Everything before this line ran for real: the origin was reserved, the secret
-sealed and delivered, the worker deployed, the endpoint recorded on the reservation and activated.
-(curl said: $reply)
-NOTE
-fi
+step "fetching $url: the worker runs in workerd behind the runtime node's edge"
+reply="$(curl -sS --fail-with-body --max-time 10 "$url")" || { echo "the URL did not answer: $reply" >&2; exit 1; }
+echo "the worker answered: $reply"
+want="$(printf '%s' "$secret" | sha256sum | cut -d' ' -f1)"
+case "$reply" in
+  *"has ${#secret} characters, SHA-256 $want."*) echo "that is the length and SHA-256 of the secret passed to tofu apply: it was delivered, sealed, to the runtime" ;;
+  *) echo "the worker did not report the secret passed to tofu apply" >&2; exit 1 ;;
+esac
 
 step "tofu plan again: nothing to change"
 (cd "$work/quickstart" && "$tofu" plan -input=false -no-color -detailed-exitcode)
 echo "re-plan is empty"
 
 step "nothing secret in the state: the secret's value is absent, only its reference is there"
-if grep -q "hello from a sealed secret" "$work/quickstart/terraform.tfstate"; then
+if grep -qF "$secret" "$work/quickstart/terraform.tfstate"; then
   echo "the secret is in the state file!" >&2
   exit 1
 fi
@@ -128,6 +119,11 @@ put
 step "tofu destroy: activation, endpoint, worker, runtime input, reservation, in the order the Host accepts"
 (cd "$work/quickstart" && "$tofu" destroy -auto-approve -input=false -no-color)
 
+step "the destroyed endpoint no longer answers at $url"
+code="$(curl -sS -o "$work/body" -w '%{http_code}' --max-time 10 "$url")"
+echo "HTTP $code: $(jq -c . "$work/body")"
+[ "$code" = 404 ] || { echo "the URL still answers after destroy" >&2; exit 1; }
+
 stop_host
 trap - EXIT
-step "demo finished: the quickstart applied, re-planned empty and destroyed against a real Host, and the dev cluster stopped cleanly"
+step "demo finished: the quickstart applied, answered at its URL with its secret, re-planned empty and was destroyed against a real Host; the dev cluster stopped cleanly"

@@ -1,8 +1,8 @@
 # Quickstart: the full graph of one worker on a Host. `takoserver dev` prints how to export
-# TAKOFORM_ENDPOINT, TAKOFORM_API_KEY and TAKOFORM_ORGANIZATION_ID, which configure the provider.
+# TAKOFORM_ENDPOINT and TAKOFORM_API_KEY, which configure the provider.
 #
 #   tofu init && tofu apply    # reserve, seal, deploy, publish, activate
-#   tofu output url
+#   curl "$(tofu output -raw url)"
 #   tofu destroy               # in the order the Host accepts
 terraform {
   required_version = ">= 1.11"
@@ -53,9 +53,12 @@ resource "takoform_worker" "hello" {
   main_module = "index.js"
   modules = {
     "index.js" = <<-JS
+      // It shows that it received its secret by length and digest, never by value.
       export default {
         async fetch(request, env) {
-          return new Response(`Hello from Takoform! The secret has $${env.GREETING.length} characters.\n`);
+          const sum = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(env.GREETING));
+          const hex = [...new Uint8Array(sum)].map((b) => b.toString(16).padStart(2, "0")).join("");
+          return new Response(`Hello from Takoform! My secret has $${env.GREETING.length} characters, SHA-256 $${hex}.\n`);
         },
       };
     JS

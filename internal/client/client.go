@@ -404,11 +404,15 @@ func (c *Client) RequireOwnership(ctx context.Context) error {
 		return fmt.Errorf("the Host does not advertise %s; refusing to mutate anything", OwnershipProtocol)
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.orgID != "" && caps.OrganizationID != "" && c.orgID != caps.OrganizationID {
+		return fmt.Errorf("organization_id is %q but the API key belongs to organization %q: remove organization_id (the Host states the key's organization) or use a key of %q",
+			c.orgID, caps.OrganizationID, c.orgID)
+	}
 	c.ownership = true
-	if c.orgID == "" && caps.OrganizationID != "" {
+	if c.orgID == "" {
 		c.orgID = caps.OrganizationID
 	}
-	c.mu.Unlock()
 	return nil
 }
 

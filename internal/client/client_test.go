@@ -169,6 +169,25 @@ func TestRequireOwnershipFailsClosed(t *testing.T) {
 	require.NoError(t, with.RequireOwnership(context.Background()))
 }
 
+func TestOrganizationComesFromTheHostAndAConfiguredOneMustMatch(t *testing.T) {
+	t.Parallel()
+	host := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(`{"ownership":["takoform-ownership-v1"],"organizationId":"org_a"}`))
+	})
+	learned := newTestClient(t, host, 0)
+	require.NoError(t, learned.RequireOwnership(context.Background()))
+	id, err := learned.OrganizationID(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, "org_a", id)
+
+	srv := httptest.NewServer(host)
+	t.Cleanup(srv.Close)
+	other, err := New(Config{Endpoint: srv.URL, APIKey: "k", OrganizationID: "org_b"})
+	require.NoError(t, err)
+	err = other.RequireOwnership(context.Background())
+	require.ErrorContains(t, err, `organization_id is "org_b" but the API key belongs to organization "org_a"`)
+}
+
 func TestNewRefusesBadConfiguration(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{APIKey: "k"})

@@ -3,8 +3,8 @@ package client
 // The wire types of api/openapi.yaml, one Go type per schema (TestTypesMatchTheDocument checks the
 // json names against the document's properties).
 
-// Capabilities is GET /v1/capabilities (schema Capabilities). OrganizationID is read when the Host
-// states it; today's Host does not (see OrganizationID).
+// Capabilities is GET /v1/capabilities (schema Capabilities). OrganizationID is the API key's
+// organization (empty from a Host that predates it).
 type Capabilities struct {
 	Ownership           []string `json:"ownership"`
 	ReservationFormats  []string `json:"reservationFormats"`

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"path/filepath"
 	"sync"
@@ -128,4 +129,14 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// EdgePort is the port of the runtime node's edge, which every origin of the default catalog
+// carries.
+func (h *Host) EdgePort() string {
+	_, port, err := net.SplitHostPort(h.Runtime.Info.EdgeAddr)
+	if err != nil {
+		panic(err)
+	}
+	return port
 }

@@ -1,11 +1,11 @@
 package backend
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/vectors"
 )
 
 type derivedNamesVector struct {
@@ -18,13 +18,11 @@ type derivedNamesVector struct {
 	HostMintedReservationID string `json:"hostMintedReservationId"`
 }
 
-// vectorsDir is the shared test vectors beside the repository (../shared/vectors).
+// loadVectors reads the shared derived-name vectors.
 func loadVectors(t *testing.T) []derivedNamesVector {
 	t.Helper()
-	raw, err := os.ReadFile("../../../shared/vectors/derived-names.json")
-	require.NoError(t, err, "the shared vectors must sit beside the repository")
 	var out []derivedNamesVector
-	require.NoError(t, json.Unmarshal(raw, &out))
+	require.NoError(t, vectors.Load("derived-names.json", &out))
 	require.NotEmpty(t, out)
 	return out
 }

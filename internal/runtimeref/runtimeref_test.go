@@ -1,11 +1,11 @@
 package runtimeref
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/vectors"
 )
 
 type referenceVector struct {
@@ -30,12 +30,10 @@ type referenceVector struct {
 
 func TestDeriveMatchesSharedVectors(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../../shared/vectors/runtime-input-reference.json")
-	require.NoError(t, err, "the shared vectors must sit beside the repository")
-	var vectors []referenceVector
-	require.NoError(t, json.Unmarshal(raw, &vectors))
-	require.NotEmpty(t, vectors)
-	for _, v := range vectors {
+	var all []referenceVector
+	require.NoError(t, vectors.Load("runtime-input-reference.json", &all))
+	require.NotEmpty(t, all)
+	for _, v := range all {
 		t.Run(v.Name, func(t *testing.T) {
 			id := Derive(v.MaterialSetNonce, Target{
 				Space: v.Target.Space, WorkerName: v.Target.WorkerName, BundleName: v.Target.BundleName,

@@ -115,7 +115,7 @@ const (
 	queryWorkerUID        = "workerUid"
 	queryScriptName       = "scriptName"
 	queryEndpointUID      = "endpointUid"
-	problemTypeURIPrefix  = "https://takoform.dev/problems/runtime/"
+	problemTypeURIPrefix  = "urn:takoform:problem:runtime:"
 )
 
 // ScriptPath is the path of one script.

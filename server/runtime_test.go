@@ -245,3 +245,77 @@ func TestWorkerNamingANewRuntimeInputTakesItInTheSamePut(t *testing.T) {
 	require.Equal(t, secretShown(rotated), reply)
 	require.NotContains(t, h.logs.String(), rotated)
 }
+
+// outage stands for a runtime node that goes away mid-call: while down, an Apply still reaches
+// the runtime but its answer is lost, and every read-back and delete fails.
+type outage struct {
+	backend.Mutator
+	down atomic.Bool
+}
+
+func (o *outage) Unwrap() backend.Mutator { return o.Mutator }
+
+func (o *outage) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
+	obs, err := o.Mutator.Apply(ctx, d)
+	if o.down.Load() {
+		return backend.Observation{}, backend.ErrUnreachable
+	}
+	return obs, err
+}
+
+func (o *outage) Observe(ctx context.Context, kind, native string) (backend.Observation, error) {
+	if o.down.Load() {
+		return backend.Observation{}, backend.ErrUnreachable
+	}
+	return o.Mutator.Observe(ctx, kind, native)
+}
+
+func (o *outage) Delete(ctx context.Context, d backend.Desired) error {
+	if o.down.Load() {
+		return backend.ErrUnreachable
+	}
+	return o.Mutator.Delete(ctx, d)
+}
+
+// A create whose answer was lost while the runtime went away may have landed: the refused
+// endpoint's route and the refused worker's script are taken down once the runtime is back, and
+// until then the reservation cannot be released, so its origin never passes to anyone while the
+// route may still serve.
+func TestCreatesWhoseOutcomeIsUnknownAreTakenDownAndFenceTheOrigin(t *testing.T) {
+	t.Parallel()
+	o := &outage{}
+	h := setup(t, func(opts *options) {
+		opts.wrap = func(m backend.Mutator) backend.Mutator { o.Mutator = m; return o }
+	})
+	res := h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).json(t)
+	host := strings.TrimPrefix(res["canonicalOrigin"].(string), "http://")
+	host = host[:strings.LastIndex(host, ":")]
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, workerBody()).status)
+
+	o.down.Store(true)
+	r := h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	require.Equal(t, http.StatusServiceUnavailable, r.status, "body: %s", r.body)
+	status, _, _ := h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, "the route landed although its answer was lost")
+	w := h.putWorker("prod", "other", "token-worker-0000000009", workerBody())
+	require.Equal(t, http.StatusServiceUnavailable, w.status, "body: %s", w.body)
+	otherScript := h.status(`SELECT script_name FROM workers WHERE name = 'other'`)
+	st, err := h.runtimeClient().GetScript(context.Background(), otherScript)
+	require.NoError(t, err)
+	require.True(t, st.Present, "the script landed although its answer was lost")
+
+	// The route may serve: the reservation's release is fenced, and another organization cannot
+	// take the origin.
+	p := h.deleteReservation(h.key, "res-api", tokenA).problem(t, http.StatusConflict, "release_fenced")
+	require.Contains(t, p["unmetFences"], "deployment_live")
+
+	// The runtime is back: the janitor takes both down, and then the release goes through.
+	o.down.Store(false)
+	h.srv.Sweep(context.Background())
+	status, _, _ = h.runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusNotFound, status)
+	st, err = h.runtimeClient().GetScript(context.Background(), otherScript)
+	require.NoError(t, err)
+	require.False(t, st.Present)
+	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-api", tokenA).status)
+}

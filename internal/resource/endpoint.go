@@ -209,7 +209,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 		applied = &o
 		if !o.done {
 			var undone []outcome
-			if isCreate && o.present {
+			if isCreate && o.mayHold() {
 				undone = s.compensate(ctx, mut, []planned{o.pl}) // it never committed: take it down
 			}
 			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
@@ -218,7 +218,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 					return err
 				}
 				for _, u := range undone {
-					if err := recordCompensation(ctx, q, m.Operation, u); err != nil {
+					if err := recordCompensation(ctx, q, org.ID, m.Operation, u); err != nil {
 						return err
 					}
 				}
@@ -277,7 +277,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 				return err
 			}
 			for _, o := range outs {
-				if err := recordCompensation(ctx, q, m.Operation, o); err != nil {
+				if err := recordCompensation(ctx, q, org.ID, m.Operation, o); err != nil {
 					return err
 				}
 			}

@@ -58,7 +58,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 			return fmt.Errorf("recover: read back %s %s: %w", e.ResourceKind, e.NativeName, err)
 		}
 		outs = append(outs, o)
-		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.present {
+		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.mayHold() {
 			// A create that never committed never existed: take what it applied down again.
 			undone = append(undone, s.compensate(ctx, mut, []planned{pl})...)
 		}
@@ -78,7 +78,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 			}
 		}
 		for _, o := range undone {
-			if err := recordCompensation(ctx, q, r.Operation, o); err != nil {
+			if err := recordCompensation(ctx, q, r.OrganizationID, r.Operation, o); err != nil {
 				return err
 			}
 		}
@@ -147,7 +147,7 @@ func (s *Service) CollectOrphans(ctx context.Context, db store.Beginner, q *dbsq
 			}); err != nil {
 				return err
 			}
-			return recordCompensation(ctx, q, op, o)
+			return recordCompensation(ctx, q, d.OrganizationID, op, o)
 		})
 		if err == nil && o.done {
 			closed++

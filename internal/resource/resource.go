@@ -94,9 +94,15 @@ type outcome struct {
 	done bool
 	// present: the backend holds this deployment (whether or not it admitted it).
 	present bool
+	// unknown: neither the call nor the read-back got an answer, so the backend may hold the
+	// deployment or not. An unknown apply of a create is undone like a present one.
+	unknown bool
 	obs     backend.Observation
 	err     error
 }
+
+// mayHold reports whether the backend may hold what the outcome's apply wrote.
+func (o outcome) mayHold() bool { return o.present || o.unknown }
 
 func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org, kind string, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
 	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: "apply", desired: d, placement: p}
@@ -158,14 +164,21 @@ func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 	defer cancel()
 	if pl.action == "apply" {
 		obs, err := mut.Apply(ctx, pl.desired)
+		unknown := false
 		if err != nil {
-			// Whether the failed call landed is for the read-back to say.
-			if again, rerr := mut.Observe(ctx, pl.desired.Kind, pl.desired.NativeName); rerr == nil {
+			// Whether the failed call landed is for the read-back to say, on a context of its own
+			// (the call may have used up this one).
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), BackendCallTimeout)
+			again, rerr := mut.Observe(rctx, pl.desired.Kind, pl.desired.NativeName)
+			rcancel()
+			if rerr == nil {
 				obs = again
+			} else {
+				unknown = true
 			}
 		}
 		holds := obs.Present && obs.DeploymentID == pl.deployment
-		o := outcome{pl: pl, present: holds, done: holds && obs.Admitted, obs: obs, err: err}
+		o := outcome{pl: pl, present: holds, unknown: unknown, done: holds && obs.Admitted, obs: obs, err: err}
 		switch {
 		case o.done:
 			o.err = nil // it landed and was admitted, whatever the call said

@@ -389,8 +389,23 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		o := perform(ctx, mut, *work)
 		applied = &o
 		if !o.done {
+			var undone []outcome
+			if isCreate && o.mayHold() {
+				// A create that will not commit never existed: take down what it may have put
+				// there (a script still starting would otherwise run on for ever).
+				undone = s.compensate(ctx, mut, []planned{o.pl})
+			}
 			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-				return abandonWorker(ctx, dbsqlc.New(tx), o, w.UID, isCreate)
+				q := dbsqlc.New(tx)
+				if err := abandonWorker(ctx, q, o, w.UID, isCreate); err != nil {
+					return err
+				}
+				for _, u := range undone {
+					if err := recordCompensation(ctx, q, org.ID, m.Operation, u); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 			return ownership.Response{}, backendFailed(o)
 		}
@@ -407,7 +422,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		settle, err = s.consume(ctx, m, org, w, inst)
 		if err != nil {
 			if isCreate {
-				s.undoCreate(ctx, m, mut, w.UID, work)
+				s.undoCreate(ctx, m, mut, org.ID, w.UID, work)
 			}
 			return ownership.Response{}, err
 		}
@@ -537,7 +552,7 @@ func abandonWorker(ctx context.Context, q *dbsqlc.Queries, o outcome, uid uuid.U
 
 // undoCreate takes down a create that landed on the backend but will not commit (its runtime
 // input was refused): one backend delete per deployment, recorded by the refusal.
-func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, uid uuid.UUID, work *planned) {
+func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, org string, uid uuid.UUID, work *planned) {
 	if work == nil {
 		return
 	}
@@ -545,7 +560,7 @@ func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut bac
 	m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		for _, o := range outs {
-			if err := recordCompensation(ctx, q, m.Operation, o); err != nil {
+			if err := recordCompensation(ctx, q, org, m.Operation, o); err != nil {
 				return err
 			}
 		}
@@ -559,11 +574,21 @@ func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut bac
 
 // recordCompensation writes a compensating delete into the ledger: a delete effect of the
 // deployment, and the deployment deleted when the backend confirmed it, or left deleting for the
-// janitor.
-func recordCompensation(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, o outcome) error {
+// janitor. One the backend did not confirm is recorded under an operation of its own, committed,
+// so that every fence counts the deployment as live (the refused operation it undoes would not)
+// until the janitor confirms its absence.
+func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
 	status, to := "failed", "deleting"
 	if o.done {
 		status, to = "succeeded", "deleted"
+	} else {
+		operation = uuid.New()
+		code := "compensation_pending"
+		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
+			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: "committed", Code: &code,
+		}); err != nil {
+			return fmt.Errorf("resource: record pending compensation: %w", err)
+		}
 	}
 	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
 		return err

@@ -62,7 +62,9 @@ type world struct {
 	node    node
 	orgs    []tenant
 	// tokens holds the ownership token of each (org, path) the sequence addresses; a delete that
-	// succeeded, or a token the Host tombstoned, gets a fresh one.
+	// succeeded, or a token the Host tombstoned, gets a fresh one. mu guards it and serial: a
+	// burst's requests take their tokens on goroutines of their own.
+	mu     sync.Mutex
 	tokens map[string]string
 	serial int
 	steps  int
@@ -85,6 +87,8 @@ func (w *world) fail(format string, args ...any) {
 }
 
 func (w *world) token(org, path string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	k := org + " " + path
 	if tok, ok := w.tokens[k]; ok {
 		return tok
@@ -95,7 +99,11 @@ func (w *world) token(org, path string) string {
 	return tok
 }
 
-func (w *world) forget(org, path string) { delete(w.tokens, org+" "+path) }
+func (w *world) forget(org, path string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.tokens, org+" "+path)
+}
 
 // send performs one request; it never calls require, so bursts may run it on any goroutine.
 func (w *world) send(h host, org tenant, method, path, body string, ifMatch string) (answer, error) {

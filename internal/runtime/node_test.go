@@ -613,3 +613,40 @@ func TestWorkerOutputIsScrubbedOfDeliveredValues(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "workerd's output reaches the log, scrubbed")
 	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
 }
+
+// A new revision that declares a secret its delivery does not carry is started (its code is
+// checked) but never served: the incumbent keeps answering until a delivery with every declared
+// name arrives, and the script reports RuntimeInputPending meanwhile.
+func TestNewSecretNamesWaitForTheirDeliveryWhileTheIncumbentServes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const host = "names.workers.localhost"
+	f.script("names", "uid-n", 1, "v1", "TOKEN")
+	f.route(host, "names", "ep-n")
+	f.deliver("names", "uid-n", "delivery-1", "first")
+	f.waitReady("names")
+	f.answers(host, expectReply("v1", "first"))
+
+	f.script("names", "uid-n", 2, "v2", "EXTRA", "TOKEN")
+	st := f.waitStatus("the new revision held for its secrets", func(s adminapi.ScriptStatus) bool {
+		return s.Reason == adminapi.ReasonSecretsPending && s.Candidate != nil && s.Candidate.State == adminapi.StateReady
+	}, "names")
+	require.False(t, st.Ready)
+	require.Equal(t, int64(1), st.Incarnation.Generation)
+	for range 5 {
+		code, body, _ := f.h.Get(t, host, "/")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, expectReply("v1", "first"), body, "the edge switched to a revision without its secrets")
+	}
+
+	_, err := f.client.PutSecrets(f.ctx, "names", adminapi.SecretsPut{
+		EffectID: f.effect(), WorkerUID: "uid-n", DeliveryID: "delivery-2",
+		Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret("second"), "EXTRA": adminapi.NewSecret("more")},
+	})
+	require.NoError(t, err)
+	st = f.waitStatus("generation 2 serving with both secrets", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.Generation == 2
+	}, "names")
+	require.Equal(t, "delivery-2", st.Incarnation.DeliveryID)
+	f.answers(host, expectReply("v2", "second"))
+}

@@ -151,6 +151,9 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		r.candidate, r.failed = c, nil
 	}
 	switch c := r.candidate; {
+	case c.inc.Ready() && r.serving != nil && !secretsCover(s):
+		// Held: the new code declares secrets its delivery does not carry yet, and the edge never
+		// switches to a revision without them; the incumbent serves until they arrive (SPEC 3.5).
 	case c.inc.Ready():
 		// Promotion: the edge sends new requests to the candidate from here on.
 		old := r.serving
@@ -311,6 +314,8 @@ func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
 		out.Reason = adminapi.ReasonSecretsPending
 	case out.Candidate != nil && out.Candidate.State == adminapi.StateFailed:
 		out.Reason = adminapi.ReasonFailed
+	case r.candidate != nil && r.serving != nil && r.candidate.inc.Ready() && !secretsCover(s):
+		out.Reason = adminapi.ReasonSecretsPending
 	case r.candidate != nil && r.serving != nil:
 		out.Reason = adminapi.ReasonPending
 	case out.Incarnation != nil:
@@ -324,6 +329,11 @@ func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
 		}
 	}
 	return out
+}
+
+// secretsCover reports whether the script's delivery carries exactly the secrets it declares.
+func secretsCover(s *state.Script) bool {
+	return len(s.SecretNames) == 0 || (s.Delivery != nil && sameNames(s.Delivery.Names, s.SecretNames))
 }
 
 func sameNames(a, b []string) bool {

@@ -248,7 +248,7 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 		if req.Generation == cur.Generation && !sameDeployment(cur, next) {
 			return nil, conflict(adminapi.CodeGenerationConflict, fmt.Sprintf("generation %d of script %s was already deployed with other content", req.Generation, name), n.scriptStatusLocked(name))
 		}
-		next.Delivery, next.Admitted = cur.Delivery, cur.Admitted
+		next.Delivery, next.Admitted, next.Serving = cur.Delivery, cur.Admitted, cur.Serving
 	} else if cur != nil && cur.Delivery != nil {
 		// Another worker UID: the worker was replaced, and delivered values belong to the old one.
 		erase = cur.Delivery.WorkerUID

@@ -650,3 +650,41 @@ func TestNewSecretNamesWaitForTheirDeliveryWhileTheIncumbentServes(t *testing.T)
 	require.Equal(t, "delivery-2", st.Incarnation.DeliveryID)
 	f.answers(host, expectReply("v2", "second"))
 }
+
+// A node restarted while a newer deployment is only a failed candidate serves the incumbent
+// again, not nothing: the admitted incarnation's content is kept beside the newer desired one.
+func TestRestartedNodeServesTheIncumbentWhileTheNewerDeploymentFails(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const host = "keep.workers.localhost"
+	f.script("keep", "uid-k", 1, "v1")
+	f.route(host, "keep", "ep-k")
+	f.waitReady("keep")
+	f.answers(host, expectReply("v1", ""))
+
+	broken := f.scriptPut("uid-k", 2, "v2")
+	broken.Modules = map[string]string{"main.js": "export default { fetch( {"}
+	_, err := f.client.PutScript(f.ctx, "keep", broken)
+	require.NoError(t, err)
+	f.waitStatus("candidate failed", func(s adminapi.ScriptStatus) bool {
+		return s.Candidate != nil && s.Candidate.State == adminapi.StateFailed
+	}, "keep")
+	f.answers(host, expectReply("v1", ""))
+
+	f.h.Restart(t)
+	f.reconnect()
+	f.answers(host, expectReply("v1", ""))
+	st := f.waitStatus("the newer deployment failed again beside the incumbent", func(s adminapi.ScriptStatus) bool {
+		return s.Candidate != nil && s.Candidate.State == adminapi.StateFailed
+	}, "keep")
+	require.Equal(t, int64(1), st.Incarnation.Generation)
+	require.Equal(t, adminapi.ReasonFailed, st.Reason)
+
+	// A fixed deployment replaces it as usual, and a restart then serves the fixed one.
+	f.script("keep", "uid-k", 3, "v3")
+	f.waitStatus("generation 3 serving", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.Generation == 3 }, "keep")
+	f.answers(host, expectReply("v3", ""))
+	f.h.Restart(t)
+	f.reconnect()
+	f.answers(host, expectReply("v3", ""))
+}

@@ -180,6 +180,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n.mu.Lock()
 	for name := range n.desired.Scripts {
+		n.resumeServingLocked(name)
 		n.reconcileLocked(name)
 	}
 	n.mu.Unlock()

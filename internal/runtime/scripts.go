@@ -159,8 +159,10 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		old := r.serving
 		r.serving, r.candidate = c, nil
 		c.inc.Admit()
-		if s.Admitted != c.id {
+		if s.Admitted != c.id || s.Serving == nil || s.Serving.DeploymentID != s.DeploymentID {
 			s.Admitted = c.id
+			s.Serving = &state.Served{DeploymentID: s.DeploymentID, Generation: s.Generation, Modules: s.Modules,
+				MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, DeliveryID: c.deliveryID}
 			if err := n.store.Save(n.desired); err != nil {
 				n.log.Error("persist the admitted incarnation", "script", name, "error", err)
 			}
@@ -171,6 +173,40 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		r.failed, r.candidate = c, nil
 	}
 	return retired
+}
+
+// resumeServingLocked, at start-up, starts again the incarnation a script had admitted when a
+// newer deployment has replaced its desired content since (that one never served, or failed): the
+// incumbent serves again at once, and the newer one is then only a candidate beside it, as before
+// the restart. An incumbent whose values were replaced by a newer delivery cannot run again.
+func (n *Node) resumeServingLocked(name string) {
+	s := n.desired.Scripts[name]
+	if s == nil || s.Serving == nil || s.Admitted == "" {
+		return
+	}
+	if want, err := identity(s); err != nil || want.id == s.Admitted {
+		return // the desired content is the admitted incarnation: reconcile starts it
+	}
+	old := *s
+	old.DeploymentID, old.Generation = s.Serving.DeploymentID, s.Serving.Generation
+	old.Modules, old.MainModule, old.CompatibilityDate = s.Serving.Modules, s.Serving.MainModule, s.Serving.CompatibilityDate
+	switch {
+	case s.Serving.DeliveryID == "":
+		old.Delivery = nil
+	case s.Delivery == nil || s.Delivery.DeliveryID != s.Serving.DeliveryID:
+		return
+	}
+	id, err := identity(&old)
+	if err != nil || id.id != s.Admitted {
+		return
+	}
+	r, err := n.startCandidate(&old, id)
+	if err != nil {
+		n.log.Error("start the admitted incarnation again", "script", name, "error", err)
+		return
+	}
+	n.scripts[name] = &scriptRun{serving: r}
+	n.log.Info("incarnation serving again after a restart", "script", name, "incarnation", id.id, "generation", id.generation)
 }
 
 func isDone(inc *supervisor.Incarnation) bool {

@@ -73,6 +73,21 @@ type Script struct {
 	// Admitted is the incarnation that has served: continuity restarts exactly it, also after the
 	// node itself restarts, while a newer candidate that never served is only attempted.
 	Admitted string `json:"admitted"`
+	// Serving is what the admitted incarnation runs, kept when a newer deployment replaces the
+	// desired content above, so that a restarted node serves the incumbent again while the newer
+	// one is still (or again) only a candidate.
+	Serving *Served `json:"serving,omitempty"`
+}
+
+// Served is the content of an admitted incarnation. Its values are the delivery DeliveryID,
+// while that delivery is still held.
+type Served struct {
+	DeploymentID      string            `json:"deploymentId"`
+	Generation        int64             `json:"generation"`
+	Modules           map[string]string `json:"modules"`
+	MainModule        string            `json:"mainModule"`
+	CompatibilityDate string            `json:"compatibilityDate"`
+	DeliveryID        string            `json:"deliveryId,omitempty"`
 }
 
 // Delivery is the value-free record of a script's delivered secrets; the values are in the sealed

@@ -13,6 +13,7 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +22,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -377,7 +379,7 @@ func (i *Incarnation) runOnce() outcome {
 		return outcome{why: fmt.Sprintf("cannot hand the socket to workerd: %v", err)}
 	}
 	defer socket.Close()
-	tail := &tailWriter{log: i.log, scrub: i.spec.Scrub}
+	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub)}
 	cmd := exec.Command(i.opts.Workerd, "serve", ConfigFile, ConfigConst, "--socket-fd", fmt.Sprintf("%s=3", SocketName))
 	cmd.Dir = i.spec.Dir
 	cmd.Env = i.spec.Env
@@ -544,6 +546,8 @@ type tailWriter struct {
 	mu    sync.Mutex
 	buf   []byte
 	tail  []string
+	// skipping: the current line was over long and is dropped up to its end.
+	skipping bool
 }
 
 func (w *tailWriter) Write(p []byte) (int, error) {
@@ -555,14 +559,59 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 		if n < 0 {
 			break
 		}
-		w.line(string(w.buf[:n]))
+		if !w.skipping {
+			w.line(string(w.buf[:n]))
+		}
+		w.skipping = false
 		w.buf = w.buf[n+1:]
 	}
-	if len(w.buf) > 8192 {
-		w.line(string(w.buf))
+	if len(w.buf) > maxOutputLine || (w.skipping && len(w.buf) > 0) {
+		// Cutting the line could split a value between two pieces that are each scrubbed clean:
+		// an over-long line is dropped to its end instead, never logged in part.
+		if !w.skipping {
+			w.log.Warn("workerd output line omitted: over 64 KiB")
+		}
+		w.skipping = true
 		w.buf = w.buf[:0]
 	}
 	return len(p), nil
+}
+
+// maxOutputLine bounds one line of workerd's output kept in memory.
+const maxOutputLine = 64 << 10
+
+// minScrubPiece is the shortest line of a multi-line value scrubbed on its own (shorter ones, such
+// as a blank line, would redact ordinary output for nothing).
+const minScrubPiece = 6
+
+// scrubForms lists what to remove from output for values: each value as it is, as JSON writes it
+// inside a string (JSON.stringify of env or of an object holding it), and each line of a
+// multi-line value (a PEM key printed line by line). Longest first, so that a longer form is
+// removed before a piece of it.
+func scrubForms(values []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(v string) {
+		if v != "" && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	for _, v := range values {
+		add(v)
+		if raw, err := json.Marshal(v); err == nil {
+			add(string(raw[1 : len(raw)-1]))
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			for _, piece := range strings.FieldsFunc(v, func(r rune) bool { return r == '\n' || r == '\r' }) {
+				if len(strings.TrimSpace(piece)) >= minScrubPiece {
+					add(piece)
+				}
+			}
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return len(out[a]) > len(out[b]) })
+	return out
 }
 
 func (w *tailWriter) line(s string) {

@@ -11,11 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 )
 
 // routeWatcher sees every route delete the Host makes: it can fail the next one before it reaches
@@ -318,4 +320,39 @@ func TestCreatesWhoseOutcomeIsUnknownAreTakenDownAndFenceTheOrigin(t *testing.T)
 	require.NoError(t, err)
 	require.False(t, st.Present)
 	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-api", tokenA).status)
+}
+
+// flakyReadback loses the answers of the next readbacks it is told to.
+type flakyReadback struct {
+	backend.Mutator
+	lose atomic.Int64
+}
+
+func (f *flakyReadback) Unwrap() backend.Mutator { return f.Mutator }
+
+func (f *flakyReadback) DeliverSecrets(ctx context.Context, script string, worker, delivery, effect uuid.UUID, values map[string]sealing.Secret) error {
+	return f.Mutator.(backend.SecretSink).DeliverSecrets(ctx, script, worker, delivery, effect, values)
+}
+
+func (f *flakyReadback) ReadbackSecrets(ctx context.Context, script string, challenge []byte) ([]byte, bool, error) {
+	if f.lose.Add(-1) >= 0 {
+		return nil, false, backend.ErrUnreachable
+	}
+	return f.Mutator.(backend.SecretSink).ReadbackSecrets(ctx, script, challenge)
+}
+
+// A readback whose answer is lost once is asked again: the delivered values settle instead of
+// failing the runtime input for good.
+func TestRuntimeInputSettlesThroughALostReadbackAnswer(t *testing.T) {
+	t.Parallel()
+	f := &flakyReadback{}
+	f.lose.Store(2)
+	h := setup(t, func(o *options) {
+		o.wrap = func(m backend.Mutator) backend.Mutator { f.Mutator = m; return f }
+	})
+	p := h.reservedAndPrepared()
+	w := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	require.Equal(t, "settled", h.preparationStatus("op-1"))
+	require.Less(t, f.lose.Load(), int64(0), "the readback answers were lost")
 }

@@ -285,10 +285,33 @@ func (s *Service) readback(ctx context.Context, tx txRunner, ring *sealing.Ring,
 	}); err != nil {
 		return nil, false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
-	defer cancel()
-	return sink.ReadbackSecrets(ctx, scriptName, challenge)
+	// The values may already be there: a blip in reaching the backend must not fail for good a
+	// lease that one more answer would settle, so an unanswered readback is asked again, bounded.
+	var (
+		digest  []byte
+		present bool
+		err     error
+	)
+	for attempt := range readbackAttempts {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, false, err
+			case <-time.After(time.Duration(attempt) * 500 * time.Millisecond):
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+		digest, present, err = sink.ReadbackSecrets(cctx, scriptName, challenge)
+		cancel()
+		if err == nil {
+			return digest, present, nil
+		}
+	}
+	return nil, false, err
 }
+
+// readbackAttempts bounds how often an unanswered readback is asked again.
+const readbackAttempts = 4
 
 // txRunner runs a transaction: an ownership.Mutation or Recovery.
 type txRunner interface {

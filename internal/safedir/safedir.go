@@ -90,7 +90,7 @@ func Check(path string, owner Owner) error {
 
 // WriteFile writes data to name inside the private directory dir with mode 0600, replacing an
 // existing regular file atomically. dir is checked first; an existing target that is not a regular
-// file owned by owner is refused.
+// file of mode 0600 owned by owner is refused, never repaired.
 func WriteFile(dir, name string, data []byte, owner Owner) error {
 	if err := Check(dir, owner); err != nil {
 		return err
@@ -102,6 +102,9 @@ func WriteFile(dir, name string, data []byte, owner Owner) error {
 		}
 		if err := checkOwner(target, info, owner); err != nil {
 			return err
+		}
+		if info.Mode().Perm() != FileMode {
+			return &UnsafePathError{Path: target, Reason: fmt.Sprintf("its mode is %#o, want %#o", info.Mode().Perm(), FileMode)}
 		}
 	}
 	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")

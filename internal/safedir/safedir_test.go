@@ -95,4 +95,9 @@ func TestWriteFileIsPrivateAndRefusesSymlinkTarget(t *testing.T) {
 	_, err = ReadFile(dir, "key", Current())
 	requireUnsafe(t, err, "mode")
 	require.False(t, errors.Is(err, os.ErrNotExist))
+	// Nor is it replaced: the unsafe file is refused and left as it is.
+	requireUnsafe(t, WriteFile(dir, "key", []byte("three"), Current()), "mode")
+	info, err = os.Stat(filepath.Join(dir, "key"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o644), info.Mode().Perm())
 }

@@ -233,6 +233,15 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	cur := n.desired.Scripts[name]
+	floor := n.desired.Floors[name]
+	if cur != nil && cur.WorkerUID != req.WorkerUID && cur.Generation > floor {
+		floor = cur.Generation
+	}
+	if req.Generation <= floor && (cur == nil || cur.WorkerUID != req.WorkerUID) {
+		// A late copy from a worker this script name has moved past (deleted, or replaced by a
+		// newer worker UID): it never overwrites its successor nor revives a deleted script.
+		return nil, conflict(adminapi.CodeStaleGeneration, fmt.Sprintf("script %s has moved past generation %d (to %d)", name, req.Generation, floor), n.scriptStatusLocked(name))
+	}
 	next := &state.Script{
 		Name: name, WorkerUID: req.WorkerUID, DeploymentID: req.DeploymentID, Generation: req.Generation, Labels: req.Labels,
 		Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate,
@@ -355,6 +364,12 @@ func (n *Node) deleteScript(_ http.ResponseWriter, r *http.Request) (any, error)
 	}
 	previous := n.snapshotLocked()
 	delete(n.desired.Scripts, name)
+	if n.desired.Floors == nil {
+		n.desired.Floors = map[string]int64{}
+	}
+	if cur.Generation > n.desired.Floors[name] {
+		n.desired.Floors[name] = cur.Generation
+	}
 	if err := n.saveLocked(previous); err != nil {
 		n.mu.Unlock()
 		return nil, err

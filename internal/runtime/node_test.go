@@ -688,3 +688,31 @@ func TestRestartedNodeServesTheIncumbentWhileTheNewerDeploymentFails(t *testing.
 	f.reconnect()
 	f.answers(host, expectReply("v3", ""))
 }
+
+// Generations order a script name across worker UIDs: a late PUT from a deleted or replaced worker
+// neither revives the script nor overwrites its successor.
+func TestLatePutsFromAnEarlierWorkerNeverReviveOrOverwrite(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	stale := func(uid string, gen int64) {
+		t.Helper()
+		_, err := f.client.PutScript(f.ctx, "late", f.scriptPut(uid, gen, "v"))
+		require.True(t, selfhost.IsCode(err, adminapi.CodeStaleGeneration), "%s generation %d: %v", uid, gen, err)
+	}
+	f.script("late", "uid-a", 5, "a")
+	_, err := f.client.DeleteScript(f.ctx, "late", "uid-a")
+	require.NoError(t, err)
+	stale("uid-a", 4)
+	stale("uid-a", 5)
+	stale("uid-b", 3)
+	st, err := f.client.GetScript(f.ctx, "late")
+	require.NoError(t, err)
+	require.False(t, st.Present, "a late PUT revived a deleted script")
+
+	f.script("late", "uid-b", 6, "b")
+	stale("uid-a", 5)
+	st, err = f.client.GetScript(f.ctx, "late")
+	require.NoError(t, err)
+	require.Equal(t, "uid-b", st.WorkerUID)
+	require.Equal(t, int64(6), st.Generation)
+}

@@ -55,6 +55,10 @@ type Desired struct {
 	Routes  map[string]*Route      `json:"routes"`
 	Brakes  []adminapi.BrakeScope  `json:"brakes"`
 	Effects map[string]EffectEntry `json:"effects"`
+	// Floors keeps, per script name, the highest generation deleted there: the Host's generations
+	// increase across worker UIDs, so a late PUT from a deleted or replaced worker never brings its
+	// script back.
+	Floors map[string]int64 `json:"floors,omitempty"`
 }
 
 // Script is one script's desired deployment and the metadata of its delivery.

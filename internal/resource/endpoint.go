@@ -439,14 +439,8 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		for _, o := range outs {
-			if err := record(ctx, q, o, e.UID); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		// Absence is confirmed: the attestation closes.
-		if err := q.AttestationClose(ctx, e.UID); err != nil {
-			return ownership.Response{}, fmt.Errorf("resource: close attestation: %w", err)
+		if err := finishDelete(ctx, q, outs, e.UID); err != nil {
+			return ownership.Response{}, err
 		}
 		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
 		if err != nil {

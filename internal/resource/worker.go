@@ -689,13 +689,8 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		for _, o := range outs {
-			if err := record(ctx, q, o, w.UID); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		if err := q.AttestationClose(ctx, w.UID); err != nil {
-			return ownership.Response{}, fmt.Errorf("resource: close attestation: %w", err)
+		if err := finishDelete(ctx, q, outs, w.UID); err != nil {
+			return ownership.Response{}, err
 		}
 		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
 		if err != nil {
@@ -716,36 +711,4 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		}
 		return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
 	})
-}
-
-// performDeletes carries out planned deletes (backend calls, no transaction). Any that the
-// backend does not confirm refuses the request, with the outcomes recorded by the refusal.
-func (s *Service) performDeletes(ctx context.Context, m *ownership.Mutation, p Placement, work []planned, uid uuid.UUID) ([]outcome, error) {
-	if len(work) == 0 {
-		return nil, nil
-	}
-	mut, err := s.mutator(p)
-	if err != nil {
-		return nil, err
-	}
-	var outs []outcome
-	failed := false
-	for _, pl := range work {
-		o := perform(ctx, mut, pl)
-		outs = append(outs, o)
-		failed = failed || !o.done
-	}
-	if failed {
-		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-			q := dbsqlc.New(tx)
-			for _, o := range outs {
-				if err := record(ctx, q, o, uid); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		return nil, apierr.New(apierr.BackendFailed, "the backend could not confirm the deletion; delete again to retry (the deletion attestation stays open until it does)")
-	}
-	return outs, nil
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,29 +31,11 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// syncBuffer collects log output from concurrent handlers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type harness struct {
 	t       *testing.T
 	db      *pgxpool.Pool
 	url     string
-	logs    *syncBuffer
+	logs    *runtimetest.Buffer
 	org     auth.Organization
 	key     string // read and write
 	ring    *sealing.Ring
@@ -63,7 +44,7 @@ type harness struct {
 	dbURL   string
 	srv     *server.Server
 	// responses records every response the Host sent, headers and body, for canary searches.
-	responses *syncBuffer
+	responses *runtimetest.Buffer
 }
 
 // edgePort is the port of the harness's runtime edge, which every selfhost origin carries.
@@ -121,7 +102,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	db, err := pgxpool.New(context.Background(), dbURL)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
-	logs := &syncBuffer{}
+	logs := &runtimetest.Buffer{}
 	node := runtimetest.Start(t)
 	cat := catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
 	if o.catalogJSON != "" {
@@ -146,7 +127,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs, ring: ring, kek: kek, dbURL: dbURL, responses: &syncBuffer{}, srv: srv, runtime: node}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, ring: ring, kek: kek, dbURL: dbURL, responses: &runtimetest.Buffer{}, srv: srv, runtime: node}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {

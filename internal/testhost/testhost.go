@@ -4,13 +4,11 @@
 package testhost
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"net/http/httptest"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,7 +31,7 @@ type Host struct {
 	Organization auth.Organization
 	Key          string
 	Server       *server.Server
-	logs         *syncBuffer
+	logs         *runtimetest.Buffer
 }
 
 // Options change what Start builds.
@@ -72,7 +70,7 @@ func Start(t testing.TB, opts Options) *Host {
 	if cat == nil {
 		cat = catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
 	}
-	logs := &syncBuffer{}
+	logs := &runtimetest.Buffer{}
 	srv := server.New(server.Config{
 		DB: db, Catalog: cat, SealingRing: ring,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -113,23 +111,6 @@ func (h *Host) NewKey(t testing.TB, name string, scopes ...string) string {
 
 // Logs is everything the Host logged, at debug level.
 func (h *Host) Logs() string { return h.logs.String() }
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // EdgePort is the port of the runtime node's edge, which every origin of the default catalog
 // carries.

@@ -638,6 +638,16 @@ func TestNewSecretNamesWaitForTheirDeliveryWhileTheIncumbentServes(t *testing.T)
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, expectReply("v1", "first"), body, "the edge switched to a revision without its secrets")
 	}
+	// A restart meanwhile changes nothing: the incumbent serves again, the new revision is held.
+	f.h.Restart(t)
+	f.reconnect()
+	f.answers(host, expectReply("v1", "first"))
+	f.waitStatus("the new revision held again after the restart", func(s adminapi.ScriptStatus) bool {
+		return s.Reason == adminapi.ReasonSecretsPending && s.Candidate != nil && s.Candidate.State == adminapi.StateReady
+	}, "names")
+	code, body, _ := f.h.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, expectReply("v1", "first"), body)
 
 	_, err := f.client.PutSecrets(f.ctx, "names", adminapi.SecretsPut{
 		EffectID: f.effect(), WorkerUID: "uid-n", DeliveryID: "delivery-2",
@@ -702,6 +712,8 @@ func TestLatePutsFromAnEarlierWorkerNeverReviveOrOverwrite(t *testing.T) {
 	f.script("late", "uid-a", 5, "a")
 	_, err := f.client.DeleteScript(f.ctx, "late", "uid-a")
 	require.NoError(t, err)
+	f.h.Restart(t) // what the node has moved past survives its restart
+	f.reconnect()
 	stale("uid-a", 4)
 	stale("uid-a", 5)
 	stale("uid-b", 3)

@@ -217,18 +217,6 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
 }
 
-// put sends the worker. Today's Host does not consume a runtime input that an update newly names
-// (it judges the delivery by the previous reference's status; a needed Host change): the worker
-// answers RuntimeInputPending with its new runtime input still prepared. Sending the same spec
-// once more at the new revision has it consume the runtime input.
-func (r *workerResource) put(ctx context.Context, space, name, token string, ifMatch int64, spec client.WorkerSpec) (client.Worker, error) {
-	w, _, err := r.client.PutWorker(ctx, space, name, token, ifMatch, spec)
-	if err == nil && !w.Ready && w.RuntimeInputs != nil && w.RuntimeInputs.Status == "prepared" {
-		w, _, err = r.client.PutWorker(ctx, space, name, token, w.Revision, spec)
-	}
-	return w, err
-}
-
 // waitReady polls the worker until it is Ready at generation (or later), or ctx ends.
 func (r *workerResource) waitReady(ctx context.Context, space, name string, w client.Worker) (client.Worker, error) {
 	if w.Ready {
@@ -290,7 +278,7 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 	}
 	space, name := plan.Space.ValueString(), plan.Name.ValueString()
 	token := newToken()
-	w, err := r.put(ctx, space, name, token, 0, spec)
+	w, _, err := r.client.PutWorker(ctx, space, name, token, 0, spec)
 	if err == nil {
 		w, err = r.waitReady(ctx, space, name, w)
 	}
@@ -368,7 +356,7 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 		return
 	}
 	space, name := plan.Space.ValueString(), plan.Name.ValueString()
-	w, err := r.put(ctx, space, name, token, state.Revision.ValueInt64(), spec)
+	w, _, err := r.client.PutWorker(ctx, space, name, token, state.Revision.ValueInt64(), spec)
 	if err == nil {
 		w, err = r.waitReady(ctx, space, name, w)
 	}

@@ -65,16 +65,15 @@ type Client struct {
 	http       *http.Client
 	log        LogFunc
 
-	mu        sync.Mutex
-	ownership bool // the Host advertised the ownership protocol
-	orgID     string
+	capsMu sync.Mutex
+	caps   *Capabilities // what the Host said, once it answered
+	orgID  string
 }
 
 // Error is a problem answer from the Host.
 type Error struct {
 	Status int
 	Code   string
-	Title  string
 	Detail string
 	// RequestID links the answer to the Host's log.
 	RequestID string
@@ -82,8 +81,6 @@ type Error struct {
 	UnmetFences []string
 	// Conflict names the existing object of an ownership_conflict.
 	Conflict *Conflict
-	// Raw holds every member of the problem.
-	Raw map[string]any
 	// RetryAfter is the Host's Retry-After, when it sent one.
 	RetryAfter time.Duration
 }
@@ -199,7 +196,7 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 		if err == nil {
 			return resp, nil
 		}
-		if !retryable(resp.Status, err) {
+		if !retryable(ctx, resp.Status, err) {
 			return resp, err
 		}
 		// Owned mutations are replay-safe: they are retried until the resource's timeout.
@@ -246,25 +243,19 @@ func retryAfter(err error) time.Duration {
 	return 0
 }
 
-// retryable is SPEC 4's list: connection errors, 429, 5xx (but 501, which never clears), and the
-// retryable 409s intent_in_progress and witness_open.
-func retryable(status int, err error) bool {
+// retryable is SPEC 4's list: connection errors (and a request's own timeout, a lost answer)
+// while the caller still waits, 429, 5xx (but 501, which never clears), and the retryable 409s
+// intent_in_progress and witness_open.
+func retryable(ctx context.Context, status int, err error) bool {
 	switch {
 	case status == 0:
-		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) || isClientTimeout(err)
+		return ctx.Err() == nil
 	case status == http.StatusNotImplemented:
 		return false
 	case status == http.StatusTooManyRequests || status >= 500:
 		return true
 	}
 	return IsCode(err, "intent_in_progress") || IsCode(err, "witness_open")
-}
-
-// isClientTimeout reports a per-request timeout (http.Client.Timeout), which is a lost answer,
-// not the caller giving up.
-func isClientTimeout(err error) bool {
-	var ue interface{ Timeout() bool }
-	return errors.As(err, &ue) && ue.Timeout()
 }
 
 func backoff(attempt int, retryAfter time.Duration) time.Duration {
@@ -305,8 +296,9 @@ func (c *Client) once(ctx context.Context, req Request, target string, body []by
 	}
 	resp, err := c.http.Do(hr)
 	if err != nil {
-		c.logf(ctx, "request to the Host got no answer", map[string]any{"method": req.Method, "path": req.Path, "error": redactURLError(err).Error()})
-		return Response{}, fmt.Errorf("%s %s: %w", req.Method, req.Path, redactURLError(err))
+		// A transport error names the URL, never the request's headers (which carry the key).
+		c.logf(ctx, "request to the Host got no answer", map[string]any{"method": req.Method, "path": req.Path, "error": err.Error()})
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
@@ -331,18 +323,16 @@ func problem(resp *http.Response, raw []byte) *Error {
 	e := &Error{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"), RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 	var p struct {
 		Code        string    `json:"code"`
-		Title       string    `json:"title"`
 		Detail      string    `json:"detail"`
 		RequestID   string    `json:"requestId"`
 		UnmetFences []string  `json:"unmetFences"`
 		Conflict    *Conflict `json:"conflict"`
 	}
 	if json.Unmarshal(raw, &p) == nil {
-		e.Code, e.Title, e.Detail, e.UnmetFences, e.Conflict = p.Code, p.Title, p.Detail, p.UnmetFences, p.Conflict
+		e.Code, e.Detail, e.UnmetFences, e.Conflict = p.Code, p.Detail, p.UnmetFences, p.Conflict
 		if e.RequestID == "" {
 			e.RequestID = p.RequestID
 		}
-		_ = json.Unmarshal(raw, &e.Raw)
 	}
 	if e.Code == "" {
 		e.Code = "http_" + strconv.Itoa(resp.StatusCode)
@@ -363,23 +353,6 @@ func parseRetryAfter(v string) time.Duration {
 	return 0
 }
 
-// redactURLError keeps a transport error but never the request's headers (which carry the key).
-func redactURLError(err error) error {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		if ue.Timeout() {
-			return timeoutError{ue.Err}
-		}
-		return fmt.Errorf("%s", ue.Err)
-	}
-	return err
-}
-
-type timeoutError struct{ err error }
-
-func (t timeoutError) Error() string { return t.err.Error() }
-func (t timeoutError) Timeout() bool { return true }
-
 // Capabilities asks the Host what it supports.
 func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	var out Capabilities
@@ -387,54 +360,65 @@ func (c *Client) Capabilities(ctx context.Context) (Capabilities, error) {
 	return out, err
 }
 
-// RequireOwnership fails closed unless the Host advertises the ownership protocol: without it no
-// mutation may be sent. A success is remembered for this configuration.
-func (c *Client) RequireOwnership(ctx context.Context) error {
-	c.mu.Lock()
-	ok := c.ownership
-	c.mu.Unlock()
-	if ok {
-		return nil
+// discovered is what GET /v1/capabilities said, asked once per configuration: the first caller
+// asks while concurrent ones wait for its answer; a failure is not remembered, so the next caller
+// asks again.
+func (c *Client) discovered(ctx context.Context) (Capabilities, error) {
+	c.capsMu.Lock()
+	defer c.capsMu.Unlock()
+	if c.caps != nil {
+		return *c.caps, nil
 	}
 	caps, err := c.Capabilities(ctx)
+	if err != nil {
+		return Capabilities{}, err
+	}
+	c.caps = &caps
+	return caps, nil
+}
+
+// RequireOwnership fails closed unless the Host advertises the ownership protocol (without it no
+// mutation may be sent) and, when organization_id is configured, the key belongs to it.
+func (c *Client) RequireOwnership(ctx context.Context) error {
+	caps, err := c.discovered(ctx)
 	if err != nil {
 		return err
 	}
 	if !slices.Contains(caps.Ownership, OwnershipProtocol) {
 		return fmt.Errorf("the Host does not advertise %s; refusing to mutate anything", OwnershipProtocol)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.orgID != "" && caps.OrganizationID != "" && c.orgID != caps.OrganizationID {
+	return c.mismatch(caps)
+}
+
+// OrganizationID returns the API key's organization id, as the Host states it (or as configured,
+// for a Host that does not state it).
+func (c *Client) OrganizationID(ctx context.Context) (string, error) {
+	caps, err := c.discovered(ctx)
+	if err != nil {
+		return "", err
+	}
+	return c.organization(caps)
+}
+
+// mismatch refuses a configured organization_id that is not the key's.
+func (c *Client) mismatch(caps Capabilities) error {
+	if caps.OrganizationID != "" && c.orgID != "" && c.orgID != caps.OrganizationID {
 		return fmt.Errorf("organization_id is %q but the API key belongs to organization %q: remove organization_id (the Host states the key's organization) or use a key of %q",
 			c.orgID, caps.OrganizationID, c.orgID)
-	}
-	c.ownership = true
-	if c.orgID == "" {
-		c.orgID = caps.OrganizationID
 	}
 	return nil
 }
 
-// OrganizationID returns the API key's organization id: the configured one, or the one the Host
-// states in its capabilities.
-func (c *Client) OrganizationID(ctx context.Context) (string, error) {
-	c.mu.Lock()
-	id := c.orgID
-	c.mu.Unlock()
-	if id != "" {
-		return id, nil
-	}
-	caps, err := c.Capabilities(ctx)
-	if err != nil {
+func (c *Client) organization(caps Capabilities) (string, error) {
+	if err := c.mismatch(caps); err != nil {
 		return "", err
 	}
-	if caps.OrganizationID == "" {
-		return "", errors.New("the Host does not tell which organization the API key belongs to, and the runtime-input routes need it: " +
-			"set organization_id in the provider block or TAKOFORM_ORGANIZATION_ID (`takoserver keys create --output json` prints it as organizationId)")
+	switch {
+	case caps.OrganizationID != "":
+		return caps.OrganizationID, nil
+	case c.orgID != "":
+		return c.orgID, nil
 	}
-	c.mu.Lock()
-	c.orgID = caps.OrganizationID
-	c.mu.Unlock()
-	return caps.OrganizationID, nil
+	return "", errors.New("the Host does not tell which organization the API key belongs to, and the runtime-input routes need it: " +
+		"set organization_id in the provider block or TAKOFORM_ORGANIZATION_ID (`takoserver keys create --output json` prints it as organizationId)")
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,6 +187,34 @@ func TestOrganizationComesFromTheHostAndAConfiguredOneMustMatch(t *testing.T) {
 	require.NoError(t, err)
 	err = other.RequireOwnership(context.Background())
 	require.ErrorContains(t, err, `organization_id is "org_b" but the API key belongs to organization "org_a"`)
+}
+
+func TestCapabilitiesAreAskedOncePerConfiguration(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int64
+	c := newTestClient(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		time.Sleep(20 * time.Millisecond) // concurrent first callers overlap
+		_, _ = w.Write([]byte(`{"ownership":["takoform-ownership-v1"],"organizationId":"org_a"}`))
+	}), 0)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				errs[i] = c.RequireOwnership(context.Background())
+			} else {
+				_, errs[i] = c.OrganizationID(context.Background())
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(1), asked.Load())
 }
 
 func TestNewRefusesBadConfiguration(t *testing.T) {

@@ -122,6 +122,38 @@ func setToken(ctx context.Context, p privateWriter, token string) diag.Diagnosti
 	return p.SetKey(ctx, tokenKey, raw)
 }
 
+// adoptToken keeps the Host's ownership token of an object in private state that holds none
+// (an import, or state from before tokens were kept): import adopts the object's owner.
+func adoptToken(ctx context.Context, from privateReader, to privateWriter, hostToken *string) diag.Diagnostics {
+	token, diags := getToken(ctx, from)
+	if diags.HasError() || token != "" || hostToken == nil {
+		return diags
+	}
+	return append(diags, setToken(ctx, to, *hostToken)...)
+}
+
+// deleteToken is the ownership token a Delete sends: the one in private state or, for state that
+// holds none, the one the Host shows for the object (get reads it, owner picks the token). gone:
+// the object is already absent and there is nothing to delete.
+func deleteToken[T any](ctx context.Context, p privateReader, summary, what string, get func(context.Context) (T, error), owner func(T) *string) (string, bool, diag.Diagnostics) {
+	token, diags := getToken(ctx, p)
+	if token != "" || diags.HasError() {
+		return token, false, diags
+	}
+	obj, err := get(ctx)
+	switch {
+	case client.IsNotFound(err):
+		return "", true, diags
+	case err != nil:
+		addError(&diags, summary, fmt.Errorf("no ownership token is known for %s, and reading it failed: %w", what, err))
+	case owner(obj) == nil:
+		addError(&diags, summary, fmt.Errorf("no ownership token is known for %s, and the Host shows no owner for it", what))
+	default:
+		return *owner(obj), false, diags
+	}
+	return "", false, diags
+}
+
 // Default timeouts of the resources that wait.
 const (
 	defaultCreateTimeout = 10 * time.Minute
@@ -185,10 +217,6 @@ func nullIfUnknown(v types.String) types.String {
 		return types.StringNull()
 	}
 	return v
-}
-
-func stringvalidatorRegex(re *regexp.Regexp, message string) validator.String {
-	return stringvalidator.RegexMatches(re, message)
 }
 
 // durationBetween accepts a Go duration within [min, max].

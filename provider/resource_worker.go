@@ -329,9 +329,7 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 	r.fill(ctx, &state, w, state.MainModule.IsNull())
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
-	if token, diags := getToken(ctx, req.Private); !diags.HasError() && token == "" && w.OwnershipToken != nil {
-		resp.Diagnostics.Append(setToken(ctx, resp.Private, *w.OwnershipToken)...) // import adopts the token
-	}
+	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, w.OwnershipToken)...)
 }
 
 func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -370,9 +368,6 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 	r.fill(ctx, &plan, w, false)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
-	if token == "" && w.OwnershipToken != nil {
-		resp.Diagnostics.Append(setToken(ctx, resp.Private, *w.OwnershipToken)...)
-	}
 }
 
 // Delete deletes the worker. It waits out an unexpired runtime-input claim (it settles or expires);
@@ -392,18 +387,12 @@ func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		return
 	}
 	space, name := state.Space.ValueString(), state.Name.ValueString()
-	token, diags := getToken(ctx, req.Private)
+	token, gone, diags := deleteToken(ctx, req.Private, "Unable to delete worker", fmt.Sprintf("worker %s/%s", space, name),
+		func(ctx context.Context) (client.Worker, error) { return r.client.GetWorker(ctx, space, name) },
+		func(x client.Worker) *string { return x.OwnershipToken })
 	resp.Diagnostics.Append(diags...)
-	if token == "" {
-		w, err := r.client.GetWorker(ctx, space, name)
-		if client.IsNotFound(err) {
-			return
-		}
-		if err != nil || w.OwnershipToken == nil {
-			addError(&resp.Diagnostics, "Unable to delete worker", fmt.Errorf("no ownership token is known for worker %s/%s: %v", space, name, err))
-			return
-		}
-		token = *w.OwnershipToken
+	if gone || resp.Diagnostics.HasError() {
+		return
 	}
 	var last error
 	err := waitFor(ctx, func() (bool, string, error) {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/boolplanmodifier"
@@ -100,7 +101,7 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				MarkdownDescription: "The worker's `id`. Set it so that replacing the worker replaces its endpoint; the provider refuses to create the endpoint when the named worker's UID differs. Omitted, it shows the UID of the worker the endpoint was created on.",
 				Optional:            true,
 				Computed:            true,
-				Validators:          []validator.String{stringvalidatorRegex(uuidPattern, "must be a worker's id (a UUID)")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(uuidPattern, "must be a worker's id (a UUID)")},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"origin_reservation_id": schema.StringAttribute{
@@ -247,9 +248,7 @@ func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, r
 	r.fill(&state, e)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
-	if token, diags := getToken(ctx, req.Private); !diags.HasError() && token == "" && e.OwnershipToken != nil {
-		resp.Diagnostics.Append(setToken(ctx, resp.Private, *e.OwnershipToken)...) // import adopts the token
-	}
+	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, e.OwnershipToken)...)
 }
 
 // Update re-sends the endpoint unchanged (it never changes in place): it resumes a route that is
@@ -311,18 +310,12 @@ func (r *endpointResource) Delete(ctx context.Context, req resource.DeleteReques
 		return
 	}
 	space, name := state.Space.ValueString(), state.Name.ValueString()
-	token, diags := getToken(ctx, req.Private)
+	token, gone, diags := deleteToken(ctx, req.Private, "Unable to delete endpoint", fmt.Sprintf("endpoint %s/%s", space, name),
+		func(ctx context.Context) (client.Endpoint, error) { return r.client.GetEndpoint(ctx, space, name) },
+		func(x client.Endpoint) *string { return x.OwnershipToken })
 	resp.Diagnostics.Append(diags...)
-	if token == "" {
-		e, err := r.client.GetEndpoint(ctx, space, name)
-		if client.IsNotFound(err) {
-			return
-		}
-		if err != nil || e.OwnershipToken == nil {
-			addError(&resp.Diagnostics, "Unable to delete endpoint", fmt.Errorf("no ownership token is known for endpoint %s/%s: %v", space, name, err))
-			return
-		}
-		token = *e.OwnershipToken
+	if gone || resp.Diagnostics.HasError() {
+		return
 	}
 	_, err := r.client.DeleteEndpoint(ctx, space, name, token)
 	if err != nil && !client.IsNotFound(err) {

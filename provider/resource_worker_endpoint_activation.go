@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/identityschema"
@@ -73,7 +74,7 @@ func (r *activationResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"endpoint_id": schema.StringAttribute{
 				MarkdownDescription: "The `id` of the endpoint created on the reservation. Replacing the endpoint replaces the activation.",
 				Required:            true,
-				Validators:          []validator.String{stringvalidatorRegex(uuidPattern, "must be an endpoint's id (a UUID)")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(uuidPattern, "must be an endpoint's id (a UUID)")},
 				PlanModifiers:       replace,
 			},
 			"status": schema.StringAttribute{

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/identityschema"
@@ -89,7 +90,7 @@ func (r *reservationResource) Schema(ctx context.Context, _ resource.SchemaReque
 			"subdomain": schema.StringAttribute{
 				MarkdownDescription: "DNS label of the origin. Omitted, the backend's derived label for the worker is used.",
 				Optional:            true,
-				Validators:          []validator.String{stringvalidatorRegex(labelPattern, "must be one lowercase DNS label")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(labelPattern, "must be one lowercase DNS label")},
 				PlanModifiers:       replace,
 			},
 			"ttl": schema.StringAttribute{
@@ -293,9 +294,7 @@ func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest
 	r.fill(&state, res)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, reservationIdentityModel{ID: state.ID})...)
-	if token, diags := getToken(ctx, req.Private); !diags.HasError() && token == "" && res.OwnershipToken != nil {
-		resp.Diagnostics.Append(setToken(ctx, resp.Private, *res.OwnershipToken)...) // import adopts the token
-	}
+	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, res.OwnershipToken)...)
 }
 
 // Update changes nothing on the Host: every argument but timeouts replaces the reservation.
@@ -331,18 +330,14 @@ func (r *reservationResource) Delete(ctx context.Context, req resource.DeleteReq
 		addError(&resp.Diagnostics, "Unable to release reservation", err)
 		return
 	}
-	token, diags := getToken(ctx, req.Private)
+	token, gone, diags := deleteToken(ctx, req.Private, "Unable to release reservation", fmt.Sprintf("reservation %q", state.ID.ValueString()),
+		func(ctx context.Context) (client.Reservation, error) {
+			return r.client.GetReservation(ctx, state.ID.ValueString())
+		},
+		func(x client.Reservation) *string { return x.OwnershipToken })
 	resp.Diagnostics.Append(diags...)
-	if token == "" {
-		res, err := r.client.GetReservation(ctx, state.ID.ValueString())
-		if client.IsNotFound(err) {
-			return
-		}
-		if err != nil || res.OwnershipToken == nil {
-			addError(&resp.Diagnostics, "Unable to release reservation", fmt.Errorf("no ownership token is known for reservation %q: %v", state.ID.ValueString(), err))
-			return
-		}
-		token = *res.OwnershipToken
+	if gone || resp.Diagnostics.HasError() {
+		return
 	}
 	var last error
 	err := waitFor(ctx, func() (bool, string, error) {

@@ -462,9 +462,7 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 	r.fill(ctx, &state, p)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, runtimeInputIdentityModel{OperationID: state.OperationID})...)
-	if token, diags := getToken(ctx, req.Private); !diags.HasError() && token == "" && p.OwnershipToken != nil {
-		resp.Diagnostics.Append(setToken(ctx, resp.Private, *p.OwnershipToken)...) // import adopts the token
-	}
+	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, p.OwnershipToken)...)
 }
 
 // Update changes nothing on the Host (a runtime input never changes in place): it records a
@@ -501,18 +499,14 @@ func (r *runtimeInputResource) Delete(ctx context.Context, req resource.DeleteRe
 		addError(&resp.Diagnostics, "Unable to delete runtime input", err)
 		return
 	}
-	token, diags := getToken(ctx, req.Private)
+	token, gone, diags := deleteToken(ctx, req.Private, "Unable to delete runtime input", fmt.Sprintf("runtime input %q", state.OperationID.ValueString()),
+		func(ctx context.Context) (client.Preparation, error) {
+			return r.client.GetPreparation(ctx, state.OperationID.ValueString())
+		},
+		func(x client.Preparation) *string { return x.OwnershipToken })
 	resp.Diagnostics.Append(diags...)
-	if token == "" {
-		p, err := r.client.GetPreparation(ctx, state.OperationID.ValueString())
-		if client.IsNotFound(err) {
-			return
-		}
-		if err != nil || p.OwnershipToken == nil {
-			addError(&resp.Diagnostics, "Unable to delete runtime input", fmt.Errorf("no ownership token is known for runtime input %q: %v", state.OperationID.ValueString(), err))
-			return
-		}
-		token = *p.OwnershipToken
+	if gone || resp.Diagnostics.HasError() {
+		return
 	}
 	if _, err := r.client.DeletePreparation(ctx, state.OperationID.ValueString(), token); err != nil && !client.IsNotFound(err) {
 		addError(&resp.Diagnostics, "Unable to delete runtime input", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/provider"
 )
 
@@ -112,7 +113,7 @@ func TestAccFullGraph(t *testing.T) {
 			// and the next apply activates again.
 			PreConfig: func() {
 				c := ctx(t)
-				res, err := f.api.GetReservation(c, f.stateAttr(t, reservationAddr, "id"))
+				res, err := f.api.GetReservation(c, provider.DefaultReservationID("prod", "hello"))
 				require.NoError(t, err)
 				_, err = f.api.DeleteActivation(c, res.ID, provider.ActivationToken(*res.OwnershipToken, res.Endpoint.UID, 0))
 				require.NoError(t, err)
@@ -132,35 +133,58 @@ func TestAccFullGraph(t *testing.T) {
 	)
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories,
-		CheckDestroy:             f.checkGraphDestroyed(t, "prod", "hello", 5),
+		CheckDestroy:             f.checkGraphDestroyed(t),
 		Steps:                    steps,
 	})
 }
 
-// checkGraphDestroyed reads the Host after a destroy: the worker and endpoint are gone, every
-// reservation in the state is released, and the owned objects left at least want tombstones.
-func (f *fixture) checkGraphDestroyed(t *testing.T, space, name string, want int) resource.TestCheckFunc {
+// checkGraphDestroyed reads the Host after a destroy: every object of the destroyed state is
+// gone (the Host answers 404 for it, nothing else counts), and each owned one left a tombstone of
+// its own key, so a late replay of its requests can never bring it back.
+func (f *fixture) checkGraphDestroyed(t *testing.T) resource.TestCheckFunc {
 	return func(s *terraform.State) error {
 		c := ctx(t)
-		if _, err := f.api.GetWorker(c, space, name); err == nil {
-			return fmt.Errorf("worker still present")
-		}
-		if _, err := f.api.GetEndpoint(c, space, name); err == nil {
-			return fmt.Errorf("endpoint still present")
-		}
-		for _, rs := range s.RootModule().Resources {
-			if rs.Type == "takoform_worker_endpoint_origin_reservation" {
-				if _, err := f.api.GetReservation(c, rs.Primary.ID); err == nil {
-					return fmt.Errorf("reservation %s still held", rs.Primary.ID)
-				}
+		for addr, rs := range s.RootModule().Resources {
+			a := rs.Primary.Attributes
+			var kind, key string
+			var err error
+			live := true // what the read says, when it answers
+			switch rs.Type {
+			case "takoform_worker":
+				kind, key = "worker", a["space"]+"/"+a["name"]
+				_, err = f.api.GetWorker(c, a["space"], a["name"])
+			case "takoform_worker_endpoint":
+				kind, key = "worker-endpoint", a["space"]+"/"+a["name"]
+				_, err = f.api.GetEndpoint(c, a["space"], a["name"])
+			case "takoform_worker_endpoint_origin_reservation":
+				kind, key = "worker-endpoint-origin-reservation", a["id"]
+				_, err = f.api.GetReservation(c, a["id"])
+			case "takoform_worker_runtime_input":
+				// A destroyed runtime input is aborted, or kept as it ended (settled): its row stays.
+				kind, key = "worker-runtime-input-preparation", a["operation_id"]
+				var p client.Preparation
+				p, err = f.api.GetPreparation(c, a["operation_id"])
+				live = p.Status == "prepared" || p.Status == "claimed"
+			case "takoform_worker_endpoint_activation":
+				// Gone with its reservation, which the case above reads.
+				kind, key, live = "worker-endpoint-activation", a["reservation_id"], false
+			default:
+				continue
 			}
-		}
-		var tombs int
-		if err := f.h.DB.QueryRow(c, `SELECT count(*) FROM ownership_tombstones WHERE organization_id = $1`, f.h.Organization.ID).Scan(&tombs); err != nil {
-			return err
-		}
-		if tombs < want {
-			return fmt.Errorf("%d tombstones, want at least %d (one per owned object)", tombs, want)
+			switch {
+			case err != nil && !client.IsNotFound(err):
+				return fmt.Errorf("%s: reading it after destroy: %w", addr, err)
+			case err == nil && live:
+				return fmt.Errorf("%s is still present after destroy", addr)
+			}
+			var tombs int
+			if err := f.h.DB.QueryRow(c, `SELECT count(*) FROM ownership_tombstones WHERE organization_id = $1 AND kind = $2 AND external_key = $3`,
+				f.h.Organization.ID, kind, key).Scan(&tombs); err != nil {
+				return err
+			}
+			if tombs == 0 {
+				return fmt.Errorf("%s left no tombstone for %s %q", addr, kind, key)
+			}
 		}
 		return nil
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
-	"github.com/takoform/terraform-provider-takoform/provider"
 )
 
 // fixture is a real Host on a fresh PostgreSQL database, with a client of its organization for
@@ -128,17 +127,4 @@ func identitySupported() bool {
 	}
 	got, err := version.NewVersion(v.Version)
 	return err == nil && !got.LessThan(version.Must(version.NewVersion("1.12.0")))
-}
-
-// stateAttr reads an attribute of a resource from the Host's view the test last saw: the
-// provider's state in the working directory is not at hand between steps, so the test asks
-// the Host through the resource's natural key instead where it can.
-func (f *fixture) stateAttr(t *testing.T, addr, attr string) string {
-	t.Helper()
-	switch addr {
-	case reservationAddr:
-		return provider.DefaultReservationID("prod", "hello")
-	}
-	t.Fatalf("stateAttr: %s.%s unknown", addr, attr)
-	return ""
 }

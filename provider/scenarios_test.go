@@ -97,7 +97,7 @@ func TestAccWorkerReplace(t *testing.T) {
 	otherWorker := statecheck.CompareValue(compare.ValuesDiffer())
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories,
-		CheckDestroy:             f.checkGraphDestroyed(t, "rep", "hello", 5),
+		CheckDestroy:             f.checkGraphDestroyed(t),
 		Steps: []resource.TestStep{
 			{
 				Config: cfg,

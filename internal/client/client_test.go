@@ -147,6 +147,20 @@ func TestConflictDetailsAreDecoded(t *testing.T) {
 	require.Contains(t, e.Conflict.ImportCommand, "terraform import")
 }
 
+// A brake (423) fails an owned mutation at once, with its deadline far away (SPEC 4).
+func TestABrakeFailsAMutationAtOnce(t *testing.T) {
+	t.Parallel()
+	f := &flaky{statuses: []int{http.StatusLocked}}
+	c := newTestClient(t, f, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
+	var e *Error
+	require.ErrorAs(t, err, &e)
+	require.Equal(t, http.StatusLocked, e.Status)
+	require.Len(t, f.headers, 1)
+}
+
 func TestClientErrorsAreNotRetried(t *testing.T) {
 	t.Parallel()
 	f := &flaky{statuses: []int{409}}

@@ -251,8 +251,9 @@ func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, r
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, e.OwnershipToken)...)
 }
 
-// Update re-sends the endpoint unchanged (it never changes in place): it resumes a route that is
-// not active and records a worker_id or offering_id set on an imported endpoint.
+// Update runs only when timeouts change (every other argument replaces the endpoint). It reads the
+// endpoint again and, when its route is not active, re-sends it unchanged so that the Host resumes
+// it.
 func (r *endpointResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan endpointModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)

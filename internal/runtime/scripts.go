@@ -336,7 +336,7 @@ func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
 	want, err := identity(s)
 	current := err == nil && r.serving != nil && r.serving.id == want.id && r.serving.inc.Ready()
 	secretsCurrent := len(s.SecretNames) == 0 ||
-		(s.Delivery != nil && sameNames(s.Delivery.Names, s.SecretNames) && r.serving != nil && r.serving.deliveryID == s.Delivery.DeliveryID)
+		(secretsCover(s) && r.serving != nil && r.serving.deliveryID == s.Delivery.DeliveryID)
 	out.Ready = current && secretsCurrent
 	switch {
 	case out.Ready:

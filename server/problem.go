@@ -45,6 +45,7 @@ var statuses = map[apierr.Code]struct {
 	apierr.DeploymentBrake:     {http.StatusLocked, "Deployment brake engaged"},
 	apierr.NotImplemented:      {http.StatusNotImplemented, "Not implemented"},
 	apierr.BackendFailed:       {http.StatusBadGateway, "Backend failed"},
+	apierr.DeploymentFailed:    {http.StatusUnprocessableEntity, "Deployment failed"},
 	apierr.BackendUnreachable:  {http.StatusServiceUnavailable, "Backend unreachable"},
 	apierr.WorkerNotReady:      {http.StatusConflict, "Worker not ready"},
 	apierr.WorkerHasEndpoints:  {http.StatusConflict, "Worker has endpoints"},

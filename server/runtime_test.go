@@ -356,3 +356,28 @@ func TestRuntimeInputSettlesThroughALostReadbackAnswer(t *testing.T) {
 	require.Equal(t, "settled", h.preparationStatus("op-1"))
 	require.Less(t, f.lose.Load(), int64(0), "the readback answers were lost")
 }
+
+// Code that does not start is a bad input: the PUT is refused with a final 422 (a retry would only
+// repeat it), a create leaves nothing behind on the runtime, and an update leaves the previous
+// code serving.
+func TestCodeThatDoesNotStartIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	broken := workerBody()
+	broken["modules"] = map[string]string{"index.js": "export default { fetch( {"}
+
+	p := h.putWorker("prod", "never", "token-worker-0000000007", broken).problem(t, http.StatusUnprocessableEntity, "deployment_failed")
+	require.Contains(t, p["detail"], "fix the code")
+	h.get("/v1/spaces/prod/workers/never").problem(t, http.StatusNotFound, "not_found")
+	st, err := h.runtimeClient().GetScript(context.Background(), h.status(`SELECT script_name FROM workers WHERE name = 'never'`))
+	require.NoError(t, err)
+	require.False(t, st.Present, "the refused create left its script on the runtime")
+
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, workerBody()).status)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	h.putWorker("prod", "api", workerToken, broken).problem(t, http.StatusUnprocessableEntity, "deployment_failed")
+	status, reply, _ := h.runtime.Get(t, e["hostname"].(string), "/")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "hello", reply, "the previous code keeps serving")
+}

@@ -46,6 +46,7 @@ const (
 	DeploymentBrake     Code = "deployment_brake"
 	NotImplemented      Code = "not_implemented"
 	BackendFailed       Code = "backend_failed"
+	DeploymentFailed    Code = "deployment_failed"
 	BackendUnreachable  Code = "backend_unreachable"
 	WorkerNotReady      Code = "worker_not_ready"
 	WorkerHasEndpoints  Code = "worker_has_endpoints"

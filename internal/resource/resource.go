@@ -243,10 +243,12 @@ func backendFailed(o outcome) error {
 	if errors.Is(o.err, backend.ErrUnreachable) {
 		return apierr.New(apierr.BackendUnreachable, "the backend could not be reached; apply again to retry")
 	}
-	detail := "the backend could not apply the change; apply again to retry"
 	if o.present && o.obs.Failed {
-		detail = fmt.Sprintf("the backend could not start the new deployment (%s); the previous one, if any, keeps serving; fix the code and apply again", o.obs.Message)
-	} else if o.present {
+		// The code cannot run: a bad input, which a retry of the same request would only repeat.
+		return apierr.New(apierr.DeploymentFailed, "the backend could not start the new deployment (%s); the previous one, if any, keeps serving; fix the code and apply again", o.obs.Message)
+	}
+	detail := "the backend could not apply the change; apply again to retry"
+	if o.present {
 		detail = "the backend did not make the deployment Ready in time; it keeps trying: apply again"
 	}
 	return apierr.New(apierr.BackendFailed, "%s", detail)

@@ -114,7 +114,8 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 		if deliverErr != nil {
 			why = "the delivery failed"
 		}
-		return nil, apierr.New(apierr.BackendFailed, "runtime input %s was not delivered (%s); it fails closed: bump bindings_wo_version to prepare a new one", prepID, why)
+		// Final: the lease failed closed, and no retry of this request can deliver it again.
+		return nil, apierr.New(apierr.LeaseUnavailable, "runtime input %s was not delivered (%s); it fails closed: bump bindings_wo_version to prepare a new one", prepID, why)
 	}
 	org := c.Incarnation.OrganizationID
 	return func(ctx context.Context, tx pgx.Tx) error {

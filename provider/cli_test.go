@@ -239,7 +239,7 @@ output "url" {
 	require.NoError(t, err, out)
 	out, err = w.run("output", "-raw", "url")
 	require.NoError(t, err, out)
-	require.Regexp(t, `^http://billing-prod-[0-9a-f]{8}\.workers\.localhost:`+h.EdgePort()+`/$`, out)
+	require.Regexp(t, `^http://billing-prod-[0-9a-f]{32}\.workers\.localhost:`+h.EdgePort()+`/$`, out)
 	// The URL answers through the runtime's edge with the module's worker.
 	status, body, _ := h.Runtime.Get(t, strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/"), "/")
 	require.Equal(t, http.StatusOK, status, body)

@@ -70,7 +70,7 @@ func TestAccFullGraph(t *testing.T) {
 				PreApply: []plancheck.PlanCheck{
 					// Plan-time knowledge: the origin and the reference are known before apply.
 					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"),
-						knownvalue.StringRegexp(regexp.MustCompile(`^http://hello-prod-[0-9a-f]{8}\.workers\.localhost:`+f.h.EdgePort()+`$`))),
+						knownvalue.StringRegexp(regexp.MustCompile(`^http://hello-prod-[0-9a-f]{32}\.workers\.localhost:`+f.h.EdgePort()+`$`))),
 					plancheck.ExpectKnownValue(runtimeInputAddr, tfjsonpath.New("reference"),
 						knownvalue.StringRegexp(regexp.MustCompile(`^rip1\.prep-[0-9a-f]{32}\.[0-9a-f]{64}$`))),
 					plancheck.ExpectKnownValue(workerAddr, tfjsonpath.New("runtime_input_reference"),
@@ -81,7 +81,7 @@ func TestAccFullGraph(t *testing.T) {
 				statecheck.ExpectKnownValue(workerAddr, tfjsonpath.New("ready"), knownvalue.Bool(true)),
 				statecheck.ExpectKnownValue(activationAddr, tfjsonpath.New("status"), knownvalue.StringExact("activated")),
 				statecheck.ExpectKnownValue(runtimeInputAddr, tfjsonpath.New("binding_names"), knownvalue.SetExact([]knownvalue.Check{knownvalue.StringExact("GREETING")})),
-				statecheck.ExpectKnownValue(endpointAddr, tfjsonpath.New("url"), knownvalue.StringRegexp(regexp.MustCompile(`^http://hello-prod-[0-9a-f]{8}\.workers\.localhost:`+f.h.EdgePort()+`/$`))),
+				statecheck.ExpectKnownValue(endpointAddr, tfjsonpath.New("url"), knownvalue.StringRegexp(regexp.MustCompile(`^http://hello-prod-[0-9a-f]{32}\.workers\.localhost:`+f.h.EdgePort()+`/$`))),
 			},
 			// The URL answers through the runtime's edge, with the delivered secret (its length).
 			Check: func(s *terraform.State) error {

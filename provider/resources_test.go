@@ -44,7 +44,7 @@ func TestAccReservation(t *testing.T) {
 				Config: f.config(reservationConfig("")),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("id"), knownvalue.StringRegexp(regexp.MustCompile(`^res-[0-9a-f]{16}$`))),
-					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringRegexp(regexp.MustCompile(`^http://api-staging-[0-9a-f]{8}\.workers\.localhost:`+f.h.EdgePort()+`$`))),
+					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringRegexp(regexp.MustCompile(`^http://api-staging-[0-9a-f]{32}\.workers\.localhost:`+f.h.EdgePort()+`$`))),
 				}},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("status"), knownvalue.StringExact("prepared")),

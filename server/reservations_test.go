@@ -21,7 +21,7 @@ func TestReservationProjectionV2(t *testing.T) {
 	require.Equal(t, false, p["hostMinted"])
 	require.Nil(t, p["boundWorker"])
 	require.Nil(t, p["endpoint"])
-	require.Regexp(t, `^api-prod-[0-9a-f]{8}$`, p["subdomain"])
+	require.Regexp(t, `^api-prod-[0-9a-f]{32}$`, p["subdomain"])
 	require.Equal(t, "http://"+p["subdomain"].(string)+".workers.localhost:"+h.edgePort(), p["canonicalOrigin"])
 	require.NotEmpty(t, p["expiresAt"])
 	for _, placement := range []string{"offeringId", "offeringDigest", "pack", "installation", "placement"} {
@@ -128,7 +128,7 @@ func TestReservationOfferingSelection(t *testing.T) {
 
 	r := h.putReservation(h.key, "res-a", tokenA, map[string]any{"space": "prod", "workerName": "api", "offeringId": "cf-worker"})
 	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
-	require.Regexp(t, `^https://api-prod-[0-9a-f]{8}\.acme\.workers\.dev$`, r.json(t)["canonicalOrigin"])
+	require.Regexp(t, `^https://api-prod-[0-9a-f]{32}\.acme\.workers\.dev$`, r.json(t)["canonicalOrigin"])
 	var pack, digest string
 	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT pack, offering_digest FROM worker_endpoint_origin_reservations WHERE id = 'res-a'").Scan(&pack, &digest))
 	require.Equal(t, "workers-dev", pack)

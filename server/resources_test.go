@@ -78,7 +78,7 @@ func TestWorkerLifecycleDerivesReadinessFromDeployments(t *testing.T) {
 	w := created.json(t)
 	require.Equal(t, true, w["ready"])
 	require.EqualValues(t, 1, w["generation"])
-	require.Regexp(t, `^api-prod-[0-9a-f]{8}$`, w["scriptName"])
+	require.Regexp(t, `^api-prod-[0-9a-f]{32}$`, w["scriptName"])
 	require.NotEmpty(t, created.header.Get("Takoform-Operation-Id"))
 
 	// Readiness is derived from the deployment rows, not a stored flag.
@@ -119,7 +119,7 @@ func TestHostMintedEndpointPublishesAndLetsGoInPlace(t *testing.T) {
 	require.Equal(t, true, e["hostMinted"])
 	require.Equal(t, true, e["ready"])
 	require.Regexp(t, `^hostmint-[0-9a-f]{40}$`, e["originReservationId"])
-	require.Regexp(t, `^http://api-prod-[0-9a-f]{8}\.workers\.localhost:`+h.edgePort()+`/$`, e["url"])
+	require.Regexp(t, `^http://api-prod-[0-9a-f]{32}\.workers\.localhost:`+h.edgePort()+`/$`, e["url"])
 
 	minted := h.getReservation(h.key, e["originReservationId"].(string)).json(t)
 	require.Equal(t, "activated", minted["status"])

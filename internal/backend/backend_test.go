@@ -17,16 +17,16 @@ func TestPacksDeriveFromTheSharedFormulas(t *testing.T) {
 	require.NoError(t, err)
 	label, ok := self.HostMintedSubdomain(w)
 	require.True(t, ok)
-	require.Equal(t, v.ScriptName, label)
-	require.Equal(t, v.ScriptName, self.DefaultLabel(w))
-	require.Equal(t, "http://"+v.ScriptName+".workers.localhost:8787", self.CanonicalOrigin(self.DefaultLabel(w)))
+	require.Equal(t, v.ScriptNameV2, label)
+	require.Equal(t, v.ScriptNameV2, self.DefaultLabel(w))
+	require.Equal(t, "http://"+v.ScriptNameV2+".workers.localhost:8787", self.CanonicalOrigin(self.DefaultLabel(w)))
 
 	dev, err := For(catalog.Installation{Name: "cf", Pack: catalog.PackWorkersDev, AccountSubdomain: "acme"})
 	require.NoError(t, err)
 	label, ok = dev.HostMintedSubdomain(w)
 	require.True(t, ok)
-	require.Equal(t, v.ScriptName, label)
-	require.Equal(t, "https://"+v.ScriptName+".acme.workers.dev", dev.CanonicalOrigin(label))
+	require.Equal(t, v.ScriptNameV2, label)
+	require.Equal(t, "https://"+v.ScriptNameV2+".acme.workers.dev", dev.CanonicalOrigin(label))
 
 	wfp, err := For(catalog.Installation{Name: "wfp", Pack: catalog.PackWFPManaged, BaseDomain: "edge.example.com"})
 	require.NoError(t, err)
@@ -34,7 +34,7 @@ func TestPacksDeriveFromTheSharedFormulas(t *testing.T) {
 	require.False(t, ok, "a backend that sells its base domain mints no script-named label")
 	require.Equal(t, v.ManagedDefaultLabel, wfp.DefaultLabel(w))
 	require.Equal(t, "https://"+v.ManagedDefaultLabel+".edge.example.com", wfp.CanonicalOrigin(wfp.DefaultLabel(w)))
-	require.Equal(t, v.ScriptName, wfp.ScriptName(w))
+	require.Equal(t, v.ScriptNameV2, wfp.ScriptName(w))
 }
 
 func TestSelfhostOriginOmitsDefaultPort(t *testing.T) {

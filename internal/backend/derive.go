@@ -41,23 +41,39 @@ func sanitize(s string) string {
 	return strings.Trim(nonAlnum.ReplaceAllString(strings.ToLower(s), "-"), "-")
 }
 
-// ScriptName is the worker script name of SPEC 3.4: a readable part (worker, then space) and the
-// first 8 hex of a digest that makes it unique per tenant.
+// ScriptName is the worker script name of SPEC 3.4 (v2): a readable part (worker, then space, cut
+// to 30 characters) and 32 hex (128 bits) of a digest over the tenant, space and name. At most 63
+// characters: a DNS label and a Cloudflare script name. Uniqueness per script namespace is not left
+// to the hash: the database holds it with a unique index over live workers.
 func ScriptName(w WorkerRef) string {
+	return readablePart(w, 30) + "-" + workerDigest("takoform.worker-script-name.v2", w)[:32]
+}
+
+// ScriptNameV1 is the retired v1 derivation (54 readable characters and 32 bits of hash), kept for
+// the vectors and for workers deployed under it, which keep their name until they are replaced.
+// No new worker gets one: two organizations' workers can share a v1 name (SPEC 3.4).
+func ScriptNameV1(w WorkerRef) string {
+	return readablePart(w, 54) + "-" + workerDigest("takoform.worker-script-name.v1", w)[:8]
+}
+
+func readablePart(w WorkerRef, limit int) string {
 	readable := sanitize(sanitize(w.Name) + "-" + sanitize(w.Space))
-	if len(readable) > 54 {
-		readable = strings.Trim(readable[:54], "-")
+	if len(readable) > limit {
+		readable = strings.Trim(readable[:limit], "-")
 	}
 	if readable == "" {
 		readable = "w"
 	}
-	h := digestHex(canonjson.Object{
-		{Key: "format", Value: "takoform.worker-script-name.v1"},
+	return readable
+}
+
+func workerDigest(format string, w WorkerRef) string {
+	return digestHex(canonjson.Object{
+		{Key: "format", Value: format},
 		{Key: "tenantRef", Value: w.TenantRef},
 		{Key: "space", Value: w.Space},
 		{Key: "name", Value: w.Name},
 	})
-	return readable + "-" + h[:8]
 }
 
 // HostMintedPrefix starts every id the Host mints; public writes to it are refused.

@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,7 @@ type derivedNamesVector struct {
 	WorkerName              string `json:"workerName"`
 	WorkerUID               string `json:"workerUid"`
 	ScriptName              string `json:"scriptName"`
+	ScriptNameV2            string `json:"scriptNameV2"`
 	ManagedDefaultLabel     string `json:"managedDefaultLabel"`
 	HostMintedReservationID string `json:"hostMintedReservationId"`
 }
@@ -31,10 +33,27 @@ func TestDerivedNamesMatchSharedVectors(t *testing.T) {
 	t.Parallel()
 	for _, v := range loadVectors(t) {
 		w := WorkerRef{TenantRef: v.TenantRef, Space: v.Space, Name: v.WorkerName, UID: v.WorkerUID}
-		require.Equal(t, v.ScriptName, ScriptName(w), "script name of %+v", w)
+		require.Equal(t, v.ScriptName, ScriptNameV1(w), "v1 script name of %+v", w)
+		require.Equal(t, v.ScriptNameV2, ScriptName(w), "v2 script name of %+v", w)
+		require.LessOrEqual(t, len(ScriptName(w)), 63, "a DNS label")
 		require.Equal(t, v.ManagedDefaultLabel, DerivedProviderResourceName("tsw", w), "managed label of %+v", w)
 		require.Equal(t, v.HostMintedReservationID, HostMintedReservationID(w), "minted id of %+v", w)
 	}
+}
+
+// The pair found in the attack shares one v1 name across two organizations; v2 tells them apart.
+func TestAttackPairSharesV1NameButNotV2(t *testing.T) {
+	t.Parallel()
+	var victims []WorkerRef
+	for _, v := range loadVectors(t) {
+		if strings.HasPrefix(v.WorkerName, "victim") {
+			victims = append(victims, WorkerRef{TenantRef: v.TenantRef, Space: v.Space, Name: v.WorkerName})
+		}
+	}
+	require.Len(t, victims, 2)
+	require.NotEqual(t, victims[0].TenantRef, victims[1].TenantRef)
+	require.Equal(t, ScriptNameV1(victims[0]), ScriptNameV1(victims[1]))
+	require.NotEqual(t, ScriptName(victims[0]), ScriptName(victims[1]))
 }
 
 func TestScriptNameReadablePart(t *testing.T) {
@@ -44,13 +63,14 @@ func TestScriptNameReadablePart(t *testing.T) {
 		{"my__worker", "a-b", "my-worker-a-b"},
 		{"x", "_", "x"},
 		{"_", "_", "w"},
-		{"a234567890123456789012345678901234567890123456789012345", "s", "a23456789012345678901234567890123456789012345678901234"},
-		{"a23456789012345678901234567890123456789012345678901-", "s", "a23456789012345678901234567890123456789012345678901-s"},
-		{"a2345678901234567890123456789012345678901234567890123", "s", "a2345678901234567890123456789012345678901234567890123"},
+		{"a2345678901234567890123456789012345", "s", "a23456789012345678901234567890"},
+		{"a2345678901234567890123456789-", "s", "a2345678901234567890123456789"},
+		{"a23456789012345678901234567", "s", "a23456789012345678901234567-s"},
 	}
 	for _, c := range cases {
 		got := ScriptName(WorkerRef{TenantRef: "org_x", Space: c.space, Name: c.name})
-		require.Equal(t, c.readable, got[:len(got)-9], "%s/%s", c.space, c.name)
-		require.Len(t, got[len(got)-8:], 8)
+		require.Equal(t, c.readable, got[:len(got)-33], "%s/%s", c.space, c.name)
+		require.Len(t, got[len(got)-32:], 32)
+		require.Equal(t, byte('-'), got[len(got)-33])
 	}
 }

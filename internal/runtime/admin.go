@@ -233,13 +233,16 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	cur := n.desired.Scripts[name]
-	floor := n.desired.Floors[name]
-	if cur != nil && cur.WorkerUID != req.WorkerUID && cur.Generation > floor {
-		floor = cur.Generation
+	if cur != nil && cur.WorkerUID != req.WorkerUID {
+		// A script is one worker's (SPEC 3.4): no generation, clock or retry order moves it to
+		// another worker UID. It is free again only once its holder's delete is confirmed. The
+		// answer names nobody: the holder may be another organization's.
+		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeScriptHeld, "Script held",
+			fmt.Sprintf("script %s is held by another worker; it is free once that worker's delete is confirmed", name))
 	}
-	if req.Generation <= floor && (cur == nil || cur.WorkerUID != req.WorkerUID) {
-		// A late copy from a worker this script name has moved past (deleted, or replaced by a
-		// newer worker UID): it never overwrites its successor nor revives a deleted script.
+	if floor := n.desired.Floors[name]; cur == nil && req.Generation <= floor {
+		// A late copy from a worker this script name has moved past (deleted): it never revives
+		// a deleted script.
 		return nil, conflict(adminapi.CodeStaleGeneration, fmt.Sprintf("script %s has moved past generation %d (to %d)", name, req.Generation, floor), n.scriptStatusLocked(name))
 	}
 	next := &state.Script{
@@ -258,9 +261,6 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, conflict(adminapi.CodeGenerationConflict, fmt.Sprintf("generation %d of script %s was already deployed with other content", req.Generation, name), n.scriptStatusLocked(name))
 		}
 		next.Delivery, next.Admitted, next.Serving = cur.Delivery, cur.Admitted, cur.Serving
-	} else if cur != nil && cur.Delivery != nil {
-		// Another worker UID: the worker was replaced, and delivered values belong to the old one.
-		erase = cur.Delivery.WorkerUID
 	}
 	if len(next.SecretNames) == 0 && next.Delivery != nil {
 		// A worker that declares no secrets keeps no values here (SPEC 3.5).
@@ -433,7 +433,8 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeScriptAbsent, "Not Found", fmt.Sprintf("script %s is not here; PUT it first", name))
 	}
 	if cur.WorkerUID != req.WorkerUID {
-		return nil, conflict(adminapi.CodeWorkerMismatch, fmt.Sprintf("script %s belongs to another worker UID; a delivery is for one worker UID", name), n.scriptStatusLocked(name))
+		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeWorkerMismatch, "Worker mismatch",
+			fmt.Sprintf("script %s belongs to another worker; a delivery is for the worker holding the script", name))
 	}
 	if !slices.Equal(names, cur.SecretNames) {
 		return nil, adminapi.NewProblem(http.StatusUnprocessableEntity, adminapi.CodeSecretNames, "Secret names mismatch",

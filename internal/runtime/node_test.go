@@ -722,9 +722,53 @@ func TestLatePutsFromAnEarlierWorkerNeverReviveOrOverwrite(t *testing.T) {
 	require.False(t, st.Present, "a late PUT revived a deleted script")
 
 	f.script("late", "uid-b", 6, "b")
-	stale("uid-a", 5)
+	_, err = f.client.PutScript(f.ctx, "late", f.scriptPut("uid-a", 7, "a"))
+	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptHeld), "a newer generation of another worker took the script: %v", err)
 	st, err = f.client.GetScript(f.ctx, "late")
 	require.NoError(t, err)
 	require.Equal(t, "uid-b", st.WorkerUID)
 	require.Equal(t, int64(6), st.Generation)
+}
+
+// The attack of SPEC 3.4 at the node: another organization's worker writes a script name that
+// a live worker holds (a v1 collision). Its PUT, delivery and delete are refused or change nothing;
+// the holder keeps answering with its own secret, and no answer names the holder.
+func TestScriptHeldByOneWorkerIsNeverTakenByAnother(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const victimSecret = "canary-victim-8fQw"
+	const script = "victim-prod-82de0c80" // the v1 name both organizations of the vectors derive
+	f.script(script, "uid-victim", 1, "victim", "TOKEN")
+	f.deliver(script, "uid-victim", "delivery-v", victimSecret)
+	f.route("victim.workers.localhost", script, "ep-victim")
+	f.waitReady(script)
+	f.answers("victim.workers.localhost", expectReply("victim", victimSecret))
+
+	attack := f.scriptPut("uid-attacker", 1_000_000, "attacker")
+	attack.Labels.Organization = "org-2"
+	_, err := f.client.PutScript(f.ctx, script, attack)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptHeld), "another worker's PUT took the script: %v", err)
+	require.NotContains(t, err.Error(), "uid-victim", "the refusal names nobody")
+	require.NotContains(t, err.Error(), "org-1")
+
+	_, err = f.client.PutSecrets(f.ctx, script, adminapi.SecretsPut{
+		EffectID: f.effect(), WorkerUID: "uid-attacker", DeliveryID: "delivery-a", Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret("attacker")},
+	})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeWorkerMismatch), "%v", err)
+	require.NotContains(t, err.Error(), "uid-victim")
+
+	_, err = f.client.DeleteScript(f.ctx, script, "uid-attacker")
+	require.NoError(t, err, "a delete of what the caller does not hold is a no-op")
+
+	st, err := f.client.GetScript(f.ctx, script)
+	require.NoError(t, err)
+	require.Equal(t, "uid-victim", st.WorkerUID)
+	require.True(t, st.Ready)
+	require.Equal(t, "delivery-v", st.Secrets.DeliveryID, "the holder's delivered secrets are kept")
+	f.answers("victim.workers.localhost", expectReply("victim", victimSecret))
+
+	// Once the holder's delete is confirmed the name is free, for a newer generation only.
+	_, err = f.client.DeleteScript(f.ctx, script, "uid-victim")
+	require.NoError(t, err)
+	f.script(script, "uid-attacker", 1_000_001, "attacker")
 }

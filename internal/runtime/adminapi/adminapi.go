@@ -19,8 +19,9 @@
 // the same effectId with another body is `409 effect_conflict`. Generations only move forward for
 // one worker UID: an older generation is `409 stale_generation`, and the same generation with other
 // content is `409 generation_conflict`, so a late copy of an old PUT can never revert a newer one.
-// A PUT naming another worker UID than the script has replaces the worker: the old UID's delivered
-// secrets are erased. A PUT with no secretNames erases the delivered secrets (SPEC 3.5: a worker
+// A script is one worker UID's (SPEC 3.4): a PUT naming another worker UID than the script has is
+// `409 script_held` (naming nobody) until the holder's delete is confirmed; no generation overrides
+// that. A PUT with no secretNames erases the delivered secrets (SPEC 3.5: a worker
 // without runtime inputs keeps no values on the backend).
 //
 // The DELETE is conditional on the worker UID the caller believes is there, so a late delete never
@@ -404,10 +405,13 @@ const (
 	CodeStaleGeneration    = "stale_generation"
 	CodeGenerationConflict = "generation_conflict"
 	CodeWorkerMismatch     = "worker_mismatch"
-	CodeScriptAbsent       = "script_absent"
-	CodeSecretNames        = "secret_names_mismatch"
-	CodeRouteConflict      = "route_conflict"
-	CodeInternal           = "internal"
+	// CodeScriptHeld: the script name is another worker UID's until that worker's delete is
+	// confirmed (SPEC 3.4). The answer names nobody.
+	CodeScriptHeld    = "script_held"
+	CodeScriptAbsent  = "script_absent"
+	CodeSecretNames   = "secret_names_mismatch"
+	CodeRouteConflict = "route_conflict"
+	CodeInternal      = "internal"
 	// Edge answers.
 	CodeUnknownHost   = "unknown_host"
 	CodeNotReady      = "script_not_ready"

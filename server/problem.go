@@ -62,6 +62,7 @@ var statuses = map[apierr.Code]struct {
 	apierr.SealedMaterial:      {http.StatusConflict, "Sealed material unreadable"},
 	apierr.RevisionConflict:    {http.StatusConflict, "Revision conflict"},
 	apierr.WitnessOpen:         {http.StatusConflict, "Witness still open"},
+	apierr.ScriptHeld:          {http.StatusConflict, "Script name held"},
 	apierr.Conflict:            {http.StatusConflict, "Conflict"},
 	apierr.Internal:            {http.StatusInternalServerError, "Internal error"},
 	apierr.Unavailable:         {http.StatusServiceUnavailable, "Service unavailable"},

@@ -43,7 +43,13 @@ type prepared struct {
 
 func (h *harness) prepare(op, token, reservationID, space, worker string, bindings map[string]string) prepared {
 	h.t.Helper()
-	res := h.getReservation(h.key, reservationID).json(h.t)
+	return h.prepareAs(h.key, h.org.ID, op, token, reservationID, space, worker, bindings)
+}
+
+// prepareAs is prepare for the organization orgID, with its key.
+func (h *harness) prepareAs(key, orgID, op, token, reservationID, space, worker string, bindings map[string]string) prepared {
+	h.t.Helper()
+	res := h.getReservation(key, reservationID).json(h.t)
 	secrets := map[string]sealing.Secret{}
 	for k, v := range bindings {
 		secrets[k] = sealing.NewSecret(v)
@@ -51,7 +57,7 @@ func (h *harness) prepare(op, token, reservationID, space, worker string, bindin
 	nonce := "nonce-" + op
 	id := runtimeinput.Derive(nonce, runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
 		OriginReservationID: reservationID, CanonicalPublicOrigin: res["canonicalOrigin"].(string)}, secrets)
-	return prepared{operationID: op, reference: id.Reference, reply: h.do(req{method: http.MethodPut, path: prepPath(h.org.ID, op), key: h.key, token: token,
+	return prepared{operationID: op, reference: id.Reference, reply: h.do(req{method: http.MethodPut, path: prepPath(orgID, op), key: key, token: token,
 		body: map[string]any{
 			"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": id.Reference,
 			"target":   map[string]any{"space": space, "workerName": worker, "bundleName": "main", "endpointName": worker, "originReservationId": reservationID},

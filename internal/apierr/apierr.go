@@ -63,6 +63,7 @@ const (
 	SealedMaterial      Code = "sealed_material_unreadable"
 	RevisionConflict    Code = "revision_conflict"
 	WitnessOpen         Code = "witness_open"
+	ScriptHeld          Code = "script_held"
 	Conflict            Code = "conflict"
 	Internal            Code = "internal"
 	Unavailable         Code = "unavailable"

@@ -20,6 +20,10 @@ var ErrNotImplemented = errors.New("this backend pack's mutation path is not imp
 // holds.
 var ErrUnreachable = errors.New("the backend is unreachable")
 
+// ErrScriptHeld means the backend holds the script name for another worker UID (SPEC 3.4): a
+// write never moves a script from one worker to another, whatever its generation.
+var ErrScriptHeld = errors.New("the backend holds this script name for another worker")
+
 // Native kinds a backend holds.
 const (
 	NativeWorker = "worker"

@@ -93,6 +93,9 @@ func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error)
 			Modules: d.Bundle.Modules, MainModule: d.Bundle.MainModule, CompatibilityDate: d.Bundle.CompatibilityDate,
 			SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
 		})
+		if nodeapi.IsCode(err, adminapi.CodeScriptHeld) {
+			return Observation{}, fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
+		}
 		if err != nil {
 			return Observation{}, n.wrap(err)
 		}

@@ -129,6 +129,7 @@ var (
 
 func build(f file) (*Catalog, error) {
 	c := &Catalog{Installations: map[string]Installation{}}
+	namespaces := map[string]string{}
 	for _, inst := range f.Installations {
 		if !idPattern.MatchString(inst.Name) {
 			return nil, fmt.Errorf("installation name %q must match %s", inst.Name, idPattern)
@@ -139,6 +140,13 @@ func build(f file) (*Catalog, error) {
 		if err := validateInstallation(&inst); err != nil {
 			return nil, fmt.Errorf("installation %q: %w", inst.Name, err)
 		}
+		// Script names are unique per installation in the database (SPEC 3.4): two installations
+		// on one runtime node, account or dispatch namespace would let two workers share one.
+		ns := inst.ScriptNamespace()
+		if other, dup := namespaces[ns]; dup {
+			return nil, fmt.Errorf("installations %q and %q share one script namespace (%s): declare it once", other, inst.Name, ns)
+		}
+		namespaces[ns] = inst.Name
 		c.Installations[inst.Name] = inst
 	}
 	seen := map[string]bool{}
@@ -170,6 +178,21 @@ func build(f file) (*Catalog, error) {
 		c.Offerings = append(c.Offerings, o)
 	}
 	return c, nil
+}
+
+// ScriptNamespace names where an installation's script names live: its runtime node, its
+// account's workers.dev subdomain, or its managed base domain's dispatch namespace.
+func (inst Installation) ScriptNamespace() string {
+	switch inst.Pack {
+	case PackSelfhost:
+		if u, err := url.Parse(inst.RuntimeURL); err == nil {
+			return "runtime node " + strings.ToLower(u.Host)
+		}
+		return "runtime node " + inst.RuntimeURL
+	case PackWorkersDev:
+		return "workers.dev account " + inst.AccountSubdomain
+	}
+	return "dispatch namespace of " + inst.BaseDomain
 }
 
 func validateInstallation(inst *Installation) error {

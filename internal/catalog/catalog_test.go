@@ -40,6 +40,7 @@ func TestLoadRefusesBadCatalogs(t *testing.T) {
 		"foreign setting":       {`{"installations":[{"name":"x","pack":"workers-dev","accountSubdomain":"a","baseDomain":"b.c"}]}`, "accountSubdomain only"},
 		"bad suffix":            {`{"installations":[{"name":"x","pack":"selfhost","endpointSuffix":"Bad_Suffix"}]}`, "endpointSuffix"},
 		"duplicate install":     {`{"installations":[{"name":"x","pack":"selfhost"},{"name":"x","pack":"selfhost"}]}`, "declared twice"},
+		"one runtime twice":     {`{"installations":[{"name":"x","pack":"selfhost"},{"name":"y","pack":"selfhost","runtimeUrl":"http://127.0.0.1:8788/"}]}`, "share one script namespace"},
 		"unknown installation":  {`{"installations":[],"offerings":[{"id":"o","kind":"module-worker","installation":"nope","soldTo":["*"]}]}`, "unknown installation"},
 		"bad kind":              {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"vm","installation":"x","soldTo":["*"]}]}`, "kind must be"},
 		"nobody sold to":        {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"module-worker","installation":"x","soldTo":[]}]}`, "soldTo"},

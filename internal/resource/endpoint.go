@@ -41,10 +41,8 @@ func endpointOf(st dbsqlc.EndpointState) Endpoint {
 }
 
 // Ready is readiness as derived now: live, its route's deployment active, and (when asked) the
-// backend routing it to a Ready incarnation of its worker now.
-func (e Endpoint) Ready() bool {
-	return e.Status == "live" && e.DeploymentStatus == "active" && e.Live.serves(e.DeploymentID)
-}
+// backend routing it to a Ready incarnation of its worker now. It is the Ready condition.
+func (e Endpoint) Ready() bool { return e.conditions()[0].Status == "True" }
 
 func (e Endpoint) conditions() []Condition {
 	c := Condition{Type: "Ready", Status: "False"}

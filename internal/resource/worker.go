@@ -104,11 +104,10 @@ func (w Worker) inputsSettled() bool {
 		w.RuntimeInputWorkerUID != nil && *w.RuntimeInputWorkerUID == w.UID
 }
 
-// Ready is readiness as derived now: live, the current generation's deployment active, and its
-// runtime input, if it names one, settled for this worker.
-func (w Worker) Ready() bool {
-	return w.Status == "live" && w.DeploymentStatus == "active" && w.inputsSettled()
-}
+// Ready is readiness as derived now: live, holding its script name, the current generation's
+// deployment active, its runtime input, if it names one, settled for this worker, and (when asked)
+// the backend serving that deployment now. It is the Ready condition, so the two never disagree.
+func (w Worker) Ready() bool { return w.conditions()[0].Status == "True" }
 
 func (w Worker) conditions() []Condition {
 	c := Condition{Type: "Ready", Status: "False"}
@@ -117,6 +116,8 @@ func (w Worker) conditions() []Condition {
 		c.Reason, c.Message = "Deleted", "the worker was deleted"
 	case w.Status == "deleting":
 		c.Reason, c.Message = "Deleting", "the worker is being deleted"
+	case w.ScriptCollision:
+		c.Reason, c.Message = "ScriptNameCollision", "the worker's v1 script name is held by an earlier worker on its backend; replace the worker (a new worker gets a v2 name)"
 	case w.DeploymentStatus == "failed":
 		c.Reason, c.Message = "DeploymentFailed", "the backend refused the current generation; apply again to retry"
 	case w.DeploymentStatus != "active" || w.Status != "live":
@@ -407,6 +408,9 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 				}
 				return nil
 			})
+			if errors.Is(o.err, backend.ErrScriptHeld) {
+				return ownership.Response{}, s.scriptHeld(ctx, m, w)
+			}
 			return ownership.Response{}, backendFailed(o)
 		}
 	}
@@ -465,6 +469,28 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	})
 }
 
+// scriptHeld is the refusal of a worker whose script name the backend holds for another worker UID
+// (SPEC 3.4): retryable when the holder is this organization's deleted worker whose delete the
+// janitor has yet to confirm, final otherwise. It names nobody else.
+func (s *Service) scriptHeld(ctx context.Context, m *ownership.Mutation, w Worker) error {
+	var pending bool
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
+		var err error
+		pending, err = dbsqlc.New(tx).WorkerScriptHolderDeleted(ctx, dbsqlc.WorkerScriptHolderDeletedParams{
+			OrganizationID: w.OrganizationID, Installation: w.Placement.Installation, ScriptName: w.ScriptName, UID: w.UID,
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if pending {
+		return apierr.New(apierr.WitnessOpen, "script %s is still held by this organization's deleted worker %s/%s until its delete is confirmed; retry shortly", w.ScriptName, w.Space, w.Name).
+			With("unmetFences", []string{"deployment_live"})
+	}
+	return apierr.New(apierr.ScriptHeld, "script %s is held by another worker on installation %s; this worker cannot take it", w.ScriptName, w.Placement.Installation)
+}
+
 // planWorker is the first phase: it takes the key and, in one transaction, creates the worker's
 // row or writes its new generation, and plans the deployment (nil when nothing changes).
 func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, *planned, error) {
@@ -492,6 +518,10 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			})
 			if store.IsUniqueViolation(err, "workers_live_key") {
 				return apierr.New(apierr.ResourceExists, "worker %s/%s already exists and is owned by another token; import it to adopt it", space, name)
+			}
+			if store.IsUniqueViolation(err, "workers_script_key") {
+				// A script name is one worker's in its namespace, across organizations (SPEC 3.4).
+				return apierr.New(apierr.ScriptHeld, "script %s is held by another worker on installation %s; this worker cannot take it", w.ScriptName, placement.Installation)
 			}
 			if err != nil {
 				return fmt.Errorf("resource: create worker: %w", err)

@@ -224,6 +224,7 @@ type Worker struct {
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
 	DeletedAt             *time.Time
+	ScriptCollision       bool
 }
 
 type WorkerEndpoint struct {
@@ -299,6 +300,7 @@ type WorkerState struct {
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
 	DeletedAt             *time.Time
+	ScriptCollision       bool
 	Present               bool
 	DeploymentStatus      string
 	DeploymentID          uuid.UUID

@@ -633,7 +633,7 @@ func (q *Queries) ResourcesCreatingByOperation(ctx context.Context, operationID 
 }
 
 const workerGet = `-- name: WorkerGet :one
-SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
+SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, script_collision, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
 WHERE organization_id = $1
   AND (($2::uuid IS NOT NULL AND uid = $2::uuid)
        OR ($2::uuid IS NULL AND space = $3 AND name = $4 AND status <> 'deleted'))
@@ -677,6 +677,7 @@ func (q *Queries) WorkerGet(ctx context.Context, arg WorkerGetParams) (WorkerSta
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.ScriptCollision,
 		&i.Present,
 		&i.DeploymentStatus,
 		&i.DeploymentID,
@@ -735,7 +736,7 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 }
 
 const workerLock = `-- name: WorkerLock :one
-SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
 JOIN workers w ON w.uid = v.uid
 WHERE v.organization_id = $1
   AND (($2::uuid IS NOT NULL AND v.uid = $2::uuid)
@@ -781,6 +782,7 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.DeletedAt,
+		&i.ScriptCollision,
 		&i.Present,
 		&i.DeploymentStatus,
 		&i.DeploymentID,
@@ -788,6 +790,37 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 		&i.RuntimeInputWorkerUID,
 	)
 	return i, err
+}
+
+const workerScriptHolderDeleted = `-- name: WorkerScriptHolderDeleted :one
+SELECT EXISTS (
+    SELECT 1 FROM workers w
+    JOIN deployments d ON d.resource_uid = w.uid AND d.status IN ('pending', 'active', 'deleting')
+    WHERE w.organization_id = $1 AND w.installation = $2
+      AND w.script_name = $3 AND w.uid <> $4 AND w.status = 'deleted'
+)::boolean AS pending
+`
+
+type WorkerScriptHolderDeletedParams struct {
+	OrganizationID string
+	Installation   string
+	ScriptName     string
+	UID            uuid.UUID
+}
+
+// Whether the backend's holder of a refused script name is this organization's own deleted worker
+// whose delete is not confirmed yet (a create that never committed, its compensation pending):
+// then the name frees itself, and the refusal is retryable.
+func (q *Queries) WorkerScriptHolderDeleted(ctx context.Context, arg WorkerScriptHolderDeletedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, workerScriptHolderDeleted,
+		arg.OrganizationID,
+		arg.Installation,
+		arg.ScriptName,
+		arg.UID,
+	)
+	var pending bool
+	err := row.Scan(&pending)
+	return pending, err
 }
 
 const workerScriptName = `-- name: WorkerScriptName :one

@@ -58,6 +58,17 @@ JOIN operations o ON o.id = e.operation_id
 WHERE e.worker_uid = @worker_uid AND resource_present(e.status, o.status)
 ORDER BY e.name;
 
+-- name: WorkerScriptHolderDeleted :one
+-- Whether the backend's holder of a refused script name is this organization's own deleted worker
+-- whose delete is not confirmed yet (a create that never committed, its compensation pending):
+-- then the name frees itself, and the refusal is retryable.
+SELECT EXISTS (
+    SELECT 1 FROM workers w
+    JOIN deployments d ON d.resource_uid = w.uid AND d.status IN ('pending', 'active', 'deleting')
+    WHERE w.organization_id = @organization_id AND w.installation = @installation
+      AND w.script_name = @script_name AND w.uid <> @uid AND w.status = 'deleted'
+)::boolean AS pending;
+
 -- name: WorkerScriptName :one
 SELECT script_name FROM workers WHERE uid = @uid;
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
@@ -226,9 +227,13 @@ func (w *world) anyHost() host { return w.hosts[w.pick(len(w.hosts))] }
 
 func (w *world) anyOrg() tenant { return w.orgs[w.pick(len(w.orgs))] }
 
-// A small name space, shared by both organizations, so that origins collide.
+// A small name space, shared by every organization, so that origins collide; worker names that
+// differ only in characters the script name's readable part drops (w1, w1_, w1-_) make every
+// organization's script names share their readable part, as in the takeover of SPEC 3.4.
+var invariantWorkerNames = []string{"w1", "w2", "w1_", "w1-_"}
+
 func (w *world) reservationID() string { return fmt.Sprintf("res-%d", 1+w.pick(3)) }
-func (w *world) workerName() string    { return fmt.Sprintf("w%d", 1+w.pick(2)) }
+func (w *world) workerName() string    { return invariantWorkerNames[w.pick(len(invariantWorkerNames))] }
 func (w *world) endpointName() string  { return fmt.Sprintf("e%d", 1+w.pick(2)) }
 
 func (w *world) reservationBody() string {
@@ -438,6 +443,7 @@ func (w *world) check() {
 	require.NoError(w.t, err)
 	st, err := c.Status(ctx)
 	require.NoError(w.t, err)
+	w.checkScripts(st)
 	for _, rt := range st.Routes {
 		if !rt.Present {
 			continue
@@ -453,6 +459,54 @@ func (w *world) check() {
 			  AND r.organization_id <> $2`, rt.Hostname, endpointOrg).Scan(&bad))
 		if bad > 0 {
 			w.fail("the runtime still routes %s for %s while another organization's reservation holds it", rt.Hostname, endpointOrg)
+		}
+	}
+}
+
+// checkScripts states script custody (SPEC 3.4): a script the runtime holds for one worker UID is
+// that worker's, never another live worker's, whatever their organizations; and a worker the API
+// reads Ready is served by its own script.
+func (w *world) checkScripts(st adminapi.Status) {
+	w.t.Helper()
+	ctx := context.Background()
+	held := map[string]string{} // script name -> worker UID on the runtime
+	for _, s := range st.Scripts {
+		if s.Present {
+			held[s.ScriptName] = s.WorkerUID
+		}
+	}
+	rows, err := w.db.Query(ctx, `SELECT script_name, uid::text, organization_id FROM workers WHERE status = 'live'`)
+	require.NoError(w.t, err)
+	type live struct{ script, uid, org string }
+	var standing []live
+	for rows.Next() {
+		var l live
+		require.NoError(w.t, rows.Scan(&l.script, &l.uid, &l.org))
+		standing = append(standing, l)
+	}
+	require.NoError(w.t, rows.Err())
+	for _, l := range standing {
+		if uid, ok := held[l.script]; ok && uid != l.uid {
+			w.fail("the runtime holds script %s for worker %s, while worker %s of %s is live under that name", l.script, uid, l.uid, l.org)
+		}
+	}
+	for _, org := range w.orgs {
+		for _, name := range invariantWorkerNames {
+			a, err := w.send(w.hosts[0], org, http.MethodGet, "/v1/spaces/"+invariantSpace+"/workers/"+name, "", "")
+			require.NoError(w.t, err)
+			if a.status != http.StatusOK {
+				continue
+			}
+			var wk map[string]any
+			require.NoError(w.t, json.Unmarshal([]byte(a.body), &wk))
+			ready, _ := wk["ready"].(bool)
+			conds, _ := wk["conditions"].([]any)
+			if len(conds) == 0 || (conds[0].(map[string]any)["status"] == "True") != ready {
+				w.fail("worker %s of %s reads ready=%v against its Ready condition %v", name, org.name, ready, conds)
+			}
+			if ready && held[wk["scriptName"].(string)] != wk["uid"] {
+				w.fail("worker %s of %s reads Ready while the runtime holds its script %s for %q", name, org.name, wk["scriptName"], held[wk["scriptName"].(string)])
+			}
 		}
 	}
 }
@@ -484,7 +538,8 @@ func newWorld(t *testing.T, seed uint64) *world {
 	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), seed: seed, db: db, dbURL: dbURL,
 		tokens: map[string]string{}, client: &http.Client{Timeout: 2 * time.Minute},
 		workers: map[string]map[string]bool{}, reservations: map[string]map[string]string{}}
-	for _, name := range []string{"acme", "globex"} {
+	// mallory's worker names share their readable part with the others' (invariantWorkerNames).
+	for _, name := range []string{"acme", "globex", "mallory"} {
 		run(t, dbURL, "orgs", "create", name)
 		key := decodeJSON(t, run(t, dbURL, "keys", "create", "--org", name, "--output", "json"))["key"].(string)
 		w.orgs = append(w.orgs, tenant{name: name, key: key})

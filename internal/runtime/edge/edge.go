@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -97,6 +98,17 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger) *Handle
 			// The worker sees the public hostname it is served at, not the loopback socket.
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			// Never replay a request on a fresh connection when its first one broke: a request that
+			// made the worker's process die (or be killed for looping) would run again in the
+			// restarted process and take it down too. Go's transport replays a body-less GET on a
+			// reused connection; a body it cannot rewind turns that off, and an empty one is still
+			// sent without a body.
+			switch pr.Out.Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+				if pr.Out.Body == nil {
+					pr.Out.Body = noReplay{}
+				}
+			}
 		},
 		Transport: transport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -186,6 +198,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 	}
 	writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host is switching incarnations; retry"))
 }
+
+// noReplay is an empty request body that http.Transport cannot rewind, so it never replays the request.
+type noReplay struct{}
+
+func (noReplay) Read([]byte) (int, error) { return 0, io.EOF }
+func (noReplay) Close() error             { return nil }
 
 func writeProblem(w http.ResponseWriter, p *adminapi.Problem) {
 	w.Header().Set("Content-Type", adminapi.ProblemContentType)

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
@@ -58,6 +60,14 @@ type Config struct {
 	MaxRestartBackoff time.Duration // restart delay cap (default 30s)
 	ProbeDeadline     time.Duration // how long one start may take to answer a probe (default 30s)
 	DrainTimeout      time.Duration // how long an incumbent may finish its requests (default 30s)
+	LivenessPeriod    time.Duration // how often a Ready incarnation is probed (default 5s; SPEC 5.1)
+	LivenessTimeout   time.Duration // how long one liveness probe may take (default 2s)
+
+	// EgressDeny lists networks (CIDR) no worker may reach, beyond workerd's non-public ranges
+	// and this node's own addresses (--egress-deny, SPEC 5.1).
+	EgressDeny []string
+	// SubrequestLimit caps each incarnation's concurrent subrequests (default 50).
+	SubrequestLimit int
 }
 
 // Info tells an embedding caller how to reach a running node.
@@ -82,10 +92,13 @@ type Node struct {
 	metrics *metrics
 	info    Info
 
-	mu      sync.RWMutex
-	desired *state.Desired
-	scripts map[string]*scriptRun
-	closing bool
+	mu sync.RWMutex
+	// deny is the egress deny list every new config carries (package egress); n.mu guards it.
+	deny      []string
+	published []string // the edge's addresses, denied to workers too
+	desired   *state.Desired
+	scripts   map[string]*scriptRun
+	closing   bool
 
 	kick     chan struct{}
 	retiring sync.WaitGroup
@@ -160,11 +173,16 @@ func Start(cfg Config) (*Node, error) {
 	}()
 	n.metrics = newMetrics(n)
 	n.reg.MustRegister(n.metrics)
+	if n.cfg.EgressDeny, err = egress.ParseDeny(cfg.EgressDeny); err != nil {
+		return nil, err
+	}
+	edgeHandler := edge.New(n, n.reg, log)
 	n.sup = supervisor.Options{
 		Workerd: bin, Logger: log, Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
-		ProbeDeadline: cfg.ProbeDeadline,
-		Changed:       func(*supervisor.Incarnation) { n.nudge() },
-		Restarted:     func(i *supervisor.Incarnation) { n.metrics.restarts.WithLabelValues(i.Script()).Inc() },
+		ProbeDeadline: cfg.ProbeDeadline, LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout,
+		SubrequestLimit: cfg.SubrequestLimit, Local: edgeHandler,
+		Changed:   func(*supervisor.Incarnation) { n.nudge() },
+		Restarted: func(i *supervisor.Incarnation) { n.metrics.restarts.WithLabelValues(i.Script()).Inc() },
 	}
 	if n.desired, err = store.Load(); err != nil {
 		return nil, err
@@ -178,6 +196,12 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	n.published = []string{edgeL.Addr().String(), n.cfg.EdgeListen}
+	if n.deny, err = egress.DenyList(n.published, n.cfg.EgressDeny); err != nil {
+		adminL.Close()
+		edgeL.Close()
+		return nil, err
+	}
 	n.mu.Lock()
 	for name := range n.desired.Scripts {
 		n.resumeServingLocked(name)
@@ -188,7 +212,7 @@ func Start(cfg Config) (*Node, error) {
 
 	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	n.edge = &http.Server{Handler: edge.New(n, n.reg, log), ReadHeaderTimeout: 30 * time.Second,
+	n.edge = &http.Server{Handler: edgeHandler, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	scheme := "http"
 	if tlsConfig != nil {
@@ -296,11 +320,18 @@ func (n *Node) nudge() {
 	}
 }
 
+// denyRefresh is how often the node's addresses are read again for the egress deny list.
+const denyRefresh = 30 * time.Second
+
 func (n *Node) reconciler() {
+	refresh := time.NewTicker(denyRefresh)
+	defer refresh.Stop()
 	for {
 		select {
 		case <-n.stopped:
 			return
+		case <-refresh.C:
+			n.refreshDeny()
 		case <-n.kick:
 			n.mu.Lock()
 			if !n.closing {
@@ -310,6 +341,27 @@ func (n *Node) reconciler() {
 			}
 			n.mu.Unlock()
 		}
+	}
+}
+
+// refreshDeny reads the node's addresses again. When they changed, every script's desired
+// incarnation is a new identity (its config carries the deny list): each starts as a candidate
+// and takes over as an update does, so no worker keeps running with a stale list for long.
+func (n *Node) refreshDeny() {
+	deny, err := egress.DenyList(n.published, n.cfg.EgressDeny)
+	if err != nil {
+		n.log.Error("refresh the egress deny list", "error", err)
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if slices.Equal(deny, n.deny) || n.closing {
+		return
+	}
+	n.log.Info("this node's addresses changed: workers move to configs with the new egress deny list", "deny", len(deny))
+	n.deny = deny
+	for name := range n.scripts {
+		n.reconcileLocked(name)
 	}
 }
 

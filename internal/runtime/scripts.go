@@ -56,7 +56,7 @@ type desiredIdentity struct {
 // bundle digest and config digest; the config names the secret bindings, and the values enter by
 // their keyed digest (HMAC under the runtime's key, never a plain hash). A new deployment with the
 // same code, config and secrets is the same incarnation, which simply keeps serving.
-func identity(s *state.Script) (desiredIdentity, error) {
+func identity(s *state.Script, deny []string) (desiredIdentity, error) {
 	var names []string
 	var valuesMAC, deliveryID string
 	if s.Delivery != nil {
@@ -64,7 +64,7 @@ func identity(s *state.Script) (desiredIdentity, error) {
 		valuesMAC, deliveryID = s.Delivery.ValuesMAC, s.Delivery.DeliveryID
 	}
 	sort.Strings(names)
-	files, err := workerd.Render(workerd.Worker{Modules: s.Modules, MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Secrets: names},
+	files, err := workerd.Render(workerd.Worker{Modules: s.Modules, MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Secrets: names, Deny: deny},
 		supervisor.ConfigFile, supervisor.ConfigConst, supervisor.SocketName)
 	if err != nil {
 		return desiredIdentity{}, err
@@ -122,7 +122,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		delete(n.scripts, name)
 		return retired
 	}
-	want, err := identity(s)
+	want, err := identity(s, n.deny)
 	if err != nil {
 		r.problem = "the desired deployment cannot be rendered: " + err.Error()
 		return nil
@@ -184,7 +184,7 @@ func (n *Node) resumeServingLocked(name string) {
 	if s == nil || s.Serving == nil || s.Admitted == "" {
 		return
 	}
-	if want, err := identity(s); err != nil || want.id == s.Admitted {
+	if want, err := identity(s, n.deny); err != nil || want.id == s.Admitted {
 		return // the desired content is the admitted incarnation: reconcile starts it
 	}
 	old := *s
@@ -196,7 +196,7 @@ func (n *Node) resumeServingLocked(name string) {
 	case s.Delivery == nil || s.Delivery.DeliveryID != s.Serving.DeliveryID:
 		return
 	}
-	id, err := identity(&old)
+	id, err := identity(&old, n.deny)
 	if err != nil || id.id != s.Admitted {
 		return
 	}
@@ -333,7 +333,7 @@ func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
 	default:
 		out.Incarnation = incarnationStatus(r.failed)
 	}
-	want, err := identity(s)
+	want, err := identity(s, n.deny)
 	current := err == nil && r.serving != nil && r.serving.id == want.id && r.serving.inc.Ready()
 	secretsCurrent := len(s.SecretNames) == 0 ||
 		(secretsCover(s) && r.serving != nil && r.serving.deliveryID == s.Delivery.DeliveryID)

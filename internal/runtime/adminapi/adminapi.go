@@ -185,9 +185,12 @@ const (
 
 // Reasons an incarnation or a script is not Ready (the Host reports them as worker conditions).
 const (
-	ReasonPending        = "RuntimePending"
-	ReasonFailed         = "RuntimeFailed"
-	ReasonRestarting     = "RuntimeRestarting"
+	ReasonPending    = "RuntimePending"
+	ReasonFailed     = "RuntimeFailed"
+	ReasonRestarting = "RuntimeRestarting"
+	// ReasonUnresponsive: a Ready incarnation missed its liveness probes (a worker stuck in a
+	// loop blocks workerd's one thread); it is killed and restarted (SPEC 5.1).
+	ReasonUnresponsive   = "RuntimeUnresponsive"
 	ReasonBraked         = "LifecycleBrake"
 	ReasonSecretsPending = "RuntimeInputPending"
 	ReasonReady          = "Ready"
@@ -416,4 +419,8 @@ const (
 	CodeUnknownHost   = "unknown_host"
 	CodeNotReady      = "script_not_ready"
 	CodeUpstreamError = "upstream_error"
+	// Egress (SPEC 5.1): what a worker's own subrequests may be answered with.
+	CodeEgressRefused   = "egress_refused"
+	CodeSubrequestLimit = "subrequest_limit"
+	CodeLoopDetected    = "loop_detected"
 )

@@ -1,11 +1,19 @@
 // Package edge is the runtime node's public face: a standard-library reverse proxy that routes each
 // request by its Host header to the Ready incarnation of the route's script (SPEC 5). Any other host
 // gets a 404 problem; a route whose script has no Ready incarnation gets a 503 problem.
+//
+// Workers' own subrequests for hostnames this node serves come in through ServeEgress (the egress
+// proxy hands them over in-process; they never leave the node). workerd drops a request's headers
+// when a worker builds a new one, so a loop cannot be told by a header: the edge counts, per
+// script, the requests from its own egress in flight, and answers 508 beyond MaxEgressLoop
+// (SPEC 5.1).
 package edge
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +33,7 @@ import (
 // is retired (draining), so the edge looks the route up again and reaches its successor.
 type Target interface {
 	Addr() string
+	Script() string
 	Acquire() bool
 	Release()
 }
@@ -47,7 +57,13 @@ type Handler struct {
 	requests *prometheus.CounterVec
 	byCode   sync.Map // int → prometheus.Counter: one label lookup per status, not per request
 	log      *slog.Logger
+	// looping counts, per script, requests from this node's egress in flight (string → *atomic.Int64).
+	looping sync.Map
 }
+
+// MaxEgressLoop is how many requests from this node's own egress one script may have in flight; the
+// next is answered 508 (SPEC 5.1).
+const MaxEgressLoop = 16
 
 type targetKey struct{}
 
@@ -82,6 +98,17 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger) *Handle
 			// The worker sees the public hostname it is served at, not the loopback socket.
 			pr.Out.Host = pr.In.Host
 			pr.SetXForwarded()
+			// Never replay a request on a fresh connection when its first one broke: a request that
+			// made the worker's process die (or be killed for looping) would run again in the
+			// restarted process and take it down too. Go's transport replays a body-less GET on a
+			// reused connection; a body it cannot rewind turns that off, and an empty one is still
+			// sent without a body.
+			switch pr.Out.Method {
+			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+				if pr.Out.Body == nil {
+					pr.Out.Body = noReplay{}
+				}
+			}
 		},
 		Transport: transport,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -110,7 +137,31 @@ func Hostname(host string) string {
 }
 
 // ServeHTTP routes one request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve(w, r, false) }
+
+// Serves reports whether a route names this (normalized) hostname: the egress proxy then hands
+// the subrequest to ServeEgress.
+func (h *Handler) Serves(hostname string) bool {
+	_, outcome := h.resolve.Resolve(hostname)
+	return outcome != UnknownHost
+}
+
+// ServeEgress routes one request that a worker of this node sent through its egress.
+func (h *Handler) ServeEgress(w http.ResponseWriter, r *http.Request) { h.serve(w, r, true) }
+
+// enterLoop counts one request from this node's egress to script, unless MaxEgressLoop are in
+// flight already; leave undoes it.
+func (h *Handler) enterLoop(script string) (leave func(), ok bool) {
+	v, _ := h.looping.LoadOrStore(script, new(atomic.Int64))
+	n := v.(*atomic.Int64)
+	if n.Add(1) > MaxEgressLoop {
+		n.Add(-1)
+		return nil, false
+	}
+	return func() { n.Add(-1) }, true
+}
+
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool) {
 	sw := &statusWriter{ResponseWriter: w}
 	defer func() { h.counter(sw.code()).Inc() }()
 	host := Hostname(r.Host)
@@ -125,9 +176,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host has no Ready incarnation"))
 			return
 		}
+		leave := func() {}
+		if fromEgress {
+			var ok bool
+			if leave, ok = h.enterLoop(target.Script()); !ok {
+				h.log.Warn("edge refused a loop", "host", host, "script", target.Script())
+				writeProblem(sw, adminapi.NewProblem(http.StatusLoopDetected, adminapi.CodeLoopDetected, "Loop Detected",
+					fmt.Sprintf("this worker already has %d requests in flight from workers of this node; it seems to call itself", MaxEgressLoop)))
+				return
+			}
+		}
 		if !target.Acquire() {
+			leave()
 			continue
 		}
+		defer leave()
 		defer target.Release()
 		ctx := r.Context()
 		h.proxy.ServeHTTP(sw, r.WithContext(contextWithTarget(ctx, target.Addr())))
@@ -135,6 +198,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host is switching incarnations; retry"))
 }
+
+// noReplay is an empty request body that http.Transport cannot rewind, so it never replays the request.
+type noReplay struct{}
+
+func (noReplay) Read([]byte) (int, error) { return 0, io.EOF }
+func (noReplay) Close() error             { return nil }
 
 func writeProblem(w http.ResponseWriter, p *adminapi.Problem) {
 	w.Header().Set("Content-Type", adminapi.ProblemContentType)

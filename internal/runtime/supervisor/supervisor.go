@@ -2,7 +2,12 @@
 // supervisor opens and hands to workerd, with a generated config in a private directory.
 //
 // An incarnation is Ready on two witnesses (SPEC 5, seed 004): the supervisor observed its process
-// running (started and not exited), and a probe on its socket was answered with an HTTP response.
+// running (started and not exited), and the built-in probe worker answered on its own socket. The
+// probe never runs the user's code; workerd serves nothing until the whole config, the user's
+// script included, has compiled, so an answer also means the script loaded. Once Ready, the probe
+// runs periodically (SPEC 5.1): a worker stuck in a loop holds workerd's one thread, the probe
+// goes unanswered, and after a few misses in a row the process is killed (RuntimeUnresponsive) and
+// restarted by continuity.
 // A process that dies is restarted as the same incarnation (same files, same socket, same
 // environment) with capped exponential backoff; nothing about it is rebuilt. A candidate that has
 // never been admitted gives up after a few early exits or when its probe deadline passes (failed,
@@ -16,12 +21,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +37,8 @@ import (
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -43,8 +52,8 @@ const (
 	ConfigConst = "config"
 	// SocketName is the config's socket that workerd serves on the descriptor the supervisor opens.
 	SocketName = "http"
-	// ProbeHeader marks the supervisor's readiness probe, for workers that want to tell it apart.
-	ProbeHeader = "Takoform-Probe"
+	// LivenessMisses is how many probes in a row a Ready incarnation may miss before it is killed.
+	LivenessMisses = 3
 )
 
 // Options tune every incarnation of one supervisor.
@@ -63,6 +72,16 @@ type Options struct {
 	EarlyExits int
 	// StopGrace is how long a stopping process gets between SIGTERM and SIGKILL.
 	StopGrace time.Duration
+	// LivenessPeriod is how often a Ready incarnation is probed (default 5s), and LivenessTimeout
+	// how long one probe may take (default 2s).
+	LivenessPeriod  time.Duration
+	LivenessTimeout time.Duration
+	// SubrequestLimit caps each incarnation's concurrent subrequests (default
+	// egress.DefaultSubrequestLimit).
+	SubrequestLimit int
+	// Local is the node's edge, to which the egress proxy hands subrequests for hostnames it
+	// serves; nil routes none in-process.
+	Local egress.Local
 	// Changed is called (without locks held) whenever an incarnation's state changes.
 	Changed func(*Incarnation)
 	// Restarted is called for every restart, for metrics.
@@ -90,6 +109,12 @@ func (o *Options) defaults() {
 	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = 5 * time.Second
+	}
+	if o.LivenessPeriod <= 0 {
+		o.LivenessPeriod = 5 * time.Second
+	}
+	if o.LivenessTimeout <= 0 {
+		o.LivenessTimeout = 2 * time.Second
 	}
 }
 
@@ -127,9 +152,16 @@ type Status struct {
 
 // Incarnation is one supervised workerd identity.
 type Incarnation struct {
-	spec     Spec
-	opts     Options
+	spec Spec
+	opts Options
+	// The sockets the supervisor opens and hands to workerd: the user's worker (listener), the
+	// probe worker and the outbound socket of the egress path; and the egress proxy's own.
 	listener *net.TCPListener
+	probeL   *net.TCPListener
+	outL     *net.TCPListener
+	egressL  *net.TCPListener
+	egress   *http.Server
+	proxy    *egress.Proxy
 	addr     string
 	log      *slog.Logger
 
@@ -164,18 +196,29 @@ func Start(spec Spec, opts Options) (*Incarnation, error) {
 			return fail(err)
 		}
 	}
-	// The supervisor owns the socket: workerd serves the descriptor it is handed, so a restart keeps
-	// the same port and no other process can take it in between.
-	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		return fail(fmt.Errorf("open a loopback socket for incarnation %s: %w", spec.ID, err))
+	// The supervisor owns the sockets: workerd serves the descriptors it is handed, so a restart
+	// keeps the same ports and no other process can take them in between.
+	var ls [4]*net.TCPListener
+	for n := range ls {
+		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			for _, open := range ls[:n] {
+				open.Close()
+			}
+			return fail(fmt.Errorf("open a loopback socket for incarnation %s: %w", spec.ID, err))
+		}
+		ls[n] = l
 	}
 	inc := &Incarnation{
-		spec: spec, opts: opts, listener: l, addr: l.Addr().String(),
+		spec: spec, opts: opts, listener: ls[0], probeL: ls[1], outL: ls[2], egressL: ls[3], addr: ls[0].Addr().String(),
 		log:  opts.Logger.With("script", spec.Script, "incarnation", spec.ID),
 		stop: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		admitted: spec.Admitted,
 	}
+	inc.proxy = egress.NewProxy(inc.outL.Addr().String(), opts.SubrequestLimit, opts.Local)
+	inc.egress = &http.Server{Handler: inc.proxy, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(inc.log.Handler(), slog.LevelWarn)}
+	go func() { _ = inc.egress.Serve(inc.egressL) }()
 	inc.status = Status{State: adminapi.StatePending, Reason: adminapi.ReasonPending, Message: "starting workerd", Address: inc.addr}
 	go inc.run()
 	return inc, nil
@@ -189,6 +232,14 @@ func (i *Incarnation) Script() string { return i.spec.Script }
 
 // Addr is its loopback socket's address.
 func (i *Incarnation) Addr() string { return i.addr }
+
+// ProbeAddr is the address of its built-in probe worker.
+func (i *Incarnation) ProbeAddr() string { return i.probeL.Addr().String() }
+
+// Subrequests is the number of its subrequests in flight, and how many the cap refused.
+func (i *Incarnation) Subrequests() (inFlight, refused int64) {
+	return i.proxy.InFlight(), i.proxy.Refused()
+}
 
 // Status returns a snapshot.
 func (i *Incarnation) Status() Status {
@@ -333,8 +384,12 @@ func (i *Incarnation) run() {
 		if i.opts.Restarted != nil {
 			i.opts.Restarted(i)
 		}
+		reason := adminapi.ReasonRestarting
+		if outcome.reason != "" {
+			reason = outcome.reason
+		}
 		i.set(func(s *Status) {
-			s.State, s.Reason, s.PID = adminapi.StatePending, adminapi.ReasonRestarting, 0
+			s.State, s.Reason, s.PID = adminapi.StatePending, reason, 0
 			s.Message = fmt.Sprintf("%s; restarting in %s", outcome.why, backoff)
 		})
 	}
@@ -370,23 +425,24 @@ type outcome struct {
 	wasReady bool   // it answered a probe before it ended
 	stable   bool   // it stayed up long enough to start the backoff over
 	deadline bool   // its probe deadline passed
+	reason   string // the status reason while it restarts, when not ReasonRestarting
 	why      string // what ended it, for the status message (never output of the worker)
 }
 
 func (i *Incarnation) runOnce() outcome {
-	socket, err := i.listener.File()
+	sockets, socketArgs, err := i.socketFiles()
 	if err != nil {
-		return outcome{why: fmt.Sprintf("cannot hand the socket to workerd: %v", err)}
+		return outcome{why: fmt.Sprintf("cannot hand the sockets to workerd: %v", err)}
 	}
-	defer socket.Close()
+	defer closeAll(sockets)
 	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub)}
-	cmd := exec.Command(i.opts.Workerd, "serve", ConfigFile, ConfigConst, "--socket-fd", fmt.Sprintf("%s=3", SocketName))
+	cmd := exec.Command(i.opts.Workerd, append([]string{"serve", ConfigFile, ConfigConst}, socketArgs...)...)
 	cmd.Dir = i.spec.Dir
 	cmd.Env = i.spec.Env
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
-	cmd.ExtraFiles = []*os.File{socket}
+	cmd.ExtraFiles = sockets
 	cmd.Stdout, cmd.Stderr = tail, tail
 	// The process dies with the runtime node, and runs in its own process group so a terminal's
 	// Ctrl-C reaches only the node, which then stops it in order.
@@ -410,8 +466,8 @@ func (i *Incarnation) runOnce() outcome {
 		if !res.stopped && res.why != "" {
 			// Output from before the first answer is workerd's own (config or module evaluation
 			// errors): ES module code only sees its bindings inside a handler. It is scrubbed anyway.
-			if t := tail.Tail(); t != "" {
-				res.why += "; last output: " + lastLine(t)
+			if d := tail.Diagnosis(); d != "" {
+				res.why += "; workerd said: " + d
 			}
 			i.log.Warn("workerd did not become ready", "reason", res.why)
 		}
@@ -421,14 +477,81 @@ func (i *Incarnation) runOnce() outcome {
 		s.State, s.Reason, s.Message = adminapi.StateReady, adminapi.ReasonReady, ""
 	})
 	i.log.Info("incarnation ready", "pid", cmd.Process.Pid, "after", time.Since(started).Round(time.Millisecond).String())
-	select {
-	case err := <-exited:
-		i.log.Warn("workerd exited", "error", exitText(err), "output", tail.Tail())
-		return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, why: "workerd exited: " + exitText(err)}
-	case <-i.stop:
-		i.terminateWaiting(exited)
-		i.log.Info("workerd stopped")
-		return outcome{stopped: true}
+	return i.watch(exited, started, tail)
+}
+
+// socketFiles returns the descriptors handed to workerd (fds 3, 4 and 5 in the child) and the
+// arguments that name them and the egress proxy's address.
+func (i *Incarnation) socketFiles() ([]*os.File, []string, error) {
+	var files []*os.File
+	var args []string
+	for _, s := range []struct {
+		name string
+		l    *net.TCPListener
+	}{{SocketName, i.listener}, {workerd.ProbeSocket, i.probeL}, {workerd.OutboundSocket, i.outL}} {
+		f, err := s.l.File()
+		if err != nil {
+			closeAll(files)
+			return nil, nil, err
+		}
+		args = append(args, "--socket-fd", fmt.Sprintf("%s=%d", s.name, 3+len(files)))
+		files = append(files, f)
+	}
+	args = append(args, "--external-addr", workerd.EgressService+"="+i.egressL.Addr().String())
+	return files, args, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
+
+// watch keeps a Ready process under watch until it exits, is stopped, or misses LivenessMisses
+// probes in a row; then it is killed (SIGKILL: a looping workerd does not act on SIGTERM) and its
+// requests in flight end with the connection.
+func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWriter) outcome {
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: i.opts.LivenessTimeout}
+	defer client.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tick := time.NewTicker(i.opts.LivenessPeriod)
+	defer tick.Stop()
+	answers := make(chan bool, 1)
+	probing, misses := false, 0
+	for {
+		select {
+		case err := <-exited:
+			i.log.Warn("workerd exited", "error", exitText(err), "output", tail.Tail())
+			return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, why: "workerd exited: " + exitText(err)}
+		case <-i.stop:
+			i.terminateWaiting(exited)
+			i.log.Info("workerd stopped")
+			return outcome{stopped: true}
+		case <-tick.C:
+			if !probing {
+				probing = true
+				go func() { answers <- i.probe(ctx, client) }()
+			}
+		case ok := <-answers:
+			probing = false
+			if ok {
+				misses = 0
+				continue
+			}
+			misses++
+			i.log.Warn("liveness probe missed", "misses", misses)
+			if misses < LivenessMisses {
+				continue
+			}
+			why := fmt.Sprintf("missed %d liveness probes in a row (every %s, each allowed %s): the worker holds workerd's thread", misses, i.opts.LivenessPeriod, i.opts.LivenessTimeout)
+			i.set(func(s *Status) {
+				s.State, s.Reason, s.Message = adminapi.StatePending, adminapi.ReasonUnresponsive, why+"; killing it"
+			})
+			i.killWaiting(exited)
+			i.log.Warn("workerd killed: unresponsive", "misses", misses)
+			return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, reason: adminapi.ReasonUnresponsive, why: why}
+		}
 	}
 }
 
@@ -493,23 +616,27 @@ func (i *Incarnation) terminateWaiting(exited chan error) {
 	}
 }
 
+// probe asks the built-in probe worker, never the user's: it answers ProbeReply.
 func (i *Incarnation) probe(ctx context.Context, client *http.Client) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+i.addr+"/", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+i.ProbeAddr()+"/", nil)
 	if err != nil {
 		return false
 	}
-	req.Header.Set(ProbeHeader, "1")
 	resp, err := client.Do(req)
 	if err != nil {
 		return false
 	}
-	resp.Body.Close()
-	return true
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64))
+	return err == nil && resp.StatusCode == http.StatusOK && string(body) == workerd.ProbeReply
 }
 
 func (i *Incarnation) cleanup() {
 	i.retired.Store(true)
-	_ = i.listener.Close()
+	_ = i.egress.Close()
+	for _, l := range []*net.TCPListener{i.listener, i.probeL, i.outL} {
+		_ = l.Close()
+	}
 	if err := os.RemoveAll(i.spec.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		i.log.Error("remove incarnation directory", "error", err)
 	}
@@ -519,16 +646,6 @@ func (i *Incarnation) cleanup() {
 			s.State, s.Reason, s.Message = adminapi.StatePending, adminapi.ReasonPending, "stopped"
 		}
 	})
-}
-
-func lastLine(s string) string {
-	if n := strings.LastIndexByte(s, '\n'); n >= 0 {
-		s = s[n+1:]
-	}
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
 }
 
 func exitText(err error) string {
@@ -625,9 +742,43 @@ func (w *tailWriter) line(s string) {
 	}
 	w.log.Info("workerd output", "line", s)
 	w.tail = append(w.tail, s)
-	if len(w.tail) > 5 {
+	if len(w.tail) > tailLines {
 		w.tail = w.tail[1:]
 	}
+}
+
+// tailLines is how many of the last lines of output are kept for diagnostics.
+const tailLines = 20
+
+// notable marks a line of workerd's output that says what went wrong: an uncaught exception in the
+// script's top level, a syntax or reference error, or workerd's own error lines.
+var notable = regexp.MustCompile(`(?i)uncaught|error|exception|failed|not found|no such`)
+
+// Diagnosis picks from the kept output the lines that explain a failed start (SPEC 5: a deploy
+// failure carries workerd's actual error): each notable line with the "at file:line" lines that
+// follow it, at most four lines; else the last line. Lines are scrubbed already.
+func (w *tailWriter) Diagnosis() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var picked []string
+	for n := 0; n < len(w.tail) && len(picked) < 4; n++ {
+		if !notable.MatchString(w.tail[n]) {
+			continue
+		}
+		picked = append(picked, strings.TrimSpace(w.tail[n]))
+		for n+1 < len(w.tail) && len(picked) < 4 && strings.HasPrefix(strings.TrimSpace(w.tail[n+1]), "at ") {
+			n++
+			picked = append(picked, strings.TrimSpace(w.tail[n]))
+		}
+	}
+	if len(picked) == 0 && len(w.tail) > 0 {
+		picked = []string{strings.TrimSpace(w.tail[len(w.tail)-1])}
+	}
+	out := strings.Join(picked, " / ")
+	if len(out) > 600 {
+		out = out[:600] + "…"
+	}
+	return out
 }
 
 // Tail returns the last lines, scrubbed.

@@ -4,11 +4,20 @@
 // Module sources are written beside the config and pulled in with `embed`, so no worker code is
 // ever quoted into the config. Secret bindings are `fromEnvironment` bindings: the config names
 // an environment variable, and the value reaches workerd only through its process environment.
+//
+// Beside the user's worker every config holds the runtime's own services (SPEC 5, 5.1): a probe
+// worker on a socket of its own, which the supervisor probes so that readiness and liveness never
+// run the user's code; and the outbound path. The user's worker reaches the network only through
+// its globalOutbound, the "egress" external service: the runtime's egress proxy on loopback (which
+// caps concurrent subrequests and hands requests for this node's own hostnames to the edge), which
+// sends the rest back into this workerd on the "outbound" socket, where a dialer worker fetches
+// through the "internet" network service with the node's deny list.
 package workerd
 
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,7 +63,62 @@ type Worker struct {
 	CompatibilityDate string
 	// Secrets are the names of the secret bindings it runs with (values come from the environment).
 	Secrets []string
+	// Deny lists the networks (CIDR) its fetch() may not reach beyond what workerd's "public"
+	// already excludes: the node's own addresses and the operator's --egress-deny ranges (see
+	// package egress). FixedDeny is always added.
+	Deny []string
 }
+
+// Names of the runtime's own parts of a config. The supervisor hands workerd one socket per
+// socket name (--socket-fd) and the egress proxy's address (--external-addr).
+const (
+	// ProbeSocket serves the built-in probe worker.
+	ProbeSocket = "probe"
+	// OutboundSocket is where the egress proxy sends subrequests that leave the node; proxy-style
+	// HTTP (absolute URLs), served by the dialer worker.
+	OutboundSocket = "outbound"
+	// EgressService is the external service every user worker's fetch() goes to.
+	EgressService = "egress"
+	// ProbeReply is the probe worker's whole answer.
+	ProbeReply = "takoform-probe-ok"
+	// SchemeHeader carries an https subrequest's scheme from the egress proxy to the dialer (the
+	// proxy speaks plain HTTP to the outbound socket).
+	SchemeHeader = "Takoform-Egress-Scheme"
+)
+
+// FixedDeny is in every config's deny list: networks workerd's "public" admits although they can
+// reach what no worker should (the benchmark range 198.18.0.0/15, often used for internal
+// services, and the NAT64 prefix, which maps every private IPv4 address into a "public" one).
+var FixedDeny = []string{"198.18.0.0/15", "64:ff9b::/96"}
+
+// probeSource answers every request with ProbeReply. It reads nothing and reaches nothing.
+const probeSource = `export default {
+  fetch() {
+    return new Response("` + ProbeReply + `", { headers: { "content-type": "text/plain" } });
+  },
+};
+`
+
+// dialerSource sends one subrequest out through the "internet" network service (its
+// globalOutbound). A refused address makes fetch() throw before any packet leaves; the dialer turns
+// that into a 502 problem for the worker, naming workerd's reason (which names only the address
+// the worker asked for).
+const dialerSource = `export default {
+  async fetch(request) {
+    const url = new URL(request.url);
+    if (request.headers.get("` + SchemeHeader + `") === "https") url.protocol = "https:";
+    const headers = new Headers(request.headers);
+    headers.delete("` + SchemeHeader + `");
+    try {
+      return await fetch(new Request(url, { method: request.method, headers, body: request.body, redirect: "manual" }));
+    } catch (e) {
+      const body = JSON.stringify({ type: "about:blank", title: "Bad Gateway", status: 502, code: "egress_refused",
+        detail: "the runtime node refused or could not complete this subrequest: " + String(e && e.message || e) });
+      return new Response(body, { status: 502, headers: { "content-type": "application/problem+json" } });
+    }
+  },
+};
+`
 
 // SecretEnv is the environment variable workerd reads a secret binding from.
 func SecretEnv(binding string) string { return "TAKOFORM_SECRET_" + binding }
@@ -92,9 +156,14 @@ func (w Worker) Validate() error {
 }
 
 // Render returns the files of one incarnation's directory: the config (ConfigFile in the
-// supervisor) and one file per module. The main module comes first, as workerd requires.
+// supervisor), one file per module, and the runtime's own probe and dialer workers. The main module
+// comes first, as workerd requires.
 func Render(w Worker, configFile, configConst, socketName string) (map[string][]byte, error) {
 	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	deny, err := denyList(w.Deny)
+	if err != nil {
 		return nil, err
 	}
 	names := make([]string, 0, len(w.Modules))
@@ -106,14 +175,34 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	sort.Strings(names)
 	names = append([]string{w.MainModule}, names...)
 
-	files := make(map[string][]byte, len(names)+1)
+	files := make(map[string][]byte, len(names)+3)
 	var b strings.Builder
 	b.WriteString("# Generated by the Takoform runtime node for one incarnation. Secret values are not here:\n")
 	b.WriteString("# they reach workerd through its environment (fromEnvironment bindings).\n")
 	b.WriteString("using Workerd = import \"/workerd/workerd.capnp\";\n\n")
 	fmt.Fprintf(&b, "const %s :Workerd.Config = (\n", configConst)
-	b.WriteString("  services = [ (name = \"main\", worker = .worker) ],\n")
-	fmt.Fprintf(&b, "  sockets = [ (name = %s, service = \"main\", http = ()) ],\n);\n\n", quote(socketName))
+	b.WriteString("  services = [\n")
+	b.WriteString("    (name = \"main\", worker = .worker),\n")
+	b.WriteString("    (name = \"probe\", worker = .probe),\n")
+	// The egress proxy's address is given on the command line (--external-addr), so the config,
+	// and with it the incarnation's identity, does not depend on a port. workerd sends no Host
+	// header in proxy style, which Go's server requires; the injected one is ignored (the absolute
+	// URL names the host).
+	fmt.Fprintf(&b, "    (name = %s, external = (http = (style = proxy, injectRequestHeaders = [(name = \"Host\", value = \"egress.takoform.invalid\")]))),\n", quote(EgressService))
+	b.WriteString("    (name = \"dialer\", worker = .dialer),\n")
+	b.WriteString("    (name = \"internet\", network = (\n      allow = [\"public\"],\n      deny = [")
+	for n, cidr := range deny {
+		if n > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quote(cidr))
+	}
+	b.WriteString("],\n      tlsOptions = (trustBrowserCas = true),\n    )),\n  ],\n")
+	b.WriteString("  sockets = [\n")
+	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = ()),\n", quote(socketName))
+	fmt.Fprintf(&b, "    (name = %s, service = \"probe\", http = ()),\n", quote(ProbeSocket))
+	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (style = proxy)),\n", quote(OutboundSocket))
+	b.WriteString("  ],\n);\n\n")
 	b.WriteString("const worker :Workerd.Worker = (\n  modules = [\n")
 	for n, name := range names {
 		kind, ext := moduleKind(name)
@@ -129,9 +218,35 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	for _, name := range secrets {
 		fmt.Fprintf(&b, "    (name = %s, fromEnvironment = %s),\n", quote(name), quote(SecretEnv(name)))
 	}
-	b.WriteString("  ],\n);\n")
+	b.WriteString("  ],\n")
+	fmt.Fprintf(&b, "  globalOutbound = %s,\n);\n\n", quote(EgressService))
+	files["takoform-probe.js"] = []byte(probeSource)
+	b.WriteString("const probe :Workerd.Worker = (\n  modules = [ (name = \"takoform-probe.js\", esModule = embed \"takoform-probe.js\") ],\n")
+	b.WriteString("  compatibilityDate = \"2024-09-23\",\n  globalOutbound = \"internet\",\n);\n\n")
+	files["takoform-dialer.js"] = []byte(dialerSource)
+	b.WriteString("const dialer :Workerd.Worker = (\n  modules = [ (name = \"takoform-dialer.js\", esModule = embed \"takoform-dialer.js\") ],\n")
+	b.WriteString("  compatibilityDate = \"2024-09-23\",\n  globalOutbound = \"internet\",\n);\n")
 	files[configFile] = []byte(b.String())
 	return files, nil
+}
+
+// denyList is the network deny list of a config: FixedDeny and the worker's own, each in canonical
+// CIDR form, without repeats, sorted (so that the same addresses render the same config).
+func denyList(extra []string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range append(append([]string(nil), FixedDeny...), extra...) {
+		_, network, err := net.ParseCIDR(c)
+		if err != nil {
+			return nil, fmt.Errorf("egress deny entry %q is not a CIDR", c)
+		}
+		if s := network.String(); !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // moduleKind maps a module name to its workerd module type: JSON and text by extension, every other

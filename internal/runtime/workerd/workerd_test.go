@@ -47,3 +47,30 @@ func TestQuote(t *testing.T) {
 	require.Equal(t, `"a\"b\\c\x0a"`, quote("a\"b\\c\n"))
 	require.True(t, strings.HasPrefix(quote("é"), `"é`))
 }
+
+func TestEveryConfigNamesItsOutboundNetworkAndProbe(t *testing.T) {
+	t.Parallel()
+	files, err := Render(Worker{
+		Modules: map[string]string{"main.js": "export default {}"}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
+		Deny: []string{"192.0.2.2/32", "fd00::2/128", "203.0.113.0/24", "192.0.2.2/32"},
+	}, "config.capnp", "config", "http")
+	require.NoError(t, err)
+	config := string(files["config.capnp"])
+	require.Contains(t, config, `allow = ["public"],`)
+	require.Contains(t, config, `deny = ["192.0.2.2/32", "198.18.0.0/15", "203.0.113.0/24", "64:ff9b::/96", "fd00::2/128"],`,
+		"the node's addresses, the fixed ranges and the operator's, once each, sorted")
+	require.Contains(t, config, `tlsOptions = (trustBrowserCas = true)`)
+	require.Contains(t, config, `globalOutbound = "egress"`, "the user's worker reaches the network only through the egress proxy")
+	require.Contains(t, config, `(name = "outbound", service = "dialer", http = (style = proxy))`)
+	require.Contains(t, config, `(name = "probe", service = "probe", http = ())`)
+	require.Equal(t, 1, strings.Count(config, `network = (`), "one network service, the one with the deny list")
+	// A public address is allowed: "public" admits it and no deny entry covers it.
+	for _, public := range []string{"8.8.8.8", "1.1.1.1", "2606:4700::1111"} {
+		require.NotContains(t, config, public)
+	}
+	require.Contains(t, string(files["takoform-probe.js"]), ProbeReply)
+
+	_, err = Render(Worker{Modules: map[string]string{"main.js": ""}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
+		Deny: []string{`1.2.3.4/32"], allow = ["private`}}, "config.capnp", "config", "http")
+	require.Error(t, err, "a deny entry is a CIDR, nothing else")
+}

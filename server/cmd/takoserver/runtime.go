@@ -46,6 +46,9 @@ state stays for the next start.`,
 	cmd.Flags().StringVar(&cfg.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH; make workerd installs the pinned one)")
 	cmd.Flags().StringVar(&cfg.AdminTLSCert, "admin-tls-cert", "", "TLS certificate (PEM) of the admin API")
 	cmd.Flags().StringVar(&cfg.AdminTLSKey, "admin-tls-key", "", "TLS key (PEM) of the admin API")
+	cmd.Flags().StringArrayVar(&cfg.EgressDeny, "egress-deny", nil, "a network (CIDR) no worker's fetch() may reach, beyond non-public ranges and this node's own addresses (repeatable)")
+	cmd.Flags().IntVar(&cfg.SubrequestLimit, "subrequest-limit", 50, "concurrent subrequests each incarnation may have in flight")
+	cmd.Flags().DurationVar(&cfg.LivenessPeriod, "liveness-period", 5*time.Second, "how often each Ready incarnation is probed; three missed probes in a row restart it")
 	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir))
 	return cmd
 }

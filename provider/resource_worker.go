@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -148,24 +149,36 @@ func (r *workerResource) Configure(_ context.Context, req resource.ConfigureRequ
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
 }
 
-// ModifyPlan refuses, at plan time, a worker that would consume a runtime input already delivered
-// to another worker UID (SPEC 4): a new or replaced worker needs a new runtime input.
+// ModifyPlan plans an update of a worker that does not serve what the state says (its last deploy
+// failed, or it is not Ready for another reason), so that the next apply tries again rather than
+// reporting no changes; and it refuses, at plan time, a worker that would consume a runtime input
+// already delivered to another worker UID (SPEC 4): a new or replaced worker needs a new runtime
+// input.
 func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || r.client == nil {
+	if req.Plan.Raw.IsNull() {
 		return
 	}
-	var plan workerModel
+	var plan, state workerModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
-		return
-	}
-	var state workerModel
 	creating := req.State.Raw.IsNull()
 	if !creating {
 		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-		if plan.RuntimeInputReference.Equal(state.RuntimeInputReference) {
-			return // consumed already by this worker
-		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !creating && !state.Ready.IsNull() && !state.Ready.IsUnknown() && !state.Ready.ValueBool() {
+		// The Host keeps a failed generation's code as the worker's, with the previous deployment
+		// still serving: the state would match the configuration while the configuration does not
+		// serve. Planning Ready as unknown makes the plan show the update, and the apply redeploys.
+		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
+		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	}
+	if r.client == nil || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
+		return
+	}
+	if !creating && plan.RuntimeInputReference.Equal(state.RuntimeInputReference) {
+		return // consumed already by this worker
 	}
 	p, err := r.client.GetPreparationByReference(ctx, plan.RuntimeInputReference.ValueString())
 	if client.IsNotFound(err) {
@@ -355,6 +368,13 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 	}
 	space, name := plan.Space.ValueString(), plan.Name.ValueString()
 	w, _, err := r.client.PutWorker(ctx, space, name, token, state.Revision.ValueInt64(), spec)
+	if client.IsCode(err, "revision_conflict") {
+		// An update interrupted after it landed (the Host stopped before answering) finds the
+		// revision moved by its own change when it is retried: that is this apply's success.
+		if got, gerr := r.client.GetWorker(ctx, space, name); gerr == nil && landed(got, spec) {
+			w, err = got, nil
+		}
+	}
 	if err == nil {
 		w, err = r.waitReady(ctx, space, name, w)
 	}
@@ -372,6 +392,24 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 
 // Delete deletes the worker. It waits out an unexpired runtime-input claim (it settles or expires);
 // an endpoint still standing on the worker is a diagnostic naming it.
+// landed reports whether the worker the Host holds is the one spec asks for.
+func landed(w client.Worker, spec client.WorkerSpec) bool {
+	ref := ""
+	if w.RuntimeInputs != nil {
+		ref = w.RuntimeInputs.Reference
+	}
+	names := slices.Sorted(slices.Values(w.RequiredSensitiveVars))
+	return maps.Equal(w.Modules, spec.Modules) && w.MainModule == spec.MainModule && w.CompatibilityDate == spec.CompatibilityDate &&
+		slices.Equal(names, spec.RequiredSensitiveVars) && ref == deref(spec.RuntimeInputReference)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state workerModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)

@@ -1,0 +1,88 @@
+package provider_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/testhost"
+)
+
+// moduleWorkers is two workers through examples/modules/worker with for_each, one with a secret
+// and one without, as a module author writes it; b's source is given.
+func moduleWorkers(t *testing.T, bSource string) string {
+	t.Helper()
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+locals {
+  workers = {
+    a = { source = "export default { fetch() { return new Response('a') } };", secrets = { TOKEN = "module-secret" } }
+    b = { source = %q, secrets = {} }
+  }
+}
+
+module "w" {
+  source   = %q
+  for_each = local.workers
+
+  space   = "truth"
+  name    = each.key
+  modules = { "index.js" = each.value.source }
+  secrets = each.value.secrets
+}
+`, bSource, module)
+}
+
+func (w *workspace) write(config string) {
+	w.t.Helper()
+	require.NoError(w.t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(config), 0o600))
+}
+
+// A failed deploy is never recorded as landed (issue 13.1): after the apply that fails, the plan
+// shows the worker's update again and the apply tries again, until the code is fixed.
+func TestAccFailedDeployPlansAgainThroughTheModule(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	const good = "export default { fetch() { return new Response('b') } };"
+	const broken = "export default { fetch() { return new Response('b' };"
+	w := newWorkspace(t, h.URL, h.Key, moduleWorkers(t, good))
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+
+	w.write(moduleWorkers(t, broken))
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.Error(t, err, out)
+	require.Contains(t, out, "deployment_failed")
+	require.Contains(t, out, "SyntaxError", "the diagnostic carries workerd's own message")
+
+	// The old code serves; the plan does not pretend the new code does.
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.Error(t, err, "the plan after a failed deploy must show the change:\n%s", out)
+	require.Contains(t, out, `module.w["b"].takoform_worker.this will be updated in-place`)
+	require.NotContains(t, out, `module.w["a"].takoform_worker.this will be`, "the worker that landed stays as it is")
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.Error(t, err, "a re-run on the broken code must fail again:\n%s", out)
+	require.Contains(t, out, "deployment_failed")
+
+	w.write(moduleWorkers(t, good))
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty after the fix:\n%s", out)
+	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+}

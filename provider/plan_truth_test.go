@@ -1,11 +1,17 @@
 package provider_test
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
@@ -85,4 +91,43 @@ func TestAccFailedDeployPlansAgainThroughTheModule(t *testing.T) {
 	require.NoError(t, err, "re-plan is empty after the fix:\n%s", out)
 	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
 	require.NoError(t, err, out)
+}
+
+// An update whose change landed while its answer was lost (the Host stopped mid-request) meets its
+// own change as revision_conflict when it is retried: that is success, not the user's fault
+// (issue 13.6). The landed change is written straight into the database, as an interrupted
+// update leaves it.
+func TestAccRetriedUpdateMeetingItsOwnLandedChangeSucceeds(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	const v2 = `export default { fetch() { return new Response("v2") } };`
+	cfg := func(source string) string {
+		return f.config(fmt.Sprintf(`
+resource "takoform_worker" "w" {
+  space              = "retry"
+  name               = "hello"
+  main_module        = "index.js"
+  modules            = { "index.js" = %q }
+  compatibility_date = "2025-01-01"
+}
+`, source))
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{
+			{Config: cfg(workerSource)},
+			{
+				PreConfig: func() {
+					modules, err := json.Marshal(map[string]string{"index.js": v2})
+					require.NoError(t, err)
+					_, err = f.h.DB.Exec(context.Background(), `UPDATE workers SET modules = $1, revision = revision + 1 WHERE space = 'retry' AND name = 'hello'`, modules)
+					require.NoError(t, err)
+				},
+				Config: cfg(v2),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("takoform_worker.w", tfjsonpath.New("modules").AtMapKey("index.js"), knownvalue.StringExact(v2)),
+				},
+			},
+		},
+	})
 }

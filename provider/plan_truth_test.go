@@ -4,13 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/stretchr/testify/require"
 
@@ -93,16 +99,48 @@ func TestAccFailedDeployPlansAgainThroughTheModule(t *testing.T) {
 	require.NoError(t, err, out)
 }
 
-// An update whose change landed while its answer was lost (the Host stopped mid-request) meets its
-// own change as revision_conflict when it is retried: that is success, not the user's fault
-// (issue 13.6). The landed change is written straight into the database, as an interrupted
-// update leaves it.
+// An update whose change landed while the Host stopped before answering meets its own change as
+// revision_conflict when the client retries it: that is success, not the user's fault (issue
+// 13.6). A proxy stands in for the Host that stopped: the first update is written straight into
+// the database, as an interrupted update leaves it, and answered 503.
 func TestAccRetriedUpdateMeetingItsOwnLandedChangeSucceeds(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	const v2 = `export default { fetch() { return new Response("v2") } };`
+	u, err := url.Parse(f.h.URL)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var interrupted atomic.Bool
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut && r.URL.Path == "/v1/spaces/retry/workers/hello" && r.Header.Get("If-Match") != "" && interrupted.CompareAndSwap(false, true) {
+			modules, _ := json.Marshal(map[string]string{"index.js": v2})
+			if _, err := f.h.DB.Exec(context.Background(), `UPDATE workers SET modules = $1, revision = revision + 1 WHERE space = 'retry' AND name = 'hello'`, modules); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"type":"urn:takoform:problem:unavailable","title":"Unavailable","status":503,"code":"unavailable","detail":"the Host is stopping"}`))
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
 	cfg := func(source string) string {
-		return f.config(fmt.Sprintf(`
+		return fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {
+  endpoint        = %q
+  api_key         = %q
+  organization_id = %q
+}
+
 resource "takoform_worker" "w" {
   space              = "retry"
   name               = "hello"
@@ -110,22 +148,22 @@ resource "takoform_worker" "w" {
   modules            = { "index.js" = %q }
   compatibility_date = "2025-01-01"
 }
-`, source))
+`, proxy.URL, f.h.Key, f.h.Organization.ID, source)
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories,
 		Steps: []resource.TestStep{
 			{Config: cfg(workerSource)},
 			{
-				PreConfig: func() {
-					modules, err := json.Marshal(map[string]string{"index.js": v2})
-					require.NoError(t, err)
-					_, err = f.h.DB.Exec(context.Background(), `UPDATE workers SET modules = $1, revision = revision + 1 WHERE space = 'retry' AND name = 'hello'`, modules)
-					require.NoError(t, err)
-				},
 				Config: cfg(v2),
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue("takoform_worker.w", tfjsonpath.New("modules").AtMapKey("index.js"), knownvalue.StringExact(v2)),
+				},
+				Check: func(*terraform.State) error {
+					if !interrupted.Load() {
+						return fmt.Errorf("the update was never interrupted")
+					}
+					return nil
 				},
 			},
 		},

@@ -113,7 +113,7 @@ func TestAccFullGraph(t *testing.T) {
 			// and the next apply activates again.
 			PreConfig: func() {
 				c := ctx(t)
-				res, err := f.api.GetReservation(c, provider.DefaultReservationID("prod", "hello"))
+				res, err := f.api.GetReservation(c, provider.DefaultReservationID("prod", "hello", "", ""))
 				require.NoError(t, err)
 				_, err = f.api.DeleteActivation(c, res.ID, provider.ActivationToken(*res.OwnershipToken, res.Endpoint.UID, 0))
 				require.NoError(t, err)

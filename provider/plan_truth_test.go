@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
 )
 
@@ -168,4 +170,139 @@ resource "takoform_worker" "w" {
 			},
 		},
 	})
+}
+
+// oneWorker is one worker through examples/modules/worker, with a pinned subdomain.
+func oneWorker(t *testing.T, name, subdomain string) string {
+	t.Helper()
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+module "w" {
+  source    = %q
+  space     = "moves"
+  name      = %q
+  subdomain = %q
+  modules   = { "index.js" = "export default { fetch() { return new Response('%s') } };" }
+  secrets   = { TOKEN = "moving-secret" }
+}
+
+output "url" {
+  value = module.w.url
+}
+`, module, name, subdomain, name)
+}
+
+// answersAt fetches the module's url output through the runtime's edge.
+func answersAt(t *testing.T, w *workspace, h *testhost.Host, want string) {
+	t.Helper()
+	out, err := w.run("output", "-raw", "url")
+	require.NoError(t, err, out)
+	host := strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/")
+	status, body, _ := h.Runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, want, body)
+}
+
+func (w *workspace) apply(config string) string {
+	w.t.Helper()
+	w.write(config)
+	out, err := w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(w.t, err, out)
+	out2, err := w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(w.t, err, "re-plan is empty:\n%s", out2)
+	return out
+}
+
+// A subdomain change, and a rename that keeps a pinned subdomain, each apply in one run (issue
+// 13.2 and 13.3): the reservation's default id follows its subdomain, so the endpoint standing on
+// it is replaced with it in an order the Host accepts; the plan-time check says when the origin is
+// held by this organization's own reservation instead of refusing the plan.
+func TestAccSubdomainChangeAndRenameApplyInOneRun(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	w := newWorkspace(t, h.URL, h.Key, oneWorker(t, "first", "sub-one"))
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+	w.apply(oneWorker(t, "first", "sub-one"))
+	answersAt(t, w, h, "first")
+
+	out = w.apply(oneWorker(t, "first", "sub-two"))
+	answersAt(t, w, h, "first")
+	status, _, _ := h.Runtime.Get(t, "sub-one.workers.localhost", "/")
+	require.Equal(t, http.StatusNotFound, status, "the old origin no longer answers")
+
+	w.apply(oneWorker(t, "second", "sub-two"))
+	answersAt(t, w, h, "second")
+
+	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+}
+
+// Two instances wanting one subdomain: the second fails at apply (origin_taken), and destroy is
+// not blocked by the plan-time check of the instance that was never created (issue 13.4).
+func TestAccDestroyIsNotBlockedByAnAvailabilityCheck(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	config := fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+module "w" {
+  source    = %q
+  for_each  = toset(["one", "two"])
+  space     = "clash"
+  name      = each.key
+  subdomain = "clash"
+  modules   = { "index.js" = "export default { fetch() { return new Response('x') } };" }
+}
+`, module)
+	w := newWorkspace(t, h.URL, h.Key, config)
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color", "-parallelism=1")
+	require.Error(t, err, out)
+	require.Contains(t, out, "origin_taken")
+	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	state, err := os.ReadFile(filepath.Join(w.dir, "terraform.tfstate"))
+	require.NoError(t, err)
+	require.NotContains(t, string(state), `"takoform_worker_endpoint_origin_reservation"`, "destroy left a reservation in the state")
+}
+
+// The derivation says whose hold an unavailable origin meets: the organization's own reservation by
+// id, another organization by nothing more (the plan-time diagnostics rest on it).
+func TestAccDerivationSaysWhoHoldsAnOrigin(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	sub := "pinned"
+	_, _, err := f.api.PutReservation(ctx(t), "res-old", "token-old-0123456789", client.ReservationRequest{Space: "prod", WorkerName: "first", Subdomain: &sub})
+	require.NoError(t, err)
+	id := "res-new"
+	d, err := f.api.Derive(ctx(t), client.DerivationRequest{Space: "prod", WorkerName: "second", Subdomain: &sub, OriginReservationID: &id})
+	require.NoError(t, err)
+	require.False(t, d.Available)
+	require.Equal(t, &client.Holder{Organization: "self", Kind: "reservation", Name: "res-old"}, d.HeldBy)
+
+	other, err := client.New(client.Config{Endpoint: f.h.URL, APIKey: f.h.NewKey(t, "globex")})
+	require.NoError(t, err)
+	d, err = other.Derive(ctx(t), client.DerivationRequest{Space: "prod", WorkerName: "second", Subdomain: &sub, OriginReservationID: &id})
+	require.NoError(t, err)
+	require.False(t, d.Available)
+	require.Equal(t, &client.Holder{Organization: "other"}, d.HeldBy, "another organization's hold is named by nothing more")
 }

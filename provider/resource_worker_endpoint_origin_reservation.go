@@ -165,8 +165,9 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 	if plan.ID.IsUnknown() {
 		var config reservationModel
 		resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
-		if config.ID.IsNull() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() {
-			plan.ID = types.StringValue(defaultReservationID(plan.Space.ValueString(), plan.WorkerName.ValueString()))
+		if config.ID.IsNull() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() && !config.Subdomain.IsUnknown() && !config.OfferingID.IsUnknown() {
+			plan.ID = types.StringValue(defaultReservationID(plan.Space.ValueString(), plan.WorkerName.ValueString(),
+				config.Subdomain.ValueString(), config.OfferingID.ValueString()))
 		}
 	}
 	if r.client != nil && !plan.ID.IsUnknown() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() &&
@@ -179,10 +180,21 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 			return
 		}
 		if !d.Available {
-			resp.Diagnostics.AddAttributeError(path.Root("subdomain"), "Origin not available",
-				fmt.Sprintf("The origin %s is held by another reservation, or an endpoint still stands on it; the Host never hands out an origin that is held. "+
-					"Choose another subdomain, or release the reservation that holds it.", d.CanonicalOrigin))
-			return
+			if d.HeldBy != nil && d.HeldBy.Organization == "self" {
+				// Most often this configuration's own reservation, which this plan replaces (a
+				// rename or move that keeps the subdomain): the apply releases it before creating
+				// this one. A plan cannot see that, and a destroy plans creates too (its
+				// pre-destroy refresh), so this is said, not refused; the Host still refuses a
+				// taken origin at apply.
+				resp.Diagnostics.AddAttributeWarning(path.Root("subdomain"), "Origin held by this organization",
+					fmt.Sprintf("The origin %s is held by this organization's %s %s. If this plan replaces it (a rename or move that keeps the subdomain), "+
+						"the apply releases it first and then creates this reservation. If it is not part of this plan, the apply will fail with origin_taken: "+
+						"destroy or release it first.", d.CanonicalOrigin, d.HeldBy.Kind, d.HeldBy.Name))
+			} else {
+				resp.Diagnostics.AddAttributeError(path.Root("subdomain"), "Origin not available",
+					fmt.Sprintf("The origin %s is held by another organization; the Host never hands out an origin that is held. Choose another subdomain.", d.CanonicalOrigin))
+				return
+			}
 		}
 		plan.CanonicalOrigin = types.StringValue(d.CanonicalOrigin)
 	}
@@ -191,12 +203,20 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 
 // defaultReservationID is the id of a reservation created without one. It must be known in the
 // plan and the same when the CLI plans again at apply time, with nothing carried between the two,
-// so it is derived from the space and worker name (one live reservation per worker anyway). The
-// Host lets a released id be reserved again as a new incarnation, and a plan that replaces a
-// reservation, or follows an interrupted create, names the same id, whose own hold does not count
-// against the origin's availability.
-func defaultReservationID(space, worker string) string {
-	sum := sha256.Sum256([]byte("takoform.reservation-id.v1\x00" + space + "\x00" + worker))
+// so it is derived from what the reservation holds: its space and worker name (one live
+// reservation per worker anyway) and, when set, its subdomain and offering. A change of subdomain
+// or offering therefore changes the id, and the endpoint published through the reservation is
+// replaced with it (a reservation with the same id would leave the endpoint standing on the old
+// one, whose release it fences). Without either, the id is the one earlier versions derived. The
+// Host lets a released id be reserved again as a new incarnation, and a plan that follows an
+// interrupted create names the same id, whose own hold does not count against the origin's
+// availability.
+func defaultReservationID(space, worker, subdomain, offering string) string {
+	text := "takoform.reservation-id.v1\x00" + space + "\x00" + worker
+	if subdomain != "" || offering != "" {
+		text = "takoform.reservation-id.v2\x00" + space + "\x00" + worker + "\x00" + subdomain + "\x00" + offering
+	}
+	sum := sha256.Sum256([]byte(text))
 	return "res-" + hex.EncodeToString(sum[:])[:16]
 }
 

@@ -159,5 +159,5 @@ func TestAccWorker(t *testing.T) {
 }
 
 func reservationID(space, worker string) string {
-	return provider.DefaultReservationID(space, worker)
+	return provider.DefaultReservationID(space, worker, "", "")
 }

@@ -235,7 +235,7 @@ resource "takoform_worker_endpoint_origin_reservation" "r" {
 }
 `),
 			PlanOnly:    true,
-			ExpectError: regexp.MustCompile(`(?s)Origin not available.*http://shared\.workers\.localhost:` + f.h.EdgePort()),
+			ExpectError: regexp.MustCompile(`(?s)Origin not available.*http://shared\.workers\.localhost:` + f.h.EdgePort() + `.*held by another\s+organization`),
 		}},
 		CheckDestroy: func(*terraform.State) error {
 			if _, err := f.api.GetReservation(ctx(t), "res-mine"); !client.IsNotFound(err) {

@@ -75,6 +75,15 @@ type Derivation struct {
 	Subdomain           string  `json:"subdomain"`
 	HostMintedSubdomain *string `json:"hostMintedSubdomain"`
 	Available           bool    `json:"available"`
+	HeldBy              *Holder `json:"heldBy,omitempty"`
+}
+
+// Holder is who holds an origin that is not available (schema Derivation.heldBy): the caller's own
+// reservation or endpoint by name, or another organization ("other") and nothing more.
+type Holder struct {
+	Organization string `json:"organization"`
+	Kind         string `json:"kind,omitempty"`
+	Name         string `json:"name,omitempty"`
 }
 
 // WorkerSpec is the body of a worker PUT (schema WorkerSpec).

@@ -379,6 +379,46 @@ type Derivation struct {
 	Subdomain           string  `json:"subdomain"`
 	HostMintedSubdomain *string `json:"hostMintedSubdomain"`
 	Available           bool    `json:"available"`
+	// HeldBy says who holds an origin that is not available, as far as the caller may know: its
+	// own organization's reservation or endpoint by name, or another organization by nothing more.
+	HeldBy *Holder `json:"heldBy,omitempty"`
+}
+
+// Holder is who holds an unavailable origin.
+type Holder struct {
+	// Organization is "self" or "other".
+	Organization string `json:"organization"`
+	// Kind is "reservation" or "endpoint"; Name its id, or space/name, when it is the caller's own.
+	Kind string `json:"kind,omitempty"`
+	Name string `json:"name,omitempty"`
+}
+
+// holder names who holds an unavailable origin: the caller's own reservation or endpoint, or
+// another organization. Freed between the reads, it says nothing rather than guess.
+func holder(ctx context.Context, q *dbsqlc.Queries, org, origin, reservationID string, req DerivationRequest) (*Holder, error) {
+	r, err := q.ReservationOriginHoldingReservation(ctx, dbsqlc.ReservationOriginHoldingReservationParams{
+		CanonicalOrigin: origin, OrganizationID: org, ReservationID: reservationID, Space: req.Space, WorkerName: req.WorkerName,
+	})
+	switch {
+	case err == nil && r.OrganizationID == org:
+		return &Holder{Organization: "self", Kind: "reservation", Name: r.ID}, nil
+	case err == nil:
+		return &Holder{Organization: "other"}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("reservation: origin holder: %w", err)
+	}
+	e, err := q.ReservationOriginHoldingEndpoint(ctx, dbsqlc.ReservationOriginHoldingEndpointParams{
+		CanonicalOrigin: origin, OrganizationID: org, ReservationID: reservationID, Space: req.Space, WorkerName: req.WorkerName,
+	})
+	switch {
+	case err == nil && e.OrganizationID == org:
+		return &Holder{Organization: "self", Kind: "endpoint", Name: e.Space + "/" + e.Name}, nil
+	case err == nil:
+		return &Holder{Organization: "other"}, nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	}
+	return nil, fmt.Errorf("reservation: origin holder: %w", err)
 }
 
 // DerivationRequest is the body of POST /v1/worker-endpoint-origin-derivations.
@@ -413,6 +453,11 @@ func (s *Service) Derive(ctx context.Context, db dbsqlc.DBTX, org auth.Organizat
 	})
 	if err != nil {
 		return Derivation{}, fmt.Errorf("reservation: availability: %w", err)
+	}
+	if !out.Available {
+		if out.HeldBy, err = holder(ctx, dbsqlc.New(db), org.ID, d.origin, reservationID, req); err != nil {
+			return Derivation{}, err
+		}
 	}
 	return out, nil
 }

@@ -696,6 +696,84 @@ func (q *Queries) ReservationOriginAvailable(ctx context.Context, arg Reservatio
 	return available, err
 }
 
+const reservationOriginHoldingEndpoint = `-- name: ReservationOriginHoldingEndpoint :one
+SELECT e.organization_id, e.space, e.name
+FROM worker_endpoints e
+WHERE e.canonical_origin = $1 AND e.status <> 'deleted'
+  AND NOT EXISTS (SELECT 1 FROM worker_endpoint_origin_reservations x
+                  WHERE x.organization_id = $2 AND x.id = $3 AND x.endpoint_uid = e.uid)
+  AND NOT (e.organization_id = $2 AND e.host_minted AND e.space = $4 AND e.worker_name = $5)
+ORDER BY e.space, e.name
+LIMIT 1
+`
+
+type ReservationOriginHoldingEndpointParams struct {
+	CanonicalOrigin string
+	OrganizationID  string
+	ReservationID   string
+	Space           string
+	WorkerName      string
+}
+
+type ReservationOriginHoldingEndpointRow struct {
+	OrganizationID string
+	Space          string
+	Name           string
+}
+
+func (q *Queries) ReservationOriginHoldingEndpoint(ctx context.Context, arg ReservationOriginHoldingEndpointParams) (ReservationOriginHoldingEndpointRow, error) {
+	row := q.db.QueryRow(ctx, reservationOriginHoldingEndpoint,
+		arg.CanonicalOrigin,
+		arg.OrganizationID,
+		arg.ReservationID,
+		arg.Space,
+		arg.WorkerName,
+	)
+	var i ReservationOriginHoldingEndpointRow
+	err := row.Scan(&i.OrganizationID, &i.Space, &i.Name)
+	return i, err
+}
+
+const reservationOriginHoldingReservation = `-- name: ReservationOriginHoldingReservation :one
+SELECT r.organization_id, r.id
+FROM worker_endpoint_origin_reservations r
+WHERE r.canonical_origin = $1
+  AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+       OR (r.status IN ('bound', 'expired') AND r.endpoint_uid IS NOT NULL))
+  AND NOT (r.organization_id = $2 AND r.id = $3)
+  AND NOT (r.organization_id = $2 AND r.host_minted AND r.space = $4 AND r.worker_name = $5)
+ORDER BY r.id
+LIMIT 1
+`
+
+type ReservationOriginHoldingReservationParams struct {
+	CanonicalOrigin string
+	OrganizationID  string
+	ReservationID   string
+	Space           string
+	WorkerName      string
+}
+
+type ReservationOriginHoldingReservationRow struct {
+	OrganizationID string
+	ID             string
+}
+
+// Who holds an origin that is not available (the rows ReservationOriginAvailable finds), for a
+// caller that may know its own organization's rows by name and nothing of another's.
+func (q *Queries) ReservationOriginHoldingReservation(ctx context.Context, arg ReservationOriginHoldingReservationParams) (ReservationOriginHoldingReservationRow, error) {
+	row := q.db.QueryRow(ctx, reservationOriginHoldingReservation,
+		arg.CanonicalOrigin,
+		arg.OrganizationID,
+		arg.ReservationID,
+		arg.Space,
+		arg.WorkerName,
+	)
+	var i ReservationOriginHoldingReservationRow
+	err := row.Scan(&i.OrganizationID, &i.ID)
+	return i, err
+}
+
 const reservationRelease = `-- name: ReservationRelease :one
 WITH cur AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid,

@@ -32,6 +32,29 @@ SELECT (NOT EXISTS (
                               WHERE r.organization_id = @organization_id AND r.id = @reservation_id AND r.endpoint_uid = e.uid)
               AND NOT (e.organization_id = @organization_id AND e.host_minted AND e.space = @space AND e.worker_name = @worker_name)))::boolean AS available;
 
+-- name: ReservationOriginHoldingReservation :one
+-- Who holds an origin that is not available (the rows ReservationOriginAvailable finds), for a
+-- caller that may know its own organization's rows by name and nothing of another's.
+SELECT r.organization_id, r.id
+FROM worker_endpoint_origin_reservations r
+WHERE r.canonical_origin = @canonical_origin
+  AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+       OR (r.status IN ('bound', 'expired') AND r.endpoint_uid IS NOT NULL))
+  AND NOT (r.organization_id = @organization_id AND r.id = @reservation_id)
+  AND NOT (r.organization_id = @organization_id AND r.host_minted AND r.space = @space AND r.worker_name = @worker_name)
+ORDER BY r.id
+LIMIT 1;
+
+-- name: ReservationOriginHoldingEndpoint :one
+SELECT e.organization_id, e.space, e.name
+FROM worker_endpoints e
+WHERE e.canonical_origin = @canonical_origin AND e.status <> 'deleted'
+  AND NOT EXISTS (SELECT 1 FROM worker_endpoint_origin_reservations x
+                  WHERE x.organization_id = @organization_id AND x.id = @reservation_id AND x.endpoint_uid = e.uid)
+  AND NOT (e.organization_id = @organization_id AND e.host_minted AND e.space = @space AND e.worker_name = @worker_name)
+ORDER BY e.space, e.name
+LIMIT 1;
+
 -- name: ReservationSweep :execrows
 -- Lazy expiry (SPEC 3.3): a prepared or bound row whose TTL passed and that has not published
 -- becomes expired. Run before any write that could conflict with the rows it matches: the row

@@ -166,7 +166,7 @@ func (f *fixture) raw(method, path, token string, body any) (int, string) {
 }
 
 func (f *fixture) metrics() string {
-	_, body := f.raw(http.MethodGet, adminapi.PathMetrics, "", nil)
+	_, body := f.raw(http.MethodGet, adminapi.PathMetrics, f.token(), nil)
 	return body
 }
 
@@ -558,8 +558,25 @@ func TestAdminAPIRefusesWithoutTheToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, safedir.FileMode, info.Mode().Perm())
 	require.NotContains(t, f.h.Logs.String(), f.token(), "the admin token is never logged")
-	code, _ = f.raw(http.MethodGet, adminapi.PathMetrics, "", nil)
-	require.Equal(t, http.StatusOK, code, "metrics are for the scraper, on the private admin listener")
+}
+
+// The admin API's /metrics names every tenant's scripts: without the token it answers 401 and
+// names none (SPEC 5.1, control channel).
+func TestMetricsNeedTheToken(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.script("tenant-secret-name-5c1e", "uid-m", 1, "m")
+	f.waitReady("tenant-secret-name-5c1e")
+	for _, token := range []string{"", "wrong", f.token() + "x"} {
+		code, body := f.raw(http.MethodGet, adminapi.PathMetrics, token, nil)
+		require.Equal(t, http.StatusUnauthorized, code, body)
+		require.NotContains(t, body, "tenant-secret-name-5c1e")
+	}
+	code, body := f.raw(http.MethodGet, adminapi.PathMetrics, f.token(), nil)
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `takoform_runtime_incident{script="tenant-secret-name-5c1e"}`, "the scraper with the token sees the scripts")
+	code, _ = f.raw(http.MethodGet, adminapi.PathHealth, "", nil)
+	require.Equal(t, http.StatusOK, code, "the liveness check names nothing and needs no token")
 }
 
 func TestStartRefusesUnsafeStateDirAndPublicAdminWithoutTLS(t *testing.T) {

@@ -2,7 +2,10 @@ package supervisor
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/hex"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -37,4 +40,69 @@ func TestWorkerOutputNeverCarriesAValueInAnyForm(t *testing.T) {
 	}
 	require.Contains(t, text, "an ordinary line")
 	require.Contains(t, text, "[redacted]")
+}
+
+// A worker that encodes its secret before printing it (btoa, base64url, hex, or base64 of the
+// secret inside a longer string at any byte alignment) gets nothing of it into the log: no run of
+// base64 or hex characters in the output decodes to a piece of the value.
+func TestWorkerOutputNeverCarriesAnEncodedValue(t *testing.T) {
+	t.Parallel()
+	const secret = "tk-Encoded-canary-7f3e?>~" // '?', '>' and '~' put '/' and '+' into its base64
+	var logs bytes.Buffer
+	w := &tailWriter{log: slog.New(slog.NewJSONHandler(&logs, nil)), scrub: scrubForms([]string{secret})}
+	b := []byte(secret)
+	var printed []string
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		printed = append(printed, enc.EncodeToString(b))
+		for prefix := range 6 {
+			for suffix := range 4 {
+				around := append(append([]byte(strings.Repeat("P", prefix)), b...), strings.Repeat("S", suffix)...)
+				printed = append(printed, enc.EncodeToString(around))
+			}
+		}
+	}
+	printed = append(printed, hex.EncodeToString(b), strings.ToUpper(hex.EncodeToString(b)), "0x"+hex.EncodeToString(b)+"ff")
+	for _, p := range printed {
+		_, err := w.Write([]byte("value: " + p + " end\n"))
+		require.NoError(t, err)
+	}
+	text := logs.String() + w.Tail()
+	require.Equal(t, len(printed), strings.Count(logs.String(), "[redacted]"), "every line is logged, with its encoded value redacted")
+	require.Empty(t, recoverable(text, secret, 6))
+}
+
+// recoverable returns the pieces of at least n bytes of secret that decode from some run of base64
+// (either alphabet, any start) or hex characters in text: what a reader of the log could get back.
+func recoverable(text, secret string, n int) []string {
+	var found []string
+	check := func(decoded []byte) {
+		for i := 0; i+n <= len(secret); i++ {
+			if piece := secret[i : i+n]; bytes.Contains(decoded, []byte(piece)) && !slices.Contains(found, piece) {
+				found = append(found, piece)
+			}
+		}
+	}
+	runs := func(alphabet string) []string {
+		return strings.FieldsFunc(text, func(r rune) bool { return !strings.ContainsRune(alphabet, r) })
+	}
+	const digits = "0123456789"
+	const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	for _, run := range runs(letters + digits + "+/-_") {
+		std := strings.NewReplacer("-", "+", "_", "/").Replace(run)
+		for start := 0; start < 4 && start < len(std); start++ {
+			piece := std[start:]
+			if decoded, err := base64.StdEncoding.DecodeString(piece[:len(piece)-len(piece)%4]); err == nil {
+				check(decoded)
+			}
+		}
+	}
+	for _, run := range runs(digits + "abcdefABCDEF") {
+		for start := 0; start < 2 && start < len(run); start++ {
+			piece := run[start:]
+			if decoded, err := hex.DecodeString(piece[:len(piece)-len(piece)%2]); err == nil {
+				check(decoded)
+			}
+		}
+	}
+	return found
 }

@@ -13,6 +13,8 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -585,9 +587,9 @@ const maxOutputLine = 64 << 10
 const minScrubPiece = 6
 
 // scrubForms lists what to remove from output for values: each value as it is, as JSON writes it
-// inside a string (JSON.stringify of env or of an object holding it), and each line of a
-// multi-line value (a PEM key printed line by line). Longest first, so that a longer form is
-// removed before a piece of it.
+// inside a string (JSON.stringify of env or of an object holding it), each line of a multi-line
+// value (a PEM key printed line by line), and its encoded forms (encodedForms). Longest first, so
+// that a longer form is removed before a piece of it.
 func scrubForms(values []string) []string {
 	seen := map[string]bool{}
 	var out []string
@@ -609,9 +611,39 @@ func scrubForms(values []string) []string {
 				}
 			}
 		}
+		for _, form := range encodedForms(v) {
+			if len(form) >= minScrubPiece {
+				add(form)
+			}
+		}
 	}
 	sort.Slice(out, func(a, b int) bool { return len(out[a]) > len(out[b]) })
 	return out
+}
+
+// encodedForms lists how a worker can print v without printing it: btoa(v) and base64url, padded
+// and not, lower- and upper-case hex, and, for v inside a longer base64 string (btoa(prefix + v)),
+// the run of base64 characters that v alone decides at each of the three byte alignments. What
+// stays of such a string is at most one character at each end of v that mixes its first or last
+// bits with its neighbours'.
+func encodedForms(v string) []string {
+	b := []byte(v)
+	forms := []string{
+		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
+		hex.EncodeToString(b), strings.ToUpper(hex.EncodeToString(b)),
+	}
+	for offset := range 3 {
+		shifted := base64.RawStdEncoding.EncodeToString(append(make([]byte, offset), b...))
+		// Character i covers bits 6i..6i+5 of the shifted bytes; v's bits are 8*offset..8*(offset+len).
+		first, end := (8*offset+5)/6, 8*(offset+len(b))/6
+		if first >= end {
+			continue
+		}
+		run := shifted[first:end]
+		forms = append(forms, run, strings.NewReplacer("+", "-", "/", "_").Replace(run))
+	}
+	return forms
 }
 
 func (w *tailWriter) line(s string) {

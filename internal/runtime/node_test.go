@@ -560,25 +560,6 @@ func TestAdminAPIRefusesWithoutTheToken(t *testing.T) {
 	require.NotContains(t, f.h.Logs.String(), f.token(), "the admin token is never logged")
 }
 
-// The admin API's /metrics names every tenant's scripts: without the token it answers 401 and
-// names none (SPEC 5.1, control channel).
-func TestMetricsNeedTheToken(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	f.script("tenant-secret-name-5c1e", "uid-m", 1, "m")
-	f.waitReady("tenant-secret-name-5c1e")
-	for _, token := range []string{"", "wrong", f.token() + "x"} {
-		code, body := f.raw(http.MethodGet, adminapi.PathMetrics, token, nil)
-		require.Equal(t, http.StatusUnauthorized, code, body)
-		require.NotContains(t, body, "tenant-secret-name-5c1e")
-	}
-	code, body := f.raw(http.MethodGet, adminapi.PathMetrics, f.token(), nil)
-	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `takoform_runtime_incident{script="tenant-secret-name-5c1e"}`, "the scraper with the token sees the scripts")
-	code, _ = f.raw(http.MethodGet, adminapi.PathHealth, "", nil)
-	require.Equal(t, http.StatusOK, code, "the liveness check names nothing and needs no token")
-}
-
 func TestStartRefusesUnsafeStateDirAndPublicAdminWithoutTLS(t *testing.T) {
 	t.Parallel()
 	open := filepath.Join(t.TempDir(), "open")

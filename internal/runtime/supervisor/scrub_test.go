@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -105,4 +108,58 @@ func recoverable(text, secret string, n int) []string {
 		}
 	}
 	return found
+}
+
+// One worker cannot flood the node's log: its output passes a token bucket (a burst, then a steady
+// rate), and what the bucket refuses is dropped and counted in one summary line.
+func TestWorkerOutputIsRateLimitedWithOneSummaryOfWhatWasDropped(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var clockMu sync.Mutex
+	w := &tailWriter{log: slog.New(slog.NewJSONHandler(logs, nil)), now: func() time.Time {
+		clockMu.Lock()
+		defer clockMu.Unlock()
+		return clock
+	}}
+	flood := func(n int) {
+		for i := range n {
+			_, err := fmt.Fprintf(w, "line %d\n", i)
+			require.NoError(t, err)
+		}
+	}
+	logged := func() int { return strings.Count(logs.String(), `"msg":"workerd output"`) }
+
+	flood(1000)
+	require.Equal(t, OutputLineBurst, logged(), "a burst passes, the rest of the flood is dropped")
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "over the rate limit") }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, 1, strings.Count(logs.String(), "over the rate limit"), "one summary line for the whole run of drops")
+	require.Contains(t, logs.String(), `"dropped":800`)
+
+	clockMu.Lock()
+	clock = clock.Add(time.Second)
+	clockMu.Unlock()
+	flood(1000)
+	require.Equal(t, OutputLineBurst+OutputLinesPerSecond, logged(), "a second later the steady rate passes again")
+	require.Eventually(t, func() bool { return strings.Count(logs.String(), "over the rate limit") == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.Contains(t, logs.String(), `"dropped":900`)
+	require.Contains(t, w.Tail(), "900 lines dropped")
+}
+
+// syncBuffer is a log sink safe for the summary's timer goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -4,7 +4,10 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
 
 // The admin API's /metrics names every tenant's scripts: without the token it answers 401 and
@@ -110,4 +114,45 @@ func outputLine(t *testing.T, logs, prefix string) string {
 	}
 	t.Fatalf("no workerd output line starts with %q", prefix)
 	return ""
+}
+
+// After a start (and a restart) with a delivery sealed, the state directory holds no key material:
+// the runtime's sealing key lives only in its own file outside it (SPEC 5.1), and the restarted
+// node opens its deliveries with that file.
+func TestTheStateDirectoryHoldsNoKeyMaterial(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-keyless-state-3d1"
+	f.script("keyless", "uid-k", 1, "k", "TOKEN")
+	f.route("keyless.workers.localhost", "keyless", "ep-k")
+	f.deliver("keyless", "uid-k", "delivery-k", canary)
+	f.waitReady("keyless")
+	f.h.Restart(t)
+	f.reconnect()
+	f.answers("keyless.workers.localhost", expectReply("k", canary))
+
+	keyFile := f.h.Config().SealingKeyFile
+	keyText, err := os.ReadFile(keyFile)
+	require.NoError(t, err)
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(keyText)))
+	require.NoError(t, err)
+	require.Len(t, key, 32)
+	rel, err := filepath.Rel(f.h.StateDir, keyFile)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(rel, ".."), "the key file %s is outside the state directory", keyFile)
+	files := 0
+	require.NoError(t, filepath.WalkDir(f.h.StateDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		files++
+		require.NotEqual(t, state.LegacyKeyFile, d.Name())
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for _, form := range []string{strings.TrimSpace(string(keyText)), string(key), hex.EncodeToString(key)} {
+			require.False(t, strings.Contains(string(b), form), "key material in %s", path) // never printed
+		}
+		return nil
+	}))
+	require.GreaterOrEqual(t, files, 3, "the walk saw the token, the desired state and the sealed delivery")
 }

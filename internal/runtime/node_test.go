@@ -571,7 +571,7 @@ func TestStartRefusesUnsafeStateDirAndPublicAdminWithoutTLS(t *testing.T) {
 	var unsafe *safedir.UnsafePathError
 	require.ErrorAs(t, err, &unsafe)
 
-	_, err = runtime.Start(runtime.Config{StateDir: filepath.Join(t.TempDir(), "rt"), Workerd: wd, AdminListen: "0.0.0.0:0", EdgeListener: newListener(t)})
+	_, err = runtime.Start(runtime.Config{StateDir: filepath.Join(t.TempDir(), "rt"), SealingKeyFile: runtimetest.SealingKeyFile(t), Workerd: wd, AdminListen: "0.0.0.0:0", EdgeListener: newListener(t)})
 	require.ErrorContains(t, err, "not loopback")
 
 	_, err = runtime.Start(runtime.Config{StateDir: base.StateDir, Workerd: wd, AdminListener: newListener(t), EdgeListener: newListener(t)})

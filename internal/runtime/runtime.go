@@ -36,6 +36,11 @@ var DefaultStateDir = filepath.Join(".takoform", "runtime")
 type Config struct {
 	// StateDir is the private state directory (default .takoform/runtime).
 	StateDir string
+	// SealingKeyFile is the runtime's own sealing key, outside StateDir (SPEC 5.1); required.
+	// CreateSealingKey is the dev path: a missing key file is created (or the key an earlier
+	// version kept in StateDir is moved there once).
+	SealingKeyFile   string
+	CreateSealingKey bool
 	// AdminListen and EdgeListen are the listen addresses (defaults 127.0.0.1:8788 and
 	// 127.0.0.1:8787). AdminListener and EdgeListener, when set, are used instead (tests pass
 	// port-0 listeners).
@@ -142,9 +147,12 @@ func Start(cfg Config) (*Node, error) {
 	if (cfg.AdminTLSCert == "") != (cfg.AdminTLSKey == "") {
 		return nil, errors.New("--admin-tls-cert and --admin-tls-key go together")
 	}
-	store, err := state.Open(cfg.StateDir)
+	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey})
 	if err != nil {
 		return nil, err
+	}
+	if moved := store.MovedLegacyKey(); moved != "" {
+		log.Warn("moved the runtime's sealing key out of its state directory (SPEC 5.1)", "from", moved, "to", cfg.SealingKeyFile)
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),

@@ -14,8 +14,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 )
 
 // The admin API's /metrics names every tenant's scripts: without the token it answers 401 and
@@ -155,4 +158,13 @@ func TestTheStateDirectoryHoldsNoKeyMaterial(t *testing.T) {
 		return nil
 	}))
 	require.GreaterOrEqual(t, files, 3, "the walk saw the token, the desired state and the sealed delivery")
+}
+
+// Client certificates are asked for in a TLS handshake: --admin-client-ca without the admin API's
+// own certificate is refused rather than silently ignored.
+func TestAdminClientCANeedsTLS(t *testing.T) {
+	t.Parallel()
+	_, err := runtime.Start(runtime.Config{StateDir: filepath.Join(t.TempDir(), "rt"), SealingKeyFile: runtimetest.SealingKeyFile(t),
+		Workerd: workerdtest.Binary(t), AdminClientCA: filepath.Join(t.TempDir(), "ca.pem"), AdminListener: newListener(t), EdgeListener: newListener(t)})
+	require.ErrorContains(t, err, "--admin-client-ca needs --admin-tls-cert")
 }

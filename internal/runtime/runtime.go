@@ -10,6 +10,7 @@ package runtime
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,9 +50,11 @@ type Config struct {
 	AdminListener net.Listener
 	EdgeListener  net.Listener
 	// AdminTLSCert and AdminTLSKey serve the admin API over TLS; a non-loopback admin address
-	// requires them.
-	AdminTLSCert string
-	AdminTLSKey  string
+	// requires them. AdminClientCA (PEM), with them, makes the admin API require a client
+	// certificate issued by that CA (mutual TLS) before any request is read.
+	AdminTLSCert  string
+	AdminTLSKey   string
+	AdminClientCA string
 	// Workerd is the workerd binary; empty finds it (see workerd.Find).
 	Workerd string
 	Logger  *slog.Logger
@@ -147,6 +150,9 @@ func Start(cfg Config) (*Node, error) {
 	if (cfg.AdminTLSCert == "") != (cfg.AdminTLSKey == "") {
 		return nil, errors.New("--admin-tls-cert and --admin-tls-key go together")
 	}
+	if cfg.AdminClientCA != "" && cfg.AdminTLSCert == "" {
+		return nil, errors.New("--admin-client-ca needs --admin-tls-cert and --admin-tls-key: client certificates are asked for in a TLS handshake")
+	}
 	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey})
 	if err != nil {
 		return nil, err
@@ -226,6 +232,17 @@ func (n *Node) listeners() (admin, edgeL net.Listener, tlsConfig *tls.Config, er
 			return nil, nil, nil, fmt.Errorf("admin TLS: %w", err)
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if n.cfg.AdminClientCA != "" {
+			pem, err := os.ReadFile(n.cfg.AdminClientCA)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("admin client CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, nil, nil, fmt.Errorf("admin client CA %s holds no PEM certificate", n.cfg.AdminClientCA)
+			}
+			tlsConfig.ClientCAs, tlsConfig.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
 	}
 	admin = n.cfg.AdminListener
 	if admin == nil {

@@ -50,6 +50,7 @@ state stays for the next start.`,
 	cmd.Flags().StringVar(&cfg.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH; make workerd installs the pinned one)")
 	cmd.Flags().StringVar(&cfg.AdminTLSCert, "admin-tls-cert", "", "TLS certificate (PEM) of the admin API")
 	cmd.Flags().StringVar(&cfg.AdminTLSKey, "admin-tls-key", "", "TLS key (PEM) of the admin API")
+	cmd.Flags().StringVar(&cfg.AdminClientCA, "admin-client-ca", "", "CA certificate(s) (PEM): the admin API then requires a client certificate issued by one (mutual TLS; needs --admin-tls-cert)")
 	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g))
 	return cmd
 }
@@ -86,19 +87,24 @@ state directory (the node refuses to start otherwise) and pass it with --sealing
 type adminClientFlags struct {
 	url       string
 	tokenFile string
+	tls       selfhost.Config
 }
 
 func (f *adminClientFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.url, "admin-url", adminapi.DefaultAdminURL, "the runtime node's admin API")
 	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "the admin token file (default <state-dir>/admin-token)")
+	cmd.Flags().StringVar(&f.tls.CAFile, "ca-file", "", "CA (PEM) that issued the admin API's certificate (https:// admin URL)")
+	cmd.Flags().StringVar(&f.tls.ClientCertFile, "client-cert", "", "client certificate (PEM) for an admin API that requires one")
+	cmd.Flags().StringVar(&f.tls.ClientKeyFile, "client-key", "", "key (PEM) of --client-cert")
 }
 
 func (f *adminClientFlags) client(stateDir string) (*selfhost.Client, error) {
-	tokenFile := f.tokenFile
-	if tokenFile == "" {
-		tokenFile = filepath.Join(stateDir, adminapi.TokenFileName)
+	cfg := f.tls
+	cfg.URL, cfg.TokenFile = f.url, f.tokenFile
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = filepath.Join(stateDir, adminapi.TokenFileName)
 	}
-	return selfhost.New(f.url, tokenFile)
+	return selfhost.NewFromConfig(cfg)
 }
 
 func runtimeBrakeCommand(g *globals, stateDir *string) *cobra.Command {

@@ -114,7 +114,7 @@ func recoverable(text, secret string, n int) []string {
 // rate), and what the bucket refuses is dropped and counted in one summary line.
 func TestWorkerOutputIsRateLimitedWithOneSummaryOfWhatWasDropped(t *testing.T) {
 	t.Parallel()
-	logs := &syncBuffer{}
+	logs := &rateLogSink{}
 	clock := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var clockMu sync.Mutex
 	w := &tailWriter{log: slog.New(slog.NewJSONHandler(logs, nil)), now: func() time.Time {
@@ -146,19 +146,19 @@ func TestWorkerOutputIsRateLimitedWithOneSummaryOfWhatWasDropped(t *testing.T) {
 	require.Contains(t, w.Tail(), "900 lines dropped")
 }
 
-// syncBuffer is a log sink safe for the summary's timer goroutine.
-type syncBuffer struct {
+// rateLogSink is a log sink safe for the summary's timer goroutine.
+type rateLogSink struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *rateLogSink) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *rateLogSink) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()

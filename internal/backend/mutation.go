@@ -124,7 +124,7 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := inst.Name + "\x00" + inst.RuntimeURL + "\x00" + inst.RuntimeTokenFile
+	key := inst.Name + "\x00" + inst.RuntimeURL + "\x00" + inst.RuntimeTokenFile + "\x00" + inst.RuntimeCAFile + "\x00" + inst.RuntimeClientCertFile + "\x00" + inst.RuntimeClientKeyFile
 	if m, ok := r.made[key]; ok {
 		return m, nil
 	}

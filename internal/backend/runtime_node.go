@@ -41,7 +41,10 @@ func (n *runtimeNode) api() (*nodeapi.Client, error) {
 	if n.client != nil {
 		return n.client, nil
 	}
-	c, err := nodeapi.New(n.inst.RuntimeURL, n.inst.RuntimeTokenFile)
+	c, err := nodeapi.NewFromConfig(nodeapi.Config{
+		URL: n.inst.RuntimeURL, TokenFile: n.inst.RuntimeTokenFile,
+		CAFile: n.inst.RuntimeCAFile, ClientCertFile: n.inst.RuntimeClientCertFile, ClientKeyFile: n.inst.RuntimeClientKeyFile,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", ErrUnreachable, n.inst.RuntimeURL, err)
 	}

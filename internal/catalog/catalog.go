@@ -6,6 +6,8 @@ package catalog
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -41,6 +43,12 @@ type Installation struct {
 	// RuntimeURL is the runtime node's admin API (SPEC 5); RuntimeTokenFile holds its bearer token.
 	RuntimeURL       string `json:"runtimeUrl,omitempty"`
 	RuntimeTokenFile string `json:"runtimeTokenFile,omitempty"`
+	// RuntimeCAFile (PEM) is the private CA that issued the runtime's admin certificate;
+	// RuntimeClientCertFile and RuntimeClientKeyFile (PEM) are the Host's certificate for mutual
+	// TLS (SPEC 5.1, control channel). All need an https:// RuntimeURL.
+	RuntimeCAFile         string `json:"runtimeCaFile,omitempty"`
+	RuntimeClientCertFile string `json:"runtimeClientCertFile,omitempty"`
+	RuntimeClientKeyFile  string `json:"runtimeClientKeyFile,omitempty"`
 	// workers-dev
 	AccountSubdomain string `json:"accountSubdomain,omitempty"`
 	// wfp-managed
@@ -196,6 +204,9 @@ func (inst Installation) ScriptNamespace() string {
 }
 
 func validateInstallation(inst *Installation) error {
+	if inst.Pack != PackSelfhost && inst.hasRuntimeTLS() {
+		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile and runtimeClientKeyFile belong to selfhost installations")
+	}
 	switch inst.Pack {
 	case PackSelfhost:
 		if inst.EndpointSuffix == "" {
@@ -213,8 +224,8 @@ func validateInstallation(inst *Installation) error {
 		if inst.RuntimeTokenFile == "" {
 			inst.RuntimeTokenFile = DefaultRuntimeTokenFile
 		}
-		if u, err := url.Parse(inst.RuntimeURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-			return fmt.Errorf("runtimeUrl %q must be an http:// or https:// base URL", inst.RuntimeURL)
+		if err := validateRuntimeChannel(inst); err != nil {
+			return err
 		}
 		if !dnsName.MatchString(inst.EndpointSuffix) {
 			return fmt.Errorf("endpointSuffix %q is not a lowercase DNS name", inst.EndpointSuffix)
@@ -248,10 +259,64 @@ func validateInstallation(inst *Installation) error {
 	return nil
 }
 
+func (inst *Installation) hasRuntimeTLS() bool {
+	return inst.RuntimeCAFile != "" || inst.RuntimeClientCertFile != "" || inst.RuntimeClientKeyFile != ""
+}
+
+// validateRuntimeChannel checks how the Host reaches a selfhost runtime node (SPEC 5.1, control
+// channel): the admin token and secret deliveries travel on it, so http:// is allowed to a loopback
+// host only, and the TLS files, which need https://, are read now so that a wrong path or file is
+// refused at start rather than at the first deployment.
+func validateRuntimeChannel(inst *Installation) error {
+	u, err := url.Parse(inst.RuntimeURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("runtimeUrl %q must be an http:// or https:// base URL", inst.RuntimeURL)
+	}
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		return fmt.Errorf("runtimeUrl %q is http:// to a host that is not loopback: the runtime's admin token and "+
+			"secret deliveries would cross the network in clear; serve the admin API with TLS and use https:// "+
+			"(runtimeCaFile names a private CA)", inst.RuntimeURL)
+	}
+	if u.Scheme == "http" && inst.hasRuntimeTLS() {
+		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile and runtimeClientKeyFile need an https:// runtimeUrl")
+	}
+	if (inst.RuntimeClientCertFile == "") != (inst.RuntimeClientKeyFile == "") {
+		return fmt.Errorf("runtimeClientCertFile and runtimeClientKeyFile go together")
+	}
+	if inst.RuntimeCAFile != "" {
+		pem, err := os.ReadFile(inst.RuntimeCAFile)
+		if err != nil {
+			return fmt.Errorf("runtimeCaFile: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return fmt.Errorf("runtimeCaFile %s holds no PEM certificate", inst.RuntimeCAFile)
+		}
+	}
+	if inst.RuntimeClientCertFile != "" {
+		if _, err := tls.LoadX509KeyPair(inst.RuntimeClientCertFile, inst.RuntimeClientKeyFile); err != nil {
+			return fmt.Errorf("runtimeClientCertFile and runtimeClientKeyFile: %w", err)
+		}
+	}
+	return nil
+}
+
+// loopbackHost reports whether a URL's host name is "localhost" or a loopback IP; other names are
+// not, since what they resolve to can change.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // digest is the SHA-256 of the canonical JSON of o's placement (SPEC 1, offering): its id, kind,
 // pack, installation name and every installation setting that changes where or how workers run
 // or are addressed. Who it is sold to is not placement: selling it to one more organization
-// changes no digest, so nothing already placed on it drifts.
+// changes no digest, so nothing already placed on it drifts. Nor are the credentials of the
+// control channel (runtimeTokenFile, runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile):
+// they say how the Host proves who it talks to, not where workers run, and rotating a certificate
+// or moving its file must not make every worker placed on the node drift.
 func digest(o Offering, inst Installation) string {
 	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
 		{Key: "format", Value: "takoserver.offering-placement.v1"},

@@ -104,5 +104,5 @@ func TestOfferingDigestCoversPlacementOnly(t *testing.T) {
 		return c.Offerings[0]
 	}
 	require.Equal(t, load("acme", "http://127.0.0.1:8788").Digest, load("*", "http://127.0.0.1:8788").Digest)
-	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "http://10.0.0.2:8788").Digest)
+	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "https://10.0.0.2:8788").Digest)
 }

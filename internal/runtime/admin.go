@@ -56,7 +56,8 @@ func (n *Node) adminHandler() http.Handler {
 	route("GET "+adminapi.PathStatus, n.status)
 	route("GET "+adminapi.PathBrakes, n.getBrakes)
 	route("POST "+adminapi.PathLifecycleBrake, n.setLifecycleBrake)
-	mux.Handle("GET "+adminapi.PathMetrics, promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}))
+	// Metrics name every tenant's scripts: they need the token like every other route (SPEC 5.1).
+	mux.Handle("GET "+adminapi.PathMetrics, n.withToken(promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET "+adminapi.PathHealth, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		n.writeProblem(w, r, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeNotFound, "Not Found", "no such admin route"))
@@ -64,8 +65,9 @@ func (n *Node) adminHandler() http.Handler {
 	return mux
 }
 
-// authed checks the bearer token (constant time), then runs h and writes its answer.
-func (n *Node) authed(h handlerFunc) http.Handler {
+// withToken lets a request through to next only with the admin bearer token (constant-time
+// compare); any other gets a 401 problem.
+func (n *Node) withToken(next http.Handler) http.Handler {
 	want := []byte("Bearer " + n.store.Token())
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := []byte(r.Header.Get("Authorization"))
@@ -75,6 +77,13 @@ func (n *Node) authed(h handlerFunc) http.Handler {
 				"send Authorization: Bearer <the token in the runtime's admin-token file>"))
 			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authed checks the bearer token, then runs h and writes its answer.
+func (n *Node) authed(h handlerFunc) http.Handler {
+	return n.withToken(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 		v, err := h(w, r)
 		if err != nil {
@@ -88,7 +97,7 @@ func (n *Node) authed(h handlerFunc) http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
-	})
+	}))
 }
 
 func (n *Node) writeProblem(w http.ResponseWriter, r *http.Request, p *adminapi.Problem) {

@@ -10,6 +10,7 @@ package runtime
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,11 @@ var DefaultStateDir = filepath.Join(".takoform", "runtime")
 type Config struct {
 	// StateDir is the private state directory (default .takoform/runtime).
 	StateDir string
+	// SealingKeyFile is the runtime's own sealing key, outside StateDir (SPEC 5.1); required.
+	// CreateSealingKey is the dev path: a missing key file is created (or the key an earlier
+	// version kept in StateDir is moved there once).
+	SealingKeyFile   string
+	CreateSealingKey bool
 	// AdminListen and EdgeListen are the listen addresses (defaults 127.0.0.1:8788 and
 	// 127.0.0.1:8787). AdminListener and EdgeListener, when set, are used instead (tests pass
 	// port-0 listeners).
@@ -46,9 +52,11 @@ type Config struct {
 	AdminListener net.Listener
 	EdgeListener  net.Listener
 	// AdminTLSCert and AdminTLSKey serve the admin API over TLS; a non-loopback admin address
-	// requires them.
-	AdminTLSCert string
-	AdminTLSKey  string
+	// requires them. AdminClientCA (PEM), with them, makes the admin API require a client
+	// certificate issued by that CA (mutual TLS) before any request is read.
+	AdminTLSCert  string
+	AdminTLSKey   string
+	AdminClientCA string
 	// Workerd is the workerd binary; empty finds it (see workerd.Find).
 	Workerd string
 	Logger  *slog.Logger
@@ -155,9 +163,15 @@ func Start(cfg Config) (*Node, error) {
 	if (cfg.AdminTLSCert == "") != (cfg.AdminTLSKey == "") {
 		return nil, errors.New("--admin-tls-cert and --admin-tls-key go together")
 	}
-	store, err := state.Open(cfg.StateDir)
+	if cfg.AdminClientCA != "" && cfg.AdminTLSCert == "" {
+		return nil, errors.New("--admin-client-ca needs --admin-tls-cert and --admin-tls-key: client certificates are asked for in a TLS handshake")
+	}
+	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey})
 	if err != nil {
 		return nil, err
+	}
+	if moved := store.MovedLegacyKey(); moved != "" {
+		log.Warn("moved the runtime's sealing key out of its state directory (SPEC 5.1)", "from", moved, "to", cfg.SealingKeyFile)
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
@@ -242,6 +256,17 @@ func (n *Node) listeners() (admin, edgeL net.Listener, tlsConfig *tls.Config, er
 			return nil, nil, nil, fmt.Errorf("admin TLS: %w", err)
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		if n.cfg.AdminClientCA != "" {
+			pem, err := os.ReadFile(n.cfg.AdminClientCA)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("admin client CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, nil, nil, fmt.Errorf("admin client CA %s holds no PEM certificate", n.cfg.AdminClientCA)
+			}
+			tlsConfig.ClientCAs, tlsConfig.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
 	}
 	admin = n.cfg.AdminListener
 	if admin == nil {

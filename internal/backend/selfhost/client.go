@@ -11,6 +11,8 @@ package selfhost
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -18,6 +20,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -59,22 +62,107 @@ type Client struct {
 	Backoff time.Duration
 }
 
+// Config says how to reach one runtime node: its admin URL, its token file and, for https://, how
+// to trust it and how to prove who is calling (SPEC 5.1, control channel).
+type Config struct {
+	// URL is the admin API's base URL. http:// is only for a loopback host: the token and secret
+	// deliveries would otherwise cross the network in clear.
+	URL       string
+	TokenFile string
+	// CAFile (PEM) replaces the system roots for verifying the runtime's admin certificate: the
+	// private CA that issued it.
+	CAFile string
+	// ClientCertFile and ClientKeyFile (PEM) are presented for mutual TLS. They are read again at
+	// every handshake, so a renewed certificate is used without a restart.
+	ClientCertFile string
+	ClientKeyFile  string
+}
+
 // New reads the admin token from tokenFile and returns a client of the node at baseURL
 // (http://127.0.0.1:8788 by default on a dev machine). Per-call deadlines come from the contexts
 // passed to each method; a call with none gets 30 seconds.
 func New(baseURL, tokenFile string) (*Client, error) {
-	b, err := os.ReadFile(tokenFile)
+	return NewFromConfig(Config{URL: baseURL, TokenFile: tokenFile})
+}
+
+// NewFromConfig is New with TLS settings.
+func NewFromConfig(cfg Config) (*Client, error) {
+	tlsConfig, err := clientTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(cfg.TokenFile)
 	if err != nil {
 		return nil, fmt.Errorf("read the runtime's admin token: %w", err)
 	}
 	token := strings.TrimSpace(string(b))
 	if token == "" {
-		return nil, fmt.Errorf("the runtime's admin token file %s is empty", tokenFile)
+		return nil, fmt.Errorf("the runtime's admin token file %s is empty", cfg.TokenFile)
 	}
-	return NewWithToken(baseURL, token), nil
+	c := NewWithToken(cfg.URL, token)
+	c.http.Transport.(*http.Transport).TLSClientConfig = tlsConfig
+	return c, nil
 }
 
-// NewWithToken is New with the token in hand.
+// clientTLS checks the URL against the TLS settings and builds the TLS configuration (nil for
+// http:// to a loopback host).
+func clientTLS(cfg Config) (*tls.Config, error) {
+	u, err := url.Parse(cfg.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("runtime URL %q must be an http:// or https:// base URL", cfg.URL)
+	}
+	if (cfg.ClientCertFile == "") != (cfg.ClientKeyFile == "") {
+		return nil, errors.New("a runtime client certificate and its key go together")
+	}
+	if u.Scheme == "http" {
+		if !LoopbackHost(u.Hostname()) {
+			return nil, fmt.Errorf("refusing http:// to %s: the runtime's admin token and secret deliveries would cross the network in clear; use https://", u.Host)
+		}
+		if cfg.CAFile != "" || cfg.ClientCertFile != "" {
+			return nil, fmt.Errorf("a runtime CA or client certificate needs an https:// runtime URL, not %s", cfg.URL)
+		}
+		return nil, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read the runtime's CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the runtime's CA file %s holds no PEM certificate", cfg.CAFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	if cfg.ClientCertFile != "" {
+		load := func() (*tls.Certificate, error) {
+			cert, err := tls.LoadX509KeyPair(cfg.ClientCertFile, cfg.ClientKeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("runtime client certificate: %w", err)
+			}
+			return &cert, nil
+		}
+		if _, err := load(); err != nil {
+			return nil, err
+		}
+		tlsConfig.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }
+	}
+	return tlsConfig, nil
+}
+
+// LoopbackHost reports whether host (a URL's host name, without port) is loopback: "localhost" or
+// a loopback IP. Other names are not: what they resolve to can change.
+func LoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// NewWithToken is New with the token in hand, over plain http or the system's roots, with no check
+// of the URL (tests).
 func NewWithToken(baseURL, token string) *Client {
 	return &Client{
 		baseURL:  strings.TrimRight(baseURL, "/"),

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 )
 
@@ -33,6 +35,7 @@ func Start(tb testing.TB, mutate ...func(*runtime.Config)) *Harness {
 	tb.Helper()
 	cfg := runtime.Config{
 		StateDir:          filepath.Join(tb.TempDir(), "runtime"),
+		SealingKeyFile:    SealingKeyFile(tb),
 		Workerd:           workerdtest.Binary(tb),
 		RestartBackoff:    30 * time.Millisecond,
 		MaxRestartBackoff: 300 * time.Millisecond,
@@ -68,6 +71,17 @@ func (h *Harness) start(tb testing.TB) {
 	tb.Cleanup(func() { _ = h.Node.Close() })
 }
 
+// SealingKeyFile writes a fresh runtime sealing key into a private directory of its own (outside
+// any state directory, SPEC 5.1) and returns its path.
+func SealingKeyFile(tb testing.TB) string {
+	tb.Helper()
+	dir := filepath.Join(tb.TempDir(), "keys")
+	require.NoError(tb, os.Mkdir(dir, 0o700))
+	path := filepath.Join(dir, "runtime-sealing-key")
+	require.NoError(tb, state.WriteSealingKeyFile(path))
+	return path
+}
+
 // Restart stops the node and starts another on the same state directory (new ports), as an
 // operator restarting `takoserver runtime` with no Host running would.
 func (h *Harness) Restart(tb testing.TB) {
@@ -75,6 +89,9 @@ func (h *Harness) Restart(tb testing.TB) {
 	require.NoError(tb, h.Node.Close())
 	h.start(tb)
 }
+
+// Config is the node's configuration (listeners aside).
+func (h *Harness) Config() runtime.Config { return h.cfg }
 
 // Get sends one request through the edge for hostname.
 func (h *Harness) Get(tb testing.TB, hostname, path string) (int, string, http.Header) {

@@ -1,13 +1,15 @@
-// Package state keeps the runtime node's private files (SPEC 5, 6.3): its admin token, its own
-// sealing key, its desired state and the sealed secret deliveries, all inside one 0700 state
-// directory whose files are 0600. An unsafe existing path is refused, never repaired.
+// Package state keeps the runtime node's private files (SPEC 5, 5.1, 6.3): its admin token, its
+// desired state and the sealed secret deliveries inside one 0700 state directory whose files are
+// 0600, and its own sealing key in a file outside it (SealingKey). An unsafe existing path is
+// refused, never repaired.
 //
 // Layout:
 //
+//	<sealing-key-file>      32 random bytes (standard base64): seals deliveries, keys digests;
+//	                        never inside the state directory
 //	<state-dir>/            0700
 //	  lock                  held (flock) while a node runs, so two nodes never share the directory
 //	  admin-token           the admin API's bearer token (256 random bits, hex)
-//	  runtime-key           32 random bytes (standard base64): seals deliveries, keys digests
 //	  desired.json          scripts, routes, brakes, delivery metadata, recent effect ids
 //	  secrets/<workerUid>   one sealed delivery per worker UID (AES-256-GCM)
 //	  incarnations/         one private directory per running incarnation (config and modules)
@@ -19,7 +21,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -38,7 +39,6 @@ import (
 )
 
 const (
-	keyFile          = "runtime-key"
 	desiredFile      = "desired.json"
 	lockFile         = "lock"
 	secretsDir       = "secrets"
@@ -129,11 +129,13 @@ type Store struct {
 	sealKey []byte
 	macKey  []byte
 	lock    *os.File
+	// movedKey is the legacy key file the dev path moved out at Open, if any.
+	movedKey string
 }
 
 // Open validates (or creates) the state directory and its private subdirectories, takes its lock,
-// and loads or generates the admin token and the runtime key.
-func Open(dir string) (*Store, error) {
+// loads or generates the admin token, and reads the runtime's sealing key from outside it.
+func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -151,6 +153,10 @@ func Open(dir string) (*Store, error) {
 			s.Close()
 		}
 	}()
+	key, err := s.openSealingKey(sealingKey)
+	if err != nil {
+		return nil, err
+	}
 	for _, sub := range []string{secretsDir, incarnationsDir} {
 		if err := safedir.Ensure(filepath.Join(abs, sub), s.owner); err != nil {
 			return nil, err
@@ -161,17 +167,6 @@ func Open(dir string) (*Store, error) {
 		return []byte(hex.EncodeToString(b) + "\n"), err
 	}); err != nil {
 		return nil, err
-	}
-	keyText, err := s.loadOrCreate(keyFile, func() ([]byte, error) {
-		b, err := randomBytes(32)
-		return []byte(base64.StdEncoding.EncodeToString(b) + "\n"), err
-	})
-	if err != nil {
-		return nil, err
-	}
-	key, err := base64.StdEncoding.DecodeString(keyText)
-	if err != nil || len(key) != 32 {
-		return nil, fmt.Errorf("%s: want 32 bytes of standard base64", filepath.Join(abs, keyFile))
 	}
 	// Separate keys for sealing and for digests, so neither use can be turned against the other.
 	s.sealKey = mac(key, []byte("takoform runtime seal v1"))

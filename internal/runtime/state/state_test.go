@@ -11,24 +11,33 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
+// testKey writes a fresh sealing key outside any state directory.
+func testKey(t *testing.T) SealingKey {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "runtime-sealing-key")
+	require.NoError(t, WriteSealingKeyFile(path))
+	return SealingKey{File: path}
+}
+
 func TestOpenKeepsTokenAndKeyAndLocks(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "runtime")
-	s, err := Open(dir)
+	key := testKey(t)
+	s, err := Open(dir, key)
 	require.NoError(t, err)
 	token := s.Token()
 	require.Len(t, token, 64)
-	_, err = Open(dir)
+	_, err = Open(dir, key)
 	require.ErrorContains(t, err, "in use by another runtime node")
 	s.Close()
 
-	again, err := Open(dir)
+	again, err := Open(dir, key)
 	require.NoError(t, err)
 	defer again.Close()
 	require.Equal(t, token, again.Token())
 	require.Equal(t, s.MAC([]byte("x")), again.MAC([]byte("x")), "the runtime key survives a restart")
-	for _, name := range []string{"admin-token", "runtime-key"} {
-		info, err := os.Stat(filepath.Join(dir, name))
+	for _, path := range []string{filepath.Join(dir, "admin-token"), key.File} {
+		info, err := os.Stat(path)
 		require.NoError(t, err)
 		require.Equal(t, safedir.FileMode, info.Mode().Perm())
 	}
@@ -39,7 +48,7 @@ func TestOpenRefusesUnsafeDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "open")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	require.NoError(t, os.Chmod(dir, 0o755))
-	_, err := Open(dir)
+	_, err := Open(dir, testKey(t))
 	var unsafe *safedir.UnsafePathError
 	require.ErrorAs(t, err, &unsafe)
 	info, err := os.Stat(dir)
@@ -50,7 +59,7 @@ func TestOpenRefusesUnsafeDirectory(t *testing.T) {
 func TestSealedDeliveryRoundTripsAndIsNotPlainText(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "runtime")
-	s, err := Open(dir)
+	s, err := Open(dir, testKey(t))
 	require.NoError(t, err)
 	defer s.Close()
 	const canary = "canary-sealed-91c2"
@@ -74,7 +83,7 @@ func TestSealedDeliveryRoundTripsAndIsNotPlainText(t *testing.T) {
 
 func TestDesiredRoundTrips(t *testing.T) {
 	t.Parallel()
-	s, err := Open(filepath.Join(t.TempDir(), "runtime"))
+	s, err := Open(filepath.Join(t.TempDir(), "runtime"), testKey(t))
 	require.NoError(t, err)
 	defer s.Close()
 	d, err := s.Load()

@@ -18,6 +18,8 @@ package supervisor
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -656,7 +658,10 @@ func exitText(err error) string {
 }
 
 // tailWriter logs workerd's output line by line, with every delivered value scrubbed out (a worker
-// could print one), and keeps the last lines for diagnostics.
+// could print one), and keeps the last lines for diagnostics. Lines are rate-limited (SPEC 5.1: one
+// tenant's worker must not flood the node's log): a token bucket of OutputLinesPerSecond with a
+// burst of OutputLineBurst; lines over it are dropped unread and counted, and the count is logged
+// in one summary line a second after the first drop.
 type tailWriter struct {
 	log   *slog.Logger
 	scrub []string
@@ -665,6 +670,71 @@ type tailWriter struct {
 	tail  []string
 	// skipping: the current line was over long and is dropped up to its end.
 	skipping bool
+
+	// now is the clock of the rate limit (tests move it); nil is time.Now.
+	now     func() time.Time
+	bucket  lineBucket
+	dropped int
+	report  *time.Timer
+}
+
+// The rate limit of one workerd process's output lines.
+const (
+	OutputLinesPerSecond = 100
+	OutputLineBurst      = 200
+	// droppedReportAfter is how long after the first dropped line its summary is logged.
+	droppedReportAfter = time.Second
+)
+
+// lineBucket is a token bucket of output lines, full at its first use.
+type lineBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+func (b *lineBucket) take(now time.Time) bool {
+	if b.last.IsZero() {
+		b.tokens = OutputLineBurst
+	} else if elapsed := now.Sub(b.last).Seconds(); elapsed > 0 {
+		b.tokens = min(OutputLineBurst, b.tokens+elapsed*OutputLinesPerSecond)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// admit takes one line from the bucket (w.mu held); a refused line is counted, and the first one
+// of a run arms the summary.
+func (w *tailWriter) admit() bool {
+	now := time.Now
+	if w.now != nil {
+		now = w.now
+	}
+	if w.bucket.take(now()) {
+		return true
+	}
+	w.dropped++
+	if w.report == nil {
+		w.report = time.AfterFunc(droppedReportAfter, w.reportDropped)
+	}
+	return false
+}
+
+// reportDropped logs how many lines the rate limit dropped since the last summary.
+func (w *tailWriter) reportDropped() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.report = nil
+	if w.dropped == 0 {
+		return
+	}
+	w.log.Warn("workerd output lines dropped: over the rate limit", "dropped", w.dropped,
+		"limit", fmt.Sprintf("%d lines/s, burst %d", OutputLinesPerSecond, OutputLineBurst))
+	w.keep(fmt.Sprintf("[%d lines dropped: over the rate limit]", w.dropped))
+	w.dropped = 0
 }
 
 func (w *tailWriter) Write(p []byte) (int, error) {
@@ -685,7 +755,7 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 	if len(w.buf) > maxOutputLine || (w.skipping && len(w.buf) > 0) {
 		// Cutting the line could split a value between two pieces that are each scrubbed clean:
 		// an over-long line is dropped to its end instead, never logged in part.
-		if !w.skipping {
+		if !w.skipping && w.admit() {
 			w.log.Warn("workerd output line omitted: over 64 KiB")
 		}
 		w.skipping = true
@@ -702,9 +772,9 @@ const maxOutputLine = 64 << 10
 const minScrubPiece = 6
 
 // scrubForms lists what to remove from output for values: each value as it is, as JSON writes it
-// inside a string (JSON.stringify of env or of an object holding it), and each line of a
-// multi-line value (a PEM key printed line by line). Longest first, so that a longer form is
-// removed before a piece of it.
+// inside a string (JSON.stringify of env or of an object holding it), each line of a multi-line
+// value (a PEM key printed line by line), and its encoded forms (encodedForms). Longest first, so
+// that a longer form is removed before a piece of it.
 func scrubForms(values []string) []string {
 	seen := map[string]bool{}
 	var out []string
@@ -726,21 +796,56 @@ func scrubForms(values []string) []string {
 				}
 			}
 		}
+		for _, form := range encodedForms(v) {
+			if len(form) >= minScrubPiece {
+				add(form)
+			}
+		}
 	}
 	sort.Slice(out, func(a, b int) bool { return len(out[a]) > len(out[b]) })
 	return out
 }
 
+// encodedForms lists how a worker can print v without printing it: btoa(v) and base64url, padded
+// and not, lower- and upper-case hex, and, for v inside a longer base64 string (btoa(prefix + v)),
+// the run of base64 characters that v alone decides at each of the three byte alignments. What
+// stays of such a string is at most one character at each end of v that mixes its first or last
+// bits with its neighbours'.
+func encodedForms(v string) []string {
+	b := []byte(v)
+	forms := []string{
+		base64.StdEncoding.EncodeToString(b), base64.RawStdEncoding.EncodeToString(b),
+		base64.URLEncoding.EncodeToString(b), base64.RawURLEncoding.EncodeToString(b),
+		hex.EncodeToString(b), strings.ToUpper(hex.EncodeToString(b)),
+	}
+	for offset := range 3 {
+		shifted := base64.RawStdEncoding.EncodeToString(append(make([]byte, offset), b...))
+		// Character i covers bits 6i..6i+5 of the shifted bytes; v's bits are 8*offset..8*(offset+len).
+		first, end := (8*offset+5)/6, 8*(offset+len(b))/6
+		if first >= end {
+			continue
+		}
+		run := shifted[first:end]
+		forms = append(forms, run, strings.NewReplacer("+", "-", "/", "_").Replace(run))
+	}
+	return forms
+}
+
 func (w *tailWriter) line(s string) {
+	if strings.TrimSpace(s) == "" || !w.admit() {
+		return
+	}
 	for _, v := range w.scrub {
 		if v != "" {
 			s = strings.ReplaceAll(s, v, "[redacted]")
 		}
 	}
-	if strings.TrimSpace(s) == "" {
-		return
-	}
 	w.log.Info("workerd output", "line", s)
+	w.keep(s)
+}
+
+// keep remembers a logged line for Tail (w.mu held).
+func (w *tailWriter) keep(s string) {
 	w.tail = append(w.tail, s)
 	if len(w.tail) > tailLines {
 		w.tail = w.tail[1:]

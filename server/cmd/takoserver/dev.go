@@ -29,6 +29,9 @@ const (
 	devEnvFile      = "env"
 	// devSealingKeyFile is the sealing key-encryption key dev generates in its directory.
 	devSealingKeyFile = "sealing-key"
+	// devRuntimeSealingKeyFile is the embedded runtime node's own sealing key, which dev generates
+	// in its directory: outside the runtime's state directory (SPEC 5.1).
+	devRuntimeSealingKeyFile = "runtime-sealing-key"
 )
 
 func devCommand(g *globals) *cobra.Command {
@@ -55,6 +58,7 @@ interrupted. It then stops the runtime node's processes and the cluster if it st
 	}
 	cmd.Flags().StringVar(&dir, "dir", filepath.Join(".takoform", "dev"), "private directory for the dev cluster and key")
 	cmd.Flags().StringVar(&rt.StateDir, "runtime-state-dir", runtime.DefaultStateDir, "the embedded runtime node's private state directory")
+	cmd.Flags().StringVar(&rt.SealingKeyFile, "runtime-sealing-key-file", "", "the embedded runtime node's sealing key (default <dir>/runtime-sealing-key, created when absent)")
 	cmd.Flags().StringVar(&rt.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the embedded runtime node's admin API")
 	cmd.Flags().StringVar(&rt.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the embedded runtime node's edge, where workers answer")
 	cmd.Flags().StringVar(&rt.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH)")
@@ -106,7 +110,12 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 		}
 	}
 	// The runtime node runs in-process beside the Host; the default catalog's selfhost
-	// installation points at it.
+	// installation points at it. Its sealing key is dev's to create, beside dev's other keys and
+	// outside the runtime's state directory (a key an earlier version left there is moved once).
+	if rt.SealingKeyFile == "" {
+		rt.SealingKeyFile = filepath.Join(cluster.Dir, devRuntimeSealingKeyFile)
+	}
+	rt.CreateSealingKey = true
 	node, err := runtime.Start(rt)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -141,7 +142,7 @@ func startRuntime(t *testing.T) node {
 	t.Helper()
 	stateDir := filepath.Join(t.TempDir(), "runtime")
 	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
-		"--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
+		"--sealing-key-file", runtimetest.SealingKeyFile(t), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -364,6 +365,11 @@ func TestDevRunsEverythingInOneCommandAndReusesTheCluster(t *testing.T) {
 	require.Equal(t, http.StatusOK, capabilities(t, first.url, key))
 	require.Contains(t, first.stdout.String(), "export TAKOFORM_API_KEY")
 	require.NotContains(t, first.stdout.String(), key, "the key is written to a file, not printed")
+	info, err = os.Stat(filepath.Join(dir, "runtime-sealing-key"))
+	require.NoError(t, err, "dev writes the runtime's sealing key beside its other keys")
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	_, err = os.Stat(filepath.Join(filepath.Dir(dir), "runtime", "runtime-key"))
+	require.ErrorIs(t, err, os.ErrNotExist, "and not in the runtime's state directory")
 
 	first.stop(t)
 	_, err = os.Stat(filepath.Join(dir, "data", "postmaster.pid"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
 
 // runtimeCommand is `takoserver runtime`: the runtime node (SPEC 5), and its admin commands.
@@ -41,6 +43,8 @@ state stays for the next start.`,
 		},
 	}
 	cmd.PersistentFlags().StringVar(&cfg.StateDir, "state-dir", runtime.DefaultStateDir, "the runtime's private state directory (SPEC 6.3)")
+	cmd.Flags().StringVar(&cfg.SealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_RUNTIME_SEALING_KEY_FILE"),
+		"the runtime's own sealing key, outside the state directory (env TAKOSERVER_RUNTIME_SEALING_KEY_FILE; create one with `takoserver runtime init-sealing-key --out FILE`)")
 	cmd.Flags().StringVar(&cfg.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the admin API (a non-loopback address needs --admin-tls-cert and --admin-tls-key)")
 	cmd.Flags().StringVar(&cfg.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the edge that serves workers by Host header")
 	cmd.Flags().StringVar(&cfg.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH; make workerd installs the pinned one)")
@@ -49,7 +53,36 @@ state stays for the next start.`,
 	cmd.Flags().StringArrayVar(&cfg.EgressDeny, "egress-deny", nil, "a network (CIDR) no worker's fetch() may reach, beyond non-public ranges and this node's own addresses (repeatable)")
 	cmd.Flags().IntVar(&cfg.SubrequestLimit, "subrequest-limit", 50, "concurrent subrequests each incarnation may have in flight")
 	cmd.Flags().DurationVar(&cfg.LivenessPeriod, "liveness-period", 5*time.Second, "how often each Ready incarnation is probed; three missed probes in a row restart it")
-	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir))
+	cmd.Flags().StringVar(&cfg.AdminClientCA, "admin-client-ca", "", "CA certificate(s) (PEM): the admin API then requires a client certificate issued by one (mutual TLS; needs --admin-tls-cert)")
+	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g))
+	return cmd
+}
+
+// runtimeInitSealingKeyCommand is `takoserver runtime init-sealing-key --out FILE`.
+func runtimeInitSealingKeyCommand(g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "init-sealing-key --out FILE",
+		Short: "Write a fresh sealing key for a runtime node (never overwrites)",
+		Long: `init-sealing-key writes 32 random bytes (standard base64, mode 0600) to FILE: the key under
+which a runtime node seals the secret deliveries in its state directory. Keep FILE outside the
+state directory (the node refuses to start otherwise) and pass it with --sealing-key-file.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("--out FILE is required")
+			}
+			if err := state.WriteSealingKeyFile(out); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"sealingKeyFile": out},
+				fmt.Sprintf("wrote a runtime sealing key to %s (mode 0600)\nStart the node with --sealing-key-file %s, and keep a copy safe: without it no delivery can be opened.", out, out))
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "", "where to write the key (outside the runtime's state directory)")
 	return cmd
 }
 
@@ -57,19 +90,24 @@ state stays for the next start.`,
 type adminClientFlags struct {
 	url       string
 	tokenFile string
+	tls       selfhost.Config
 }
 
 func (f *adminClientFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.url, "admin-url", adminapi.DefaultAdminURL, "the runtime node's admin API")
 	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "the admin token file (default <state-dir>/admin-token)")
+	cmd.Flags().StringVar(&f.tls.CAFile, "ca-file", "", "CA (PEM) that issued the admin API's certificate (https:// admin URL)")
+	cmd.Flags().StringVar(&f.tls.ClientCertFile, "client-cert", "", "client certificate (PEM) for an admin API that requires one")
+	cmd.Flags().StringVar(&f.tls.ClientKeyFile, "client-key", "", "key (PEM) of --client-cert")
 }
 
 func (f *adminClientFlags) client(stateDir string) (*selfhost.Client, error) {
-	tokenFile := f.tokenFile
-	if tokenFile == "" {
-		tokenFile = filepath.Join(stateDir, adminapi.TokenFileName)
+	cfg := f.tls
+	cfg.URL, cfg.TokenFile = f.url, f.tokenFile
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = filepath.Join(stateDir, adminapi.TokenFileName)
 	}
-	return selfhost.New(f.url, tokenFile)
+	return selfhost.NewFromConfig(cfg)
 }
 
 func runtimeBrakeCommand(g *globals, stateDir *string) *cobra.Command {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 )
 
@@ -27,7 +28,7 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 	t.Parallel()
 	stateDir := filepath.Join(t.TempDir(), "runtime")
 	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
-		"--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
+		"--sealing-key-file", runtimetest.SealingKeyFile(t), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -105,4 +106,38 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 	_, errOut, err := runRaw("", "runtime", "brake", "lifecycle", "on", "--space", "x", "--admin-url", adminURL, "--token-file", tokenFile)
 	require.Error(t, err)
 	require.Contains(t, errOut, "scope")
+}
+
+// `takoserver runtime` starts only with its sealing key outside its state directory (SPEC 5.1);
+// `takoserver runtime init-sealing-key` writes one (0600, never over another); a key an earlier
+// version left in the state directory is refused with the move to make.
+func TestRuntimeCommandNeedsItsSealingKeyOutsideItsStateDirectory(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	stateDir := filepath.Join(base, "runtime")
+	start := func(extra ...string) string {
+		args := append([]string{"runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
+			"--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0"}, extra...)
+		_, errOut, err := runRaw("", args...)
+		require.Error(t, err, "takoserver runtime started: %s", errOut)
+		return errOut
+	}
+	require.Contains(t, start(), "no sealing key: pass --sealing-key-file")
+
+	key := filepath.Join(base, "keys", "runtime-sealing-key")
+	require.NoError(t, os.Mkdir(filepath.Dir(key), 0o700))
+	out := decodeJSON(t, run(t, "", "runtime", "init-sealing-key", "--out", key, "--output", "json"))
+	require.Equal(t, key, out["sealingKeyFile"])
+	info, err := os.Stat(key)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	_, errOut, err := runRaw("", "runtime", "init-sealing-key", "--out", key)
+	require.Error(t, err)
+	require.Contains(t, errOut, "never overwritten")
+
+	inside := filepath.Join(stateDir, "my-key")
+	require.NoError(t, os.Link(key, inside))
+	require.Contains(t, start("--sealing-key-file", inside), "is inside the state directory")
+	require.NoError(t, os.Rename(inside, filepath.Join(stateDir, "runtime-key")))
+	require.Contains(t, start("--sealing-key-file", key), "mv "+filepath.Join(stateDir, "runtime-key")+" "+key)
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -305,4 +306,42 @@ func TestAccDerivationSaysWhoHoldsAnOrigin(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, d.Available)
 	require.Equal(t, &client.Holder{Organization: "other"}, d.HeldBy, "another organization's hold is named by nothing more")
+}
+
+// What the Host would refuse at apply fails at plan, all at once and in HCL names (issue 13.5): a
+// main_module that is not a module, a compatibility_date in the future, a bundle over the limit.
+func TestAccBadWorkerInputsFailAtPlanAllAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	big := strings.Repeat("x", 1<<20)
+	bad := f.config(fmt.Sprintf(`
+resource "takoform_worker" "w" {
+  space              = "bad"
+  name               = "inputs"
+  main_module        = "main.js"
+  modules            = { "index.js" = "export default {}; // %s" }
+  compatibility_date = "2999-01-01"
+}
+`, big))
+	// One plan reports all three; each step looks for one of them in that plan's output.
+	var steps []resource.TestStep
+	for _, want := range []string{`(?s)Bundle too large.*at most\s+1032192`, `main_module is not one of the modules`, `compatibility_date in the future`} {
+		steps = append(steps, resource.TestStep{Config: bad, PlanOnly: true, ExpectError: regexp.MustCompile(want)})
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: append(steps, resource.TestStep{
+			Config: f.config(`
+resource "takoform_worker" "w" {
+  space              = "bad"
+  name               = "inputs"
+  main_module        = "index.js"
+  modules            = { "index.js" = "export default {};" }
+  compatibility_date = "2025-02-30"
+}
+`),
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`Invalid compatibility_date`),
+		}),
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
@@ -24,10 +25,11 @@ import (
 )
 
 var (
-	_ resource.ResourceWithConfigure   = (*workerResource)(nil)
-	_ resource.ResourceWithModifyPlan  = (*workerResource)(nil)
-	_ resource.ResourceWithImportState = (*workerResource)(nil)
-	_ resource.ResourceWithIdentity    = (*workerResource)(nil)
+	_ resource.ResourceWithConfigure      = (*workerResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*workerResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*workerResource)(nil)
+	_ resource.ResourceWithImportState    = (*workerResource)(nil)
+	_ resource.ResourceWithIdentity       = (*workerResource)(nil)
 )
 
 func newWorkerResource() resource.Resource { return &workerResource{} }
@@ -65,6 +67,53 @@ func spaceNameIdentitySchema(what string) identityschema.Schema {
 			"space": identityschema.StringAttribute{RequiredForImport: true, Description: "Space of the " + what + "."},
 			"name":  identityschema.StringAttribute{RequiredForImport: true, Description: "Name of the " + what + "."},
 		},
+	}
+}
+
+// MaxBundleBytes is the most a worker's modules may hold together: the Host refuses a request body
+// over 1 MiB, and the modules travel in one.
+const MaxBundleBytes = 1<<20 - 16<<10
+
+// ValidateConfig checks at plan time, all at once and by HCL name, what the Host would refuse at
+// apply: a main_module that is not one of the modules, a compatibility_date that is not a date or
+// is in the future, and a bundle over the request limit.
+func (r *workerResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m workerModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	var modules map[string]string
+	if !m.Modules.IsUnknown() && !m.Modules.IsNull() && !m.Modules.ElementsAs(ctx, &modules, false).HasError() {
+		known := true
+		for _, v := range m.Modules.Elements() {
+			known = known && !v.IsUnknown()
+		}
+		size := 0
+		for name, src := range modules {
+			size += len(name) + len(src)
+		}
+		if known && size > MaxBundleBytes {
+			resp.Diagnostics.AddAttributeError(path.Root("modules"), "Bundle too large",
+				fmt.Sprintf("The modules hold %d bytes together; a worker's bundle may hold at most %d (the Host takes a request of at most 1 MiB).", size, MaxBundleBytes))
+		}
+		if !m.MainModule.IsUnknown() && !m.MainModule.IsNull() {
+			if _, ok := modules[m.MainModule.ValueString()]; !ok {
+				resp.Diagnostics.AddAttributeError(path.Root("main_module"), "main_module is not one of the modules",
+					fmt.Sprintf("main_module %q names no key of modules (%s).", m.MainModule.ValueString(), strings.Join(slices.Sorted(maps.Keys(modules)), ", ")))
+			}
+		}
+	}
+	if !m.CompatibilityDate.IsUnknown() && !m.CompatibilityDate.IsNull() {
+		date, err := time.Parse(time.DateOnly, m.CompatibilityDate.ValueString())
+		switch {
+		case err != nil:
+			resp.Diagnostics.AddAttributeError(path.Root("compatibility_date"), "Invalid compatibility_date",
+				fmt.Sprintf("compatibility_date %q is not a date such as 2025-01-01.", m.CompatibilityDate.ValueString()))
+		case date.After(time.Now().UTC().AddDate(0, 0, 1)):
+			resp.Diagnostics.AddAttributeError(path.Root("compatibility_date"), "compatibility_date in the future",
+				fmt.Sprintf("compatibility_date %s has not come yet; no runtime knows its behaviour. Use today's date or an earlier one.", m.CompatibilityDate.ValueString()))
+		}
 	}
 }
 

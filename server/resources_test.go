@@ -231,3 +231,15 @@ func TestEndpointNeedsAReadyWorkerAndNeverChangesInPlace(t *testing.T) {
 	require.Equal(t, endpointToken, got["ownershipToken"])
 	require.Equal(t, "api", got["worker"].(map[string]any)["name"])
 }
+
+// A compatibility date that has not come yet is refused before anything is written: no runtime
+// knows its behaviour.
+func TestWorkerWithAFutureCompatibilityDateIsRefused(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	b := workerBody()
+	b["compatibilityDate"] = "2999-01-01"
+	p := h.putWorker("prod", "future", workerToken, b).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+	require.Contains(t, p["detail"], "in the future")
+	require.Zero(t, h.count(`SELECT count(*) FROM workers`))
+}

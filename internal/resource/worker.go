@@ -212,8 +212,13 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	if _, ok := spec.Modules[spec.MainModule]; !ok {
 		return apierr.New(apierr.InvalidRequest, "mainModule %q must name one of the modules", spec.MainModule)
 	}
-	if _, err := time.Parse(time.DateOnly, spec.CompatibilityDate); err != nil {
+	date, err := time.Parse(time.DateOnly, spec.CompatibilityDate)
+	if err != nil {
 		return apierr.New(apierr.InvalidRequest, "compatibilityDate %q must be a date such as 2025-01-01", spec.CompatibilityDate)
+	}
+	if date.After(time.Now().UTC().AddDate(0, 0, 1)) {
+		// No runtime knows the behaviour of a date that has not come yet.
+		return apierr.New(apierr.InvalidRequest, "compatibilityDate %s is in the future", spec.CompatibilityDate)
 	}
 	seen := map[string]bool{}
 	for _, v := range spec.RequiredSensitiveVars {

@@ -103,7 +103,7 @@ func New(cfg Config) *Server {
 		keys:         &auth.Cache{TTL: cfg.KeyCacheTTL},
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend}
-	s.runtimeInputs = &runtimeinput.Service{Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
+	s.runtimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
 		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}
 	s.owners.Recover = s.resources.Recover

@@ -86,7 +86,7 @@ func (h *harness) snapshot() map[string]string {
 func quotaExceeded(t *testing.T, r reply, resource quota.Resource, ceiling, used int) {
 	t.Helper()
 	p := r.problem(t, http.StatusTooManyRequests, "quota_exceeded")
-	require.Equal(t, map[string]any{"resource": string(resource), "ceiling": float64(ceiling), "used": float64(used)}, p["quota"])
+	require.Equal(t, map[string]any{"resource": resource.Name(), "ceiling": float64(ceiling), "used": float64(used)}, p["quota"])
 	require.Contains(t, p["detail"], fmt.Sprintf("ceiling is %d", ceiling))
 	require.Empty(t, r.header.Get("Retry-After"), "a quota does not clear by waiting")
 }
@@ -165,6 +165,7 @@ func TestQuotaReservationsCeilingCountsHostMintedOnes(t *testing.T) {
 	replay := h.putReservation(h.key, "res-a", tokenA, apiBody("prod", "a"))
 	require.Equal(t, http.StatusCreated, replay.status, "body: %s", replay.body)
 	require.Equal(t, "true", replay.header.Get("Takoform-Replayed"))
+	quotaExceeded(t, h.putReservation(h.key, "res-b", tokenB, apiBody("prod", "b")), quota.Reservations, 0, 1)
 	require.NoError(t, quota.Set(context.Background(), h.db, h.org.ID, quota.Reservations, nil))
 
 	require.Equal(t, http.StatusOK, h.deleteReservation(h.key, "res-a", tokenA).status)

@@ -33,6 +33,17 @@ const (
 // Resources lists every resource, in lock order.
 var Resources = []Resource{Endpoints, Reservations, RuntimeInputs, Workers}
 
+// Name is r as the API, the config file's "quotas" and the admin command's JSON spell it.
+func (r Resource) Name() string {
+	if r == RuntimeInputs {
+		return "runtimeInputs"
+	}
+	return string(r)
+}
+
+// MarshalText writes r's Name.
+func (r Resource) MarshalText() ([]byte, error) { return []byte(r.Name()), nil }
+
 // noun names r in a sentence.
 func (r Resource) noun() string {
 	switch r {
@@ -148,7 +159,7 @@ func Check(ctx context.Context, tx dbsqlc.DBTX, defaults Ceilings, org string, r
 // member naming the ceiling, its value and how many the organization holds.
 func Exceeded(r Resource, ceiling int, n int64) *apierr.Error {
 	return apierr.New(apierr.QuotaExceeded, "the organization holds %d %s and its ceiling is %d: delete one, or ask an operator to raise it (takoserver orgs quota)", n, r.noun(), ceiling).
-		With("quota", map[string]any{"resource": string(r), "ceiling": ceiling, "used": n})
+		With("quota", map[string]any{"resource": r.Name(), "ceiling": ceiling, "used": n})
 }
 
 // Usage is one resource's ceiling for an organization and what it holds.

@@ -63,6 +63,8 @@ var statuses = map[apierr.Code]struct {
 	apierr.RevisionConflict:    {http.StatusConflict, "Revision conflict"},
 	apierr.WitnessOpen:         {http.StatusConflict, "Witness still open"},
 	apierr.ScriptHeld:          {http.StatusConflict, "Script name held"},
+	apierr.QuotaExceeded:       {http.StatusTooManyRequests, "Quota exceeded"},
+	apierr.RateLimited:         {http.StatusTooManyRequests, "Too many requests"},
 	apierr.Conflict:            {http.StatusConflict, "Conflict"},
 	apierr.Internal:            {http.StatusInternalServerError, "Internal error"},
 	apierr.Unavailable:         {http.StatusServiceUnavailable, "Service unavailable"},
@@ -155,7 +157,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		raw = []byte(`{"type":"urn:takoform:problem:internal","title":"Internal error","status":500,"code":"internal"}`)
 		st.status = http.StatusInternalServerError
 	}
-	if apierr.Retryable(ae.Code) {
+	if apierr.Retryable(ae.Code) && c.Response().Header().Get("Retry-After") == "" {
+		// The rate limiter sets its own (when its key's bucket holds a token again).
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ownership.RetryAfterSeconds))
 	}
 	if st.status == http.StatusUnauthorized {

@@ -76,6 +76,7 @@ type Server struct {
 	resources     *resource.Service
 	runtimeInputs *runtimeinput.Service
 	keys          *auth.Cache
+	rates         *keyBuckets
 }
 
 // New builds the API over cfg.
@@ -101,9 +102,10 @@ func New(cfg Config) *Server {
 			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 		keys:         &auth.Cache{TTL: cfg.KeyCacheTTL},
+		rates:        newKeyBuckets(cfg.Catalog.Rates),
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend}
-	s.runtimeInputs = &runtimeinput.Service{Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
+	s.runtimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
 		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}
 	s.owners.Recover = s.resources.Recover
@@ -124,8 +126,8 @@ func (s *Server) routes() {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})))
 
 	// Every route names the scope it needs: reads, and the non-mutating derivation, need only
-	// resources:read.
-	v1 := e.Group("/v1", s.authenticate)
+	// resources:read. Every request of a key spends from its rate (limitRate).
+	v1 := e.Group("/v1", s.authenticate, s.limitRate)
 	read, write := requireScope(auth.ScopeRead), requireScope(auth.ScopeWrite)
 	v1.GET("/capabilities", s.capabilities, read)
 	v1.GET("/offerings", s.offerings, read)

@@ -64,15 +64,18 @@ const (
 	RevisionConflict    Code = "revision_conflict"
 	WitnessOpen         Code = "witness_open"
 	ScriptHeld          Code = "script_held"
+	QuotaExceeded       Code = "quota_exceeded"
+	RateLimited         Code = "rate_limited"
 	Conflict            Code = "conflict"
 	Internal            Code = "internal"
 	Unavailable         Code = "unavailable"
 )
 
 // Retryable reports whether a refusal with code clears by itself, so that the caller should retry
-// the same request after a pause (answered with Retry-After).
+// the same request after a pause (answered with Retry-After). A quota_exceeded does not: it
+// clears only when the organization deletes something or an operator raises its ceiling.
 func Retryable(code Code) bool {
-	return code == IntentInProgress || code == WitnessOpen || code == Unavailable || code == BackendUnreachable
+	return code == IntentInProgress || code == WitnessOpen || code == Unavailable || code == BackendUnreachable || code == RateLimited
 }
 
 // New returns an *Error with a formatted detail.

@@ -20,6 +20,7 @@ import (
 	"strings"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 )
 
 // Backend packs.
@@ -67,15 +68,52 @@ type Offering struct {
 	Digest       string   `json:"-"`
 }
 
-// Catalog is the validated set of installations and offerings.
+// Catalog is the validated set of installations and offerings, with the default per-organization
+// ceilings and the per-key request rate every Host replica applies.
 type Catalog struct {
 	Installations map[string]Installation
 	Offerings     []Offering
+	// Quotas are the ceilings of an organization without overrides (SPEC 5.1).
+	Quotas quota.Ceilings
+	// Rates is the per-API-key request rate.
+	Rates Rates
 }
+
+// Rates is the token bucket each API key gets on each Host replica: PerSecond tokens a second up
+// to Burst. A replica keeps its buckets in memory, so behind N replicas a key gets up to N times
+// the rate. PerSecond 0 turns the limit off.
+type Rates struct {
+	PerSecond float64
+	Burst     int
+}
+
+// Default request rate per API key and replica: a burst covers a whole plan's refresh of a few
+// hundred resources at once, and the sustained rate is several times what one apply reaches
+// (every mutation waits on a backend), while it keeps one key to a small share of a replica.
+const (
+	DefaultRatePerSecond = 50
+	DefaultRateBurst     = 200
+)
 
 type file struct {
 	Installations []Installation `json:"installations"`
 	Offerings     []Offering     `json:"offerings"`
+	Quotas        *quotasFile    `json:"quotas,omitempty"`
+	Rates         *ratesFile     `json:"rates,omitempty"`
+}
+
+// quotasFile is the config file's top-level "quotas": the default ceilings, each optional.
+type quotasFile struct {
+	Workers       *int `json:"workers"`
+	Endpoints     *int `json:"endpoints"`
+	Reservations  *int `json:"reservations"`
+	RuntimeInputs *int `json:"runtimeInputs"`
+}
+
+// ratesFile is the config file's top-level "rates".
+type ratesFile struct {
+	PerKeyPerSecond *float64 `json:"perKeyPerSecond"`
+	PerKeyBurst     *int     `json:"perKeyBurst"`
 }
 
 // The default selfhost installation's runtime node (SPEC 6.1): the one `takoserver dev` embeds
@@ -110,7 +148,8 @@ func DefaultWithRuntime(runtimeURL, tokenFile, edgeListen string) *Catalog {
 	return c
 }
 
-// Load reads a JSON catalog file: {"installations":[...], "offerings":[...]}. Unknown fields are refused.
+// Load reads a JSON catalog file: {"installations":[...], "offerings":[...], "quotas":{...},
+// "rates":{...}}. Unknown fields are refused.
 func Load(path string) (*Catalog, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -136,7 +175,14 @@ var (
 )
 
 func build(f file) (*Catalog, error) {
-	c := &Catalog{Installations: map[string]Installation{}}
+	c := &Catalog{Installations: map[string]Installation{}, Quotas: quota.Defaults(),
+		Rates: Rates{PerSecond: DefaultRatePerSecond, Burst: DefaultRateBurst}}
+	if err := f.Quotas.apply(&c.Quotas); err != nil {
+		return nil, fmt.Errorf("quotas: %w", err)
+	}
+	if err := f.Rates.apply(&c.Rates); err != nil {
+		return nil, fmt.Errorf("rates: %w", err)
+	}
 	namespaces := map[string]string{}
 	for _, inst := range f.Installations {
 		if !idPattern.MatchString(inst.Name) {
@@ -201,6 +247,46 @@ func (inst Installation) ScriptNamespace() string {
 		return "workers.dev account " + inst.AccountSubdomain
 	}
 	return "dispatch namespace of " + inst.BaseDomain
+}
+
+func (q *quotasFile) apply(c *quota.Ceilings) error {
+	if q == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		from *int
+		to   *int
+	}{{"workers", q.Workers, &c.Workers}, {"endpoints", q.Endpoints, &c.Endpoints},
+		{"reservations", q.Reservations, &c.Reservations}, {"runtimeInputs", q.RuntimeInputs, &c.RuntimeInputs}} {
+		if f.from == nil {
+			continue
+		}
+		if *f.from < 0 || *f.from > quota.MaxCeiling {
+			return fmt.Errorf("%s must be between 0 and %d", f.name, quota.MaxCeiling)
+		}
+		*f.to = *f.from
+	}
+	return nil
+}
+
+func (r *ratesFile) apply(out *Rates) error {
+	if r == nil {
+		return nil
+	}
+	if r.PerKeyPerSecond != nil {
+		if *r.PerKeyPerSecond < 0 || *r.PerKeyPerSecond > 1e6 {
+			return fmt.Errorf("perKeyPerSecond must be between 0 (no limit) and 1000000")
+		}
+		out.PerSecond = *r.PerKeyPerSecond
+	}
+	if r.PerKeyBurst != nil {
+		if *r.PerKeyBurst < 1 || *r.PerKeyBurst > 1e6 {
+			return fmt.Errorf("perKeyBurst must be between 1 and 1000000")
+		}
+		out.Burst = *r.PerKeyBurst
+	}
+	return nil
 }
 
 func validateInstallation(inst *Installation) error {

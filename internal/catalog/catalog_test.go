@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 )
 
 func write(t *testing.T, body string) string {
@@ -44,6 +46,10 @@ func TestLoadRefusesBadCatalogs(t *testing.T) {
 		"unknown installation":  {`{"installations":[],"offerings":[{"id":"o","kind":"module-worker","installation":"nope","soldTo":["*"]}]}`, "unknown installation"},
 		"bad kind":              {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"vm","installation":"x","soldTo":["*"]}]}`, "kind must be"},
 		"nobody sold to":        {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"module-worker","installation":"x","soldTo":[]}]}`, "soldTo"},
+		"negative quota":        {`{"installations":[],"quotas":{"workers":-1}}`, "workers must be between 0"},
+		"unknown quota":         {`{"installations":[],"quotas":{"cpus":4}}`, `unknown field "cpus"`},
+		"negative rate":         {`{"installations":[],"rates":{"perKeyPerSecond":-1}}`, "perKeyPerSecond"},
+		"zero burst":            {`{"installations":[],"rates":{"perKeyBurst":0}}`, "perKeyBurst"},
 		"duplicate offering":    {`{"installations":[{"name":"x","pack":"selfhost"}],"offerings":[{"id":"o","kind":"module-worker","installation":"x","soldTo":["*"]},{"id":"o","kind":"worker-endpoint","installation":"x","soldTo":["*"]}]}`, "declared twice"},
 	}
 	for name, c := range cases {
@@ -105,4 +111,16 @@ func TestOfferingDigestCoversPlacementOnly(t *testing.T) {
 	}
 	require.Equal(t, load("acme", "http://127.0.0.1:8788").Digest, load("*", "http://127.0.0.1:8788").Digest)
 	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "https://10.0.0.2:8788").Digest)
+}
+
+func TestQuotasAndRatesDefaultAndOverride(t *testing.T) {
+	t.Parallel()
+	d := Default()
+	require.Equal(t, quota.Ceilings{Workers: 100, Endpoints: 100, Reservations: 200, RuntimeInputs: 100}, d.Quotas)
+	require.Equal(t, Rates{PerSecond: 50, Burst: 200}, d.Rates)
+
+	c, err := Load(write(t, `{"installations":[],"quotas":{"workers":3,"runtimeInputs":0},"rates":{"perKeyPerSecond":2.5}}`))
+	require.NoError(t, err)
+	require.Equal(t, quota.Ceilings{Workers: 3, Endpoints: 100, Reservations: 200, RuntimeInputs: 0}, c.Quotas, "a key left out keeps its default; 0 is a ceiling")
+	require.Equal(t, Rates{PerSecond: 2.5, Burst: 200}, c.Rates)
 }

@@ -244,15 +244,18 @@ func retryAfter(err error) time.Duration {
 }
 
 // retryable is SPEC 4's list: connection errors (and a request's own timeout, a lost answer)
-// while the caller still waits, 429, 5xx (but 501, which never clears), and the retryable 409s
-// intent_in_progress and witness_open.
+// while the caller still waits, 429 (but quota_exceeded, which clears only when the organization
+// deletes something or an operator raises its ceiling), 5xx (but 501, which never clears), and
+// the retryable 409s intent_in_progress and witness_open.
 func retryable(ctx context.Context, status int, err error) bool {
 	switch {
 	case status == 0:
 		return ctx.Err() == nil
 	case status == http.StatusNotImplemented:
 		return false
-	case status == http.StatusTooManyRequests || status >= 500:
+	case status == http.StatusTooManyRequests:
+		return !IsCode(err, "quota_exceeded")
+	case status >= 500:
 		return true
 	}
 	return IsCode(err, "intent_in_progress") || IsCode(err, "witness_open")

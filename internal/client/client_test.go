@@ -249,3 +249,48 @@ func TestTransportErrorsNeverCarryTheKey(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "tkf_secret_value")
 }
+
+// A 429 rate_limited is retried after the Host's Retry-After, with the same token, so an apply
+// under the limit succeeds; a 429 quota_exceeded is final and fails at once (SPEC 5.1).
+func TestRateLimitsAreWaitedOutButQuotasFailAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code  string
+		calls int
+	}{{"rate_limited", 3}, {"quota_exceeded", 1}} {
+		t.Run(tc.code, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var at []time.Time
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				at = append(at, time.Now())
+				n := len(at)
+				mu.Unlock()
+				if n <= 2 {
+					if tc.code == "rate_limited" {
+						w.Header().Set("Retry-After", "1")
+					}
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(http.StatusTooManyRequests)
+					_, _ = w.Write([]byte(`{"code":"` + tc.code + `","detail":"slow down"}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{}`))
+			})
+			c := newTestClient(t, h, 4)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, at, tc.calls)
+			if tc.code == "quota_exceeded" {
+				require.True(t, IsCode(err, "quota_exceeded"), "%v", err)
+				return
+			}
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, at[1].Sub(at[0]), 900*time.Millisecond, "the retry waits out Retry-After")
+		})
+	}
+}

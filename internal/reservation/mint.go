@@ -10,6 +10,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
@@ -47,6 +48,11 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 	row, err := q.ReservationLock(ctx, dbsqlc.ReservationLockParams{OrganizationID: w.OrganizationID, ID: id})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), err == nil && row.EffectiveStatus == "released":
+		// A new row counts toward the organization's reservation ceiling (SPEC 5.1), as a
+		// caller's does: Host-minted reservations hold an origin just the same.
+		if err := quota.Check(ctx, tx, s.Catalog.Quotas, w.OrganizationID, quota.Reservations); err != nil {
+			return Reservation{}, err
+		}
 		return s.insertMinted(ctx, tx, w, id, label, origin)
 	case err != nil:
 		return Reservation{}, fmt.Errorf("reservation: mint: %w", err)
@@ -65,6 +71,10 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 			if err := sweep(ctx, q, w.OrganizationID, id, "", "", ""); err != nil {
 				return Reservation{}, err
 			}
+		}
+		// A revived row is live again, so it counts again.
+		if err := quota.Check(ctx, tx, s.Catalog.Quotas, w.OrganizationID, quota.Reservations); err != nil {
+			return Reservation{}, err
 		}
 		if err := revive(ctx, tx, w, id); err != nil {
 			return Reservation{}, err

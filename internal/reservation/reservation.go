@@ -19,6 +19,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
@@ -268,6 +269,10 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	}
 	d, err := s.resolve(org, req)
 	if err != nil {
+		return Reservation{}, err
+	}
+	// The organization's reservation ceiling (SPEC 5.1), held until this transaction ends.
+	if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Reservations); err != nil {
 		return Reservation{}, err
 	}
 	q := dbsqlc.New(tx)

@@ -15,6 +15,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -331,6 +332,17 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 			}
 			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, script))
 			work = &pl
+			return err
+		}
+		// The ceilings (SPEC 5.1) come first, before any other row lock: the endpoint's, and, when
+		// the Host will mint the reservation, the reservations' row too (counted by the mint, which
+		// may find the row it needs already standing).
+		if spec.OriginReservationID == nil {
+			if err := quota.Hold(ctx, tx, org.ID, quota.Endpoints, quota.Reservations); err != nil {
+				return err
+			}
+		}
+		if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Endpoints); err != nil {
 			return err
 		}
 		w, inc, err := readyWorker(ctx, q, org.ID, space, spec.Worker, uuid.Nil, true)

@@ -20,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -505,6 +506,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names this worker).
 		if m.Current == nil {
+			// The organization's worker ceiling (SPEC 5.1), under its quota row's lock until this
+			// transaction ends, so that no other create of the organization counts beside it.
+			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
+				return err
+			}
 			w = Worker{Modules: spec.Modules, Placement: placement}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars

@@ -17,6 +17,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -154,6 +155,8 @@ func (p Projection) JSON() []byte { return wire.JSON(p) }
 
 // Service is the runtime-input authority.
 type Service struct {
+	// Quotas are the default ceilings (the catalog's); an organization's overrides are stored.
+	Quotas       quota.Ceilings
 	Ring         *sealing.Ring
 	Backends     *backend.Registry
 	Reservations *reservation.Service
@@ -291,6 +294,11 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	}
 	ring, err := s.ring()
 	if err != nil {
+		return Preparation{}, err
+	}
+	// The organization's ceiling on pending runtime inputs (SPEC 5.1), held until this
+	// transaction ends.
+	if err := quota.Check(ctx, tx, s.Quotas, org.ID, quota.RuntimeInputs); err != nil {
 		return Preparation{}, err
 	}
 	r, err := s.Reservations.Get(ctx, tx, org, req.Target.OriginReservationID)

@@ -118,6 +118,13 @@ type Organization struct {
 	CreatedAt time.Time
 }
 
+type OrganizationQuota struct {
+	OrganizationID string
+	Resource       string
+	Ceiling        *int32
+	UpdatedAt      time.Time
+}
+
 type OwnershipBinding struct {
 	OrganizationID string
 	Kind           string

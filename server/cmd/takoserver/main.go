@@ -12,16 +12,19 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -270,7 +273,125 @@ func orgsCommand(g *globals) *cobra.Command {
 			}
 			return g.print(cmd.OutOrStdout(), org, fmt.Sprintf("created organization %s (id %s)", org.Name, org.ID))
 		},
-	})
+	}, quotaCommand(g))
+	return cmd
+}
+
+// ceilingFlag is a ceiling on the command line: a number, or "default" for the catalog's.
+type ceilingFlag struct {
+	set   bool
+	value *int
+}
+
+func (f *ceilingFlag) String() string {
+	switch {
+	case !f.set:
+		return ""
+	case f.value == nil:
+		return "default"
+	}
+	return strconv.Itoa(*f.value)
+}
+
+func (f *ceilingFlag) Set(s string) error {
+	if s == "default" {
+		f.set, f.value = true, nil
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > quota.MaxCeiling {
+		return fmt.Errorf("a ceiling is a number from 0 to %d, or default", quota.MaxCeiling)
+	}
+	f.set, f.value = true, &n
+	return nil
+}
+
+func (f *ceilingFlag) Type() string { return "N|default" }
+
+// quotaReport is what orgs quota prints with --output json.
+type quotaReport struct {
+	Organization auth.Organization      `json:"organization"`
+	Quotas       map[string]quota.Usage `json:"quotas"`
+}
+
+func quotaCommand(g *globals) *cobra.Command {
+	var config string
+	flags := map[quota.Resource]*ceilingFlag{}
+	cmd := &cobra.Command{
+		Use:   "quota ORG [--workers N] [--endpoints N] [--reservations N] [--runtime-inputs N]",
+		Short: "Show an organization's ceilings, or override them",
+		Long: `quota shows the organization's effective ceilings and what it holds of each. Each flag overrides
+one ceiling for this organization (0 refuses every create of it), or with "default" returns it to the
+catalog's default (the config file's "quotas", else the built-in defaults). Pass the --config the Host
+replicas run with, so that the defaults shown are theirs. A ceiling below what the organization holds
+leaves everything standing and refuses creates until it holds less. Every Host replica applies a
+change on the next create.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			cat := catalog.Default()
+			if config != "" {
+				var err error
+				if cat, err = catalog.Load(config); err != nil {
+					return err
+				}
+			}
+			ctx := cmd.Context()
+			db, err := g.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			org, err := auth.OrganizationByName(ctx, db, args[0])
+			if err != nil {
+				return err
+			}
+			err = store.WithTx(ctx, db, func(tx pgx.Tx) error {
+				for _, r := range quota.Resources {
+					if f := flags[r]; f.set {
+						if err := quota.Set(ctx, tx, org.ID, r, f.value); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			usage, err := quota.Report(ctx, db, cat.Quotas, org.ID)
+			if err != nil {
+				return err
+			}
+			out := quotaReport{Organization: org, Quotas: map[string]quota.Usage{}}
+			text := "organization " + org.Name
+			for _, u := range usage {
+				out.Quotas[u.Resource.Name()] = u
+				source := "default"
+				if u.Override {
+					source = "set for this organization"
+				}
+				text += fmt.Sprintf("\n  %-14s %d of %d (%s)", u.Resource.Name(), u.Used, u.Ceiling, source)
+			}
+			return g.print(cmd.OutOrStdout(), out, text)
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", "", "the catalog file the Host replicas run with (its quotas are the defaults)")
+	for _, f := range []struct {
+		r    quota.Resource
+		flag string
+		what string
+	}{
+		{quota.Workers, "workers", "workers (deleted ones do not count)"},
+		{quota.Endpoints, "endpoints", "endpoints (deleted ones do not count)"},
+		{quota.Reservations, "reservations", "live reservations, Host-minted ones included (released and expired ones do not count)"},
+		{quota.RuntimeInputs, "runtime-inputs", "pending runtime inputs (prepared or claimed; settled, aborted and expired ones do not count)"},
+	} {
+		flags[f.r] = &ceilingFlag{}
+		cmd.Flags().Var(flags[f.r], f.flag, "ceiling on "+f.what+", or default")
+	}
 	return cmd
 }
 

@@ -1,0 +1,219 @@
+// Package quota enforces the per-organization ceilings of SPEC 5.1: how many workers, endpoints,
+// live reservations and pending runtime inputs one organization may hold. The defaults come from
+// the catalog; an operator overrides them per organization (takoserver orgs quota).
+//
+// The ceiling holds in the database, across any number of Host replicas: a create locks its
+// organization's quota row for the resource (quota_lock), then counts what the organization
+// holds in a statement of its own, and inserts in the same transaction. A second create of the
+// same organization waits on the row until the first commits or rolls back, and then counts its
+// row, so two creates at ceiling-1 never both pass. Deletes take no lock: a create that counts
+// before a delete commits refuses, which errs on the safe side.
+package quota
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+)
+
+// Resource is what a ceiling bounds.
+type Resource string
+
+// The resources a ceiling bounds, as stored in organization_quotas.
+const (
+	Endpoints     Resource = "endpoints"
+	Reservations  Resource = "reservations"
+	RuntimeInputs Resource = "runtime_inputs"
+	Workers       Resource = "workers"
+)
+
+// Resources lists every resource, in lock order.
+var Resources = []Resource{Endpoints, Reservations, RuntimeInputs, Workers}
+
+// Name is r as the API, the config file's "quotas" and the admin command's JSON spell it.
+func (r Resource) Name() string {
+	if r == RuntimeInputs {
+		return "runtimeInputs"
+	}
+	return string(r)
+}
+
+// MarshalText writes r's Name.
+func (r Resource) MarshalText() ([]byte, error) { return []byte(r.Name()), nil }
+
+// noun names r in a sentence.
+func (r Resource) noun() string {
+	switch r {
+	case RuntimeInputs:
+		return "pending runtime inputs"
+	case Reservations:
+		return "live reservations"
+	}
+	return string(r)
+}
+
+// Ceilings are the ceilings of one organization, or the catalog's defaults.
+type Ceilings struct {
+	Workers       int
+	Endpoints     int
+	Reservations  int
+	RuntimeInputs int
+}
+
+// Built-in defaults. A worker is a process on a runtime node (its memory, and its organization's
+// share of CPU), so the worker ceiling bounds what one organization takes of a node; an endpoint
+// needs a worker; each endpoint holds a reservation (minted or supplied) and a
+// replacement briefly holds two, hence twice as many reservations; a runtime input is pending only
+// between its PUT and its worker's apply.
+const (
+	DefaultWorkers       = 100
+	DefaultEndpoints     = 100
+	DefaultReservations  = 200
+	DefaultRuntimeInputs = 100
+	// MaxCeiling bounds any ceiling (the column's check says the same).
+	MaxCeiling = 1_000_000
+)
+
+// Defaults are the built-in defaults, used where the catalog sets none.
+func Defaults() Ceilings {
+	return Ceilings{Workers: DefaultWorkers, Endpoints: DefaultEndpoints, Reservations: DefaultReservations, RuntimeInputs: DefaultRuntimeInputs}
+}
+
+// Of returns the ceiling of r.
+func (c Ceilings) Of(r Resource) int {
+	switch r {
+	case Workers:
+		return c.Workers
+	case Endpoints:
+		return c.Endpoints
+	case Reservations:
+		return c.Reservations
+	case RuntimeInputs:
+		return c.RuntimeInputs
+	}
+	panic("quota: unknown resource " + string(r))
+}
+
+func held(u dbsqlc.QuotaUsageRow, r Resource) int64 {
+	switch r {
+	case Workers:
+		return u.Workers
+	case Endpoints:
+		return u.Endpoints
+	case Reservations:
+		return u.Reservations
+	case RuntimeInputs:
+		return u.RuntimeInputs
+	}
+	panic("quota: unknown resource " + string(r))
+}
+
+// Hold locks the organization's quota rows of rs for the rest of tx without counting. A create
+// that may bound several resources (an endpoint that mints its reservation) takes them all first,
+// before any other row lock, so that creates never wait on each other in two orders.
+func Hold(ctx context.Context, tx dbsqlc.DBTX, org string, rs ...Resource) error {
+	_, err := lock(ctx, tx, org, rs)
+	return err
+}
+
+func lock(ctx context.Context, tx dbsqlc.DBTX, org string, rs []Resource) ([]dbsqlc.QuotaLockRow, error) {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = string(r)
+	}
+	slices.Sort(names)
+	rows, err := dbsqlc.New(tx).QuotaLock(ctx, dbsqlc.QuotaLockParams{OrganizationID: org, Resources: slices.Compact(names)})
+	if err != nil {
+		return nil, fmt.Errorf("quota: lock: %w", err)
+	}
+	return rows, nil
+}
+
+// Check is the quota step of a create of one r: it locks the organization's row for r (at once
+// when Hold took it), counts what the organization holds, and refuses with quota_exceeded,
+// naming the ceiling, its value and the count, when one more would pass the ceiling. The caller
+// inserts in the same transaction; a refusal ends it, so nothing of the create is left.
+func Check(ctx context.Context, tx dbsqlc.DBTX, defaults Ceilings, org string, r Resource) error {
+	rows, err := lock(ctx, tx, org, []Resource{r})
+	if err != nil {
+		return err
+	}
+	ceiling := defaults.Of(r)
+	if len(rows) == 1 && rows[0].Overridden {
+		ceiling = int(rows[0].Ceiling)
+	}
+	usage, err := dbsqlc.New(tx).QuotaUsage(ctx, org)
+	if err != nil {
+		return fmt.Errorf("quota: count: %w", err)
+	}
+	if n := held(usage, r); n >= int64(ceiling) {
+		return Exceeded(r, ceiling, n)
+	}
+	return nil
+}
+
+// Exceeded is the refusal of a create past the ceiling of r: 429 quota_exceeded, with a quota
+// member naming the ceiling, its value and how many the organization holds.
+func Exceeded(r Resource, ceiling int, n int64) *apierr.Error {
+	return apierr.New(apierr.QuotaExceeded, "the organization holds %d %s and its ceiling is %d: delete one, or ask an operator to raise it (takoserver orgs quota)", n, r.noun(), ceiling).
+		With("quota", map[string]any{"resource": r.Name(), "ceiling": ceiling, "used": n})
+}
+
+// Usage is one resource's ceiling for an organization and what it holds.
+type Usage struct {
+	Resource Resource `json:"resource"`
+	Ceiling  int      `json:"ceiling"`
+	// Override is true when an operator set the ceiling for this organization, false when it is
+	// the catalog's default.
+	Override bool  `json:"override"`
+	Used     int64 `json:"used"`
+}
+
+// Report returns the organization's effective ceilings (its overrides, else defaults) and what it
+// holds of each resource, taking no lock.
+func Report(ctx context.Context, db dbsqlc.DBTX, defaults Ceilings, org string) ([]Usage, error) {
+	q := dbsqlc.New(db)
+	overrides, err := q.QuotaOverrides(ctx, org)
+	if err != nil {
+		return nil, fmt.Errorf("quota: overrides: %w", err)
+	}
+	usage, err := q.QuotaUsage(ctx, org)
+	if err != nil {
+		return nil, fmt.Errorf("quota: count: %w", err)
+	}
+	out := make([]Usage, 0, len(Resources))
+	for _, r := range Resources {
+		u := Usage{Resource: r, Ceiling: defaults.Of(r), Used: held(usage, r)}
+		for _, o := range overrides {
+			if o.Resource == string(r) && o.Ceiling != nil {
+				u.Ceiling, u.Override = int(*o.Ceiling), true
+			}
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// Set overrides the organization's ceiling of r, or with nil returns it to the catalog's default.
+// A ceiling below what the organization holds leaves everything standing and refuses creates
+// until it holds less.
+func Set(ctx context.Context, db dbsqlc.DBTX, org string, r Resource, ceiling *int) error {
+	if !slices.Contains(Resources, r) {
+		return fmt.Errorf("quota: unknown resource %q", r)
+	}
+	var c *int32
+	if ceiling != nil {
+		if *ceiling < 0 || *ceiling > MaxCeiling {
+			return fmt.Errorf("a ceiling must be between 0 and %d", MaxCeiling)
+		}
+		v := int32(*ceiling)
+		c = &v
+	}
+	if err := dbsqlc.New(db).QuotaSet(ctx, dbsqlc.QuotaSetParams{OrganizationID: org, Resource: string(r), Ceiling: c}); err != nil {
+		return fmt.Errorf("quota: set: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package quota_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// query returns the text of the named query in internal/store/queries/quotas.sql, its named
+// parameters numbered as sqlc numbers them.
+func query(t *testing.T, name string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../store/queries/quotas.sql")
+	require.NoError(t, err)
+	_, rest, ok := strings.Cut(string(raw), "-- name: "+name+" ")
+	require.True(t, ok, "query %s", name)
+	body, _, _ := strings.Cut(rest, "\n-- name: ")
+	var lines []string
+	for _, l := range strings.Split(body, "\n")[1:] {
+		if !strings.HasPrefix(l, "--") {
+			lines = append(lines, l)
+		}
+	}
+	return regexp.MustCompile(`@organization_id`).ReplaceAllString(strings.Join(lines, "\n"), "$$1")
+}
+
+// scans lists the scan nodes of a JSON plan as "Node Type on relation using index".
+func scans(plan any) []string {
+	var out []string
+	switch v := plan.(type) {
+	case map[string]any:
+		if rel, ok := v["Relation Name"].(string); ok {
+			index, _ := v["Index Name"].(string)
+			out = append(out, v["Node Type"].(string)+" on "+rel+" using "+index)
+		}
+		for _, child := range v {
+			out = append(out, scans(child)...)
+		}
+	case []any:
+		for _, child := range v {
+			out = append(out, scans(child)...)
+		}
+	}
+	return out
+}
+
+// TestQuotaUsageIsServedByIndexesBesideOtherTenantsRows (STYLE 14): the count every create runs
+// reads only the organization's own live rows through an index, however many rows other
+// organizations and its own history hold.
+func TestQuotaUsageIsServedByIndexesBesideOtherTenantsRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	small, err := auth.CreateOrganization(ctx, db, "small")
+	require.NoError(t, err)
+	big, err := auth.CreateOrganization(ctx, db, "big")
+	require.NoError(t, err)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := db.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status, finished_at)
+		VALUES ('00000000-0000-0000-0000-000000000001', $1, 'worker', 'x', 'PUT', 'committed', now())`, big.ID)
+	// Other tenants' rows and the big one's deleted, released and expired history.
+	exec(`INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, script_name,
+		offering_id, offering_digest, pack, installation, status, operation_id)
+		SELECT gen_random_uuid(), $1, 'prod', 'w' || i, '{}', 'index.js', '2025-01-01', 'w' || i, 'o', 'd', 'selfhost', 'selfhost',
+		       CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END, '00000000-0000-0000-0000-000000000001'
+		FROM generate_series(1, 20000) i`, big.ID)
+	exec(`INSERT INTO worker_endpoints (uid, organization_id, space, name, worker_uid, worker_name, origin_reservation_id, host_minted,
+		canonical_origin, hostname, offering_id, offering_digest, pack, installation, status, operation_id)
+		SELECT gen_random_uuid(), w.organization_id, w.space, w.name, w.uid, w.name, 'res-' || w.name, false,
+		       'http://' || w.name || '.example', w.name || '.example', 'o', 'd', 'selfhost', 'selfhost', w.status, w.operation_id
+		FROM workers w`)
+	exec(`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
+		canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation)
+		SELECT $1, 'res-' || i, gen_random_uuid(), 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'w' || i, 'w' || i,
+		       'http://w' || i || '.example', 86400, CASE WHEN i % 10 = 0 THEN 'prepared' ELSE 'released' END, now() + interval '1 day',
+		       'o', 'd', 'selfhost', 'selfhost'
+		FROM generate_series(1, 20000) i`, big.ID)
+	exec(`INSERT INTO runtime_input_preparations (organization_id, operation_id, preparation_id, reference, material_set_nonce,
+		material_set_id, space, worker_name, bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names,
+		material_digest, digest_key_id, status, expires_at)
+		SELECT $1, 'op-' || i, 'prep-' || md5(i::text), 'rip1.prep-' || md5(i::text) || '.' || md5(i::text) || md5(i::text),
+		       'n', gen_random_uuid(), 'prod', 'w' || i, 'main', 'w' || i, 'res-' || i, 'http://w' || i || '.example', '{}',
+		       decode(md5(i::text) || md5(i::text), 'hex'), 'k', 'expired', now() + interval '1 hour'
+		FROM generate_series(1, 20000) i`, big.ID)
+	exec(`ANALYZE`)
+
+	var raw []byte
+	require.NoError(t, db.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+query(t, "QuotaUsage"), small.ID).Scan(&raw))
+	var plan any
+	require.NoError(t, json.Unmarshal(raw, &plan))
+	found := scans(plan)
+	require.Len(t, found, 4, "%v", found)
+	for _, s := range found {
+		require.NotContains(t, s, "Seq Scan", "every count reads an index: %v", found)
+	}
+	// The organization's released reservations and spent runtime inputs are not walked either.
+	require.Contains(t, strings.Join(found, "\n"), "worker_endpoint_origin_reservations using worker_endpoint_origin_reservations_live_idx")
+	require.Contains(t, strings.Join(found, "\n"), "runtime_input_preparations using runtime_input_preparations_pending_idx")
+
+	// And it counts what it should: the big organization's live rows only.
+	usage, err := quota.Report(ctx, db, quota.Defaults(), big.ID)
+	require.NoError(t, err)
+	require.Equal(t, []quota.Usage{
+		{Resource: quota.Endpoints, Ceiling: 100, Used: 10000},
+		{Resource: quota.Reservations, Ceiling: 200, Used: 2000},
+		{Resource: quota.RuntimeInputs, Ceiling: 100, Used: 0},
+		{Resource: quota.Workers, Ceiling: 100, Used: 10000},
+	}, usage)
+}

@@ -1,0 +1,4 @@
+DROP INDEX runtime_input_preparations_pending_idx;
+DROP INDEX worker_endpoint_origin_reservations_live_idx;
+DROP FUNCTION quota_lock;
+DROP TABLE organization_quotas;

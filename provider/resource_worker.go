@@ -241,7 +241,7 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 		resp.Diagnostics.AddAttributeError(path.Root("runtime_input_reference"), "Runtime input delivered to another worker",
 			fmt.Sprintf("The runtime input %s (operation id %s) was delivered to worker UID %s. A runtime input is delivered once, to one worker UID, "+
 				"so a new or replaced worker needs a new runtime input: replace the takoform_worker_runtime_input too "+
-				"(`tofu apply -replace=<its address>` together with the worker's), or bump its bindings_wo_version.",
+				"(`terraform apply -replace=<its address>` or `tofu apply -replace=<its address>`, together with the worker's), or bump its bindings_wo_version.",
 				p.RuntimeInputReference, p.OperationID, p.BoundWorker.UID))
 	}
 }

@@ -380,7 +380,7 @@ func (r *runtimeInputResource) Create(ctx context.Context, req resource.CreateRe
 				"This happens when a value comes from a source that yields a new value each time it is read (an ephemeral resource or function that mints a fresh secret, a timestamp): "+
 				"the plan would promise the worker one reference and the Host would seal another. "+
 				"Give bindings_wo values that are the same at plan and apply (read a stored secret, or keep a generated one in a managed resource), "+
-				"or run plan and apply together (`tofu apply` without a saved plan).", plan.Reference.ValueString(), id.Reference))
+				"or run plan and apply together (`terraform apply` or `tofu apply` without a saved plan).", plan.Reference.ValueString(), id.Reference))
 		return
 	}
 	if err := r.client.RequireOwnership(ctx); err != nil {

@@ -33,6 +33,8 @@ type hierarchy struct {
 	controllers []string
 	// dir is the runtime's own cgroup in it (from /proc/self/cgroup, under its mount point).
 	dir string
+	// base is this node's cgroup under dir, where organizations' cgroups are made.
+	base string
 }
 
 func (h hierarchy) serves(ctl string) bool { return slices.Contains(h.controllers, ctl) }
@@ -195,7 +197,7 @@ type cgroups struct {
 // discoverCgroups finds the runtime's own cgroups and decides which hierarchy sets each ceiling:
 // a v1 hierarchy that serves it, else the v2 hierarchy when its cgroup offers it. It fails when a
 // needed controller is nowhere (SPEC 5.1: a node that cannot set its ceilings does not start).
-func discoverCgroups(limits Limits) (*cgroups, error) {
+func discoverCgroups(limits Limits, node string) (*cgroups, error) {
 	procCgroup, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, fmt.Errorf("read /proc/self/cgroup: %w", err)
@@ -235,32 +237,91 @@ func discoverCgroups(limits Limits) (*cgroups, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("no cgroup hierarchy of this node offers the %s controller(s) (found: %v)", strings.Join(missing, ", "), hs)
 	}
+	for i := range hs {
+		hs[i].base = filepath.Join(hs[i].dir, node)
+	}
 	c := &cgroups{hierarchies: hs, limits: limits}
 	if err := c.prepare(); err != nil {
+		return nil, err
+	}
+	if err := c.sweep(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// prepare makes sure the runtime may create cgroups in each hierarchy, and on v2 that its own
-// cgroup hands the controllers down (which needs a cgroup without processes of its own unless it
-// is the root: the v2 rule of no internal processes).
+// prepare makes the node's cgroup in each hierarchy, and on v2 makes the runtime's own cgroup and
+// the node's hand the controllers down (which needs a cgroup without processes of its own unless
+// it is the root: the v2 rule of no internal processes).
 func (c *cgroups) prepare() error {
 	for _, h := range c.hierarchies {
-		probe := filepath.Join(h.dir, fmt.Sprintf("takoform-probe-%d", os.Getpid()))
-		if err := os.Mkdir(probe, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("cannot create cgroups under %s: %w", h.dir, err)
-		}
-		if err := os.Remove(probe); err != nil {
-			return fmt.Errorf("cannot remove a cgroup under %s: %w", h.dir, err)
-		}
 		if h.v2 {
 			if err := enableSubtree(h.dir, h.controllers); err != nil {
 				return err
 			}
 		}
+		if err := os.Mkdir(h.base, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("cannot create cgroups under %s: %w", h.dir, err)
+		}
+		if h.v2 {
+			if err := enableSubtree(h.base, h.controllers); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// sweep ends and removes what an earlier run of this node left in its cgroups (it was killed, and
+// a sandbox set up in that moment outlived it). The state directory's lock makes this node the
+// only one using them.
+func (c *cgroups) sweep() error {
+	for _, h := range c.hierarchies {
+		orgs, err := os.ReadDir(h.base)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read cgroup %s: %w", h.base, err)
+		}
+		for _, org := range orgs {
+			if !org.IsDir() || !strings.HasPrefix(org.Name(), "org-") {
+				continue
+			}
+			dir := filepath.Join(h.base, org.Name())
+			incs, err := os.ReadDir(dir)
+			if err != nil {
+				return fmt.Errorf("read cgroup %s: %w", dir, err)
+			}
+			for _, inc := range incs {
+				if inc.IsDir() {
+					if err := emptyAndRemove(filepath.Join(dir, inc.Name())); err != nil {
+						return err
+					}
+				}
+			}
+			if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove cgroup %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+// close sweeps the node's cgroups and removes them.
+func (c *cgroups) close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.sweep(); err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range c.hierarchies {
+		if err := os.Remove(h.base); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", h.base, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // enableSubtree turns on controllers for the children of a v2 cgroup.
@@ -320,7 +381,7 @@ func (c *cgroups) create(uid int, name string) (_ *group, err error) {
 		}
 	}()
 	for _, h := range c.hierarchies {
-		org := filepath.Join(h.dir, orgName(uid))
+		org := filepath.Join(h.base, orgName(uid))
 		if err := os.Mkdir(org, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("create cgroup %s: %w", org, err)
 		}

@@ -6,7 +6,7 @@
 // organization's uid and execs bwrap, which unshares the user, PID, IPC and cgroup namespaces,
 // forbids further user namespaces, dies with its parent and starts a new session. Inside there is
 // a private /proc, a minimal /dev, the program and its shared libraries read-only, the name
-// resolution files of /etc read-only, and the program's files, copied in from file descriptors
+// resolution files and CA bundle of /etc read-only, and the program's files, copied in from file descriptors
 // the runtime opened (--ro-bind-data), under WorkDir. Nothing else of the host's file system is
 // there: not the runtime's state directory, its keys, its token, nor other incarnations. The
 // program itself enters as a descriptor too (it is executed as /proc/self/fd/N), so its path on
@@ -96,6 +96,9 @@ func (l Limits) validate() error {
 
 // Config configures a Sandbox. Zero values take the defaults.
 type Config struct {
+	// Node names this node's cgroup under the runtime's own in each hierarchy (one per state
+	// directory); New removes what an earlier run of the same node left there.
+	Node string
 	// Bwrap is the bubblewrap binary (default: bwrap on PATH).
 	Bwrap string
 	// UIDs is the range organizations' uids come from (default DefaultUIDRange).
@@ -146,7 +149,10 @@ func New(cfg Config) (*Sandbox, error) {
 	if bwrap, err = filepath.Abs(bwrap); err != nil {
 		return nil, err
 	}
-	cg, err := discoverCgroups(cfg.Limits)
+	if cfg.Node == "" || strings.ContainsAny(cfg.Node, "/\x00") || cfg.Node == "." || cfg.Node == ".." {
+		return nil, fmt.Errorf("sandbox node name %q is not one path element", cfg.Node)
+	}
+	cg, err := discoverCgroups(cfg.Limits, cfg.Node)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +184,10 @@ func hasSetIDCapabilities(status []byte) bool {
 	}
 	return false
 }
+
+// Close removes the node's cgroups, ending whatever is still in them. Call it once every process
+// has been waited for.
+func (s *Sandbox) Close() error { return s.cg.close() }
 
 // UIDs is the range organizations' uids come from.
 func (s *Sandbox) UIDs() UIDRange { return s.uids }
@@ -224,6 +234,8 @@ type Process struct {
 	group    *group
 	status   *os.File
 	childPid int
+	copying  *sync.WaitGroup
+	output   []*os.File
 
 	waitOnce sync.Once
 	waitErr  error
@@ -250,14 +262,16 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 			f.Close()
 		}
 	}()
-	open := func(path string) (*os.File, error) {
-		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	open := func(path string, flags int) (*os.File, error) {
+		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_CLOEXEC|flags, 0)
 		if err == nil {
 			opened = append(opened, f)
 		}
 		return f, err
 	}
-	bin, err := open(p.Path)
+	// The program is the operator's (a link such as .tools/bin/workerd is followed); the files
+	// are the runtime's own, and a link among them is refused.
+	bin, err := open(p.Path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open the program: %w", err)
 	}
@@ -285,7 +299,7 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 			statusR.Close()
 			return nil, fmt.Errorf("file name %q is not one path element", name)
 		}
-		f, err := open(filepath.Join(p.Dir, name))
+		f, err := open(filepath.Join(p.Dir, name), syscall.O_NOFOLLOW)
 		if err != nil {
 			statusR.Close()
 			return nil, fmt.Errorf("open %s for the sandbox: %w", name, err)
@@ -306,7 +320,34 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 	// The organization's uid may not enter the runtime's directories; bwrap changes to WorkDir.
 	cmd.Dir = "/"
 	cmd.ExtraFiles = extra
-	cmd.Stdout, cmd.Stderr = p.Stdout, p.Stderr
+	// The output goes through pipes of this process's own, not exec's copying goroutines: Wait
+	// must return once bwrap has ended, even while something of the sandbox still holds them
+	// (then removing the cgroup ends it).
+	var copying sync.WaitGroup
+	var readEnds []*os.File
+	for _, o := range []struct {
+		w   io.Writer
+		dst *io.Writer
+	}{{p.Stdout, &cmd.Stdout}, {p.Stderr, &cmd.Stderr}} {
+		if o.w == nil {
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			statusR.Close()
+			closeAll(readEnds)
+			_ = g.remove()
+			return nil, err
+		}
+		opened = append(opened, w)
+		readEnds = append(readEnds, r)
+		*o.dst = w
+		copying.Add(1)
+		go func(dst io.Writer) {
+			defer copying.Done()
+			_, _ = io.Copy(dst, r)
+		}(o.w)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(p.UID), Gid: uint32(p.UID)},
 		// The sandbox dies with the runtime node, and runs in its own process group so a
@@ -315,10 +356,16 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 	}
 	if err := cmd.Start(); err != nil {
 		statusR.Close()
+		for _, f := range opened {
+			f.Close()
+		}
+		opened = nil
+		copying.Wait()
+		closeAll(readEnds)
 		_ = g.remove()
 		return nil, fmt.Errorf("start bwrap: %w", err)
 	}
-	proc := &Process{cmd: cmd, group: g, status: statusR}
+	proc := &Process{cmd: cmd, group: g, status: statusR, copying: &copying, output: readEnds}
 	for _, f := range opened {
 		f.Close()
 	}
@@ -341,6 +388,15 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 	return proc, nil
 }
 
+// publicFiles are files of the host every sandbox sees read-only where they exist, none of them
+// private: the loader's cache, name resolution for outbound requests, and the CA bundle (workerd
+// refuses to start without system CA certificates; these are the places it looks).
+var publicFiles = []string{
+	"/etc/ld.so.cache", "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf",
+	"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem",
+}
+
 // bwrapArgs is the bubblewrap command line: namespaces, mounts, the program's files from
 // descriptors, and the program run from its descriptor.
 func bwrapArgs(libs []string, binFD, statusFD, blockFD int, files []string, dataFDs []int, args []string) []string {
@@ -352,8 +408,7 @@ func bwrapArgs(libs []string, binFD, statusFD, blockFD int, files []string, data
 	for _, lib := range libs {
 		a = append(a, "--ro-bind", lib, lib)
 	}
-	// Name resolution for outbound requests, and the loader's cache; public files, all optional.
-	for _, f := range []string{"/etc/ld.so.cache", "/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf"} {
+	for _, f := range publicFiles {
 		a = append(a, "--ro-bind-try", f, f)
 	}
 	a = append(a, "--dir", WorkDir)
@@ -406,12 +461,22 @@ func (p *Process) Wait() error {
 	p.waitOnce.Do(func() {
 		p.waitErr = p.cmd.Wait()
 		p.limitHit = p.group.limitHit()
+		// bwrap's --die-with-parent leaves a window (a sandbox told to stop while it sets
+		// itself up outlives its bwrap): removing the cgroup kills whatever is left.
 		if err := p.group.remove(); err != nil {
 			p.waitErr = errors.Join(p.waitErr, err)
 		}
+		p.copying.Wait()
+		closeAll(p.output)
 		p.status.Close()
 	})
 	return p.waitErr
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // LimitHit says, after Wait, which ceiling the program ran into ("" when none).

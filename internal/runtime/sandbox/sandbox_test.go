@@ -24,18 +24,19 @@ import (
 // bwrap); under CI=true, where tests run as root with bubblewrap installed, it never skips.
 func requireSandbox(t *testing.T, limits Limits) *Sandbox {
 	t.Helper()
-	s, err := New(Config{Limits: limits})
+	s, err := New(Config{Limits: limits, Node: fmt.Sprintf("takoform-test-%d-%d", os.Getpid(), nextNode.Add(1))})
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true needs the sandbox: %v", err)
 		}
 		t.Skipf("this machine cannot sandbox: %v", err)
 	}
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
 	return s
 }
 
 // nextUID hands each test its own organizations' uids, so that parallel tests never share one.
-var nextUID atomic.Int64
+var nextUID, nextNode atomic.Int64
 
 func orgUID(t *testing.T) int {
 	return DefaultUIDRange.First + 900 + int(nextUID.Add(1))
@@ -187,7 +188,8 @@ func TestCgroupsHoldTheCeilingsAndGoWithTheProcess(t *testing.T) {
 	require.Len(t, dirs, len(s.cg.hierarchies))
 	for i, h := range s.cg.hierarchies {
 		dir := dirs[i]
-		require.Equal(t, fmt.Sprintf("%s/org-%d/%s", h.dir, uid, filepath.Base(dir)), dir)
+		require.Equal(t, fmt.Sprintf("%s/org-%d/%s", h.base, uid, filepath.Base(dir)), dir)
+		require.Equal(t, h.dir, filepath.Dir(h.base), "the node's cgroup is under the runtime's own")
 		require.ElementsMatch(t, inside, readPids(filepath.Join(dir, "cgroup.procs")), "the sandbox is in %s", dir)
 		expect := map[string]string{}
 		if h.serves(ctlMemory) {
@@ -226,6 +228,33 @@ func TestCgroupsHoldTheCeilingsAndGoWithTheProcess(t *testing.T) {
 			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 			return os.IsNotExist(err)
 		}, 5*time.Second, 10*time.Millisecond, "process %d of the sandbox outlived it", pid)
+	}
+}
+
+func TestANodeStartingAgainEndsWhatItsEarlierRunLeftInItsCgroups(t *testing.T) {
+	t.Parallel()
+	s := requireSandbox(t, Limits{})
+	p, out := probe(t, s, orgUID(t), "hold", nil, "", nil)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding") }, 10*time.Second, 10*time.Millisecond)
+	inside := p.SandboxPids()
+	require.Len(t, inside, 2)
+	dirs := append([]string{}, p.group.dirs...)
+
+	// The same node starts again (its earlier run was killed, and this sandbox outlived it).
+	again, err := New(Config{Node: filepath.Base(s.cg.hierarchies[0].base)})
+	require.NoError(t, err)
+	for _, pid := range inside {
+		require.Eventually(t, func() bool {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return os.IsNotExist(err)
+		}, 5*time.Second, 10*time.Millisecond, "process %d of the earlier run still runs", pid)
+	}
+	for _, dir := range dirs {
+		require.NoDirExists(t, dir)
+	}
+	require.NoError(t, again.Close())
+	for _, h := range again.cg.hierarchies {
+		require.NoDirExists(t, h.base)
 	}
 }
 

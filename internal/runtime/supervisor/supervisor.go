@@ -21,7 +21,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -51,6 +51,9 @@ const (
 type Options struct {
 	// Workerd is the path of the workerd binary.
 	Workerd string
+	// Sandbox runs each workerd as its organization's uid in its own namespaces and cgroups (SPEC
+	// 5.1); nil runs it as the node's own user (--insecure-no-sandbox).
+	Sandbox *sandbox.Sandbox
 	Logger  *slog.Logger
 	// Backoff is the first restart delay; it doubles up to MaxBackoff, and starts over once a process
 	// has stayed up for StableAfter.
@@ -107,6 +110,8 @@ type Spec struct {
 	Env []string
 	// Scrub lists values removed from workerd's output before it is logged.
 	Scrub []string
+	// UID is the sandbox uid of the script's organization (unused without a sandbox).
+	UID int
 	// Admitted: the incarnation has served before, so continuity keeps it alive.
 	Admitted bool
 	// Braked reports whether the lifecycle brake holds this incarnation's restarts.
@@ -380,31 +385,21 @@ func (i *Incarnation) runOnce() outcome {
 	}
 	defer socket.Close()
 	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub)}
-	cmd := exec.Command(i.opts.Workerd, "serve", ConfigFile, ConfigConst, "--socket-fd", fmt.Sprintf("%s=3", SocketName))
-	cmd.Dir = i.spec.Dir
-	cmd.Env = i.spec.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{}
-	}
-	cmd.ExtraFiles = []*os.File{socket}
-	cmd.Stdout, cmd.Stderr = tail, tail
-	// The process dies with the runtime node, and runs in its own process group so a terminal's
-	// Ctrl-C reaches only the node, which then stops it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	proc, err := i.startProcess(socket, tail)
+	if err != nil {
 		return outcome{why: fmt.Sprintf("workerd did not start: %v", err)}
 	}
 	started := time.Now()
 	// First witness: the process is running.
 	i.set(func(s *Status) {
-		s.PID = cmd.Process.Pid
+		s.PID = proc.Pid()
 		if s.State != adminapi.StateReady {
 			s.State, s.Reason, s.Message = adminapi.StatePending, adminapi.ReasonPending, "workerd is running; waiting for its probe to be answered"
 		}
 	})
-	i.log.Info("workerd started", "pid", cmd.Process.Pid, "address", i.addr)
+	i.log.Info("workerd started", "pid", proc.Pid(), "address", i.addr, "sandboxed", i.opts.Sandbox != nil)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- proc.Wait() }()
 
 	if res := i.probeUntilReady(exited); res != nil {
 		if !res.stopped && res.why != "" {
@@ -420,11 +415,16 @@ func (i *Incarnation) runOnce() outcome {
 	i.set(func(s *Status) {
 		s.State, s.Reason, s.Message = adminapi.StateReady, adminapi.ReasonReady, ""
 	})
-	i.log.Info("incarnation ready", "pid", cmd.Process.Pid, "after", time.Since(started).Round(time.Millisecond).String())
+	i.log.Info("incarnation ready", "pid", proc.Pid(), "after", time.Since(started).Round(time.Millisecond).String())
 	select {
 	case err := <-exited:
-		i.log.Warn("workerd exited", "error", exitText(err), "output", tail.Tail())
-		return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, why: "workerd exited: " + exitText(err)}
+		why := "workerd exited: " + exitText(err)
+		if hit := proc.LimitHit(); hit != "" {
+			// A ceiling ended it: continuity restarts it, and the restart counts toward an incident.
+			why += " (" + hit + ")"
+		}
+		i.log.Warn("workerd exited", "error", why, "output", tail.Tail())
+		return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, why: why}
 	case <-i.stop:
 		i.terminateWaiting(exited)
 		i.log.Info("workerd stopped")

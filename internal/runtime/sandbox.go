@@ -15,6 +15,10 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 )
 
+// ErrCannotSandbox means the node lacks what its sandbox needs (SPEC 5.1) and was not told
+// --insecure-no-sandbox.
+var ErrCannotSandbox = errors.New("this runtime node cannot sandbox its workers")
+
 // insecureWarning is logged at every start of a node without its sandbox.
 const insecureWarning = "THE OS SANDBOX IS OFF (--insecure-no-sandbox): every worker runs as this node's own user with no " +
 	"namespaces and no memory, CPU or pids ceilings; any worker's process can read every other worker's secrets " +
@@ -36,11 +40,11 @@ func (n *Node) openSandbox(workerdBin string) error {
 	}
 	sb, err := sandbox.New(cfg)
 	if err != nil {
-		return fmt.Errorf("this runtime node cannot sandbox its workers: %w. It needs root (or CAP_SETUID and CAP_SETGID with a delegated cgroup), bubblewrap, and cgroups it may create for memory, cpu and pids; --insecure-no-sandbox runs every worker as the node's own user instead (never for code you do not trust)", err)
+		return fmt.Errorf("%w: %w. It needs root (or CAP_SETUID and CAP_SETGID with a delegated cgroup), bubblewrap, and cgroups it may create for memory, cpu and pids; --insecure-no-sandbox runs every worker as the node's own user instead (never for code you do not trust)", ErrCannotSandbox, err)
 	}
 	if err := selfTest(sb, workerdBin, n.desired.OrgUIDs); err != nil {
 		_ = sb.Close()
-		return fmt.Errorf("this runtime node cannot sandbox its workers: %w", err)
+		return fmt.Errorf("%w: %w", ErrCannotSandbox, err)
 	}
 	n.sandbox = sb
 	n.log.Info("workers run sandboxed, one uid per organization", "sandbox", sb.Describe())

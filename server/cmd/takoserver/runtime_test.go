@@ -88,6 +88,7 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 
 	status := run(t, "", "runtime", "status", "--admin-url", adminURL, "--token-file", tokenFile)
 	require.Contains(t, status, "lifecycle brakes: organization acme")
+	require.Contains(t, status, "sandbox: bwrap", "the node runs its workers sandboxed")
 	run(t, "", "runtime", "brake", "lifecycle", "off", "--org", "acme", "--admin-url", adminURL, "--token-file", tokenFile)
 	require.Eventually(t, func() bool { code, _ := get(); return code == 200 }, 30*time.Second, 20*time.Millisecond, "released, it comes back")
 
@@ -105,4 +106,18 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 	_, errOut, err := runRaw("", "runtime", "brake", "lifecycle", "on", "--space", "x", "--admin-url", adminURL, "--token-file", tokenFile)
 	require.Error(t, err)
 	require.Contains(t, errOut, "scope")
+}
+
+func TestRuntimeCommandRefusesToRunWithoutItsSandbox(t *testing.T) {
+	t.Parallel()
+	_, errOut, err := runRaw("", "runtime", "--state-dir", filepath.Join(t.TempDir(), "runtime"), "--workerd", workerdtest.Binary(t),
+		"--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--bwrap", filepath.Join(t.TempDir(), "no-bwrap"),
+		"--sandbox-memory-mib", "128", "--sandbox-uid-range", "300000-300999")
+	require.Error(t, err)
+	require.Contains(t, errOut, "cannot sandbox its workers")
+	require.Contains(t, errOut, "--insecure-no-sandbox")
+
+	_, errOut, err = runRaw("", "runtime", "--state-dir", filepath.Join(t.TempDir(), "runtime"), "--sandbox-uid-range", "0-10")
+	require.Error(t, err)
+	require.Contains(t, errOut, "holds root")
 }

@@ -42,6 +42,13 @@ func (n *Node) openSandbox(workerdBin string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w. It needs root (or CAP_SETUID and CAP_SETGID with a delegated cgroup), bubblewrap, and cgroups it may create for memory, cpu and pids; --insecure-no-sandbox runs every worker as the node's own user instead (never for code you do not trust)", ErrCannotSandbox, err)
 	}
+	for _, org := range sortedKeys(n.desired.OrgUIDs) {
+		// An organization keeps its uid: a range that no longer holds it is the operator's to fix.
+		if uid := n.desired.OrgUIDs[org]; !sb.UIDs().Contains(uid) {
+			_ = sb.Close()
+			return fmt.Errorf("organization %q runs as uid %d, outside --sandbox-uid-range %s: an organization keeps its uid, so widen the range to hold it", org, uid, sb.UIDs())
+		}
+	}
 	if err := selfTest(sb, workerdBin, n.desired.OrgUIDs); err != nil {
 		_ = sb.Close()
 		return fmt.Errorf("%w: %w", ErrCannotSandbox, err)

@@ -224,6 +224,26 @@ func getOK(url, host string) error {
 	return nil
 }
 
+func TestAnOrganizationKeepsItsUIDSoANodeWhoseRangeLostItRefusesToStart(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("acme-prod-api", "acme", "uid-a", workerSource("a"))
+	f.waitReady("acme-prod-api")
+	uid := processUID(t, f.sandboxProcesses("acme-prod-api")[0])
+	require.NoError(t, f.h.Node.Close())
+
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	edge, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { admin.Close(); edge.Close() })
+	_, err = runtime.Start(runtime.Config{
+		StateDir: f.h.StateDir, Workerd: workerdtest.Binary(t), AdminListener: admin, EdgeListener: edge,
+		Sandbox: sandbox.Config{UIDs: sandbox.UIDRange{First: uid + 1, Last: uid + 1000}},
+	})
+	require.ErrorContains(t, err, fmt.Sprintf(`organization "acme" runs as uid %d, outside --sandbox-uid-range`, uid))
+}
+
 // hogSource allocates (and touches) 64 MiB at a time up to 3 GiB on /hog, and answers at once
 // otherwise.
 const hogSource = `const kept = [];

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,15 +21,11 @@ type process interface {
 	LimitHit() string
 }
 
-// workerdArgs are workerd's arguments: serve the config in the working directory on the socket
-// handed in as descriptor 3.
-func workerdArgs() []string {
-	return []string{"serve", ConfigFile, ConfigConst, "--socket-fd", fmt.Sprintf("%s=3", SocketName)}
-}
-
-// startProcess starts workerd for one incarnation, in the sandbox of its organization's uid when
-// the supervisor has one. The socket becomes descriptor 3 either way.
-func (i *Incarnation) startProcess(socket *os.File, out *tailWriter) (process, error) {
+// startProcess starts workerd serving the config in its working directory, in the sandbox of its
+// organization's uid when the supervisor has one. files become descriptors 3, 4, … either way,
+// and socketArgs (--socket-fd NAME=FD, …) name them.
+func (i *Incarnation) startProcess(files []*os.File, socketArgs []string, out *tailWriter) (process, error) {
+	args := append([]string{"serve", ConfigFile, ConfigConst}, socketArgs...)
 	env := i.spec.Env
 	if env == nil {
 		env = []string{}
@@ -42,14 +37,14 @@ func (i *Incarnation) startProcess(socket *os.File, out *tailWriter) (process, e
 		}
 		sort.Strings(names)
 		return sb.Start(sandbox.Program{
-			Path: i.opts.Workerd, Args: workerdArgs(), Dir: i.spec.Dir, Files: names, Env: env,
-			UID: i.spec.UID, Name: cgroupName(i.spec.Dir), ExtraFiles: []*os.File{socket}, Stdout: out, Stderr: out,
+			Path: i.opts.Workerd, Args: args, Dir: i.spec.Dir, Files: names, Env: env,
+			UID: i.spec.UID, Name: cgroupName(i.spec.Dir), ExtraFiles: files, Stdout: out, Stderr: out,
 		})
 	}
-	cmd := exec.Command(i.opts.Workerd, workerdArgs()...)
+	cmd := exec.Command(i.opts.Workerd, args...)
 	cmd.Dir = i.spec.Dir
 	cmd.Env = env
-	cmd.ExtraFiles = []*os.File{socket}
+	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = out, out
 	// The process dies with the runtime node, and runs in its own process group so a terminal's
 	// Ctrl-C reaches only the node, which then stops it in order.

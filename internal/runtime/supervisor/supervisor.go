@@ -385,7 +385,7 @@ func (i *Incarnation) runOnce() outcome {
 	}
 	defer socket.Close()
 	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub)}
-	proc, err := i.startProcess(socket, tail)
+	proc, err := i.startProcess([]*os.File{socket}, []string{"--socket-fd", fmt.Sprintf("%s=3", SocketName)}, tail)
 	if err != nil {
 		return outcome{why: fmt.Sprintf("workerd did not start: %v", err)}
 	}

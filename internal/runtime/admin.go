@@ -614,7 +614,7 @@ func (n *Node) deleteRoute(_ http.ResponseWriter, r *http.Request) (any, error) 
 func (n *Node) status(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	out := adminapi.Status{Scripts: []adminapi.ScriptStatus{}, Routes: []adminapi.RouteStatus{}, Brakes: n.brakesLocked()}
+	out := adminapi.Status{Scripts: []adminapi.ScriptStatus{}, Routes: []adminapi.RouteStatus{}, Brakes: n.brakesLocked(), Sandbox: n.sandboxMode()}
 	for _, name := range sortedKeys(n.desired.Scripts) {
 		out.Scripts = append(out.Scripts, n.scriptStatusLocked(name))
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
@@ -62,6 +63,11 @@ type Config struct {
 	Logger  *slog.Logger
 	// Ready, when set, is called once both listeners are open.
 	Ready func(Info)
+	// Sandbox configures the OS sandbox and cgroup ceilings of every incarnation (SPEC 5.1).
+	Sandbox sandbox.Config
+	// InsecureNoSandbox runs every workerd as the node's own user, without namespaces or
+	// ceilings, instead of refusing to start where the node cannot sandbox.
+	InsecureNoSandbox bool
 
 	// Tuning; tests shorten them.
 	RestartBackoff    time.Duration // first restart delay (default 250ms), doubling
@@ -96,6 +102,7 @@ type Node struct {
 	log     *slog.Logger
 	store   *state.Store
 	sup     supervisor.Options
+	sandbox *sandbox.Sandbox // nil: --insecure-no-sandbox
 	reg     *prometheus.Registry
 	metrics *metrics
 	info    Info
@@ -182,6 +189,7 @@ func Start(cfg Config) (*Node, error) {
 	defer func() {
 		if !ok {
 			n.shutdownIncarnations()
+			n.closeSandbox()
 			store.Close()
 		}
 	}()
@@ -201,6 +209,10 @@ func Start(cfg Config) (*Node, error) {
 	if n.desired, err = store.Load(); err != nil {
 		return nil, err
 	}
+	if err := n.openSandbox(bin); err != nil {
+		return nil, err
+	}
+	n.sup.Sandbox = n.sandbox
 	// Directories of incarnations a previous run left behind (it was killed) hold nothing that
 	// must survive: every incarnation is started afresh from the desired state.
 	if err := clearDir(store.IncarnationsDir()); err != nil {
@@ -236,7 +248,7 @@ func Start(cfg Config) (*Node, error) {
 	go func() { n.served <- serveErr("admin API", n.admin.Serve(adminL)) }()
 	go func() { n.served <- serveErr("edge", n.edge.Serve(edgeL)) }()
 	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir()}
-	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes))
+	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
 	ok = true
 	return n, nil
 }
@@ -313,6 +325,7 @@ func (n *Node) Close() error {
 		defer cancel()
 		err = errors.Join(n.admin.Shutdown(ctx), n.edge.Shutdown(ctx))
 		n.shutdownIncarnations()
+		n.closeSandbox()
 		close(n.stopped)
 		n.store.Close()
 		n.log.Info("runtime node stopped")

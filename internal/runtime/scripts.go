@@ -247,13 +247,17 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 			scrub = append(scrub, v.Reveal())
 		}
 	}
+	uid, err := n.orgUIDLocked(s.Labels.Organization)
+	if err != nil {
+		return nil, err
+	}
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	labels := s.Labels
 	inc, err := supervisor.Start(supervisor.Spec{
 		ID: want.id, Script: s.Name,
 		Dir:   filepath.Join(n.store.IncarnationsDir(), s.Name+"-"+want.id[4:16]+"-"+hex.EncodeToString(suffix)),
-		Files: want.config, Env: env, Scrub: scrub,
+		Files: want.config, Env: env, Scrub: scrub, UID: uid,
 		Admitted: s.Admitted == want.id,
 		Braked:   func() bool { return n.braked(labels) },
 	}, n.sup)

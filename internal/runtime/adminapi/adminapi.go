@@ -373,7 +373,16 @@ type Status struct {
 	Scripts []ScriptStatus `json:"scripts"`
 	Routes  []RouteStatus  `json:"routes"`
 	Brakes  Brakes         `json:"brakes"`
+	// Sandbox says how workers run (SPEC 5.1): SandboxBwrap, or SandboxOff when the node was
+	// started with --insecure-no-sandbox.
+	Sandbox string `json:"sandbox"`
 }
+
+// Values of Status.Sandbox.
+const (
+	SandboxBwrap = "bwrap"
+	SandboxOff   = "off"
+)
 
 // Problem is an RFC 9457 problem with a stable machine Code.
 type Problem struct {

@@ -59,6 +59,9 @@ type Desired struct {
 	// increase across worker UIDs, so a late PUT from a deleted or replaced worker never brings its
 	// script back.
 	Floors map[string]int64 `json:"floors,omitempty"`
+	// OrgUIDs keeps the sandbox uid of each organization (by its label), so that an organization
+	// runs as the same uid across restarts and a uid never passes to another (SPEC 5.1).
+	OrgUIDs map[string]int `json:"orgUids,omitempty"`
 }
 
 // Script is one script's desired deployment and the metadata of its delivery.

@@ -29,7 +29,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
@@ -41,6 +40,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -62,6 +62,9 @@ const (
 type Options struct {
 	// Workerd is the path of the workerd binary.
 	Workerd string
+	// Sandbox runs each workerd as its organization's uid in its own namespaces and cgroups (SPEC
+	// 5.1); nil runs it as the node's own user (--insecure-no-sandbox).
+	Sandbox *sandbox.Sandbox
 	Logger  *slog.Logger
 	// Backoff is the first restart delay; it doubles up to MaxBackoff, and starts over once a process
 	// has stayed up for StableAfter.
@@ -134,6 +137,8 @@ type Spec struct {
 	Env []string
 	// Scrub lists values removed from workerd's output before it is logged.
 	Scrub []string
+	// UID is the sandbox uid of the script's organization (unused without a sandbox).
+	UID int
 	// Admitted: the incarnation has served before, so continuity keeps it alive.
 	Admitted bool
 	// Braked reports whether the lifecycle brake holds this incarnation's restarts.
@@ -438,31 +443,21 @@ func (i *Incarnation) runOnce() outcome {
 	}
 	defer closeAll(sockets)
 	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub)}
-	cmd := exec.Command(i.opts.Workerd, append([]string{"serve", ConfigFile, ConfigConst}, socketArgs...)...)
-	cmd.Dir = i.spec.Dir
-	cmd.Env = i.spec.Env
-	if cmd.Env == nil {
-		cmd.Env = []string{}
-	}
-	cmd.ExtraFiles = sockets
-	cmd.Stdout, cmd.Stderr = tail, tail
-	// The process dies with the runtime node, and runs in its own process group so a terminal's
-	// Ctrl-C reaches only the node, which then stops it in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	proc, err := i.startProcess(sockets, socketArgs, tail)
+	if err != nil {
 		return outcome{why: fmt.Sprintf("workerd did not start: %v", err)}
 	}
 	started := time.Now()
 	// First witness: the process is running.
 	i.set(func(s *Status) {
-		s.PID = cmd.Process.Pid
+		s.PID = proc.Pid()
 		if s.State != adminapi.StateReady {
 			s.State, s.Reason, s.Message = adminapi.StatePending, adminapi.ReasonPending, "workerd is running; waiting for its probe to be answered"
 		}
 	})
-	i.log.Info("workerd started", "pid", cmd.Process.Pid, "address", i.addr)
+	i.log.Info("workerd started", "pid", proc.Pid(), "address", i.addr, "sandboxed", i.opts.Sandbox != nil)
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- proc.Wait() }()
 
 	if res := i.probeUntilReady(exited); res != nil {
 		if !res.stopped && res.why != "" {
@@ -478,8 +473,8 @@ func (i *Incarnation) runOnce() outcome {
 	i.set(func(s *Status) {
 		s.State, s.Reason, s.Message = adminapi.StateReady, adminapi.ReasonReady, ""
 	})
-	i.log.Info("incarnation ready", "pid", cmd.Process.Pid, "after", time.Since(started).Round(time.Millisecond).String())
-	return i.watch(exited, started, tail)
+	i.log.Info("incarnation ready", "pid", proc.Pid(), "after", time.Since(started).Round(time.Millisecond).String())
+	return i.watch(exited, started, tail, proc)
 }
 
 // socketFiles returns the descriptors handed to workerd (fds 3, 4 and 5 in the child) and the
@@ -512,7 +507,7 @@ func closeAll(files []*os.File) {
 // watch keeps a Ready process under watch until it exits, is stopped, or misses LivenessMisses
 // probes in a row; then it is killed (SIGKILL: a looping workerd does not act on SIGTERM) and its
 // requests in flight end with the connection.
-func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWriter) outcome {
+func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWriter, proc process) outcome {
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: i.opts.LivenessTimeout}
 	defer client.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -524,8 +519,14 @@ func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWrit
 	for {
 		select {
 		case err := <-exited:
-			i.log.Warn("workerd exited", "error", exitText(err), "output", tail.Tail())
-			return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, why: "workerd exited: " + exitText(err)}
+			why := "workerd exited: " + exitText(err)
+			if hit := proc.LimitHit(); hit != "" {
+				// A ceiling ended it: continuity restarts it, and the restart counts toward an
+				// incident.
+				why += " (" + hit + ")"
+			}
+			i.log.Warn("workerd exited", "error", why, "output", tail.Tail())
+			return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, why: why}
 		case <-i.stop:
 			i.terminateWaiting(exited)
 			i.log.Info("workerd stopped")

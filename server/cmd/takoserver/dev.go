@@ -62,6 +62,7 @@ interrupted. It then stops the runtime node's processes and the cluster if it st
 	cmd.Flags().StringVar(&rt.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the embedded runtime node's admin API")
 	cmd.Flags().StringVar(&rt.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the embedded runtime node's edge, where workers answer")
 	cmd.Flags().StringVar(&rt.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH)")
+	cmd.Flags().BoolVar(&rt.InsecureNoSandbox, "insecure-no-sandbox", false, "run workers as this user without the OS sandbox (dev falls back to it by itself where it cannot sandbox)")
 	o.flags(cmd)
 	return cmd
 }
@@ -117,6 +118,12 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 	}
 	rt.CreateSealingKey = true
 	node, err := runtime.Start(rt)
+	if errors.Is(err, runtime.ErrCannotSandbox) {
+		// On a laptop (not root, or no bubblewrap) dev still runs, and says so loudly.
+		fmt.Fprintf(cmd.ErrOrStderr(), "\n*** takoserver dev: %v\n*** RUNNING WITHOUT THE OS SANDBOX: every worker runs as your user and can read the others' secrets. Fine for your own code only.\n\n", err)
+		rt.InsecureNoSandbox = true
+		node, err = runtime.Start(rt)
+	}
 	if err != nil {
 		return err
 	}

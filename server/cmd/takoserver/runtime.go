@@ -6,15 +6,18 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 )
 
 // runtimeCommand is `takoserver runtime`: the runtime node (SPEC 5), and its admin commands.
@@ -54,6 +57,7 @@ state stays for the next start.`,
 	cmd.Flags().IntVar(&cfg.SubrequestLimit, "subrequest-limit", 50, "concurrent subrequests each incarnation may have in flight")
 	cmd.Flags().DurationVar(&cfg.LivenessPeriod, "liveness-period", 5*time.Second, "how often each Ready incarnation is probed; three missed probes in a row restart it")
 	cmd.Flags().StringVar(&cfg.AdminClientCA, "admin-client-ca", "", "CA certificate(s) (PEM): the admin API then requires a client certificate issued by one (mutual TLS; needs --admin-tls-cert)")
+	sandboxFlags(cmd.Flags(), &cfg)
 	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g))
 	return cmd
 }
@@ -85,6 +89,39 @@ state directory (the node refuses to start otherwise) and pass it with --sealing
 	cmd.Flags().StringVar(&out, "out", "", "where to write the key (outside the runtime's state directory)")
 	return cmd
 }
+
+// sandboxFlags are the OS sandbox and cgroup ceilings of every incarnation (SPEC 5.1).
+func sandboxFlags(fs *pflag.FlagSet, cfg *runtime.Config) {
+	cfg.Sandbox.UIDs = sandbox.DefaultUIDRange
+	fs.Var(&cfg.Sandbox.UIDs, "sandbox-uid-range", "uids given to organizations, one each, kept across restarts (never root nor the node's own)")
+	fs.StringVar(&cfg.Sandbox.Bwrap, "bwrap", "", "bubblewrap binary (default: bwrap on PATH)")
+	fs.Var(mebibytes{&cfg.Sandbox.Limits.MemoryBytes}, "sandbox-memory-mib", "memory ceiling of each incarnation in MiB, swap included")
+	fs.Int64Var(&cfg.Sandbox.Limits.Pids, "sandbox-pids", sandbox.DefaultPids, "ceiling on the processes and threads of each incarnation")
+	fs.IntVar(&cfg.Sandbox.Limits.CPUWeight, "sandbox-cpu-weight", sandbox.DefaultCPUWeight, "CPU weight of every organization (1-10000; equal for all, so organizations share the CPU equally under contention)")
+	fs.Float64Var(&cfg.Sandbox.Limits.CPUMax, "sandbox-cpu-max", 0, "CPUs each incarnation may use at most (0: no ceiling beyond the weight)")
+	fs.BoolVar(&cfg.InsecureNoSandbox, "insecure-no-sandbox", false, "run every worker as this node's own user, without namespaces or ceilings, where the node cannot sandbox (never for code you do not trust)")
+}
+
+// mebibytes is a flag in MiB kept in bytes.
+type mebibytes struct{ bytes *int64 }
+
+func (m mebibytes) String() string {
+	if m.bytes == nil || *m.bytes == 0 {
+		return strconv.Itoa(sandbox.DefaultMemoryBytes >> 20)
+	}
+	return strconv.FormatInt(*m.bytes>>20, 10)
+}
+
+func (m mebibytes) Set(s string) error {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return fmt.Errorf("%q is not a positive number of MiB", s)
+	}
+	*m.bytes = n << 20
+	return nil
+}
+
+func (mebibytes) Type() string { return "mib" }
 
 // adminClientFlags are how the runtime's admin commands reach a node.
 type adminClientFlags struct {
@@ -188,7 +225,7 @@ func runtimeStatusCommand(g *globals, stateDir *string) *cobra.Command {
 			for _, r := range st.Routes {
 				fmt.Fprintf(&b, "route %s -> %s (endpoint %s): ready=%t\n", r.Hostname, r.ScriptName, r.EndpointUID, r.Ready)
 			}
-			fmt.Fprintf(&b, "lifecycle brakes: %s", scopesText(st.Brakes.Lifecycle))
+			fmt.Fprintf(&b, "lifecycle brakes: %s\nsandbox: %s", scopesText(st.Brakes.Lifecycle), st.Sandbox)
 			return g.print(cmd.OutOrStdout(), st, b.String())
 		},
 	}

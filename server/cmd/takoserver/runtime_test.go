@@ -89,6 +89,7 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 
 	status := run(t, "", "runtime", "status", "--admin-url", adminURL, "--token-file", tokenFile)
 	require.Contains(t, status, "lifecycle brakes: organization acme")
+	require.Contains(t, status, "sandbox: bwrap", "the node runs its workers sandboxed")
 	run(t, "", "runtime", "brake", "lifecycle", "off", "--org", "acme", "--admin-url", adminURL, "--token-file", tokenFile)
 	require.Eventually(t, func() bool { code, _ := get(); return code == 200 }, 30*time.Second, 20*time.Millisecond, "released, it comes back")
 
@@ -140,4 +141,20 @@ func TestRuntimeCommandNeedsItsSealingKeyOutsideItsStateDirectory(t *testing.T) 
 	require.Contains(t, start("--sealing-key-file", inside), "is inside the state directory")
 	require.NoError(t, os.Rename(inside, filepath.Join(stateDir, "runtime-key")))
 	require.Contains(t, start("--sealing-key-file", key), "mv "+filepath.Join(stateDir, "runtime-key")+" "+key)
+}
+
+func TestRuntimeCommandRefusesToRunWithoutItsSandbox(t *testing.T) {
+	t.Parallel()
+	key := filepath.Join(t.TempDir(), "runtime-sealing-key")
+	run(t, "", "runtime", "init-sealing-key", "--out", key)
+	_, errOut, err := runRaw("", "runtime", "--state-dir", filepath.Join(t.TempDir(), "runtime"), "--workerd", workerdtest.Binary(t),
+		"--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0", "--bwrap", filepath.Join(t.TempDir(), "no-bwrap"),
+		"--sandbox-memory-mib", "128", "--sandbox-uid-range", "300000-300999", "--sealing-key-file", key)
+	require.Error(t, err)
+	require.Contains(t, errOut, "cannot sandbox its workers")
+	require.Contains(t, errOut, "--insecure-no-sandbox")
+
+	_, errOut, err = runRaw("", "runtime", "--state-dir", filepath.Join(t.TempDir(), "runtime"), "--sandbox-uid-range", "0-10")
+	require.Error(t, err)
+	require.Contains(t, errOut, "holds root")
 }

@@ -1,0 +1,131 @@
+package runtime
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
+)
+
+// ErrCannotSandbox means the node lacks what its sandbox needs (SPEC 5.1) and was not told
+// --insecure-no-sandbox.
+var ErrCannotSandbox = errors.New("this runtime node cannot sandbox its workers")
+
+// insecureWarning is logged at every start of a node without its sandbox.
+const insecureWarning = "THE OS SANDBOX IS OFF (--insecure-no-sandbox): every worker runs as this node's own user with no " +
+	"namespaces and no memory, CPU or pids ceilings; any worker's process can read every other worker's secrets " +
+	"(/proc/<pid>/environ) and this node's sealing key and admin token. Run only code you trust like this."
+
+// openSandbox sets up the sandbox every incarnation runs in (SPEC 5.1), and proves it by running
+// workerd --version through it. A node that cannot sandbox refuses to start, unless it was told
+// --insecure-no-sandbox; then it says so at every start and in its status.
+func (n *Node) openSandbox(workerdBin string) error {
+	if n.cfg.InsecureNoSandbox {
+		n.log.Warn(insecureWarning, "uid", os.Getuid())
+		return nil
+	}
+	cfg := n.cfg.Sandbox
+	if cfg.Node == "" {
+		// One cgroup per state directory: the directory's lock makes it this node's alone.
+		sum := sha256.Sum256([]byte(n.store.Dir()))
+		cfg.Node = "takoform-" + hex.EncodeToString(sum[:6])
+	}
+	sb, err := sandbox.New(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: %w. It needs root (or CAP_SETUID and CAP_SETGID with a delegated cgroup), bubblewrap, and cgroups it may create for memory, cpu and pids; --insecure-no-sandbox runs every worker as the node's own user instead (never for code you do not trust)", ErrCannotSandbox, err)
+	}
+	for _, org := range sortedKeys(n.desired.OrgUIDs) {
+		// An organization keeps its uid: a range that no longer holds it is the operator's to fix.
+		if uid := n.desired.OrgUIDs[org]; !sb.UIDs().Contains(uid) {
+			_ = sb.Close()
+			return fmt.Errorf("organization %q runs as uid %d, outside --sandbox-uid-range %s: an organization keeps its uid, so widen the range to hold it", org, uid, sb.UIDs())
+		}
+	}
+	if err := selfTest(sb, workerdBin, n.desired.OrgUIDs); err != nil {
+		_ = sb.Close()
+		return fmt.Errorf("%w: %w", ErrCannotSandbox, err)
+	}
+	n.sandbox = sb
+	n.log.Info("workers run sandboxed, one uid per organization", "sandbox", sb.Describe())
+	return nil
+}
+
+// selfTest runs workerd --version in the sandbox, as a uid no organization holds.
+func selfTest(sb *sandbox.Sandbox, workerdBin string, held map[string]int) error {
+	uid, err := sandbox.AllocateUID(sb.UIDs(), held, os.Getuid(), accountExists)
+	if err != nil {
+		return err
+	}
+	var out strings.Builder
+	p, err := sb.Start(sandbox.Program{Path: workerdBin, Args: []string{"--version"}, UID: uid,
+		Name: "selftest-" + rand.Text(), Stdout: &out, Stderr: &out})
+	if err != nil {
+		return fmt.Errorf("start workerd --version in the sandbox: %w", err)
+	}
+	if err := p.Wait(); err != nil {
+		return fmt.Errorf("workerd --version in the sandbox: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	if !strings.Contains(out.String(), "workerd") {
+		return fmt.Errorf("workerd --version in the sandbox answered %q", out.String())
+	}
+	return nil
+}
+
+// accountExists reports whether uid names an account of this machine: such a uid may own files or
+// processes, so no organization gets it.
+func accountExists(uid int) bool {
+	_, err := user.LookupId(strconv.Itoa(uid))
+	var unknown user.UnknownUserIdError
+	return !errors.As(err, &unknown)
+}
+
+// closeSandbox removes the node's cgroups once every incarnation has stopped.
+func (n *Node) closeSandbox() {
+	if n.sandbox == nil {
+		return
+	}
+	if err := n.sandbox.Close(); err != nil {
+		n.log.Error("remove the node's cgroups", "error", err)
+	}
+}
+
+// sandboxMode is the node status's sandbox field.
+func (n *Node) sandboxMode() string {
+	if n.sandbox == nil {
+		return adminapi.SandboxOff
+	}
+	return adminapi.SandboxBwrap
+}
+
+// orgUIDLocked answers the sandbox uid of an organization, allocating and persisting one the first
+// time (n.mu held for writing). Without a sandbox there is none.
+func (n *Node) orgUIDLocked(organization string) (int, error) {
+	if n.sandbox == nil {
+		return 0, nil
+	}
+	if uid, ok := n.desired.OrgUIDs[organization]; ok {
+		return uid, nil
+	}
+	uid, err := sandbox.AllocateUID(n.sandbox.UIDs(), n.desired.OrgUIDs, os.Getuid(), accountExists)
+	if err != nil {
+		return 0, err
+	}
+	if n.desired.OrgUIDs == nil {
+		n.desired.OrgUIDs = map[string]int{}
+	}
+	n.desired.OrgUIDs[organization] = uid
+	if err := n.store.Save(n.desired); err != nil {
+		delete(n.desired.OrgUIDs, organization)
+		return 0, fmt.Errorf("persist the sandbox uid of an organization: %w", err)
+	}
+	n.log.Info("organization given its sandbox uid", "organization", organization, "uid", uid)
+	return uid, nil
+}

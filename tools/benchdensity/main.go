@@ -1,0 +1,309 @@
+// Command benchdensity measures how many workers one runtime node holds (make bench-density,
+// SPEC 5.1 "Density"): it starts an in-process runtime node with its sandbox and cgroup ceilings
+// on, creates N workers with an endpoint each through the node's admin API (spread over a number
+// of organizations, so over as many sandbox uids), and reports how many became Ready, how fast
+// they were created, and the proportional memory (PSS, from /proc/PID/smaps_rollup: workerd's
+// pages are shared between its processes) of each idle worker, sandbox processes included. It is
+// a benchmark, not a test: run it on a quiet machine and read the figures.
+//
+// Creation goes straight through the admin API, the way the Host's selfhost backend drives it:
+// the Host's own request path is measured by make bench.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+)
+
+func main() {
+	n := flag.Int("n", 200, "workers to create")
+	orgs := flag.Int("orgs", 20, "organizations the workers belong to (one sandbox uid each)")
+	clients := flag.Int("clients", 8, "concurrent creations")
+	insecure := flag.Bool("insecure-no-sandbox", false, "measure without the sandbox, for comparison")
+	settle := flag.Duration("settle", 3*time.Second, "idle time before memory is read")
+	timeout := flag.Duration("timeout", 10*time.Minute, "how long all workers may take to become Ready")
+	flag.Parse()
+	if err := run(*n, *orgs, *clients, *insecure, *settle, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "benchdensity:", err)
+		os.Exit(1)
+	}
+}
+
+const workerSource = `export default {
+  async fetch(req) { return new Response("worker %d of organization %d\n"); }
+};`
+
+func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) error {
+	dir, err := os.MkdirTemp("", "benchdensity-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	edgeL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	node, err := runtime.Start(runtime.Config{
+		StateDir: filepath.Join(dir, "runtime"), AdminListener: admin, EdgeListener: edgeL,
+		InsecureNoSandbox: insecure, ProbeDeadline: timeout,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	info := node.Info()
+	c, err := selfhost.New(info.AdminURL, info.TokenFile)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("runtime node: sandbox %s; %d workers over %d organizations, %d concurrent creations\n", st.Sandbox, n, orgs, clients)
+
+	// Create: a script and its route per worker, from clients goroutines.
+	start := time.Now()
+	var next atomic.Int64
+	var failed atomic.Int64
+	var firstErr sync.Once
+	var createErr error
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := create(ctx, c, i, orgs); err != nil {
+					failed.Add(1)
+					firstErr.Do(func() { createErr = err })
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	accepted := time.Since(start)
+	if createErr != nil {
+		fmt.Printf("creation failures: %d (first: %v)\n", failed.Load(), createErr)
+	}
+
+	// Ready: poll the node's status until every script is Ready or the time is up.
+	var ready int
+	var readyAt time.Duration
+	for {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return err
+		}
+		ready = 0
+		for _, s := range st.Scripts {
+			if s.Ready {
+				ready++
+			}
+		}
+		if ready == n || ctx.Err() != nil {
+			readyAt = time.Since(start)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	fmt.Printf("created: %d requests accepted in %s; %d/%d Ready after %s: %.1f workers/s\n",
+		2*n, accepted.Round(time.Millisecond), ready, n, readyAt.Round(time.Millisecond), float64(ready)/readyAt.Seconds())
+
+	// Every worker answers once at its hostname, then idles.
+	answered := 0
+	for i := range n {
+		if get(info.EdgeAddr, hostname(i)) == nil {
+			answered++
+		}
+	}
+	fmt.Printf("answered through the edge: %d/%d\n", answered, n)
+	time.Sleep(settle)
+
+	st, err = c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	return reportMemory(st)
+}
+
+func scriptName(i int) string { return fmt.Sprintf("bench-%05d", i) }
+func hostname(i int) string   { return fmt.Sprintf("w%05d.workers.localhost", i) }
+
+func create(ctx context.Context, c *selfhost.Client, i, orgs int) error {
+	org := i % orgs
+	_, err := c.PutScript(ctx, scriptName(i), adminapi.ScriptPut{
+		EffectID: fmt.Sprintf("bench-script-%d", i), WorkerUID: fmt.Sprintf("uid-%d", i),
+		DeploymentID: fmt.Sprintf("dep-%d", i), Generation: 1,
+		Labels:            adminapi.Labels{Organization: fmt.Sprintf("org-%d", org), Space: "prod", Worker: fmt.Sprintf("w%d", i)},
+		Modules:           map[string]string{"main.js": fmt.Sprintf(workerSource, i, org)},
+		MainModule:        "main.js",
+		CompatibilityDate: "2024-09-23",
+	})
+	if err != nil {
+		return err
+	}
+	_, err = c.PutRoute(ctx, hostname(i), adminapi.RoutePut{EffectID: fmt.Sprintf("bench-route-%d", i), ScriptName: scriptName(i),
+		EndpointUID: fmt.Sprintf("ep-%d", i), DeploymentID: fmt.Sprintf("dep-%d", i)})
+	return err
+}
+
+func get(edgeAddr, host string) error {
+	req, err := http.NewRequest(http.MethodGet, "http://"+edgeAddr+"/", nil)
+	if err != nil {
+		return err
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s answered %d", host, resp.StatusCode)
+	}
+	return nil
+}
+
+// reportMemory sums PSS and RSS over each Ready worker's processes (bwrap, the sandbox's init and
+// workerd; workerd alone without the sandbox).
+func reportMemory(st adminapi.Status) error {
+	children, err := childrenOf()
+	if err != nil {
+		return err
+	}
+	var pss, rss, workerdPss []int64
+	for _, s := range st.Scripts {
+		if !s.Ready || s.Incarnation == nil || s.Incarnation.PID == 0 {
+			continue
+		}
+		var p, r, w int64
+		procs := descendants(children, s.Incarnation.PID)
+		for _, pid := range procs {
+			pp, rr, err := rollup(pid)
+			if err != nil {
+				continue
+			}
+			p += pp
+			r += rr
+			if len(children[pid]) == 0 {
+				w = pp // the leaf is workerd
+			}
+		}
+		pss, rss, workerdPss = append(pss, p), append(rss, r), append(workerdPss, w)
+	}
+	if len(pss) == 0 {
+		return errors.New("no Ready worker to measure")
+	}
+	fmt.Printf("idle memory per worker over %d workers: PSS mean %.1f MiB (median %.1f, workerd alone %.1f), RSS mean %.1f MiB; total PSS %.0f MiB\n",
+		len(pss), mb(mean(pss)), mb(median(pss)), mb(mean(workerdPss)), mb(mean(rss)), mb(sum(pss)))
+	return nil
+}
+
+// rollup reads Pss and Rss (kB) of one process.
+func rollup(pid int) (pss, rss int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		v, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "Pss:":
+			pss = v
+		case "Rss:":
+			rss = v
+		}
+	}
+	return pss, rss, nil
+}
+
+func childrenOf() (map[int][]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 1 {
+			ppid, _ := strconv.Atoi(fields[1])
+			out[ppid] = append(out[ppid], pid)
+		}
+	}
+	return out, nil
+}
+
+func descendants(children map[int][]int, pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+func mb(kb float64) float64 { return kb / 1024 }
+
+func sum(v []int64) float64 {
+	var s int64
+	for _, x := range v {
+		s += x
+	}
+	return float64(s)
+}
+
+func mean(v []int64) float64 { return sum(v) / float64(len(v)) }
+
+func median(v []int64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return float64(s[len(s)/2])
+}

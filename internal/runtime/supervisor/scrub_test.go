@@ -171,11 +171,33 @@ func BenchmarkScrubbedLine(b *testing.B) {
 	for i := range values {
 		values[i] = fmt.Sprintf("secret-%02d-%s", i, strings.Repeat("x", 22))
 	}
-	w := &tailWriter{log: slog.New(slog.DiscardHandler), scrub: scrubForms(values)}
+	w := &tailWriter{log: slog.New(slog.DiscardHandler), scrub: scrubForms(values), bucket: &lineBucket{}}
 	line := []byte(strings.Repeat("an ordinary log line of a worker ", 6) + "\n")
 	for b.Loop() {
-		w.bucket = lineBucket{} // measure the scrub, not the rate limit
+		*w.bucket = lineBucket{} // measure the scrub, not the rate limit
 		_, _ = w.Write(line)
 	}
 	b.ReportMetric(float64(len(w.scrub)), "forms")
+}
+
+// The bucket is the incarnation's: a process that restarts (a crash on purpose) gets no fresh burst.
+func TestOutputRateLimitOutlivesAProcessRestart(t *testing.T) {
+	t.Parallel()
+	var bucket lineBucket
+	clock := time.Unix(1_700_000_000, 0)
+	admitted := 0
+	for range 2 { // two starts of one incarnation, at the same instant
+		w := &tailWriter{log: slog.New(slog.DiscardHandler), bucket: &bucket, now: func() time.Time { return clock }}
+		for range OutputLineBurst {
+			if w.admit() {
+				admitted++
+			}
+		}
+		if w.report != nil {
+			w.report.Stop()
+		}
+	}
+	if admitted != OutputLineBurst {
+		t.Fatalf("%d lines admitted over two starts, want one burst of %d", admitted, OutputLineBurst)
+	}
 }

@@ -39,8 +39,8 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -176,6 +176,9 @@ type Incarnation struct {
 	status   Status
 	restarts []time.Time
 	admitted bool
+
+	// lines rate-limits its output across every start of its process.
+	lines lineBucket
 
 	ready    atomic.Bool // mirrors status.State == ready, for the edge's hot path
 	inflight atomic.Int64
@@ -442,7 +445,7 @@ func (i *Incarnation) runOnce() outcome {
 		return outcome{why: fmt.Sprintf("cannot hand the sockets to workerd: %v", err)}
 	}
 	defer closeAll(sockets)
-	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub)}
+	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub), bucket: &i.lines}
 	proc, err := i.startProcess(sockets, socketArgs, tail)
 	if err != nil {
 		return outcome{why: fmt.Sprintf("workerd did not start: %v", err)}
@@ -673,8 +676,10 @@ type tailWriter struct {
 	skipping bool
 
 	// now is the clock of the rate limit (tests move it); nil is time.Now.
-	now     func() time.Time
-	bucket  lineBucket
+	now func() time.Time
+	// bucket is the incarnation's, kept across its process starts: a worker that crashes on
+	// purpose gets no fresh burst per restart.
+	bucket  *lineBucket
 	dropped int
 	report  *time.Timer
 }
@@ -713,6 +718,9 @@ func (w *tailWriter) admit() bool {
 	now := time.Now
 	if w.now != nil {
 		now = w.now
+	}
+	if w.bucket == nil {
+		w.bucket = &lineBucket{}
 	}
 	if w.bucket.take(now()) {
 		return true

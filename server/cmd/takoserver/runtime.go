@@ -16,8 +16,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
 
 // runtimeCommand is `takoserver runtime`: the runtime node (SPEC 5), and its admin commands.

@@ -113,7 +113,7 @@ func (x *tenantBench) remove(b *testing.B, name string) {
 	}, 30*time.Second, 50*time.Millisecond, "%s's workerd outlived its delete", name)
 }
 
-// window is the length of one measurement (TAKOFORM_BENCH_WINDOW, default 10s).
+// tenantWindow is the length of one measurement (TAKOFORM_BENCH_WINDOW, default 10s).
 func tenantWindow() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("TAKOFORM_BENCH_WINDOW")); err == nil && d > 0 {
 		return d
@@ -296,7 +296,7 @@ func (x *tenantBench) restarts(b *testing.B, name string) int {
 // phase is the victim measured twice: saturated by a closed loop of clients, then at a paced rate.
 type phase struct{ saturated, paced sample }
 
-func (x *tenantBench) phase(name string, b *testing.B, clients, rate int, d time.Duration) phase {
+func (x *tenantBench) phase(b *testing.B, name string, clients, rate int, d time.Duration) phase {
 	var p phase
 	p.saturated = x.measure(clients, 0, d)
 	b.Logf("%-7s %2d clients, closed loop: %s", name, clients, p.saturated)
@@ -324,7 +324,7 @@ func BenchmarkNoisyNeighbours(b *testing.B) {
 	clients, rate, d := envInt("TAKOFORM_BENCH_CLIENTS", 16), envInt("TAKOFORM_BENCH_RATE", 100), tenantWindow()
 	for b.Loop() {
 		x.measure(clients, 0, time.Second) // warm the connections and workerd's JIT
-		before := x.phase("idle", b, clients, rate, d)
+		before := x.phase(b, "idle", clients, rate, d)
 		require.Zero(b, before.saturated.failed+before.paced.failed, "the victim failed requests on an idle node")
 
 		loopers := make([]*looper, len(noisyOrganizations))
@@ -345,7 +345,7 @@ func BenchmarkNoisyNeighbours(b *testing.B) {
 			}()
 		}
 		time.Sleep(time.Second) // every looper spinning
-		loaded := x.phase("loaded", b, clients, rate, d)
+		loaded := x.phase(b, "loaded", clients, rate, d)
 		restarts, ended, pokes := 0, int64(0), int64(0)
 		for _, l := range loopers {
 			restarts += x.restarts(b, l.name) - l.before
@@ -362,7 +362,7 @@ func BenchmarkNoisyNeighbours(b *testing.B) {
 		}
 		pokeClient.CloseIdleConnections()
 
-		after := x.phase("idle", b, clients, rate, d)
+		after := x.phase(b, "idle", clients, rate, d)
 		idle := phase{pooled(before.saturated, after.saturated), pooled(before.paced, after.paced)}
 		sat50, sat99 := ratio(loaded.saturated.quantile(0.5), idle.saturated.quantile(0.5)), ratio(loaded.saturated.quantile(0.99), idle.saturated.quantile(0.99))
 		pace50, pace99 := ratio(loaded.paced.quantile(0.5), idle.paced.quantile(0.5)), ratio(loaded.paced.quantile(0.99), idle.paced.quantile(0.99))

@@ -62,7 +62,8 @@ func TestAccReservation(t *testing.T) {
 				// Drift: released behind the provider's back; refresh drops it and apply reserves again.
 				PreConfig: func() {
 					c := ctx(t)
-					res, err := f.api.GetReservation(c, reservationID("staging", "api"))
+					// The subdomain is part of the default id: the replaced reservation has a new one.
+					res, err := f.api.GetReservation(c, provider.DefaultReservationID("staging", "api", "api-v2", ""))
 					require.NoError(t, err)
 					_, err = f.api.DeleteReservation(c, res.ID, *res.OwnershipToken)
 					require.NoError(t, err)

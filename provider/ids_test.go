@@ -34,11 +34,13 @@ func TestAccIDsAndURLKnownAtPlan(t *testing.T) {
 		plancheck.ExpectKnownValue(activationAddr, tfjsonpath.New("id"), knownvalue.StringExact(reservationID("idp", "hello"))),
 	}
 	sameURL := statecheck.CompareValue(compare.ValuesSame())
-	mirrors := []statecheck.StateCheck{
-		statecheck.CompareValuePairs(runtimeInputAddr, tfjsonpath.New("id"), runtimeInputAddr, tfjsonpath.New("operation_id"), compare.ValuesSame()),
-		statecheck.CompareValuePairs(activationAddr, tfjsonpath.New("id"), activationAddr, tfjsonpath.New("reservation_id"), compare.ValuesSame()),
-		statecheck.CompareValuePairs(endpointAddr, tfjsonpath.New("url"), reservationAddr, tfjsonpath.New("canonical_origin"), originAndSlash{}),
-		sameURL.AddStateValue(endpointAddr, tfjsonpath.New("url")),
+	mirrors := func() []statecheck.StateCheck {
+		return []statecheck.StateCheck{
+			statecheck.CompareValuePairs(runtimeInputAddr, tfjsonpath.New("id"), runtimeInputAddr, tfjsonpath.New("operation_id"), compare.ValuesSame()),
+			statecheck.CompareValuePairs(activationAddr, tfjsonpath.New("id"), activationAddr, tfjsonpath.New("reservation_id"), compare.ValuesSame()),
+			statecheck.CompareValuePairs(endpointAddr, tfjsonpath.New("url"), reservationAddr, tfjsonpath.New("canonical_origin"), originAndSlash{}),
+			sameURL.AddStateValue(endpointAddr, tfjsonpath.New("url")),
+		}
 	}
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories,
@@ -48,7 +50,7 @@ func TestAccIDsAndURLKnownAtPlan(t *testing.T) {
 				Config: cfg,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(known,
 					plancheck.ExpectKnownValue(runtimeInputAddr, tfjsonpath.New("id"), knownvalue.StringRegexp(regexp.MustCompile(`^rip-[0-9a-f]{24}$`))))},
-				ConfigStateChecks: mirrors,
+				ConfigStateChecks: mirrors(),
 			},
 			{
 				// The reservation stands: the replacing endpoint's plan reads its origin.
@@ -57,7 +59,7 @@ func TestAccIDsAndURLKnownAtPlan(t *testing.T) {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(known,
 					plancheck.ExpectResourceAction(endpointAddr, plancheck.ResourceActionDestroyBeforeCreate),
 					plancheck.ExpectResourceAction(reservationAddr, plancheck.ResourceActionNoop))},
-				ConfigStateChecks: mirrors,
+				ConfigStateChecks: mirrors(),
 			},
 			{Config: cfg, ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}}},
 		},

@@ -162,10 +162,10 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"hostname": schema.StringAttribute{
-				MarkdownDescription: "Host name the endpoint answers on.", Computed: true, PlanModifiers: known,
+				MarkdownDescription: "Host name the endpoint answers on: the host of its canonical origin. Known in the plan when `origin_reservation_id` names a reservation (one this plan creates, or one that stands); a Host-minted endpoint's is known after apply.", Computed: true, PlanModifiers: known,
 			},
 			"url": schema.StringAttribute{
-				MarkdownDescription: "The endpoint's public URL: its canonical origin and `/`.", Computed: true, PlanModifiers: known,
+				MarkdownDescription: "The endpoint's public URL: its reservation's canonical origin and `/`. Known in the plan when `origin_reservation_id` names a reservation (one this plan creates, or one that stands); a Host-minted endpoint's is known after apply.", Computed: true, PlanModifiers: known,
 			},
 			"host_minted": schema.BoolAttribute{
 				MarkdownDescription: "Whether the endpoint publishes through a reservation the Host minted.",

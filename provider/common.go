@@ -62,7 +62,8 @@ func (v notPrefix) ValidateString(ctx context.Context, req validator.StringReque
 // providerData is what the provider hands its resources and data sources: one configuration's
 // client.
 type providerData struct {
-	client *client.Client
+	client  *client.Client
+	origins *plannedOrigins // what this configuration's plan derived, for the endpoints' url
 }
 
 // configureData unpacks the provider data of a Configure call.

@@ -142,10 +142,11 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "Name of the entry module; one of `modules`. Changes in place.", Required: true,
 			},
 			"modules": schema.MapAttribute{
-				MarkdownDescription: "The bundle: ES-module source by module name. Changes in place (a new generation).",
-				Required:            true,
-				ElementType:         types.StringType,
-				Validators:          []validator.Map{mapvalidator.SizeBetween(1, 64)},
+				MarkdownDescription: "The bundle: 1 to 64 modules, source text by module name. A name ending in `.json` is a JSON module and one ending in `.txt` a text module (both imported by the code); every other module is an ES module. There are no WebAssembly or CommonJS modules. " +
+					"Names and sources together may hold at most 1032192 bytes (1 MiB less 16 KiB: the Host takes a request body of at most 1 MiB, and the bundle travels in one); a larger bundle fails at plan. Changes in place (a new generation).",
+				Required:    true,
+				ElementType: types.StringType,
+				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64)},
 			},
 			"compatibility_date": schema.StringAttribute{
 				MarkdownDescription: "Workers runtime compatibility date, `YYYY-MM-DD`. Changes in place.",

@@ -3,7 +3,9 @@ package provider
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -22,6 +24,7 @@ var (
 	_ resource.ResourceWithConfigure   = (*endpointResource)(nil)
 	_ resource.ResourceWithImportState = (*endpointResource)(nil)
 	_ resource.ResourceWithIdentity    = (*endpointResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*endpointResource)(nil)
 )
 
 func newEndpointResource() resource.Resource { return &endpointResource{} }
@@ -29,7 +32,48 @@ func newEndpointResource() resource.Resource { return &endpointResource{} }
 // endpointResource is takoform_worker_endpoint: the public route of one worker at a canonical
 // origin. An endpoint never changes in place.
 type endpointResource struct {
-	client *client.Client
+	client  *client.Client
+	origins *plannedOrigins
+}
+
+// plannedOrigins holds the canonical origin each reservation this provider configuration planned
+// to create was derived to hold, by reservation id. The CLI plans a reservation before the
+// endpoints that name its id (and plans both again, in that order, at apply time), so an endpoint
+// created on a reservation of the same plan knows its url in the plan, although the reservation
+// does not exist yet. One is made per Configure: it lives as long as one plan or apply.
+type plannedOrigins struct{ m sync.Map }
+
+func (p *plannedOrigins) record(reservationID, origin string) {
+	if p != nil {
+		p.m.Store(reservationID, origin)
+	}
+}
+
+func (p *plannedOrigins) lookup(reservationID string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	v, ok := p.m.Load(reservationID)
+	if !ok {
+		return "", false
+	}
+	return v.(string), true
+}
+
+func originsOf(data any) *plannedOrigins {
+	if pd, ok := data.(*providerData); ok {
+		return pd.origins
+	}
+	return nil
+}
+
+// hostnameOf is the host name of a canonical origin, as the Host projects an endpoint's hostname.
+func hostnameOf(origin string) string {
+	u, err := url.Parse(origin)
+	if err != nil {
+		return origin
+	}
+	return u.Hostname()
 }
 
 type endpointModel struct {
@@ -118,10 +162,10 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"hostname": schema.StringAttribute{
-				MarkdownDescription: "Host name the endpoint answers on.", Computed: true, PlanModifiers: known,
+				MarkdownDescription: "Host name the endpoint answers on: the host of its canonical origin. Known in the plan when `origin_reservation_id` names a reservation (one this plan creates, or one that stands); a Host-minted endpoint's is known after apply.", Computed: true, PlanModifiers: known,
 			},
 			"url": schema.StringAttribute{
-				MarkdownDescription: "The endpoint's public URL: its canonical origin and `/`.", Computed: true, PlanModifiers: known,
+				MarkdownDescription: "The endpoint's public URL: its reservation's canonical origin and `/`. Known in the plan when `origin_reservation_id` names a reservation (one this plan creates, or one that stands); a Host-minted endpoint's is known after apply.", Computed: true, PlanModifiers: known,
 			},
 			"host_minted": schema.BoolAttribute{
 				MarkdownDescription: "Whether the endpoint publishes through a reservation the Host minted.",
@@ -141,6 +185,36 @@ func (r *endpointResource) IdentitySchema(_ context.Context, _ resource.Identity
 
 func (r *endpointResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
+	r.origins = originsOf(req.ProviderData)
+}
+
+// ModifyPlan plans url and hostname of an endpoint to be created on a supplied reservation: the
+// Host projects the reservation's canonical origin and "/" as the url, and its host name as the
+// hostname. The origin is the one this plan derived for a reservation it creates, else the one an
+// existing reservation holds. A Host-minted endpoint's origin is known only once it is minted.
+func (r *endpointResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || !req.State.Raw.IsNull() {
+		return // a destroy, or an update (every argument but timeouts replaces)
+	}
+	var plan endpointModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.OriginReservationID.IsNull() || plan.OriginReservationID.IsUnknown() {
+		return
+	}
+	id := plan.OriginReservationID.ValueString()
+	origin, ok := r.origins.lookup(id)
+	if !ok && r.client != nil {
+		// A failed read leaves url unknown: the plan does not fail on what only decorates it.
+		res, err := r.client.GetReservation(ctx, id)
+		if err == nil && res.Status != "expired" && res.Status != "released" && res.CanonicalOrigin != "" {
+			origin, ok = res.CanonicalOrigin, true
+		}
+	}
+	if !ok {
+		return
+	}
+	plan.URL, plan.Hostname = types.StringValue(origin+"/"), types.StringValue(hostnameOf(origin))
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }
 
 func (r *endpointResource) fill(m *endpointModel, e client.Endpoint) {

@@ -36,6 +36,7 @@ type activationResource struct {
 }
 
 type activationModel struct {
+	ID            types.String   `tfsdk:"id"`
 	ReservationID types.String   `tfsdk:"reservation_id"`
 	EndpointID    types.String   `tfsdk:"endpoint_id"`
 	Status        types.String   `tfsdk:"status"`
@@ -68,6 +69,11 @@ func (r *activationResource) Schema(ctx context.Context, _ resource.SchemaReques
 		MarkdownDescription: "Activates a supplied reservation with the endpoint created on it: the reservation's proof that this exact endpoint publishes its origin. " +
 			"An activated reservation does not age and cannot be released; destroy the activation first (the dependency on `endpoint_id` orders it).",
 		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				MarkdownDescription: "The activation's id: its `reservation_id`, known in the plan whenever that is (so the CLI prints `[id=…]`).",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), mirrorString{from: path.Root("reservation_id")}},
+			},
 			"reservation_id": schema.StringAttribute{
 				MarkdownDescription: "The reservation to activate.", Required: true, Validators: reservationIDValidators(), PlanModifiers: replace,
 			},
@@ -116,6 +122,7 @@ func (r *activationResource) Create(ctx context.Context, req resource.CreateRequ
 		addError(&resp.Diagnostics, "Unable to activate reservation", err)
 		return
 	}
+	plan.ID = plan.ReservationID
 	id, endpointUID := plan.ReservationID.ValueString(), plan.EndpointID.ValueString()
 	current, err := r.client.GetReservation(ctx, id)
 	if err != nil {
@@ -176,6 +183,7 @@ func (r *activationResource) Read(ctx context.Context, req resource.ReadRequest,
 		resp.State.RemoveResource(ctx) // deactivated behind the provider's back
 		return
 	}
+	state.ID = types.StringValue(res.ID)
 	state.EndpointID, state.Status, state.Revision = types.StringValue(res.Endpoint.UID), types.StringValue(res.Status), types.Int64Value(res.Revision)
 	token, diags := getToken(ctx, req.Private)
 	resp.Diagnostics.Append(diags...)
@@ -226,7 +234,7 @@ func (r *activationResource) Update(ctx context.Context, req resource.UpdateRequ
 		addError(&resp.Diagnostics, "Unable to read activation", err)
 		return
 	}
-	plan.Status, plan.Revision = types.StringValue(res.Status), types.Int64Value(res.Revision)
+	plan.ID, plan.Status, plan.Revision = plan.ReservationID, types.StringValue(res.Status), types.Int64Value(res.Revision)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, activationIdentityModel{ReservationID: plan.ReservationID})...)
 }
@@ -258,4 +266,25 @@ func (r *activationResource) Delete(ctx context.Context, req resource.DeleteRequ
 
 func (r *activationResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	resource.ImportStatePassthroughWithIdentity(ctx, path.Root("reservation_id"), path.Root("reservation_id"), req, resp)
+}
+
+// mirrorString plans an attribute as a copy of another one of the configuration while that one is
+// known, so that an `id` mirroring an argument is known in the plan wherever the argument is.
+type mirrorString struct{ from path.Path }
+
+func (m mirrorString) Description(context.Context) string {
+	return "Equals " + m.from.String() + " whenever that is known."
+}
+
+func (m mirrorString) MarkdownDescription(ctx context.Context) string { return m.Description(ctx) }
+
+func (m mirrorString) PlanModifyString(ctx context.Context, req planmodifier.StringRequest, resp *planmodifier.StringResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var v types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, m.from, &v)...)
+	if !v.IsUnknown() && !v.IsNull() {
+		resp.PlanValue = v
+	}
 }

@@ -34,7 +34,8 @@ func newReservationResource() resource.Resource { return &reservationResource{} 
 // reservationResource is takoform_worker_endpoint_origin_reservation: a value-free hold on one
 // canonical origin (SPEC 3.3). It never changes in place.
 type reservationResource struct {
-	client *client.Client
+	client  *client.Client
+	origins *plannedOrigins
 }
 
 type reservationModel struct {
@@ -148,6 +149,7 @@ func (r *reservationResource) IdentitySchema(_ context.Context, _ resource.Ident
 
 func (r *reservationResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
+	r.origins = originsOf(req.ProviderData)
 }
 
 // ModifyPlan draws the default id and asks the derivation route for the canonical origin when the
@@ -197,6 +199,7 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 			}
 		}
 		plan.CanonicalOrigin = types.StringValue(d.CanonicalOrigin)
+		r.origins.record(id, d.CanonicalOrigin) // for the url of an endpoint created on it
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }

@@ -47,6 +47,7 @@ type runtimeInputResource struct {
 // runtimeInputModel is the plan and state model. BindingsWO is write-only: the framework always
 // holds it null in a plan or state; the values are read from the configuration alone.
 type runtimeInputModel struct {
+	ID                    types.String   `tfsdk:"id"`
 	OperationID           types.String   `tfsdk:"operation_id"`
 	Space                 types.String   `tfsdk:"space"`
 	WorkerName            types.String   `tfsdk:"worker_name"`
@@ -81,6 +82,11 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"runtime input through `takoform_worker.runtime_input_reference`, which is known at plan time. A runtime input never " +
 			"changes in place: new values, or a bump of `bindings_wo_version`, replace it and update the worker in place.",
 		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				MarkdownDescription: "The runtime input's id: its `operation_id`, known in the plan whenever that is (so the CLI prints `[id=…]`).",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
 			"operation_id": schema.StringAttribute{
 				MarkdownDescription: "Operation id of the preparation, unique in the organization. Defaults to `rip-` and 24 hex digits, known in the plan: derived from the target and `bindings_wo_version`, the first such id the Host does not know yet, so every new incarnation (a replacement, or after an expiry) gets a new one. Leave it unset unless you manage ids yourself.",
 				Optional:            true,
@@ -342,6 +348,7 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 	} else if !creating {
 		plan.Status, plan.ExpiresAt = state.Status, state.ExpiresAt
 	}
+	plan.ID = plan.OperationID // unknown only while the operation id is
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }
 
@@ -408,6 +415,7 @@ func (r *runtimeInputResource) Create(ctx context.Context, req resource.CreateRe
 	})
 	if err != nil {
 		if isUnknownOutcome(err) {
+			plan.ID = plan.OperationID
 			plan.Reference, plan.PreparationID = types.StringValue(id.Reference), types.StringValue(id.PreparationID)
 			plan.BindingNames, plan.Status, plan.ExpiresAt = namesOf(values), types.StringNull(), types.StringNull()
 			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
@@ -423,6 +431,7 @@ func (r *runtimeInputResource) Create(ctx context.Context, req resource.CreateRe
 }
 
 func (r *runtimeInputResource) fill(ctx context.Context, m *runtimeInputModel, p client.Preparation) {
+	m.ID = types.StringValue(p.OperationID)
 	m.OperationID, m.Space, m.WorkerName = types.StringValue(p.OperationID), types.StringValue(p.Target.Space), types.StringValue(p.Target.WorkerName)
 	m.BundleName, m.EndpointName = types.StringValue(p.Target.BundleName), types.StringValue(p.Target.EndpointName)
 	m.OriginReservationID, m.CanonicalPublicOrigin = types.StringValue(p.Target.OriginReservationID), types.StringValue(p.Target.CanonicalPublicOrigin)

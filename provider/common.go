@@ -62,8 +62,8 @@ func (v notPrefix) ValidateString(ctx context.Context, req validator.StringReque
 // providerData is what the provider hands its resources and data sources: one configuration's
 // client.
 type providerData struct {
-	client  *client.Client
-	origins *plannedOrigins // what this configuration's plan derived, for the endpoints' url
+	client *client.Client
+	memo   planMemo // what this configuration's plan derived, for the resources planned after it
 }
 
 // configureData unpacks the provider data of a Configure call.

@@ -345,3 +345,22 @@ resource "takoform_worker" "w" {
 		}),
 	})
 }
+
+// A worker requiring a secret its runtime input does not bind fails at plan, naming both sides
+// (issue 13.5), whether the runtime input is planned in the same run or exists already.
+func TestAccWorkerRequiringAnUnboundSecretFailsAtPlan(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	good := graph("unbound", "hello", "v", 1)
+	bad := strings.Replace(good, `required_sensitive_vars = ["GREETING"]`, `required_sensitive_vars = ["GREETING", "MISSING"]`, 1)
+	require.NotEqual(t, good, bad)
+	want := regexp.MustCompile(`(?s)Secrets the runtime input does not bind.*requires \[GREETING,\s+MISSING\].*binds\s+\[GREETING\]`)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{
+			{Config: f.config(bad), PlanOnly: true, ExpectError: want},
+			{Config: f.config(good)},
+			{Config: f.config(bad), PlanOnly: true, ExpectError: want},
+		},
+	})
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/setvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/identityschema"
@@ -36,7 +37,8 @@ func newWorkerResource() resource.Resource { return &workerResource{} }
 
 // workerResource is takoform_worker: an ES-module bundle and its declared secret bindings.
 type workerResource struct {
-	client *client.Client
+	client   *client.Client
+	bindings *planned[[]string]
 }
 
 type workerModel struct {
@@ -197,6 +199,7 @@ func (r *workerResource) IdentitySchema(_ context.Context, _ resource.IdentitySc
 
 func (r *workerResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
+	r.bindings = memoOf(req.ProviderData).bindings
 }
 
 // ModifyPlan plans an update of a worker that does not serve what the state says (its last deploy
@@ -227,16 +230,24 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if r.client == nil || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
 		return
 	}
+	reference := plan.RuntimeInputReference.ValueString()
+	if names, ok := r.bindings.lookup(reference); ok {
+		// The runtime input is planned in this same plan: what it seals is known now.
+		r.requireBound(ctx, plan, reference, names, &resp.Diagnostics)
+	}
 	if !creating && plan.RuntimeInputReference.Equal(state.RuntimeInputReference) {
 		return // consumed already by this worker
 	}
-	p, err := r.client.GetPreparationByReference(ctx, plan.RuntimeInputReference.ValueString())
+	p, err := r.client.GetPreparationByReference(ctx, reference)
 	if client.IsNotFound(err) {
 		return // prepared later in this apply
 	}
 	if err != nil {
 		addError(&resp.Diagnostics, "Unable to read the worker's runtime input", err)
 		return
+	}
+	if _, planned := r.bindings.lookup(reference); !planned {
+		r.requireBound(ctx, plan, reference, p.BindingNames, &resp.Diagnostics)
 	}
 	if p.BoundWorker != nil && (creating || p.BoundWorker.UID != state.ID.ValueString()) {
 		resp.Diagnostics.AddAttributeError(path.Root("runtime_input_reference"), "Runtime input delivered to another worker",
@@ -442,6 +453,32 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 
 // Delete deletes the worker. It waits out an unexpired runtime-input claim (it settles or expires);
 // an endpoint still standing on the worker is a diagnostic naming it.
+// requireBound refuses, at plan time, a worker whose required_sensitive_vars differ from the
+// binding names of the runtime input it consumes: the Host would refuse it at apply.
+func (r *workerResource) requireBound(ctx context.Context, plan workerModel, reference string, bound []string, diags *diag.Diagnostics) {
+	if plan.RequiredSensitiveVars.IsUnknown() {
+		return
+	}
+	var required []string
+	if !plan.RequiredSensitiveVars.IsNull() && plan.RequiredSensitiveVars.ElementsAs(ctx, &required, false).HasError() {
+		return
+	}
+	want, have := slices.Sorted(slices.Values(required)), slices.Sorted(slices.Values(bound))
+	if slices.Equal(want, have) {
+		return
+	}
+	diags.AddAttributeError(path.Root("required_sensitive_vars"), "Secrets the runtime input does not bind",
+		fmt.Sprintf("The worker requires %s, but the runtime input it consumes (%s) binds %s. Make required_sensitive_vars equal the "+
+			"runtime input's binding names (the keys of its bindings_wo).", listOrNone(want), reference, listOrNone(have)))
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "no secret"
+	}
+	return "[" + strings.Join(names, ", ") + "]"
+}
+
 // landed reports whether the worker the Host holds is the one spec asks for.
 func landed(w client.Worker, spec client.WorkerSpec) bool {
 	ref := ""

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -33,38 +32,7 @@ func newEndpointResource() resource.Resource { return &endpointResource{} }
 // origin. An endpoint never changes in place.
 type endpointResource struct {
 	client  *client.Client
-	origins *plannedOrigins
-}
-
-// plannedOrigins holds the canonical origin each reservation this provider configuration planned
-// to create was derived to hold, by reservation id. The CLI plans a reservation before the
-// endpoints that name its id (and plans both again, in that order, at apply time), so an endpoint
-// created on a reservation of the same plan knows its url in the plan, although the reservation
-// does not exist yet. One is made per Configure: it lives as long as one plan or apply.
-type plannedOrigins struct{ m sync.Map }
-
-func (p *plannedOrigins) record(reservationID, origin string) {
-	if p != nil {
-		p.m.Store(reservationID, origin)
-	}
-}
-
-func (p *plannedOrigins) lookup(reservationID string) (string, bool) {
-	if p == nil {
-		return "", false
-	}
-	v, ok := p.m.Load(reservationID)
-	if !ok {
-		return "", false
-	}
-	return v.(string), true
-}
-
-func originsOf(data any) *plannedOrigins {
-	if pd, ok := data.(*providerData); ok {
-		return pd.origins
-	}
-	return nil
+	origins *planned[string]
 }
 
 // hostnameOf is the host name of a canonical origin, as the Host projects an endpoint's hostname.
@@ -185,7 +153,7 @@ func (r *endpointResource) IdentitySchema(_ context.Context, _ resource.Identity
 
 func (r *endpointResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
-	r.origins = originsOf(req.ProviderData)
+	r.origins = memoOf(req.ProviderData).origins
 }
 
 // ModifyPlan plans url and hostname of an endpoint to be created on a supplied reservation: the

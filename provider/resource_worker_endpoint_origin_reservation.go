@@ -35,7 +35,7 @@ func newReservationResource() resource.Resource { return &reservationResource{} 
 // canonical origin (SPEC 3.3). It never changes in place.
 type reservationResource struct {
 	client  *client.Client
-	origins *plannedOrigins
+	origins *planned[string]
 }
 
 type reservationModel struct {
@@ -149,7 +149,7 @@ func (r *reservationResource) IdentitySchema(_ context.Context, _ resource.Ident
 
 func (r *reservationResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
-	r.origins = originsOf(req.ProviderData)
+	r.origins = memoOf(req.ProviderData).origins
 }
 
 // ModifyPlan draws the default id and asks the derivation route for the canonical origin when the

@@ -41,7 +41,8 @@ func newRuntimeInputResource() resource.Resource { return &runtimeInputResource{
 // worker, delivered once (SPEC 3.5). The values exist only in the write-only bindings_wo; the
 // plan and the state carry the reference, a digest computed in ModifyPlan.
 type runtimeInputResource struct {
-	client *client.Client
+	client   *client.Client
+	bindings *planned[[]string]
 }
 
 // runtimeInputModel is the plan and state model. BindingsWO is write-only: the framework always
@@ -173,6 +174,7 @@ func (r *runtimeInputResource) IdentitySchema(_ context.Context, _ resource.Iden
 
 func (r *runtimeInputResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
+	r.bindings = memoOf(req.ProviderData).bindings
 }
 
 // configBindings reads bindings_wo from the configuration alone (write-only values exist nowhere
@@ -338,6 +340,12 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 	default:
 		id := runtimeref.Derive(plan.MaterialSetNonce.ValueString(), plan.target(), plainBindings(values))
 		plan.Reference, plan.PreparationID, plan.BindingNames = types.StringValue(id.Reference), types.StringValue(id.PreparationID), namesOf(values)
+	}
+	if !plan.Reference.IsUnknown() && !plan.BindingNames.IsUnknown() && !plan.BindingNames.IsNull() {
+		var names []string
+		if !plan.BindingNames.ElementsAs(ctx, &names, false).HasError() {
+			r.bindings.record(plan.Reference.ValueString(), names) // for the worker that consumes it
+		}
 	}
 	if !creating && !plan.Reference.Equal(state.Reference) {
 		// New values (or a new nonce or target): a runtime input never changes in place.

@@ -72,6 +72,8 @@ func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) err
 	}
 	node, err := runtime.Start(runtime.Config{
 		StateDir: filepath.Join(dir, "runtime"), AdminListener: admin, EdgeListener: edgeL,
+		// The node's own sealing key, outside its state directory, made on this first start.
+		SealingKeyFile: filepath.Join(dir, "runtime-sealing-key"), CreateSealingKey: true,
 		InsecureNoSandbox: insecure, ProbeDeadline: timeout,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})

@@ -245,6 +245,8 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 		if answered {
 			quiet.end()
 			quiet = nil
+		} else if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			quiet.cause = err
 		}
 		if err == nil {
 			return resp, nil
@@ -321,6 +323,8 @@ type silence struct {
 	since time.Time
 	stop  chan struct{}
 	done  chan struct{}
+	// cause is the last failure that says more than a deadline (connection refused, reset).
+	cause error
 }
 
 func (c *Client) startSilence(ctx context.Context, req Request, since time.Time) *silence {
@@ -365,6 +369,9 @@ func (s *silence) end() {
 func (s *silence) fail(err error) error {
 	if s == nil {
 		return err
+	}
+	if s.cause != nil && errors.Is(err, context.DeadlineExceeded) {
+		err = s.cause // the try cut at the bound says less than the one before it
 	}
 	return &UnreachableError{Endpoint: s.c.base.Redacted(), From: s.c.endpointFrom, For: time.Since(s.since), Err: err}
 }

@@ -101,6 +101,7 @@ func TestAStoppedHostFailsAMutationWithinTheBoundAndWarnsMeanwhile(t *testing.T)
 	require.GreaterOrEqual(t, took, bound-WarnInterval(bound), "the Host is retried until about the bound")
 	require.Contains(t, err.Error(), "TAKOFORM_ENDPOINT")
 	require.Contains(t, err.Error(), "http://operator:xxxxx@"+addr)
+	require.Contains(t, err.Error(), "connection refused", "the cause is the refusal, not the last try cut at the bound")
 
 	at, msgs := w.snapshot()
 	require.GreaterOrEqual(t, len(at), 3, "a warning every %s: %q", WarnInterval(bound), msgs)

@@ -82,7 +82,7 @@ func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Validators:          []validator.Int64{int64validator.Between(0, 20)},
 			},
 			"unreachable_timeout": schema.StringAttribute{
-				MarkdownDescription: "How long a request keeps being retried while the Host gives no answer at all (connection refused or reset, no answer within `request_timeout`), as a Go duration. Past it the operation fails with an error naming the endpoint, even when the resource's own timeout is further away; meanwhile the provider logs a warning every 30 seconds (shown with `TF_LOG=WARN`). Re-running the apply once the Host is back is safe: every create, update and delete is replayed under the same ownership token. Defaults to `2m`.",
+				MarkdownDescription: "How long a request keeps being retried while the Host gives no answer at all (connection refused or reset, no answer within `request_timeout`), as a Go duration. Past it the operation fails with an error naming the endpoint, even when the resource's own timeout is further away; meanwhile the provider logs a warning every 30 seconds (shown with `TF_LOG=WARN`). A longer `request_timeout` is cut to this bound. Re-running the apply once the Host is back is safe: every create, update and delete is replayed under the same ownership token. Defaults to `2m`.",
 				Optional:            true,
 				Validators:          []validator.String{durationValidator{}},
 			},

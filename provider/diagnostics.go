@@ -58,6 +58,11 @@ func addError(diags *diag.Diagnostics, summary string, err error) {
 	detail := describe(err)
 	var e *client.Error
 	var unknown *client.OutcomeUnknownError
+	var unreachable *client.UnreachableError
+	if errors.As(err, &unreachable) {
+		detail += "\n\nOnce the Host answers again, run the apply again: it is safe, since every create, update and delete is " +
+			"replayed under the same ownership token. The provider's unreachable_timeout sets how long it waits for a silent Host."
+	}
 	switch {
 	case errors.As(err, &unknown):
 		detail += "\n\nThe provider kept the request's ownership token in the state, so nothing is orphaned or duplicated: " +

@@ -46,6 +46,7 @@ type takoformProviderModel struct {
 	OrganizationID types.String `tfsdk:"organization_id"`
 	RequestTimeout types.String `tfsdk:"request_timeout"`
 	MaxRetries     types.Int64  `tfsdk:"max_retries"`
+	Unreachable    types.String `tfsdk:"unreachable_timeout"`
 }
 
 func (p *takoformProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -76,9 +77,14 @@ func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Validators:          []validator.String{durationValidator{}},
 			},
 			"max_retries": schema.Int64Attribute{
-				MarkdownDescription: "How many times a read that failed with 429, a 5xx status, a retryable 409 or a connection error is retried, with backoff and `Retry-After`. Defaults to `4`. Creates, updates and deletes are replay-safe (they always resend the same ownership token) and are retried until the resource's timeout instead.",
+				MarkdownDescription: "How many times a read that failed with 429, a 5xx status, a retryable 409 or a connection error is retried, with backoff and `Retry-After`. Defaults to `4`. Creates, updates and deletes are replay-safe (they always resend the same ownership token) and are retried until the resource's timeout instead (or, while the Host gives no answer at all, until `unreachable_timeout`).",
 				Optional:            true,
 				Validators:          []validator.Int64{int64validator.Between(0, 20)},
+			},
+			"unreachable_timeout": schema.StringAttribute{
+				MarkdownDescription: "How long a request keeps being retried while the Host gives no answer at all (connection refused or reset, no answer within `request_timeout`), as a Go duration. Past it the operation fails with an error naming the endpoint, even when the resource's own timeout is further away; meanwhile the provider logs a warning every 30 seconds (shown with `TF_LOG=WARN`). A longer `request_timeout` is cut to this bound. Re-running the apply once the Host is back is safe: every create, update and delete is replayed under the same ownership token. Defaults to `2m`.",
+				Optional:            true,
+				Validators:          []validator.String{durationValidator{}},
 			},
 		},
 	}
@@ -99,9 +105,9 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	endpoint := os.Getenv("TAKOFORM_ENDPOINT")
+	endpoint, endpointFrom := os.Getenv("TAKOFORM_ENDPOINT"), "TAKOFORM_ENDPOINT"
 	if !cfg.Endpoint.IsNull() {
-		endpoint = cfg.Endpoint.ValueString()
+		endpoint, endpointFrom = cfg.Endpoint.ValueString(), "the provider's endpoint attribute"
 	}
 	apiKey := os.Getenv("TAKOFORM_API_KEY")
 	if !cfg.APIKey.IsNull() {
@@ -114,6 +120,10 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 	timeout := defaultRequestTimeout
 	if !cfg.RequestTimeout.IsNull() && !cfg.RequestTimeout.IsUnknown() {
 		timeout, _ = time.ParseDuration(cfg.RequestTimeout.ValueString())
+	}
+	unreachable := client.DefaultUnreachable
+	if !cfg.Unreachable.IsNull() && !cfg.Unreachable.IsUnknown() {
+		unreachable, _ = time.ParseDuration(cfg.Unreachable.ValueString())
 	}
 	retries := int64(defaultMaxRetries)
 	if !cfg.MaxRetries.IsNull() && !cfg.MaxRetries.IsUnknown() {
@@ -128,6 +138,13 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 		UserAgent:      "terraform-provider-takoform/" + p.version,
 		Log: func(ctx context.Context, msg string, fields map[string]any) {
 			tflog.Debug(ctx, msg, fields)
+		},
+		// A resource's RPC shows nothing in the CLI until it ends (no progress messages exist
+		// for resources), so the wait on a silent Host is bounded and said in the log.
+		Unreachable:  unreachable,
+		EndpointFrom: endpointFrom,
+		Warn: func(ctx context.Context, msg string, fields map[string]any) {
+			tflog.Warn(ctx, msg, fields)
 		},
 	})
 	if err != nil {

@@ -17,11 +17,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -54,6 +56,26 @@ type Config struct {
 	HTTPClient *http.Client
 	// Log, when set, is told about every attempt (method, path, status, code; nothing else).
 	Log LogFunc
+	// Unreachable bounds how long a request keeps being retried while the Host gives no answer
+	// at all (connection refused or reset, no answer within Timeout): past it the request fails
+	// with *UnreachableError, even an owned mutation whose resource timeout is further away, so
+	// that a stopped Host is reported in minutes rather than at the end of the timeout. Zero
+	// means DefaultUnreachable.
+	Unreachable time.Duration
+	// EndpointFrom says where Endpoint came from (the TAKOFORM_ENDPOINT variable or the
+	// provider's endpoint attribute), for the messages about a Host that does not answer.
+	EndpointFrom string
+	// Warn, when set, is told while the Host does not answer, every WarnInterval(Unreachable).
+	Warn LogFunc
+}
+
+// DefaultUnreachable is how long a Host may give no answer before a request fails.
+const DefaultUnreachable = 2 * time.Minute
+
+// WarnInterval is how often a request says that the Host has not answered: every 30 s, or more
+// often when the bound is short, so that a few warnings come before the failure.
+func WarnInterval(unreachable time.Duration) time.Duration {
+	return min(30*time.Second, unreachable/4)
 }
 
 // Client talks to one Host for one provider configuration.
@@ -64,6 +86,11 @@ type Client struct {
 	userAgent  string
 	http       *http.Client
 	log        LogFunc
+	warn       LogFunc
+	// unreachable bounds the retries while the Host does not answer; endpointFrom names the
+	// endpoint's source in what is said about it.
+	unreachable  time.Duration
+	endpointFrom string
 
 	capsMu sync.Mutex
 	caps   *Capabilities // what the Host said, once it answered
@@ -156,7 +183,19 @@ func New(cfg Config) (*Client, error) {
 	if ua == "" {
 		ua = "terraform-provider-takoform"
 	}
-	return &Client{base: base, apiKey: cfg.APIKey, maxRetries: cfg.MaxRetries, userAgent: ua, http: hc, log: cfg.Log, orgID: cfg.OrganizationID}, nil
+	if cfg.Unreachable < 0 {
+		return nil, errors.New("the unreachable bound must not be negative")
+	}
+	if cfg.Unreachable == 0 {
+		cfg.Unreachable = DefaultUnreachable
+	}
+	if cfg.EndpointFrom == "" {
+		cfg.EndpointFrom = "the provider's endpoint or TAKOFORM_ENDPOINT"
+	}
+	return &Client{
+		base: base, apiKey: cfg.APIKey, maxRetries: cfg.MaxRetries, userAgent: ua, http: hc, log: cfg.Log, warn: cfg.Warn,
+		unreachable: cfg.Unreachable, endpointFrom: cfg.EndpointFrom, orgID: cfg.OrganizationID,
+	}, nil
 }
 
 // Request is one call to the Host.
@@ -190,9 +229,25 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 	_, hasDeadline := ctx.Deadline()
 	target := c.base.JoinPath(req.Path).String()
 	sent := false
+	// quiet is the current stretch without an answer from the Host; it starts with each
+	// request sent and ends with any answer.
+	var quiet *silence
+	defer func() { quiet.end() }()
 	for attempt := 0; ; attempt++ {
-		resp, err := c.once(ctx, req, target, body, out)
-		sent = sent || resp.Status == 0 && err != nil && ctx.Err() == nil
+		if quiet == nil {
+			quiet = c.startSilence(ctx, req, time.Now())
+		}
+		resp, connected, err := c.attempt(ctx, quiet, req, target, body, out)
+		answered := resp.Status != 0
+		// A try that never got a connection (refused, no route) carried nothing; any other
+		// failure without an answer may have delivered the request.
+		sent = sent || !answered && connected && err != nil && ctx.Err() == nil
+		if answered {
+			quiet.end()
+			quiet = nil
+		} else if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			quiet.cause = err
+		}
 		if err == nil {
 			return resp, nil
 		}
@@ -201,19 +256,124 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 		}
 		// Owned mutations are replay-safe: they are retried until the resource's timeout.
 		if (!owned || !hasDeadline) && attempt >= c.maxRetries {
-			return resp, c.giveUp(req, owned, sent, err)
+			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
 		}
 		wait := backoff(attempt, retryAfter(err))
+		if quiet != nil {
+			// A Host that has not answered for the whole bound is reported now, not at the
+			// resource's timeout; until then it is tried again, the last time at the bound.
+			left := time.Until(quiet.since.Add(c.unreachable))
+			if left <= 0 {
+				return resp, c.giveUp(req, owned, sent, quiet.fail(err))
+			}
+			wait = min(wait, left)
+		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return resp, c.giveUp(req, owned, sent, err)
+			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
 		}
 		c.logf(ctx, "retrying a request to the Host", map[string]any{"method": req.Method, "path": req.Path, "attempt": attempt + 1, "wait": wait.String(), "reason": reason(resp.Status, err)})
 		select {
 		case <-ctx.Done():
-			return resp, c.giveUp(req, owned, sent, err)
+			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
 		case <-time.After(wait):
 		}
 	}
+}
+
+// attempt is one try of req; connected reports whether it got a connection to send it on. It
+// ends when the unreachable bound does, so that a Host that accepts connections and never
+// answers is bounded like one that refuses them (the effective timeout of one request is the
+// shorter of Timeout and the bound).
+func (c *Client) attempt(ctx context.Context, quiet *silence, req Request, target string, body []byte, out any) (Response, bool, error) {
+	actx, cancel := context.WithDeadline(ctx, quiet.since.Add(c.unreachable))
+	defer cancel()
+	var connected atomic.Bool
+	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+	resp, err := c.once(actx, req, target, body, out)
+	if err != nil && ctx.Err() == nil && actx.Err() != nil {
+		err = fmt.Errorf("%s %s: no answer within %s: %w", req.Method, req.Path, c.unreachable, err)
+	}
+	return resp, connected.Load(), err
+}
+
+// UnreachableError means the Host gave no answer at all (connection refused, reset or timed out)
+// for the client's unreachable bound. Whatever was asked can be asked again: owned mutations are
+// replays under the same ownership token.
+type UnreachableError struct {
+	// Endpoint is the Host's base URL, without any userinfo.
+	Endpoint string
+	// From says where the endpoint was configured.
+	From string
+	// For is how long the Host has not answered.
+	For time.Duration
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("the Host at %s (from %s) has not answered for %s (last error: %v); check that takoserver is running and reachable there, or point %s at it",
+		e.Endpoint, e.From, e.For.Round(time.Second), e.Err, e.From)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// silence is a stretch of attempts without an answer from the Host: it began at since, and a
+// goroutine warns every WarnInterval until it ends.
+type silence struct {
+	c     *Client
+	since time.Time
+	stop  chan struct{}
+	done  chan struct{}
+	// cause is the last failure that says more than a deadline (connection refused, reset).
+	cause error
+}
+
+func (c *Client) startSilence(ctx context.Context, req Request, since time.Time) *silence {
+	s := &silence{c: c, since: since, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(WarnInterval(c.unreachable))
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				if c.warn == nil {
+					continue
+				}
+				quietFor := now.Sub(since).Round(time.Second)
+				c.warn(ctx, fmt.Sprintf("the Takoform Host at %s (from %s) has not answered for %s; retrying until %s without an answer, then failing (the apply can be re-run safely once the Host is back)",
+					c.base.Redacted(), c.endpointFrom, quietFor, c.unreachable), map[string]any{"method": req.Method, "path": req.Path})
+			}
+		}
+	}()
+	return s
+}
+
+// end stops the warnings; it is safe on nil and twice.
+func (s *silence) end() {
+	if s == nil {
+		return
+	}
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
+}
+
+// fail is the error of a request given up during the silence: the unreachable Host, named.
+func (s *silence) fail(err error) error {
+	if s == nil {
+		return err
+	}
+	if s.cause != nil && errors.Is(err, context.DeadlineExceeded) {
+		err = s.cause // the try cut at the bound says less than the one before it
+	}
+	return &UnreachableError{Endpoint: s.c.base.Redacted(), From: s.c.endpointFrom, For: time.Since(s.since), Err: err}
 }
 
 // giveUp returns the final error: a mutation that may have landed reports an unknown outcome.

@@ -3,7 +3,12 @@
 # publishes the worker on the reservation, and the activation proves it. Destroy runs in reverse.
 
 locals {
-  has_secrets = length(nonsensitive(keys(var.secrets))) > 0
+  # The binding names decide the plan (whether a runtime input exists, what the worker requires),
+  # so they come from values a plan may hold: the keys of secrets and the names given for
+  # ephemeral_secrets, whose values only reach the write-only bindings_wo.
+  secret_names = sort(setunion(nonsensitive(keys(var.secrets)), var.secret_names))
+  has_secrets  = length(local.secret_names) > 0
+  bindings     = merge(var.secrets, var.ephemeral_secrets)
 }
 
 resource "takoform_worker_endpoint_origin_reservation" "this" {
@@ -31,7 +36,7 @@ resource "takoform_worker_runtime_input" "this" {
   endpoint_name           = var.name
   origin_reservation_id   = takoform_worker_endpoint_origin_reservation.this.id
   canonical_public_origin = takoform_worker_endpoint_origin_reservation.this.canonical_origin
-  bindings_wo             = var.secrets
+  bindings_wo             = local.bindings
   bindings_wo_version     = var.secrets_version
 
   lifecycle {
@@ -46,8 +51,17 @@ resource "takoform_worker" "this" {
   modules                 = var.modules
   compatibility_date      = var.compatibility_date
   offering_id             = var.offering_id
-  required_sensitive_vars = local.has_secrets ? nonsensitive(keys(var.secrets)) : null
+  required_sensitive_vars = local.has_secrets ? local.secret_names : null
   runtime_input_reference = local.has_secrets ? takoform_worker_runtime_input.this[0].reference : null
+
+  lifecycle {
+    # Checked on the worker, which always exists: ephemeral_secrets given without their names
+    # would otherwise be dropped without a word.
+    precondition {
+      condition     = toset(keys(local.bindings)) == toset(local.secret_names) && length(keys(local.bindings)) == length(keys(var.secrets)) + length(keys(var.ephemeral_secrets))
+      error_message = "secret_names must name exactly the keys of ephemeral_secrets, and a name may be in secrets or in ephemeral_secrets, not both."
+    }
+  }
 }
 
 resource "takoform_worker_endpoint" "this" {

@@ -32,6 +32,22 @@ variable "secrets" {
   sensitive   = true
 }
 
+variable "ephemeral_secrets" {
+  description = "Secret bindings by name, from ephemeral values (an `ephemeral = true` variable or an ephemeral resource): they reach the Host through the write-only bindings and no plan file, state or log keeps them. Name each one in secret_names too, since an ephemeral value cannot decide what the plan holds."
+  type        = map(string)
+  default     = {}
+  nullable    = false
+  sensitive   = true
+  ephemeral   = true
+}
+
+variable "secret_names" {
+  description = "The names of ephemeral_secrets (exactly its keys). The names are not secret: they become the worker's required_sensitive_vars."
+  type        = set(string)
+  default     = []
+  nullable    = false
+}
+
 variable "secrets_version" {
   description = "Bump to re-seal the secrets under a new reference (rotation)."
   type        = number

@@ -1,0 +1,173 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// warnings records what a client says while the Host does not answer.
+type warnings struct {
+	mu  sync.Mutex
+	at  []time.Time
+	msg []string
+}
+
+func (w *warnings) log(_ context.Context, msg string, fields map[string]any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.at = append(w.at, time.Now())
+	w.msg = append(w.msg, fmt.Sprint(msg, fields))
+}
+
+func (w *warnings) snapshot() ([]time.Time, []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]time.Time(nil), w.at...), append([]string(nil), w.msg...)
+}
+
+// refusingAddress is a loopback address on which nothing listens: a stopped Host.
+func refusingAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+	return addr
+}
+
+// blackhole accepts connections, reads what comes and never answers: a Host that hangs.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var conns sync.WaitGroup
+	t.Cleanup(func() { _ = l.Close(); conns.Wait() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer conn.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := conn.Read(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+const bound = 2 * time.Second
+
+// ownedPut is a create under a resource timeout far beyond the unreachable bound.
+func ownedPut(t *testing.T, c *Client) (time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/spaces/s/workers/w", Body: map[string]string{}, OwnershipToken: "token-0123456789abcdef"}, nil)
+	return time.Since(start), err
+}
+
+func TestAStoppedHostFailsAMutationWithinTheBoundAndWarnsMeanwhile(t *testing.T) {
+	t.Parallel()
+	addr := refusingAddress(t)
+	var w warnings
+	c, err := New(Config{Endpoint: "http://operator:hunter2@" + addr, APIKey: "tkf_secret_value", Timeout: 30 * time.Second,
+		Unreachable: bound, EndpointFrom: "TAKOFORM_ENDPOINT", Warn: w.log})
+	require.NoError(t, err)
+	took, err := ownedPut(t, c)
+
+	var unreachable *UnreachableError
+	require.ErrorAs(t, err, &unreachable, "%v", err)
+	var unknown *OutcomeUnknownError
+	require.False(t, errors.As(err, &unknown), "a refused connection sent nothing, so the outcome is known: %v", err)
+	require.Less(t, took, bound+time.Second, "the failure comes at the bound, not at the resource's one-minute timeout")
+	require.GreaterOrEqual(t, took, bound-WarnInterval(bound), "the Host is retried until about the bound")
+	require.Contains(t, err.Error(), "TAKOFORM_ENDPOINT")
+	require.Contains(t, err.Error(), "http://operator:xxxxx@"+addr)
+	require.Contains(t, err.Error(), "connection refused", "the cause is the refusal, not the last try cut at the bound")
+
+	at, msgs := w.snapshot()
+	require.GreaterOrEqual(t, len(at), 3, "a warning every %s: %q", WarnInterval(bound), msgs)
+	for _, m := range msgs {
+		require.Contains(t, m, "has not answered")
+		require.Contains(t, m, "TAKOFORM_ENDPOINT")
+		require.NotContains(t, m, "hunter2")
+		require.NotContains(t, m, "tkf_secret_value")
+	}
+	require.NotContains(t, err.Error(), "hunter2")
+	require.NotContains(t, err.Error(), "tkf_secret_value")
+	for i := 1; i < len(at); i++ {
+		require.Less(t, at[i].Sub(at[i-1]), WarnInterval(bound)+250*time.Millisecond, "no gap longer than the interval")
+	}
+	time.Sleep(WarnInterval(bound) + 100*time.Millisecond)
+	after, _ := w.snapshot()
+	require.Len(t, after, len(at), "the warnings stop with the request")
+}
+
+func TestAHangingHostIsBoundedLikeAStoppedOne(t *testing.T) {
+	t.Parallel()
+	var w warnings
+	c, err := New(Config{Endpoint: "http://" + blackhole(t), APIKey: "k", Timeout: 30 * time.Second, Unreachable: bound, Warn: w.log})
+	require.NoError(t, err)
+	took, err := ownedPut(t, c)
+	var unreachable *UnreachableError
+	require.ErrorAs(t, err, &unreachable, "%v", err)
+	var unknown *OutcomeUnknownError
+	require.ErrorAs(t, err, &unknown, "the request reached a Host that never answered: it may have landed")
+	require.Less(t, took, bound+time.Second, "the 30 s request timeout does not stretch the bound")
+	at, msgs := w.snapshot()
+	require.GreaterOrEqual(t, len(at), 3, "warnings come during the one hanging attempt too: %q", msgs)
+}
+
+func TestAReadOfAStoppedHostNamesTheEndpoint(t *testing.T) {
+	t.Parallel()
+	addr := refusingAddress(t)
+	c, err := New(Config{Endpoint: "http://" + addr, APIKey: "k", MaxRetries: 1, Unreachable: time.Minute, EndpointFrom: "the provider's endpoint attribute"})
+	require.NoError(t, err)
+	_, err = c.GetWorker(context.Background(), "s", "w")
+	var unreachable *UnreachableError
+	require.ErrorAs(t, err, &unreachable, "%v", err)
+	require.Contains(t, err.Error(), "the provider's endpoint attribute")
+}
+
+func TestAHostBackWithinTheBoundIsNotAnError(t *testing.T) {
+	t.Parallel()
+	addr := refusingAddress(t)
+	var w warnings
+	c, err := New(Config{Endpoint: "http://" + addr, APIKey: "k", Unreachable: 4 * time.Second, Warn: w.log})
+	require.NoError(t, err)
+	srv := &http.Server{Handler: &flaky{statuses: []int{200}}, ReadHeaderTimeout: time.Second}
+	t.Cleanup(func() { _ = srv.Close() })
+	go func() {
+		time.Sleep(1500 * time.Millisecond) // the Host restarts on the same address
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			_ = srv.Serve(l)
+		}
+	}()
+	took, err := ownedPut(t, c)
+	require.NoError(t, err)
+	require.Greater(t, took, time.Second)
+	at, _ := w.snapshot()
+	require.NotEmpty(t, at, "it warned while the Host was away")
+	time.Sleep(WarnInterval(4*time.Second) + 200*time.Millisecond)
+	after, _ := w.snapshot()
+	require.Len(t, after, len(at), "and stopped once it answered")
+}

@@ -1,0 +1,135 @@
+package provider_test
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/testhost"
+)
+
+// stoppableFront stands in front of a Host on an address of its own. Armed, it passes one GET
+// /v1/capabilities and then stops listening, so that what follows (the creates) meets a stopped
+// Host: connections to its address are refused. start listens on the same address again.
+type stoppableFront struct {
+	t     *testing.T
+	addr  string
+	proxy http.Handler
+	mu    sync.Mutex
+	srv   *httptest.Server
+	armed bool
+}
+
+func newStoppableFront(t *testing.T, hostURL string) *stoppableFront {
+	t.Helper()
+	u, err := url.Parse(hostURL)
+	require.NoError(t, err)
+	f := &stoppableFront{t: t, proxy: httputil.NewSingleHostReverseProxy(u)}
+	f.start()
+	f.addr = f.srv.Listener.Addr().String()
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *stoppableFront) start() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.proxy.ServeHTTP(w, r)
+		f.mu.Lock()
+		stop := f.armed && r.URL.Path == "/v1/capabilities"
+		f.armed = f.armed && !stop
+		f.mu.Unlock()
+		if stop {
+			go f.stop() // after this answer: the Host stops while the creates are under way
+		}
+	}))
+	if f.addr != "" {
+		l, err := net.Listen("tcp", f.addr)
+		require.NoError(f.t, err, "listen again on the Host's address")
+		srv.Listener = l
+	}
+	srv.Start()
+	f.srv = srv
+}
+
+func (f *stoppableFront) stop() {
+	f.mu.Lock()
+	srv := f.srv
+	f.mu.Unlock()
+	srv.Close()
+}
+
+func (f *stoppableFront) arm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.armed = true
+}
+
+const hostDownConfig = `
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {
+  unreachable_timeout = "8s"
+}
+
+resource "takoform_worker" "w" {
+  count              = 3
+  space              = "down"
+  name               = "w${count.index}"
+  main_module        = "index.js"
+  modules            = { "index.js" = "export default { fetch() { return new Response('ok') } };" }
+  compatibility_date = "2025-01-01"
+}
+`
+
+// TestAccAStoppedHostIsSaidAndBounded: the Host stops during a create of several workers. The
+// provider warns every WarnInterval in the log the CLI prints with TF_LOG=WARN, naming the
+// endpoint and TAKOFORM_ENDPOINT, fails at unreachable_timeout rather than at the resources'
+// ten-minute timeout with an error saying to re-run, and the re-run once the Host is back
+// creates each worker once.
+func TestAccAStoppedHostIsSaidAndBounded(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	front := newStoppableFront(t, h.URL)
+	w := newWorkspace(t, front.srv.URL, h.Key, hostDownConfig, "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID, "TF_LOG=WARN")
+	out, err := w.run("plan", "-input=false", "-no-color", "-out=tfplan")
+	require.NoError(t, err, out)
+
+	front.arm()
+	start := time.Now()
+	out, err = w.run("apply", "-input=false", "-no-color", "tfplan")
+	took := time.Since(start)
+	require.Error(t, err, out)
+	require.Less(t, took, 40*time.Second, "the apply fails near unreachable_timeout (8s), not at the 10-minute create timeout:\n%s", out)
+	warnings := regexp.MustCompile(`\[WARN\].*the Takoform Host at http://`+regexp.QuoteMeta(front.addr)+` \(from TAKOFORM_ENDPOINT\) has not answered for \d+s`).FindAllString(out, -1)
+	require.GreaterOrEqual(t, len(warnings), 3, "a warning every 2s (a quarter of the 8s bound) in the CLI's output:\n%s", out)
+	require.Contains(t, out, "Unable to create worker")
+	require.Contains(t, out, "point TAKOFORM_ENDPOINT at it")
+	require.Contains(t, out, "connection refused")
+	require.Contains(t, out, "run the apply again: it is safe")
+	require.NotContains(t, out, h.Key)
+
+	front.start() // the Host is back on the same address
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, "has not answered")
+	var n int
+	require.NoError(t, h.DB.QueryRow(ctx(t), `SELECT count(*) FROM workers WHERE organization_id = $1 AND space = 'down' AND status <> 'deleted'`,
+		h.Organization.ID).Scan(&n))
+	require.Equal(t, 3, n, "each worker once: the re-run neither orphaned nor duplicated any")
+	require.Equal(t, 3, strings.Count(out, "Creation complete"), out)
+}

@@ -44,6 +44,8 @@ func TestConcurrentActivationDeactivationAndReleaseStayLegal(t *testing.T) {
 	statuses := make(chan int, 1000)
 	failures := make(chan error, 1000)
 	start := make(chan struct{})
+	activated := make(chan struct{}) // closed at the first activation (or when the cycles end)
+	var activatedOnce sync.Once
 	send := func(r req) int {
 		rep, err := h.try(r)
 		if err != nil {
@@ -57,15 +59,19 @@ func TestConcurrentActivationDeactivationAndReleaseStayLegal(t *testing.T) {
 	go func() { // activation cycles, a fresh token per cycle (a deleted activation's token is tombstoned)
 		defer wg.Done()
 		<-start
+		defer activatedOnce.Do(func() { close(activated) })
 		for i := range 15 {
 			token := fmt.Sprintf("token-cycle-%010d", i)
-			send(req{method: http.MethodPut, path: resPath + "res-api/activation", key: h.key, token: token, body: map[string]any{"endpointUid": e["uid"]}})
+			if send(req{method: http.MethodPut, path: resPath + "res-api/activation", key: h.key, token: token, body: map[string]any{"endpointUid": e["uid"]}}) == http.StatusOK {
+				activatedOnce.Do(func() { close(activated) })
+			}
 			send(req{method: http.MethodDelete, path: resPath + "res-api/activation", key: h.key, token: token})
 		}
 	}()
 	go func() { // the teardown, retried until it gets through in the safe order
 		defer wg.Done()
 		<-start
+		<-activated // once an activation landed, so that the teardown races real cycles
 		for range 200 {
 			if send(req{method: http.MethodDelete, path: "/v1/spaces/prod/worker-endpoints/api", key: h.key, token: endpointToken}) == http.StatusOK {
 				break

@@ -10,6 +10,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
@@ -64,7 +65,8 @@ func selfTest(sb *sandbox.Sandbox, workerdBin string, held map[string]int) error
 	if err != nil {
 		return err
 	}
-	var out strings.Builder
+	// Standard output and error are copied on goroutines of their own: one locked buffer takes both.
+	var out lockedBuilder
 	p, err := sb.Start(sandbox.Program{Path: workerdBin, Args: []string{"--version"}, UID: uid,
 		Name: "selftest-" + rand.Text(), Stdout: &out, Stderr: &out})
 	if err != nil {
@@ -77,6 +79,24 @@ func selfTest(sb *sandbox.Sandbox, workerdBin string, held map[string]int) error
 		return fmt.Errorf("workerd --version in the sandbox answered %q", out.String())
 	}
 	return nil
+}
+
+// lockedBuilder is a strings.Builder that several goroutines may write to.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // accountExists reports whether uid names an account of this machine: such a uid may own files or

@@ -263,6 +263,11 @@ func (c *cgroups) prepare() error {
 		if err := os.Mkdir(h.base, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("cannot create cgroups under %s: %w", h.dir, err)
 		}
+		if h.serves(ctlMemory) && c.limits.NodeMemoryBytes > 0 {
+			if err := writeAll(h.base, memoryFiles(h, c.limits.NodeMemoryBytes)); err != nil {
+				return err
+			}
+		}
 		if h.v2 {
 			if err := enableSubtree(h.base, h.controllers); err != nil {
 				return err
@@ -403,6 +408,12 @@ func (c *cgroups) create(uid int, name string) (_ *group, err error) {
 func (c *cgroups) writeOrg(h hierarchy, org string) error {
 	l := c.limits
 	var files [][2]string
+	if h.serves(ctlMemory) && l.OrgMemoryBytes > 0 {
+		files = append(files, memoryFiles(h, l.OrgMemoryBytes)...)
+	}
+	if h.serves(ctlPids) && l.OrgPids > 0 {
+		files = append(files, [2]string{"pids.max", strconv.FormatInt(l.OrgPids, 10)})
+	}
 	if h.serves(ctlCPU) {
 		if h.v2 {
 			files = append(files, [2]string{"cpu.weight", strconv.Itoa(l.CPUWeight)})
@@ -423,14 +434,10 @@ func (c *cgroups) writeIncarnation(h hierarchy, dir string) error {
 	l := c.limits
 	var files [][2]string
 	if h.serves(ctlMemory) {
-		mem := strconv.FormatInt(l.MemoryBytes, 10)
+		files = append(files, memoryFiles(h, l.MemoryBytes)...)
 		if h.v2 {
-			files = append(files, [2]string{"memory.max", mem}, [2]string{"memory.swap.max", "0"},
-				// An OOM kill ends the whole incarnation, not one process of it.
-				[2]string{"memory.oom.group", "1"})
-		} else {
-			// Memory and memory plus swap: the same ceiling, so that swap never extends it.
-			files = append(files, [2]string{"memory.limit_in_bytes", mem}, [2]string{"memory.memsw.limit_in_bytes", mem})
+			// An OOM kill ends the whole incarnation, not one process of it.
+			files = append(files, [2]string{"memory.oom.group", "1"})
 		}
 	}
 	if h.serves(ctlPids) {
@@ -446,6 +453,16 @@ func (c *cgroups) writeIncarnation(h hierarchy, dir string) error {
 		}
 	}
 	return writeAll(dir, files)
+}
+
+// memoryFiles set a memory ceiling with no swap beyond it: v2 memory.max and memory.swap.max; v1
+// memory and memory plus swap at the same value, so that swap never extends it.
+func memoryFiles(h hierarchy, bytes int64) [][2]string {
+	mem := strconv.FormatInt(bytes, 10)
+	if h.v2 {
+		return [][2]string{{"memory.max", mem}, {"memory.swap.max", "0"}}
+	}
+	return [][2]string{{"memory.limit_in_bytes", mem}, {"memory.memsw.limit_in_bytes", mem}}
 }
 
 // writeAll writes each file; a swap file the kernel does not have (no swap accounting) is the one

@@ -75,8 +75,8 @@ func runProbe(mode string, args []string) int {
 		wg.Wait()
 		fmt.Printf("created %d threads\n", want)
 		return 0
-	case "allocate":
-		// Touch every page, so that the memory is really taken.
+	case "allocate", "allocate-hold":
+		// Touch every page, so that the memory is really taken; allocate-hold keeps it.
 		mib, _ := strconv.Atoi(args[0])
 		var keep [][]byte
 		for range mib {
@@ -87,6 +87,10 @@ func runProbe(mode string, args []string) int {
 			keep = append(keep, b)
 		}
 		fmt.Printf("allocated %d MiB\n", len(keep))
+		if mode == "allocate-hold" {
+			time.Sleep(time.Hour)
+			runtime.KeepAlive(keep)
+		}
 		return 0
 	case "new":
 		_, err := New(Config{})

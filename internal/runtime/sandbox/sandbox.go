@@ -66,6 +66,15 @@ type Limits struct {
 	CPUWeight int
 	// CPUMax, when above zero, caps each incarnation at that many CPUs (cpu.max, cfs quota).
 	CPUMax float64
+	// OrgMemoryBytes and OrgPids cap all the incarnations of one organization together, so that
+	// one organization's many workers cannot take the machine's memory or tasks from the others
+	// (default: a quarter of the machine's memory, at least 1 GiB; sixteen incarnations' tasks).
+	OrgMemoryBytes int64
+	OrgPids        int64
+	// NodeMemoryBytes caps every sandbox of the node together, below the machine's memory, so
+	// that running out ends a worker in its cgroup rather than the runtime or the machine
+	// (default: the machine's memory less 1 GiB, or less a tenth where that is more).
+	NodeMemoryBytes int64
 }
 
 func (l *Limits) defaults() {
@@ -78,6 +87,33 @@ func (l *Limits) defaults() {
 	if l.CPUWeight == 0 {
 		l.CPUWeight = DefaultCPUWeight
 	}
+	total := machineMemory()
+	if l.OrgMemoryBytes == 0 {
+		l.OrgMemoryBytes = max(total/4, 1<<30)
+	}
+	if l.OrgPids == 0 {
+		l.OrgPids = 16 * l.Pids
+	}
+	if l.NodeMemoryBytes == 0 && total > 0 {
+		l.NodeMemoryBytes = total - max(1<<30, total/10)
+	}
+}
+
+// machineMemory is MemTotal of /proc/meminfo in bytes (0 when it cannot be read).
+func machineMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kib, err := strconv.ParseInt(f[1], 10, 64)
+			if err == nil {
+				return kib << 10
+			}
+		}
+	}
+	return 0
 }
 
 func (l Limits) validate() error {

@@ -179,6 +179,38 @@ func TestASandboxIsKilledAtItsMemoryCeiling(t *testing.T) {
 	require.Contains(t, p.LimitHit(), "killed at its memory ceiling (64 MiB)")
 }
 
+// One organization's incarnations together stop at the organization's ceiling, each within its
+// own: many workers of one tenant cannot take the machine's memory from the others.
+func TestAnOrganizationsIncarnationsStopAtItsCeilingTogether(t *testing.T) {
+	t.Parallel()
+	s := requireSandbox(t, Limits{MemoryBytes: 96 << 20, OrgMemoryBytes: 128 << 20})
+	uid, other := orgUID(t), orgUID(t)
+	held, heldOut := probe(t, s, uid, "allocate-hold", nil, "", nil, "80")
+	require.Eventually(t, func() bool { return strings.Contains(heldOut.String(), "allocated 80 MiB") }, 20*time.Second, 20*time.Millisecond)
+
+	// The organization's OOM kill ends one of the two, whichever the kernel picks: never both
+	// holding 80 MiB.
+	heldEnded := make(chan error, 1)
+	go func() { heldEnded <- held.Wait() }()
+	second, out := probe(t, s, uid, "allocate", nil, "", nil, "80")
+	if second.Wait() == nil {
+		require.Contains(t, out.String(), "allocated 80 MiB")
+		select {
+		case err := <-heldEnded:
+			require.Error(t, err, "the first incarnation ended by itself")
+		case <-time.After(10 * time.Second):
+			t.Fatal("both incarnations of one organization held 80 MiB under its 128 MiB ceiling")
+		}
+	} else {
+		require.NotContains(t, out.String(), "allocated 80 MiB")
+	}
+
+	elsewhere, out := probe(t, s, other, "allocate", nil, "", nil, "80")
+	require.NoError(t, elsewhere.Wait(), "another organization is not held by the first one's ceiling: %s", out.String())
+	require.Contains(t, out.String(), "allocated 80 MiB")
+	_ = syscall.Kill(held.Pid(), syscall.SIGKILL)
+}
+
 func TestCgroupsHoldTheCeilingsAndGoWithTheProcess(t *testing.T) {
 	t.Parallel()
 	s := requireSandbox(t, Limits{MemoryBytes: 100 << 20, Pids: 77, CPUWeight: 50, CPUMax: 1.5})

@@ -99,6 +99,8 @@ func sandboxFlags(fs *pflag.FlagSet, cfg *runtime.Config) {
 	fs.Int64Var(&cfg.Sandbox.Limits.Pids, "sandbox-pids", sandbox.DefaultPids, "ceiling on the processes and threads of each incarnation")
 	fs.IntVar(&cfg.Sandbox.Limits.CPUWeight, "sandbox-cpu-weight", sandbox.DefaultCPUWeight, "CPU weight of every organization (1-10000; equal for all, so organizations share the CPU equally under contention)")
 	fs.Float64Var(&cfg.Sandbox.Limits.CPUMax, "sandbox-cpu-max", 0, "CPUs each incarnation may use at most (0: no ceiling beyond the weight)")
+	fs.Var(mebibytes{&cfg.Sandbox.Limits.OrgMemoryBytes}, "sandbox-org-memory-mib", "memory ceiling in MiB of all of one organization's incarnations together (default: a quarter of the machine's memory, at least 1 GiB)")
+	fs.Int64Var(&cfg.Sandbox.Limits.OrgPids, "sandbox-org-pids", 0, "ceiling on the tasks of all of one organization's incarnations together (default: 16 incarnations' worth)")
 	fs.BoolVar(&cfg.InsecureNoSandbox, "insecure-no-sandbox", false, "run every worker as this node's own user, without namespaces or ceilings, where the node cannot sandbox (never for code you do not trust)")
 }
 

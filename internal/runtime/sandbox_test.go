@@ -156,8 +156,8 @@ func TestEachOrganizationsWorkersRunAsItsOwnUIDWhichNoOtherOrganizationCanRead(t
 		require.Contains(t, other, "Permission denied")
 		require.NotContains(t, other, canaryA)
 	}
-	// Nor can it read the node's state directory: its keys, token and sealed deliveries.
-	for _, path := range []string{filepath.Join(f.h.StateDir, "runtime-key"), f.h.Info.TokenFile, filepath.Join(f.h.StateDir, "secrets", "uid-a")} {
+	// Nor can it read the node's sealing key, token or sealed deliveries.
+	for _, path := range []string{f.h.Config().SealingKeyFile, f.h.Info.TokenFile, filepath.Join(f.h.StateDir, "secrets", "uid-a")} {
 		out, err := catAs(uids["evil-prod-api"], path)
 		require.Error(t, err, "%s: %s", path, out)
 		require.Contains(t, out, "Permission denied")

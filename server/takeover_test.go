@@ -221,6 +221,7 @@ func TestMigrationMarksLaterHoldersOfADuplicateV1Name(t *testing.T) {
 	defer db.Close()
 	m, err := store.Migrator(db)
 	require.NoError(t, err)
+	defer m.Close()
 	require.NoError(t, m.Migrate(4))
 	h.exec(`UPDATE workers SET script_name = $1, created_at = now() - interval '1 day' WHERE organization_id = $2`, v.ScriptName, victim.id)
 	h.exec(`UPDATE workers SET script_name = $1 WHERE organization_id = $2`, a.ScriptName, attacker.id)
@@ -232,4 +233,72 @@ func TestMigrationMarksLaterHoldersOfADuplicateV1Name(t *testing.T) {
 	kept := h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/" + v.WorkerName, key: victim.key}).json(t)
 	require.NotEqual(t, "ScriptNameCollision", kept["conditions"].([]any)[0].(map[string]any)["reason"])
 	require.Equal(t, "true", h.status(`SELECT script_collision::text FROM workers WHERE organization_id = $1`, attacker.id))
+}
+
+// A takeover made before the upgrade is undone after it: the later holder of the shared v1 name
+// (the attacker, whose script the node serves under the victim's name) may not deploy again, the
+// janitor takes its script down (conditionally on its worker UID), and the victim's next update
+// deploys the victim's code there again.
+func TestATakeoverFromBeforeTheUpgradeIsUndone(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	v, a := victimPair(t)
+	victim := h.orgWithID(v.TenantRef, "victim-org")
+	attacker := h.orgWithID(a.TenantRef, "attacker-org")
+	put := func(tn tenant, name, token string, body map[string]any) reply {
+		return h.do(req{method: http.MethodPut, path: "/v1/spaces/prod/workers/" + name, key: tn.key, token: token, body: body})
+	}
+	victimBody, attackerBody := workerBody(), workerBody()
+	victimBody["modules"] = map[string]string{"index.js": `export default { async fetch() { return new Response("victim") } }`}
+	attackerBody["modules"] = map[string]string{"index.js": `export default { async fetch() { return new Response("attacker") } }`}
+	require.Equal(t, http.StatusCreated, put(victim, v.WorkerName, workerToken, victimBody).status)
+	aw := put(attacker, a.WorkerName, workerToken, attackerBody)
+	require.Equal(t, http.StatusCreated, aw.status)
+
+	// The state before the upgrade: both under the v1 name, and the node holding it for the
+	// attacker (the old node gave a name to the higher deployment number).
+	db, err := sql.Open("pgx", h.dbURL)
+	require.NoError(t, err)
+	defer db.Close()
+	m, err := store.Migrator(db)
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Migrate(4))
+	h.exec(`UPDATE workers SET script_name = $1, created_at = now() - interval '1 day' WHERE organization_id = $2`, v.ScriptName, victim.id)
+	h.exec(`UPDATE workers SET script_name = $1 WHERE organization_id = $2`, a.ScriptName, attacker.id)
+	h.exec(`UPDATE deployments SET native_name = $1 WHERE resource_kind = 'worker'`, v.ScriptName)
+	require.NoError(t, m.Up())
+	var attackerDeployment string
+	var attackerSeq int64
+	require.NoError(t, h.db.QueryRow(context.Background(), `SELECT d.id::text, d.seq FROM deployments d JOIN workers w ON w.uid = d.resource_uid
+		WHERE w.organization_id = $1 AND d.status = 'active'`, attacker.id).Scan(&attackerDeployment, &attackerSeq))
+	rc := h.runtimeClient()
+	ctx := context.Background()
+	_, err = rc.PutScript(ctx, v.ScriptName, adminapi.ScriptPut{
+		EffectID: "takeover-1", WorkerUID: aw.json(t)["uid"].(string), DeploymentID: attackerDeployment, Generation: attackerSeq,
+		Labels:  adminapi.Labels{Organization: "attacker-org", Space: "prod", Worker: a.WorkerName},
+		Modules: attackerBody["modules"].(map[string]string), MainModule: "index.js", CompatibilityDate: "2025-01-01", BundleDigest: "attacker",
+	})
+	require.NoError(t, err)
+
+	// The attacker's worker can no longer write the name.
+	attackerBody["modules"] = map[string]string{"index.js": `export default { async fetch() { return new Response("attacker v2") } }`}
+	h.do(req{method: http.MethodPut, path: "/v1/spaces/prod/workers/" + a.WorkerName, key: attacker.key, token: workerToken, body: attackerBody}).
+		problem(t, http.StatusConflict, "script_held")
+
+	// The janitor takes the attacker's script down; the victim's next update deploys the
+	// victim's code under the name again (an identical request would be answered from its stored
+	// response: the next change is what deploys).
+	h.srv.Sweep(ctx)
+	st, err := rc.GetScript(ctx, v.ScriptName)
+	require.NoError(t, err)
+	require.False(t, st.Present, "the attacker's script is still on the node: %+v", st)
+	victimBody["modules"] = map[string]string{"index.js": `export default { async fetch() { return new Response("victim v2") } }`}
+	again := put(victim, v.WorkerName, workerToken, victimBody)
+	require.Equal(t, http.StatusOK, again.status, "body: %s", again.body)
+	require.True(t, readyAgrees(t, again.json(t)))
+	st, err = rc.GetScript(ctx, v.ScriptName)
+	require.NoError(t, err)
+	require.Equal(t, again.json(t)["uid"], st.WorkerUID)
+	require.True(t, st.Ready)
 }

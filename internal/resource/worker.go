@@ -551,6 +551,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 		if w.Status == "deleting" || w.Status == "deleted" {
 			return apierr.New(apierr.Conflict, "worker %s/%s is being deleted; finish the delete first", space, name)
 		}
+		if w.ScriptCollision {
+			// Its v1 script name is an earlier worker's (SPEC 3.4): it never writes that script
+			// again. A new worker gets a v2 name.
+			return apierr.New(apierr.ScriptHeld, "worker %s/%s runs under v1 script name %s, which an earlier worker holds; replace it (destroy and create it again) to get a v2 name", space, name, w.ScriptName)
+		}
 		if w.Placement.OfferingID != placement.OfferingID || w.Placement.OfferingDigest != placement.OfferingDigest {
 			return apierr.New(apierr.PlacementDrift, "worker %s/%s runs on offering %s (digest %.12s); it cannot move to %s (digest %.12s) in place: replace it",
 				space, name, w.Placement.OfferingID, w.Placement.OfferingDigest, placement.OfferingID, placement.OfferingDigest)

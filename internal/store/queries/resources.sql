@@ -145,13 +145,16 @@ LIMIT 1;
 -- name: DeploymentsOrphaned :many
 -- Open deployments of resources that no longer stand and that no running operation is working
 -- on: what a create that never committed, or a refused one whose compensation failed, left on a
--- backend. The janitor takes them down so that nothing is orphaned.
+-- backend. The janitor takes them down so that nothing is orphaned. A worker marked as a later
+-- holder of a duplicate v1 script name (SPEC 3.4) never writes that script again: its deployments
+-- are taken down too (the backend's delete is conditional on its worker UID, so a script the
+-- earlier holder has is left alone), and the earlier holder's next update deploys it again.
 SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.generation, d.seq, d.route_script, d.installation, d.organization_id
 FROM deployments d
 WHERE d.status IN ('pending', 'active', 'deleting')
   AND NOT EXISTS (SELECT 1 FROM backend_effects x JOIN operations o ON o.id = x.operation_id
                   WHERE x.deployment_id = d.id AND o.status = 'running')
-  AND (   EXISTS (SELECT 1 FROM workers w WHERE w.uid = d.resource_uid AND w.status = 'deleted')
+  AND (   EXISTS (SELECT 1 FROM workers w WHERE w.uid = d.resource_uid AND (w.status = 'deleted' OR w.script_collision))
        OR EXISTS (SELECT 1 FROM worker_endpoints e WHERE e.uid = d.resource_uid AND e.status = 'deleted'))
 ORDER BY d.updated_at
 LIMIT 50;

@@ -115,6 +115,9 @@ type Node struct {
 	scripts   map[string]*scriptRun
 	closing   bool
 
+	// lineBudgets holds each organization's output-line budget, by its label.
+	lineBudgets sync.Map
+
 	kick     chan struct{}
 	retiring sync.WaitGroup
 	admin    *http.Server

@@ -257,7 +257,7 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 	inc, err := supervisor.Start(supervisor.Spec{
 		ID: want.id, Script: s.Name,
 		Dir:   filepath.Join(n.store.IncarnationsDir(), s.Name+"-"+want.id[4:16]+"-"+hex.EncodeToString(suffix)),
-		Files: want.config, Env: env, Scrub: scrub, UID: uid,
+		Files: want.config, Env: env, Scrub: scrub, UID: uid, Lines: n.lineBudget(labels.Organization),
 		Admitted: s.Admitted == want.id,
 		Braked:   func() bool { return n.braked(labels) },
 	}, n.sup)
@@ -265,6 +265,13 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 		return nil, err
 	}
 	return &running{inc: inc, desiredIdentity: want}, nil
+}
+
+// lineBudget is the output-line budget an organization's incarnations share (SPEC 5.1: a tenant's
+// log lines are rate-limited).
+func (n *Node) lineBudget(org string) *supervisor.LineBudget {
+	b, _ := n.lineBudgets.LoadOrStore(org, &supervisor.LineBudget{})
+	return b.(*supervisor.LineBudget)
 }
 
 // braked reports whether a lifecycle brake covers a script with these labels.

@@ -171,23 +171,24 @@ func BenchmarkScrubbedLine(b *testing.B) {
 	for i := range values {
 		values[i] = fmt.Sprintf("secret-%02d-%s", i, strings.Repeat("x", 22))
 	}
-	w := &tailWriter{log: slog.New(slog.DiscardHandler), scrub: scrubForms(values), bucket: &lineBucket{}}
+	w := &tailWriter{log: slog.New(slog.DiscardHandler), scrub: scrubForms(values), bucket: &LineBudget{}}
 	line := []byte(strings.Repeat("an ordinary log line of a worker ", 6) + "\n")
 	for b.Loop() {
-		*w.bucket = lineBucket{} // measure the scrub, not the rate limit
+		w.bucket.b = lineBucket{} // measure the scrub, not the rate limit
 		_, _ = w.Write(line)
 	}
 	b.ReportMetric(float64(len(w.scrub)), "forms")
 }
 
-// The bucket is the incarnation's: a process that restarts (a crash on purpose) gets no fresh burst.
-func TestOutputRateLimitOutlivesAProcessRestart(t *testing.T) {
+// The budget is the tenant's: a process that restarts (a crash on purpose) gets no fresh burst,
+// and two incarnations of one tenant share one burst.
+func TestOutputRateLimitIsTheTenantsAcrossRestartsAndIncarnations(t *testing.T) {
 	t.Parallel()
-	var bucket lineBucket
+	var budget LineBudget
 	clock := time.Unix(1_700_000_000, 0)
 	admitted := 0
-	for range 2 { // two starts of one incarnation, at the same instant
-		w := &tailWriter{log: slog.New(slog.DiscardHandler), bucket: &bucket, now: func() time.Time { return clock }}
+	for range 3 { // two starts of one incarnation and one of another, at the same instant
+		w := &tailWriter{log: slog.New(slog.DiscardHandler), bucket: &budget, now: func() time.Time { return clock }}
 		for range OutputLineBurst {
 			if w.admit() {
 				admitted++
@@ -198,6 +199,6 @@ func TestOutputRateLimitOutlivesAProcessRestart(t *testing.T) {
 		}
 	}
 	if admitted != OutputLineBurst {
-		t.Fatalf("%d lines admitted over two starts, want one burst of %d", admitted, OutputLineBurst)
+		t.Fatalf("%d lines admitted over three writers of one tenant, want one burst of %d", admitted, OutputLineBurst)
 	}
 }

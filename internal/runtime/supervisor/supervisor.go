@@ -135,6 +135,9 @@ type Spec struct {
 	// Env is workerd's whole environment: the secret bindings its config reads with
 	// fromEnvironment. It is never logged.
 	Env []string
+	// Lines is the output-line budget of the tenant the incarnation belongs to, shared with its
+	// other incarnations; nil gives the incarnation one of its own.
+	Lines *LineBudget
 	// Scrub lists values removed from workerd's output before it is logged.
 	Scrub []string
 	// UID is the sandbox uid of the script's organization (unused without a sandbox).
@@ -177,8 +180,9 @@ type Incarnation struct {
 	restarts []time.Time
 	admitted bool
 
-	// lines rate-limits its output across every start of its process.
-	lines lineBucket
+	// lines rate-limits its output across every start of its process, when its Spec names no
+	// tenant's budget.
+	lines LineBudget
 
 	ready    atomic.Bool // mirrors status.State == ready, for the edge's hot path
 	inflight atomic.Int64
@@ -445,7 +449,11 @@ func (i *Incarnation) runOnce() outcome {
 		return outcome{why: fmt.Sprintf("cannot hand the sockets to workerd: %v", err)}
 	}
 	defer closeAll(sockets)
-	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub), bucket: &i.lines}
+	lines := i.spec.Lines
+	if lines == nil {
+		lines = &i.lines
+	}
+	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub), bucket: lines}
 	proc, err := i.startProcess(sockets, socketArgs, tail)
 	if err != nil {
 		return outcome{why: fmt.Sprintf("workerd did not start: %v", err)}
@@ -677,9 +685,9 @@ type tailWriter struct {
 
 	// now is the clock of the rate limit (tests move it); nil is time.Now.
 	now func() time.Time
-	// bucket is the incarnation's, kept across its process starts: a worker that crashes on
-	// purpose gets no fresh burst per restart.
-	bucket  *lineBucket
+	// bucket is the tenant's (Spec.Lines), or the incarnation's, kept across its process starts: a
+	// worker that crashes on purpose gets no fresh burst per restart.
+	bucket  *LineBudget
 	dropped int
 	report  *time.Timer
 }
@@ -691,6 +699,20 @@ const (
 	// droppedReportAfter is how long after the first dropped line its summary is logged.
 	droppedReportAfter = time.Second
 )
+
+// LineBudget is the output lines one tenant's incarnations may log together (SPEC 5.1: a tenant's
+// log lines are rate-limited, however many workers it runs): a token bucket of
+// OutputLinesPerSecond with a burst of OutputLineBurst, shared by every incarnation given it.
+type LineBudget struct {
+	mu sync.Mutex
+	b  lineBucket
+}
+
+func (l *LineBudget) take(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.take(now)
+}
 
 // lineBucket is a token bucket of output lines, full at its first use.
 type lineBucket struct {
@@ -720,7 +742,7 @@ func (w *tailWriter) admit() bool {
 		now = w.now
 	}
 	if w.bucket == nil {
-		w.bucket = &lineBucket{}
+		w.bucket = &LineBudget{}
 	}
 	if w.bucket.take(now()) {
 		return true

@@ -149,10 +149,20 @@ func (h *Handler) Serves(hostname string) bool {
 // ServeEgress routes one request that a worker of this node sent through its egress.
 func (h *Handler) ServeEgress(w http.ResponseWriter, r *http.Request) { h.serve(w, r, true) }
 
-// enterLoop counts one request from this node's egress to script, unless MaxEgressLoop are in
-// flight already; leave undoes it.
-func (h *Handler) enterLoop(script string) (leave func(), ok bool) {
-	v, _ := h.looping.LoadOrStore(script, new(atomic.Int64))
+// callerKey carries, in a request's context, the script whose egress sent it.
+type callerKey struct{}
+
+// WithCaller marks ctx as carrying a subrequest of caller's workers (the egress proxy of one
+// incarnation sets it; no header a worker could write takes part).
+func WithCaller(ctx context.Context, caller string) context.Context {
+	return context.WithValue(ctx, callerKey{}, caller)
+}
+
+// enterLoop counts one request from caller's egress to script, unless MaxEgressLoop are in
+// flight already between the two; leave undoes it. The count is per caller, so that one tenant
+// holding requests to a script open never makes another tenant's calls to it look like a loop.
+func (h *Handler) enterLoop(caller, script string) (leave func(), ok bool) {
+	v, _ := h.looping.LoadOrStore(caller+"\x00"+script, new(atomic.Int64))
 	n := v.(*atomic.Int64)
 	if n.Add(1) > MaxEgressLoop {
 		n.Add(-1)
@@ -179,7 +189,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 		leave := func() {}
 		if fromEgress {
 			var ok bool
-			if leave, ok = h.enterLoop(target.Script()); !ok {
+			caller, _ := r.Context().Value(callerKey{}).(string)
+			if leave, ok = h.enterLoop(caller, target.Script()); !ok {
 				h.log.Warn("edge refused a loop", "host", host, "script", target.Script())
 				writeProblem(sw, adminapi.NewProblem(http.StatusLoopDetected, adminapi.CodeLoopDetected, "Loop Detected",
 					fmt.Sprintf("this worker already has %d requests in flight from workers of this node; it seems to call itself", MaxEgressLoop)))

@@ -100,6 +100,9 @@ type Local interface {
 
 // Proxy is one incarnation's egress proxy. workerd sends it proxy-style requests (absolute URLs).
 type Proxy struct {
+	// Caller names the script whose incarnation this proxy serves: the edge counts loops per
+	// caller.
+	Caller   string
 	limit    int64
 	local    Local
 	out      *httputil.ReverseProxy
@@ -167,7 +170,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if host := edge.Hostname(r.URL.Host); p.local.Serves(host) {
 			// A hostname this node serves never leaves it (its own addresses are denied anyway):
 			// the edge serves it, knowing where it came from.
-			in := r.Clone(r.Context())
+			in := r.Clone(edge.WithCaller(r.Context(), p.Caller))
 			in.Host = r.URL.Host
 			in.URL = &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 			in.RequestURI = in.URL.RequestURI()

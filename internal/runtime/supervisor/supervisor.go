@@ -230,6 +230,7 @@ func Start(spec Spec, opts Options) (*Incarnation, error) {
 		admitted: spec.Admitted,
 	}
 	inc.proxy = egress.NewProxy(inc.outL.Addr().String(), opts.SubrequestLimit, opts.Local)
+	inc.proxy.Caller = spec.Script
 	inc.egress = &http.Server{Handler: inc.proxy, ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(inc.log.Handler(), slog.LevelWarn)}
 	go func() { _ = inc.egress.Serve(inc.egressL) }()

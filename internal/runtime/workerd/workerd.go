@@ -88,8 +88,9 @@ const (
 
 // FixedDeny is in every config's deny list: networks workerd's "public" admits although they can
 // reach what no worker should (the benchmark range 198.18.0.0/15, often used for internal
-// services, and the NAT64 prefix, which maps every private IPv4 address into a "public" one).
-var FixedDeny = []string{"198.18.0.0/15", "64:ff9b::/96"}
+// services, and the NAT64 prefixes, well-known and local-use, which map every private IPv4 address
+// into a "public" one).
+var FixedDeny = []string{"198.18.0.0/15", "64:ff9b::/96", "64:ff9b:1::/48"}
 
 // probeSource answers every request with ProbeReply. It reads nothing and reaches nothing.
 const probeSource = `export default {

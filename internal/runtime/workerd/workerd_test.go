@@ -57,7 +57,7 @@ func TestEveryConfigNamesItsOutboundNetworkAndProbe(t *testing.T) {
 	require.NoError(t, err)
 	config := string(files["config.capnp"])
 	require.Contains(t, config, `allow = ["public"],`)
-	require.Contains(t, config, `deny = ["192.0.2.2/32", "198.18.0.0/15", "203.0.113.0/24", "64:ff9b::/96", "fd00::2/128"],`,
+	require.Contains(t, config, `deny = ["192.0.2.2/32", "198.18.0.0/15", "203.0.113.0/24", "64:ff9b:1::/48", "64:ff9b::/96", "fd00::2/128"],`,
 		"the node's addresses, the fixed ranges and the operator's, once each, sorted")
 	require.Contains(t, config, `tlsOptions = (trustBrowserCas = true)`)
 	require.Contains(t, config, `globalOutbound = "egress"`, "the user's worker reaches the network only through the egress proxy")

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -149,6 +150,7 @@ func Run(ctx context.Context, cfg Config) error {
 // Start opens the state directory, starts the desired incarnations and both listeners, and
 // returns the running node. Close stops it.
 func Start(cfg Config) (*Node, error) {
+	closeInheritedOnExec()
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
@@ -417,4 +419,13 @@ func clearDir(dir string) error {
 		}
 	}
 	return nil
+}
+
+// closeInheritedOnExec marks every descriptor above standard error close-on-exec, so that none the
+// node inherited from whatever started it (a shell, a supervisor) reaches a sandbox: Go opens its
+// own with close-on-exec, and hands workerd its sockets explicitly. close_range(2) with
+// CLOSE_RANGE_CLOEXEC needs Linux 5.11; an older kernel refuses it, and the node goes on.
+func closeInheritedOnExec() {
+	const sysCloseRange, closeRangeCloexec = 436, 1 << 2
+	_, _, _ = syscall.Syscall(sysCloseRange, 3, ^uintptr(0), closeRangeCloexec)
 }

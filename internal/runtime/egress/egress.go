@@ -124,6 +124,7 @@ func NewProxy(outboundAddr string, limit int, local Local) *Proxy {
 			// The outbound socket speaks plain proxy-style HTTP; the dialer restores https from the
 			// header (a worker's own copy of the header is dropped first).
 			pr.Out.Header.Del(workerd.SchemeHeader)
+			pr.Out.Header.Del(workerd.ProbeHeader)
 			if pr.In.URL.Scheme == "https" {
 				pr.Out.URL.Scheme = "http"
 				pr.Out.Header.Set(workerd.SchemeHeader, "https")

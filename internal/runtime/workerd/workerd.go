@@ -6,8 +6,8 @@
 // an environment variable, and the value reaches workerd only through its process environment.
 //
 // Beside the user's worker every config holds the runtime's own services (SPEC 5, 5.1): a probe
-// worker on a socket of its own, which the supervisor probes so that readiness and liveness never
-// run the user's code; and the outbound path. The user's worker reaches the network only through
+// socket of its own, answered by the runtime's dialer worker, which the supervisor probes so that
+// readiness and liveness never run the user's code; and the outbound path. The user's worker reaches the network only through
 // its globalOutbound, the "egress" external service: the runtime's egress proxy on loopback (which
 // caps concurrent subrequests and hands requests for this node's own hostnames to the edge), which
 // sends the rest back into this workerd on the "outbound" socket, where a dialer worker fetches
@@ -72,14 +72,14 @@ type Worker struct {
 // Names of the runtime's own parts of a config. The supervisor hands workerd one socket per
 // socket name (--socket-fd) and the egress proxy's address (--external-addr).
 const (
-	// ProbeSocket serves the built-in probe worker.
+	// ProbeSocket serves the built-in probe (the dialer worker, told by ProbeHeader).
 	ProbeSocket = "probe"
 	// OutboundSocket is where the egress proxy sends subrequests that leave the node; proxy-style
 	// HTTP (absolute URLs), served by the dialer worker.
 	OutboundSocket = "outbound"
 	// EgressService is the external service every user worker's fetch() goes to.
 	EgressService = "egress"
-	// ProbeReply is the probe worker's whole answer.
+	// ProbeReply is the probe's whole answer.
 	ProbeReply = "takoform-probe-ok"
 	// SchemeHeader carries an https subrequest's scheme from the egress proxy to the dialer (the
 	// proxy speaks plain HTTP to the outbound socket).
@@ -92,20 +92,23 @@ const (
 // into a "public" one).
 var FixedDeny = []string{"198.18.0.0/15", "64:ff9b::/96", "64:ff9b:1::/48"}
 
-// probeSource answers every request with ProbeReply. It reads nothing and reaches nothing.
-const probeSource = `export default {
-  fetch() {
-    return new Response("` + ProbeReply + `", { headers: { "content-type": "text/plain" } });
-  },
-};
-`
+// ProbeHeader marks the requests of the probe socket: the socket injects it, and the egress proxy
+// strips it from workers' subrequests.
+const ProbeHeader = "Takoform-Probe-Socket"
 
 // dialerSource sends one subrequest out through the "internet" network service (its
 // globalOutbound). A refused address makes fetch() throw before any packet leaves; the dialer turns
 // that into a 502 problem for the worker, naming workerd's reason (which names only the address
 // the worker asked for).
+//
+// The same worker answers the probe socket with ProbeReply (reading nothing, reaching nothing), so
+// that the runtime's own parts cost one isolate per process, not two; it runs on the process's one
+// thread like the user's worker, so a worker stuck in a loop leaves probes unanswered.
 const dialerSource = `export default {
   async fetch(request) {
+    if (request.headers.get("` + ProbeHeader + `") === "1") {
+      return new Response("` + ProbeReply + `", { headers: { "content-type": "text/plain" } });
+    }
     const url = new URL(request.url);
     if (request.headers.get("` + SchemeHeader + `") === "https") url.protocol = "https:";
     const headers = new Headers(request.headers);
@@ -184,7 +187,6 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	fmt.Fprintf(&b, "const %s :Workerd.Config = (\n", configConst)
 	b.WriteString("  services = [\n")
 	b.WriteString("    (name = \"main\", worker = .worker),\n")
-	b.WriteString("    (name = \"probe\", worker = .probe),\n")
 	// The egress proxy's address is given on the command line (--external-addr), so the config,
 	// and with it the incarnation's identity, does not depend on a port. workerd sends no Host
 	// header in proxy style, which Go's server requires; the injected one is ignored (the absolute
@@ -201,7 +203,7 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	b.WriteString("],\n      tlsOptions = (trustBrowserCas = true),\n    )),\n  ],\n")
 	b.WriteString("  sockets = [\n")
 	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = ()),\n", quote(socketName))
-	fmt.Fprintf(&b, "    (name = %s, service = \"probe\", http = ()),\n", quote(ProbeSocket))
+	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (injectRequestHeaders = [(name = %s, value = \"1\")])),\n", quote(ProbeSocket), quote(ProbeHeader))
 	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (style = proxy)),\n", quote(OutboundSocket))
 	b.WriteString("  ],\n);\n\n")
 	b.WriteString("const worker :Workerd.Worker = (\n  modules = [\n")
@@ -221,9 +223,6 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	}
 	b.WriteString("  ],\n")
 	fmt.Fprintf(&b, "  globalOutbound = %s,\n);\n\n", quote(EgressService))
-	files["takoform-probe.js"] = []byte(probeSource)
-	b.WriteString("const probe :Workerd.Worker = (\n  modules = [ (name = \"takoform-probe.js\", esModule = embed \"takoform-probe.js\") ],\n")
-	b.WriteString("  compatibilityDate = \"2024-09-23\",\n  globalOutbound = \"internet\",\n);\n\n")
 	files["takoform-dialer.js"] = []byte(dialerSource)
 	b.WriteString("const dialer :Workerd.Worker = (\n  modules = [ (name = \"takoform-dialer.js\", esModule = embed \"takoform-dialer.js\") ],\n")
 	b.WriteString("  compatibilityDate = \"2024-09-23\",\n  globalOutbound = \"internet\",\n);\n")

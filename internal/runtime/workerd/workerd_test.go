@@ -62,13 +62,14 @@ func TestEveryConfigNamesItsOutboundNetworkAndProbe(t *testing.T) {
 	require.Contains(t, config, `tlsOptions = (trustBrowserCas = true)`)
 	require.Contains(t, config, `globalOutbound = "egress"`, "the user's worker reaches the network only through the egress proxy")
 	require.Contains(t, config, `(name = "outbound", service = "dialer", http = (style = proxy))`)
-	require.Contains(t, config, `(name = "probe", service = "probe", http = ())`)
+	require.Contains(t, config, `(name = "probe", service = "dialer", http = (injectRequestHeaders = [(name = "Takoform-Probe-Socket", value = "1")]))`)
+	require.Equal(t, 2, strings.Count(config, "Workerd.Worker = ("), "the user's worker and one of the runtime's, no more isolates")
 	require.Equal(t, 1, strings.Count(config, `network = (`), "one network service, the one with the deny list")
 	// A public address is allowed: "public" admits it and no deny entry covers it.
 	for _, public := range []string{"8.8.8.8", "1.1.1.1", "2606:4700::1111"} {
 		require.NotContains(t, config, public)
 	}
-	require.Contains(t, string(files["takoform-probe.js"]), ProbeReply)
+	require.Contains(t, string(files["takoform-dialer.js"]), ProbeReply)
 
 	_, err = Render(Worker{Modules: map[string]string{"main.js": ""}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
 		Deny: []string{`1.2.3.4/32"], allow = ["private`}}, "config.capnp", "config", "http")

@@ -215,17 +215,7 @@ func TestMigrationMarksLaterHoldersOfADuplicateV1Name(t *testing.T) {
 		require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
 	}
 
-	// Back to the schema before script names were unique, where both held the v1 name.
-	db, err := sql.Open("pgx", h.dbURL)
-	require.NoError(t, err)
-	defer db.Close()
-	m, err := store.Migrator(db)
-	require.NoError(t, err)
-	defer m.Close()
-	require.NoError(t, m.Migrate(4))
-	h.exec(`UPDATE workers SET script_name = $1, created_at = now() - interval '1 day' WHERE organization_id = $2`, v.ScriptName, victim.id)
-	h.exec(`UPDATE workers SET script_name = $1 WHERE organization_id = $2`, a.ScriptName, attacker.id)
-	require.NoError(t, m.Up())
+	h.upgradeFromSharedV1Name(v, victim, attacker)
 
 	got := h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/" + a.WorkerName, key: attacker.key}).json(t)
 	require.False(t, readyAgrees(t, got))
@@ -257,17 +247,8 @@ func TestATakeoverFromBeforeTheUpgradeIsUndone(t *testing.T) {
 
 	// The state before the upgrade: both under the v1 name, and the node holding it for the
 	// attacker (the old node gave a name to the higher deployment number).
-	db, err := sql.Open("pgx", h.dbURL)
-	require.NoError(t, err)
-	defer db.Close()
-	m, err := store.Migrator(db)
-	require.NoError(t, err)
-	defer m.Close()
-	require.NoError(t, m.Migrate(4))
-	h.exec(`UPDATE workers SET script_name = $1, created_at = now() - interval '1 day' WHERE organization_id = $2`, v.ScriptName, victim.id)
-	h.exec(`UPDATE workers SET script_name = $1 WHERE organization_id = $2`, a.ScriptName, attacker.id)
-	h.exec(`UPDATE deployments SET native_name = $1 WHERE resource_kind = 'worker'`, v.ScriptName)
-	require.NoError(t, m.Up())
+	h.upgradeFromSharedV1Name(v, victim, attacker)
+	var err error
 	var attackerDeployment string
 	var attackerSeq int64
 	require.NoError(t, h.db.QueryRow(context.Background(), `SELECT d.id::text, d.seq FROM deployments d JOIN workers w ON w.uid = d.resource_uid
@@ -301,4 +282,22 @@ func TestATakeoverFromBeforeTheUpgradeIsUndone(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, again.json(t)["uid"], st.WorkerUID)
 	require.True(t, st.Ready)
+}
+
+// upgradeFromSharedV1Name puts both organizations' workers (and their deployments) under the pair's
+// shared v1 script name on the schema before script names were unique (the victim's the earlier),
+// and migrates up again: the state an upgrade meets after the attack.
+func (h *harness) upgradeFromSharedV1Name(v victimVector, victim, attacker tenant) {
+	h.t.Helper()
+	db, err := sql.Open("pgx", h.dbURL)
+	require.NoError(h.t, err)
+	defer db.Close()
+	m, err := store.Migrator(db)
+	require.NoError(h.t, err)
+	defer m.Close()
+	require.NoError(h.t, m.Migrate(4))
+	h.exec(`UPDATE workers SET script_name = $1, created_at = now() - interval '1 day' WHERE organization_id = $2`, v.ScriptName, victim.id)
+	h.exec(`UPDATE workers SET script_name = $1 WHERE organization_id = $2`, v.ScriptName, attacker.id)
+	h.exec(`UPDATE deployments SET native_name = $1 WHERE resource_kind = 'worker'`, v.ScriptName)
+	require.NoError(h.t, m.Up())
 }

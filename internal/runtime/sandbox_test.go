@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/proctree"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
@@ -48,36 +47,12 @@ func (f *fixture) sandboxProcesses(name string) []int {
 	return descendants(f.t, st.Incarnation.PID)
 }
 
-// descendants is pid and every process below it, from /proc.
+// descendants is pid and every process below it.
 func descendants(t *testing.T, pid int) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
+	tree, err := proctree.Read()
 	require.NoError(t, err)
-	parent := map[int]int{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …: comm may hold spaces, so read after its closing parenthesis.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 {
-			parent[p], _ = strconv.Atoi(fields[1])
-		}
-	}
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		for p, pp := range parent {
-			if pp == out[i] {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
+	return tree.Descendants(pid)
 }
 
 var uidLine = regexp.MustCompile(`(?m)^Uid:\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)$`)

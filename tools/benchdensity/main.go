@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/proctree"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
@@ -205,7 +206,7 @@ func get(edgeAddr, host string) error {
 // reportMemory sums PSS and RSS over each Ready worker's processes (bwrap, the sandbox's init and
 // workerd; workerd alone without the sandbox).
 func reportMemory(st adminapi.Status) error {
-	children, err := childrenOf()
+	children, err := proctree.Read()
 	if err != nil {
 		return err
 	}
@@ -215,7 +216,7 @@ func reportMemory(st adminapi.Status) error {
 			continue
 		}
 		var p, r, w int64
-		procs := descendants(children, s.Incarnation.PID)
+		procs := children.Descendants(s.Incarnation.PID)
 		for _, pid := range procs {
 			pp, rr, err := rollup(pid)
 			if err != nil {
@@ -258,38 +259,6 @@ func rollup(pid int) (pss, rss int64, err error) {
 		}
 	}
 	return pss, rss, nil
-}
-
-func childrenOf() (map[int][]int, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
-	}
-	out := map[int][]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 {
-			ppid, _ := strconv.Atoi(fields[1])
-			out[ppid] = append(out[ppid], pid)
-		}
-	}
-	return out, nil
-}
-
-func descendants(children map[int][]int, pid int) []int {
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i]]...)
-	}
-	return out
 }
 
 func mb(kb float64) float64 { return kb / 1024 }

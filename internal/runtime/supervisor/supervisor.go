@@ -2,7 +2,7 @@
 // supervisor opens and hands to workerd, with a generated config in a private directory.
 //
 // An incarnation is Ready on two witnesses (SPEC 5, seed 004): the supervisor observed its process
-// running (started and not exited), and the built-in probe worker answered on its own socket. The
+// running (started and not exited), and the built-in probe (the runtime's own worker) answered on its own socket. The
 // probe never runs the user's code; workerd serves nothing until the whole config, the user's
 // script included, has compiled, so an answer also means the script loaded. Once Ready, the probe
 // runs periodically (SPEC 5.1): a worker stuck in a loop holds workerd's one thread, the probe
@@ -165,7 +165,7 @@ type Incarnation struct {
 	spec Spec
 	opts Options
 	// The sockets the supervisor opens and hands to workerd: the user's worker (listener), the
-	// probe worker and the outbound socket of the egress path; and the egress proxy's own.
+	// probe and the outbound socket of the egress path; and the egress proxy's own.
 	listener *net.TCPListener
 	probeL   *net.TCPListener
 	outL     *net.TCPListener
@@ -248,7 +248,7 @@ func (i *Incarnation) Script() string { return i.spec.Script }
 // Addr is its loopback socket's address.
 func (i *Incarnation) Addr() string { return i.addr }
 
-// ProbeAddr is the address of its built-in probe worker.
+// ProbeAddr is the address of its built-in probe.
 func (i *Incarnation) ProbeAddr() string { return i.probeL.Addr().String() }
 
 // Subrequests is the number of its subrequests in flight, and how many the cap refused.
@@ -631,7 +631,7 @@ func (i *Incarnation) terminateWaiting(exited chan error) {
 	}
 }
 
-// probe asks the built-in probe worker, never the user's: it answers ProbeReply.
+// probe asks the built-in probe (the runtime's dialer worker), never the user's: it answers ProbeReply.
 func (i *Incarnation) probe(ctx context.Context, client *http.Client) bool {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+i.ProbeAddr()+"/", nil)
 	if err != nil {

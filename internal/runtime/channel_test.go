@@ -168,3 +168,33 @@ func TestAdminClientCANeedsTLS(t *testing.T) {
 		Workerd: workerdtest.Binary(t), AdminClientCA: filepath.Join(t.TempDir(), "ca.pem"), AdminListener: newListener(t), EdgeListener: newListener(t)})
 	require.ErrorContains(t, err, "--admin-client-ca needs --admin-tls-cert")
 }
+
+// floodSource logs 1,000 lines tagged with its name on every request.
+func floodSource(tag string) string {
+	return `export default { fetch() { for (let i = 0; i < 1000; i++) console.log("` + tag + ` " + i); return new Response("done"); } };`
+}
+
+// Two workers of one organization share the organization's one log budget; another organization's
+// worker has its own: a tenant's lines are rate-limited as a tenant's, however many workers it runs.
+func TestATenantsWorkersShareOneLogBudget(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("flood-a", "org-flood", "uid-fa", floodSource("tenantflood"))
+	f.orgScript("flood-b", "org-flood", "uid-fb", floodSource("tenantflood"))
+	f.orgScript("flood-c", "org-other", "uid-fc", floodSource("otherflood"))
+	for _, s := range []string{"flood-a", "flood-b", "flood-c"} {
+		f.route(s+".workers.localhost", s, "ep-"+s)
+		f.waitReady(s)
+	}
+	for _, s := range []string{"flood-a", "flood-b", "flood-c"} {
+		code, body, _ := f.h.Get(t, s+".workers.localhost", "/")
+		require.Equal(t, http.StatusOK, code, body)
+	}
+	require.Eventually(t, func() bool { return strings.Count(f.h.Logs.String(), "over the rate limit") >= 2 },
+		10*time.Second, 20*time.Millisecond, "both tenants' floods are reported")
+	tenant := strings.Count(f.h.Logs.String(), `"line":"tenantflood `)
+	other := strings.Count(f.h.Logs.String(), `"line":"otherflood `)
+	// One burst (200) and what refills while the two floods run: two budgets would let 400 through.
+	require.Less(t, tenant, 320, "two workers of one organization got a budget each")
+	require.GreaterOrEqual(t, other, 150, "another organization's worker was held by the first one's budget")
+}

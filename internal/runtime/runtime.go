@@ -116,6 +116,8 @@ type Node struct {
 	scripts   map[string]*scriptRun
 	closing   bool
 
+	// stopping holds, by script, the incarnations retired and not yet stopped (guarded by mu).
+	stopping map[string]map[*supervisor.Incarnation]bool
 	// lineBudgets holds each organization's output-line budget, by its label.
 	lineBudgets sync.Map
 
@@ -187,7 +189,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, kick: make(chan struct{}, 1),
+		scripts: map[string]*scriptRun{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, kick: make(chan struct{}, 1),
 		served: make(chan error, 2), stopped: make(chan struct{}),
 	}
 	ok := false

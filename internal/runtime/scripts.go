@@ -120,6 +120,13 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		retire(r.candidate, false)
 		retire(r.serving, true)
 		delete(n.scripts, name)
+		// A deleted script's earlier incumbents still draining are retired too: the delete's
+		// answer waits for every process of the script.
+		for inc := range n.stopping[name] {
+			if !slices.Contains(retired, inc) {
+				retired = append(retired, inc)
+			}
+		}
 		return retired
 	}
 	want, err := identity(s, n.deny)
@@ -220,10 +227,24 @@ func isDone(inc *supervisor.Incarnation) bool {
 
 // retire stops an incarnation in the background: drained (its requests in flight finish, bounded)
 // when it has served, at once when it never did.
+// Until it has stopped it stays in the script's stopping set, so that a delete of the script
+// waits for it too (n.mu held).
 func (n *Node) retire(inc *supervisor.Incarnation, drain bool) {
 	n.retiring.Add(1)
+	if n.stopping[inc.Script()] == nil {
+		n.stopping[inc.Script()] = map[*supervisor.Incarnation]bool{}
+	}
+	n.stopping[inc.Script()][inc] = true
 	go func() {
 		defer n.retiring.Done()
+		defer func() {
+			n.mu.Lock()
+			delete(n.stopping[inc.Script()], inc)
+			if len(n.stopping[inc.Script()]) == 0 {
+				delete(n.stopping, inc.Script())
+			}
+			n.mu.Unlock()
+		}()
 		if drain {
 			inc.Drain(n.cfg.DrainTimeout)
 		} else {

@@ -342,6 +342,31 @@ resource "takoform_worker" "w" {
 `),
 			PlanOnly:    true,
 			ExpectError: regexp.MustCompile(`Invalid compatibility_date`),
+		}, resource.TestStep{
+			Config: f.config(`
+resource "takoform_worker" "w" {
+  space              = "bad"
+  name               = "inputs"
+  main_module        = "index.js"
+  module_files       = { "index.js" = "no/such/dir/index.js" }
+  compatibility_date = "2025-01-01"
+}
+`),
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`(?s)Unable to read a module file.*module_files.*Module "index.js" names the file`),
+		}, resource.TestStep{
+			Config: f.config(`
+resource "takoform_worker" "w" {
+  space              = "bad"
+  name               = "inputs"
+  main_module        = "index.js"
+  modules            = { "index.js" = "export default {};" }
+  module_files       = { "index.js" = "index.js" }
+  compatibility_date = "2025-01-01"
+}
+`),
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`(?s)Invalid Attribute Combination.*modules.*module_files`),
 		}),
 	})
 }

@@ -47,6 +47,9 @@ type workerModel struct {
 	Name                  types.String   `tfsdk:"name"`
 	MainModule            types.String   `tfsdk:"main_module"`
 	Modules               types.Map      `tfsdk:"modules"`
+	ModuleFiles           types.Map      `tfsdk:"module_files"`
+	ModuleSHA256          types.Map      `tfsdk:"module_sha256"`
+	BundleBytes           types.Int64    `tfsdk:"bundle_bytes"`
 	CompatibilityDate     types.String   `tfsdk:"compatibility_date"`
 	RequiredSensitiveVars types.Set      `tfsdk:"required_sensitive_vars"`
 	RuntimeInputReference types.String   `tfsdk:"runtime_input_reference"`
@@ -85,24 +88,21 @@ func (r *workerResource) ValidateConfig(ctx context.Context, req resource.Valida
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	var modules map[string]string
-	if !m.Modules.IsUnknown() && !m.Modules.IsNull() && !m.Modules.ElementsAs(ctx, &modules, false).HasError() {
-		known := true
-		for _, v := range m.Modules.Elements() {
-			known = known && !v.IsUnknown()
-		}
-		size := 0
-		for name, src := range modules {
-			size += len(name) + len(src)
-		}
-		if known && size > MaxBundleBytes {
-			resp.Diagnostics.AddAttributeError(path.Root("modules"), "Bundle too large",
+	modules, known, diags := bundle(ctx, m.Modules, m.ModuleFiles)
+	resp.Diagnostics.Append(diags...)
+	if known {
+		if size := bundleSize(modules); size > MaxBundleBytes {
+			at := path.Root("modules")
+			if !m.ModuleFiles.IsNull() {
+				at = path.Root("module_files")
+			}
+			resp.Diagnostics.AddAttributeError(at, "Bundle too large",
 				fmt.Sprintf("The modules hold %d bytes together; a worker's bundle may hold at most %d (the Host takes a request of at most 1 MiB).", size, MaxBundleBytes))
 		}
 		if !m.MainModule.IsUnknown() && !m.MainModule.IsNull() {
 			if _, ok := modules[m.MainModule.ValueString()]; !ok {
 				resp.Diagnostics.AddAttributeError(path.Root("main_module"), "main_module is not one of the modules",
-					fmt.Sprintf("main_module %q names no key of modules (%s).", m.MainModule.ValueString(), strings.Join(slices.Sorted(maps.Keys(modules)), ", ")))
+					fmt.Sprintf("main_module %q names no module (%s).", m.MainModule.ValueString(), strings.Join(slices.Sorted(maps.Keys(modules)), ", ")))
 			}
 		}
 	}
@@ -144,11 +144,30 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "Name of the entry module; one of `modules`. Changes in place.", Required: true,
 			},
 			"modules": schema.MapAttribute{
-				MarkdownDescription: "The bundle: 1 to 64 modules, source text by module name. A name ending in `.json` is a JSON module and one ending in `.txt` a text module (both imported by the code); every other module is an ES module. There are no WebAssembly or CommonJS modules. " +
+				MarkdownDescription: "The bundle inline: 1 to 64 modules, source text by module name; exactly one of `modules` and `module_files`. The plan prints inline sources; `module_files` keeps them out of it. " +
+					"A name ending in `.json` is a JSON module and one ending in `.txt` a text module (both imported by the code); every other module is an ES module. There are no WebAssembly or CommonJS modules. " +
 					"Names and sources together may hold at most 1032192 bytes (1 MiB less 16 KiB: the Host takes a request body of at most 1 MiB, and the bundle travels in one); a larger bundle fails at plan. Changes in place (a new generation).",
-				Required:    true,
+				Optional:    true,
+				ElementType: types.StringType,
+				Validators: []validator.Map{mapvalidator.SizeBetween(1, 64),
+					mapvalidator.ExactlyOneOf(path.MatchRoot("modules"), path.MatchRoot("module_files"))},
+			},
+			"module_files": schema.MapAttribute{
+				MarkdownDescription: "The bundle from files: 1 to 64 modules, the path of each module's source by module name (`{ \"index.js\" = \"${path.module}/src/index.js\" }`); exactly one of `modules` and `module_files`. " +
+					"The provider reads the files at plan and again at apply: a file changed in between fails the apply (the CLI reports module_sha256 inconsistent with the plan), and nothing is deployed; plan again. The plan shows the paths and `module_sha256`, never the sources. " +
+					"Module types and the size limit are those of `modules`. Changes in place (a new generation) when a file's content changes.",
+				Optional:    true,
 				ElementType: types.StringType,
 				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64)},
+			},
+			"module_sha256": schema.MapAttribute{
+				MarkdownDescription: "Each module's source digest by module name (hex SHA-256, what `filesha256()` gives for a module file), known at plan: the plan shows which module changed.",
+				Computed:            true,
+				ElementType:         types.StringType,
+			},
+			"bundle_bytes": schema.Int64Attribute{
+				MarkdownDescription: "The size of the bundle (module names and sources), known at plan. At most 1032192.",
+				Computed:            true,
 			},
 			"compatibility_date": schema.StringAttribute{
 				MarkdownDescription: "Workers runtime compatibility date, `YYYY-MM-DD`. Changes in place.",
@@ -220,13 +239,25 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if !creating && !state.Ready.IsNull() && !state.Ready.IsUnknown() && !state.Ready.ValueBool() {
-		// The Host keeps a failed generation's code as the worker's, with the previous deployment
-		// still serving: the state would match the configuration while the configuration does not
-		// serve. Planning Ready as unknown makes the plan show the update, and the apply redeploys.
-		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
-		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	modules, known, diags := bundle(ctx, plan.Modules, plan.ModuleFiles)
+	if resp.Diagnostics.Append(diags...); resp.Diagnostics.HasError() {
+		return
 	}
+	plan.ModuleSHA256, plan.BundleBytes = types.MapUnknown(types.StringType), types.Int64Unknown()
+	if known {
+		plan.ModuleSHA256, plan.BundleBytes = digests(modules), types.Int64Value(int64(bundleSize(modules)))
+	}
+	// A module file whose content changed leaves the configuration as it was: only the digests say
+	// so, and the update they plan moves the revision and generation.
+	changed := !creating && !plan.ModuleSHA256.Equal(state.ModuleSHA256)
+	// The Host keeps a failed generation's code as the worker's, with the previous deployment still
+	// serving: the state would match the configuration while the configuration does not serve.
+	// Planning Ready as unknown makes the plan show the update, and the apply redeploys.
+	failed := !creating && !state.Ready.IsNull() && !state.Ready.IsUnknown() && !state.Ready.ValueBool()
+	if changed || failed {
+		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 	if r.client == nil || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
 		return
 	}
@@ -261,9 +292,14 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 func (r *workerResource) spec(ctx context.Context, m workerModel) (client.WorkerSpec, error) {
 	spec := client.WorkerSpec{MainModule: m.MainModule.ValueString(), CompatibilityDate: m.CompatibilityDate.ValueString(),
 		RuntimeInputReference: strPtr(m.RuntimeInputReference), OfferingID: strPtr(m.OfferingID), RequiredSensitiveVars: []string{}}
-	if d := m.Modules.ElementsAs(ctx, &spec.Modules, false); d.HasError() {
+	modules, known, d := bundle(ctx, m.Modules, m.ModuleFiles)
+	if d.HasError() || !known {
 		return spec, fmt.Errorf("modules: %v", d)
 	}
+	if !m.ModuleSHA256.IsUnknown() && !digests(modules).Equal(m.ModuleSHA256) {
+		return spec, fmt.Errorf("a module file changed after the plan was made (module_sha256 no longer matches what the plan showed); run plan again")
+	}
+	spec.Modules = modules
 	if !m.RequiredSensitiveVars.IsNull() {
 		if d := m.RequiredSensitiveVars.ElementsAs(ctx, &spec.RequiredSensitiveVars, false); d.HasError() {
 			return spec, fmt.Errorf("required_sensitive_vars: %v", d)
@@ -276,7 +312,12 @@ func (r *workerResource) spec(ctx context.Context, m workerModel) (client.Worker
 func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Worker, importing bool) {
 	m.ID, m.Space, m.Name = types.StringValue(w.UID), types.StringValue(w.Space), types.StringValue(w.Name)
 	m.MainModule, m.CompatibilityDate = types.StringValue(w.MainModule), types.StringValue(w.CompatibilityDate)
-	m.Modules, _ = types.MapValueFrom(ctx, types.StringType, w.Modules)
+	if m.ModuleFiles.IsNull() || m.ModuleFiles.IsUnknown() {
+		// From files, the state keeps the paths; the digests say what the Host holds.
+		m.Modules, _ = types.MapValueFrom(ctx, types.StringType, w.Modules)
+		m.ModuleFiles = types.MapNull(types.StringType)
+	}
+	m.ModuleSHA256, m.BundleBytes = digests(w.Modules), types.Int64Value(int64(bundleSize(w.Modules)))
 	if len(w.RequiredSensitiveVars) == 0 && (importing || m.RequiredSensitiveVars.IsNull() || m.RequiredSensitiveVars.IsUnknown()) {
 		m.RequiredSensitiveVars = types.SetNull(types.StringType)
 	} else {
@@ -451,8 +492,6 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
 }
 
-// Delete deletes the worker. It waits out an unexpired runtime-input claim (it settles or expires);
-// an endpoint still standing on the worker is a diagnostic naming it.
 // requireBound refuses, at plan time, a worker whose required_sensitive_vars differ from the
 // binding names of the runtime input it consumes: the Host would refuse it at apply.
 func (r *workerResource) requireBound(ctx context.Context, plan workerModel, reference string, bound []string, diags *diag.Diagnostics) {
@@ -497,6 +536,8 @@ func deref(s *string) string {
 	return *s
 }
 
+// Delete deletes the worker. It waits out an unexpired runtime-input claim (it settles or expires);
+// an endpoint still standing on the worker is a diagnostic naming it.
 func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state workerModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)

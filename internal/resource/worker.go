@@ -28,11 +28,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
-// Bounds on a worker bundle.
-const (
-	maxModules     = 64
-	maxModuleBytes = 512 << 10
-)
+// maxModules bounds a worker bundle's module count; its size is bounded by the request body limit.
+const maxModules = 64
 
 var (
 	bindingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -202,12 +199,9 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	if len(spec.Modules) == 0 || len(spec.Modules) > maxModules {
 		return apierr.New(apierr.InvalidRequest, "modules must hold 1 to %d modules", maxModules)
 	}
-	for n, src := range spec.Modules {
+	for n := range spec.Modules {
 		if !moduleName.MatchString(n) || strings.Contains(n, "..") {
 			return apierr.New(apierr.InvalidRequest, "module name %q must match %s", n, moduleName)
-		}
-		if len(src) > maxModuleBytes {
-			return apierr.New(apierr.InvalidRequest, "module %q is larger than %d bytes", n, maxModuleBytes)
 		}
 	}
 	if _, ok := spec.Modules[spec.MainModule]; !ok {

@@ -49,6 +49,7 @@ resource "takoform_worker" "this" {
   name                    = var.name
   main_module             = var.main_module
   modules                 = var.modules
+  module_files            = var.module_files
   compatibility_date      = var.compatibility_date
   offering_id             = var.offering_id
   required_sensitive_vars = local.has_secrets ? local.secret_names : null

@@ -9,8 +9,15 @@ variable "name" {
 }
 
 variable "modules" {
-  description = "The worker's ES modules: source by module name."
+  description = "The worker's modules inline: source by module name. Give this or module_files."
   type        = map(string)
+  default     = null
+}
+
+variable "module_files" {
+  description = "The worker's modules from files: path by module name, read by the provider. The plan then shows paths and digests instead of sources. Give this or modules."
+  type        = map(string)
+  default     = null
 }
 
 variable "main_module" {

@@ -2,8 +2,8 @@ resource "takoform_worker" "api" {
   space       = "prod"
   name        = "api"
   main_module = "index.js"
-  modules = {
-    "index.js" = file("${path.module}/src/index.js")
+  module_files = {
+    "index.js" = "${path.module}/src/index.js"
   }
   compatibility_date = "2025-01-01"
 

@@ -1,0 +1,99 @@
+package provider_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/testhost"
+)
+
+// fileWorker is one worker through examples/modules/worker whose bundle comes from files beside the
+// configuration.
+func fileWorker(t *testing.T) string {
+	t.Helper()
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+module "w" {
+  source       = %q
+  space        = "files"
+  name         = "big"
+  module_files = { "index.js" = "${path.module}/src/index.js", "pad.txt" = "${path.module}/src/pad.txt" }
+}
+
+output "url" {
+  value = module.w.url
+}
+`, module)
+}
+
+// A bundle from module_files is shown in the plan by path, digest and size, never in full (issue
+// 13.5); a changed file plans an update in place by its digest alone, and a file changed between
+// plan and apply fails the apply (the CLI's own re-plan meets the digest that moved) instead of
+// deploying what nobody saw planned.
+func TestAccModuleFilesShowDigestsNotSources(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	w := newWorkspace(t, h.URL, h.Key, fileWorker(t))
+	src := filepath.Join(w.dir, "src")
+	require.NoError(t, os.Mkdir(src, 0o700))
+	// The pad is a text module, large enough that a plan printing it would print a great deal.
+	const marker = "PADDING-THE-PLAN-MUST-NOT-PRINT"
+	pad := strings.Repeat(marker+"\n", 20000)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "pad.txt"), []byte(pad), 0o600))
+	code := func(reply string) string {
+		return "import pad from './pad.txt';\nexport default { fetch() { return new Response('" + reply + " ' + pad.length) } };\n"
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "index.js"), []byte(code("one")), 0o600))
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, marker, "the plan prints no source from module_files")
+	sum := sha256.Sum256([]byte(pad))
+	require.Contains(t, out, hex.EncodeToString(sum[:]), "the plan shows each module's digest")
+	require.Regexp(t, fmt.Sprintf(`bundle_bytes\s+= %d\n`, len("index.js")+len(code("one"))+len("pad.txt")+len(pad)), out)
+
+	out = w.apply(fileWorker(t))
+	require.NotContains(t, out, marker)
+	answersAt(t, w, h, fmt.Sprintf("one %d", len(pad)))
+
+	// Only the file changes: the configuration is the same text, the digest says what moved.
+	require.NoError(t, os.WriteFile(filepath.Join(src, "index.js"), []byte(code("two")), 0o600))
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.Error(t, err, "a changed module file plans an update:\n%s", out)
+	require.Contains(t, out, "module.w.takoform_worker.this will be updated in-place")
+	require.Contains(t, out, `"index.js" = "`, "the changed module is named by its digest")
+	require.NotContains(t, out, marker)
+
+	// A file that changes after the plan fails the saved plan's apply; nothing is deployed.
+	out, err = w.run("plan", "-input=false", "-no-color", "-out=tfplan")
+	require.NoError(t, err, out)
+	require.NoError(t, os.WriteFile(filepath.Join(src, "index.js"), []byte(code("three")), 0o600))
+	out, err = w.run("apply", "-input=false", "-no-color", "tfplan")
+	require.Error(t, err, out)
+	// The CLI plans again at apply and refuses the digest that moved, naming it.
+	require.Regexp(t, `(?s)inconsistent final plan.*module_sha256\["index.js"\]`, out)
+	answersAt(t, w, h, fmt.Sprintf("one %d", len(pad)))
+
+	w.apply(fileWorker(t))
+	answersAt(t, w, h, fmt.Sprintf("three %d", len(pad)))
+	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+}

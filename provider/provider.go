@@ -82,7 +82,7 @@ func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Validators:          []validator.Int64{int64validator.Between(0, 20)},
 			},
 			"unreachable_timeout": schema.StringAttribute{
-				MarkdownDescription: "How long a request keeps being retried while the Host gives no answer at all (connection refused or reset, no answer within `request_timeout`), as a Go duration. Past it the operation fails with an error naming the endpoint, even when the resource's own timeout is further away; meanwhile the provider logs a warning every 30 seconds (shown with `TF_LOG=WARN`). A longer `request_timeout` is cut to this bound. Re-running the apply once the Host is back is safe: every create, update and delete is replayed under the same ownership token. Defaults to `2m`.",
+				MarkdownDescription: "How long a request keeps being retried while the Host gives no answer at all (connection refused or reset, no answer within `request_timeout`), as a Go duration. Past it the operation fails with an error naming the endpoint, even when the resource's own timeout is further away; meanwhile the provider logs a warning every quarter of it, at most every 30 seconds (shown with `TF_LOG=WARN`). A provider cannot show progress while a resource operation runs, so this error is how the CLI's output says the Host is silent. A longer `request_timeout` is cut to this bound. Re-running the apply once the Host is back is safe: every create, update and delete is replayed under the same ownership token. Defaults to `30s`; raise it to ride out longer Host restarts.",
 				Optional:            true,
 				Validators:          []validator.String{durationValidator{}},
 			},

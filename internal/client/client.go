@@ -69,8 +69,11 @@ type Config struct {
 	Warn LogFunc
 }
 
-// DefaultUnreachable is how long a Host may give no answer before a request fails.
-const DefaultUnreachable = 2 * time.Minute
+// DefaultUnreachable is how long a Host may give no answer before a request fails. A provider has
+// no way to show progress while a resource operation runs (its diagnostics reach the CLI when the
+// operation ends), so the error is how the CLI's output says the Host is silent: by default within
+// 30 seconds of the silence starting.
+const DefaultUnreachable = 30 * time.Second
 
 // WarnInterval is how often a request says that the Host has not answered: every 30 s, or more
 // often when the bound is short, so that a few warnings come before the failure.

@@ -143,8 +143,8 @@ func TestEdgeACMEOrdersOnlyForRoutedHostnames(t *testing.T) {
 
 	// A hostname with no route: the handshake fails, nothing is ordered.
 	_, err = peerCert(t, f.h.Info.EdgeAddr, "stranger.workers.test")
-	require.Error(t, err)
 	require.Empty(t, p.orders(), "no order for a hostname the node does not route")
+	require.Error(t, err)
 
 	started := time.Now()
 	resp, body := get(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), url("app.workers.test"))
@@ -158,6 +158,7 @@ func TestEdgeACMEOrdersOnlyForRoutedHostnames(t *testing.T) {
 	// the CA; the first hostname's certificate is served from the cache without one.
 	f.route("two.workers.test", "acme-1", "ep-acme-2")
 	_, err = peerCert(t, f.h.Info.EdgeAddr, "two.workers.test")
+	require.Equal(t, []string{"app.workers.test"}, p.orders(), "no order beyond the limit")
 	require.Error(t, err)
 	require.Contains(t, f.h.Logs.String(), "order limit")
 	resp, _ = get(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), url("app.workers.test"))

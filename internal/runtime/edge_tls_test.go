@@ -107,6 +107,11 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 	require.Equal(t, expectReply("v1", ""), body)
 	require.Equal(t, 1, resp.ProtoMajor)
 
+	// TLS 1.2 at least.
+	old := &tls.Config{RootCAs: roots, ServerName: "app.workers.test", MaxVersion: tls.VersionTLS11}
+	_, err = tls.Dial("tcp", f.h.Info.EdgeAddr, old)
+	require.Error(t, err)
+
 	// Another CA's client does not trust the edge: the certificate is the one configured.
 	_, err = httpsClient(t, f.h.Info.EdgeAddr, poolOf(t, testpki.NewCA(t, "other").CertFile), true).Get(url)
 	require.Error(t, err)
@@ -237,6 +242,10 @@ func TestEdgeTLSRefusesUnsafeOrContradictoryConfig(t *testing.T) {
 	require.Contains(t, err.Error(), "0640")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile = pair.CertFile, other.KeyFile }),
 		"are not a certificate and its key")
+	// A symlink to a private key of the node's user is fine (certbot's live/ directory).
+	link := filepath.Join(t.TempDir(), "live-key.pem")
+	require.NoError(t, os.Symlink(pair.KeyFile, link))
+	require.EqualError(t, start(func(c *runtime.Config) { c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile = pair.CertFile, link }), "started")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.CertFile = pair.CertFile }), "go together")
 	require.ErrorContains(t, start(func(c *runtime.Config) {
 		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.ACME.Email = pair.CertFile, pair.KeyFile, "ops@example.test"

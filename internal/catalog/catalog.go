@@ -131,10 +131,16 @@ func Default() *Catalog {
 // DefaultWithRuntime is the default catalog pointing at another runtime node (tests, and a
 // `takoserver dev` whose node listens elsewhere).
 func DefaultWithRuntime(runtimeURL, tokenFile, edgeListen string) *Catalog {
+	return DefaultWithEdge(runtimeURL, tokenFile, edgeListen, "http")
+}
+
+// DefaultWithEdge is DefaultWithRuntime for an edge that serves scheme (http, or https when the
+// node has --edge-tls-* or --edge-acme-*): its origins are scheme://<label>.workers.localhost.
+func DefaultWithEdge(runtimeURL, tokenFile, edgeListen, scheme string) *Catalog {
 	c, err := build(file{
 		Installations: []Installation{{
 			Name: "selfhost", Pack: PackSelfhost,
-			EndpointSuffix: "workers.localhost", EdgeListen: edgeListen, Scheme: "http",
+			EndpointSuffix: "workers.localhost", EdgeListen: edgeListen, Scheme: scheme,
 			RuntimeURL: runtimeURL, RuntimeTokenFile: tokenFile,
 		}},
 		Offerings: []Offering{

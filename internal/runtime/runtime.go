@@ -83,6 +83,8 @@ type Config struct {
 	EgressDeny []string
 	// SubrequestLimit caps each incarnation's concurrent subrequests (default 50).
 	SubrequestLimit int
+	// EdgeTLS serves the edge over HTTPS (--edge-tls-*, --edge-acme-*, --edge-http-listen).
+	EdgeTLS edge.TLSOptions
 }
 
 // Info tells an embedding caller how to reach a running node.
@@ -91,8 +93,11 @@ type Info struct {
 	AdminURL string
 	// TokenFile holds the admin API's bearer token.
 	TokenFile string
-	// EdgeAddr is the edge's listen address (host:port).
-	EdgeAddr string
+	// EdgeAddr is the edge's listen address (host:port); EdgeScheme is http or https, and
+	// EdgeHTTPAddr the plain-HTTP redirect listener beside an HTTPS edge ("" when none).
+	EdgeAddr     string
+	EdgeScheme   string
+	EdgeHTTPAddr string
 	// StateDir is the absolute state directory.
 	StateDir string
 }
@@ -128,6 +133,12 @@ type Node struct {
 	served   chan error
 	stopped  chan struct{}
 	closeOne sync.Once
+
+	// edgeTLS is the edge's HTTPS (nil: plain HTTP); edgeHTTP serves edgeHTTPL, the redirect
+	// listener beside it.
+	edgeTLS   *edge.TLS
+	edgeHTTP  *http.Server
+	edgeHTTPL net.Listener
 }
 
 // Run runs a node until ctx ends, then shuts it down cleanly: every workerd process stops and
@@ -180,6 +191,9 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.AdminClientCA != "" && cfg.AdminTLSCert == "" {
 		return nil, errors.New("--admin-client-ca needs --admin-tls-cert and --admin-tls-key: client certificates are asked for in a TLS handshake")
 	}
+	if err := cfg.EdgeTLS.Validate(); err != nil {
+		return nil, err
+	}
 	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey})
 	if err != nil {
 		return nil, err
@@ -190,7 +204,7 @@ func Start(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
 		scripts: map[string]*scriptRun{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, kick: make(chan struct{}, 1),
-		served: make(chan error, 2), stopped: make(chan struct{}),
+		served: make(chan error, 3), stopped: make(chan struct{}),
 	}
 	ok := false
 	defer func() {
@@ -229,10 +243,19 @@ func Start(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.openEdgeTLS(edgeHandler, edgeL); err != nil {
+		adminL.Close()
+		edgeL.Close()
+		return nil, err
+	}
 	n.published = []string{edgeL.Addr().String(), n.cfg.EdgeListen}
+	if addr := n.edgeHTTPAddr(); addr != "" {
+		n.published = append(n.published, addr)
+	}
 	if n.deny, err = egress.DenyList(n.published, n.cfg.EgressDeny); err != nil {
 		adminL.Close()
 		edgeL.Close()
+		_ = n.closeEdgeTLS(context.Background())
 		return nil, err
 	}
 	n.mu.Lock()
@@ -253,9 +276,10 @@ func Start(cfg Config) (*Node, error) {
 		adminL = tls.NewListener(adminL, tlsConfig)
 	}
 	go func() { n.served <- serveErr("admin API", n.admin.Serve(adminL)) }()
-	go func() { n.served <- serveErr("edge", n.edge.Serve(edgeL)) }()
-	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir()}
-	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
+	go func() { n.served <- serveErr("edge", n.serveEdge(edgeL)) }()
+	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir(),
+		EdgeScheme: n.edgeScheme(), EdgeHTTPAddr: n.edgeHTTPAddr()}
+	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "edgeScheme", n.info.EdgeScheme, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
 	ok = true
 	return n, nil
 }
@@ -330,7 +354,7 @@ func (n *Node) Close() error {
 	n.closeOne.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		err = errors.Join(n.admin.Shutdown(ctx), n.edge.Shutdown(ctx))
+		err = errors.Join(n.admin.Shutdown(ctx), n.edge.Shutdown(ctx), n.closeEdgeTLS(ctx))
 		n.shutdownIncarnations()
 		n.closeSandbox()
 		close(n.stopped)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -40,6 +41,9 @@ type Options struct {
 	Catalog *catalog.Catalog
 	// Organization names the organization Start creates ("acme" when empty).
 	Organization string
+	// Runtime, when set, adjusts the runtime node's config (for example its edge's HTTPS); the
+	// default catalog then carries the edge's scheme.
+	Runtime func(*runtime.Config)
 }
 
 // Start starts a Host for t on a fresh database. The caller's package must run testdb.Main from
@@ -65,10 +69,14 @@ func Start(t testing.TB, opts Options) *Host {
 	if err != nil {
 		t.Fatalf("testhost: key ring: %v", err)
 	}
-	node := runtimetest.Start(t)
+	var mutate []func(*runtime.Config)
+	if opts.Runtime != nil {
+		mutate = append(mutate, opts.Runtime)
+	}
+	node := runtimetest.Start(t, mutate...)
 	cat := opts.Catalog
 	if cat == nil {
-		cat = catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
+		cat = catalog.DefaultWithEdge(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr, node.Info.EdgeScheme)
 	}
 	logs := &runtimetest.Buffer{}
 	srv := server.New(server.Config{

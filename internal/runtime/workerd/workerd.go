@@ -202,7 +202,9 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	}
 	b.WriteString("],\n      tlsOptions = (trustBrowserCas = true),\n    )),\n  ],\n")
 	b.WriteString("  sockets = [\n")
-	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = ()),\n", quote(socketName))
+	// The edge sets X-Forwarded-Proto (https behind an HTTPS edge): workerd builds request.url
+	// with that scheme, so a worker sees the origin it is served at.
+	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = (forwardedProtoHeader = \"X-Forwarded-Proto\")),\n", quote(socketName))
 	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (injectRequestHeaders = [(name = %s, value = \"1\")])),\n", quote(ProbeSocket), quote(ProbeHeader))
 	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (style = proxy)),\n", quote(OutboundSocket))
 	b.WriteString("  ],\n);\n\n")

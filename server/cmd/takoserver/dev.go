@@ -63,6 +63,7 @@ interrupted. It then stops the runtime node's processes and the cluster if it st
 	cmd.Flags().StringVar(&rt.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the embedded runtime node's edge, where workers answer")
 	cmd.Flags().StringVar(&rt.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH)")
 	cmd.Flags().BoolVar(&rt.InsecureNoSandbox, "insecure-no-sandbox", false, "run workers as this user without the OS sandbox (dev falls back to it by itself where it cannot sandbox)")
+	edgeTLSFlags(cmd.Flags(), &rt.EdgeTLS)
 	o.flags(cmd)
 	return cmd
 }
@@ -133,7 +134,8 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 		}
 	}()
 	info := node.Info()
-	cat := catalog.DefaultWithRuntime(info.AdminURL, info.TokenFile, info.EdgeAddr)
+	// The default catalog's origins carry the edge's scheme: https:// only when asked (--edge-tls-*).
+	cat := catalog.DefaultWithEdge(info.AdminURL, info.TokenFile, info.EdgeAddr, info.EdgeScheme)
 	serveErr := serve(ctx, log, databaseURL, o, cat, func(addr string) {
 		endpoint := "http://" + addr
 		env := fmt.Sprintf("export TAKOFORM_ENDPOINT=%s\nexport TAKOFORM_API_KEY=\"$(cat %s)\"\nexport TAKOSERVER_DATABASE_URL='%s'\nexport TAKOSERVER_SEALING_KEY_FILE=%s\n", endpoint, keyPath, databaseURL, o.sealingKeyFile)
@@ -142,7 +144,7 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), `
 takoserver dev is serving at %s (organization %q).
-Workers answer at the runtime node's edge, %s (http://<hostname>:<port>/).
+Workers answer at the runtime node's edge, %s (%s://<hostname>:<port>/).
 The API key is in %s (mode 0600). Point a provider or curl at the Host with:
 
     source %s
@@ -154,7 +156,7 @@ or by hand:
 
 Press Ctrl-C to stop; the PostgreSQL cluster in %s is kept for the next run.
 
-`, endpoint, devOrganization, info.EdgeAddr, keyPath, filepath.Join(cluster.Dir, devEnvFile), endpoint, keyPath, cluster.Dir)
+`, endpoint, devOrganization, info.EdgeAddr, info.EdgeScheme, keyPath, filepath.Join(cluster.Dir, devEnvFile), endpoint, keyPath, cluster.Dir)
 	})
 	if errors.Is(serveErr, context.Canceled) {
 		return nil

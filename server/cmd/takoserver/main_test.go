@@ -27,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+	"github.com/takoform/terraform-provider-takoform/internal/testpki"
 )
 
 // binary is the takoserver built once for these tests: they run it as operators do.
@@ -311,13 +312,14 @@ type devProcess struct {
 	url    string
 }
 
-func startDev(t *testing.T, dir string) devProcess {
+func startDev(t *testing.T, dir string, extra ...string) devProcess {
 	t.Helper()
 	port, err := pgcluster.FreePort()
 	require.NoError(t, err)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	cmd := exec.Command(binary, "dev", "--dir", dir, "--listen", addr, "--workerd", workerdtest.Binary(t),
-		"--runtime-state-dir", filepath.Join(filepath.Dir(dir), "runtime"), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
+	args := []string{"dev", "--dir", dir, "--listen", addr, "--workerd", workerdtest.Binary(t),
+		"--runtime-state-dir", filepath.Join(filepath.Dir(dir), "runtime"), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0"}
+	cmd := exec.Command(binary, append(args, extra...)...)
 	cmd.Env = os.Environ()
 	stdout := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, io.Discard
@@ -365,6 +367,7 @@ func TestDevRunsEverythingInOneCommandAndReusesTheCluster(t *testing.T) {
 	require.Equal(t, http.StatusOK, capabilities(t, first.url, key))
 	require.Contains(t, first.stdout.String(), "export TAKOFORM_API_KEY")
 	require.NotContains(t, first.stdout.String(), key, "the key is written to a file, not printed")
+	require.Contains(t, first.stdout.String(), "(http://<hostname>:<port>/)", "dev's edge stays on plain HTTP unless asked")
 	info, err = os.Stat(filepath.Join(dir, "runtime-sealing-key"))
 	require.NoError(t, err, "dev writes the runtime's sealing key beside its other keys")
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
@@ -375,7 +378,10 @@ func TestDevRunsEverythingInOneCommandAndReusesTheCluster(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, "data", "postmaster.pid"))
 	require.ErrorIs(t, err, os.ErrNotExist, "dev stops the cluster it started")
 
-	second := startDev(t, dir)
+	// Asked (--edge-tls-*), dev's edge serves HTTPS and its default catalog's origins are https://.
+	pair := testpki.NewCA(t, "dev-edge").Server(t, "dev-edge", "*.workers.localhost")
+	second := startDev(t, dir, "--edge-tls-cert", pair.CertFile, "--edge-tls-key", pair.KeyFile)
+	require.Contains(t, second.stdout.String(), "(https://<hostname>:<port>/)")
 	again, err := os.ReadFile(keyFile)
 	require.NoError(t, err)
 	require.Equal(t, string(raw), string(again), "the second run reuses the cluster and its key")

@@ -41,6 +41,7 @@ state stays for the next start.`,
 			cfg.Logger = log
 			cfg.Ready = func(info runtime.Info) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "takoserver runtime: admin API %s (token in %s), edge %s\n", info.AdminURL, info.TokenFile, info.EdgeAddr)
+				printEdgeTLS(cmd.ErrOrStderr(), info)
 			}
 			return runtime.Run(cmd.Context(), cfg)
 		},
@@ -58,6 +59,7 @@ state stays for the next start.`,
 	cmd.Flags().DurationVar(&cfg.LivenessPeriod, "liveness-period", 5*time.Second, "how often each Ready incarnation is probed; three missed probes in a row restart it")
 	cmd.Flags().StringVar(&cfg.AdminClientCA, "admin-client-ca", "", "CA certificate(s) (PEM): the admin API then requires a client certificate issued by one (mutual TLS; needs --admin-tls-cert)")
 	sandboxFlags(cmd.Flags(), &cfg)
+	edgeTLSFlags(cmd.Flags(), &cfg.EdgeTLS)
 	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g))
 	return cmd
 }

@@ -1,0 +1,212 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+)
+
+// ACMEOptions obtain the edge's certificates from an ACME CA, on demand: during the TLS handshake
+// for a hostname the edge routes at that moment, never for any other.
+type ACMEOptions struct {
+	// Email is the account's contact at the CA; setting it turns ACME on. Using ACME agrees to
+	// the CA's subscriber agreement.
+	Email string
+	// CA is the directory URL (default Let's Encrypt's production directory).
+	CA string
+	// CARoot is a PEM file of the CA certificates that issued the ACME server's own HTTPS
+	// certificate (a private ACME CA); by default the system's roots are trusted.
+	CARoot string
+	// OrdersPerHour caps new certificate orders in any sliding hour (default 100: Let's Encrypt
+	// allows an account 300 new orders per 3 hours). Orders beyond it fail the handshake that
+	// asked; the next handshake for that hostname tries again.
+	OrdersPerHour int
+}
+
+// DefaultACMEOrdersPerHour is ACMEOptions.OrdersPerHour's default.
+const DefaultACMEOrdersPerHour = 100
+
+// ACMEDir is the private directory under the runtime's state directory where ACME state lives:
+// the account key and every certificate and key obtained (certmagic's file storage).
+const ACMEDir = "acme"
+
+var (
+	errNotRouted     = errors.New("no worker is routed at this hostname: no certificate is ordered for it")
+	errOrdersLimited = errors.New("the edge's ACME order limit for this hour is reached")
+)
+
+type acmeManager struct {
+	cache   *certmagic.Cache
+	config  *certmagic.Config
+	limiter *certmagic.RingBufferRateLimiter
+}
+
+// newACME configures certmagic for on-demand issuance. The decision consults the edge's routes
+// (serves), so an unknown hostname never reaches storage or the CA; TLS-ALPN-01 is the only
+// challenge, answered by the edge's own listener at edgeAddr (the CA must reach it on port 443).
+func newACME(o ACMEOptions, serves func(string) bool, edgeAddr net.Addr, stateDir string, owner safedir.Owner, log *slog.Logger) (*acmeManager, error) {
+	dir := filepath.Join(stateDir, ACMEDir)
+	if err := safedir.Ensure(dir, owner); err != nil {
+		return nil, err
+	}
+	var roots *x509.CertPool
+	if o.CARoot != "" {
+		pem, err := os.ReadFile(o.CARoot)
+		if err != nil {
+			return nil, fmt.Errorf("--edge-acme-ca-root: %w", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--edge-acme-ca-root %s holds no PEM certificate", o.CARoot)
+		}
+	}
+	if o.CA == "" {
+		o.CA = certmagic.LetsEncryptProductionCA
+	}
+	if o.OrdersPerHour == 0 {
+		o.OrdersPerHour = DefaultACMEOrdersPerHour
+	}
+	host, portText, err := net.SplitHostPort(edgeAddr.String())
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, err
+	}
+	zl := zap.New(slogCore{h: log.With("part", "edge-acme").Handler()})
+	m := &acmeManager{limiter: certmagic.NewRateLimiter(o.OrdersPerHour, time.Hour)}
+	m.cache = certmagic.NewCache(certmagic.CacheOptions{
+		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return m.config, nil },
+		Logger:           zl,
+	})
+	m.config = certmagic.New(m.cache, certmagic.Config{
+		Storage: privateStorage{&certmagic.FileStorage{Path: dir}},
+		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: func(_ context.Context, name string) error {
+			// Only a hostname with a route right now: never an order (nor a storage read) for
+			// whatever name a client puts in its ClientHello.
+			if !serves(Hostname(name)) {
+				return errNotRouted
+			}
+			return nil
+		}},
+		Logger: zl,
+	})
+	issuer := certmagic.NewACMEIssuer(m.config, certmagic.ACMEIssuer{
+		CA: o.CA, Email: o.Email, Agreed: true, TrustedRoots: roots,
+		// TLS-ALPN-01 on the edge's own port: the challenge is answered in the edge's handshake.
+		// Naming that address makes certmagic find it taken and never open a listener of its own.
+		DisableHTTPChallenge: true, DisableDistributedSolvers: true,
+		ListenHost: host, AltTLSALPNPort: port,
+		Logger: zl,
+	})
+	m.config.Issuers = []certmagic.Issuer{limitedIssuer{ACMEIssuer: issuer, limiter: m.limiter}}
+	return m, nil
+}
+
+func (m *acmeManager) tlsConfig() *tls.Config { return m.config.TLSConfig() }
+
+func (m *acmeManager) close() {
+	m.cache.Stop()
+	m.limiter.Stop()
+}
+
+// limitedIssuer is the ACME issuer behind the order limit: a certificate already in storage is
+// loaded without an order, so only new orders count.
+type limitedIssuer struct {
+	*certmagic.ACMEIssuer
+	limiter *certmagic.RingBufferRateLimiter
+}
+
+func (i limitedIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*certmagic.IssuedCertificate, error) {
+	if !i.limiter.Allow() {
+		return nil, certmagic.ErrNoRetry{Err: errOrdersLimited}
+	}
+	return i.ACMEIssuer.Issue(ctx, csr)
+}
+
+// privateStorage is certmagic's file storage with its lock files made 0600 like every other file
+// of the state directory (certmagic writes its data files 0600 and directories 0700 itself).
+type privateStorage struct{ *certmagic.FileStorage }
+
+func (s privateStorage) Lock(ctx context.Context, name string) error {
+	if err := s.FileStorage.Lock(ctx, name); err != nil {
+		return err
+	}
+	_ = os.Chmod(filepath.Join(s.Path, "locks", certmagic.StorageKeys.Safe(name)+".lock"), safedir.FileMode)
+	return nil
+}
+
+// slogCore hands certmagic's zap log entries to the node's slog handler.
+type slogCore struct {
+	h      slog.Handler
+	fields []zapcore.Field
+}
+
+func slogLevel(l zapcore.Level) slog.Level {
+	switch {
+	case l <= zapcore.DebugLevel:
+		return slog.LevelDebug
+	case l == zapcore.InfoLevel:
+		return slog.LevelInfo
+	case l == zapcore.WarnLevel:
+		return slog.LevelWarn
+	default:
+		return slog.LevelError
+	}
+}
+
+func (c slogCore) Enabled(l zapcore.Level) bool {
+	return c.h.Enabled(context.Background(), slogLevel(l))
+}
+
+func (c slogCore) With(fields []zapcore.Field) zapcore.Core {
+	return slogCore{h: c.h, fields: append(slices.Clip(c.fields), fields...)}
+}
+
+func (c slogCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range c.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	r := slog.NewRecord(e.Time, slogLevel(e.Level), e.Message, 0)
+	if e.LoggerName != "" {
+		r.AddAttrs(slog.String("logger", e.LoggerName))
+	}
+	keys := make([]string, 0, len(enc.Fields))
+	for k := range enc.Fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		r.AddAttrs(slog.Any(k, enc.Fields[k]))
+	}
+	return c.h.Handle(context.Background(), r)
+}
+
+func (slogCore) Sync() error { return nil }

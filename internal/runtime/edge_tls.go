@@ -1,0 +1,90 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+)
+
+// openEdgeTLS sets HTTPS up on the edge when the config asks for it (--edge-tls-* or
+// --edge-acme-*), and opens the plain-HTTP redirect listener (--edge-http-listen) beside it.
+func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
+	opts := n.cfg.EdgeTLS
+	t, err := edge.NewTLS(opts, handler, edgeL.Addr(), n.store.Dir(), n.store.Owner(), n.log)
+	if err != nil || t == nil {
+		return err
+	}
+	httpL := opts.HTTPListener
+	if httpL == nil && opts.HTTPListen != "" {
+		if httpL, err = net.Listen("tcp", opts.HTTPListen); err != nil {
+			t.Close()
+			return fmt.Errorf("edge: plain-HTTP listen on %s: %w", opts.HTTPListen, err)
+		}
+	}
+	n.edgeTLS, n.edgeHTTPL = t, httpL
+	if httpL != nil {
+		_, port, _ := net.SplitHostPort(edgeL.Addr().String())
+		n.edgeHTTP = &http.Server{Handler: t.Redirect(handler, port), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
+	}
+	return nil
+}
+
+// serveEdge serves the edge on edgeL: over TLS (HTTP/2 and HTTP/1.1) when HTTPS is on, with the
+// redirect listener beside it; else plain HTTP.
+func (n *Node) serveEdge(edgeL net.Listener) error {
+	if n.edgeTLS == nil {
+		return n.edge.Serve(edgeL)
+	}
+	if n.edgeHTTP != nil {
+		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()
+	}
+	n.edge.TLSConfig = n.edgeTLS.Config()
+	return n.edge.ServeTLS(edgeL, "", "")
+}
+
+// edgeScheme is the scheme the edge serves.
+func (n *Node) edgeScheme() string {
+	if n.edgeTLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// edgeHTTPAddr is the plain-HTTP redirect listener's address, or "".
+func (n *Node) edgeHTTPAddr() string {
+	if n.edgeHTTPL == nil {
+		return ""
+	}
+	return n.edgeHTTPL.Addr().String()
+}
+
+// closeEdgeTLS stops the redirect listener and whatever keeps the certificates current.
+func (n *Node) closeEdgeTLS(ctx context.Context) error {
+	if n.edgeTLS == nil {
+		return nil
+	}
+	var err error
+	if n.edgeHTTP != nil {
+		err = n.edgeHTTP.Shutdown(ctx)
+	}
+	if n.edgeHTTPL != nil {
+		_ = n.edgeHTTPL.Close() // already closed by Shutdown when it served
+	}
+	n.edgeTLS.Close()
+	return err
+}
+
+// ReloadEdgeCertificate reads the edge's certificate files again now (what SIGHUP does).
+func (n *Node) ReloadEdgeCertificate() error {
+	if n.edgeTLS == nil {
+		return nil
+	}
+	return n.edgeTLS.Reload()
+}

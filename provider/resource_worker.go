@@ -51,6 +51,9 @@ type workerModel struct {
 	ModuleSHA256          types.Map      `tfsdk:"module_sha256"`
 	BundleBytes           types.Int64    `tfsdk:"bundle_bytes"`
 	CompatibilityDate     types.String   `tfsdk:"compatibility_date"`
+	Vars                  types.Map      `tfsdk:"vars"`
+	JSONVars              types.Map      `tfsdk:"json_vars"`
+	CompatibilityFlags    types.Set      `tfsdk:"compatibility_flags"`
 	RequiredSensitiveVars types.Set      `tfsdk:"required_sensitive_vars"`
 	RuntimeInputReference types.String   `tfsdk:"runtime_input_reference"`
 	OfferingID            types.String   `tfsdk:"offering_id"`
@@ -106,6 +109,7 @@ func (r *workerResource) ValidateConfig(ctx context.Context, req resource.Valida
 			}
 		}
 	}
+	r.validateSettings(ctx, m, &resp.Diagnostics)
 	if !m.CompatibilityDate.IsUnknown() && !m.CompatibilityDate.IsNull() {
 		date, err := time.Parse(time.DateOnly, m.CompatibilityDate.ValueString())
 		switch {
@@ -173,6 +177,23 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "Workers runtime compatibility date, `YYYY-MM-DD`. Changes in place.",
 				Required:            true,
 				Validators:          []validator.String{stringvalidator.RegexMatches(datePattern, "must be a date such as 2025-01-01")},
+			},
+			"vars": schema.MapAttribute{
+				MarkdownDescription: "Plain-text variables by binding name: the worker reads `env.NAME` as a string. They are configuration, not secrets: the plan and the state show them (secrets go in a runtime input). " +
+					"Names are binding names (a letter or `_`, then letters, digits or `_`), unique across `vars`, `json_vars` and `required_sensitive_vars`, none starting with `TAKOFORM_`; at most 128 variables in all, each value at most 5120 bytes. " +
+					"Changes in place (a new generation; delivered secrets stay, nothing is re-sealed).",
+				Optional:    true,
+				ElementType: types.StringType,
+			},
+			"json_vars": schema.MapAttribute{
+				MarkdownDescription: "JSON variables by binding name, each value a JSON text (write `jsonencode({...})`): the worker reads `env.NAME` already parsed. Rules as for `vars`. Changes in place.",
+				Optional:            true,
+				ElementType:         types.StringType,
+			},
+			"compatibility_flags": schema.SetAttribute{
+				MarkdownDescription: "Compatibility flags beside `compatibility_date` (`nodejs_compat`, …), at most 32. A flag the offering's runtime does not know fails the apply with the runtime's own message, and the worker keeps serving its previous generation. Changes in place.",
+				Optional:            true,
+				ElementType:         types.StringType,
 			},
 			"required_sensitive_vars": schema.SetAttribute{
 				MarkdownDescription: "Names of the secret bindings the worker requires. They must equal the `binding_names` of the runtime input it names. Changes in place.",
@@ -306,6 +327,11 @@ func (r *workerResource) spec(ctx context.Context, m workerModel) (client.Worker
 		}
 		slices.Sort(spec.RequiredSensitiveVars)
 	}
+	settings, err := settingsOf(ctx, m)
+	if err != nil {
+		return spec, err
+	}
+	spec.Vars, spec.JSONVars, spec.CompatibilityFlags = settings.Vars, settings.JSONVars, settings.CompatibilityFlags
 	return spec, nil
 }
 
@@ -322,6 +348,13 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 		m.RequiredSensitiveVars = types.SetNull(types.StringType)
 	} else {
 		m.RequiredSensitiveVars, _ = types.SetValueFrom(ctx, types.StringType, w.RequiredSensitiveVars)
+	}
+	m.Vars = mapOrNull(ctx, w.Vars, importing || m.Vars.IsNull() || m.Vars.IsUnknown())
+	m.JSONVars = mapOrNull(ctx, w.JSONVars, importing || m.JSONVars.IsNull() || m.JSONVars.IsUnknown())
+	if len(w.CompatibilityFlags) == 0 && (importing || m.CompatibilityFlags.IsNull() || m.CompatibilityFlags.IsUnknown()) {
+		m.CompatibilityFlags = types.SetNull(types.StringType)
+	} else {
+		m.CompatibilityFlags, _ = types.SetValueFrom(ctx, types.StringType, w.CompatibilityFlags)
 	}
 	m.RuntimeInputReference = types.StringNull()
 	if w.RuntimeInputs != nil {
@@ -525,7 +558,9 @@ func landed(w client.Worker, spec client.WorkerSpec) bool {
 		ref = w.RuntimeInputs.Reference
 	}
 	names := slices.Sorted(slices.Values(w.RequiredSensitiveVars))
+	flags := slices.Sorted(slices.Values(spec.CompatibilityFlags))
 	return maps.Equal(w.Modules, spec.Modules) && w.MainModule == spec.MainModule && w.CompatibilityDate == spec.CompatibilityDate &&
+		maps.Equal(w.Vars, spec.Vars) && maps.Equal(w.JSONVars, spec.JSONVars) && slices.Equal(w.CompatibilityFlags, slices.Compact(flags)) &&
 		slices.Equal(names, spec.RequiredSensitiveVars) && ref == deref(spec.RuntimeInputReference)
 }
 

@@ -62,7 +62,13 @@ func jsonFields(v any) []string {
 	var out []string
 	typ := reflect.TypeOf(v)
 	for i := range typ.NumField() {
-		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		f := typ.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			// An embedded struct's fields are encoded inline.
+			out = append(out, jsonFields(reflect.New(f.Type).Elem().Interface())...)
+			continue
+		}
 		if name != "" && name != "-" {
 			out = append(out, name)
 		}

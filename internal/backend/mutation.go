@@ -10,6 +10,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // ErrNotImplemented is returned by a pack whose mutation path is not built yet. It is never
@@ -35,6 +36,8 @@ type Bundle struct {
 	Modules           map[string]string `json:"modules"`
 	MainModule        string            `json:"mainModule"`
 	CompatibilityDate string            `json:"compatibilityDate"`
+	// Settings are its variables and compatibility flags (normalized: nil when none).
+	Settings workerconf.Settings `json:"settings"`
 }
 
 // Labels say whose a native object is; a backend uses them only to scope its own brakes.

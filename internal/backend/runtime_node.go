@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // AdmitWait bounds how long Apply waits for the runtime node to admit or refuse a worker's new
@@ -70,13 +73,34 @@ func bundleDigest(b *Bundle) string {
 	for _, name := range names {
 		modules = append(modules, canonjson.Field{Key: name, Value: b.Modules[name]})
 	}
-	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+	fields := canonjson.Object{
 		{Key: "format", Value: "takoform.worker-bundle.v1"},
 		{Key: "mainModule", Value: b.MainModule},
 		{Key: "compatibilityDate", Value: b.CompatibilityDate},
 		{Key: "modules", Value: modules},
-	}))
+	}
+	if !b.Settings.Empty() {
+		// Only a bundle with settings digests them, so that one without keeps its digest.
+		fields = append(fields, canonjson.Field{Key: "settings", Value: settingsObject(b.Settings)})
+	}
+	sum := sha256.Sum256(canonjson.Marshal(fields))
 	return hex.EncodeToString(sum[:])
+}
+
+// settingsObject is settings in canonical form for a digest.
+func settingsObject(s workerconf.Settings) canonjson.Object {
+	object := func(m map[string]string) canonjson.Object {
+		o := make(canonjson.Object, 0, len(m))
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			o = append(o, canonjson.Field{Key: k, Value: m[k]})
+		}
+		return o
+	}
+	flags := make([]any, len(s.CompatibilityFlags))
+	for i, f := range s.CompatibilityFlags {
+		flags[i] = f
+	}
+	return canonjson.Object{{Key: "vars", Value: object(s.Vars)}, {Key: "jsonVars", Value: object(s.JSONVars)}, {Key: "compatibilityFlags", Value: flags}}
 }
 
 func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error) {
@@ -94,7 +118,7 @@ func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error)
 			EffectID: d.EffectID.String(), WorkerUID: d.ResourceUID.String(), DeploymentID: d.DeploymentID.String(),
 			Generation: d.Sequence, Labels: adminapi.Labels{Organization: d.Labels.Organization, Space: d.Labels.Space, Worker: d.Labels.Worker},
 			Modules: d.Bundle.Modules, MainModule: d.Bundle.MainModule, CompatibilityDate: d.Bundle.CompatibilityDate,
-			SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
+			Settings: d.Bundle.Settings, SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
 		})
 		if nodeapi.IsCode(err, adminapi.CodeScriptHeld) {
 			return Observation{}, fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)

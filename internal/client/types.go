@@ -94,6 +94,9 @@ type WorkerSpec struct {
 	RequiredSensitiveVars []string          `json:"requiredSensitiveVars"`
 	RuntimeInputReference *string           `json:"runtimeInputReference,omitempty"`
 	OfferingID            *string           `json:"offeringId,omitempty"`
+	Vars                  map[string]string `json:"vars,omitempty"`
+	JSONVars              map[string]string `json:"jsonVars,omitempty"`
+	CompatibilityFlags    []string          `json:"compatibilityFlags,omitempty"`
 }
 
 // Condition is one entry of conditions (schema Condition).
@@ -125,6 +128,9 @@ type Worker struct {
 	Modules               map[string]string `json:"modules"`
 	MainModule            string            `json:"mainModule"`
 	CompatibilityDate     string            `json:"compatibilityDate"`
+	Vars                  map[string]string `json:"vars"`
+	JSONVars              map[string]string `json:"jsonVars"`
+	CompatibilityFlags    []string          `json:"compatibilityFlags"`
 	RequiredSensitiveVars []string          `json:"requiredSensitiveVars"`
 	OfferingID            string            `json:"offeringId"`
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // maxModules bounds a worker bundle's module count; its size is bounded by the request body limit.
@@ -44,12 +45,15 @@ type WorkerSpec struct {
 	RequiredSensitiveVars []string          `json:"requiredSensitiveVars"`
 	RuntimeInputReference *string           `json:"runtimeInputReference,omitempty"`
 	OfferingID            *string           `json:"offeringId,omitempty"`
+	// Settings: vars, jsonVars and compatibilityFlags, inline in the body.
+	workerconf.Settings
 }
 
 // Worker is one stored worker with its derived deployment state.
 type Worker struct {
 	dbsqlc.WorkerState
 	Modules   map[string]string
+	Settings  workerconf.Settings
 	Placement Placement
 	// Live is how its backend runs it now, when a read asked (nil: not asked).
 	Live *Liveness
@@ -83,6 +87,9 @@ func (l *Liveness) condition(deployment uuid.UUID) (reason, message string) {
 
 func workerOf(st dbsqlc.WorkerState) (Worker, error) {
 	w := Worker{WorkerState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
+	if err := json.Unmarshal(st.Settings, &w.Settings); err != nil {
+		return w, err
+	}
 	return w, json.Unmarshal(st.Modules, &w.Modules)
 }
 
@@ -152,6 +159,9 @@ type WorkerProjection struct {
 	Modules           map[string]string  `json:"modules"`
 	MainModule        string             `json:"mainModule"`
 	CompatibilityDate string             `json:"compatibilityDate"`
+	Vars              map[string]string  `json:"vars"`
+	JSONVars          map[string]string  `json:"jsonVars"`
+	CompatFlags       []string           `json:"compatibilityFlags"`
 	RequiredSensitive []string           `json:"requiredSensitiveVars"`
 	OfferingID        string             `json:"offeringId"`
 }
@@ -172,6 +182,16 @@ func (w Worker) Project(token string) WorkerProjection {
 	}
 	if p.RequiredSensitive == nil {
 		p.RequiredSensitive = []string{}
+	}
+	p.Vars, p.JSONVars, p.CompatFlags = w.Settings.Vars, w.Settings.JSONVars, w.Settings.CompatibilityFlags
+	if p.Vars == nil {
+		p.Vars = map[string]string{}
+	}
+	if p.JSONVars == nil {
+		p.JSONVars = map[string]string{}
+	}
+	if p.CompatFlags == nil {
+		p.CompatFlags = []string{}
 	}
 	if w.RuntimeInputReference != nil {
 		status := "missing"
@@ -231,6 +251,10 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	}
 	if len(spec.RequiredSensitiveVars) > 0 && spec.RuntimeInputReference == nil {
 		return apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
+	}
+	spec.Settings = spec.Settings.Normalize()
+	if err := spec.Settings.Validate(spec.RequiredSensitiveVars); err != nil {
+		return apierr.New(apierr.InvalidRequest, "%v", err)
 	}
 	return nil
 }
@@ -320,9 +344,13 @@ func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUI
 	if err != nil {
 		return err
 	}
+	settings, err := json.Marshal(w.Settings)
+	if err != nil {
+		return err
+	}
 	revision, err := q.WorkerUpdate(ctx, dbsqlc.WorkerUpdateParams{
 		UID: w.UID, Revision: w.Revision, Generation: w.Generation, Modules: modules, MainModule: w.MainModule,
-		CompatibilityDate: w.CompatibilityDate, RequiredSensitiveVars: w.RequiredSensitiveVars,
+		CompatibilityDate: w.CompatibilityDate, Settings: settings, RequiredSensitiveVars: w.RequiredSensitiveVars,
 		RuntimeInputReference: w.RuntimeInputReference, Status: w.Status, OperationID: operation,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -341,14 +369,14 @@ func (w Worker) desired(org auth.Organization) backend.Desired {
 	return backend.Desired{
 		Kind: backend.NativeWorker, NativeName: w.ScriptName, ResourceUID: w.UID,
 		Labels:      backend.Labels{Organization: org.Name, Space: w.Space, Worker: w.Name},
-		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate},
+		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings},
 		SecretNames: w.RequiredSensitiveVars,
 	}
 }
 
 func sameSpec(w Worker, spec WorkerSpec) bool {
 	return maps.Equal(w.Modules, spec.Modules) && w.MainModule == spec.MainModule &&
-		w.CompatibilityDate == spec.CompatibilityDate && slices.Equal(w.RequiredSensitiveVars, spec.RequiredSensitiveVars) &&
+		w.CompatibilityDate == spec.CompatibilityDate && w.Settings.Equal(spec.Settings) && slices.Equal(w.RequiredSensitiveVars, spec.RequiredSensitiveVars) &&
 		equalPtr(w.RuntimeInputReference, spec.RuntimeInputReference)
 }
 
@@ -505,7 +533,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
 				return err
 			}
-			w = Worker{Modules: spec.Modules, Placement: placement}
+			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, "creating", m.Operation
@@ -514,9 +542,13 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err != nil {
 				return err
 			}
+			settings, err := json.Marshal(w.Settings)
+			if err != nil {
+				return err
+			}
 			err = q.WorkerInsert(ctx, dbsqlc.WorkerInsertParams{
 				UID: w.UID, OrganizationID: org.ID, Space: space, Name: name, Modules: modules, MainModule: w.MainModule,
-				CompatibilityDate: w.CompatibilityDate, RequiredSensitiveVars: w.RequiredSensitiveVars,
+				CompatibilityDate: w.CompatibilityDate, Settings: settings, RequiredSensitiveVars: w.RequiredSensitiveVars,
 				RuntimeInputReference: w.RuntimeInputReference, ScriptName: w.ScriptName,
 				OfferingID: placement.OfferingID, OfferingDigest: placement.OfferingDigest, Pack: placement.Pack,
 				Installation: placement.Installation, OperationID: m.Operation,
@@ -558,7 +590,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 		if changed {
 			w.Generation++
 			w.Modules, w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.Modules, spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
-			w.RuntimeInputReference = spec.RuntimeInputReference
+			w.Settings, w.RuntimeInputReference = spec.Settings, spec.RuntimeInputReference
 			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
 			}

@@ -256,7 +256,7 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	next := &state.Script{
 		Name: name, WorkerUID: req.WorkerUID, DeploymentID: req.DeploymentID, Generation: req.Generation, Labels: req.Labels,
-		Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate,
+		Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Settings: req.Settings.Normalize(),
 		SecretNames: slices.Sorted(slices.Values(req.SecretNames)), BundleDigest: req.BundleDigest,
 	}
 	var erase string
@@ -301,7 +301,7 @@ func (n *Node) eraseSecrets(workerUID string) {
 
 func sameDeployment(a, b *state.Script) bool {
 	return a.DeploymentID == b.DeploymentID && a.Labels == b.Labels && a.MainModule == b.MainModule &&
-		a.CompatibilityDate == b.CompatibilityDate && a.BundleDigest == b.BundleDigest &&
+		a.CompatibilityDate == b.CompatibilityDate && a.BundleDigest == b.BundleDigest && a.Settings.Equal(b.Settings) &&
 		slices.Equal(a.SecretNames, b.SecretNames) && mapsEqual(a.Modules, b.Modules)
 }
 
@@ -337,7 +337,7 @@ func validateScript(req adminapi.ScriptPut) error {
 		}
 		seen[s] = true
 	}
-	if err := (workerd.Worker{Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Secrets: req.SecretNames}).Validate(); err != nil {
+	if err := (workerd.Worker{Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Settings: req.Settings.Normalize(), Secrets: req.SecretNames}).Validate(); err != nil {
 		return invalid("%v", err)
 	}
 	return nil

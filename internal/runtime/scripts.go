@@ -64,7 +64,7 @@ func identity(s *state.Script, deny []string) (desiredIdentity, error) {
 		valuesMAC, deliveryID = s.Delivery.ValuesMAC, s.Delivery.DeliveryID
 	}
 	sort.Strings(names)
-	files, err := workerd.Render(workerd.Worker{Modules: s.Modules, MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Secrets: names, Deny: deny},
+	files, err := workerd.Render(workerd.Worker{Modules: s.Modules, MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Settings: s.Settings, Secrets: names, Deny: deny},
 		supervisor.ConfigFile, supervisor.ConfigConst, supervisor.SocketName)
 	if err != nil {
 		return desiredIdentity{}, err
@@ -169,7 +169,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		if s.Admitted != c.id || s.Serving == nil || s.Serving.DeploymentID != s.DeploymentID {
 			s.Admitted = c.id
 			s.Serving = &state.Served{DeploymentID: s.DeploymentID, Generation: s.Generation, Modules: s.Modules,
-				MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, DeliveryID: c.deliveryID}
+				MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Settings: s.Settings, DeliveryID: c.deliveryID}
 			if err := n.store.Save(n.desired); err != nil {
 				n.log.Error("persist the admitted incarnation", "script", name, "error", err)
 			}
@@ -197,6 +197,7 @@ func (n *Node) resumeServingLocked(name string) {
 	old := *s
 	old.DeploymentID, old.Generation = s.Serving.DeploymentID, s.Serving.Generation
 	old.Modules, old.MainModule, old.CompatibilityDate = s.Serving.Modules, s.Serving.MainModule, s.Serving.CompatibilityDate
+	old.Settings = s.Serving.Settings
 	switch {
 	case s.Serving.DeliveryID == "":
 		old.Delivery = nil

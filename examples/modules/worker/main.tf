@@ -51,6 +51,9 @@ resource "takoform_worker" "this" {
   modules                 = var.modules
   module_files            = var.module_files
   compatibility_date      = var.compatibility_date
+  compatibility_flags     = var.compatibility_flags
+  vars                    = var.vars
+  json_vars               = var.json_vars
   offering_id             = var.offering_id
   required_sensitive_vars = local.has_secrets ? local.secret_names : null
   runtime_input_reference = local.has_secrets ? takoform_worker_runtime_input.this[0].reference : null

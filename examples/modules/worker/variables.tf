@@ -72,3 +72,21 @@ variable "offering_id" {
   type        = string
   default     = null
 }
+
+variable "vars" {
+  description = "Plain-text variables by binding name (configuration, not secrets: the plan shows them)."
+  type        = map(string)
+  default     = null
+}
+
+variable "json_vars" {
+  description = "JSON variables by binding name, each a JSON text (jsonencode(...)); the worker reads them parsed."
+  type        = map(string)
+  default     = null
+}
+
+variable "compatibility_flags" {
+  description = "Compatibility flags beside compatibility_date, such as nodejs_compat."
+  type        = set(string)
+  default     = null
+}

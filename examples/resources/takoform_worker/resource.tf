@@ -5,7 +5,12 @@ resource "takoform_worker" "api" {
   module_files = {
     "index.js" = "${path.module}/src/index.js"
   }
-  compatibility_date = "2025-01-01"
+  compatibility_date  = "2025-01-01"
+  compatibility_flags = ["nodejs_compat"]
+
+  # Configuration, not secrets: the plan shows these. A change updates the worker in place.
+  vars      = { LOG_LEVEL = "info" }
+  json_vars = { LIMITS = jsonencode({ requests_per_second = 50 }) }
 
   # The worker requires these secrets; its runtime input delivers them.
   required_sensitive_vars = ["STRIPE_KEY"]

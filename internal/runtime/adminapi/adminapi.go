@@ -94,6 +94,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // Route patterns, in the form net/http's ServeMux takes.
@@ -170,7 +172,9 @@ type ScriptPut struct {
 	Modules           map[string]string `json:"modules"`
 	MainModule        string            `json:"mainModule"`
 	CompatibilityDate string            `json:"compatibilityDate"`
-	SecretNames       []string          `json:"secretNames"`
+	// Settings: vars, jsonVars and compatibilityFlags, inline; absent when none.
+	workerconf.Settings
+	SecretNames []string `json:"secretNames"`
 	// BundleDigest is the Host's digest of the bundle, kept and reported back; the runtime's
 	// incarnation identity uses its own digest of the modules.
 	BundleDigest string `json:"bundleDigest"`

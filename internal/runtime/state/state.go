@@ -36,6 +36,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 const (
@@ -74,9 +75,10 @@ type Script struct {
 	Modules           map[string]string `json:"modules"`
 	MainModule        string            `json:"mainModule"`
 	CompatibilityDate string            `json:"compatibilityDate"`
-	SecretNames       []string          `json:"secretNames"`
-	BundleDigest      string            `json:"bundleDigest"`
-	Delivery          *Delivery         `json:"delivery"`
+	workerconf.Settings
+	SecretNames  []string  `json:"secretNames"`
+	BundleDigest string    `json:"bundleDigest"`
+	Delivery     *Delivery `json:"delivery"`
 	// Admitted is the incarnation that has served: continuity restarts exactly it, also after the
 	// node itself restarts, while a newer candidate that never served is only attempted.
 	Admitted string `json:"admitted"`
@@ -94,7 +96,8 @@ type Served struct {
 	Modules           map[string]string `json:"modules"`
 	MainModule        string            `json:"mainModule"`
 	CompatibilityDate string            `json:"compatibilityDate"`
-	DeliveryID        string            `json:"deliveryId,omitempty"`
+	workerconf.Settings
+	DeliveryID string `json:"deliveryId,omitempty"`
 }
 
 // Delivery is the value-free record of a script's delivered secrets; the values are in the sealed

@@ -17,13 +17,17 @@ package workerd
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // EnvVar names the workerd binary when no --workerd flag does.
@@ -61,6 +65,8 @@ type Worker struct {
 	Modules           map[string]string
 	MainModule        string
 	CompatibilityDate string
+	// Settings are its plain variables and compatibility flags.
+	Settings workerconf.Settings
 	// Secrets are the names of the secret bindings it runs with (values come from the environment).
 	Secrets []string
 	// Deny lists the networks (CIDR) its fetch() may not reach beyond what workerd's "public"
@@ -156,7 +162,7 @@ func (w Worker) Validate() error {
 			return fmt.Errorf("secret binding name %q does not match ^[A-Za-z_][A-Za-z0-9_]*$", n)
 		}
 	}
-	return nil
+	return w.Settings.Validate(w.Secrets)
 }
 
 // Render returns the files of one incarnation's directory: the config (ConfigFile in the
@@ -217,11 +223,28 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	}
 	b.WriteString("  ],\n")
 	fmt.Fprintf(&b, "  compatibilityDate = %s,\n", quote(w.CompatibilityDate))
+	if flags := w.Settings.CompatibilityFlags; len(flags) > 0 {
+		b.WriteString("  compatibilityFlags = [")
+		for n, f := range flags {
+			if n > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(quote(f))
+		}
+		b.WriteString("],\n")
+	}
 	secrets := append([]string(nil), w.Secrets...)
 	sort.Strings(secrets)
 	b.WriteString("  bindings = [\n")
 	for _, name := range secrets {
 		fmt.Fprintf(&b, "    (name = %s, fromEnvironment = %s),\n", quote(name), quote(SecretEnv(name)))
+	}
+	// Variables are configuration, not secrets: their values are in the config itself.
+	for _, name := range slices.Sorted(maps.Keys(w.Settings.Vars)) {
+		fmt.Fprintf(&b, "    (name = %s, text = %s),\n", quote(name), quote(w.Settings.Vars[name]))
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.Settings.JSONVars)) {
+		fmt.Fprintf(&b, "    (name = %s, json = %s),\n", quote(name), quote(w.Settings.JSONVars[name]))
 	}
 	b.WriteString("  ],\n")
 	fmt.Fprintf(&b, "  globalOutbound = %s,\n);\n\n", quote(EgressService))

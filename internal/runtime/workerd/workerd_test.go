@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 func TestRenderKeepsSourcesAndSecretsOutOfTheConfig(t *testing.T) {
@@ -74,4 +76,24 @@ func TestEveryConfigNamesItsOutboundNetworkAndProbe(t *testing.T) {
 	_, err = Render(Worker{Modules: map[string]string{"main.js": ""}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
 		Deny: []string{`1.2.3.4/32"], allow = ["private`}}, "config.capnp", "config", "http")
 	require.Error(t, err, "a deny entry is a CIDR, nothing else")
+}
+
+func TestRenderWritesVarsAndFlagsIntoTheConfig(t *testing.T) {
+	w := Worker{Modules: map[string]string{"index.js": "export default {}"}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
+		Secrets: []string{"API_KEY"}, Settings: workerconf.Settings{
+			Vars: map[string]string{"LOG_LEVEL": `say "hi"`}, JSONVars: map[string]string{"LIMITS": `{"rps":5}`},
+			CompatibilityFlags: []string{"nodejs_compat"},
+		}}
+	files, err := Render(w, "config.capnp", "config", "http")
+	require.NoError(t, err)
+	config := string(files["config.capnp"])
+	require.Contains(t, config, `(name = "LOG_LEVEL", text = "say \"hi\""),`)
+	require.Contains(t, config, `(name = "LIMITS", json = "{\"rps\":5}"),`)
+	require.Contains(t, config, `compatibilityFlags = ["nodejs_compat"],`)
+	require.Contains(t, config, `(name = "API_KEY", fromEnvironment = "TAKOFORM_SECRET_API_KEY"),`)
+
+	// A var may not take a secret's name: one binding, one kind.
+	w.Settings.Vars["API_KEY"] = "plain"
+	_, err = Render(w, "config.capnp", "config", "http")
+	require.ErrorContains(t, err, "required sensitive var")
 }

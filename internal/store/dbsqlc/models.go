@@ -232,6 +232,7 @@ type Worker struct {
 	UpdatedAt             time.Time
 	DeletedAt             *time.Time
 	ScriptCollision       bool
+	Settings              []byte
 }
 
 type WorkerEndpoint struct {
@@ -308,6 +309,7 @@ type WorkerState struct {
 	UpdatedAt             time.Time
 	DeletedAt             *time.Time
 	ScriptCollision       bool
+	Settings              []byte
 	Present               bool
 	DeploymentStatus      string
 	DeploymentID          uuid.UUID

@@ -636,7 +636,7 @@ func (q *Queries) ResourcesCreatingByOperation(ctx context.Context, operationID 
 }
 
 const workerGet = `-- name: WorkerGet :one
-SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, script_collision, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
+SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, script_collision, settings, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
 WHERE organization_id = $1
   AND (($2::uuid IS NOT NULL AND uid = $2::uuid)
        OR ($2::uuid IS NULL AND space = $3 AND name = $4 AND status <> 'deleted'))
@@ -681,6 +681,7 @@ func (q *Queries) WorkerGet(ctx context.Context, arg WorkerGetParams) (WorkerSta
 		&i.UpdatedAt,
 		&i.DeletedAt,
 		&i.ScriptCollision,
+		&i.Settings,
 		&i.Present,
 		&i.DeploymentStatus,
 		&i.DeploymentID,
@@ -691,12 +692,12 @@ func (q *Queries) WorkerGet(ctx context.Context, arg WorkerGetParams) (WorkerSta
 }
 
 const workerInsert = `-- name: WorkerInsert :exec
-INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date,
+INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, settings,
                      required_sensitive_vars, runtime_input_reference, script_name,
                      offering_id, offering_digest, pack, installation, status, operation_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7,
-        $8, $9, $10,
-        $11, $12, $13, $14, 'creating', $15)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+        $9, $10, $11,
+        $12, $13, $14, $15, 'creating', $16)
 `
 
 type WorkerInsertParams struct {
@@ -707,6 +708,7 @@ type WorkerInsertParams struct {
 	Modules               []byte
 	MainModule            string
 	CompatibilityDate     string
+	Settings              []byte
 	RequiredSensitiveVars []string
 	RuntimeInputReference *string
 	ScriptName            string
@@ -726,6 +728,7 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 		arg.Modules,
 		arg.MainModule,
 		arg.CompatibilityDate,
+		arg.Settings,
 		arg.RequiredSensitiveVars,
 		arg.RuntimeInputReference,
 		arg.ScriptName,
@@ -739,7 +742,7 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 }
 
 const workerLock = `-- name: WorkerLock :one
-SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
 JOIN workers w ON w.uid = v.uid
 WHERE v.organization_id = $1
   AND (($2::uuid IS NOT NULL AND v.uid = $2::uuid)
@@ -786,6 +789,7 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 		&i.UpdatedAt,
 		&i.DeletedAt,
 		&i.ScriptCollision,
+		&i.Settings,
 		&i.Present,
 		&i.DeploymentStatus,
 		&i.DeploymentID,
@@ -869,10 +873,10 @@ func (q *Queries) WorkerStandingEndpoints(ctx context.Context, workerUid uuid.UU
 const workerUpdate = `-- name: WorkerUpdate :one
 UPDATE workers
 SET generation = $1, revision = revision + 1, modules = $2, main_module = $3,
-    compatibility_date = $4, required_sensitive_vars = $5,
-    runtime_input_reference = $6, status = $7, operation_id = $8,
-    updated_at = db_now(), deleted_at = CASE WHEN $7::text = 'deleted' THEN db_now() END
-WHERE uid = $9 AND revision = $10
+    compatibility_date = $4, settings = $5, required_sensitive_vars = $6,
+    runtime_input_reference = $7, status = $8, operation_id = $9,
+    updated_at = db_now(), deleted_at = CASE WHEN $8::text = 'deleted' THEN db_now() END
+WHERE uid = $10 AND revision = $11
 RETURNING revision
 `
 
@@ -881,6 +885,7 @@ type WorkerUpdateParams struct {
 	Modules               []byte
 	MainModule            string
 	CompatibilityDate     string
+	Settings              []byte
 	RequiredSensitiveVars []string
 	RuntimeInputReference *string
 	Status                string
@@ -896,6 +901,7 @@ func (q *Queries) WorkerUpdate(ctx context.Context, arg WorkerUpdateParams) (int
 		arg.Modules,
 		arg.MainModule,
 		arg.CompatibilityDate,
+		arg.Settings,
 		arg.RequiredSensitiveVars,
 		arg.RuntimeInputReference,
 		arg.Status,

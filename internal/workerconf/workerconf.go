@@ -1,0 +1,123 @@
+// Package workerconf is a worker's plain configuration beside its code: variables (plain text and
+// JSON) and compatibility flags. Nothing in it is secret; secrets travel only sealed, in runtime
+// inputs. The Host validates it, stores it with the worker's generation and hands it to the backend;
+// the runtime node renders it as workerd bindings. It imports nothing of either.
+package workerconf
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Bounds on a worker's settings.
+const (
+	// MaxVars bounds vars and jsonVars together.
+	MaxVars = 128
+	// MaxVarBytes bounds one variable's value (5 KiB, as Cloudflare bounds an environment
+	// variable), so that configuration stays configuration.
+	MaxVarBytes = 5 << 10
+	// MaxFlags bounds the compatibility flags.
+	MaxFlags = 32
+	// ReservedPrefix starts the binding names the product keeps for itself.
+	ReservedPrefix = "TAKOFORM_"
+)
+
+var (
+	bindingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+	flagName    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+)
+
+// Settings is the configuration. Empty maps and lists are nil after Normalize, so that a worker
+// without settings stores, renders and digests exactly as before settings existed.
+type Settings struct {
+	// Vars are plain-text bindings: the worker reads env.NAME as a string.
+	Vars map[string]string `json:"vars,omitempty"`
+	// JSONVars are JSON bindings, each value a JSON text: the worker reads env.NAME parsed.
+	JSONVars map[string]string `json:"jsonVars,omitempty"`
+	// CompatibilityFlags turn the runtime's behaviour changes on or off beside the compatibility
+	// date; sorted, without repeats.
+	CompatibilityFlags []string `json:"compatibilityFlags,omitempty"`
+}
+
+// Normalize sorts the flags, drops repeats and turns empty collections into nil.
+func (s Settings) Normalize() Settings {
+	out := Settings{}
+	if len(s.Vars) > 0 {
+		out.Vars = maps.Clone(s.Vars)
+	}
+	if len(s.JSONVars) > 0 {
+		out.JSONVars = maps.Clone(s.JSONVars)
+	}
+	if len(s.CompatibilityFlags) > 0 {
+		out.CompatibilityFlags = slices.Compact(slices.Sorted(slices.Values(s.CompatibilityFlags)))
+	}
+	return out
+}
+
+// Empty reports settings that change nothing.
+func (s Settings) Empty() bool {
+	return len(s.Vars) == 0 && len(s.JSONVars) == 0 && len(s.CompatibilityFlags) == 0
+}
+
+// Equal compares two normalized settings.
+func (s Settings) Equal(o Settings) bool {
+	return maps.Equal(s.Vars, o.Vars) && maps.Equal(s.JSONVars, o.JSONVars) && slices.Equal(s.CompatibilityFlags, o.CompatibilityFlags)
+}
+
+// Validate checks the settings of a worker whose secret bindings are secretNames: names are binding
+// names, unique across vars, JSON vars and secrets, none reserved; values are bounded, valid UTF-8,
+// and JSON where they must be; flags look like flags. The errors name the API's fields.
+func (s Settings) Validate(secretNames []string) error {
+	if n := len(s.Vars) + len(s.JSONVars); n > MaxVars {
+		return fmt.Errorf("vars and jsonVars hold %d variables; at most %d", n, MaxVars)
+	}
+	secret := map[string]bool{}
+	for _, n := range secretNames {
+		secret[n] = true
+	}
+	check := func(field string, vars map[string]string, isJSON bool) error {
+		for _, name := range slices.Sorted(maps.Keys(vars)) {
+			value := vars[name]
+			switch {
+			case !bindingName.MatchString(name):
+				return fmt.Errorf("%s name %q must match %s", field, name, bindingName)
+			case strings.HasPrefix(name, ReservedPrefix):
+				return fmt.Errorf("%s name %q starts with %s, which Takoform keeps for its own bindings", field, name, ReservedPrefix)
+			case secret[name]:
+				return fmt.Errorf("%s name %q is also a required sensitive var; a binding is either a secret or a variable", field, name)
+			case len(value) > MaxVarBytes:
+				return fmt.Errorf("%s %s holds %d bytes; at most %d", field, name, len(value), MaxVarBytes)
+			case !utf8.ValidString(value):
+				return fmt.Errorf("%s %s is not valid UTF-8", field, name)
+			case isJSON && !json.Valid([]byte(value)):
+				return fmt.Errorf("%s %s is not a JSON text", field, name)
+			}
+		}
+		return nil
+	}
+	if err := check("vars", s.Vars, false); err != nil {
+		return err
+	}
+	if err := check("jsonVars", s.JSONVars, true); err != nil {
+		return err
+	}
+	for name := range s.JSONVars {
+		if _, ok := s.Vars[name]; ok {
+			return fmt.Errorf("%q is in both vars and jsonVars", name)
+		}
+	}
+	if len(s.CompatibilityFlags) > MaxFlags {
+		return fmt.Errorf("compatibilityFlags holds %d flags; at most %d", len(s.CompatibilityFlags), MaxFlags)
+	}
+	for _, f := range s.CompatibilityFlags {
+		if !flagName.MatchString(f) {
+			return fmt.Errorf("compatibility flag %q must match %s", f, flagName)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package workerconf
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestValidateRefusesWhatARuntimeCannotBind(t *testing.T) {
+	ok := Settings{Vars: map[string]string{"LOG_LEVEL": "debug"}, JSONVars: map[string]string{"LIMITS": `{"rps": 5}`},
+		CompatibilityFlags: []string{"nodejs_compat"}}
+	require.NoError(t, ok.Validate([]string{"API_KEY"}))
+	for want, s := range map[string]Settings{
+		"must match":          {Vars: map[string]string{"1BAD": "x"}},
+		"keeps for its own":   {Vars: map[string]string{"TAKOFORM_WORKER_UID": "x"}},
+		"required sensitive":  {Vars: map[string]string{"API_KEY": "x"}},
+		"bytes; at most":      {Vars: map[string]string{"BIG": strings.Repeat("x", MaxVarBytes+1)}},
+		"not valid UTF-8":     {Vars: map[string]string{"BAD": "\xff"}},
+		"not a JSON text":     {JSONVars: map[string]string{"J": "{nope"}},
+		"both vars and":       {Vars: map[string]string{"X": "1"}, JSONVars: map[string]string{"X": "1"}},
+		"compatibility flag ": {CompatibilityFlags: []string{"Nodejs-Compat"}},
+	} {
+		err := s.Validate([]string{"API_KEY"})
+		require.ErrorContains(t, err, want)
+	}
+	many := Settings{Vars: map[string]string{}}
+	for i := range MaxVars + 1 {
+		many.Vars["V"+strings.Repeat("_", i%3)+string(rune('A'+i%26))+strings.Repeat("X", i/26)] = "x"
+	}
+	require.Len(t, many.Vars, MaxVars+1)
+	require.ErrorContains(t, many.Validate(nil), "at most 128")
+}
+
+func TestNormalizeMakesEmptySettingsNil(t *testing.T) {
+	require.Equal(t, Settings{}, Settings{Vars: map[string]string{}, CompatibilityFlags: []string{}}.Normalize())
+	n := Settings{CompatibilityFlags: []string{"b", "a", "b"}}.Normalize()
+	require.Equal(t, []string{"a", "b"}, n.CompatibilityFlags)
+	require.True(t, n.Equal(Settings{CompatibilityFlags: []string{"a", "b"}}))
+}

@@ -121,7 +121,7 @@ func TestMigrateCommands(t *testing.T) {
 	require.EqualValues(t, 5, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
 	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "5", "--output", "json"))["version"])
 	require.EqualValues(t, 6, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 6")
+	require.Contains(t, run(t, url, "migrate", "version"), "version 7")
 }
 
 // host is one running `takoserver serve` process.

@@ -7,7 +7,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
@@ -44,6 +47,9 @@ func (s *Server) decodeJSON(c echo.Context, v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := storable(body); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -53,6 +59,71 @@ func (s *Server) decodeJSON(c echo.Context, v any) ([]byte, error) {
 		return nil, apierr.New(apierr.BadRequest, "invalid JSON body: unexpected data after the object")
 	}
 	return body, nil
+}
+
+// storable refuses, before anything is decoded, a body holding a value PostgreSQL cannot store:
+// bytes that are not UTF-8, a NUL character or a lone UTF-16 surrogate escaped in any string (Go's
+// decoder would turn a lone surrogate into U+FFFD silently, and text and jsonb refuse NUL), and a
+// number that is not an integer within 64 bits (every number of the API is one). Such a body is a
+// bad request, never a database error.
+func storable(body []byte) error {
+	if !utf8.Valid(body) {
+		return apierr.New(apierr.BadRequest, "invalid JSON body: it is not UTF-8")
+	}
+	inString := false
+	for i := 0; i < len(body); i++ {
+		switch {
+		case body[i] == '"':
+			inString = !inString
+		case inString && body[i] == '\\' && i+1 < len(body):
+			i++
+			if body[i] != 'u' {
+				continue
+			}
+			r, ok := hex4(body, i+1)
+			if !ok {
+				continue // the decoder reports the syntax error
+			}
+			i += 4
+			switch {
+			case r == 0:
+				return apierr.New(apierr.BadRequest, "invalid JSON body: a string holds the NUL character (\\u0000), which cannot be stored")
+			case utf16.IsSurrogate(r) && r < 0xdc00:
+				// A high surrogate must be followed at once by an escaped low one.
+				if i+2 < len(body) && body[i+1] == '\\' && body[i+2] == 'u' {
+					if low, ok := hex4(body, i+3); ok && low >= 0xdc00 && low <= 0xdfff {
+						i += 6
+						continue
+					}
+				}
+				return apierr.New(apierr.BadRequest, "invalid JSON body: a string holds a lone UTF-16 surrogate escape, which is no character")
+			case utf16.IsSurrogate(r):
+				return apierr.New(apierr.BadRequest, "invalid JSON body: a string holds a lone UTF-16 surrogate escape, which is no character")
+			}
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil // the end, or a syntax error the decoder reports
+		}
+		if n, ok := tok.(json.Number); ok {
+			if _, err := strconv.ParseInt(n.String(), 10, 64); err != nil {
+				return apierr.New(apierr.BadRequest, "invalid JSON body: numbers must be integers within 64 bits")
+			}
+		}
+	}
+}
+
+// hex4 reads the four hex digits of a \\u escape at body[at:].
+func hex4(body []byte, at int) (rune, bool) {
+	if at+4 > len(body) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(body[at:at+4]), 16, 16)
+	return rune(n), err == nil
 }
 
 // describeJSONError words a decoding error without echoing body contents.

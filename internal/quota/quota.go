@@ -132,25 +132,22 @@ func lock(ctx context.Context, tx dbsqlc.DBTX, org string, rs []Resource) ([]dbs
 	return rows, nil
 }
 
-// Check is the quota step of a create of one r: it locks the organization's row for r (at once
-// when Hold took it), counts what the organization holds, and refuses with quota_exceeded,
-// naming the ceiling, its value and the count, when one more would pass the ceiling. The caller
-// inserts in the same transaction; a refusal ends it, so nothing of the create is left.
+// Check is the quota step of a create of one r, in one statement: it locks the organization's row
+// for r (at once when Hold took it), counts what the organization holds of r after the lock was
+// granted, and refuses with quota_exceeded, naming the ceiling, its value and the count, when one
+// more would pass the ceiling. The caller inserts in the same transaction; a refusal ends it, so
+// nothing of the create is left.
 func Check(ctx context.Context, tx dbsqlc.DBTX, defaults Ceilings, org string, r Resource) error {
-	rows, err := lock(ctx, tx, org, []Resource{r})
+	row, err := dbsqlc.New(tx).QuotaCheck(ctx, dbsqlc.QuotaCheckParams{OrganizationID: org, Resource: string(r)})
 	if err != nil {
-		return err
+		return fmt.Errorf("quota: check: %w", err)
 	}
 	ceiling := defaults.Of(r)
-	if len(rows) == 1 && rows[0].Overridden {
-		ceiling = int(rows[0].Ceiling)
+	if row.Overridden {
+		ceiling = int(row.Ceiling)
 	}
-	usage, err := dbsqlc.New(tx).QuotaUsage(ctx, org)
-	if err != nil {
-		return fmt.Errorf("quota: count: %w", err)
-	}
-	if n := held(usage, r); n >= int64(ceiling) {
-		return Exceeded(r, ceiling, n)
+	if row.Used >= int64(ceiling) {
+		return Exceeded(r, ceiling, row.Used)
 	}
 	return nil
 }

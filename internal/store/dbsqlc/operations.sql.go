@@ -14,7 +14,7 @@ import (
 
 const operationBegin = `-- name: OperationBegin :exec
 INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at)
-VALUES ($1, $2, $3, $4, $5, 'running', db_now())
+VALUES ($1, $2, $3, $4, $5, 'running', (SELECT db_now()))
 `
 
 type OperationBeginParams struct {
@@ -84,7 +84,7 @@ func (q *Queries) OperationEffects(ctx context.Context, operationID uuid.UUID) (
 
 const operationFinish = `-- name: OperationFinish :execrows
 UPDATE operations
-SET status = $1, code = $2, finished_at = db_now()
+SET status = $1, code = $2, finished_at = (SELECT db_now())
 WHERE id = $3 AND status = 'running'
 `
 
@@ -145,7 +145,7 @@ func (q *Queries) OperationGet(ctx context.Context, arg OperationGetParams) (Ope
 
 const operationRecord = `-- name: OperationRecord :exec
 INSERT INTO operations (id, organization_id, kind, external_key, method, status, code, replayed, started_at, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, false, db_now(), db_now())
+VALUES ($1, $2, $3, $4, $5, $6, $7, false, (SELECT db_now()), (SELECT db_now()))
 `
 
 type OperationRecordParams struct {

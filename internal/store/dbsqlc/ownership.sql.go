@@ -50,10 +50,10 @@ func (q *Queries) OwnershipBind(ctx context.Context, arg OwnershipBindParams) er
 const ownershipCommitBinding = `-- name: OwnershipCommitBinding :exec
 WITH recorded AS (
     INSERT INTO operations (id, organization_id, kind, external_key, method, status, replayed, started_at, finished_at)
-    SELECT $9, $1, $2, $3, $10, 'committed', false, db_now(), db_now()
+    SELECT $9, $1, $2, $3, $10, 'committed', false, (SELECT db_now()), (SELECT db_now())
     WHERE NOT $11::boolean
 ), finished AS (
-    UPDATE operations SET status = 'committed', finished_at = db_now()
+    UPDATE operations SET status = 'committed', finished_at = (SELECT db_now())
     WHERE $11::boolean AND id = $9 AND status = 'running'
 ), released AS (
     DELETE FROM ownership_intents
@@ -104,7 +104,7 @@ func (q *Queries) OwnershipCommitBinding(ctx context.Context, arg OwnershipCommi
 
 const ownershipIntentAcquire = `-- name: OwnershipIntentAcquire :exec
 INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at)
-VALUES ($1, $2, $3, $4, $5, db_now() + make_interval(secs => $6::double precision))
+VALUES ($1, $2, $3, $4, $5, (SELECT db_now()) + make_interval(secs => $6::double precision))
 ON CONFLICT (organization_id, kind, external_key) DO UPDATE
 SET operation_id = excluded.operation_id, holder = excluded.holder, lease_expires_at = excluded.lease_expires_at
 `
@@ -133,7 +133,7 @@ func (q *Queries) OwnershipIntentAcquire(ctx context.Context, arg OwnershipInten
 }
 
 const ownershipIntentExpire = `-- name: OwnershipIntentExpire :exec
-UPDATE ownership_intents SET lease_expires_at = db_now()
+UPDATE ownership_intents SET lease_expires_at = (SELECT db_now())
 WHERE organization_id = $1 AND kind = $2 AND external_key = $3
   AND operation_id = $4
 `
@@ -211,7 +211,7 @@ func (q *Queries) OwnershipIntentRelease(ctx context.Context, arg OwnershipInten
 
 const ownershipIntentRenew = `-- name: OwnershipIntentRenew :execrows
 UPDATE ownership_intents
-SET lease_expires_at = db_now() + make_interval(secs => $1::double precision)
+SET lease_expires_at = (SELECT db_now()) + make_interval(secs => $1::double precision)
 WHERE organization_id = $2 AND kind = $3 AND external_key = $4
   AND operation_id = $5
 `
@@ -241,7 +241,7 @@ func (q *Queries) OwnershipIntentRenew(ctx context.Context, arg OwnershipIntentR
 const ownershipIntentsExpired = `-- name: OwnershipIntentsExpired :many
 SELECT organization_id, kind, external_key, operation_id
 FROM ownership_intents
-WHERE lease_expires_at <= db_now()
+WHERE lease_expires_at <= (SELECT db_now())
 ORDER BY lease_expires_at
 LIMIT 100
 `
@@ -350,7 +350,7 @@ UNION ALL
 SELECT 'tombstone'::text, t.token, t.request_hash, t.object_uid, t.response_status, t.response_body
 FROM ownership_tombstones t
 WHERE t.organization_id = $1 AND t.kind = $2 AND t.external_key = $3
-  AND t.token = $4 AND t.expires_at > db_now()
+  AND t.token = $4 AND t.expires_at > (SELECT db_now())
 `
 
 type OwnershipLookupParams struct {
@@ -445,7 +445,7 @@ func (q *Queries) OwnershipTokens(ctx context.Context, arg OwnershipTokensParams
 const ownershipTombstoneCreate = `-- name: OwnershipTombstoneCreate :exec
 INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, deleted_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        db_now(), db_now() + make_interval(secs => $9::double precision))
+        (SELECT db_now()), (SELECT db_now()) + make_interval(secs => $9::double precision))
 ON CONFLICT (organization_id, kind, external_key, token) DO UPDATE
 SET object_uid = excluded.object_uid, request_hash = excluded.request_hash, response_status = excluded.response_status,
     response_body = excluded.response_body, deleted_at = excluded.deleted_at, expires_at = excluded.expires_at
@@ -479,7 +479,7 @@ func (q *Queries) OwnershipTombstoneCreate(ctx context.Context, arg OwnershipTom
 }
 
 const ownershipTombstonePurge = `-- name: OwnershipTombstonePurge :execrows
-DELETE FROM ownership_tombstones WHERE expires_at <= db_now()
+DELETE FROM ownership_tombstones WHERE expires_at <= (SELECT db_now())
 `
 
 func (q *Queries) OwnershipTombstonePurge(ctx context.Context) (int64, error) {

@@ -9,6 +9,33 @@ import (
 	"context"
 )
 
+const quotaCheck = `-- name: QuotaCheck :one
+SELECT c.overridden::boolean AS overridden, c.ceiling::integer AS ceiling, c.used::bigint AS used
+FROM quota_check($1::text, $2::text, (SELECT db_now())) AS c
+`
+
+type QuotaCheckParams struct {
+	OrganizationID string
+	Resource       string
+}
+
+type QuotaCheckRow struct {
+	Overridden bool
+	Ceiling    int32
+	Used       int64
+}
+
+// The quota step of a create of one resource in one round trip (the quota_check function of
+// migration 7): the organization's row of the resource locked for the rest of the transaction,
+// its override (null: the catalog's default), and what the organization holds of it, counted
+// after the lock was granted.
+func (q *Queries) QuotaCheck(ctx context.Context, arg QuotaCheckParams) (QuotaCheckRow, error) {
+	row := q.db.QueryRow(ctx, quotaCheck, arg.OrganizationID, arg.Resource)
+	var i QuotaCheckRow
+	err := row.Scan(&i.Overridden, &i.Ceiling, &i.Used)
+	return i, err
+}
+
 const quotaLock = `-- name: QuotaLock :many
 SELECT l.resource::text AS resource, (l.ceiling IS NOT NULL)::boolean AS overridden, coalesce(l.ceiling, 0)::integer AS ceiling
 FROM quota_lock($1::text, $2::text[]) AS l
@@ -105,10 +132,10 @@ SELECT
      WHERE e.organization_id = $1 AND e.status <> 'deleted') AS endpoints,
     (SELECT count(*) FROM worker_endpoint_origin_reservations r
      WHERE r.organization_id = $1 AND r.status IN ('prepared', 'bound', 'activated')
-       AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')) AS reservations,
+       AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')) AS reservations,
     (SELECT count(*) FROM runtime_input_preparations p
      WHERE p.organization_id = $1 AND p.status IN ('prepared', 'claimed')
-       AND ((p.status = 'prepared' AND p.expires_at > db_now()) OR (p.status = 'claimed' AND p.claim_expires_at > db_now()))) AS runtime_inputs
+       AND ((p.status = 'prepared' AND p.expires_at > (SELECT db_now())) OR (p.status = 'claimed' AND p.claim_expires_at > (SELECT db_now())))) AS runtime_inputs
 `
 
 type QuotaUsageRow struct {
@@ -122,7 +149,7 @@ type QuotaUsageRow struct {
 // endpoints that may stand (a create that never committed is marked deleted when it is refused),
 // reservations live as of now (lazy expiry computed, not written; released and expired ones do
 // not count), and runtime inputs still pending (prepared or claimed, their window not passed).
-// Run after QuotaLock, in a statement of its own, it sees every create that committed first.
+// An operator's report (takoserver orgs quota); a create runs QuotaCheck.
 func (q *Queries) QuotaUsage(ctx context.Context, organizationID string) (QuotaUsageRow, error) {
 	row := q.db.QueryRow(ctx, quotaUsage, organizationID)
 	var i QuotaUsageRow

@@ -13,10 +13,10 @@ import (
 
 const reservationActivate = `-- name: ReservationActivate :one
 UPDATE worker_endpoint_origin_reservations
-SET status = 'activated', endpoint_revision = $1, revision = revision + 1, updated_at = db_now()
+SET status = 'activated', endpoint_revision = $1, revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = $2 AND id = $3
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND reservation_effective_status(status, expires_at, endpoint_uid) = 'bound'
+  AND reservation_effective_status(status, expires_at, endpoint_uid, (SELECT db_now())) = 'bound'
   AND endpoint_uid = $4 AND bound_worker_uid = $5 AND canonical_origin = $6
   AND pack = $7 AND installation = $8
 RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
@@ -84,8 +84,8 @@ WITH cur AS (
            ef.lease_claimed AS witness_lease_claimed, ef.endpoint_present AS witness_present,
            ef.attestation_open AS witness_attestation_open, ef.deployment_live AS witness_deployment_live
     FROM worker_endpoint_origin_reservations r,
-         LATERAL worker_fences(r.organization_id, r.id, r.bound_worker_uid) wf,
-         LATERAL reservation_fences(r.organization_id, r.id, r.status, r.endpoint_uid) ef
+         LATERAL worker_fences(r.organization_id, r.id, r.bound_worker_uid, (SELECT db_now())) wf,
+         LATERAL reservation_fences(r.organization_id, r.id, r.status, r.endpoint_uid, (SELECT db_now())) ef
     WHERE r.organization_id = $1 AND r.id = $2
 ), gate AS (
     SELECT (cur.bound_worker_uid IS NULL OR cur.bound_worker_uid = $3::uuid
@@ -110,11 +110,11 @@ WITH cur AS (
         endpoint_revision = CASE
             WHEN $4::uuid IS NOT NULL THEN $6::bigint
             WHEN gate.same_worker THEN r.endpoint_revision END,
-        revision = r.revision + 1, updated_at = db_now()
+        revision = r.revision + 1, updated_at = (SELECT db_now())
     FROM gate
     WHERE r.organization_id = $1 AND r.id = $2
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-      AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+      AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')
       AND r.space = $7 AND r.worker_name = $8
       AND r.offering_id = $9 AND r.offering_digest = $10 AND r.pack = $11 AND r.installation = $12
       AND gate.worker_free
@@ -206,12 +206,12 @@ WITH cur AS (
       AND r.status IN ('bound', 'activated', 'expired')
 ), fences AS (
     SELECT cur.organization_id, cur.id, f.activation, f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live
-    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid) f
+    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid, (SELECT db_now())) f
 ), cleared AS (
     UPDATE worker_endpoint_origin_reservations r
     SET endpoint_uid = NULL, endpoint_revision = NULL,
         status = CASE WHEN r.status = 'activated' THEN 'bound' ELSE r.status END,
-        revision = r.revision + 1, updated_at = db_now()
+        revision = r.revision + 1, updated_at = (SELECT db_now())
     FROM fences f
     WHERE r.organization_id = f.organization_id AND r.id = f.id
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
@@ -256,8 +256,8 @@ INSERT INTO worker_endpoint_origin_reservations AS r (
     organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds,
     status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at)
 VALUES ($1, $2, $3, 'takoserver.worker-endpoint-origin-reservation.v2', $4, $5,
-        $6, $7, $8::integer, 'prepared', db_now() + make_interval(secs => $8::integer),
-        false, $9, $10, $11, $12, db_now(), db_now())
+        $6, $7, $8::integer, 'prepared', (SELECT db_now()) + make_interval(secs => $8::integer),
+        false, $9, $10, $11, $12, (SELECT db_now()), (SELECT db_now()))
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, format = excluded.format, space = excluded.space, worker_name = excluded.worker_name,
     subdomain = excluded.subdomain, canonical_origin = excluded.canonical_origin, ttl_seconds = excluded.ttl_seconds,
@@ -335,7 +335,7 @@ func (q *Queries) ReservationCreate(ctx context.Context, arg ReservationCreatePa
 
 const reservationDeactivate = `-- name: ReservationDeactivate :one
 UPDATE worker_endpoint_origin_reservations
-SET status = 'bound', revision = revision + 1, updated_at = db_now()
+SET status = 'bound', revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND id = $2
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2' AND status = 'activated'
 RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
@@ -380,7 +380,7 @@ func (q *Queries) ReservationDeactivate(ctx context.Context, arg ReservationDeac
 }
 
 const reservationGet = `-- name: ReservationGet :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid)::text AS effective_status
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = $1 AND r.id = $2
 `
@@ -479,7 +479,7 @@ func (q *Queries) ReservationHostMintedSiblings(ctx context.Context, arg Reserva
 }
 
 const reservationLock = `-- name: ReservationLock :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid)::text AS effective_status
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = $1 AND r.id = $2
 FOR UPDATE
@@ -536,8 +536,8 @@ INSERT INTO worker_endpoint_origin_reservations AS r (
     status, expires_at, host_minted, bound_worker_uid, bound_worker_revision,
     offering_id, offering_digest, pack, installation, created_at, updated_at)
 VALUES ($1, $2, $3, 'takoserver.worker-endpoint-origin-reservation.v2', $4, $5,
-        $6, $7, $8::integer, 'bound', db_now() + make_interval(secs => $8::integer),
-        true, $9, $10, $11, $12, $13, $14, db_now(), db_now())
+        $6, $7, $8::integer, 'bound', (SELECT db_now()) + make_interval(secs => $8::integer),
+        true, $9, $10, $11, $12, $13, $14, (SELECT db_now()), (SELECT db_now()))
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, status = 'bound', revision = r.revision + 1, expires_at = excluded.expires_at,
     bound_worker_uid = excluded.bound_worker_uid, bound_worker_revision = excluded.bound_worker_revision,
@@ -658,7 +658,10 @@ const reservationOriginAvailable = `-- name: ReservationOriginAvailable :one
 SELECT (NOT EXISTS (
             SELECT 1 FROM worker_endpoint_origin_reservations r
             WHERE r.canonical_origin = $1
-              AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+              -- What the origin's partial unique index holds (implied by the next line), so that
+              -- the index finds the row whatever the statistics say.
+              AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+              AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')
                    OR (r.status IN ('bound', 'expired') AND r.endpoint_uid IS NOT NULL))
               AND NOT (r.organization_id = $2 AND r.id = $3)
               AND NOT (r.organization_id = $2 AND r.host_minted AND r.space = $4 AND r.worker_name = $5))
@@ -738,7 +741,8 @@ const reservationOriginHoldingReservation = `-- name: ReservationOriginHoldingRe
 SELECT r.organization_id, r.id
 FROM worker_endpoint_origin_reservations r
 WHERE r.canonical_origin = $1
-  AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+  AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+  AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')
        OR (r.status IN ('bound', 'expired') AND r.endpoint_uid IS NOT NULL))
   AND NOT (r.organization_id = $2 AND r.id = $3)
   AND NOT (r.organization_id = $2 AND r.host_minted AND r.space = $4 AND r.worker_name = $5)
@@ -777,16 +781,16 @@ func (q *Queries) ReservationOriginHoldingReservation(ctx context.Context, arg R
 const reservationRelease = `-- name: ReservationRelease :one
 WITH cur AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid,
-           reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) AS effective
+           reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective
     FROM worker_endpoint_origin_reservations r
     WHERE r.organization_id = $1 AND r.id = $2 AND r.uid = $3
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
 ), fences AS (
     SELECT cur.organization_id, cur.id, cur.effective, f.activation, f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live
-    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid) f
+    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid, (SELECT db_now())) f
 ), released AS (
     UPDATE worker_endpoint_origin_reservations r
-    SET status = 'released', revision = r.revision + 1, released_at = db_now(), updated_at = db_now()
+    SET status = 'released', revision = r.revision + 1, released_at = (SELECT db_now()), updated_at = (SELECT db_now())
     FROM fences f
     WHERE r.organization_id = f.organization_id AND r.id = f.id
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
@@ -836,7 +840,7 @@ func (q *Queries) ReservationRelease(ctx context.Context, arg ReservationRelease
 const reservationRevive = `-- name: ReservationRevive :one
 UPDATE worker_endpoint_origin_reservations
 SET status = CASE WHEN bound_worker_uid IS NULL THEN 'prepared' ELSE 'bound' END,
-    expires_at = db_now() + make_interval(secs => ttl_seconds), revision = revision + 1, updated_at = db_now()
+    expires_at = (SELECT db_now()) + make_interval(secs => ttl_seconds), revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND id = $2 AND host_minted
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'
   AND status = 'expired' AND endpoint_uid IS NULL
@@ -887,7 +891,7 @@ func (q *Queries) ReservationRevive(ctx context.Context, arg ReservationRevivePa
 
 const reservationSweep = `-- name: ReservationSweep :execrows
 UPDATE worker_endpoint_origin_reservations r
-SET status = 'expired', revision = r.revision + 1, updated_at = db_now()
+SET status = 'expired', revision = r.revision + 1, updated_at = (SELECT db_now())
 FROM (
     SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
     WHERE x.organization_id = $1 AND x.id = $2
@@ -902,7 +906,7 @@ FROM (
 ) c
 WHERE r.organization_id = c.organization_id AND r.id = c.id
   AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND r.status IN ('prepared', 'bound') AND r.expires_at <= db_now()
+  AND r.status IN ('prepared', 'bound') AND r.expires_at <= (SELECT db_now())
   AND NOT reservation_published(r.status, r.endpoint_uid)
 `
 

@@ -13,7 +13,7 @@ import (
 )
 
 const attestationClose = `-- name: AttestationClose :exec
-UPDATE deletion_attestations SET status = 'closed', closed_at = db_now()
+UPDATE deletion_attestations SET status = 'closed', closed_at = (SELECT db_now())
 WHERE uid = $1 AND status = 'open'
 `
 
@@ -58,7 +58,7 @@ func (q *Queries) AttestationGet(ctx context.Context, arg AttestationGetParams) 
 
 const attestationOpen = `-- name: AttestationOpen :exec
 INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id, opened_at)
-VALUES ($1, $2, $3, 'open', $4, db_now())
+VALUES ($1, $2, $3, 'open', $4, (SELECT db_now()))
 ON CONFLICT (uid) DO UPDATE SET operation_id = excluded.operation_id
 WHERE deletion_attestations.status = 'open'
 `
@@ -210,7 +210,7 @@ func (q *Queries) DeploymentInsert(ctx context.Context, arg DeploymentInsertPara
 }
 
 const deploymentSetStatus = `-- name: DeploymentSetStatus :execrows
-UPDATE deployments SET status = $1, updated_at = db_now()
+UPDATE deployments SET status = $1, updated_at = (SELECT db_now())
 WHERE id = $2 AND status = ANY ($3::text[])
 `
 
@@ -229,7 +229,7 @@ func (q *Queries) DeploymentSetStatus(ctx context.Context, arg DeploymentSetStat
 }
 
 const deploymentSupersede = `-- name: DeploymentSupersede :exec
-UPDATE deployments SET status = 'deleted', updated_at = db_now()
+UPDATE deployments SET status = 'deleted', updated_at = (SELECT db_now())
 WHERE resource_uid = $1 AND id <> $2 AND status IN ('pending', 'active')
 `
 
@@ -370,7 +370,7 @@ func (q *Queries) EffectInsert(ctx context.Context, arg EffectInsertParams) erro
 }
 
 const effectSetStatus = `-- name: EffectSetStatus :execrows
-UPDATE backend_effects SET status = $1, detail = $2, updated_at = db_now()
+UPDATE backend_effects SET status = $1, detail = $2, updated_at = (SELECT db_now())
 WHERE id = $3 AND status = ANY ($4::text[])
 `
 
@@ -396,7 +396,7 @@ func (q *Queries) EffectSetStatus(ctx context.Context, arg EffectSetStatusParams
 }
 
 const endpointAbandonCreate = `-- name: EndpointAbandonCreate :execrows
-UPDATE worker_endpoints SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
+UPDATE worker_endpoints SET status = 'deleted', updated_at = (SELECT db_now()), deleted_at = (SELECT db_now())
 WHERE uid = $1 AND status = 'creating'
 `
 
@@ -562,8 +562,8 @@ func (q *Queries) EndpointLock(ctx context.Context, arg EndpointLockParams) (End
 
 const endpointSetStatus = `-- name: EndpointSetStatus :one
 UPDATE worker_endpoints
-SET status = $1, revision = revision + 1, operation_id = $2, updated_at = db_now(),
-    deleted_at = CASE WHEN $1::text = 'deleted' THEN db_now() END
+SET status = $1, revision = revision + 1, operation_id = $2, updated_at = (SELECT db_now()),
+    deleted_at = CASE WHEN $1::text = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = $3 AND revision = $4
 RETURNING revision
 `
@@ -589,7 +589,7 @@ func (q *Queries) EndpointSetStatus(ctx context.Context, arg EndpointSetStatusPa
 }
 
 const resourceAbandonCreate = `-- name: ResourceAbandonCreate :execrows
-UPDATE workers SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
+UPDATE workers SET status = 'deleted', updated_at = (SELECT db_now()), deleted_at = (SELECT db_now())
 WHERE uid = $1 AND status = 'creating'
 `
 
@@ -875,7 +875,7 @@ UPDATE workers
 SET generation = $1, revision = revision + 1, modules = $2, main_module = $3,
     compatibility_date = $4, settings = $5, required_sensitive_vars = $6,
     runtime_input_reference = $7, status = $8, operation_id = $9,
-    updated_at = db_now(), deleted_at = CASE WHEN $8::text = 'deleted' THEN db_now() END
+    updated_at = (SELECT db_now()), deleted_at = CASE WHEN $8::text = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = $10 AND revision = $11
 RETURNING revision
 `

@@ -14,7 +14,7 @@ import (
 
 const preparationAbort = `-- name: PreparationAbort :execrows
 UPDATE runtime_input_preparations
-SET status = 'aborted', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = db_now()
+SET status = 'aborted', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND operation_id = $2 AND status IN ('prepared', 'claimed')
 `
 
@@ -37,17 +37,17 @@ UPDATE runtime_input_preparations p
 SET status = 'claimed', epoch = p.epoch + 1, claim_operation_id = $1,
     worker_uid = $2, worker_revision = $3, reservation_revision = r.revision,
     offering_id = r.offering_id, offering_digest = r.offering_digest, pack = r.pack, installation = r.installation,
-    native_name = $4, claimed_at = coalesce(p.claimed_at, db_now()),
-    claim_expires_at = coalesce(p.claim_expires_at, db_now() + interval '15 minutes'), updated_at = db_now()
+    native_name = $4, claimed_at = coalesce(p.claimed_at, (SELECT db_now())),
+    claim_expires_at = coalesce(p.claim_expires_at, (SELECT db_now()) + interval '15 minutes'), updated_at = (SELECT db_now())
 FROM worker_endpoint_origin_reservations r
 WHERE p.organization_id = $5 AND p.operation_id = $6
   AND p.epoch = $7 AND p.reference = $8
-  AND ((p.status = 'prepared' AND p.expires_at > db_now())
-       OR (p.status = 'claimed' AND p.worker_uid = $2 AND p.claim_expires_at > db_now()))
+  AND ((p.status = 'prepared' AND p.expires_at > (SELECT db_now()))
+       OR (p.status = 'claimed' AND p.worker_uid = $2 AND p.claim_expires_at > (SELECT db_now())))
   AND p.space = $9 AND p.worker_name = $10
   AND r.organization_id = p.organization_id AND r.id = p.origin_reservation_id
   AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('bound', 'activated')
+  AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('bound', 'activated')
   AND r.bound_worker_uid = $2
   AND r.canonical_origin = p.canonical_public_origin AND r.space = p.space AND r.worker_name = p.worker_name
   -- The worker must stand at the claimed revision (live, or being created by this very
@@ -98,7 +98,7 @@ func (q *Queries) PreparationAcquire(ctx context.Context, arg PreparationAcquire
 
 const preparationClaimsOnWorker = `-- name: PreparationClaimsOnWorker :many
 SELECT operation_id FROM runtime_input_preparations
-WHERE worker_uid = $1 AND status = 'claimed' AND claim_expires_at > db_now()
+WHERE worker_uid = $1 AND status = 'claimed' AND claim_expires_at > (SELECT db_now())
 `
 
 // Unexpired claims on a worker: its deletion waits for them.
@@ -125,10 +125,10 @@ func (q *Queries) PreparationClaimsOnWorker(ctx context.Context, workerUid *uuid
 const preparationDispatch = `-- name: PreparationDispatch :one
 UPDATE runtime_input_preparations p
 SET status = 'dispatched', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL,
-    dispatched_at = db_now(), updated_at = db_now()
+    dispatched_at = (SELECT db_now()), updated_at = (SELECT db_now())
 FROM workers w, worker_endpoint_origin_reservations r
 WHERE p.organization_id = $1 AND p.operation_id = $2
-  AND p.status = 'claimed' AND p.epoch = $3 AND p.claim_expires_at > db_now()
+  AND p.status = 'claimed' AND p.epoch = $3 AND p.claim_expires_at > (SELECT db_now())
   AND w.uid = p.worker_uid AND w.revision = p.worker_revision
   AND (w.status = 'live' OR (w.status = 'creating' AND w.operation_id = p.claim_operation_id))
   AND w.offering_id = p.offering_id AND w.offering_digest = p.offering_digest
@@ -160,7 +160,7 @@ func (q *Queries) PreparationDispatch(ctx context.Context, arg PreparationDispat
 const preparationFail = `-- name: PreparationFail :execrows
 UPDATE runtime_input_preparations
 SET status = 'failed', epoch = epoch + 1, failure = $1, sealing_key_id = NULL, sealing_nonce = NULL,
-    ciphertext = NULL, updated_at = db_now()
+    ciphertext = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = $2 AND operation_id = $3
   AND status IN ('prepared', 'claimed', 'dispatched')
 `
@@ -183,7 +183,7 @@ func (q *Queries) PreparationFail(ctx context.Context, arg PreparationFailParams
 const preparationGet = `-- name: PreparationGet :one
 SELECT organization_id, operation_id, preparation_id, reference, material_set_nonce, material_set_id, space, worker_name,
        bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names,
-       (CASE WHEN (status = 'prepared' AND expires_at <= db_now()) OR (status = 'claimed' AND claim_expires_at <= db_now())
+       (CASE WHEN (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()))
              THEN 'expired' ELSE status END)::text AS status,
        epoch, expires_at, claim_expires_at, worker_uid, worker_revision, digest_key_id, material_digest, failure
 FROM runtime_input_preparations
@@ -269,7 +269,7 @@ INSERT INTO runtime_input_preparations (
 VALUES ($1, $2, $3, $4, $5, $6,
         $7, $8, $9, $10, $11, $12,
         $13, $14, $15, $16, $17, $18, 'prepared',
-        db_now() + interval '1 hour', db_now(), db_now())
+        (SELECT db_now()) + interval '1 hour', (SELECT db_now()), (SELECT db_now()))
 `
 
 type PreparationInsertParams struct {
@@ -417,7 +417,7 @@ func (q *Queries) PreparationSealed(ctx context.Context, arg PreparationSealedPa
 
 const preparationSettle = `-- name: PreparationSettle :one
 UPDATE runtime_input_preparations
-SET status = 'settled', epoch = epoch + 1, settled_at = db_now(), updated_at = db_now()
+SET status = 'settled', epoch = epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND operation_id = $2
   AND status = 'dispatched' AND epoch = $3 AND material_digest = $4
 RETURNING epoch
@@ -446,9 +446,9 @@ func (q *Queries) PreparationSettle(ctx context.Context, arg PreparationSettlePa
 
 const preparationSweep = `-- name: PreparationSweep :exec
 UPDATE runtime_input_preparations
-SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = db_now()
+SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND operation_id = $2
-  AND ((status = 'prepared' AND expires_at <= db_now()) OR (status = 'claimed' AND claim_expires_at <= db_now()))
+  AND ((status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now())))
 `
 
 type PreparationSweepParams struct {
@@ -465,8 +465,8 @@ func (q *Queries) PreparationSweep(ctx context.Context, arg PreparationSweepPara
 
 const preparationSweepAll = `-- name: PreparationSweepAll :execrows
 UPDATE runtime_input_preparations
-SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = db_now()
-WHERE (status = 'prepared' AND expires_at <= db_now()) OR (status = 'claimed' AND claim_expires_at <= db_now())
+SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
+WHERE (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()))
 `
 
 // The janitor's expiry of every preparation past its window, so that no ciphertext outlives it

@@ -1,17 +1,17 @@
 -- name: OperationBegin :exec
 INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at)
-VALUES (@id, @organization_id, @kind, @external_key, @method, 'running', db_now());
+VALUES (@id, @organization_id, @kind, @external_key, @method, 'running', (SELECT db_now()));
 
 -- name: OperationRecord :exec
 -- An operation that began and ended in one transaction (or was refused before it began): recorded
 -- at once with its outcome.
 INSERT INTO operations (id, organization_id, kind, external_key, method, status, code, replayed, started_at, finished_at)
-VALUES (@id, @organization_id, @kind, @external_key, @method, @status, sqlc.narg('code'), false, db_now(), db_now());
+VALUES (@id, @organization_id, @kind, @external_key, @method, @status, sqlc.narg('code'), false, (SELECT db_now()), (SELECT db_now()));
 
 -- name: OperationFinish :execrows
 -- running -> committed | refused, once.
 UPDATE operations
-SET status = @status, code = sqlc.narg('code'), finished_at = db_now()
+SET status = @status, code = sqlc.narg('code'), finished_at = (SELECT db_now())
 WHERE id = @id AND status = 'running';
 
 -- name: OperationGet :one

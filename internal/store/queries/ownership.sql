@@ -9,7 +9,7 @@ UNION ALL
 SELECT 'tombstone'::text, t.token, t.request_hash, t.object_uid, t.response_status, t.response_body
 FROM ownership_tombstones t
 WHERE t.organization_id = @organization_id AND t.kind = @kind AND t.external_key = @external_key
-  AND t.token = @token AND t.expires_at > db_now();
+  AND t.token = @token AND t.expires_at > (SELECT db_now());
 
 -- name: OwnershipLock :many
 -- The lock step of an owned mutation (the ownership_lock function of migration 4): the key's
@@ -23,7 +23,7 @@ FROM ownership_lock(@organization_id::text, @kind::text, @external_key::text, @t
 -- Takes the key's in-flight lease for a request whose effect spans several transactions. The
 -- caller holds the key lock and has seen no live lease; an expired one is taken over here.
 INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at)
-VALUES (@organization_id, @kind, @external_key, @operation_id, @holder, db_now() + make_interval(secs => @lease_seconds::double precision))
+VALUES (@organization_id, @kind, @external_key, @operation_id, @holder, (SELECT db_now()) + make_interval(secs => @lease_seconds::double precision))
 ON CONFLICT (organization_id, kind, external_key) DO UPDATE
 SET operation_id = excluded.operation_id, holder = excluded.holder, lease_expires_at = excluded.lease_expires_at;
 
@@ -38,7 +38,7 @@ FOR UPDATE;
 
 -- name: OwnershipIntentRenew :execrows
 UPDATE ownership_intents
-SET lease_expires_at = db_now() + make_interval(secs => @lease_seconds::double precision)
+SET lease_expires_at = (SELECT db_now()) + make_interval(secs => @lease_seconds::double precision)
 WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
   AND operation_id = @operation_id;
 
@@ -51,7 +51,7 @@ WHERE organization_id = @organization_id AND kind = @kind AND external_key = @ex
 -- Leases whose Host stopped renewing them: their operations wait for recovery.
 SELECT organization_id, kind, external_key, operation_id
 FROM ownership_intents
-WHERE lease_expires_at <= db_now()
+WHERE lease_expires_at <= (SELECT db_now())
 ORDER BY lease_expires_at
 LIMIT 100;
 
@@ -72,13 +72,13 @@ WHERE organization_id = @organization_id AND kind = @kind AND external_key = @ex
 -- name: OwnershipTombstoneCreate :exec
 INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, deleted_at, expires_at)
 VALUES (@organization_id, @kind, @external_key, @token, @object_uid, @request_hash, @response_status, @response_body,
-        db_now(), db_now() + make_interval(secs => @retention_seconds::double precision))
+        (SELECT db_now()), (SELECT db_now()) + make_interval(secs => @retention_seconds::double precision))
 ON CONFLICT (organization_id, kind, external_key, token) DO UPDATE
 SET object_uid = excluded.object_uid, request_hash = excluded.request_hash, response_status = excluded.response_status,
     response_body = excluded.response_body, deleted_at = excluded.deleted_at, expires_at = excluded.expires_at;
 
 -- name: OwnershipTombstonePurge :execrows
-DELETE FROM ownership_tombstones WHERE expires_at <= db_now();
+DELETE FROM ownership_tombstones WHERE expires_at <= (SELECT db_now());
 
 -- name: OwnershipTokens :many
 -- The owning tokens of objects of one kind, for read projections.
@@ -89,7 +89,7 @@ WHERE organization_id = @organization_id AND kind = @kind AND external_key = ANY
 -- name: OwnershipIntentExpire :exec
 -- A recovery that could not finish gives the lease back already expired, so that the next request
 -- on the key, or the janitor, tries again.
-UPDATE ownership_intents SET lease_expires_at = db_now()
+UPDATE ownership_intents SET lease_expires_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND kind = @kind AND external_key = @external_key
   AND operation_id = @operation_id;
 
@@ -99,10 +99,10 @@ WHERE organization_id = @organization_id AND kind = @kind AND external_key = @ex
 -- one that held a lease) and the token bound to the object with the stored response.
 WITH recorded AS (
     INSERT INTO operations (id, organization_id, kind, external_key, method, status, replayed, started_at, finished_at)
-    SELECT @operation_id, @organization_id, @kind, @external_key, @method, 'committed', false, db_now(), db_now()
+    SELECT @operation_id, @organization_id, @kind, @external_key, @method, 'committed', false, (SELECT db_now()), (SELECT db_now())
     WHERE NOT @leased::boolean
 ), finished AS (
-    UPDATE operations SET status = 'committed', finished_at = db_now()
+    UPDATE operations SET status = 'committed', finished_at = (SELECT db_now())
     WHERE @leased::boolean AND id = @operation_id AND status = 'running'
 ), released AS (
     DELETE FROM ownership_intents

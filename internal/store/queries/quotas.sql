@@ -5,12 +5,20 @@
 SELECT l.resource::text AS resource, (l.ceiling IS NOT NULL)::boolean AS overridden, coalesce(l.ceiling, 0)::integer AS ceiling
 FROM quota_lock(@organization_id::text, @resources::text[]) AS l;
 
+-- name: QuotaCheck :one
+-- The quota step of a create of one resource in one round trip (the quota_check function of
+-- migration 7): the organization's row of the resource locked for the rest of the transaction,
+-- its override (null: the catalog's default), and what the organization holds of it, counted
+-- after the lock was granted.
+SELECT c.overridden::boolean AS overridden, c.ceiling::integer AS ceiling, c.used::bigint AS used
+FROM quota_check(@organization_id::text, @resource::text, (SELECT db_now())) AS c;
+
 -- name: QuotaUsage :one
 -- What the organization holds of each resource a ceiling bounds, as of database time: workers and
 -- endpoints that may stand (a create that never committed is marked deleted when it is refused),
 -- reservations live as of now (lazy expiry computed, not written; released and expired ones do
 -- not count), and runtime inputs still pending (prepared or claimed, their window not passed).
--- Run after QuotaLock, in a statement of its own, it sees every create that committed first.
+-- An operator's report (takoserver orgs quota); a create runs QuotaCheck.
 SELECT
     (SELECT count(*) FROM workers w
      WHERE w.organization_id = @organization_id AND w.status <> 'deleted') AS workers,
@@ -18,10 +26,10 @@ SELECT
      WHERE e.organization_id = @organization_id AND e.status <> 'deleted') AS endpoints,
     (SELECT count(*) FROM worker_endpoint_origin_reservations r
      WHERE r.organization_id = @organization_id AND r.status IN ('prepared', 'bound', 'activated')
-       AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')) AS reservations,
+       AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')) AS reservations,
     (SELECT count(*) FROM runtime_input_preparations p
      WHERE p.organization_id = @organization_id AND p.status IN ('prepared', 'claimed')
-       AND ((p.status = 'prepared' AND p.expires_at > db_now()) OR (p.status = 'claimed' AND p.claim_expires_at > db_now()))) AS runtime_inputs;
+       AND ((p.status = 'prepared' AND p.expires_at > (SELECT db_now())) OR (p.status = 'claimed' AND p.claim_expires_at > (SELECT db_now())))) AS runtime_inputs;
 
 -- name: QuotaOverrides :many
 -- The organization's overrides, for an operator's report.

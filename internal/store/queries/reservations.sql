@@ -1,13 +1,13 @@
 -- name: ReservationGet :one
 -- One reservation with its status as of database time. Reads take no lock and write nothing.
-SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid)::text AS effective_status
+SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = @organization_id AND r.id = @id;
 
 -- name: ReservationLock :one
 -- The row a mutation decides on, locked for the rest of its transaction, with its status as of
 -- database time.
-SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid)::text AS effective_status
+SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = @organization_id AND r.id = @id
 FOR UPDATE;
@@ -21,7 +21,10 @@ FOR UPDATE;
 SELECT (NOT EXISTS (
             SELECT 1 FROM worker_endpoint_origin_reservations r
             WHERE r.canonical_origin = @canonical_origin
-              AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+              -- What the origin's partial unique index holds (implied by the next line), so that
+              -- the index finds the row whatever the statistics say.
+              AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+              AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')
                    OR (r.status IN ('bound', 'expired') AND r.endpoint_uid IS NOT NULL))
               AND NOT (r.organization_id = @organization_id AND r.id = @reservation_id)
               AND NOT (r.organization_id = @organization_id AND r.host_minted AND r.space = @space AND r.worker_name = @worker_name))
@@ -38,7 +41,8 @@ SELECT (NOT EXISTS (
 SELECT r.organization_id, r.id
 FROM worker_endpoint_origin_reservations r
 WHERE r.canonical_origin = @canonical_origin
-  AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+  AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+  AND (reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')
        OR (r.status IN ('bound', 'expired') AND r.endpoint_uid IS NOT NULL))
   AND NOT (r.organization_id = @organization_id AND r.id = @reservation_id)
   AND NOT (r.organization_id = @organization_id AND r.host_minted AND r.space = @space AND r.worker_name = @worker_name)
@@ -61,7 +65,7 @@ LIMIT 1;
 -- itself, its worker key and its origin. Each of the three is found through its own index (a
 -- single OR lets the planner scan a whole organization).
 UPDATE worker_endpoint_origin_reservations r
-SET status = 'expired', revision = r.revision + 1, updated_at = db_now()
+SET status = 'expired', revision = r.revision + 1, updated_at = (SELECT db_now())
 FROM (
     SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
     WHERE x.organization_id = @organization_id AND x.id = @id
@@ -76,7 +80,7 @@ FROM (
 ) c
 WHERE r.organization_id = c.organization_id AND r.id = c.id
   AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND r.status IN ('prepared', 'bound') AND r.expires_at <= db_now()
+  AND r.status IN ('prepared', 'bound') AND r.expires_at <= (SELECT db_now())
   AND NOT reservation_published(r.status, r.endpoint_uid);
 
 -- name: ReservationCreate :one
@@ -87,8 +91,8 @@ INSERT INTO worker_endpoint_origin_reservations AS r (
     organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds,
     status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at)
 VALUES (@organization_id, @id, @uid, 'takoserver.worker-endpoint-origin-reservation.v2', @space, @worker_name,
-        @subdomain, @canonical_origin, @ttl_seconds::integer, 'prepared', db_now() + make_interval(secs => @ttl_seconds::integer),
-        false, @offering_id, @offering_digest, @pack, @installation, db_now(), db_now())
+        @subdomain, @canonical_origin, @ttl_seconds::integer, 'prepared', (SELECT db_now()) + make_interval(secs => @ttl_seconds::integer),
+        false, @offering_id, @offering_digest, @pack, @installation, (SELECT db_now()), (SELECT db_now()))
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, format = excluded.format, space = excluded.space, worker_name = excluded.worker_name,
     subdomain = excluded.subdomain, canonical_origin = excluded.canonical_origin, ttl_seconds = excluded.ttl_seconds,
@@ -117,8 +121,8 @@ WITH cur AS (
            ef.lease_claimed AS witness_lease_claimed, ef.endpoint_present AS witness_present,
            ef.attestation_open AS witness_attestation_open, ef.deployment_live AS witness_deployment_live
     FROM worker_endpoint_origin_reservations r,
-         LATERAL worker_fences(r.organization_id, r.id, r.bound_worker_uid) wf,
-         LATERAL reservation_fences(r.organization_id, r.id, r.status, r.endpoint_uid) ef
+         LATERAL worker_fences(r.organization_id, r.id, r.bound_worker_uid, (SELECT db_now())) wf,
+         LATERAL reservation_fences(r.organization_id, r.id, r.status, r.endpoint_uid, (SELECT db_now())) ef
     WHERE r.organization_id = @organization_id AND r.id = @id
 ), gate AS (
     SELECT (cur.bound_worker_uid IS NULL OR cur.bound_worker_uid = @worker_uid::uuid
@@ -143,11 +147,11 @@ WITH cur AS (
         endpoint_revision = CASE
             WHEN sqlc.narg('endpoint_uid')::uuid IS NOT NULL THEN sqlc.narg('endpoint_revision')::bigint
             WHEN gate.same_worker THEN r.endpoint_revision END,
-        revision = r.revision + 1, updated_at = db_now()
+        revision = r.revision + 1, updated_at = (SELECT db_now())
     FROM gate
     WHERE r.organization_id = @organization_id AND r.id = @id
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-      AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('prepared', 'bound', 'activated')
+      AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('prepared', 'bound', 'activated')
       AND r.space = @space AND r.worker_name = @worker_name
       AND r.offering_id = @offering_id AND r.offering_digest = @offering_digest AND r.pack = @pack AND r.installation = @installation
       AND gate.worker_free
@@ -165,10 +169,10 @@ FROM cur;
 -- bound -> activated with the exact endpoint recorded as its witness, which the caller has proved
 -- Ready, related to the bound worker, at the reservation's origin and placement (SPEC 3.3).
 UPDATE worker_endpoint_origin_reservations
-SET status = 'activated', endpoint_revision = @endpoint_revision, revision = revision + 1, updated_at = db_now()
+SET status = 'activated', endpoint_revision = @endpoint_revision, revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND id = @id
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND reservation_effective_status(status, expires_at, endpoint_uid) = 'bound'
+  AND reservation_effective_status(status, expires_at, endpoint_uid, (SELECT db_now())) = 'bound'
   AND endpoint_uid = @endpoint_uid AND bound_worker_uid = @worker_uid AND canonical_origin = @canonical_origin
   AND pack = @pack AND installation = @installation
 RETURNING *;
@@ -176,7 +180,7 @@ RETURNING *;
 -- name: ReservationDeactivate :one
 -- activated -> bound, keeping the endpoint as the deletion witness.
 UPDATE worker_endpoint_origin_reservations
-SET status = 'bound', revision = revision + 1, updated_at = db_now()
+SET status = 'bound', revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND id = @id
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2' AND status = 'activated'
 RETURNING *;
@@ -187,16 +191,16 @@ RETURNING *;
 -- happened.
 WITH cur AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid,
-           reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) AS effective
+           reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective
     FROM worker_endpoint_origin_reservations r
     WHERE r.organization_id = @organization_id AND r.id = @id AND r.uid = @uid
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
 ), fences AS (
     SELECT cur.organization_id, cur.id, cur.effective, f.*
-    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid) f
+    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid, (SELECT db_now())) f
 ), released AS (
     UPDATE worker_endpoint_origin_reservations r
-    SET status = 'released', revision = r.revision + 1, released_at = db_now(), updated_at = db_now()
+    SET status = 'released', revision = r.revision + 1, released_at = (SELECT db_now()), updated_at = (SELECT db_now())
     FROM fences f
     WHERE r.organization_id = f.organization_id AND r.id = f.id
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
@@ -220,12 +224,12 @@ WITH cur AS (
       AND r.status IN ('bound', 'activated', 'expired')
 ), fences AS (
     SELECT cur.organization_id, cur.id, f.*
-    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid) f
+    FROM cur, LATERAL reservation_fences(cur.organization_id, cur.id, cur.status, cur.endpoint_uid, (SELECT db_now())) f
 ), cleared AS (
     UPDATE worker_endpoint_origin_reservations r
     SET endpoint_uid = NULL, endpoint_revision = NULL,
         status = CASE WHEN r.status = 'activated' THEN 'bound' ELSE r.status END,
-        revision = r.revision + 1, updated_at = db_now()
+        revision = r.revision + 1, updated_at = (SELECT db_now())
     FROM fences f
     WHERE r.organization_id = f.organization_id AND r.id = f.id
       AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
@@ -255,8 +259,8 @@ INSERT INTO worker_endpoint_origin_reservations AS r (
     status, expires_at, host_minted, bound_worker_uid, bound_worker_revision,
     offering_id, offering_digest, pack, installation, created_at, updated_at)
 VALUES (@organization_id, @id, @uid, 'takoserver.worker-endpoint-origin-reservation.v2', @space, @worker_name,
-        @subdomain, @canonical_origin, @ttl_seconds::integer, 'bound', db_now() + make_interval(secs => @ttl_seconds::integer),
-        true, @worker_uid, @worker_revision, @offering_id, @offering_digest, @pack, @installation, db_now(), db_now())
+        @subdomain, @canonical_origin, @ttl_seconds::integer, 'bound', (SELECT db_now()) + make_interval(secs => @ttl_seconds::integer),
+        true, @worker_uid, @worker_revision, @offering_id, @offering_digest, @pack, @installation, (SELECT db_now()), (SELECT db_now()))
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, status = 'bound', revision = r.revision + 1, expires_at = excluded.expires_at,
     bound_worker_uid = excluded.bound_worker_uid, bound_worker_revision = excluded.bound_worker_revision,
@@ -273,7 +277,7 @@ RETURNING *;
 -- a fresh TTL. The unique indexes refuse it if it would displace a live holder.
 UPDATE worker_endpoint_origin_reservations
 SET status = CASE WHEN bound_worker_uid IS NULL THEN 'prepared' ELSE 'bound' END,
-    expires_at = db_now() + make_interval(secs => ttl_seconds), revision = revision + 1, updated_at = db_now()
+    expires_at = (SELECT db_now()) + make_interval(secs => ttl_seconds), revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND id = @id AND host_minted
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'
   AND status = 'expired' AND endpoint_uid IS NULL

@@ -46,7 +46,7 @@ UPDATE workers
 SET generation = @generation, revision = revision + 1, modules = @modules, main_module = @main_module,
     compatibility_date = @compatibility_date, settings = @settings, required_sensitive_vars = @required_sensitive_vars,
     runtime_input_reference = sqlc.narg('runtime_input_reference'), status = @status, operation_id = @operation_id,
-    updated_at = db_now(), deleted_at = CASE WHEN @status::text = 'deleted' THEN db_now() END
+    updated_at = (SELECT db_now()), deleted_at = CASE WHEN @status::text = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
@@ -97,18 +97,18 @@ FOR UPDATE OF e;
 -- name: EndpointSetStatus :one
 -- Compare-and-swap on revision.
 UPDATE worker_endpoints
-SET status = @status, revision = revision + 1, operation_id = @operation_id, updated_at = db_now(),
-    deleted_at = CASE WHEN @status::text = 'deleted' THEN db_now() END
+SET status = @status, revision = revision + 1, operation_id = @operation_id, updated_at = (SELECT db_now()),
+    deleted_at = CASE WHEN @status::text = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
 -- name: ResourceAbandonCreate :execrows
 -- A create that never committed never existed: its row leaves every uniqueness constraint.
-UPDATE workers SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
+UPDATE workers SET status = 'deleted', updated_at = (SELECT db_now()), deleted_at = (SELECT db_now())
 WHERE uid = @uid AND status = 'creating';
 
 -- name: EndpointAbandonCreate :execrows
-UPDATE worker_endpoints SET status = 'deleted', updated_at = db_now(), deleted_at = db_now()
+UPDATE worker_endpoints SET status = 'deleted', updated_at = (SELECT db_now()), deleted_at = (SELECT db_now())
 WHERE uid = @uid AND status = 'creating';
 
 -- name: DeploymentInsert :one
@@ -125,12 +125,12 @@ WHERE resource_uid = @resource_uid AND status IN ('pending', 'active', 'deleting
 ORDER BY created_at, id;
 
 -- name: DeploymentSetStatus :execrows
-UPDATE deployments SET status = @status, updated_at = db_now()
+UPDATE deployments SET status = @status, updated_at = (SELECT db_now())
 WHERE id = @id AND status = ANY (@from_statuses::text[]);
 
 -- name: DeploymentSupersede :exec
 -- A newer generation replaced the native object in place: older deployments are gone.
-UPDATE deployments SET status = 'deleted', updated_at = db_now()
+UPDATE deployments SET status = 'deleted', updated_at = (SELECT db_now())
 WHERE resource_uid = @resource_uid AND id <> @id AND status IN ('pending', 'active');
 
 -- name: DeploymentActivePlacement :one
@@ -165,17 +165,17 @@ VALUES (@id, @operation_id, @deployment_id, @action, @status);
 
 -- name: EffectSetStatus :execrows
 -- Compare-and-swap on the effect's status.
-UPDATE backend_effects SET status = @status, detail = sqlc.narg('detail'), updated_at = db_now()
+UPDATE backend_effects SET status = @status, detail = sqlc.narg('detail'), updated_at = (SELECT db_now())
 WHERE id = @id AND status = ANY (@from_statuses::text[]);
 
 -- name: AttestationOpen :exec
 INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id, opened_at)
-VALUES (@uid, @organization_id, @resource_kind, 'open', @operation_id, db_now())
+VALUES (@uid, @organization_id, @resource_kind, 'open', @operation_id, (SELECT db_now()))
 ON CONFLICT (uid) DO UPDATE SET operation_id = excluded.operation_id
 WHERE deletion_attestations.status = 'open';
 
 -- name: AttestationClose :exec
-UPDATE deletion_attestations SET status = 'closed', closed_at = db_now()
+UPDATE deletion_attestations SET status = 'closed', closed_at = (SELECT db_now())
 WHERE uid = @uid AND status = 'open';
 
 -- name: AttestationGet :one

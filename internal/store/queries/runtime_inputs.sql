@@ -2,9 +2,9 @@
 -- Lazy expiry (SPEC 3.5) on the write path: prepared rows expire after an hour, claims after
 -- fifteen minutes. An expired row keeps only value-free identity.
 UPDATE runtime_input_preparations
-SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = db_now()
+SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND operation_id = @operation_id
-  AND ((status = 'prepared' AND expires_at <= db_now()) OR (status = 'claimed' AND claim_expires_at <= db_now()));
+  AND ((status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now())));
 
 -- name: PreparationInsert :exec
 INSERT INTO runtime_input_preparations (
@@ -15,14 +15,14 @@ INSERT INTO runtime_input_preparations (
 VALUES (@organization_id, @operation_id, @preparation_id, @reference, @material_set_nonce, @material_set_id,
         @space, @worker_name, @bundle_name, @endpoint_name, @origin_reservation_id, @canonical_public_origin,
         @binding_names, @sealing_key_id, @sealing_nonce, @ciphertext, @material_digest, @digest_key_id, 'prepared',
-        db_now() + interval '1 hour', db_now(), db_now());
+        (SELECT db_now()) + interval '1 hour', (SELECT db_now()), (SELECT db_now()));
 
 -- name: PreparationGet :one
 -- A preparation as reads see it: its status as of database time, computed, not written. By
 -- operation id, by preparation id, or by reference, within one organization.
 SELECT organization_id, operation_id, preparation_id, reference, material_set_nonce, material_set_id, space, worker_name,
        bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names,
-       (CASE WHEN (status = 'prepared' AND expires_at <= db_now()) OR (status = 'claimed' AND claim_expires_at <= db_now())
+       (CASE WHEN (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()))
              THEN 'expired' ELSE status END)::text AS status,
        epoch, expires_at, claim_expires_at, worker_uid, worker_revision, digest_key_id, material_digest, failure
 FROM runtime_input_preparations
@@ -42,7 +42,7 @@ FOR UPDATE;
 -- name: PreparationAbort :execrows
 -- prepared | claimed -> aborted: revokes an undispatched handoff and drops the ciphertext.
 UPDATE runtime_input_preparations
-SET status = 'aborted', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = db_now()
+SET status = 'aborted', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND operation_id = @operation_id AND status IN ('prepared', 'claimed');
 
 -- name: PreparationAcquire :one
@@ -55,17 +55,17 @@ UPDATE runtime_input_preparations p
 SET status = 'claimed', epoch = p.epoch + 1, claim_operation_id = @claim_operation_id,
     worker_uid = @worker_uid, worker_revision = @worker_revision, reservation_revision = r.revision,
     offering_id = r.offering_id, offering_digest = r.offering_digest, pack = r.pack, installation = r.installation,
-    native_name = @native_name, claimed_at = coalesce(p.claimed_at, db_now()),
-    claim_expires_at = coalesce(p.claim_expires_at, db_now() + interval '15 minutes'), updated_at = db_now()
+    native_name = @native_name, claimed_at = coalesce(p.claimed_at, (SELECT db_now())),
+    claim_expires_at = coalesce(p.claim_expires_at, (SELECT db_now()) + interval '15 minutes'), updated_at = (SELECT db_now())
 FROM worker_endpoint_origin_reservations r
 WHERE p.organization_id = @organization_id AND p.operation_id = @operation_id
   AND p.epoch = @epoch AND p.reference = @reference
-  AND ((p.status = 'prepared' AND p.expires_at > db_now())
-       OR (p.status = 'claimed' AND p.worker_uid = @worker_uid AND p.claim_expires_at > db_now()))
+  AND ((p.status = 'prepared' AND p.expires_at > (SELECT db_now()))
+       OR (p.status = 'claimed' AND p.worker_uid = @worker_uid AND p.claim_expires_at > (SELECT db_now())))
   AND p.space = @space AND p.worker_name = @worker_name
   AND r.organization_id = p.organization_id AND r.id = p.origin_reservation_id
   AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-  AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid) IN ('bound', 'activated')
+  AND reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) IN ('bound', 'activated')
   AND r.bound_worker_uid = @worker_uid
   AND r.canonical_origin = p.canonical_public_origin AND r.space = p.space AND r.worker_name = p.worker_name
   -- The worker must stand at the claimed revision (live, or being created by this very
@@ -91,10 +91,10 @@ FOR UPDATE;
 -- before the backend request (SPEC 3.5).
 UPDATE runtime_input_preparations p
 SET status = 'dispatched', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL,
-    dispatched_at = db_now(), updated_at = db_now()
+    dispatched_at = (SELECT db_now()), updated_at = (SELECT db_now())
 FROM workers w, worker_endpoint_origin_reservations r
 WHERE p.organization_id = @organization_id AND p.operation_id = @operation_id
-  AND p.status = 'claimed' AND p.epoch = @epoch AND p.claim_expires_at > db_now()
+  AND p.status = 'claimed' AND p.epoch = @epoch AND p.claim_expires_at > (SELECT db_now())
   AND w.uid = p.worker_uid AND w.revision = p.worker_revision
   AND (w.status = 'live' OR (w.status = 'creating' AND w.operation_id = p.claim_operation_id))
   AND w.offering_id = p.offering_id AND w.offering_digest = p.offering_digest
@@ -109,7 +109,7 @@ RETURNING p.epoch;
 -- dispatched -> settled, only when the backend's answer to the challenge matches the digest
 -- stored at sealing.
 UPDATE runtime_input_preparations
-SET status = 'settled', epoch = epoch + 1, settled_at = db_now(), updated_at = db_now()
+SET status = 'settled', epoch = epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND operation_id = @operation_id
   AND status = 'dispatched' AND epoch = @epoch AND material_digest = @readback_digest
 RETURNING epoch;
@@ -118,7 +118,7 @@ RETURNING epoch;
 -- Fails closed: the row keeps only value-free identity and can never be claimed again.
 UPDATE runtime_input_preparations
 SET status = 'failed', epoch = epoch + 1, failure = @failure, sealing_key_id = NULL, sealing_nonce = NULL,
-    ciphertext = NULL, updated_at = db_now()
+    ciphertext = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND operation_id = @operation_id
   AND status IN ('prepared', 'claimed', 'dispatched');
 
@@ -132,11 +132,11 @@ WHERE claim_operation_id = @claim_operation_id AND status = 'dispatched';
 -- name: PreparationClaimsOnWorker :many
 -- Unexpired claims on a worker: its deletion waits for them.
 SELECT operation_id FROM runtime_input_preparations
-WHERE worker_uid = @worker_uid AND status = 'claimed' AND claim_expires_at > db_now();
+WHERE worker_uid = @worker_uid AND status = 'claimed' AND claim_expires_at > (SELECT db_now());
 
 -- name: PreparationSweepAll :execrows
 -- The janitor's expiry of every preparation past its window, so that no ciphertext outlives it
 -- even when nothing touches the row again.
 UPDATE runtime_input_preparations
-SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = db_now()
-WHERE (status = 'prepared' AND expires_at <= db_now()) OR (status = 'claimed' AND claim_expires_at <= db_now());
+SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
+WHERE (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()));

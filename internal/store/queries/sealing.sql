@@ -25,7 +25,7 @@ WITH demoted AS (
     FROM (SELECT id, created_at FROM sealing_keys WHERE status = 'previous'
           UNION SELECT id, created_at FROM demoted) k
 ), retired AS (
-    UPDATE sealing_keys s SET status = 'retired', wrapped_key = NULL, retired_at = db_now()
+    UPDATE sealing_keys s SET status = 'retired', wrapped_key = NULL, retired_at = (SELECT db_now())
     FROM ranked WHERE s.id = ranked.id AND ranked.n > @max_previous::integer
     RETURNING s.id
 ), inserted AS (

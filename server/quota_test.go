@@ -225,7 +225,18 @@ func (h *harness) tryAt(base string, r req) (reply, error) {
 // them through another Host replica on the same database, pass exactly up to the ceiling.
 func TestQuotaHoldsUnderConcurrentCreatesOnTwoReplicas(t *testing.T) {
 	t.Parallel()
-	const ceiling, racers = 4, 12
+	testQuotaRace(t, 4, 12)
+}
+
+// TestQuotaHoldsWhenCreatesRaceFromFarBelowTheCeiling: creates far below the ceiling take slots of
+// their own and pass side by side; the race runs on into the ceiling, where the count becomes
+// exact, and exactly the ceiling passes.
+func TestQuotaHoldsWhenCreatesRaceFromFarBelowTheCeiling(t *testing.T) {
+	t.Parallel()
+	testQuotaRace(t, 40, 64)
+}
+
+func testQuotaRace(t *testing.T, ceiling, racers int) {
 	cat := quotaCatalog(fmt.Sprintf(`{"reservations": %d, "workers": 1}`, ceiling), "")
 	h := setup(t, cat)
 	urls := []string{h.url, h.replica(cat)}

@@ -132,22 +132,19 @@ func lock(ctx context.Context, tx dbsqlc.DBTX, org string, rs []Resource) ([]dbs
 	return rows, nil
 }
 
-// Check is the quota step of a create of one r, in one statement: it locks the organization's row
-// for r (at once when Hold took it), counts what the organization holds of r after the lock was
-// granted, and refuses with quota_exceeded, naming the ceiling, its value and the count, when one
-// more would pass the ceiling. The caller inserts in the same transaction; a refusal ends it, so
-// nothing of the create is left.
+// Check is the quota step of a create of one r, in one statement: it takes one of the
+// organization's slots of r (all of them when the count comes near the ceiling, so that the count
+// is then exact), counts what the organization holds of r once they are granted, and refuses with
+// quota_exceeded, naming the ceiling, its value and the count, when one more would pass the
+// ceiling. Creates far below the ceiling take different slots and do not wait for each other. The
+// caller inserts in the same transaction; a refusal ends it, so nothing of the create is left.
 func Check(ctx context.Context, tx dbsqlc.DBTX, defaults Ceilings, org string, r Resource) error {
-	row, err := dbsqlc.New(tx).QuotaCheck(ctx, dbsqlc.QuotaCheckParams{OrganizationID: org, Resource: string(r)})
+	row, err := dbsqlc.New(tx).QuotaCheck(ctx, dbsqlc.QuotaCheckParams{OrganizationID: org, Resource: string(r), DefaultCeiling: int32(defaults.Of(r))})
 	if err != nil {
 		return fmt.Errorf("quota: check: %w", err)
 	}
-	ceiling := defaults.Of(r)
-	if row.Overridden {
-		ceiling = int(row.Ceiling)
-	}
-	if row.Used >= int64(ceiling) {
-		return Exceeded(r, ceiling, row.Used)
+	if row.Used >= int64(row.Ceiling) {
+		return Exceeded(r, int(row.Ceiling), row.Used)
 	}
 	return nil
 }

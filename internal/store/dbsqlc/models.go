@@ -125,6 +125,12 @@ type OrganizationQuota struct {
 	UpdatedAt      time.Time
 }
 
+type OrganizationQuotaSlot struct {
+	OrganizationID string
+	Resource       string
+	Slot           int16
+}
+
 type OwnershipBinding struct {
 	OrganizationID string
 	Kind           string

@@ -11,12 +11,13 @@ import (
 
 const quotaCheck = `-- name: QuotaCheck :one
 SELECT c.overridden::boolean AS overridden, c.ceiling::integer AS ceiling, c.used::bigint AS used
-FROM quota_check($1::text, $2::text, (SELECT db_now())) AS c
+FROM quota_check($1::text, $2::text, (SELECT db_now()), $3::integer) AS c
 `
 
 type QuotaCheckParams struct {
 	OrganizationID string
 	Resource       string
+	DefaultCeiling int32
 }
 
 type QuotaCheckRow struct {
@@ -26,11 +27,11 @@ type QuotaCheckRow struct {
 }
 
 // The quota step of a create of one resource in one round trip (the quota_check function of
-// migration 7): the organization's row of the resource locked for the rest of the transaction,
-// its override (null: the catalog's default), and what the organization holds of it, counted
-// after the lock was granted.
+// migration 9): one of the organization's slots of the resource taken for the rest of the
+// transaction (all of them near the ceiling), its override (null: the catalog's default, given),
+// and what the organization holds of it, counted once the slots were granted.
 func (q *Queries) QuotaCheck(ctx context.Context, arg QuotaCheckParams) (QuotaCheckRow, error) {
-	row := q.db.QueryRow(ctx, quotaCheck, arg.OrganizationID, arg.Resource)
+	row := q.db.QueryRow(ctx, quotaCheck, arg.OrganizationID, arg.Resource, arg.DefaultCeiling)
 	var i QuotaCheckRow
 	err := row.Scan(&i.Overridden, &i.Ceiling, &i.Used)
 	return i, err

@@ -7,11 +7,11 @@ FROM quota_lock(@organization_id::text, @resources::text[]) AS l;
 
 -- name: QuotaCheck :one
 -- The quota step of a create of one resource in one round trip (the quota_check function of
--- migration 7): the organization's row of the resource locked for the rest of the transaction,
--- its override (null: the catalog's default), and what the organization holds of it, counted
--- after the lock was granted.
+-- migration 9): one of the organization's slots of the resource taken for the rest of the
+-- transaction (all of them near the ceiling), its override (null: the catalog's default, given),
+-- and what the organization holds of it, counted once the slots were granted.
 SELECT c.overridden::boolean AS overridden, c.ceiling::integer AS ceiling, c.used::bigint AS used
-FROM quota_check(@organization_id::text, @resource::text, (SELECT db_now())) AS c;
+FROM quota_check(@organization_id::text, @resource::text, (SELECT db_now()), @default_ceiling::integer) AS c;
 
 -- name: QuotaUsage :one
 -- What the organization holds of each resource a ceiling bounds, as of database time: workers and

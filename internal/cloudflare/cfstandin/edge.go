@@ -8,19 +8,17 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 )
 
-// DispatchProbeHeader asks the wfp-managed dispatch path to look the hostname's route up and
+// DispatchProbeHeader asks the wfp-managed dispatch worker to look the hostname's route up and
 // answer what it found, without dispatching (no user code runs): SPEC 8's Ready witness.
-const DispatchProbeHeader = "Takoform-Dispatch-Probe"
+const DispatchProbeHeader = dispatch.ProbeHeader
 
 // RouteEntry is the value of a routing KV entry of a wfp-managed installation (SPEC 8), keyed by
 // hostname.
-type RouteEntry struct {
-	ScriptName  string `json:"scriptName"`
-	EndpointUID string `json:"endpointUid"`
-	CPUMs       int    `json:"cpuMs,omitempty"`
-}
+type RouteEntry = dispatch.RouteEntry
 
 // serveEdge routes a request by its Host as Cloudflare's edge would for this account:
 // `<script>.<accountSubdomain>.workers.dev` reaches an account script whose workers.dev route is
@@ -45,37 +43,73 @@ func (s *Server) serveEdge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if base != "" && strings.HasSuffix(host, "."+base) {
-		s.dispatch(w, r, host)
+		s.dispatch(w, r)
 		return
 	}
 	http.Error(w, "no worker is routed to "+host, http.StatusNotFound)
 }
 
-// dispatch is what SPEC 8's dispatch worker does for a base-domain hostname.
-func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, host string) {
+// dispatch hands a base-domain request to the product's own dispatch worker (package dispatch),
+// running in workerd with its routing KV namespace served from the edge's view of KV (so stale
+// for KVStale) and its dispatch namespace from this stand-in's scripts: what the stand-in proves
+// on the base domain is the real dispatch worker's routing.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	if s.dispatcher == nil {
+		problem(w, http.StatusServiceUnavailable, "no_runtime", "the stand-in runs no workerd, so the dispatch worker does not answer")
+		return
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	target := &url.URL{Scheme: "http", Host: s.dispatcher.Addr()}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = pr.In.Host
+			pr.Out.Header.Set("X-Forwarded-Proto", scheme)
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			problem(w, http.StatusBadGateway, "dispatch_unreachable", "the dispatch worker did not answer")
+		},
+	}
+	rp.ServeHTTP(w, r)
+}
+
+// serveRoutesKV answers the dispatch worker's ROUTES binding (workerd's KV protocol: GET /<key>)
+// from the routing KV namespace as the edge sees it.
+func (s *Server) serveRoutesKV(w http.ResponseWriter, r *http.Request) {
+	key, err := url.PathUnescape(strings.TrimPrefix(r.URL.EscapedPath(), "/"))
+	if err != nil || r.Method != http.MethodGet {
+		http.Error(w, "the routing namespace is read-only here", http.StatusMethodNotAllowed)
+		return
+	}
 	s.mu.Lock()
-	raw, ok := s.edgeKV(s.cfg.RoutingKVNamespace, host)
+	value, ok := s.edgeKV(s.cfg.RoutingKVNamespace, key)
+	s.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = w.Write(value)
+}
+
+// serveNamespace runs the script the dispatch worker's DISPATCHER stub names; an unknown one is
+// answered with the header the stub turns into "Worker not found".
+func (s *Server) serveNamespace(w http.ResponseWriter, r *http.Request) {
+	name := r.Header.Get(dispatch.ScriptHeader)
+	r.Header.Del(dispatch.ScriptHeader)
+	r.Header.Del(dispatch.CPUMsHeader)
+	s.mu.Lock()
 	ns := s.cfg.RoutingDispatchNamespace
 	s.mu.Unlock()
-	var entry RouteEntry
-	if ok && (json.Unmarshal(raw, &entry) != nil || entry.ScriptName == "") {
-		ok = false
-	}
-	if !ok {
-		problem(w, http.StatusNotFound, "no_route", "no worker is routed to "+host)
+	sc, found := s.NamespaceScript(ns, name)
+	if name == "" || !found {
+		w.Header().Set(dispatch.UnknownHeader, "1")
+		w.WriteHeader(http.StatusNotFound)
 		return
 	}
-	if r.Header.Get(DispatchProbeHeader) != "" {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"hostname": host, "endpointUid": entry.EndpointUID, "scriptName": entry.ScriptName})
-		return
-	}
-	sc, found := s.NamespaceScript(ns, entry.ScriptName)
-	if !found {
-		problem(w, http.StatusNotFound, "no_route", "Worker not found: "+entry.ScriptName)
-		return
-	}
-	s.proxy(w, r, scriptKey{ns, entry.ScriptName}, sc.Current.ID)
+	s.proxy(w, r, scriptKey{ns, name}, sc.Current.ID)
 }
 
 // serveService answers the internal listener that service bindings reach: the header names the
@@ -116,6 +150,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, key scriptKey, ve
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
+	} else if key.Namespace != "" && r.Header.Get("X-Forwarded-Proto") == "https" {
+		scheme = "https" // dispatched: the edge in front of the dispatch worker said so
 	}
 	target := &url.URL{Scheme: "http", Host: addr}
 	rp := &httputil.ReverseProxy{

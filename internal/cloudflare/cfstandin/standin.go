@@ -14,8 +14,10 @@
 // Uploaded scripts really run: every upload is started in workerd before it is accepted (a script
 // that does not start is refused with Cloudflare's validation error and workerd's message), and the
 // stand-in's edge serves `<script>.<accountSubdomain>.workers.dev` for scripts whose workers.dev
-// route is enabled and `<label>.<baseDomain>` through the routing KV namespace and the dispatch
-// namespace, as the `wfp-managed` dispatch worker does. The edge answers plain HTTP and TLS (with a
+// route is enabled and `<label>.<baseDomain>` through the product's own `wfp-managed` dispatch
+// worker (package dispatch), run in workerd with its routing KV binding served from the edge's
+// (possibly stale) view of the routing namespace and its dispatch-namespace binding shimmed onto
+// the stand-in's namespace scripts. The edge answers plain HTTP and TLS (with a
 // certificate from the stand-in's own CA) on one address: tests resolve worker hostnames to it with
 // EdgeClient's dialer.
 //
@@ -33,6 +35,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 )
 
 // Config describes the one account the stand-in serves.
@@ -117,9 +121,12 @@ type Server struct {
 
 	runner *runner
 	ca     *edgeCA
+	// dispatcher is the wfp-managed dispatch worker the base domain reaches (nil without workerd
+	// or a base domain).
+	dispatcher *dispatch.Workerd
 
-	apiLn, edgeLn, serviceLn net.Listener
-	apiSrv, edgeSrv, svcSrv  *http.Server
+	apiLn, edgeLn, serviceLn, routesLn, namespaceLn  net.Listener
+	apiSrv, edgeSrv, svcSrv, routesSrv, namespaceSrv *http.Server
 }
 
 // Request is one API request as the stand-in saw it (for tests: which calls were made, in which
@@ -179,13 +186,38 @@ func Listen(cfg Config, apiAddr, edgeAddr string) (*Server, error) {
 		return nil, fmt.Errorf("cfstandin: listen for service bindings: %w", err)
 	}
 	s.runner = newRunner(cfg.Workerd, s.serviceLn.Addr().String())
+	if s.routesLn, err = lc.Listen(context.Background(), "tcp", "127.0.0.1:0"); err != nil {
+		_ = s.apiLn.Close()
+		_ = s.edgeLn.Close()
+		_ = s.serviceLn.Close()
+		return nil, fmt.Errorf("cfstandin: listen for the dispatch worker's KV: %w", err)
+	}
+	if s.namespaceLn, err = lc.Listen(context.Background(), "tcp", "127.0.0.1:0"); err != nil {
+		_ = s.apiLn.Close()
+		_ = s.edgeLn.Close()
+		_ = s.serviceLn.Close()
+		_ = s.routesLn.Close()
+		return nil, fmt.Errorf("cfstandin: listen for the dispatch namespace: %w", err)
+	}
 
 	s.apiSrv = &http.Server{Handler: s.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
 	s.edgeSrv = &http.Server{Handler: http.HandlerFunc(s.serveEdge), ReadHeaderTimeout: 10 * time.Second}
 	s.svcSrv = &http.Server{Handler: http.HandlerFunc(s.serveService), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.apiSrv.Serve(s.apiLn) }()
 	go func() { _ = s.edgeSrv.Serve(newSniffListener(s.edgeLn, s.ca.serverConfig())) }()
+	s.routesSrv = &http.Server{Handler: http.HandlerFunc(s.serveRoutesKV), ReadHeaderTimeout: 10 * time.Second}
+	s.namespaceSrv = &http.Server{Handler: http.HandlerFunc(s.serveNamespace), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.svcSrv.Serve(s.serviceLn) }()
+	go func() { _ = s.routesSrv.Serve(s.routesLn) }()
+	go func() { _ = s.namespaceSrv.Serve(s.namespaceLn) }()
+	if cfg.Workerd != "" && cfg.BaseDomain != "" {
+		d, err := dispatch.StartWorkerd(cfg.Workerd, s.routesLn.Addr().String(), s.namespaceLn.Addr().String(), dispatch.MinCacheTTL)
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("cfstandin: start the dispatch worker: %w", err)
+		}
+		s.dispatcher = d
+	}
 	return s, nil
 }
 
@@ -193,12 +225,15 @@ func Listen(cfg Config, apiAddr, edgeAddr string) (*Server, error) {
 func (s *Server) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	for _, srv := range []*http.Server{s.apiSrv, s.edgeSrv, s.svcSrv} {
+	for _, srv := range []*http.Server{s.apiSrv, s.edgeSrv, s.svcSrv, s.routesSrv, s.namespaceSrv} {
 		if err := srv.Shutdown(ctx); err != nil {
 			_ = srv.Close()
 		}
 	}
 	s.runner.closeAll()
+	if s.dispatcher != nil {
+		s.dispatcher.Close()
+	}
 	return nil
 }
 

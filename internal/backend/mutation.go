@@ -25,6 +25,21 @@ var ErrUnreachable = errors.New("the backend is unreachable")
 // write never moves a script from one worker to another, whatever its generation.
 var ErrScriptHeld = errors.New("the backend holds this script name for another worker")
 
+// ErrMisconfigured means the backend refused the installation's configuration or credentials (a
+// Cloudflare token without the permissions, or none): no retry helps until an operator fixes it.
+// Its message names the installation, never a credential.
+var ErrMisconfigured = errors.New("the backend installation is misconfigured")
+
+// ErrPlacementDrift means the backend is not where the catalog says (a Cloudflare account whose
+// workers.dev subdomain differs from the installation's accountSubdomain).
+var ErrPlacementDrift = errors.New("the backend is not where the catalog places it")
+
+// RefusedError is code the backend refused to run (Cloudflare's 10006, 10021, 10027: syntax, size,
+// compatibility), with the backend's own message. A retry of the same code would only repeat it.
+type RefusedError struct{ Message string }
+
+func (e *RefusedError) Error() string { return "the backend refused the script: " + e.Message }
+
 // Native kinds a backend holds.
 const (
 	NativeWorker = "worker"
@@ -120,18 +135,40 @@ type Registry struct {
 	made map[string]Mutator
 }
 
+// Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
+// for some kinds only says so (a Supports method), and the Host answers not_implemented for the
+// others before it plans anything.
+func Supports(m Mutator, kind string) bool {
+	for {
+		if s, ok := m.(interface{ Supports(string) bool }); ok {
+			return s.Supports(kind)
+		}
+		u, ok := m.(interface{ Unwrap() Mutator })
+		if !ok {
+			return true
+		}
+		m = u.Unwrap()
+	}
+}
+
 // Mutator returns the mutator of inst.
 func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
-	if inst.Pack != catalog.PackSelfhost {
+	if inst.Pack != catalog.PackSelfhost && inst.Pack != catalog.PackWorkersDev {
 		return nil, fmt.Errorf("%w (pack %s)", ErrNotImplemented, inst.Pack)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := inst.Name + "\x00" + inst.RuntimeURL + "\x00" + inst.RuntimeTokenFile + "\x00" + inst.RuntimeCAFile + "\x00" + inst.RuntimeClientCertFile + "\x00" + inst.RuntimeClientKeyFile
+	key := inst.Name + "\x00" + inst.RuntimeURL + "\x00" + inst.RuntimeTokenFile + "\x00" + inst.RuntimeCAFile + "\x00" + inst.RuntimeClientCertFile + "\x00" + inst.RuntimeClientKeyFile +
+		"\x00" + inst.AccountID + "\x00" + inst.APITokenFile + "\x00" + inst.APIBaseURL + "\x00" + inst.AccountSubdomain
 	if m, ok := r.made[key]; ok {
 		return m, nil
 	}
-	var m Mutator = newRuntimeNode(inst)
+	var m Mutator
+	if inst.Pack == catalog.PackWorkersDev {
+		m = newWorkersDevAccount(inst)
+	} else {
+		m = newRuntimeNode(inst)
+	}
 	if r.Wrap != nil {
 		m = r.Wrap(m)
 	}

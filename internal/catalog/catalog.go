@@ -50,6 +50,12 @@ type Installation struct {
 	RuntimeCAFile         string `json:"runtimeCaFile,omitempty"`
 	RuntimeClientCertFile string `json:"runtimeClientCertFile,omitempty"`
 	RuntimeClientKeyFile  string `json:"runtimeClientKeyFile,omitempty"`
+	// Cloudflare packs (SPEC 8): the account, the file holding its API token (0600, in a 0700
+	// directory), and the API's base URL (default Cloudflare's; tests and Cloudflare-compatible
+	// gateways set it).
+	AccountID    string `json:"accountId,omitempty"`
+	APITokenFile string `json:"apiTokenFile,omitempty"`
+	APIBaseURL   string `json:"apiBaseUrl,omitempty"`
 	// workers-dev
 	AccountSubdomain string `json:"accountSubdomain,omitempty"`
 	// wfp-managed
@@ -328,7 +334,7 @@ func validateInstallation(inst *Installation) error {
 		if inst.Scheme != "http" && inst.Scheme != "https" {
 			return fmt.Errorf("scheme must be http or https")
 		}
-		if inst.AccountSubdomain != "" || inst.BaseDomain != "" {
+		if inst.AccountSubdomain != "" || inst.BaseDomain != "" || inst.AccountID != "" || inst.APITokenFile != "" || inst.APIBaseURL != "" {
 			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl and runtimeTokenFile only")
 		}
 	case PackWorkersDev:
@@ -336,17 +342,66 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("workers-dev needs accountSubdomain, one lowercase DNS label")
 		}
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.BaseDomain != "" {
-			return fmt.Errorf("workers-dev takes accountSubdomain only")
+			return fmt.Errorf("workers-dev takes accountSubdomain only, with accountId, apiTokenFile and apiBaseUrl")
+		}
+		if err := validateCloudflareAPI(inst); err != nil {
+			return err
 		}
 	case PackWFPManaged:
 		if !dnsName.MatchString(inst.BaseDomain) || !strings.Contains(inst.BaseDomain, ".") {
 			return fmt.Errorf("wfp-managed needs baseDomain, a lowercase DNS name")
 		}
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.AccountSubdomain != "" {
-			return fmt.Errorf("wfp-managed takes baseDomain only")
+			return fmt.Errorf("wfp-managed takes baseDomain only, with accountId, apiTokenFile and apiBaseUrl")
+		}
+		if err := validateCloudflareAPI(inst); err != nil {
+			return err
 		}
 	default:
 		return fmt.Errorf("pack must be one of %s, %s, %s", PackSelfhost, PackWorkersDev, PackWFPManaged)
+	}
+	return nil
+}
+
+// HasCloudflareAPI reports whether a Cloudflare installation names its account and API token.
+func (inst Installation) HasCloudflareAPI() bool {
+	return inst.AccountID != "" || inst.APITokenFile != ""
+}
+
+var accountID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validateCloudflareAPI checks how the Host reaches Cloudflare's API for a Cloudflare installation
+// (SPEC 8): accountId, apiTokenFile and an optional apiBaseUrl, which, like runtimeUrl, may be
+// http:// only to loopback (the token travels in every request). The token file is checked
+// (a regular 0600 file) but not read: the Host reads it when it first calls the API. An
+// installation with none of them derives names and origins only; its mutations answer
+// backend_misconfigured.
+func validateCloudflareAPI(inst *Installation) error {
+	if !inst.HasCloudflareAPI() && inst.APIBaseURL == "" {
+		return nil
+	}
+	if !accountID.MatchString(inst.AccountID) {
+		return fmt.Errorf("accountId must be the Cloudflare account's identifier")
+	}
+	if inst.APITokenFile == "" {
+		return fmt.Errorf("apiTokenFile must name the file holding the API token")
+	}
+	info, err := os.Lstat(inst.APITokenFile)
+	if err != nil {
+		return fmt.Errorf("apiTokenFile: %w", err)
+	}
+	if !info.Mode().IsRegular() || info.Mode().Perm() != 0o600 {
+		return fmt.Errorf("apiTokenFile %s must be a regular file of mode 0600 (it is %s)", inst.APITokenFile, info.Mode())
+	}
+	if inst.APIBaseURL == "" {
+		return nil
+	}
+	u, err := url.Parse(inst.APIBaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("apiBaseUrl %q must be an http:// or https:// base URL", inst.APIBaseURL)
+	}
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		return fmt.Errorf("apiBaseUrl %q is http:// to a host that is not loopback: the API token would cross the network in clear", inst.APIBaseURL)
 	}
 	return nil
 }
@@ -410,20 +465,26 @@ func loopbackHost(host string) bool {
 // they say how the Host proves who it talks to, not where workers run, and rotating a certificate
 // or moving its file must not make every worker placed on the node drift.
 func digest(o Offering, inst Installation) string {
+	installation := canonjson.Object{
+		{Key: "name", Value: inst.Name},
+		{Key: "pack", Value: inst.Pack},
+		{Key: "endpointSuffix", Value: inst.EndpointSuffix},
+		{Key: "edgeListen", Value: inst.EdgeListen},
+		{Key: "scheme", Value: inst.Scheme},
+		{Key: "runtimeUrl", Value: inst.RuntimeURL},
+		{Key: "accountSubdomain", Value: inst.AccountSubdomain},
+		{Key: "baseDomain", Value: inst.BaseDomain},
+	}
+	if inst.AccountID != "" {
+		// The Cloudflare account is where the workers run (the API's base URL and token only say
+		// how the Host reaches it). Left out when empty, so that no existing digest moves.
+		installation = append(installation, canonjson.Field{Key: "accountId", Value: inst.AccountID})
+	}
 	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
 		{Key: "format", Value: "takoserver.offering-placement.v1"},
 		{Key: "id", Value: o.ID},
 		{Key: "kind", Value: o.Kind},
-		{Key: "installation", Value: canonjson.Object{
-			{Key: "name", Value: inst.Name},
-			{Key: "pack", Value: inst.Pack},
-			{Key: "endpointSuffix", Value: inst.EndpointSuffix},
-			{Key: "edgeListen", Value: inst.EdgeListen},
-			{Key: "scheme", Value: inst.Scheme},
-			{Key: "runtimeUrl", Value: inst.RuntimeURL},
-			{Key: "accountSubdomain", Value: inst.AccountSubdomain},
-			{Key: "baseDomain", Value: inst.BaseDomain},
-		}},
+		{Key: "installation", Value: installation},
 	}))
 	return hex.EncodeToString(sum[:])
 }

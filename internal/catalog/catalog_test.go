@@ -124,3 +124,43 @@ func TestQuotasAndRatesDefaultAndOverride(t *testing.T) {
 	require.Equal(t, quota.Ceilings{Workers: 3, Endpoints: 100, Reservations: 200, RuntimeInputs: 0}, c.Quotas, "a key left out keeps its default; 0 is a ceiling")
 	require.Equal(t, Rates{PerSecond: 2.5, Burst: 200}, c.Rates)
 }
+
+func TestCloudflareInstallationsNameTheirAccountAndA0600TokenFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "cf-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+	loose := filepath.Join(dir, "loose-token")
+	require.NoError(t, os.WriteFile(loose, []byte("token\n"), 0o644))
+	catalogOf := func(fields string) string {
+		return `{"installations":[{"name":"cf","pack":"workers-dev","accountSubdomain":"acme"` + fields + `}],
+		  "offerings":[{"id":"cf-worker","kind":"module-worker","installation":"cf","soldTo":["*"]}]}`
+	}
+	good := `,"accountId":"0123abcd","apiTokenFile":"` + tokenFile + `","apiBaseUrl":"http://127.0.0.1:9/client/v4/"`
+	c, err := Load(write(t, catalogOf(good)))
+	require.NoError(t, err)
+	inst := c.Installations["cf"]
+	require.Equal(t, "0123abcd", inst.AccountID)
+	require.Equal(t, tokenFile, inst.APITokenFile)
+
+	for name, tc := range map[string]struct{ fields, want string }{
+		"no token file":       {`,"accountId":"0123abcd"`, "apiTokenFile"},
+		"no account":          {`,"apiTokenFile":"` + tokenFile + `"`, "accountId"},
+		"token file 0644":     {`,"accountId":"0123abcd","apiTokenFile":"` + loose + `"`, "mode 0600"},
+		"missing token file":  {`,"accountId":"0123abcd","apiTokenFile":"` + filepath.Join(dir, "nope") + `"`, "apiTokenFile"},
+		"clear text base url": {`,"accountId":"0123abcd","apiTokenFile":"` + tokenFile + `","apiBaseUrl":"http://api.example.com/client/v4/"`, "not loopback"},
+	} {
+		_, err := Load(write(t, catalogOf(tc.fields)))
+		require.ErrorContains(t, err, tc.want, name)
+	}
+
+	// The account is placement: moving it changes the digest; without one (derivation only) the
+	// digest is what it always was.
+	other, err := Load(write(t, catalogOf(`,"accountId":"9999ffff","apiTokenFile":"`+tokenFile+`"`)))
+	require.NoError(t, err)
+	bare, err := Load(write(t, catalogOf("")))
+	require.NoError(t, err)
+	require.NotEqual(t, c.Offerings[0].Digest, other.Offerings[0].Digest)
+	require.NotEqual(t, c.Offerings[0].Digest, bare.Offerings[0].Digest)
+	require.Equal(t, "49206e17", bare.Offerings[0].Digest[:8], "the digest of an installation without accountId is unchanged")
+}

@@ -193,6 +193,9 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 	if err != nil {
 		return ownership.Response{}, err
 	}
+	if !backend.Supports(mut, backend.NativeRoute) {
+		return ownership.Response{}, apierr.New(apierr.NotImplemented, "the %s backend pack cannot create endpoints yet; only derivation is available", inst.Pack)
+	}
 	b, err := backend.For(inst)
 	if err != nil {
 		return ownership.Response{}, err

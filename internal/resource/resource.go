@@ -240,6 +240,9 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 }
 
 func backendFailed(o outcome) error {
+	if err := backendRefusal(o.err); err != nil {
+		return err
+	}
 	if errors.Is(o.err, backend.ErrUnreachable) {
 		return apierr.New(apierr.BackendUnreachable, "the backend could not be reached; apply again to retry")
 	}
@@ -252,6 +255,25 @@ func backendFailed(o outcome) error {
 		detail = "the backend did not make the deployment Ready in time; it keeps trying: apply again"
 	}
 	return apierr.New(apierr.BackendFailed, "%s", detail)
+}
+
+// backendRefusal maps what a backend refused outright (SPEC 8 "Errors"), or nil: credentials or
+// configuration (backend_misconfigured, whose message names the installation and never a
+// credential), code it will not run (deployment_failed, with the backend's own words), a backend
+// that is not where the catalog places it (placement_drift), a kind the pack cannot mutate yet.
+func backendRefusal(err error) error {
+	var refused *backend.RefusedError
+	switch {
+	case errors.Is(err, backend.ErrMisconfigured):
+		return apierr.New(apierr.BackendMisconfigured, "%s", err.Error())
+	case errors.As(err, &refused):
+		return apierr.New(apierr.DeploymentFailed, "the backend refused the code: %s; fix it and apply again (the previous deployment, if any, keeps serving)", refused.Message)
+	case errors.Is(err, backend.ErrPlacementDrift):
+		return apierr.New(apierr.PlacementDrift, "%s", err.Error())
+	case errors.Is(err, backend.ErrNotImplemented):
+		return apierr.New(apierr.NotImplemented, "%s", err.Error())
+	}
+	return nil
 }
 
 func (s *Service) mutator(p Placement) (backend.Mutator, error) {
@@ -324,6 +346,9 @@ func (s *Service) performDeletes(ctx context.Context, m *ownership.Mutation, p P
 			}
 			return nil
 		})
+		if err := backendRefusal(unconfirmed.err); err != nil {
+			return nil, err
+		}
 		code := apierr.BackendFailed
 		if errors.Is(unconfirmed.err, backend.ErrUnreachable) {
 			code = apierr.BackendUnreachable

@@ -1,0 +1,102 @@
+// Package dispatch holds the dispatch worker of a `wfp-managed` installation (SPEC 8): the one
+// script the installation's base-domain route reaches, which looks the hostname up in the routing
+// KV namespace and dispatches to the tenant's script in the dispatch namespace. Its source is part
+// of the product (worker.js, embedded here); `takoserver cloudflare install-dispatch` uploads it.
+//
+// workerd has no dispatch-namespace binding, so tests (and the Cloudflare stand-in) run the worker
+// with a `wrapped` binding in its place (shim.js): WorkerdConfig renders such a config.
+package dispatch
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Source is the dispatch worker's ES module.
+//
+//go:embed worker.js
+var Source []byte
+
+// shimSource is the dispatch-namespace stand-in for workerd.
+//
+//go:embed shim.js
+var shimSource []byte
+
+// The dispatch worker's module and binding names.
+const (
+	MainModule = "worker.js"
+	// CompatibilityDate is the date the worker is written against.
+	CompatibilityDate = "2025-01-01"
+	// RoutesBinding is the routing KV namespace.
+	RoutesBinding = "ROUTES"
+	// DispatcherBinding is the dispatch namespace.
+	DispatcherBinding = "DISPATCHER"
+	// CacheTTLBinding is the plain-text cacheTtl, in seconds, of routing KV reads.
+	CacheTTLBinding = "ROUTE_CACHE_TTL"
+)
+
+// ProbeHeader asks the dispatch worker for the hostname's route without dispatching (SPEC 8's
+// Ready witness on wfp-managed): it answers {hostname, endpointUid} from the lookup alone.
+const ProbeHeader = "Takoform-Dispatch-Probe"
+
+// MinCacheTTL is Cloudflare's smallest cacheTtl for KV reads, in seconds; the worker uses it when
+// ROUTE_CACHE_TTL is missing or smaller.
+const MinCacheTTL = 60
+
+// RouteEntry is the value of a routing KV entry, keyed by hostname.
+type RouteEntry struct {
+	ScriptName  string `json:"scriptName"`
+	EndpointUID string `json:"endpointUid"`
+	CPUMs       int    `json:"cpuMs,omitempty"`
+}
+
+// The headers between the workerd shim and the service that runs the namespace's scripts.
+const (
+	// ScriptHeader names the script a request is dispatched to.
+	ScriptHeader = "Takoform-Dispatch-Script"
+	// CPUMsHeader carries limits.cpuMs, when the dispatch set one.
+	CPUMsHeader = "Takoform-Dispatch-Cpu-Ms"
+	// UnknownHeader, set to "1" on the answer, says the namespace has no such script: the shim's
+	// stub then throws "Worker not found." as Cloudflare's does.
+	UnknownHeader = "Takoform-Dispatch-Unknown"
+)
+
+// WorkerdConfig is a workerd config that serves the dispatch worker on socket "http", with ROUTES
+// backed by the KV service at kvAddr (workerd's KV protocol over HTTP) and DISPATCHER by the shim
+// over the namespace service at namespaceAddr, and a probe socket "ready" (a trivial worker) that
+// answers once workerd has loaded the config. files are written beside config.capnp.
+func WorkerdConfig(kvAddr, namespaceAddr string, cacheTTL int) (files map[string][]byte) {
+	const ready = `export default { fetch() { return new Response("ok"); } };`
+	var b strings.Builder
+	b.WriteString("using Workerd = import \"/workerd/workerd.capnp\";\n\n")
+	b.WriteString("const config :Workerd.Config = (\n")
+	b.WriteString("  services = [\n")
+	b.WriteString("    (name = \"dispatch\", worker = .dispatchWorker),\n")
+	b.WriteString("    (name = \"ready\", worker = (modules = [(name = \"ready.js\", esModule = embed \"ready.js\")], compatibilityDate = \"2024-09-23\")),\n")
+	fmt.Fprintf(&b, "    (name = \"routes-kv\", external = (address = %s, http = ())),\n", strconv.Quote(kvAddr))
+	fmt.Fprintf(&b, "    (name = \"namespace\", external = (address = %s, http = ())),\n", strconv.Quote(namespaceAddr))
+	b.WriteString("  ],\n")
+	b.WriteString("  sockets = [\n")
+	b.WriteString("    (name = \"http\", service = \"dispatch\", http = ()),\n")
+	b.WriteString("    (name = \"ready\", service = \"ready\", http = ()),\n")
+	b.WriteString("  ],\n")
+	b.WriteString("  extensions = [(modules = [(name = \"takoform-dispatch:shim\", internal = true, esModule = embed \"shim.js\")])],\n")
+	b.WriteString(");\n\n")
+	b.WriteString("const dispatchWorker :Workerd.Worker = (\n")
+	fmt.Fprintf(&b, "  modules = [(name = %s, esModule = embed \"worker.js\")],\n", strconv.Quote(MainModule))
+	fmt.Fprintf(&b, "  compatibilityDate = %s,\n", strconv.Quote(CompatibilityDate))
+	b.WriteString("  bindings = [\n")
+	fmt.Fprintf(&b, "    (name = %s, kvNamespace = \"routes-kv\"),\n", strconv.Quote(RoutesBinding))
+	fmt.Fprintf(&b, "    (name = %s, text = %s),\n", strconv.Quote(CacheTTLBinding), strconv.Quote(strconv.Itoa(cacheTTL)))
+	fmt.Fprintf(&b, "    (name = %s, wrapped = (moduleName = \"takoform-dispatch:shim\", innerBindings = [(name = \"NAMESPACE\", service = \"namespace\")])),\n", strconv.Quote(DispatcherBinding))
+	b.WriteString("  ],\n")
+	b.WriteString(");\n")
+	return map[string][]byte{
+		"config.capnp": []byte(b.String()),
+		"worker.js":    Source,
+		"shim.js":      shimSource,
+		"ready.js":     []byte(ready),
+	}
+}

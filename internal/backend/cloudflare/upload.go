@@ -1,0 +1,151 @@
+package cloudflare
+
+import (
+	"bytes"
+	"io"
+	"sort"
+
+	"github.com/cloudflare/cloudflare-go/v6/workers"
+	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
+
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+)
+
+// ModuleContentType is the content type of an ES module part.
+const ModuleContentType = "application/javascript+module"
+
+// Module is one module of a Worker's bundle.
+type Module struct {
+	Name string
+	// ContentType defaults to ModuleContentType.
+	ContentType string
+	Content     []byte
+}
+
+// Upload is one multipart module Worker upload (SPEC 8 "Mutations"): the bundle, its main module
+// and compatibility date, and its bindings. Inherit names bindings kept from the previous version
+// without resending them (`{type: "inherit", name}`), which is how a code change keeps delivered
+// secrets; StrictInherit makes Cloudflare refuse the upload when one cannot be resolved, instead
+// of dropping it.
+type Upload struct {
+	MainModule         string
+	CompatibilityDate  string
+	CompatibilityFlags []string
+	Modules            []Module
+	PlainText          map[string]string
+	Secrets            map[string]sealing.Secret
+	Inherit            []string
+	StrictInherit      bool
+}
+
+// namedPart is a module part as the SDK's multipart encoder reads it: filename and content type.
+type namedPart struct {
+	io.Reader
+	name, contentType string
+}
+
+func (p *namedPart) Filename() string    { return p.name }
+func (p *namedPart) ContentType() string { return p.contentType }
+
+func (u Upload) parts() []io.Reader {
+	parts := make([]io.Reader, 0, len(u.Modules))
+	for _, m := range u.Modules {
+		ct := m.ContentType
+		if ct == "" {
+			ct = ModuleContentType
+		}
+		parts = append(parts, &namedPart{Reader: bytes.NewReader(m.Content), name: m.Name, contentType: ct})
+	}
+	return parts
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// ScriptParams are the SDK parameters of an account script upload (workers-dev). They hold the
+// secrets' plaintext: build them right before the call and never log them.
+func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
+	var p workers.ScriptUpdateParams
+	p.AccountID.Value, p.AccountID.Present = accountID, true
+	if u.StrictInherit {
+		p.BindingsInherit.Value, p.BindingsInherit.Present = workers.ScriptUpdateParamsBindingsInheritStrict, true
+	}
+	m := &p.Metadata.Value
+	p.Metadata.Present = true
+	m.MainModule.Value, m.MainModule.Present = u.MainModule, true
+	m.CompatibilityDate.Value, m.CompatibilityDate.Present = u.CompatibilityDate, true
+	if len(u.CompatibilityFlags) > 0 {
+		m.CompatibilityFlags.Value, m.CompatibilityFlags.Present = u.CompatibilityFlags, true
+	}
+	bindings := []workers.ScriptUpdateParamsMetadataBindingUnion{}
+	for _, name := range sortedKeys(u.PlainText) {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainText
+		b.Name.Value, b.Name.Present = name, true
+		b.Text.Value, b.Text.Present = u.PlainText[name], true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range sortedKeys(u.Secrets) {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
+		b.Name.Value, b.Name.Present = name, true
+		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range u.Inherit {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit
+		b.Name.Value, b.Name.Present = name, true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindInheritTypeInherit, true
+		bindings = append(bindings, b)
+	}
+	m.Bindings.Value, m.Bindings.Present = bindings, true
+	p.Files.Value, p.Files.Present = u.parts(), true
+	return p
+}
+
+// DispatchScriptParams are the SDK parameters of an upload into a dispatch namespace
+// (wfp-managed). Like ScriptParams they hold plaintext.
+func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.DispatchNamespaceScriptUpdateParams {
+	var p workers_for_platforms.DispatchNamespaceScriptUpdateParams
+	p.AccountID.Value, p.AccountID.Present = accountID, true
+	if u.StrictInherit {
+		p.BindingsInherit.Value, p.BindingsInherit.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsBindingsInheritStrict, true
+	}
+	m := &p.Metadata.Value
+	p.Metadata.Present = true
+	m.MainModule.Value, m.MainModule.Present = u.MainModule, true
+	m.CompatibilityDate.Value, m.CompatibilityDate.Present = u.CompatibilityDate, true
+	if len(u.CompatibilityFlags) > 0 {
+		m.CompatibilityFlags.Value, m.CompatibilityFlags.Present = u.CompatibilityFlags, true
+	}
+	bindings := []workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingUnion{}
+	for _, name := range sortedKeys(u.PlainText) {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainText
+		b.Name.Value, b.Name.Present = name, true
+		b.Text.Value, b.Text.Present = u.PlainText[name], true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range sortedKeys(u.Secrets) {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
+		b.Name.Value, b.Name.Present = name, true
+		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range u.Inherit {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit
+		b.Name.Value, b.Name.Present = name, true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindInheritTypeInherit, true
+		bindings = append(bindings, b)
+	}
+	m.Bindings.Value, m.Bindings.Present = bindings, true
+	p.Files.Value, p.Files.Present = u.parts(), true
+	return p
+}

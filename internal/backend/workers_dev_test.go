@@ -1,0 +1,186 @@
+package backend_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/cloudflare/cloudflare-go/v6/workers"
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+)
+
+const (
+	cfAccount   = "0123456789abcdef0123456789abcdef"
+	cfSubdomain = "acme"
+	cfToken     = "cf-test-token-4242424242"
+)
+
+type cfFixture struct {
+	standin *cfstandin.Server
+	mut     backend.Mutator
+	sdk     *cloudflare.Services
+}
+
+func setupWorkersDev(t *testing.T) cfFixture {
+	t.Helper()
+	s, err := cfstandin.New(cfstandin.Config{Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	private := filepath.Join(t.TempDir(), "private")
+	require.NoError(t, safedir.Ensure(private, safedir.Current()))
+	require.NoError(t, safedir.WriteFile(private, "cf-token", []byte(cfToken+"\n"), safedir.Current()))
+	tokenFile := filepath.Join(private, "cf-token")
+	inst := catalog.Installation{Name: "cf", Pack: catalog.PackWorkersDev, AccountSubdomain: cfSubdomain,
+		AccountID: cfAccount, APITokenFile: tokenFile, APIBaseURL: s.BaseURL()}
+	mut, err := (&backend.Registry{}).Mutator(inst)
+	require.NoError(t, err)
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	require.NoError(t, err)
+	return cfFixture{standin: s, mut: mut, sdk: sdk}
+}
+
+// envWorker answers with its marker and the value of API_KEY, if it has one.
+func envWorker(marker string) string {
+	return `export default { fetch(req, env) { return new Response("` + marker + `:" + (env.API_KEY ?? "-")); } };`
+}
+
+func workerDesired(uid uuid.UUID, name, marker string, secrets ...string) backend.Desired {
+	return backend.Desired{Kind: backend.NativeWorker, NativeName: name, DeploymentID: uuid.New(), EffectID: uuid.New(), ResourceUID: uid,
+		Bundle:      &backend.Bundle{Modules: map[string]string{"index.js": envWorker(marker)}, MainModule: "index.js", CompatibilityDate: "2025-01-01"},
+		SecretNames: secrets}
+}
+
+// serve enables the script's workers.dev route (the endpoint's job, not built yet) and fetches it.
+func (f cfFixture) serve(t *testing.T, name string) string {
+	t.Helper()
+	var p workers.ScriptSubdomainNewParams
+	p.AccountID.Value, p.AccountID.Present = cfAccount, true
+	p.Enabled.Value, p.Enabled.Present = true, true
+	_, err := f.sdk.Scripts.Subdomain.New(context.Background(), name, p)
+	require.NoError(t, err)
+	res, err := f.standin.EdgeClient().Get("https://" + name + "." + cfSubdomain + ".workers.dev/")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	return string(body)
+}
+
+// deliver puts a secret on the script as a runtime-input delivery would.
+func (f cfFixture) deliver(t *testing.T, name, secret, value string) {
+	t.Helper()
+	var p workers.ScriptSecretUpdateParams
+	p.AccountID.Value, p.AccountID.Present = cfAccount, true
+	var b workers.ScriptSecretUpdateParamsBodyWorkersBindingKindSecretText
+	b.Name.Value, b.Name.Present = secret, true
+	b.Text.Value, b.Text.Present = value, true
+	b.Type.Value, b.Type.Present = workers.ScriptSecretUpdateParamsBodyWorkersBindingKindSecretTextTypeSecretText, true
+	p.Body = b
+	_, err := f.sdk.Scripts.Secrets.Update(context.Background(), name, p)
+	require.NoError(t, err)
+}
+
+func TestWorkersDevUploadCarriesTheWorkerUIDAndReadsBackItsDeployment(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	ctx := context.Background()
+	uid := uuid.New()
+	d := workerDesired(uid, "api-prod-0123", "v1")
+	obs, err := f.mut.Apply(ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, backend.Observation{Present: true, DeploymentID: d.DeploymentID, Admitted: true, Ready: true}, obs)
+	sc, ok := f.standin.Script("api-prod-0123")
+	require.True(t, ok)
+	b, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	require.Equal(t, uid.String(), b.Text)
+	require.Equal(t, "index.js", sc.Current.MainModule)
+	require.Equal(t, "2025-01-01", sc.Current.CompatibilityDate)
+	require.Equal(t, "v1:-", f.serve(t, "api-prod-0123"))
+}
+
+func TestACodeChangeKeepsDeliveredSecretsByInheritAndDropsOnesNoLongerRequired(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	ctx := context.Background()
+	uid := uuid.New()
+	_, err := f.mut.Apply(ctx, workerDesired(uid, "keep-0123", "v1", "API_KEY"))
+	require.NoError(t, err)
+	f.deliver(t, "keep-0123", "API_KEY", "s3cr3t-value")
+	f.deliver(t, "keep-0123", "STALE", "old-value")
+	require.Equal(t, "v1:s3cr3t-value", f.serve(t, "keep-0123"))
+
+	before := len(f.standin.Requests())
+	_, err = f.mut.Apply(ctx, workerDesired(uid, "keep-0123", "v2", "API_KEY"))
+	require.NoError(t, err)
+	require.Equal(t, "v2:s3cr3t-value", f.serve(t, "keep-0123"), "the new code runs with the delivered secret, not resent")
+	sc, _ := f.standin.Script("keep-0123")
+	_, stale := sc.Current.Binding("STALE")
+	require.False(t, stale, "a secret the worker does not require is not inherited")
+	for _, r := range f.standin.Requests()[before:] {
+		require.NotContains(t, r.Path, "/secrets", "no secret was written by the code change")
+	}
+
+	_, err = f.mut.Apply(ctx, workerDesired(uid, "keep-0123", "v3"))
+	require.NoError(t, err)
+	require.Equal(t, "v3:-", f.serve(t, "keep-0123"), "a worker that requires no secrets keeps none")
+}
+
+func TestAScriptHeldByAnotherWorkerUIDIsNeitherOverwrittenNorDeleted(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	ctx := context.Background()
+	holder := workerDesired(uuid.New(), "held-0123", "holder")
+	_, err := f.mut.Apply(ctx, holder)
+	require.NoError(t, err)
+
+	_, err = f.mut.Apply(ctx, workerDesired(uuid.New(), "held-0123", "intruder"))
+	require.ErrorIs(t, err, backend.ErrScriptHeld)
+	require.NoError(t, f.mut.Delete(ctx, workerDesired(uuid.New(), "held-0123", "late")), "a delete of another UID's script leaves it alone")
+	sc, ok := f.standin.Script("held-0123")
+	require.True(t, ok)
+	require.Equal(t, 1, sc.Uploads)
+	obs, err := f.mut.Observe(ctx, backend.NativeWorker, "held-0123")
+	require.NoError(t, err)
+	require.Equal(t, holder.DeploymentID, obs.DeploymentID)
+
+	require.NoError(t, f.mut.Delete(ctx, holder))
+	obs, err = f.mut.Observe(ctx, backend.NativeWorker, "held-0123")
+	require.NoError(t, err)
+	require.False(t, obs.Present, "deleted: the readback answers 10007")
+	require.Empty(t, f.standin.ScriptNames(""))
+	for _, r := range f.standin.Requests() {
+		require.NotContains(t, r.Path, "force=true")
+	}
+}
+
+func TestCloudflareErrorsMapToTheBackendsErrors(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	ctx := context.Background()
+	bad := workerDesired(uuid.New(), "broken-0123", "x")
+	bad.Bundle.Modules["index.js"] = "export default {"
+	_, err := f.mut.Apply(ctx, bad)
+	var refused *backend.RefusedError
+	require.ErrorAs(t, err, &refused)
+	require.NotEmpty(t, refused.Message)
+	require.Empty(t, f.standin.ScriptNames(""))
+
+	_, err = f.mut.Apply(ctx, workerDesired(uuid.New(), "ep-0123", "x"))
+	require.NoError(t, err)
+	_, err = f.mut.Apply(ctx, backend.Desired{Kind: backend.NativeRoute, NativeName: "ep-0123.acme.workers.dev"})
+	require.ErrorIs(t, err, backend.ErrNotImplemented)
+	require.False(t, backend.Supports(f.mut, backend.NativeRoute))
+	require.True(t, backend.Supports(f.mut, backend.NativeWorker))
+}

@@ -1,0 +1,160 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cloudflare/cloudflare-go/v6/workers"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+)
+
+const (
+	cfAccount   = "0123456789abcdef0123456789abcdef"
+	cfSubdomain = "acme"
+	cfToken     = "cf-canary-token-7e57c0ffee"
+)
+
+// setupWorkersDev starts a Host whose catalog sells a workers-dev offering (cf-worker, cf-endpoint)
+// on a Cloudflare stand-in beside the selfhost one; hostToken is the token the Host's file holds.
+func setupWorkersDev(t *testing.T, hostToken string) (*harness, *cfstandin.Server) {
+	t.Helper()
+	s, err := cfstandin.New(cfstandin.Config{Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	private := filepath.Join(t.TempDir(), "cf")
+	require.NoError(t, safedir.Ensure(private, safedir.Current()))
+	require.NoError(t, safedir.WriteFile(private, "api-token", []byte(hostToken+"\n"), safedir.Current()))
+	cat, err := json.Marshal(map[string]any{
+		"installations": []any{
+			map[string]any{"name": "local", "pack": "selfhost"},
+			map[string]any{"name": "cf", "pack": "workers-dev", "accountSubdomain": cfSubdomain, "accountId": cfAccount,
+				"apiTokenFile": filepath.Join(private, "api-token"), "apiBaseUrl": s.BaseURL()},
+		},
+		"offerings": []any{
+			map[string]any{"id": "local-worker", "kind": "module-worker", "installation": "local", "soldTo": []string{"*"}},
+			map[string]any{"id": "cf-worker", "kind": "module-worker", "installation": "cf", "soldTo": []string{"*"}},
+			map[string]any{"id": "cf-endpoint", "kind": "worker-endpoint", "installation": "cf", "soldTo": []string{"*"}},
+		},
+	})
+	require.NoError(t, err)
+	h := setup(t, func(o *options) { o.catalogJSON = string(cat) })
+	return h, s
+}
+
+func cfWorkerBody(code string) map[string]any {
+	b := workerBody()
+	b["modules"] = map[string]string{"index.js": code}
+	b["offeringId"] = "cf-worker"
+	return b
+}
+
+// fetchWorkersDev enables the script's workers.dev route through the API (the endpoint's part,
+// which this pack does not build yet) and fetches the worker's URL through the stand-in's edge.
+func fetchWorkersDev(t *testing.T, s *cfstandin.Server, script string) (int, string) {
+	t.Helper()
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	require.NoError(t, err)
+	var p workers.ScriptSubdomainNewParams
+	p.AccountID.Value, p.AccountID.Present = cfAccount, true
+	p.Enabled.Value, p.Enabled.Present = true, true
+	if _, ok := s.Script(script); ok {
+		_, err = sdk.Scripts.Subdomain.New(context.Background(), script, p)
+		require.NoError(t, err)
+	}
+	res, err := s.EdgeClient().Get("https://" + script + "." + cfSubdomain + ".workers.dev/")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(body)
+}
+
+func TestAWorkerPutOnAWorkersDevOfferingLandsOnCloudflareRunsAndItsDeleteLeavesNothing(t *testing.T) {
+	t.Parallel()
+	h, s := setupWorkersDev(t, cfToken)
+	const v1 = `export default { fetch() { return new Response("cf-v1") } }`
+	const v2 = `export default { fetch() { return new Response("cf-v2") } }`
+
+	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(v1))
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	w := r.json(t)
+	require.Equal(t, true, w["ready"], "body: %s", r.body)
+	require.Equal(t, "cf-worker", w["offeringId"])
+	script := w["scriptName"].(string)
+	sc, ok := s.Script(script)
+	require.True(t, ok, "the script is on the account")
+	uid, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	require.Equal(t, w["uid"], uid.Text)
+	status, body := fetchWorkersDev(t, s, script)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "cf-v1", body)
+
+	r = h.putWorker("prod", "api", tokenA, cfWorkerBody(v2))
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	require.EqualValues(t, 2, r.json(t)["generation"])
+	_, body = fetchWorkersDev(t, s, script)
+	require.Equal(t, "cf-v2", body, "the code change runs")
+	got := h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/api", key: h.key})
+	require.Equal(t, true, got.json(t)["ready"], "body: %s", got.body)
+
+	r = h.deleteWorker("prod", "api", tokenA)
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	require.Empty(t, s.ScriptNames(""), "nothing is left on the account")
+	status, _ = fetchWorkersDev(t, s, script)
+	require.Equal(t, http.StatusNotFound, status)
+	for _, req := range s.Requests() {
+		require.NotContains(t, req.Path, "force=true", "a script is never deleted with force")
+	}
+	require.Zero(t, h.count(`SELECT count(*) FROM deletion_attestations WHERE status = 'open'`))
+}
+
+func TestAScriptCloudflareRefusesIsDeploymentFailedWithItsMessageAndLeavesNothing(t *testing.T) {
+	t.Parallel()
+	h, s := setupWorkersDev(t, cfToken)
+	p := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default {`)).problem(t, http.StatusUnprocessableEntity, "deployment_failed")
+	require.Contains(t, p["detail"], "refused the code")
+	require.Empty(t, s.ScriptNames(""))
+	h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/api", key: h.key}).problem(t, http.StatusNotFound, "not_found")
+}
+
+func TestABadCloudflareTokenIsBackendMisconfiguredNamingTheInstallationNeverTheToken(t *testing.T) {
+	t.Parallel()
+	const wrong = "cf-wrong-token-canary-31337"
+	h, s := setupWorkersDev(t, wrong)
+	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("x") } }`))
+	p := r.problem(t, http.StatusBadGateway, "backend_misconfigured")
+	require.Contains(t, p["detail"], "installation cf")
+	require.NotContains(t, string(r.body), wrong)
+	require.NotContains(t, h.logs.String(), wrong)
+	require.True(t, s.SawCredential(wrong), "the Host did send its (wrong) token")
+	require.Empty(t, s.ScriptNames(""))
+}
+
+func TestTheWorkersDevPackAnswersNotImplementedForWhatItDoesNotBuildYet(t *testing.T) {
+	t.Parallel()
+	h, s := setupWorkersDev(t, cfToken)
+	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("x") } }`))
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	h.putEndpoint("prod", "api", tokenB, map[string]any{"worker": "api", "offeringId": "cf-endpoint"}).problem(t, http.StatusNotImplemented, "not_implemented")
+	require.Zero(t, h.count(`SELECT count(*) FROM deployments WHERE resource_kind = 'endpoint'`), "refused before anything was planned")
+
+	// Runtime inputs on Cloudflare are not built: a worker needing secrets is refused whole.
+	body := cfWorkerBody(`export default { fetch() { return new Response("x") } }`)
+	body["requiredSensitiveVars"] = []string{"API_KEY"}
+	body["runtimeInputReference"] = "rip1.prep-00000000000000000000000000000000." + strings.Repeat("0", 64)
+	r = h.putWorker("prod", "secretive", "tok-secretive-0000000000000000", body)
+	require.NotEqual(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.Len(t, s.ScriptNames(""), 1, "only the first worker's script is on the account")
+}

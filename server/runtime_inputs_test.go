@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -390,7 +391,7 @@ func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
 
 // TestRuntimeInputCanaryAppearsNowhere: a runtime input whose value is a unique canary is applied
 // and consumed; the canary appears in no HTTP response, no log line at debug level and nowhere in
-// a pg_dump of the database: not raw, not base64, not hex.
+// a pg_dump of the database: not raw, and not under nested base64 or hex.
 func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
@@ -437,6 +438,8 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 		for _, f := range forms {
 			require.False(t, strings.Contains(text, f), "%s contain the canary as %q", where, f)
 		}
+		chain, found := leakscan.FindString(text, secretCanary)
+		require.False(t, found, "%s contain the canary encoded as %q", where, chain)
 	}
 }
 

@@ -197,3 +197,60 @@ func TestRuleTheSettleStatementComparesTheReadbackDigest(t *testing.T) {
 	require.NoError(t, err, "the stored digest settles")
 	require.Equal(t, "settled", h.preparationStatus("op-1"))
 }
+
+// TestRuleAnOldWorkersLiveDeploymentOrClaimedLeaseAnswersWitnessOpen: "While the old row is absent
+// but a fence is still open (attestation, deployment, lease), both answer 409 code witness_open
+// with unmetFences, retryable" — here the deployment, then the lease, each alone.
+func TestRuleAnOldWorkersLiveDeploymentOrClaimedLeaseAnswersWitnessOpen(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	p := h.reservedAndPrepared()
+	old := h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference))
+	require.Equal(t, http.StatusCreated, old.status, "body: %s", old.body)
+	oldUID := old.json(t)["uid"]
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+	require.Equal(t, "closed", h.status(`SELECT status FROM deletion_attestations WHERE uid = $1`, oldUID))
+	h.mustWorker("prod", "api", "token-worker-0000000002")
+	endpoint := map[string]any{"worker": "api", "originReservationId": "res-api"}
+
+	// The old worker's deployment reads live again: its code may still run.
+	h.exec(`UPDATE deployments SET status = 'active' WHERE resource_uid = $1`, oldUID)
+	r := h.putEndpoint("prod", "api", endpointToken, endpoint)
+	require.Equal(t, []any{"deployment_live"}, r.problem(t, http.StatusConflict, "witness_open")["unmetFences"])
+	require.Equal(t, oldUID, h.getReservation(h.key, "res-api").json(t)["boundWorker"].(map[string]any)["uid"], "nothing moved")
+	h.exec(`UPDATE deployments SET status = 'deleted' WHERE resource_uid = $1`, oldUID)
+
+	// An unexpired claim on the reservation: a delivery may be under way.
+	p2 := h.prepare("op-2", "token-prepare-00000002", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p2.reply.status, "body: %s", p2.reply.body)
+	h.exec(`UPDATE runtime_input_preparations SET status = 'claimed', worker_uid = $1, claim_expires_at = now() + interval '1 hour'
+		WHERE operation_id = 'op-2'`, oldUID)
+	r = h.putEndpoint("prod", "api", endpointToken, endpoint)
+	require.Equal(t, []any{"lease_claimed"}, r.problem(t, http.StatusConflict, "witness_open")["unmetFences"])
+	require.Equal(t, oldUID, h.getReservation(h.key, "res-api").json(t)["boundWorker"].(map[string]any)["uid"], "nothing moved")
+
+	// Once the claim expires, the same request succeeds.
+	h.advance("2 hours")
+	require.Equal(t, http.StatusCreated, h.putEndpoint("prod", "api", endpointToken, endpoint).status)
+}
+
+// TestRuleReservationReplayNeedsTheExactTTLAndPlacement: "PUT replay succeeds only when subdomain,
+// TTL, placement, offering digest and derived origin are exact; else 409 reservation_mismatch."
+func TestRuleReservationReplayNeedsTheExactTTLAndPlacement(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) { o.catalogJSON = twoWorkerOfferings })
+	body := func(ttl int, offering string) map[string]any {
+		return map[string]any{"space": "prod", "workerName": "api", "ttlSeconds": ttl, "offeringId": offering}
+	}
+	first := h.putReservation(h.key, "res-api", tokenA, body(3600, "worker-a"))
+	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
+	h.putReservation(h.key, "res-api", tokenA, body(7200, "worker-a")).problem(t, http.StatusConflict, "reservation_mismatch")
+	h.putReservation(h.key, "res-api", tokenA, body(3600, "worker-b")).problem(t, http.StatusConflict, "reservation_mismatch")
+	// The offering's placement changed under the row (its digest): the same intent, sent again
+	// as a new request, is refused too.
+	h.exec(`UPDATE worker_endpoint_origin_reservations SET offering_digest = 'digest-of-another-placement' WHERE id = 'res-api'`)
+	rev := strconv.Itoa(int(first.json(t)["revision"].(float64)))
+	h.do(req{method: http.MethodPut, path: resPath + "res-api", key: h.key, token: tokenA, body: body(3600, "worker-a"),
+		headers: map[string]string{"If-Match": rev}}).problem(t, http.StatusConflict, "reservation_mismatch")
+	require.Equal(t, first.json(t)["revision"], h.getReservation(h.key, "res-api").json(t)["revision"], "nothing changed")
+}

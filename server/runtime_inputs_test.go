@@ -51,13 +51,20 @@ func (h *harness) prepare(op, token, reservationID, space, worker string, bindin
 func (h *harness) prepareAs(key, orgID, op, token, reservationID, space, worker string, bindings map[string]string) prepared {
 	h.t.Helper()
 	res := h.getReservation(key, reservationID).json(h.t)
+	return h.prepareOn(key, orgID, op, token, reservationID, res["canonicalOrigin"].(string), space, worker, bindings)
+}
+
+// prepareOn is prepareAs with the reservation's canonical origin given, for a reservation that
+// no longer reads (a released one).
+func (h *harness) prepareOn(key, orgID, op, token, reservationID, origin, space, worker string, bindings map[string]string) prepared {
+	h.t.Helper()
 	secrets := map[string]sealing.Secret{}
 	for k, v := range bindings {
 		secrets[k] = sealing.NewSecret(v)
 	}
 	nonce := "nonce-" + op
 	id := runtimeinput.Derive(nonce, runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
-		OriginReservationID: reservationID, CanonicalPublicOrigin: res["canonicalOrigin"].(string)}, secrets)
+		OriginReservationID: reservationID, CanonicalPublicOrigin: origin}, secrets)
 	return prepared{operationID: op, reference: id.Reference, reply: h.do(req{method: http.MethodPut, path: prepPath(orgID, op), key: key, token: token,
 		body: map[string]any{
 			"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": id.Reference,

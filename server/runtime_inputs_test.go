@@ -318,11 +318,13 @@ func TestRuntimeInputAbortRevokesAndWorkerDeletionWaitsForAClaim(t *testing.T) {
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status, "the claim is gone")
 }
 
-// crash is what a test hook panics with to stop a request the way a crashed Host does: the
-// operation is left running and no later step happens.
+// crash is what a test hook panics with to stop one request in-process where a crashed Host would
+// stop it: the operation is left running and no later step happens. The Host process itself goes
+// on; the tests that kill a real `takoserver serve` process mid-dispatch are in
+// server/cmd/takoserver (TestAHostKilledMidDispatchNeverDeliversTwice and the invariant test).
 type crash struct{}
 
-func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testing.T) {
+func TestRuntimeInputRequestStoppedBetweenDispatchAndDeliveryIsNeverRedispatched(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.hooks.AfterDispatchCommit = func() error { panic(crash{}) }
@@ -341,7 +343,7 @@ func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testi
 	require.Equal(t, "deleted", h.status("SELECT status FROM workers"), "the create that never committed never existed")
 }
 
-func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing.T) {
+func TestRuntimeInputRequestStoppedAfterTheBackendAppliedSettlesByReadback(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.hooks.AfterDelivery = func() error { panic(crash{}) }
@@ -355,10 +357,11 @@ func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing
 	require.Equal(t, "settled", h.preparationStatus("op-1"), "the readback matches what was sealed")
 }
 
-// TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce: two Hosts (two connection pools)
-// run the dispatch compare-and-swap on the same claim at once, released together; exactly one
-// wins, so exactly one could deliver.
-func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
+// TestRuntimeInputTwoPoolsRacingTheDispatchCASOneWins: the dispatch compare-and-swap run on one
+// claim from two connection pools at once, released together: exactly one wins, so exactly one
+// could deliver. (Two real Host processes consuming one runtime input at once are in
+// server/cmd/takoserver: TestTwoHostProcessesConsumingOneRuntimeInputDeliverItOnce.)
+func TestRuntimeInputTwoPoolsRacingTheDispatchCASOneWins(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.hooks.AfterAcquire = func() { panic(crash{}) } // stop right after the claim
@@ -546,8 +549,9 @@ func TestRuntimeInputDeleteAnswersInAnyState(t *testing.T) {
 	require.Equal(t, true, h.get("/v1/spaces/prod/workers/api").json(t)["ready"])
 }
 
-// TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion: a lease a crashed Host left
-// dispatched, whose readback shows nothing, ends failed with a detail that says what to do.
+// TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion: a lease left dispatched by a
+// request stopped in-process after its dispatch, whose readback shows nothing, ends failed with a
+// detail that says what to do.
 func TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {

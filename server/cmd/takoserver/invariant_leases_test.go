@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -352,8 +353,21 @@ type heldAdmin struct {
 	url     string
 	mu      sync.Mutex
 	armed   bool
+	match   func(*http.Request) bool // what the armed proxy holds
 	held    chan struct{}
 	decided chan bool
+	// deliveries counts the secret deliveries that went on to the runtime node.
+	deliveries atomic.Int64
+}
+
+// isDelivery matches a secret delivery to the runtime node.
+func isDelivery(r *http.Request) bool {
+	return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/secrets")
+}
+
+// isRoutePut matches a route write to the runtime node.
+func isRoutePut(r *http.Request) bool {
+	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/routes/")
 }
 
 func holdAdmin(t interface {
@@ -369,7 +383,10 @@ func holdAdmin(t interface {
 	proxy.ErrorLog = log.New(io.Discard, "", 0) // a killed Host's requests end in errors on purpose
 	a := &heldAdmin{}
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/secrets") {
+		a.mu.Lock()
+		match := a.match
+		a.mu.Unlock()
+		if match != nil && match(r) {
 			a.mu.Lock()
 			armed, held, decided := a.armed, a.held, a.decided
 			a.armed = false
@@ -387,6 +404,9 @@ func holdAdmin(t interface {
 				r = r.Clone(context.WithoutCancel(r.Context()))
 				r.Body = io.NopCloser(bytes.NewReader(body))
 			}
+		}
+		if isDelivery(r) {
+			a.deliveries.Add(1)
 		}
 		proxy.ServeHTTP(rw, r)
 	}))
@@ -407,10 +427,13 @@ func holdAdmin(t interface {
 }
 
 // arm holds the next delivery; the channel says when it is held.
-func (a *heldAdmin) arm() <-chan struct{} {
+func (a *heldAdmin) arm() <-chan struct{} { return a.armFor(isDelivery) }
+
+// armFor holds the next request that match matches.
+func (a *heldAdmin) armFor(match func(*http.Request) bool) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.armed, a.held, a.decided = true, make(chan struct{}, 1), make(chan bool, 1)
+	a.armed, a.match, a.held, a.decided = true, match, make(chan struct{}, 1), make(chan bool, 1)
 	return a.held
 }
 

@@ -101,10 +101,11 @@ func TestCustodyExpiryKeepsAWitnessedOrigin(t *testing.T) {
 		problem(t, http.StatusConflict, "origin_taken")
 }
 
-// TestCustodyAHostStoppedBetweenEndpointCreateAndActivationLeavesTheWitness: the witness is written
-// in the endpoint create's first transaction, so a Host that stops right after it leaves the
-// origin fenced.
-func TestCustodyAHostStoppedBetweenEndpointCreateAndActivationLeavesTheWitness(t *testing.T) {
+// TestCustodyAnEndpointCreateHeldAtItsRouteAlreadyHoldsTheWitness: the witness is written in the
+// endpoint create's first transaction, so while the create is held at its route (before any
+// activation) the origin is already fenced. The same with the Host process killed at that point is
+// server/cmd/takoserver's TestAHostKilledBetweenEndpointCreateAndActivationLeavesTheWitness.
+func TestCustodyAnEndpointCreateHeldAtItsRouteAlreadyHoldsTheWitness(t *testing.T) {
 	t.Parallel()
 	hb, wrap := holding()
 	h := setup(t, wrap)

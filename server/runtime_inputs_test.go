@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -50,13 +51,20 @@ func (h *harness) prepare(op, token, reservationID, space, worker string, bindin
 func (h *harness) prepareAs(key, orgID, op, token, reservationID, space, worker string, bindings map[string]string) prepared {
 	h.t.Helper()
 	res := h.getReservation(key, reservationID).json(h.t)
+	return h.prepareOn(key, orgID, op, token, reservationID, res["canonicalOrigin"].(string), space, worker, bindings)
+}
+
+// prepareOn is prepareAs with the reservation's canonical origin given, for a reservation that
+// no longer reads (a released one).
+func (h *harness) prepareOn(key, orgID, op, token, reservationID, origin, space, worker string, bindings map[string]string) prepared {
+	h.t.Helper()
 	secrets := map[string]sealing.Secret{}
 	for k, v := range bindings {
 		secrets[k] = sealing.NewSecret(v)
 	}
 	nonce := "nonce-" + op
 	id := runtimeinput.Derive(nonce, runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
-		OriginReservationID: reservationID, CanonicalPublicOrigin: res["canonicalOrigin"].(string)}, secrets)
+		OriginReservationID: reservationID, CanonicalPublicOrigin: origin}, secrets)
 	return prepared{operationID: op, reference: id.Reference, reply: h.do(req{method: http.MethodPut, path: prepPath(orgID, op), key: key, token: token,
 		body: map[string]any{
 			"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": id.Reference,
@@ -310,11 +318,13 @@ func TestRuntimeInputAbortRevokesAndWorkerDeletionWaitsForAClaim(t *testing.T) {
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status, "the claim is gone")
 }
 
-// crash is what a test hook panics with to stop a request the way a crashed Host does: the
-// operation is left running and no later step happens.
+// crash is what a test hook panics with to stop one request in-process where a crashed Host would
+// stop it: the operation is left running and no later step happens. The Host process itself goes
+// on; the tests that kill a real `takoserver serve` process mid-dispatch are in
+// server/cmd/takoserver (TestAHostKilledMidDispatchNeverDeliversTwice and the invariant test).
 type crash struct{}
 
-func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testing.T) {
+func TestRuntimeInputRequestStoppedBetweenDispatchAndDeliveryIsNeverRedispatched(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.hooks.AfterDispatchCommit = func() error { panic(crash{}) }
@@ -333,7 +343,7 @@ func TestRuntimeInputCrashBetweenDispatchAndDeliveryIsNeverRedispatched(t *testi
 	require.Equal(t, "deleted", h.status("SELECT status FROM workers"), "the create that never committed never existed")
 }
 
-func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing.T) {
+func TestRuntimeInputRequestStoppedAfterTheBackendAppliedSettlesByReadback(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.hooks.AfterDelivery = func() error { panic(crash{}) }
@@ -347,10 +357,11 @@ func TestRuntimeInputAcknowledgementLostAfterTheBackendAppliedSettles(t *testing
 	require.Equal(t, "settled", h.preparationStatus("op-1"), "the readback matches what was sealed")
 }
 
-// TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce: two Hosts (two connection pools)
-// run the dispatch compare-and-swap on the same claim at once, released together; exactly one
-// wins, so exactly one could deliver.
-func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
+// TestRuntimeInputTwoPoolsRacingTheDispatchCASOneWins: the dispatch compare-and-swap run on one
+// claim from two connection pools at once, released together: exactly one wins, so exactly one
+// could deliver. (Two real Host processes consuming one runtime input at once are in
+// server/cmd/takoserver: TestTwoHostProcessesConsumingOneRuntimeInputDeliverItOnce.)
+func TestRuntimeInputTwoPoolsRacingTheDispatchCASOneWins(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.hooks.AfterAcquire = func() { panic(crash{}) } // stop right after the claim
@@ -390,7 +401,7 @@ func TestRuntimeInputTwoHostsRacingToDispatchOneLeaseDeliverOnce(t *testing.T) {
 
 // TestRuntimeInputCanaryAppearsNowhere: a runtime input whose value is a unique canary is applied
 // and consumed; the canary appears in no HTTP response, no log line at debug level and nowhere in
-// a pg_dump of the database: not raw, not base64, not hex.
+// a pg_dump of the database: not raw, and not under nested base64 or hex.
 func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
@@ -437,6 +448,8 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 		for _, f := range forms {
 			require.False(t, strings.Contains(text, f), "%s contain the canary as %q", where, f)
 		}
+		chain, found := leakscan.FindString(text, secretCanary)
+		require.False(t, found, "%s contain the canary encoded as %q", where, chain)
 	}
 }
 
@@ -536,8 +549,9 @@ func TestRuntimeInputDeleteAnswersInAnyState(t *testing.T) {
 	require.Equal(t, true, h.get("/v1/spaces/prod/workers/api").json(t)["ready"])
 }
 
-// TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion: a lease a crashed Host left
-// dispatched, whose readback shows nothing, ends failed with a detail that says what to do.
+// TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion: a lease left dispatched by a
+// request stopped in-process after its dispatch, whose readback shows nothing, ends failed with a
+// detail that says what to do.
 func TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {

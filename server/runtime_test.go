@@ -90,19 +90,35 @@ func TestDestroyedEndpointStopsAnsweringBeforeItsAttestationCloses(t *testing.T)
 
 	// The retry: right after the runtime removed the route, the edge already refuses the host
 	// while the attestation is still open.
-	var seenStatus atomic.Int64
-	var seenAttestation atomic.Value
+	// The check runs on the Host's handler goroutine: it records what it saw, errors included,
+	// and the test asserts on its own goroutine.
+	type seen struct {
+		status      int
+		attestation string
+		err         error
+	}
+	seenAfter := make(chan seen, 1)
 	w.mu.Lock()
 	w.afterDelete = func(backend.Desired) {
-		st, _, _ := h.runtime.Get(t, host, "/")
-		seenStatus.Store(int64(st))
-		seenAttestation.Store(h.attestation(uid))
+		var s seen
+		s.status, _, _, s.err = h.runtime.TryGet(host, "/")
+		if s.err == nil {
+			s.err = h.db.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM deletion_attestations WHERE uid = $1), '')`, uid).Scan(&s.attestation)
+		}
+		seenAfter <- s
 	}
 	w.mu.Unlock()
 	r = h.deleteEndpoint("prod", "api", endpointToken)
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-	require.Equal(t, int64(http.StatusNotFound), seenStatus.Load())
-	require.Equal(t, "open", seenAttestation.Load())
+	var got seen
+	select {
+	case got = <-seenAfter:
+	default:
+		t.Fatal("the route delete never reached the runtime")
+	}
+	require.NoError(t, got.err)
+	require.Equal(t, http.StatusNotFound, got.status)
+	require.Equal(t, "open", got.attestation)
 	require.Equal(t, "closed", h.attestation(uid))
 	status, _, _ = h.runtime.Get(t, host, "/")
 	require.Equal(t, http.StatusNotFound, status)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,20 +150,19 @@ func TestAReadOfAStoppedHostNamesTheEndpoint(t *testing.T) {
 
 func TestAHostBackWithinTheBoundIsNotAnError(t *testing.T) {
 	t.Parallel()
-	addr := refusingAddress(t)
+	// One listener holds the address throughout: it resets connections while the Host is away
+	// (1.5 s, within the 4 s bound) and then serves them, so no other process can take the port.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	away := newAwayListener(l, 1500*time.Millisecond)
 	var w warnings
-	c, err := New(Config{Endpoint: "http://" + addr, APIKey: "k", Unreachable: 4 * time.Second, Warn: w.log})
+	c, err := New(Config{Endpoint: "http://" + l.Addr().String(), APIKey: "k", Unreachable: 4 * time.Second, Warn: w.log})
 	require.NoError(t, err)
 	srv := &http.Server{Handler: &flaky{statuses: []int{200}}, ReadHeaderTimeout: time.Second}
 	t.Cleanup(func() { _ = srv.Close() })
-	go func() {
-		time.Sleep(1500 * time.Millisecond) // the Host restarts on the same address
-		l, err := net.Listen("tcp", addr)
-		if err == nil {
-			_ = srv.Serve(l)
-		}
-	}()
+	go func() { _ = srv.Serve(away) }()
 	took, err := ownedPut(t, c)
+	require.Positive(t, away.reset.Load(), "the client met the Host away")
 	require.NoError(t, err)
 	require.Greater(t, took, time.Second)
 	at, _ := w.snapshot()
@@ -170,4 +170,44 @@ func TestAHostBackWithinTheBoundIsNotAnError(t *testing.T) {
 	time.Sleep(WarnInterval(4*time.Second) + 200*time.Millisecond)
 	after, _ := w.snapshot()
 	require.Len(t, after, len(at), "and stopped once it answered")
+}
+
+// awayListener resets every connection for its first d (a Host that is down), then hands them to
+// Accept: the address stays held across the restart.
+type awayListener struct {
+	net.Listener
+	reset   atomic.Int64
+	accepts chan net.Conn
+}
+
+func newAwayListener(l net.Listener, d time.Duration) *awayListener {
+	a := &awayListener{Listener: l, accepts: make(chan net.Conn)}
+	back := time.Now().Add(d)
+	go func() {
+		defer close(a.accepts)
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if time.Now().Before(back) {
+				if tc, ok := conn.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0)
+				}
+				_ = conn.Close()
+				a.reset.Add(1)
+				continue
+			}
+			a.accepts <- conn
+		}
+	}()
+	return a
+}
+
+func (a *awayListener) Accept() (net.Conn, error) {
+	conn, ok := <-a.accepts
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return conn, nil
 }

@@ -60,10 +60,14 @@ func TestLoopingWorkerIsUnresponsiveRestartedAndItsStuckRequestEndsWith5xx(t *te
 	f.answers("spin.workers.localhost", "served=1\n")
 
 	began := time.Now()
-	stuck := make(chan int, 1)
+	type answer struct {
+		code int
+		err  error
+	}
+	stuck := make(chan answer, 1)
 	go func() {
-		code, _, _ := f.h.Get(t, "spin.workers.localhost", "/loop")
-		stuck <- code
+		code, _, _, err := f.h.TryGet("spin.workers.localhost", "/loop")
+		stuck <- answer{code, err}
 	}()
 	st := f.waitStatus("unresponsive", func(s adminapi.ScriptStatus) bool {
 		return !s.Ready && s.Reason == adminapi.ReasonUnresponsive
@@ -72,8 +76,9 @@ func TestLoopingWorkerIsUnresponsiveRestartedAndItsStuckRequestEndsWith5xx(t *te
 	require.Contains(t, st.Incarnation.Message, "missed 3 liveness probes")
 	require.Less(t, notReady, 6*time.Second, "one period to the first probe, then three missed probes")
 	select {
-	case code := <-stuck:
-		require.GreaterOrEqual(t, code, 500, "the request stuck on the looping worker ends with a 5xx")
+	case a := <-stuck:
+		require.NoError(t, a.err)
+		require.GreaterOrEqual(t, a.code, 500, "the request stuck on the looping worker ends with a 5xx")
 	case <-time.After(10 * time.Second):
 		t.Log(f.h.Logs.String())
 		t.Fatal("the request stuck on the looping worker still hangs")

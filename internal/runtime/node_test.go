@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
@@ -114,34 +115,53 @@ func (f *fixture) route(host, script, endpoint string) adminapi.RouteStatus {
 
 func (f *fixture) waitReady(name string) adminapi.ScriptStatus {
 	f.t.Helper()
-	var st adminapi.ScriptStatus
-	require.Eventually(f.t, func() bool {
-		var err error
-		st, err = f.client.GetScript(f.ctx, name)
-		require.NoError(f.t, err)
-		return st.Ready
-	}, 30*time.Second, 20*time.Millisecond, "script %s never became Ready", name)
-	return st
+	return f.waitStatus("script "+name+" Ready", func(s adminapi.ScriptStatus) bool { return s.Ready }, name)
 }
 
+// waitStatus polls the script's status until cond holds; a failed read is retried, and the last
+// status and error are in the failure.
 func (f *fixture) waitStatus(what string, cond func(adminapi.ScriptStatus) bool, name string) adminapi.ScriptStatus {
 	f.t.Helper()
 	var st adminapi.ScriptStatus
-	require.Eventually(f.t, func() bool {
-		var err error
-		st, err = f.client.GetScript(f.ctx, name)
-		require.NoError(f.t, err)
+	var lastErr error
+	ok := assert.Eventually(f.t, func() bool {
+		got, err := f.client.GetScript(f.ctx, name)
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		st, lastErr = got, nil
 		return cond(st)
-	}, 30*time.Second, 20*time.Millisecond, "%s (last status %+v)", what, st)
+	}, 30*time.Second, 20*time.Millisecond, "%s", what)
+	if !ok {
+		f.t.Fatalf("%s: last status %+v, last error %v", what, st, lastErr)
+	}
 	return st
+}
+
+// holds checks every 50 ms for d that check keeps passing; the first failure fails the test.
+// It is for what must stay true (a process that must not come back), never for synchronization.
+func (f *fixture) holds(what string, d time.Duration, check func() error) {
+	f.t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := check(); err != nil {
+			f.t.Fatalf("%s: %v", what, err)
+		}
+	}
 }
 
 func (f *fixture) answers(host, want string) {
 	f.t.Helper()
-	require.Eventually(f.t, func() bool {
-		code, body, _ := f.h.Get(f.t, host, "/")
-		return code == http.StatusOK && body == want
+	var code int
+	var body string
+	var lastErr error
+	ok := assert.Eventually(f.t, func() bool {
+		code, body, _, lastErr = f.h.TryGet(host, "/")
+		return lastErr == nil && code == http.StatusOK && body == want
 	}, 30*time.Second, 20*time.Millisecond, "%s never answered %q", host, want)
+	if !ok {
+		f.t.Fatalf("%s: last answer %d %q, last error %v", host, code, body, lastErr)
+	}
 }
 
 func (f *fixture) raw(method, path, token string, body any) (int, string) {
@@ -369,13 +389,25 @@ func TestLifecycleBrakeKeepsAKilledProcessDownWhileOthersServe(t *testing.T) {
 	f.waitStatus("held by the brake", func(s adminapi.ScriptStatus) bool {
 		return s.Incarnation.Reason == adminapi.ReasonBraked
 	}, "braked")
-	time.Sleep(500 * time.Millisecond) // several backoff periods: still down
-	st, err := f.client.GetScript(f.ctx, "braked")
-	require.NoError(t, err)
-	require.False(t, st.Ready)
-	require.Zero(t, st.Incarnation.PID)
-	code, _, _ := f.h.Get(t, "braked.workers.localhost", "/")
-	require.Equal(t, http.StatusServiceUnavailable, code)
+	// The supervisor re-checks the brake every second and restarts after at most 300 ms here: over
+	// 2.5 s, a brake that let go would show as a process, a Ready status or an answer.
+	f.holds("a process held by the brake stays down", 2500*time.Millisecond, func() error {
+		st, err := f.client.GetScript(f.ctx, "braked")
+		if err != nil {
+			return err
+		}
+		if st.Ready || st.Incarnation.PID != 0 || st.Incarnation.Reason != adminapi.ReasonBraked {
+			return fmt.Errorf("restarted under the brake: ready=%v pid=%d reason=%s", st.Ready, st.Incarnation.PID, st.Incarnation.Reason)
+		}
+		code, _, _, err := f.h.TryGet("braked.workers.localhost", "/")
+		if err != nil {
+			return err
+		}
+		if code != http.StatusServiceUnavailable {
+			return fmt.Errorf("the braked worker's host answered %d", code)
+		}
+		return nil
+	})
 	f.answers("free.workers.localhost", expectReply("f", ""))
 
 	// The other worker is outside the scope: it is still restarted.
@@ -450,7 +482,8 @@ func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Traffic flows before the update (a condition, not a pause).
+	require.Eventually(t, func() bool { return ok.Load()+failed.Load() >= 10 }, 30*time.Second, 10*time.Millisecond, "requests before the update")
 	// A new generation, no second delivery: it runs with the values delivered for this worker UID.
 	f.script("rolling", "uid-r", 2, "v2", "TOKEN")
 	v2 := f.waitStatus("generation 2 serving", func(s adminapi.ScriptStatus) bool {
@@ -459,7 +492,9 @@ func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
 	require.NotEqual(t, v1.Incarnation.ID, v2.Incarnation.ID)
 	require.Equal(t, "delivery-r", v2.Incarnation.DeliveryID)
 	f.answers("rolling.workers.localhost", expectReply("v2", canary))
-	time.Sleep(300 * time.Millisecond)
+	// And keeps flowing after the switch, while the incumbent drains.
+	switched := ok.Load() + failed.Load()
+	require.Eventually(t, func() bool { return ok.Load()+failed.Load() >= switched+10 }, 30*time.Second, 10*time.Millisecond, "requests after the switch")
 	close(stop)
 	wg.Wait()
 	require.Zero(t, failed.Load(), "failed requests across the update (last: %v)", lastFailure.Load())

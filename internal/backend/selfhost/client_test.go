@@ -9,9 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
@@ -43,11 +46,18 @@ func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
 
 	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-2", WorkerUID: "uid-api", DeliveryID: "del-1", Values: map[string]adminapi.Secret{"KEY": adminapi.NewSecret("v")}})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		st, err = c.GetScript(ctx, "api-test")
-		require.NoError(t, err)
+	var lastErr error
+	if !assert.Eventually(t, func() bool {
+		got, err := c.GetScript(ctx, "api-test")
+		if err != nil {
+			lastErr = err
+			return false
+		}
+		st = got
 		return st.Ready
-	}, 30*time.Second, 20*time.Millisecond)
+	}, 30*time.Second, 20*time.Millisecond) {
+		t.Fatalf("never Ready: last status %+v, last error %v", st, lastErr)
+	}
 	require.Equal(t, "del-1", st.Incarnation.DeliveryID)
 
 	challenge := []byte("0123456789abcdef0123456789abcdef")
@@ -122,19 +132,21 @@ func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
 	_, err = c.Status(context.Background())
 	require.ErrorIs(t, err, selfhost.ErrUnreachable)
 
-	// A node that comes up while the client retries answers the same call.
+	// A node that comes up while the client retries answers the same call. Its address is held
+	// throughout by one listener that resets every connection until it is handed to the node, so
+	// no other process can take the port in between.
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l2 := newHandover(down)
+	c = selfhost.NewWithToken("http://"+down.Addr().String(), "token")
 	c.Attempts, c.Backoff = 50, 20*time.Millisecond
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Status(context.Background())
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
-	h := runtimetest.Start(t, func(cfg *runtime.Config) {
-		var err error
-		cfg.AdminListener, err = net.Listen("tcp", addr)
-		require.NoError(t, err)
-	})
+	require.Eventually(t, func() bool { return l2.reset.Load() >= 2 }, 20*time.Second, 5*time.Millisecond, "the client retries a node that is down")
+	h := runtimetest.Start(t, func(cfg *runtime.Config) { cfg.AdminListener = l2 })
 	require.NotNil(t, h)
 	select {
 	case err := <-done:
@@ -165,4 +177,47 @@ func TestNewNeedsTheTokenFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(empty, []byte("\n"), 0o600))
 	_, err = selfhost.New("http://127.0.0.1:8788", empty)
 	require.ErrorContains(t, err, "empty")
+}
+
+// handover is a listener that resets every connection (a node that is down) until the first call
+// to Accept, from then on serving them to its caller: the address stays held across the change.
+type handover struct {
+	net.Listener
+	reset   atomic.Int64
+	taken   chan struct{}
+	once    sync.Once
+	accepts chan net.Conn
+}
+
+func newHandover(l net.Listener) *handover {
+	h := &handover{Listener: l, taken: make(chan struct{}), accepts: make(chan net.Conn)}
+	go func() {
+		defer close(h.accepts)
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case <-h.taken:
+				h.accepts <- conn
+			default:
+				if tc, ok := conn.(*net.TCPConn); ok {
+					_ = tc.SetLinger(0) // a reset, as from a node that is not there
+				}
+				_ = conn.Close()
+				h.reset.Add(1)
+			}
+		}
+	}()
+	return h
+}
+
+func (h *handover) Accept() (net.Conn, error) {
+	h.once.Do(func() { close(h.taken) })
+	conn, ok := <-h.accepts
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	return conn, nil
 }

@@ -67,10 +67,13 @@ func (x *bench) deploy(b *testing.B) adminapi.ScriptStatus {
 	require.NoError(b, err)
 	var st adminapi.ScriptStatus
 	require.Eventually(b, func() bool {
-		st, err = x.c.GetScript(x.ctx, "bench")
-		require.NoError(b, err)
+		got, err := x.c.GetScript(x.ctx, "bench")
+		if err != nil {
+			return false // a failed read is retried; the deadline reports it
+		}
+		st = got
 		return st.Ready && st.Incarnation.Generation == gen
-	}, time.Minute, 10*time.Millisecond)
+	}, time.Minute, 10*time.Millisecond, "generation %d never Ready", gen)
 	return st
 }
 

@@ -93,18 +93,32 @@ func (h *Harness) Restart(tb testing.TB) {
 // Config is the node's configuration (listeners aside).
 func (h *Harness) Config() runtime.Config { return h.cfg }
 
-// Get sends one request through the edge for hostname.
+// Get sends one request through the edge for hostname; any failure to get an answer fails tb.
 func (h *Harness) Get(tb testing.TB, hostname, path string) (int, string, http.Header) {
 	tb.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+h.Info.EdgeAddr+path, nil)
+	code, body, header, err := h.TryGet(hostname, path)
 	require.NoError(tb, err)
+	return code, body, header
+}
+
+// TryGet is Get that returns its error instead of failing a test, for polling conditions and
+// goroutines other than the test's.
+func (h *Harness) TryGet(hostname, path string) (int, string, http.Header, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+h.Info.EdgeAddr+path, nil)
+	if err != nil {
+		return 0, "", nil, err
+	}
 	req.Host = hostname
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(tb, err)
+	if err != nil {
+		return 0, "", nil, err
+	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(tb, err)
-	return resp.StatusCode, string(b), resp.Header
+	if err != nil {
+		return 0, "", nil, err
+	}
+	return resp.StatusCode, string(b), resp.Header, nil
 }
 
 // Buffer is a goroutine-safe log sink.

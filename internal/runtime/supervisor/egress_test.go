@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -58,13 +59,26 @@ func egressSpec(t *testing.T, deny []string) Spec {
 
 func fetchThrough(t *testing.T, inc *Incarnation, target string, n int) []fetched {
 	t.Helper()
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + inc.Addr() + "/?n=" + itoa(n) + "&t=" + url.QueryEscape(target))
+	out, err := tryFetchThrough(inc, target, n)
 	require.NoError(t, err)
+	return out
+}
+
+// tryFetchThrough is fetchThrough returning its error, for goroutines other than the test's.
+func tryFetchThrough(inc *Incarnation, target string, n int) ([]fetched, error) {
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get("http://" + inc.Addr() + "/?n=" + itoa(n) + "&t=" + url.QueryEscape(target))
+	if err != nil {
+		return nil, err
+	}
 	defer resp.Body.Close()
 	var out []fetched
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-	require.Len(t, out, n)
-	return out
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("%d results for %d subrequests", len(out), n)
+	}
+	return out, nil
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
@@ -203,15 +217,29 @@ func TestConcurrentSubrequestsBeyondTheCapAreRefused(t *testing.T) {
 	defer inc.Stop()
 	waitFor(t, "ready", inc.Ready)
 	const n = egress.DefaultSubrequestLimit + 10
-	results := make(chan []fetched, 1)
-	go func() { results <- fetchThrough(t, inc, "http://slow.test/", n) }()
-	waitFor(t, "the cap's worth in flight", func() bool { return local.arrived.Load() >= egress.DefaultSubrequestLimit })
-	time.Sleep(500 * time.Millisecond) // any subrequest past the cap would arrive now
+	type result struct {
+		fetched []fetched
+		err     error
+	}
+	results := make(chan result, 1)
+	go func() {
+		out, err := tryFetchThrough(inc, "http://slow.test/", n)
+		results <- result{out, err}
+	}()
+	// The cap's worth arrive and are held; the rest are refused by the proxy at once, so once
+	// all n are accounted for (held or refused), nothing more is on its way.
+	waitFor(t, "every subrequest held or refused", func() bool {
+		_, refused := inc.Subrequests()
+		return local.arrived.Load()+refused >= n
+	})
 	inFlight, refused := inc.Subrequests()
 	require.EqualValues(t, egress.DefaultSubrequestLimit, inFlight)
+	require.EqualValues(t, egress.DefaultSubrequestLimit, local.arrived.Load(), "no subrequest past the cap reached the edge")
 	close(local.release)
+	r := <-results
+	require.NoError(t, r.err)
 	byStatus := map[int]int{}
-	for _, f := range <-results {
+	for _, f := range r.fetched {
 		byStatus[f.Status]++
 	}
 	require.Equal(t, map[int]int{http.StatusOK: egress.DefaultSubrequestLimit, http.StatusTooManyRequests: 10}, byStatus)

@@ -1,0 +1,452 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
+	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+)
+
+// The moves of the invariant test that make progress (publishing an endpoint, activating it,
+// delivering a runtime input) and the one that kills a Host mid-dispatch, with the lease
+// invariants and the end-of-sequence checks.
+
+// noteEndpoint keeps what endpoint PUTs and DELETEs answered, and counts creates.
+func (w *world) noteEndpoint(org tenant, method, name string, a answer, ok bool) {
+	_, known := w.endpoints[org.name][name]
+	switch {
+	case method == http.MethodPut && !known:
+		w.progress.endpointCreates++
+		if a.status == http.StatusCreated {
+			w.progress.endpointCreated++
+		}
+	case method == http.MethodDelete && ok:
+		delete(w.endpoints[org.name], name)
+		return
+	}
+	if method == http.MethodPut && ok {
+		w.rememberEndpoint(org, name, a.body)
+	}
+}
+
+func (w *world) rememberEndpoint(org tenant, name, body string) {
+	var e map[string]any
+	if json.Unmarshal([]byte(body), &e) != nil {
+		return
+	}
+	uid, _ := e["uid"].(string)
+	res, _ := e["originReservationId"].(string)
+	minted, _ := e["hostMinted"].(bool)
+	w.endpoints[org.name][name] = seenEndpoint{uid: uid, reservation: res, hostMinted: minted}
+}
+
+func (w *world) liveWorkers(org tenant) []string {
+	var names []string
+	for n, ok := range w.workers[org.name] {
+		if ok {
+			names = append(names, n)
+		}
+	}
+	sortStrings(names)
+	return names
+}
+
+func (w *world) reservationsOf(org tenant, worker string) []string {
+	var ids []string
+	for id, wk := range w.reservations[org.name] {
+		if wk == worker {
+			ids = append(ids, id)
+		}
+	}
+	sortStrings(ids)
+	return ids
+}
+
+// freeReservationID is a reservation id org does not hold, when there is one.
+func (w *world) freeReservationID(org tenant) string {
+	for range 6 {
+		if id := w.reservationID(); w.reservations[org.name][id] == "" {
+			return id
+		}
+	}
+	return w.reservationID()
+}
+
+func workerPath(name string) string { return "/v1/spaces/" + invariantSpace + "/workers/" + name }
+func endpointPath(name string) string {
+	return "/v1/spaces/" + invariantSpace + "/worker-endpoints/" + name
+}
+
+const reservationsPath = "/v1/worker-endpoint-origin-reservations/"
+
+// publish is the next request that brings one of an organization's workers closer to a
+// published, activated endpoint: a worker, a reservation for it (or none: the Host mints one), the
+// endpoint, its activation; and now and then the endpoint's delete, so that the cycle continues.
+func (w *world) publish() {
+	org, h := w.anyOrg(), w.anyHost()
+	workers := w.liveWorkers(org)
+	if len(workers) == 0 {
+		w.do(mutation{org, http.MethodPut, workerPath(w.workerName()), invariantWorker}, h)
+		return
+	}
+	worker := workers[w.pick(len(workers))]
+	name := endpointOf(worker)
+	if e, ok := w.endpoints[org.name][name]; ok {
+		if !e.hostMinted && e.reservation != "" && w.pick(4) > 0 {
+			w.do(mutation{org, http.MethodPut, reservationsPath + e.reservation + "/activation", fmt.Sprintf(`{"endpointUid":%q}`, e.uid)}, h)
+			return
+		}
+		if !e.hostMinted && e.reservation != "" {
+			w.do(mutation{org, http.MethodDelete, reservationsPath + e.reservation + "/activation", ""}, h)
+		}
+		w.do(mutation{org, http.MethodDelete, endpointPath(name), ""}, h)
+		return
+	}
+	ids := w.reservationsOf(org, worker)
+	switch {
+	case len(ids) == 0 && w.pick(3) == 0:
+		w.do(mutation{org, http.MethodPut, endpointPath(name), fmt.Sprintf(`{"worker":%q}`, worker)}, h)
+	case len(ids) == 0:
+		// No subdomain: the Host derives the worker's own label, which no other organization wants.
+		w.do(mutation{org, http.MethodPut, reservationsPath + w.freeReservationID(org), fmt.Sprintf(`{"space":%q,"workerName":%q}`, invariantSpace, worker)}, h)
+	default:
+		w.do(mutation{org, http.MethodPut, endpointPath(name), fmt.Sprintf(`{"worker":%q,"originReservationId":%q}`, worker, ids[w.pick(len(ids))])}, h)
+	}
+}
+
+// prepare makes a runtime input for worker on reservation id, its one binding a fresh canary,
+// the way the provider does; it answers the reference, or "" when the Host refused.
+func (w *world) prepare(org tenant, h host, worker, id string) string {
+	a, err := w.send(h, org, http.MethodGet, reservationsPath+id, "", "")
+	if err != nil || a.status != http.StatusOK {
+		return ""
+	}
+	var res map[string]any
+	if json.Unmarshal([]byte(a.body), &res) != nil {
+		return ""
+	}
+	origin, _ := res["canonicalOrigin"].(string)
+	w.mu.Lock()
+	w.serial++
+	n := w.serial
+	w.mu.Unlock()
+	op := fmt.Sprintf("op-%d", n)
+	nonce := fmt.Sprintf("nonce-%d-%d", w.seed, n)
+	value := sealing.NewSecret(fmt.Sprintf("%s%d", w.canary, n))
+	target := runtimeinput.Target{Space: invariantSpace, WorkerName: worker, BundleName: "main", EndpointName: endpointOf(worker),
+		OriginReservationID: id, CanonicalPublicOrigin: origin}
+	ref := runtimeinput.Derive(nonce, target, map[string]sealing.Secret{"API_KEY": value}).Reference
+	body, _ := json.Marshal(map[string]any{
+		"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": ref,
+		"target":   map[string]any{"space": invariantSpace, "workerName": worker, "bundleName": "main", "endpointName": endpointOf(worker), "originReservationId": id},
+		"bindings": map[string]string{"API_KEY": value.Reveal()},
+	})
+	path := "/v1/organizations/" + org.id + "/worker-runtime-input-preparations/" + op
+	a, err = w.send(h, org, http.MethodPut, path, string(body), "")
+	w.note(org, http.MethodPut, path, a, err)
+	if err != nil || a.status != http.StatusCreated {
+		return ""
+	}
+	w.preparations = append(w.preparations, seenPreparation{org: org, operationID: op})
+	return ref
+}
+
+// consume delivers a runtime input to one of org's reserved workers (a first delivery, or a
+// rotation when it has one already), or deletes an earlier preparation.
+func (w *world) consume(org tenant, h host) {
+	if len(w.preparations) > 0 && w.pick(5) == 0 {
+		p := w.preparations[w.pick(len(w.preparations))]
+		path := "/v1/organizations/" + p.org.id + "/worker-runtime-input-preparations/" + p.operationID
+		w.do(mutation{p.org, http.MethodDelete, path, ""}, h)
+		return
+	}
+	var ids []string
+	for id := range w.reservations[org.name] {
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		w.do(mutation{org, http.MethodPut, reservationsPath + w.freeReservationID(org), w.reservationBody()}, h)
+		return
+	}
+	sortStrings(ids)
+	id := ids[w.pick(len(ids))]
+	worker := w.reservations[org.name][id]
+	ref := w.prepare(org, h, worker, id)
+	if ref == "" {
+		return
+	}
+	a, err := w.send(h, org, http.MethodPut, workerPath(worker), fmt.Sprintf(secretWorker, ref), "")
+	w.note(org, http.MethodPut, workerPath(worker), a, err)
+	w.progress.consumptions++
+	var got map[string]any
+	if err == nil && a.status < 300 && json.Unmarshal([]byte(a.body), &got) == nil {
+		if ri, _ := got["runtimeInputs"].(map[string]any); ri != nil && ri["status"] == "settled" {
+			w.progress.settled++
+		}
+	}
+}
+
+// killMidDispatch delivers a runtime input through one Host, holds its delivery at the runtime's
+// admin API, kills that Host (SIGKILL) while the delivery is held, then lets the delivery through
+// or drops it, restarts the Host and waits for recovery to conclude the lease: settled when the
+// values landed (readback), failed when they did not; never delivered twice.
+func (w *world) killMidDispatch() {
+	w.t.Helper()
+	org, i := w.orgs[0], w.pick(len(w.hosts))
+	h := w.hosts[i]
+	const worker, id = "wk", "res-k"
+	a, err := w.send(h, org, http.MethodPut, reservationsPath+id, fmt.Sprintf(`{"space":%q,"workerName":%q}`, invariantSpace, worker), "")
+	require.NoError(w.t, err)
+	require.Contains(w.t, []int{http.StatusOK, http.StatusCreated}, a.status, "reservation %s: %s", id, a.body)
+	ref := w.prepare(org, h, worker, id)
+	require.NotEmpty(w.t, ref, "the preparation for the mid-dispatch kill")
+	op := w.preparations[len(w.preparations)-1].operationID
+
+	held := w.admin.arm()
+	done := make(chan answer, 1)
+	go func() {
+		a, _ := w.send(h, org, http.MethodPut, workerPath(worker), fmt.Sprintf(secretWorker, ref), "")
+		done <- a
+	}()
+	select {
+	case <-held:
+	case a := <-done:
+		w.admin.disarm()
+		w.fail("the consumption for the mid-dispatch kill never reached its delivery: %d %s", a.status, a.body)
+	case <-time.After(90 * time.Second):
+		w.fail("the consumption for the mid-dispatch kill never reached its delivery in 90s")
+	}
+	require.NoError(w.t, w.procs[i].Process.Signal(syscall.SIGKILL))
+	_ = w.procs[i].Wait()
+	<-done
+	forward := w.pick(2) == 0
+	w.admin.release(forward)
+	w.progress.midDispatchKills++
+	w.log = append(w.log, fmt.Sprintf("%s PUT %s on host %d -> killed mid-dispatch (delivery %s)", org.name, workerPath(worker), i,
+		map[bool]string{true: "landed", false: "dropped"}[forward]))
+	w.restart(i)
+
+	// Recovery (either Host's janitor) concludes the lease by readback.
+	want := map[bool]string{true: "settled", false: "failed"}[forward]
+	var status string
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		require.NoError(w.t, w.db.QueryRow(context.Background(), `SELECT status FROM runtime_input_preparations WHERE operation_id = $1`, op).Scan(&status))
+		if status != "dispatched" {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if status != want {
+		w.fail("a lease whose Host was killed mid-dispatch (delivery %s) ended %q, not %q", map[bool]string{true: "landed", false: "dropped"}[forward], status, want)
+	}
+}
+
+// checkLeases states the one-shot lease of SPEC 3.5: sealed values exist only while a preparation
+// is prepared or claimed; whatever the runtime holds for a script came from a preparation that was
+// dispatched to that very worker UID; and no delivery is held by two scripts.
+func (w *world) checkLeases(st adminapi.Status) {
+	w.t.Helper()
+	ctx := context.Background()
+	var bad int
+	require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations
+		WHERE ciphertext IS NOT NULL AND status NOT IN ('prepared', 'claimed')`).Scan(&bad))
+	if bad > 0 {
+		w.fail("%d preparation(s) keep sealed values after their dispatch", bad)
+	}
+	seen := map[string]string{}
+	for _, s := range st.Scripts {
+		if !s.Present || !s.Secrets.Delivered {
+			continue
+		}
+		if other, ok := seen[s.Secrets.DeliveryID]; ok {
+			w.fail("delivery %s is held by scripts %s and %s", s.Secrets.DeliveryID, other, s.ScriptName)
+		}
+		seen[s.Secrets.DeliveryID] = s.ScriptName
+		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations
+			WHERE material_set_id = $1::uuid AND worker_uid = $2::uuid AND dispatched_at IS NOT NULL`, s.Secrets.DeliveryID, s.WorkerUID).Scan(&bad))
+		if bad != 1 {
+			w.fail("the runtime holds delivery %s for worker %s (script %s), which no preparation dispatched to that worker", s.Secrets.DeliveryID, s.WorkerUID, s.ScriptName)
+		}
+	}
+}
+
+// finish asserts the sequence made progress, and that no canary leaked anywhere it could be read.
+func (w *world) finish() {
+	w.t.Helper()
+	p := w.progress
+	w.t.Logf("progress: %d of %d endpoint creates, %d of %d activations, %d of %d consumptions settled, %d mid-dispatch kill(s)",
+		p.endpointCreated, p.endpointCreates, p.activated, p.activations, p.settled, p.consumptions, p.midDispatchKills)
+	share := func(ok, of int) float64 {
+		if of == 0 {
+			return 0
+		}
+		return float64(ok) / float64(of)
+	}
+	if s := share(p.endpointCreated, p.endpointCreates); s < minEndpointCreateShare {
+		w.fail("only %d of %d endpoint creates succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.endpointCreated, p.endpointCreates, 100*s, 100*minEndpointCreateShare)
+	}
+	if s := share(p.activated, p.activations); s < minActivationShare {
+		w.fail("only %d of %d activations succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.activated, p.activations, 100*s, 100*minActivationShare)
+	}
+	if p.settled == 0 {
+		w.fail("no runtime input was delivered and settled in %d consumptions", p.consumptions)
+	}
+
+	bin, err := pgcluster.BinDir()
+	require.NoError(w.t, err)
+	dump, err := exec.Command(filepath.Join(bin, "pg_dump"), "--data-only", "--inserts", w.dbURL).CombinedOutput()
+	require.NoError(w.t, err, string(dump))
+	texts := map[string]string{"the Host's answers": w.answers.String(), "pg_dump": string(dump)}
+	for i, l := range w.hostLogs {
+		texts[fmt.Sprintf("Host process %d's log", i)] = l.String()
+	}
+	for where, text := range texts {
+		if chain, found := leakscan.FindString(text, w.canary); found {
+			w.fail("a runtime input's value is in %s (encoded as %q)", where, chain)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// heldAdmin is a proxy in front of the runtime node's admin API that, when armed, holds the next
+// secret delivery until the test lets it through or drops it.
+type heldAdmin struct {
+	url     string
+	mu      sync.Mutex
+	armed   bool
+	match   func(*http.Request) bool // what the armed proxy holds
+	held    chan struct{}
+	decided chan bool
+	// deliveries counts the secret deliveries that went on to the runtime node.
+	deliveries atomic.Int64
+}
+
+// isDelivery matches a secret delivery to the runtime node.
+func isDelivery(r *http.Request) bool {
+	return r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/secrets")
+}
+
+// isRoutePut matches a route write to the runtime node.
+func isRoutePut(r *http.Request) bool {
+	return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/routes/")
+}
+
+func holdAdmin(t interface {
+	Cleanup(func())
+	Helper()
+}, target string) *heldAdmin {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		panic(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ErrorLog = log.New(io.Discard, "", 0) // a killed Host's requests end in errors on purpose
+	a := &heldAdmin{}
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		match := a.match
+		a.mu.Unlock()
+		if match != nil && match(r) {
+			a.mu.Lock()
+			armed, held, decided := a.armed, a.held, a.decided
+			a.armed = false
+			a.mu.Unlock()
+			if armed {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					panic(http.ErrAbortHandler)
+				}
+				held <- struct{}{}
+				if !<-decided {
+					panic(http.ErrAbortHandler) // dropped: the runtime never sees it
+				}
+				// The Host that sent it is gone; the delivery lands all the same.
+				r = r.Clone(context.WithoutCancel(r.Context()))
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+		}
+		if isDelivery(r) {
+			a.deliveries.Add(1)
+		}
+		proxy.ServeHTTP(rw, r)
+	}))
+	t.Cleanup(func() {
+		a.mu.Lock()
+		decided := a.decided
+		a.mu.Unlock()
+		if decided != nil {
+			select {
+			case decided <- false:
+			default:
+			}
+		}
+		srv.Close()
+	})
+	a.url = srv.URL
+	return a
+}
+
+// arm holds the next delivery; the channel says when it is held.
+func (a *heldAdmin) arm() <-chan struct{} { return a.armFor(isDelivery) }
+
+// armFor holds the next request that match matches.
+func (a *heldAdmin) armFor(match func(*http.Request) bool) <-chan struct{} {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.armed, a.match, a.held, a.decided = true, match, make(chan struct{}, 1), make(chan bool, 1)
+	return a.held
+}
+
+func (a *heldAdmin) disarm() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.armed = false
+}
+
+// release lets the held delivery through (forward) or drops it.
+func (a *heldAdmin) release(forward bool) {
+	a.mu.Lock()
+	decided := a.decided
+	a.mu.Unlock()
+	decided <- forward
+}

@@ -141,8 +141,8 @@ func (l *lyingSink) DeliverSecrets(ctx context.Context, scriptName string, worke
 	return l.sink().DeliverSecrets(ctx, scriptName, workerUID, deliveryID, effectID, values)
 }
 
-func (l *lyingSink) ReadbackSecrets(ctx context.Context, scriptName string, challenge []byte) ([]byte, bool, error) {
-	digest, present, err := l.sink().ReadbackSecrets(ctx, scriptName, challenge)
+func (l *lyingSink) ReadbackSecrets(ctx context.Context, scriptName string, delivery uuid.UUID, challenge []byte) ([]byte, bool, error) {
+	digest, present, err := l.sink().ReadbackSecrets(ctx, scriptName, delivery, challenge)
 	if err != nil || !present {
 		return digest, present, err
 	}

@@ -350,11 +350,11 @@ func (f *flakyReadback) DeliverSecrets(ctx context.Context, script string, worke
 	return f.Mutator.(backend.SecretSink).DeliverSecrets(ctx, script, worker, delivery, effect, values)
 }
 
-func (f *flakyReadback) ReadbackSecrets(ctx context.Context, script string, challenge []byte) ([]byte, bool, error) {
+func (f *flakyReadback) ReadbackSecrets(ctx context.Context, script string, delivery uuid.UUID, challenge []byte) ([]byte, bool, error) {
 	if f.lose.Add(-1) >= 0 {
 		return nil, false, backend.ErrUnreachable
 	}
-	return f.Mutator.(backend.SecretSink).ReadbackSecrets(ctx, script, challenge)
+	return f.Mutator.(backend.SecretSink).ReadbackSecrets(ctx, script, delivery, challenge)
 }
 
 // A readback whose answer is lost once is asked again: the delivered values settle instead of

@@ -123,8 +123,10 @@ type SecretSink interface {
 	// idempotent.
 	DeliverSecrets(ctx context.Context, scriptName string, workerUID, deliveryID, effectID uuid.UUID, values map[string]sealing.Secret) error
 	// ReadbackSecrets answers HMAC-SHA256(challenge, canonical JSON of the bindings as held) for
-	// scriptName, and false when nothing is held.
-	ReadbackSecrets(ctx context.Context, scriptName string, challenge []byte) ([]byte, bool, error)
+	// scriptName, and false when nothing is held. The answer decides the lease of delivery
+	// deliveryID: when the script does not hold it, the backend refuses that delivery from then on,
+	// so that a copy still on its way never lands after the lease failed.
+	ReadbackSecrets(ctx context.Context, scriptName string, deliveryID uuid.UUID, challenge []byte) ([]byte, bool, error)
 }
 
 // Registry hands out the mutator of each installation.

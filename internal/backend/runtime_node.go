@@ -237,12 +237,12 @@ func (n *runtimeNode) DeliverSecrets(ctx context.Context, scriptName string, wor
 	return n.wrap(err)
 }
 
-func (n *runtimeNode) ReadbackSecrets(ctx context.Context, scriptName string, challenge []byte) ([]byte, bool, error) {
+func (n *runtimeNode) ReadbackSecrets(ctx context.Context, scriptName string, deliveryID uuid.UUID, challenge []byte) ([]byte, bool, error) {
 	c, err := n.api()
 	if err != nil {
 		return nil, false, err
 	}
-	rb, err := c.Readback(ctx, scriptName, challenge)
+	rb, err := c.Readback(ctx, scriptName, challenge, deliveryID.String())
 	if err != nil {
 		return nil, false, n.wrap(err)
 	}

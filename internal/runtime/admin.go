@@ -437,6 +437,10 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		return nil, err
 	}
+	if _, refused := n.desired.Refused[req.DeliveryID]; refused {
+		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeDeliveryRefused, "Delivery refused",
+			fmt.Sprintf("delivery %s was concluded absent by a readback; it never lands now", req.DeliveryID))
+	}
 	cur := n.desired.Scripts[name]
 	if cur == nil {
 		return nil, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeScriptAbsent, "Not Found", fmt.Sprintf("script %s is not here; PUT it first", name))
@@ -509,8 +513,19 @@ func (n *Node) readback(_ http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil || len(challenge) != 32 {
 		return nil, invalid("challenge must be standard base64 of 32 bytes")
 	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	if req.Concludes != "" {
+		if err := checkID("concludes", req.Concludes); err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if err := n.refuseUnlessHeldLocked(name, req.Concludes); err != nil {
+			return nil, err
+		}
+	} else {
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+	}
 	cur := n.desired.Scripts[name]
 	if cur == nil || cur.Delivery == nil {
 		out := adminapi.Readback{}
@@ -526,6 +541,37 @@ func (n *Node) readback(_ http.ResponseWriter, r *http.Request) (any, error) {
 	h := hmac.New(sha256.New, challenge)
 	h.Write(canonjson.Marshal(state.Reveal(values)))
 	return adminapi.Readback{Present: true, WorkerUID: cur.WorkerUID, DeliveryID: cur.Delivery.DeliveryID, Digest: hex.EncodeToString(h.Sum(nil))}, nil
+}
+
+// RefusedFor is how long a delivery a readback concluded absent stays refused: far longer than
+// any request to the runtime can be on its way.
+const RefusedFor = 24 * time.Hour
+
+// refuseUnlessHeldLocked records delivery as refused when script name does not hold it (n.mu
+// held for writing), and forgets refusals older than RefusedFor.
+func (n *Node) refuseUnlessHeldLocked(name, delivery string) error {
+	if cur := n.desired.Scripts[name]; cur != nil && cur.Delivery != nil && cur.Delivery.DeliveryID == delivery {
+		return nil
+	}
+	if _, ok := n.desired.Refused[delivery]; ok {
+		return nil
+	}
+	previous := n.snapshotLocked()
+	now := time.Now()
+	for id, at := range n.desired.Refused {
+		if now.Sub(at) > RefusedFor {
+			delete(n.desired.Refused, id)
+		}
+	}
+	if n.desired.Refused == nil {
+		n.desired.Refused = map[string]time.Time{}
+	}
+	n.desired.Refused[delivery] = now
+	if err := n.saveLocked(previous); err != nil {
+		return err
+	}
+	n.log.Info("delivery refused: a readback concluded it absent", "script", name, "deliveryId", delivery)
+	return nil
 }
 
 func (n *Node) putRoute(w http.ResponseWriter, r *http.Request) (any, error) {

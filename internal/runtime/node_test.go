@@ -254,7 +254,7 @@ func TestWorkerAnswersAtItsHostWithItsSecretWhichIsNowhereElse(t *testing.T) {
 	// Readback: HMAC(challenge, canonical JSON of the bindings as given to workerd).
 	challenge := make([]byte, 32)
 	_, _ = rand.Read(challenge)
-	rb, err := f.client.Readback(f.ctx, "hello-prod-1a2b3c4d", challenge)
+	rb, err := f.client.Readback(f.ctx, "hello-prod-1a2b3c4d", challenge, "")
 	require.NoError(t, err)
 	mac := hmac.New(sha256.New, challenge)
 	mac.Write(canonjson.Marshal(map[string]string{"TOKEN": canary}))
@@ -263,7 +263,7 @@ func TestWorkerAnswersAtItsHostWithItsSecretWhichIsNowhereElse(t *testing.T) {
 	require.Equal(t, hex.EncodeToString(mac.Sum(nil)), rb.Digest)
 	other := make([]byte, 32)
 	_, _ = rand.Read(other)
-	rb2, err := f.client.Readback(f.ctx, "hello-prod-1a2b3c4d", other)
+	rb2, err := f.client.Readback(f.ctx, "hello-prod-1a2b3c4d", other, "")
 	require.NoError(t, err)
 	require.NotEqual(t, rb.Digest, rb2.Digest, "the digest is keyed by the challenge")
 	require.NotContains(t, rb.Digest, sha(canary))
@@ -804,4 +804,37 @@ func TestScriptHeldByOneWorkerIsNeverTakenByAnother(t *testing.T) {
 	_, err = f.client.DeleteScript(f.ctx, script, "uid-victim")
 	require.NoError(t, err)
 	f.script(script, "uid-attacker", 1_000_001, "attacker")
+}
+
+// A readback that concludes a delivery absent refuses that delivery from then on, across a
+// restart of the node: a copy still on its way (from a Host killed while sending it, or a call that
+// timed out) never lands after the Host failed its lease for not finding it. A readback concluding
+// the delivery the script holds refuses nothing.
+func TestAReadbackThatFindsADeliveryAbsentRefusesItLater(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-late-9c2e"
+	f.script("late", "uid-l", 1, "l", "TOKEN")
+	challenge := make([]byte, 32)
+	_, _ = rand.Read(challenge)
+
+	rb, err := f.client.Readback(f.ctx, "late", challenge, "delivery-late")
+	require.NoError(t, err)
+	require.False(t, rb.Present)
+	f.h.Restart(t)
+	f.reconnect()
+	_, err = f.client.PutSecrets(f.ctx, "late", adminapi.SecretsPut{
+		EffectID: f.effect(), WorkerUID: "uid-l", DeliveryID: "delivery-late", Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret(canary)},
+	})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeDeliveryRefused), "the late copy is refused: %v", err)
+	st, err := f.client.GetScript(f.ctx, "late")
+	require.NoError(t, err)
+	require.False(t, st.Secrets.Delivered)
+
+	f.deliver("late", "uid-l", "delivery-next", canary)
+	rb, err = f.client.Readback(f.ctx, "late", challenge, "delivery-next")
+	require.NoError(t, err)
+	require.True(t, rb.Present)
+	f.waitReady("late")
+	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
 }

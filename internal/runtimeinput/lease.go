@@ -302,7 +302,7 @@ func (s *Service) readback(ctx context.Context, tx txRunner, ring *sealing.Ring,
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
-		digest, present, err = sink.ReadbackSecrets(cctx, scriptName, challenge)
+		digest, present, err = sink.ReadbackSecrets(cctx, scriptName, l.MaterialSetID, challenge)
 		cancel()
 		if err == nil {
 			return digest, present, nil

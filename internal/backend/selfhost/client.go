@@ -208,10 +208,11 @@ func (c *Client) DeleteSecrets(ctx context.Context, scriptName, workerUID string
 }
 
 // Readback sends a challenge (32 bytes, sent as standard base64) and returns the runtime's keyed
-// digest of the bindings it gives workerd.
-func (c *Client) Readback(ctx context.Context, scriptName string, challenge []byte) (adminapi.Readback, error) {
+// digest of the bindings it gives workerd. concludes, when not empty, names the delivery whose
+// lease the answer decides: if the script does not hold it, the runtime refuses it from then on.
+func (c *Client) Readback(ctx context.Context, scriptName string, challenge []byte, concludes string) (adminapi.Readback, error) {
 	var out adminapi.Readback
-	return out, c.do(ctx, http.MethodPost, adminapi.ReadbackPath(scriptName), adminapi.ReadbackRequest{Challenge: encodeChallenge(challenge)}, &out)
+	return out, c.do(ctx, http.MethodPost, adminapi.ReadbackPath(scriptName), adminapi.ReadbackRequest{Challenge: encodeChallenge(challenge), Concludes: concludes}, &out)
 }
 
 // PutRoute installs hostname → script for one endpoint UID.

@@ -61,7 +61,7 @@ func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
 	require.Equal(t, "del-1", st.Incarnation.DeliveryID)
 
 	challenge := []byte("0123456789abcdef0123456789abcdef")
-	rb, err := c.Readback(ctx, "api-test", challenge)
+	rb, err := c.Readback(ctx, "api-test", challenge, "")
 	require.NoError(t, err)
 	mac := hmac.New(sha256.New, challenge)
 	mac.Write(canonjson.Marshal(map[string]string{"KEY": "v"}))
@@ -95,7 +95,7 @@ func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
 	require.False(t, st.Secrets.Delivered)
 	_, err = os.Stat(filepath.Join(h.StateDir, "secrets", "uid-api"))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	rb, err = c.Readback(ctx, "api-test", challenge)
+	rb, err = c.Readback(ctx, "api-test", challenge, "")
 	require.NoError(t, err)
 	require.False(t, rb.Present)
 	require.Empty(t, rb.Digest)

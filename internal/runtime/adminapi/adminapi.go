@@ -308,6 +308,11 @@ func (p SecretsPut) LogValue() slog.Value { return slog.StringValue(p.String()) 
 // ReadbackRequest carries the Host's challenge: standard base64 of 32 bytes.
 type ReadbackRequest struct {
 	Challenge string `json:"challenge"`
+	// Concludes names the delivery whose lease this readback decides. When the script does not
+	// hold it, the runtime refuses it from then on (409 delivery_refused), so that a copy of it
+	// still on its way (from a Host that died while sending it, or a call that timed out) can never
+	// land after the Host has failed its lease for not finding it.
+	Concludes string `json:"concludes,omitempty"`
 }
 
 // Readback answers a challenge: Digest is lowercase hex HMAC-SHA256(challenge, canonical JSON of
@@ -423,11 +428,13 @@ const (
 	CodeWorkerMismatch     = "worker_mismatch"
 	// CodeScriptHeld: the script name is another worker UID's until that worker's delete is
 	// confirmed (SPEC 3.4). The answer names nobody.
-	CodeScriptHeld    = "script_held"
-	CodeScriptAbsent  = "script_absent"
-	CodeSecretNames   = "secret_names_mismatch"
-	CodeRouteConflict = "route_conflict"
-	CodeInternal      = "internal"
+	CodeScriptHeld = "script_held"
+	// CodeDeliveryRefused: a readback concluded this delivery absent; it never lands now.
+	CodeDeliveryRefused = "delivery_refused"
+	CodeScriptAbsent    = "script_absent"
+	CodeSecretNames     = "secret_names_mismatch"
+	CodeRouteConflict   = "route_conflict"
+	CodeInternal        = "internal"
 	// Edge answers.
 	CodeUnknownHost   = "unknown_host"
 	CodeNotReady      = "script_not_ready"

@@ -60,6 +60,9 @@ type Desired struct {
 	// increase across worker UIDs, so a late PUT from a deleted or replaced worker never brings its
 	// script back.
 	Floors map[string]int64 `json:"floors,omitempty"`
+	// Refused keeps the deliveries a readback concluded absent, with when, so that a late copy of
+	// one is refused rather than delivered after its lease failed (kept RefusedFor).
+	Refused map[string]time.Time `json:"refused,omitempty"`
 	// OrgUIDs keeps the sandbox uid of each organization (by its label), so that an organization
 	// runs as the same uid across restarts and a uid never passes to another (SPEC 5.1).
 	OrgUIDs map[string]int `json:"orgUids,omitempty"`

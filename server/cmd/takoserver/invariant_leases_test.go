@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -247,19 +248,39 @@ func (w *world) killMidDispatch() {
 		map[bool]string{true: "landed", false: "dropped"}[forward]))
 	w.restart(i)
 
-	// Recovery (either Host's janitor) concludes the lease by readback.
-	want := map[bool]string{true: "settled", false: "failed"}[forward]
-	var status string
+	// Recovery (either Host's janitor) concludes the lease by readback. A delivery let through may
+	// still reach the runtime after that readback found it absent: the runtime then refuses it, so
+	// the lease may end failed either way, but a failed lease's delivery never lands.
+	var status, delivery string
 	deadline := time.Now().Add(90 * time.Second)
 	for time.Now().Before(deadline) {
-		require.NoError(w.t, w.db.QueryRow(context.Background(), `SELECT status FROM runtime_input_preparations WHERE operation_id = $1`, op).Scan(&status))
+		require.NoError(w.t, w.db.QueryRow(context.Background(), `SELECT status, material_set_id::text FROM runtime_input_preparations WHERE operation_id = $1`, op).Scan(&status, &delivery))
 		if status != "dispatched" {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if status != want {
-		w.fail("a lease whose Host was killed mid-dispatch (delivery %s) ended %q, not %q", map[bool]string{true: "landed", false: "dropped"}[forward], status, want)
+	if status != "settled" && status != "failed" {
+		w.fail("a lease whose Host was killed mid-dispatch ended %q, not settled or failed", status)
+	}
+	if !forward && status != "failed" {
+		w.fail("a lease whose delivery was dropped with its Host ended %q, not failed", status)
+	}
+	c, err := selfhost.New(w.node.adminURL, w.node.tokenFile)
+	require.NoError(w.t, err)
+	if status != "failed" {
+		return // settled by readback: delivered once (recovery may since have deleted a create that never committed)
+	}
+	// Failed: its delivery never lands now. A refused copy is answered at once; one still being
+	// applied would show within the wait.
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		st, err := c.Status(context.Background())
+		require.NoError(w.t, err)
+		for _, sc := range st.Scripts {
+			if sc.Present && sc.Secrets.Delivered && sc.Secrets.DeliveryID == delivery {
+				w.fail("a lease whose Host was killed mid-dispatch ended failed, and then its delivery landed on script %s", sc.ScriptName)
+			}
+		}
 	}
 }
 

@@ -83,6 +83,10 @@ type Config struct {
 	EgressDeny []string
 	// SubrequestLimit caps each incarnation's concurrent subrequests (default 50).
 	SubrequestLimit int
+	// Edge bounds what one client may take of the edge: timeouts, header and body sizes, and
+	// the proxies whose forwarding headers are believed (SPEC 5.1; zero values take the
+	// defaults of package edge).
+	Edge edge.Limits
 }
 
 // Info tells an embedding caller how to reach a running node.
@@ -128,6 +132,9 @@ type Node struct {
 	served   chan error
 	stopped  chan struct{}
 	closeOne sync.Once
+
+	// edgeHandler is the edge behind n.edge.
+	edgeHandler *edge.Handler
 }
 
 // Run runs a node until ctx ends, then shuts it down cleanly: every workerd process stops and
@@ -205,7 +212,7 @@ func Start(cfg Config) (*Node, error) {
 	if n.cfg.EgressDeny, err = egress.ParseDeny(cfg.EgressDeny); err != nil {
 		return nil, err
 	}
-	edgeHandler := edge.New(n, n.reg, log)
+	edgeHandler := edge.New(n, n.reg, log, cfg.Edge)
 	n.sup = supervisor.Options{
 		Workerd: bin, Logger: log, Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
 		ProbeDeadline: cfg.ProbeDeadline, LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout,
@@ -245,15 +252,15 @@ func Start(cfg Config) (*Node, error) {
 
 	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	n.edge = &http.Server{Handler: edgeHandler, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	n.edge = edge.NewServer(edgeHandler, cfg.Edge, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	n.edgeHandler = edgeHandler
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
 		adminL = tls.NewListener(adminL, tlsConfig)
 	}
 	go func() { n.served <- serveErr("admin API", n.admin.Serve(adminL)) }()
-	go func() { n.served <- serveErr("edge", n.edge.Serve(edgeL)) }()
+	go func() { n.served <- serveErr("edge", n.edge.Serve(edge.Listener(edgeL))) }()
 	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir()}
 	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
 	ok = true
@@ -332,6 +339,7 @@ func (n *Node) Close() error {
 		defer cancel()
 		err = errors.Join(n.admin.Shutdown(ctx), n.edge.Shutdown(ctx))
 		n.shutdownIncarnations()
+		n.edgeHandler.CloseIdle()
 		n.closeSandbox()
 		close(n.stopped)
 		n.store.Close()

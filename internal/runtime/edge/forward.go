@@ -45,7 +45,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) i
 
 	c, err := h.up.get(addr, deadline)
 	if err != nil {
-		return h.failed(w, r, body, deadline, err)
+		return h.failed(w, r, nil, deadline, err)
 	}
 	_ = c.conn.SetDeadline(deadline)
 	// A client that goes away ends the upstream request with it.
@@ -98,10 +98,20 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) i
 	}
 	if err != nil {
 		_ = c.conn.SetDeadline(aLongTimeAgo)
+		var clientErr error
 		if sent != nil {
-			<-sent
+			select {
+			case <-sent:
+				clientErr = body.error()
+			default:
+				// Still sending (the worker broke, or the response time ran out, while the client
+				// was): what the client did so far decides the answer; then its read is ended.
+				clientErr = body.error()
+				_ = body.rc.SetReadDeadline(aLongTimeAgo)
+				<-sent
+			}
 		}
-		return h.failed(w, r, body, deadline, err)
+		return h.failed(w, r, clientErr, deadline, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		h.tunnel(w, r, c, resp)
@@ -138,16 +148,15 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) i
 	return resp.StatusCode
 }
 
-// failed answers a request whose exchange with the worker broke before its answer began.
-func (h *Handler) failed(w http.ResponseWriter, r *http.Request, body *clientBody, deadline time.Time, err error) int {
-	if body != nil {
-		var tooLarge *http.MaxBytesError
-		switch {
-		case errors.As(body.err, &tooLarge):
-			return h.refuse(w, http.StatusRequestEntityTooLarge)
-		case errors.Is(body.err, os.ErrDeadlineExceeded):
-			return h.refuse(w, http.StatusRequestTimeout)
-		}
+// failed answers a request whose exchange with the worker broke before its answer began;
+// clientErr is the error reading the client's body, if any.
+func (h *Handler) failed(w http.ResponseWriter, r *http.Request, clientErr error, deadline time.Time, err error) int {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(clientErr, &tooLarge):
+		return h.refuse(w, http.StatusRequestEntityTooLarge)
+	case errors.Is(clientErr, os.ErrDeadlineExceeded):
+		return h.refuse(w, http.StatusRequestTimeout)
 	}
 	if !time.Now().Before(deadline) {
 		writeProblem(w, problemResponseTimeout)
@@ -194,6 +203,7 @@ var (
 type clientBody struct {
 	r   io.Reader
 	rc  *http.ResponseController
+	mu  sync.Mutex
 	err error
 }
 
@@ -201,10 +211,20 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if err == io.EOF {
 		_ = b.rc.SetReadDeadline(time.Time{})
-	} else if err != nil && b.err == nil {
-		b.err = err
+	} else if err != nil {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
 	}
 	return n, err
+}
+
+func (b *clientBody) error() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // writeBody sends the client's body after the head: by its length, or chunked.

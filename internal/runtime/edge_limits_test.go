@@ -189,7 +189,7 @@ func TestEdgeLimits(t *testing.T) {
 	t.Run("pipelined requests with chunked and sized bodies are each read once and answered", func(t *testing.T) {
 		conn := dial(t, f.h.Info.EdgeAddr, "")
 		// Bodies that look like header blocks, to catch a framing check that reads them as such.
-		fake := "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+		fake := "GET /fake HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
 		_, err := fmt.Fprintf(conn, "POST /a HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n3;ext=1\r\nabc\r\n0\r\nX-Trailer: 1\r\n\r\n"+
 			"POST /b HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s"+
 			"GET /c HTTP/1.1\r\nHost: %s\r\n\r\n",

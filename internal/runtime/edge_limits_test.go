@@ -27,6 +27,12 @@ const echoSource = `export default {
   async fetch(req) {
     const u = new URL(req.url);
     if (u.pathname === "/loop") { while (true) {} }
+    if (req.headers.get("upgrade") === "websocket") {
+      const [client, server] = Object.values(new WebSocketPair());
+      server.accept();
+      server.addEventListener("message", (e) => server.send("echo:" + e.data));
+      return new Response(null, { status: 101, webSocket: client });
+    }
     let length = 0;
     if (req.body) length = (await req.arrayBuffer()).byteLength;
     const headers = {};
@@ -247,6 +253,34 @@ func TestEdgeLimits(t *testing.T) {
 		require.Equal(t, "203.0.113.7", e.Headers["x-real-ip"])
 		require.Equal(t, "for=203.0.113.7;proto=https, for=127.0.0.2;proto=http", e.Headers["forwarded"])
 		require.Equal(t, "bank.example", e.Headers["x-forwarded-host"])
+	})
+
+	t.Run("a WebSocket passes through, past the response time limit", func(t *testing.T) {
+		conn := dial(t, f.h.Info.EdgeAddr, "")
+		_, err := fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", echoHost)
+		require.NoError(t, err)
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(conn.br, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusSwitchingProtocols, resp.StatusCode)
+		require.Equal(t, "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=", resp.Header.Get("Sec-WebSocket-Accept"), "RFC 6455 1.3's example")
+		for i := range 2 {
+			if i == 1 {
+				time.Sleep(edgeLimits.ResponseTimeout + 500*time.Millisecond)
+			}
+			msg := fmt.Sprintf("hello %d", i)
+			// One masked text frame (RFC 6455 5.2), mask 0.
+			_, err = conn.Write(append([]byte{0x81, 0x80 | byte(len(msg)), 0, 0, 0, 0}, msg...))
+			require.NoError(t, err)
+			head := make([]byte, 2)
+			_, err = io.ReadFull(conn.br, head)
+			require.NoError(t, err)
+			got := make([]byte, head[1]&0x7f)
+			_, err = io.ReadFull(conn.br, got)
+			require.NoError(t, err)
+			require.Equal(t, "echo:"+msg, string(got))
+		}
 	})
 
 	t.Run("unknown hosts get a 404 problem with nothing internal", func(t *testing.T) {

@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -138,7 +140,8 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 	status, err := x.c.Status(x.ctx)
 	require.NoError(b, err)
 	paths := []struct{ name, addr string }{{"direct", st.Incarnation.Address}, {"edge", x.h.Info.EdgeAddr}}
-	if addr, why := startNginx(b, st.Incarnation.Address); addr != "" {
+	addr, nginxPID, why := startNginx(b, st.Incarnation.Address)
+	if addr != "" {
 		paths = append(paths, struct{ name, addr string }{"nginx", addr})
 	} else {
 		b.Logf("nginx left out: %s", why)
@@ -153,16 +156,30 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 	}
 	for b.Loop() {
 		for _, p := range paths {
-			_, _ = hammer(p.addr, benchHost, workers, 300*time.Millisecond) // warm every path's connections
+			_, _, _ = hammer(p.addr, benchHost, workers, 300*time.Millisecond) // warm every path's connections
 		}
-		rate, cpu, count := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}
+		rate, cpu, count, dropped := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}, map[string]int64{}
+		var nginxCPU time.Duration
 		d := window()
 		for range rounds {
 			for _, p := range paths {
-				before := processCPU()
-				n, err := hammer(p.addr, benchHost, workers, d)
+				before, nginxBefore := processCPU(), treeCPU(nginxPID)
+				stopProfile := profile(b, p.name)
+				n, lost, err := hammer(p.addr, benchHost, workers, d)
+				stopProfile()
+				dropped[p.name] += lost
 				cpu[p.name] += processCPU() - before
+				if p.name == "nginx" {
+					nginxCPU += treeCPU(nginxPID) - nginxBefore
+				}
 				count[p.name] += n
+				if err != nil {
+					for _, l := range strings.Split(x.h.Logs.String(), "\n") {
+						if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+							b.Log(l)
+						}
+					}
+				}
 				require.NoError(b, err, p.name)
 				rate[p.name] += float64(n) / d.Seconds() / float64(rounds)
 			}
@@ -181,10 +198,32 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 			b.ReportMetric(n, "nginx-req/s")
 			b.ReportMetric(n/rate["direct"], "nginx/direct")
 			b.ReportMetric(rate["edge"]/n, "edge/nginx")
-			line += fmt.Sprintf(", nginx %.0f req/s (%.2fx direct): edge/nginx %.2f", n, n/rate["direct"], rate["edge"]/n)
+			perNginx := float64(nginxCPU.Microseconds()) / float64(count["nginx"])
+			b.ReportMetric(perNginx, "nginx-cpu-µs/req")
+			line += fmt.Sprintf(", nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f", n, n/rate["direct"], perNginx, rate["edge"]/n)
 		}
+		after, err := x.c.GetScript(x.ctx, "bench")
+		require.NoError(b, err)
 		b.Log(line)
+		b.Logf("requests without an answer: direct %d, edge %d, nginx %d; worker restarts during the run: %d (liveness kills a process whose probe times out under this load)",
+			dropped["direct"], dropped["edge"], dropped["nginx"], after.Incarnation.Restarts-st.Incarnation.Restarts)
 	}
+}
+
+// profile writes a CPU profile of this process while the path named by TAKOFORM_BENCH_PROFILE
+// (edge, direct) is measured, to the file TAKOFORM_BENCH_PROFILE_OUT (default edge-cpu.pprof).
+func profile(b *testing.B, path string) (stop func()) {
+	if os.Getenv("TAKOFORM_BENCH_PROFILE") != path {
+		return func() {}
+	}
+	out := os.Getenv("TAKOFORM_BENCH_PROFILE_OUT")
+	if out == "" {
+		out = "edge-cpu.pprof"
+	}
+	f, err := os.Create(out)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
 // processCPU is the CPU time (user and system) this process has used.
@@ -194,35 +233,77 @@ func processCPU() time.Duration {
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
 
+// treeCPU is the CPU time (user and system) process pid's children have used (nginx's workers).
+func treeCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	var total time.Duration
+	for _, child := range strings.Fields(string(children)) {
+		stat, err := os.ReadFile("/proc/" + child + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 12 {
+			utime, _ := strconv.ParseInt(fields[11], 10, 64)
+			stime, _ := strconv.ParseInt(fields[12], 10, 64)
+			total += time.Duration(utime+stime) * time.Second / clockTicks
+		}
+	}
+	return total
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100
+
 // hammer keeps workers keep-alive connections to addr busy with GET / for host during d, and
-// returns how many 200 answers came back; anything else is an error.
-func hammer(addr, host string, workers int, d time.Duration) (int64, error) {
-	var total atomic.Int64
+// returns how many 200 answers came back and how many requests got none (a connection closed or
+// broken under them: the next request opens a new one). Any answer but a 200 is an error.
+func hammer(addr, host string, workers int, d time.Duration) (ok, dropped int64, err error) {
+	var okN, droppedN atomic.Int64
 	errs := make(chan error, workers)
 	deadline := time.Now().Add(d)
 	req := []byte("GET / HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: takoform-bench\r\n\r\n")
 	for range workers {
 		go func() {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer c.Close()
-			br := bufio.NewReaderSize(c, 16<<10)
-			var n int64
+			var c net.Conn
+			var br *bufio.Reader
+			defer func() {
+				if c != nil {
+					c.Close()
+				}
+			}()
+			var n, lost int64
+			defer func() { okN.Add(n); droppedN.Add(lost) }()
 			for time.Now().Before(deadline) {
-				if _, err := c.Write(req); err != nil {
+				if c == nil {
+					var err error
+					if c, err = net.Dial("tcp", addr); err != nil {
+						errs <- err
+						return
+					}
+					br = bufio.NewReaderSize(c, 16<<10)
+				}
+				_, err := c.Write(req)
+				if err == nil {
+					err = readAnswer(br)
+				}
+				var answer *badAnswer
+				switch {
+				case errors.As(err, &answer):
 					errs <- err
 					return
+				case err != nil:
+					lost++
+					c.Close()
+					c = nil
+				default:
+					n++
 				}
-				if err := readAnswer(br); err != nil {
-					errs <- err
-					return
-				}
-				n++
 			}
-			total.Add(n)
 			errs <- nil
 		}()
 	}
@@ -232,8 +313,13 @@ func hammer(addr, host string, workers int, d time.Duration) (int64, error) {
 			first = err
 		}
 	}
-	return total.Load(), first
+	return okN.Load(), droppedN.Load(), first
 }
+
+// badAnswer is an answer other than a 200.
+type badAnswer struct{ line string }
+
+func (b *badAnswer) Error() string { return fmt.Sprintf("answer %q", b.line) }
 
 // readAnswer reads one response, which must be a 200 with a length or chunked body.
 func readAnswer(br *bufio.Reader) error {
@@ -242,7 +328,7 @@ func readAnswer(br *bufio.Reader) error {
 		return err
 	}
 	if len(line) < 12 || string(line[9:12]) != "200" {
-		return fmt.Errorf("answer %q", line)
+		return &badAnswer{string(line)}
 	}
 	length, chunked := int64(-1), false
 	for {
@@ -291,11 +377,11 @@ func readAnswer(br *bufio.Reader) error {
 }
 
 // startNginx runs nginx (one worker process, upstream keep-alive, no access log) in front of
-// upstream and returns its address, or "" and why not.
-func startNginx(b *testing.B, upstream string) (addr, why string) {
+// upstream and returns its address and its master's pid, or "" and why not.
+func startNginx(b *testing.B, upstream string) (addr string, pid int, why string) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
-		return "", "not installed (apt install nginx to compare)"
+		return "", 0, "not installed (apt install nginx to compare)"
 	}
 	dir := b.TempDir()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -345,11 +431,11 @@ http {
 	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			return addr, ""
+			return addr, cmd.Process.Pid, ""
 		}
 	}
 	log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-	return "", "did not start: " + string(log)
+	return "", 0, "did not start: " + string(log)
 }
 
 // BenchmarkUpdateUnderLoad keeps a steady load on the edge while the worker is updated several

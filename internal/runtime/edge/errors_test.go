@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +78,57 @@ func TestEdgeErrorsNameNothingInternal(t *testing.T) {
 		for _, s := range []string{"127.0.0.1", port, "secret-script-name", "dial", "connect", "refused", "tcp", "EOF"} {
 			require.NotContains(t, string(body), s, "%s: the error names something internal", host)
 		}
+	}
+}
+
+type liveTarget struct{ addr string }
+
+func (l liveTarget) Addr() string { return l.addr }
+func (liveTarget) Script() string { return "s" }
+func (liveTarget) Acquire() bool  { return true }
+func (liveTarget) Release()       {}
+
+// A worker's answer headers are bounded (1 MiB): a worker cannot make the edge hold an endless
+// header in memory; it gets a 502 instead. (workerd stands in for no worker here: it cannot be
+// made to send such an answer, so a socket that answers like a hostile one does.)
+func TestEdgeBoundsAWorkersAnswerHeaders(t *testing.T) {
+	t.Parallel()
+	upstream, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { upstream.Close() })
+	go func() {
+		for {
+			c, err := upstream.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				n, _ := c.Read(buf)
+				size := 512 << 10
+				if strings.Contains(string(buf[:n]), "GET /huge") {
+					size = 2 << 20
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Big: "+strings.Repeat("b", size)+"\r\n\r\nok")
+			}()
+		}
+	}()
+	h := edge.New(stubResolver{"w.test": liveTarget{upstream.Addr().String()}}, nil, nil, edge.Limits{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := edge.NewServer(h, edge.Limits{}, nil)
+	go func() { _ = srv.Serve(edge.Listener(l)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	for path, want := range map[string]int{"/fine": http.StatusOK, "/huge": http.StatusBadGateway} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+path, nil)
+		require.NoError(t, err)
+		req.Host = "w.test"
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, path)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httputil"
 	"os"
@@ -92,10 +93,12 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) i
 		}
 	}
 
+	c.lim.n = maxAnswerHeaderBytes
 	resp, err := http.ReadResponse(c.br, r)
 	for err == nil && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp, err = http.ReadResponse(c.br, r) // 1xx: informational, not passed on
 	}
+	c.lim.n = math.MaxInt64
 	if err != nil {
 		_ = c.conn.SetDeadline(aLongTimeAgo)
 		var clientErr error

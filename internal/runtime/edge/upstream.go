@@ -2,6 +2,9 @@ package edge
 
 import (
 	"bufio"
+	"errors"
+	"io"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -38,6 +41,7 @@ type pool struct {
 type upConn struct {
 	conn   *net.TCPConn
 	raw    syscall.RawConn
+	lim    budgetReader // under br: bounds what one answer's headers may take
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	pool   *pool
@@ -75,7 +79,35 @@ func (u *upstreams) get(addr string, deadline time.Time) (*upConn, error) {
 		tc.Close()
 		return nil, err
 	}
-	return &upConn{conn: tc, raw: raw, br: bufio.NewReaderSize(tc, 8<<10), bw: bufio.NewWriterSize(tc, 8<<10), pool: p}, nil
+	c := &upConn{conn: tc, raw: raw, bw: bufio.NewWriterSize(tc, 8<<10), pool: p}
+	c.lim = budgetReader{r: tc, n: math.MaxInt64}
+	c.br = bufio.NewReaderSize(&c.lim, 8<<10)
+	return c, nil
+}
+
+// maxAnswerHeaderBytes bounds the status line and headers of a worker's answer (informational
+// ones included): a worker cannot make the edge hold more than this in memory for one request.
+// http.Transport's default is 10 MiB; browsers and CDNs refuse far less.
+const maxAnswerHeaderBytes = 1 << 20
+
+// budgetReader reads at most n bytes (then fails) while a worker's answer head is read.
+type budgetReader struct {
+	r io.Reader
+	n int64
+}
+
+var errAnswerHeaderTooLarge = errors.New("the worker's answer headers are too large")
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, errAnswerHeaderTooLarge
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	return n, err
 }
 
 func (u *upstreams) pool(addr string) *pool {

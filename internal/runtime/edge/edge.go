@@ -1,6 +1,8 @@
-// Package edge is the runtime node's public face: a standard-library reverse proxy that routes each
-// request by its Host header to the Ready incarnation of the route's script (SPEC 5). Any other host
-// gets a 404 problem; a route whose script has no Ready incarnation gets a 503 problem.
+// Package edge is the runtime node's public face: a reverse proxy that routes each request by its
+// Host header to the Ready incarnation of the route's script (SPEC 5). Any other host gets a 404
+// problem; a route whose script has no Ready incarnation gets a 503 problem. It holds every
+// client to the limits of SPEC 5.1 (Limits, NewServer, Listener) and speaks HTTP/1.1 to workerd
+// on keep-alive connections of its own (forward.go, upstream.go).
 //
 // Workers' own subrequests for hostnames this node serves come in through ServeEgress (the egress
 // proxy hands them over in-process; they never leave the node). workerd drops a request's headers

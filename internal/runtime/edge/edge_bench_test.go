@@ -175,7 +175,7 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 				count[p.name] += n
 				if err != nil {
 					for _, l := range strings.Split(x.h.Logs.String(), "\n") {
-						if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+						if !strings.Contains(l, `"level":"DEBUG"`) && !strings.Contains(l, "runtime node started") {
 							b.Log(l)
 						}
 					}

@@ -365,3 +365,35 @@ func requireClosed(t *testing.T, conn *rawConn) {
 	require.NoError(t, err, "the edge kept the connection open")
 	require.Empty(t, string(b), "the edge answered more on a connection it should have closed")
 }
+
+// The edge keeps connections to a worker's socket between requests. When the worker's process
+// dies and continuity restarts it on the same socket, the edge's idle connections to the dead
+// process are noticed and replaced, never used: no request fails once the worker is Ready again.
+func TestEdgeNeverUsesAConnectionToADeadProcess(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.putSource("echo", "uid-echo", echoSource)
+	f.route(echoHost, "echo", "ep-echo")
+	before := f.waitReady("echo")
+	// Several connections in the edge's pool.
+	burst := func() []int {
+		codes := make(chan int, 8)
+		for range 8 {
+			go func() {
+				code, _, _ := get(t, echoHost, "/", nil, 10*time.Second, f.h.Info.EdgeAddr)
+				codes <- code
+			}()
+		}
+		var all []int
+		for range 8 {
+			all = append(all, <-codes)
+		}
+		return all
+	}
+	require.Equal(t, []int{200, 200, 200, 200, 200, 200, 200, 200}, burst())
+	f.kill("echo")
+	f.waitStatus("restarted and Ready", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.PID != before.Incarnation.PID
+	}, "echo")
+	require.Equal(t, []int{200, 200, 200, 200, 200, 200, 200, 200}, burst(), "a request went to a dead process's connection")
+}

@@ -40,7 +40,9 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 // redirect listener beside it; else plain HTTP.
 func (n *Node) serveEdge(edgeL net.Listener) error {
 	if n.edgeTLS == nil {
-		return n.edge.Serve(edgeL)
+		// Plain HTTP/1.1: the listener follows each connection's framing, so that a request with
+		// both Content-Length and Transfer-Encoding is refused and its connection closed.
+		return n.edge.Serve(edge.Listener(edgeL))
 	}
 	if n.edgeHTTP != nil {
 		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()

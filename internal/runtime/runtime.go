@@ -85,6 +85,10 @@ type Config struct {
 	SubrequestLimit int
 	// EdgeTLS serves the edge over HTTPS (--edge-tls-*, --edge-acme-*, --edge-http-listen).
 	EdgeTLS edge.TLSOptions
+	// Edge bounds what one client may take of the edge: timeouts, header and body sizes, and
+	// the proxies whose forwarding headers are believed (SPEC 5.1; zero values take the
+	// defaults of package edge).
+	Edge edge.Limits
 }
 
 // Info tells an embedding caller how to reach a running node.
@@ -139,6 +143,8 @@ type Node struct {
 	edgeTLS   *edge.TLS
 	edgeHTTP  *http.Server
 	edgeHTTPL net.Listener
+	// edgeHandler is the edge behind n.edge.
+	edgeHandler *edge.Handler
 }
 
 // Run runs a node until ctx ends, then shuts it down cleanly: every workerd process stops and
@@ -219,7 +225,7 @@ func Start(cfg Config) (*Node, error) {
 	if n.cfg.EgressDeny, err = egress.ParseDeny(cfg.EgressDeny); err != nil {
 		return nil, err
 	}
-	edgeHandler := edge.New(n, n.reg, log)
+	edgeHandler := edge.New(n, n.reg, log, cfg.Edge)
 	n.sup = supervisor.Options{
 		Workerd: bin, Logger: log, Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
 		ProbeDeadline: cfg.ProbeDeadline, LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout,
@@ -268,8 +274,8 @@ func Start(cfg Config) (*Node, error) {
 
 	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	n.edge = &http.Server{Handler: edgeHandler, ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	n.edge = edge.NewServer(edgeHandler, cfg.Edge, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	n.edgeHandler = edgeHandler
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
@@ -356,6 +362,7 @@ func (n *Node) Close() error {
 		defer cancel()
 		err = errors.Join(n.admin.Shutdown(ctx), n.edge.Shutdown(ctx), n.closeEdgeTLS(ctx))
 		n.shutdownIncarnations()
+		n.edgeHandler.CloseIdle()
 		n.closeSandbox()
 		close(n.stopped)
 		n.store.Close()

@@ -439,6 +439,11 @@ const (
 	CodeUnknownHost   = "unknown_host"
 	CodeNotReady      = "script_not_ready"
 	CodeUpstreamError = "upstream_error"
+	// Limits of the edge (SPEC 5.1).
+	CodeResponseTimeout = "response_timeout"
+	CodeBodyTooLarge    = "body_too_large"
+	CodeBodyTimeout     = "body_timeout"
+	CodeBadFraming      = "bad_framing"
 	// Egress (SPEC 5.1): what a worker's own subrequests may be answered with.
 	CodeEgressRefused   = "egress_refused"
 	CodeSubrequestLimit = "subrequest_limit"

@@ -1,6 +1,8 @@
-// Package edge is the runtime node's public face: a standard-library reverse proxy that routes each
-// request by its Host header to the Ready incarnation of the route's script (SPEC 5). Any other host
-// gets a 404 problem; a route whose script has no Ready incarnation gets a 503 problem.
+// Package edge is the runtime node's public face: a reverse proxy that routes each request by its
+// Host header to the Ready incarnation of the route's script (SPEC 5). Any other host gets a 404
+// problem; a route whose script has no Ready incarnation gets a 503 problem. It holds every
+// client to the limits of SPEC 5.1 (Limits, NewServer, Listener) and speaks HTTP/1.1 to workerd
+// on keep-alive connections of its own (forward.go, upstream.go).
 //
 // Workers' own subrequests for hostnames this node serves come in through ServeEgress (the egress
 // proxy hands them over in-process; they never leave the node). workerd drops a request's headers
@@ -13,16 +15,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -53,7 +52,8 @@ type Resolver interface {
 // Handler is the edge.
 type Handler struct {
 	resolve  Resolver
-	proxy    *httputil.ReverseProxy
+	limits   Limits
+	up       upstreams
 	requests *prometheus.CounterVec
 	byCode   sync.Map // int → prometheus.Counter: one label lookup per status, not per request
 	log      *slog.Logger
@@ -65,15 +65,13 @@ type Handler struct {
 // next is answered 508 (SPEC 5.1).
 const MaxEgressLoop = 16
 
-type targetKey struct{}
-
-// New builds the edge. Requests are counted by status in the registerer's
-// takoform_runtime_edge_requests_total.
-func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger) *Handler {
+// New builds the edge with limits (zero values take the defaults). Requests are counted by status
+// in the registerer's takoform_runtime_edge_requests_total. Serve it with NewServer.
+func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger, limits Limits) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{resolve: resolver, log: log}
+	h := &Handler{resolve: resolver, log: log, limits: limits.WithDefaults()}
 	h.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "takoform_runtime_edge_requests_total",
 		Help: "Requests answered by the runtime node's edge, by HTTP status.",
@@ -81,44 +79,11 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger) *Handle
 	if reg != nil {
 		reg.MustRegister(h.requests)
 	}
-	transport := &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		// The upstream is workerd on loopback: never through a proxy from the environment.
-		Proxy: nil,
-	}
-	h.proxy = &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			addr := pr.In.Context().Value(targetKey{}).(string)
-			pr.Out.URL.Scheme = "http"
-			pr.Out.URL.Host = addr
-			// The worker sees the public hostname it is served at, not the loopback socket.
-			pr.Out.Host = pr.In.Host
-			pr.SetXForwarded()
-			// Never replay a request on a fresh connection when its first one broke: a request that
-			// made the worker's process die (or be killed for looping) would run again in the
-			// restarted process and take it down too. Go's transport replays a body-less GET on a
-			// reused connection; a body it cannot rewind turns that off, and an empty one is still
-			// sent without a body.
-			switch pr.Out.Method {
-			case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-				if pr.Out.Body == nil {
-					pr.Out.Body = noReplay{}
-				}
-			}
-		},
-		Transport: transport,
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			h.log.Warn("edge upstream error", "host", r.Host, "error", err)
-			writeProblem(w, adminapi.NewProblem(http.StatusBadGateway, adminapi.CodeUpstreamError, "Bad Gateway",
-				"the worker's runtime did not answer"))
-		},
-	}
 	return h
 }
+
+// CloseIdle closes the edge's idle connections to workers' sockets.
+func (h *Handler) CloseIdle() { h.up.closeIdle() }
 
 func (h *Handler) counter(code int) prometheus.Counter {
 	if c, ok := h.byCode.Load(code); ok {
@@ -136,8 +101,17 @@ func Hostname(host string) string {
 	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
 
-// ServeHTTP routes one request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.serve(w, r, false) }
+// ServeHTTP routes one client request. One framed both by Content-Length and Transfer-Encoding
+// (or by Transfer-Encoding on HTTP/1.0) is refused and its connection closed (RFC 9112 6.1): a
+// proxy in front may have read its body otherwise, and what it took for the next request would
+// reach a worker.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if f, ok := r.Context().Value(framingKey{}).(*framing); ok && f.next() {
+		h.counter(h.refuse(w, http.StatusBadRequest)).Inc()
+		return
+	}
+	h.serve(w, r, false)
+}
 
 // Serves reports whether a route names this (normalized) hostname: the egress proxy then hands
 // the subrequest to ServeEgress.
@@ -172,18 +146,18 @@ func (h *Handler) enterLoop(caller, script string) (leave func(), ok bool) {
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool) {
-	sw := &statusWriter{ResponseWriter: w}
-	defer func() { h.counter(sw.code()).Inc() }()
+	code := http.StatusOK
+	defer func() { h.counter(code).Inc() }()
 	host := Hostname(r.Host)
 	// A drain can retire the target between lookup and Acquire; look again, a bounded number of times.
 	for range 5 {
 		target, outcome := h.resolve.Resolve(host)
 		switch outcome {
 		case UnknownHost:
-			writeProblem(sw, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeUnknownHost, "Not Found", "no worker is routed at this host"))
+			code = writeProblem(w, problemUnknownHost)
 			return
 		case NotReady:
-			writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host has no Ready incarnation"))
+			code = writeProblem(w, problemNotReady)
 			return
 		}
 		leave := func() {}
@@ -192,8 +166,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 			caller, _ := r.Context().Value(callerKey{}).(string)
 			if leave, ok = h.enterLoop(caller, target.Script()); !ok {
 				h.log.Warn("edge refused a loop", "host", host, "script", target.Script())
-				writeProblem(sw, adminapi.NewProblem(http.StatusLoopDetected, adminapi.CodeLoopDetected, "Loop Detected",
-					fmt.Sprintf("this worker already has %d requests in flight from workers of this node; it seems to call itself", MaxEgressLoop)))
+				code = writeProblem(w, problemLoop)
 				return
 			}
 		}
@@ -203,54 +176,26 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 		}
 		defer leave()
 		defer target.Release()
-		ctx := r.Context()
-		h.proxy.ServeHTTP(sw, r.WithContext(contextWithTarget(ctx, target.Addr())))
+		code = h.forward(w, r, target.Addr())
 		return
 	}
-	writeProblem(sw, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable", "the worker routed at this host is switching incarnations; retry"))
+	code = writeProblem(w, problemSwitching)
 }
 
-// noReplay is an empty request body that http.Transport cannot rewind, so it never replays the request.
-type noReplay struct{}
+var (
+	problemUnknownHost = adminapi.NewProblem(http.StatusNotFound, adminapi.CodeUnknownHost, "Not Found", "no worker is routed at this host")
+	problemNotReady    = adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable",
+		"the worker routed at this host has no Ready incarnation")
+	problemSwitching = adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable",
+		"the worker routed at this host is switching incarnations; retry")
+	problemLoop = adminapi.NewProblem(http.StatusLoopDetected, adminapi.CodeLoopDetected, "Loop Detected",
+		fmt.Sprintf("this worker already has %d requests in flight from workers of this node; it seems to call itself", MaxEgressLoop))
+)
 
-func (noReplay) Read([]byte) (int, error) { return 0, io.EOF }
-func (noReplay) Close() error             { return nil }
-
-func writeProblem(w http.ResponseWriter, p *adminapi.Problem) {
+// writeProblem answers p and returns its status.
+func writeProblem(w http.ResponseWriter, p *adminapi.Problem) int {
 	w.Header().Set("Content-Type", adminapi.ProblemContentType)
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController (which the reverse proxy uses to flush) reach the original.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-func (w *statusWriter) code() int {
-	if w.status == 0 {
-		return http.StatusOK
-	}
-	return w.status
-}
-
-func contextWithTarget(ctx context.Context, addr string) context.Context {
-	return context.WithValue(ctx, targetKey{}, addr)
+	return p.Status
 }

@@ -1,14 +1,23 @@
 package edge_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,34 +127,318 @@ func window() time.Duration {
 	return 3 * time.Second
 }
 
-// BenchmarkEdgeVersusDirect measures requests per second through the edge and straight to the
-// incarnation's workerd socket, for the same worker, and reports their ratio (target ≥ 0.8).
-// Each run is one measurement of two fixed windows (TAKOFORM_BENCH_WINDOW, default 3s) with
-// TAKOFORM_BENCH_CONCURRENCY requests in flight (default 4). The load generator runs in this process,
-// on the same cores as the edge and workerd, so on a small machine it competes with what it measures.
+// BenchmarkEdgeVersusDirect measures, in one run, requests per second to one worker (sandbox on)
+// straight to its incarnation's workerd socket, through the edge, and through nginx in front of
+// the same socket when nginx is on PATH (one worker process, upstream keep-alive; skipped with a
+// message otherwise), and reports the ratios (target: edge ≥ 0.8× direct, and above nginx).
+// Each run measures every path in turn, TAKOFORM_BENCH_ROUNDS times (default 2), for windows of
+// TAKOFORM_BENCH_WINDOW (default 3s), with TAKOFORM_BENCH_CONCURRENCY keep-alive connections
+// (default 16). The load generator (package loadgen below: hand-written HTTP/1.1 on raw
+// connections, no allocation per request) runs in this process on the same cores, so it is kept
+// as cheap as possible: what it spends is taken from every path alike.
 func BenchmarkEdgeVersusDirect(b *testing.B) {
 	x := setupBench(b)
 	st, err := x.c.GetScript(x.ctx, "bench")
 	require.NoError(b, err)
-	direct := "http://" + st.Incarnation.Address + "/"
-	viaEdge := "http://" + x.h.Info.EdgeAddr + "/"
-	workers := 4
+	status, err := x.c.Status(x.ctx)
+	require.NoError(b, err)
+	paths := []struct{ name, addr string }{{"direct", st.Incarnation.Address}, {"edge", x.h.Info.EdgeAddr}}
+	addr, nginxPID, why := startNginx(b, st.Incarnation.Address)
+	if addr != "" {
+		paths = append(paths, struct{ name, addr string }{"nginx", addr})
+	} else {
+		b.Logf("nginx left out: %s", why)
+	}
+	workers := 16
 	if n, err := strconv.Atoi(os.Getenv("TAKOFORM_BENCH_CONCURRENCY")); err == nil && n > 0 {
 		workers = n
 	}
-	for b.Loop() {
-		x.load(direct, benchHost, workers, 300*time.Millisecond) // warm both paths' connections
-		x.load(viaEdge, benchHost, workers, 300*time.Millisecond)
-		d := window()
-		directOK, directFailed := x.load(direct, benchHost, workers, d)
-		edgeOK, edgeFailed := x.load(viaEdge, benchHost, workers, d)
-		require.Zero(b, directFailed+edgeFailed)
-		directRate, edgeRate := float64(directOK)/d.Seconds(), float64(edgeOK)/d.Seconds()
-		b.ReportMetric(directRate, "direct-req/s")
-		b.ReportMetric(edgeRate, "edge-req/s")
-		b.ReportMetric(edgeRate/directRate, "edge/direct")
-		b.Logf("%d concurrent: direct %.0f req/s, through the edge %.0f req/s: ratio %.2f", workers, directRate, edgeRate, edgeRate/directRate)
+	rounds := 2
+	if n, err := strconv.Atoi(os.Getenv("TAKOFORM_BENCH_ROUNDS")); err == nil && n > 0 {
+		rounds = n
 	}
+	for b.Loop() {
+		for _, p := range paths {
+			_, _, _ = hammer(p.addr, benchHost, workers, 300*time.Millisecond) // warm every path's connections
+		}
+		rate, cpu, count, dropped := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}, map[string]int64{}
+		var nginxCPU time.Duration
+		d := window()
+		for range rounds {
+			for _, p := range paths {
+				before, nginxBefore := processCPU(), treeCPU(nginxPID)
+				stopProfile := profile(b, p.name)
+				n, lost, err := hammer(p.addr, benchHost, workers, d)
+				stopProfile()
+				dropped[p.name] += lost
+				cpu[p.name] += processCPU() - before
+				if p.name == "nginx" {
+					nginxCPU += treeCPU(nginxPID) - nginxBefore
+				}
+				count[p.name] += n
+				if err != nil {
+					for _, l := range strings.Split(x.h.Logs.String(), "\n") {
+						if !strings.Contains(l, `"level":"DEBUG"`) && !strings.Contains(l, "runtime node started") {
+							b.Log(l)
+						}
+					}
+				}
+				require.NoError(b, err, p.name)
+				rate[p.name] += float64(n) / d.Seconds() / float64(rounds)
+			}
+		}
+		// This process runs the load generator on every path and the edge on one: the difference
+		// per request is what the edge costs, whatever else the machine runs meanwhile.
+		perRequest := func(name string) float64 { return float64(cpu[name].Microseconds()) / float64(count[name]) }
+		edgeCPU := perRequest("edge") - perRequest("direct")
+		b.ReportMetric(edgeCPU, "edge-cpu-µs/req")
+		line := fmt.Sprintf("%d connections, sandbox %s: direct %.0f req/s, edge %.0f req/s (%.2fx direct; the edge's own CPU %.1f µs/request, the load generator's %.1f)",
+			workers, status.Sandbox, rate["direct"], rate["edge"], rate["edge"]/rate["direct"], edgeCPU, perRequest("direct"))
+		b.ReportMetric(rate["direct"], "direct-req/s")
+		b.ReportMetric(rate["edge"], "edge-req/s")
+		b.ReportMetric(rate["edge"]/rate["direct"], "edge/direct")
+		if n, ok := rate["nginx"]; ok {
+			b.ReportMetric(n, "nginx-req/s")
+			b.ReportMetric(n/rate["direct"], "nginx/direct")
+			b.ReportMetric(rate["edge"]/n, "edge/nginx")
+			perNginx := float64(nginxCPU.Microseconds()) / float64(count["nginx"])
+			b.ReportMetric(perNginx, "nginx-cpu-µs/req")
+			line += fmt.Sprintf(", nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f", n, n/rate["direct"], perNginx, rate["edge"]/n)
+		}
+		after, err := x.c.GetScript(x.ctx, "bench")
+		require.NoError(b, err)
+		b.Log(line)
+		b.Logf("requests without an answer: direct %d, edge %d, nginx %d; worker restarts during the run: %d (liveness kills a process whose probe times out under this load)",
+			dropped["direct"], dropped["edge"], dropped["nginx"], after.Incarnation.Restarts-st.Incarnation.Restarts)
+	}
+}
+
+// profile writes a CPU profile of this process while the path named by TAKOFORM_BENCH_PROFILE
+// (edge, direct) is measured, to the file TAKOFORM_BENCH_PROFILE_OUT (default edge-cpu.pprof).
+func profile(b *testing.B, path string) (stop func()) {
+	if os.Getenv("TAKOFORM_BENCH_PROFILE") != path {
+		return func() {}
+	}
+	out := os.Getenv("TAKOFORM_BENCH_PROFILE_OUT")
+	if out == "" {
+		out = "edge-cpu.pprof"
+	}
+	f, err := os.Create(out)
+	require.NoError(b, err)
+	require.NoError(b, pprof.StartCPUProfile(f))
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU() time.Duration {
+	var u syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
+	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+// treeCPU is the CPU time (user and system) process pid's children have used (nginx's workers).
+func treeCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	var total time.Duration
+	for _, child := range strings.Fields(string(children)) {
+		stat, err := os.ReadFile("/proc/" + child + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(fields) > 12 {
+			utime, _ := strconv.ParseInt(fields[11], 10, 64)
+			stime, _ := strconv.ParseInt(fields[12], 10, 64)
+			total += time.Duration(utime+stime) * time.Second / clockTicks
+		}
+	}
+	return total
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100
+
+// hammer keeps workers keep-alive connections to addr busy with GET / for host during d, and
+// returns how many 200 answers came back and how many requests got none (a connection closed or
+// broken under them: the next request opens a new one). Any answer but a 200 is an error.
+func hammer(addr, host string, workers int, d time.Duration) (ok, dropped int64, err error) {
+	var okN, droppedN atomic.Int64
+	errs := make(chan error, workers)
+	deadline := time.Now().Add(d)
+	req := []byte("GET / HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: takoform-bench\r\n\r\n")
+	for range workers {
+		go func() {
+			var c net.Conn
+			var br *bufio.Reader
+			defer func() {
+				if c != nil {
+					c.Close()
+				}
+			}()
+			var n, lost int64
+			defer func() { okN.Add(n); droppedN.Add(lost) }()
+			for time.Now().Before(deadline) {
+				if c == nil {
+					var err error
+					if c, err = net.Dial("tcp", addr); err != nil {
+						errs <- err
+						return
+					}
+					br = bufio.NewReaderSize(c, 16<<10)
+				}
+				_, err := c.Write(req)
+				if err == nil {
+					err = readAnswer(br)
+				}
+				var answer *badAnswer
+				switch {
+				case errors.As(err, &answer):
+					errs <- err
+					return
+				case err != nil:
+					lost++
+					c.Close()
+					c = nil
+				default:
+					n++
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return okN.Load(), droppedN.Load(), first
+}
+
+// badAnswer is an answer other than a 200.
+type badAnswer struct{ line string }
+
+func (b *badAnswer) Error() string { return fmt.Sprintf("answer %q", b.line) }
+
+// readAnswer reads one response, which must be a 200 with a length or chunked body.
+func readAnswer(br *bufio.Reader) error {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return err
+	}
+	if len(line) < 12 || string(line[9:12]) != "200" {
+		return &badAnswer{string(line)}
+	}
+	length, chunked := int64(-1), false
+	for {
+		line, err = br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		name, value, _ := bytes.Cut(line, []byte(":"))
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.ParseInt(string(value), 10, 64); err != nil {
+				return err
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		}
+	}
+	switch {
+	case length >= 0:
+		_, err = br.Discard(int(length))
+		return err
+	case !chunked:
+		return errors.New("an answer without a length")
+	}
+	for {
+		line, err = br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		size, err := strconv.ParseInt(string(bytes.TrimSpace(line)), 16, 64)
+		if err != nil {
+			return err
+		}
+		if size == 0 {
+			_, err = br.ReadSlice('\n') // no trailers
+			return err
+		}
+		if _, err := br.Discard(int(size) + 2); err != nil {
+			return err
+		}
+	}
+}
+
+// startNginx runs nginx (one worker process, upstream keep-alive, no access log) in front of
+// upstream and returns its address and its master's pid, or "" and why not.
+func startNginx(b *testing.B, upstream string) (addr string, pid int, why string) {
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		return "", 0, "not installed (apt install nginx to compare)"
+	}
+	dir := b.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	addr = l.Addr().String()
+	l.Close()
+	user := ""
+	if os.Geteuid() == 0 {
+		user = "user root;"
+	}
+	conf := fmt.Sprintf(`%s
+worker_processes 1;
+daemon off;
+pid %[2]s/nginx.pid;
+error_log %[2]s/error.log warn;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path %[2]s/body; proxy_temp_path %[2]s/proxy; fastcgi_temp_path %[2]s/fastcgi;
+  uwsgi_temp_path %[2]s/uwsgi; scgi_temp_path %[2]s/scgi;
+  upstream workerd { server %[3]s; keepalive 64; }
+  server {
+    listen %[4]s;
+    location / {
+      proxy_pass http://workerd;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $host;
+    }
+  }
+}
+`, user, dir, upstream, addr)
+	require.NoError(b, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600))
+	cmd := exec.Command(bin, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf"))
+	require.NoError(b, cmd.Start())
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGQUIT)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr, cmd.Process.Pid, ""
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+	return "", 0, "did not start: " + string(log)
 }
 
 // BenchmarkUpdateUnderLoad keeps a steady load on the edge while the worker is updated several

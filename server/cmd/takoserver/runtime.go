@@ -16,6 +16,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
@@ -23,6 +24,7 @@ import (
 // runtimeCommand is `takoserver runtime`: the runtime node (SPEC 5), and its admin commands.
 func runtimeCommand(g *globals) *cobra.Command {
 	var cfg runtime.Config
+	var edgeFlags edgeLimitFlags
 	cmd := &cobra.Command{
 		Use:   "runtime",
 		Short: "Run the runtime node: workers in workerd, served at their hostnames by its edge",
@@ -39,6 +41,10 @@ state stays for the next start.`,
 				return err
 			}
 			cfg.Logger = log
+			if cfg.Edge.TrustedProxies, err = edge.ParseTrustedProxies(edgeFlags.trustedProxies); err != nil {
+				return err
+			}
+			cfg.Edge.MaxHeaderBytes, cfg.Edge.MaxBodyBytes = edgeFlags.headerKiB<<10, edgeFlags.bodyMiB<<20
 			cfg.Ready = func(info runtime.Info) {
 				fmt.Fprintf(cmd.ErrOrStderr(), "takoserver runtime: admin API %s (token in %s), edge %s\n", info.AdminURL, info.TokenFile, info.EdgeAddr)
 				printEdgeTLS(cmd.ErrOrStderr(), info)
@@ -60,6 +66,7 @@ state stays for the next start.`,
 	cmd.Flags().StringVar(&cfg.AdminClientCA, "admin-client-ca", "", "CA certificate(s) (PEM): the admin API then requires a client certificate issued by one (mutual TLS; needs --admin-tls-cert)")
 	sandboxFlags(cmd.Flags(), &cfg)
 	edgeTLSFlags(cmd.Flags(), &cfg.EdgeTLS)
+	edgeFlags.add(cmd.Flags(), &cfg.Edge)
 	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g))
 	return cmd
 }
@@ -104,6 +111,23 @@ func sandboxFlags(fs *pflag.FlagSet, cfg *runtime.Config) {
 	fs.Var(mebibytes{&cfg.Sandbox.Limits.OrgMemoryBytes}, "sandbox-org-memory-mib", "memory ceiling in MiB of all of one organization's incarnations together (default: a quarter of the machine's memory, at least 1 GiB)")
 	fs.Int64Var(&cfg.Sandbox.Limits.OrgPids, "sandbox-org-pids", 0, "ceiling on the tasks of all of one organization's incarnations together (default: 16 incarnations' worth)")
 	fs.BoolVar(&cfg.InsecureNoSandbox, "insecure-no-sandbox", false, "run every worker as this node's own user, without namespaces or ceilings, where the node cannot sandbox (never for code you do not trust)")
+}
+
+// edgeLimitFlags are the edge's limits (SPEC 5.1) that are not a duration.
+type edgeLimitFlags struct {
+	headerKiB      int
+	bodyMiB        int64
+	trustedProxies []string
+}
+
+func (f *edgeLimitFlags) add(fs *pflag.FlagSet, l *edge.Limits) {
+	fs.DurationVar(&l.IdleTimeout, "edge-idle-timeout", edge.DefaultIdleTimeout, "the edge closes a kept-alive client connection idle this long")
+	fs.DurationVar(&l.HeaderTimeout, "edge-header-timeout", edge.DefaultHeaderTimeout, "how long a request's line and headers may take to arrive")
+	fs.DurationVar(&l.BodyTimeout, "edge-body-timeout", edge.DefaultBodyTimeout, "how long a request's whole body may take to arrive (408 beyond)")
+	fs.DurationVar(&l.ResponseTimeout, "edge-response-timeout", edge.DefaultResponseTimeout, "a request's total time: a worker that has not answered by then is answered 504, an answer still streaming is cut off")
+	fs.IntVar(&f.headerKiB, "edge-max-header-kib", edge.DefaultMaxHeaderBytes>>10, "request line and headers, in KiB (431 beyond)")
+	fs.Int64Var(&f.bodyMiB, "edge-max-body-mib", edge.DefaultMaxBodyBytes>>20, "request body, in MiB, counted as it streams (413 beyond)")
+	fs.StringArrayVar(&f.trustedProxies, "trusted-proxy", nil, "a proxy (CIDR or address) in front of the edge whose X-Forwarded-For/-Proto/-Host, X-Real-IP and Forwarded headers are believed; everyone else's are replaced (repeatable)")
 }
 
 // mebibytes is a flag in MiB kept in bytes.

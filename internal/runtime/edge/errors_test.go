@@ -1,0 +1,134 @@
+package edge_test
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+)
+
+// deadTarget is an incarnation socket nobody listens on any more (its process died).
+type deadTarget struct{ addr string }
+
+func (d deadTarget) Addr() string   { return d.addr }
+func (d deadTarget) Script() string { return "secret-script-name" }
+func (deadTarget) Acquire() bool    { return true }
+func (deadTarget) Release()         {}
+
+type stubResolver map[string]edge.Target
+
+func (s stubResolver) Resolve(host string) (edge.Target, int) {
+	t, ok := s[host]
+	switch {
+	case !ok:
+		return nil, edge.UnknownHost
+	case t == nil:
+		return nil, edge.NotReady
+	}
+	return t, edge.Found
+}
+
+// Every error the edge answers on its own is a problem that names no socket, script or Go error
+// (SPEC 5.1): a dead socket (502), a route without a Ready incarnation (503), an unknown host
+// (404).
+func TestEdgeErrorsNameNothingInternal(t *testing.T) {
+	t.Parallel()
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := gone.Addr().String()
+	gone.Close()
+	_, port, _ := net.SplitHostPort(dead)
+
+	h := edge.New(stubResolver{"dead.test": deadTarget{dead}, "starting.test": nil}, nil, nil, edge.Limits{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := edge.NewServer(h, edge.Limits{}, nil)
+	go func() { _ = srv.Serve(edge.Listener(l)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	for host, want := range map[string]struct {
+		status int
+		code   string
+	}{
+		"dead.test":     {http.StatusBadGateway, adminapi.CodeUpstreamError},
+		"starting.test": {http.StatusServiceUnavailable, adminapi.CodeNotReady},
+		"nobody.test":   {http.StatusNotFound, adminapi.CodeUnknownHost},
+	} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+"/", nil)
+		require.NoError(t, err)
+		req.Host = host
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, want.status, resp.StatusCode, "%s: %s", host, body)
+		require.Equal(t, adminapi.ProblemContentType, resp.Header.Get("Content-Type"))
+		var p adminapi.Problem
+		require.NoError(t, json.Unmarshal(body, &p))
+		require.Equal(t, want.code, p.Code)
+		for _, s := range []string{"127.0.0.1", port, "secret-script-name", "dial", "connect", "refused", "tcp", "EOF"} {
+			require.NotContains(t, string(body), s, "%s: the error names something internal", host)
+		}
+	}
+}
+
+type liveTarget struct{ addr string }
+
+func (l liveTarget) Addr() string { return l.addr }
+func (liveTarget) Script() string { return "s" }
+func (liveTarget) Acquire() bool  { return true }
+func (liveTarget) Release()       {}
+
+// A worker's answer headers are bounded (1 MiB): a worker cannot make the edge hold an endless
+// header in memory; it gets a 502 instead. (workerd stands in for no worker here: it cannot be
+// made to send such an answer, so a socket that answers like a hostile one does.)
+func TestEdgeBoundsAWorkersAnswerHeaders(t *testing.T) {
+	t.Parallel()
+	upstream, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { upstream.Close() })
+	go func() {
+		for {
+			c, err := upstream.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				n, _ := c.Read(buf)
+				size := 512 << 10
+				if strings.Contains(string(buf[:n]), "GET /huge") {
+					size = 2 << 20
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Big: "+strings.Repeat("b", size)+"\r\n\r\nok")
+			}()
+		}
+	}()
+	h := edge.New(stubResolver{"w.test": liveTarget{upstream.Addr().String()}}, nil, nil, edge.Limits{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := edge.NewServer(h, edge.Limits{}, nil)
+	go func() { _ = srv.Serve(edge.Listener(l)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	for path, want := range map[string]int{"/fine": http.StatusOK, "/huge": http.StatusBadGateway} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+path, nil)
+		require.NoError(t, err)
+		req.Host = "w.test"
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, want, resp.StatusCode, path)
+	}
+}

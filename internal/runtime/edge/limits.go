@@ -1,0 +1,174 @@
+package edge
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Limits bound what one client may take of the edge (SPEC 5.1). Zero values take the defaults.
+type Limits struct {
+	// IdleTimeout closes a kept-alive connection that sends no next request for this long.
+	IdleTimeout time.Duration
+	// HeaderTimeout is how long a request's line and headers may take to arrive (slow headers,
+	// "slowloris").
+	HeaderTimeout time.Duration
+	// BodyTimeout is how long a request's whole body may take to arrive once its headers have: a
+	// body that trickles in slower is cut (408).
+	BodyTimeout time.Duration
+	// ResponseTimeout is a request's total time from its headers to the end of the worker's
+	// answer: a worker that has not answered by then is answered 504; an answer still streaming
+	// is cut off.
+	ResponseTimeout time.Duration
+	// MaxHeaderBytes bounds the request line and headers together (431 beyond).
+	MaxHeaderBytes int
+	// MaxBodyBytes bounds a request's body, counted as it streams (413 beyond).
+	MaxBodyBytes int64
+	// TrustedProxies are the peers whose X-Forwarded-*, X-Real-IP and Forwarded headers are
+	// believed (a TLS terminator or load balancer in front of the edge); everyone else's are
+	// replaced by what the edge sees of the connection.
+	TrustedProxies []netip.Prefix
+}
+
+// Defaults of Limits, and why:
+//   - idle 60s: what common load balancers use (AWS ALB, GCP), below nginx's 75s; a client that
+//     wants its connection kept sends its next request in far less.
+//   - headers 10s: a real client sends its headers in one round trip; 10s is ample on a bad mobile
+//     link and holds a slowloris connection only briefly.
+//   - body 30s and response 30s: SPEC 5.1's total request time (Cloudflare's free plan answers
+//     within 100s, but workerd runs a script on one thread and liveness ends a stuck one at
+//     ~15s, so nothing legitimate needs more on this node).
+//   - headers 64 KiB: SPEC 5.1 (Cloudflare accepts 32 KiB of headers; nginx 4x8 KiB lines).
+//   - body 100 MiB: SPEC 5.1, Cloudflare's free and pro plans.
+const (
+	DefaultIdleTimeout     = 60 * time.Second
+	DefaultHeaderTimeout   = 10 * time.Second
+	DefaultBodyTimeout     = 30 * time.Second
+	DefaultResponseTimeout = 30 * time.Second
+	DefaultMaxHeaderBytes  = 64 << 10
+	DefaultMaxBodyBytes    = 100 << 20
+)
+
+// WithDefaults returns l with every zero value replaced by its default.
+func (l Limits) WithDefaults() Limits {
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = DefaultIdleTimeout
+	}
+	if l.HeaderTimeout <= 0 {
+		l.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if l.BodyTimeout <= 0 {
+		l.BodyTimeout = DefaultBodyTimeout
+	}
+	if l.ResponseTimeout <= 0 {
+		l.ResponseTimeout = DefaultResponseTimeout
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return l
+}
+
+// ParseTrustedProxies reads --trusted-proxy values: CIDRs or single addresses.
+func ParseTrustedProxies(values []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			if p, err := netip.ParsePrefix(s); err == nil {
+				out = append(out, p.Masked())
+				continue
+			}
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return nil, fmt.Errorf("trusted proxy %q is neither a CIDR nor an address", s)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+		}
+	}
+	return out, nil
+}
+
+// headerSlack is what net/http adds to MaxHeaderBytes before it refuses (its bufio slop): the
+// server is given the limit minus this, so that MaxHeaderBytes is what a client can send.
+const headerSlack = 4096
+
+// NewServer builds the http.Server of the edge with l's timeouts and header limit. Serve it on
+// Listener(l) so that requests framed both by Content-Length and Transfer-Encoding are refused; a
+// TLS listener may wrap Listener's connections (HTTP/2 needs no such check, and HTTP/1.1 over TLS
+// then goes unchecked, see Listener).
+func NewServer(handler http.Handler, l Limits, errorLog *log.Logger) *http.Server {
+	l = l.WithDefaults()
+	maxHeader := l.MaxHeaderBytes - headerSlack
+	if maxHeader < 1 {
+		maxHeader = 1
+	}
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: l.HeaderTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    maxHeader,
+		// "OPTIONS *" reaches the handler like every request (it answers 404: no host routes "*"),
+		// and every request the server reads reaches it, which keeps the framing check in step.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     errorLog,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*trackedConn); ok {
+				return context.WithValue(ctx, framingKey{}, &tc.framing)
+			}
+			return ctx
+		},
+	}
+}
+
+// Listener wraps l so that the edge sees how each request on its connections was framed: net/http
+// treats a request carrying both Content-Length and Transfer-Encoding as chunked and drops the
+// Content-Length header before any handler sees it, so the edge reads the header block itself to
+// refuse such requests and close their connections (RFC 9112 6.1). Wrap the plain TCP listener;
+// over TLS the bytes it sees are ciphertext, so a TLS listener must not be wrapped by it.
+func Listener(l net.Listener) net.Listener { return trackingListener{l} }
+
+type trackingListener struct{ net.Listener }
+
+func (l trackingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &trackedConn{Conn: c}, nil
+}
+
+type trackedConn struct {
+	net.Conn
+	framing framing
+}
+
+func (c *trackedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.framing.scan(b[:n])
+	}
+	return n, err
+}
+
+type framingKey struct{}
+
+// CloseWrite lets net/http half-close before closing (so that a client still sending reads the
+// refusal it was sent rather than a reset).
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}

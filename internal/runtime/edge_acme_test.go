@@ -147,7 +147,7 @@ func TestEdgeACMEOrdersOnlyForRoutedHostnames(t *testing.T) {
 	require.Error(t, err)
 
 	started := time.Now()
-	resp, body := get(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), url("app.workers.test"))
+	resp, body := getTLS(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), url("app.workers.test"))
 	t.Logf("first HTTPS request, certificate ordered and issued on demand: %s", time.Since(started))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, expectReply("v1", ""), body)
@@ -161,7 +161,7 @@ func TestEdgeACMEOrdersOnlyForRoutedHostnames(t *testing.T) {
 	require.Equal(t, []string{"app.workers.test"}, p.orders(), "no order beyond the limit")
 	require.Error(t, err)
 	require.Contains(t, f.h.Logs.String(), "order limit")
-	resp, _ = get(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), url("app.workers.test"))
+	resp, _ = getTLS(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), url("app.workers.test"))
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, []string{"app.workers.test"}, p.orders())
 
@@ -191,7 +191,7 @@ func TestEdgeACMEOrdersOnlyForRoutedHostnames(t *testing.T) {
 	f.h.Restart(t)
 	f.reconnect()
 	f.waitReady("acme-1")
-	resp, body = get(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), "https://app.workers.test/")
+	resp, body = getTLS(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), "https://app.workers.test/")
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, expectReply("v1", ""), body)
 	require.Equal(t, []string{"app.workers.test"}, p.orders())

@@ -55,7 +55,7 @@ func poolOf(t *testing.T, pemFiles ...string) *x509.CertPool {
 	return pool
 }
 
-func get(t *testing.T, c *http.Client, url string) (*http.Response, string) {
+func getTLS(t *testing.T, c *http.Client, url string) (*http.Response, string) {
 	t.Helper()
 	resp, err := c.Get(url)
 	require.NoError(t, err)
@@ -97,12 +97,12 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 	url := "https://app.workers.test:" + port + "/"
 
 	roots := poolOf(t, ca.CertFile)
-	resp, body := get(t, httpsClient(t, f.h.Info.EdgeAddr, roots, true), url)
+	resp, body := getTLS(t, httpsClient(t, f.h.Info.EdgeAddr, roots, true), url)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, expectReply("v1", ""), body)
 	require.Equal(t, 2, resp.ProtoMajor, "HTTP/2 over TLS")
 
-	resp, body = get(t, httpsClient(t, f.h.Info.EdgeAddr, roots, false), url)
+	resp, body = getTLS(t, httpsClient(t, f.h.Info.EdgeAddr, roots, false), url)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, expectReply("v1", ""), body)
 	require.Equal(t, 1, resp.ProtoMajor)

@@ -37,12 +37,15 @@ const echoSource = `export default {
     if (req.body) length = (await req.arrayBuffer()).byteLength;
     const headers = {};
     for (const [k, v] of req.headers) headers[k] = v;
-    return Response.json({ method: req.method, path: u.pathname, length, headers });
+    return Response.json({ method: req.method, scheme: u.protocol, path: u.pathname, length, headers });
   }
 };`
 
 type echoed struct {
-	Method  string            `json:"method"`
+	Method string `json:"method"`
+	// Scheme is the worker's request.url scheme: workerd takes it from the X-Forwarded-Proto the
+	// edge sets (its socket's forwardedProtoHeader), and does not pass that header on.
+	Scheme  string            `json:"scheme"`
 	Path    string            `json:"path"`
 	Length  int               `json:"length"`
 	Headers map[string]string `json:"headers"`
@@ -236,7 +239,7 @@ func TestEdgeLimits(t *testing.T) {
 		var e echoed
 		require.NoError(t, json.Unmarshal([]byte(body), &e))
 		require.Equal(t, "127.0.0.1", e.Headers["x-forwarded-for"])
-		require.Equal(t, "http", e.Headers["x-forwarded-proto"])
+		require.Equal(t, "http:", e.Scheme, "the client's X-Forwarded-Proto is replaced")
 		require.Equal(t, "127.0.0.1", e.Headers["x-real-ip"])
 		require.Equal(t, "for=127.0.0.1;proto=http", e.Headers["forwarded"])
 		require.Equal(t, echoHost, e.Headers["x-forwarded-host"])
@@ -249,7 +252,7 @@ func TestEdgeLimits(t *testing.T) {
 		var e echoed
 		require.NoError(t, json.Unmarshal([]byte(body), &e))
 		require.Equal(t, "203.0.113.7, 127.0.0.2", e.Headers["x-forwarded-for"])
-		require.Equal(t, "https", e.Headers["x-forwarded-proto"])
+		require.Equal(t, "https:", e.Scheme, "a trusted proxy's X-Forwarded-Proto is kept")
 		require.Equal(t, "203.0.113.7", e.Headers["x-real-ip"])
 		require.Equal(t, "for=203.0.113.7;proto=https, for=127.0.0.2;proto=http", e.Headers["forwarded"])
 		require.Equal(t, "bank.example", e.Headers["x-forwarded-host"])

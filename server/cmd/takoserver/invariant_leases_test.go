@@ -421,9 +421,23 @@ func holdAdmin(t interface {
 				if !<-decided {
 					panic(http.ErrAbortHandler) // dropped: the runtime never sees it
 				}
-				// The Host that sent it is gone; the delivery lands all the same.
-				r = r.Clone(context.WithoutCancel(r.Context()))
-				r.Body = io.NopCloser(bytes.NewReader(body))
+				// The Host that sent it is gone; the delivery lands all the same. It is sent on its
+				// own, not through the reverse proxy, which would cancel it as soon as it noticed
+				// that the client's connection had closed.
+				out, err := http.NewRequestWithContext(context.Background(), r.Method, u.String()+r.URL.RequestURI(), bytes.NewReader(body))
+				if err != nil {
+					panic(err)
+				}
+				out.Header = r.Header.Clone()
+				a.deliveries.Add(1)
+				resp, err := http.DefaultTransport.RoundTrip(out)
+				if err != nil {
+					panic(http.ErrAbortHandler)
+				}
+				defer resp.Body.Close()
+				rw.WriteHeader(resp.StatusCode)
+				_, _ = io.Copy(rw, resp.Body)
+				return
 			}
 		}
 		if isDelivery(r) {

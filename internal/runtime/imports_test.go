@@ -11,13 +11,14 @@ import (
 // TestTheRuntimeImportsNothingOfTheHost: "the runtime node is its own package tree ... that imports
 // nothing of the Host's domain or store; the two share only the admin API's wire types" (SPEC 5).
 // Every package the runtime's code depends on is of the runtime's own tree or one of the few
-// leaves that know nothing of the Host (canonical JSON, private directories).
+// leaves that know nothing of the Host (canonical JSON, private directories, a worker's settings).
 func TestTheRuntimeImportsNothingOfTheHost(t *testing.T) {
 	t.Parallel()
 	const module = "github.com/takoform/terraform-provider-takoform/"
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./...").CombinedOutput()
 	require.NoError(t, err, string(out))
-	leaves := map[string]bool{module + "internal/canonjson": true, module + "internal/safedir": true}
+	// workerconf is a worker's plain settings: part of the admin API's wire types, with no Host in it.
+	leaves := map[string]bool{module + "internal/canonjson": true, module + "internal/safedir": true, module + "internal/workerconf": true}
 	var own, foreign []string
 	for _, pkg := range strings.Fields(string(out)) {
 		switch {

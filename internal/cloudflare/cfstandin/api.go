@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -83,11 +84,15 @@ func (s *Server) apiHandler() http.Handler {
 func (s *Server) guard(h func(http.ResponseWriter, *http.Request) *failure) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := Request{Method: r.Method, Path: strings.TrimPrefix(r.URL.RequestURI(), "/client/v4")}
-		defer func() {
-			s.mu.Lock()
-			s.requests = append(s.requests, rec)
-			s.mu.Unlock()
-		}()
+		var once sync.Once
+		record := func() {
+			once.Do(func() {
+				s.mu.Lock()
+				s.requests = append(s.requests, rec)
+				s.mu.Unlock()
+			})
+		}
+		defer record()
 		s.noteCredentials(r)
 		if f := s.authenticate(r); f != nil {
 			rec.Status = f.status
@@ -138,6 +143,8 @@ func (s *Server) guard(h func(http.ResponseWriter, *http.Request) *failure) http
 		}
 		rec.Status = buf.status
 		if lost {
+			// Recorded before the connection drops: the caller may look as soon as it sees it drop.
+			record()
 			if hj, ok := w.(http.Hijacker); ok {
 				if conn, _, err := hj.Hijack(); err == nil {
 					_ = conn.Close()

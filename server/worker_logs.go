@@ -62,8 +62,6 @@ func (s *Server) getWorkerLogs(c echo.Context) error {
 			return
 		}
 		started = true
-		// A follow outlives the server's read timeout, which would otherwise end it.
-		_ = rc.SetReadDeadline(time.Time{})
 		w.Header().Set(echo.HeaderContentType, NDJSONContentType)
 		w.Header().Set(echo.HeaderCacheControl, "no-store")
 		w.Header().Set("X-Accel-Buffering", "no")

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -284,4 +285,53 @@ func TestWorkerLogRateLimitDropsAndCounts(t *testing.T) {
 	require.Positive(t, dropped)
 	require.GreaterOrEqual(t, kept, workerlog.LineBurst)
 	require.Less(t, kept, 1000)
+}
+
+// A followed stream served by Serve outlives the server's write timeout (60 s): each write of the
+// stream gets its own deadline. And Serve, told to stop, ends the stream at once rather than
+// waiting for it. (It waits past the timeout, so it takes a minute; -short skips it.)
+func TestFollowOutlivesTheServersWriteTimeoutAndEndsWithServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits past the server's write timeout")
+	}
+	t.Parallel()
+	h := setup(t)
+	host := h.deployLogWorker()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- h.srv.Serve(ctx, l) }()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+logsPath+"?follow=true", nil)
+	req.Header.Set("Authorization", "Bearer "+h.key)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	time.Sleep(65 * time.Second) // past the server's WriteTimeout (60 s)
+	h.call(host, "/say?what=late")
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "the stream ended early")
+			if strings.Contains(l, "said late") {
+				start := time.Now()
+				cancel()
+				require.NoError(t, <-served)
+				require.Less(t, time.Since(start), 5*time.Second, "Serve waited for the open stream")
+				return
+			}
+		case <-deadline:
+			t.Fatal("no line")
+		}
+	}
 }

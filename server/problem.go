@@ -136,7 +136,8 @@ func (s *Server) handleError(err error, c echo.Context) {
 		st = statuses[apierr.Internal]
 		ae = &apierr.Error{Code: apierr.Internal}
 	}
-	if st.status >= 500 && ae.Code != apierr.Unavailable && ae.Code != apierr.BackendFailed && ae.Code != apierr.BackendUnreachable {
+	// not_implemented's detail is a sentence of ours naming what this Host or pack does not offer.
+	if st.status >= 500 && ae.Code != apierr.Unavailable && ae.Code != apierr.BackendFailed && ae.Code != apierr.BackendUnreachable && ae.Code != apierr.NotImplemented {
 		// The cause goes to the log, never to the caller; the request id links the two.
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
 			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))

@@ -335,3 +335,23 @@ func TestFollowOutlivesTheServersWriteTimeoutAndEndsWithServe(t *testing.T) {
 		}
 	}
 }
+
+// A worker on a pack that keeps no worker logs (the Cloudflare packs) gets a 501 that says so,
+// never an empty log.
+func TestWorkerLogOnAPackWithoutLogsIsNotImplementedAndSaysSo(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.catalogJSON = `{
+		  "installations": [{"name": "local", "pack": "selfhost"}, {"name": "wfp", "pack": "wfp-managed", "baseDomain": "edge.example.com"}],
+		  "offerings": [{"id": "local-worker", "kind": "module-worker", "installation": "local", "soldTo": ["*"]},
+		                {"id": "wfp-worker", "kind": "module-worker", "installation": "wfp", "soldTo": ["*"]}]
+		}`
+	})
+	body := workerBody()
+	body["offeringId"] = "local-worker"
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, body).status)
+	// Workers cannot be created on wfp-managed yet: this one is moved there behind the Host's back.
+	h.exec(`UPDATE workers SET installation = 'wfp', pack = 'wfp-managed'`)
+	p := h.do(req{method: http.MethodGet, path: logsPath + "?follow=true", key: h.key}).problem(t, http.StatusNotImplemented, "not_implemented")
+	require.Contains(t, p["detail"], "wfp-managed backend pack does not offer worker logs")
+}

@@ -136,12 +136,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 		st = statuses[apierr.Internal]
 		ae = &apierr.Error{Code: apierr.Internal}
 	}
-	// not_implemented's detail is a sentence of ours naming what this Host or pack does not offer.
-	if st.status >= 500 && ae.Code != apierr.Unavailable && ae.Code != apierr.BackendFailed && ae.Code != apierr.BackendUnreachable && ae.Code != apierr.NotImplemented {
+	if st.status >= 500 && ae.Code != apierr.Unavailable && ae.Code != apierr.BackendFailed && ae.Code != apierr.BackendUnreachable {
 		// The cause goes to the log, never to the caller; the request id links the two.
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
 			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))
-		ae = &apierr.Error{Code: ae.Code, Detail: "The Host could not complete the request. Quote the request id when reporting it."}
+		ae = &apierr.Error{Code: ae.Code, Detail: publicDetail(ae)}
 	}
 	body := map[string]any{}
 	for k, v := range ae.Extensions {
@@ -170,4 +169,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	_ = c.Blob(st.status, ProblemContentType, raw)
+}
+
+// publicDetail is what a 5xx answer says in place of its cause: a generic sentence, except for
+// not_implemented, whose detail is a sentence of ours naming what this Host or pack does not offer.
+func publicDetail(ae *apierr.Error) string {
+	if ae.Code == apierr.NotImplemented {
+		return ae.Detail
+	}
+	return "The Host could not complete the request. Quote the request id when reporting it."
 }

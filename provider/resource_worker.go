@@ -61,6 +61,7 @@ type workerModel struct {
 	Generation            types.Int64    `tfsdk:"generation"`
 	ScriptName            types.String   `tfsdk:"script_name"`
 	Ready                 types.Bool     `tfsdk:"ready"`
+	LogsURL               types.String   `tfsdk:"logs_url"`
 	Timeouts              timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -226,6 +227,11 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"ready": schema.BoolAttribute{
 				MarkdownDescription: "Whether the worker is Ready, as the Host derives it now.", Computed: true,
 			},
+			"logs_url": schema.StringAttribute{
+				MarkdownDescription: "The URL of the worker's log on the Host: what its `console.*` calls printed and the exceptions it did not catch, as NDJSON, with the values of its secrets removed. Read it with the organization's API key (scope `resources:read`), for example `curl -N -H \"Authorization: Bearer $TAKOFORM_API_KEY\" \"$URL?follow=true\"`; `follow=true` keeps the stream open, and `since` (an RFC 3339 time or a duration such as `10m`) skips older lines. Only workers on a `selfhost` offering keep a log.",
+				Computed:            true,
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
 		},
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
@@ -363,6 +369,7 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	m.OfferingID = types.StringValue(w.OfferingID)
 	m.Revision, m.Generation = types.Int64Value(w.Revision), types.Int64Value(w.Generation)
 	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
+	m.LogsURL = types.StringValue(r.client.WorkerLogsURL(w.Space, w.Name))
 }
 
 // waitReady polls the worker until it is Ready at generation (or later), or ctx ends.
@@ -437,6 +444,7 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 			plan.ID, plan.ScriptName = stringOrNull(nonEmpty(w.UID)), stringOrNull(nonEmpty(w.ScriptName))
 			plan.Revision, plan.Generation, plan.Ready = types.Int64Value(w.Revision), types.Int64Value(w.Generation), types.BoolValue(false)
 			plan.OfferingID = nullIfUnknown(plan.OfferingID)
+			plan.LogsURL = types.StringValue(r.client.WorkerLogsURL(space, name))
 			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}

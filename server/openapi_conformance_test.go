@@ -3,6 +3,7 @@ package server_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,7 +22,32 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
+	"github.com/takoform/terraform-provider-takoform/server"
 )
+
+// ndjsonDecoder checks every line of an NDJSON body against the schema (of one line), and hands
+// the validator the last line (or, for an empty stream, nothing to check further).
+func ndjsonDecoder(body io.Reader, _ http.Header, schema *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	raw, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	var last any = map[string]any{"time": "2026-01-01T00:00:00Z"}
+	for _, line := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		var v any
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			return nil, fmt.Errorf("an NDJSON line is not JSON: %w", err)
+		}
+		if err := schema.Value.VisitJSON(v); err != nil {
+			return nil, fmt.Errorf("NDJSON line %s: %w", line, err)
+		}
+		last = v
+	}
+	return last, nil
+}
 
 // conformance validates every request and real response that passes through it against the
 // OpenAPI document: the route, the parameters, the bodies, and that the status is documented.
@@ -43,6 +69,7 @@ func newConformance(t *testing.T) *conformance {
 	router, err := gorillamux.NewRouter(doc)
 	require.NoError(t, err)
 	openapi3filter.RegisterBodyDecoder("application/problem+json", openapi3filter.JSONBodyDecoder)
+	openapi3filter.RegisterBodyDecoder(server.NDJSONContentType, ndjsonDecoder)
 	return &conformance{t: t, router: router, base: http.DefaultTransport, seen: map[string]bool{}}
 }
 
@@ -162,6 +189,9 @@ func TestOpenAPIConformsToAScriptedSession(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.GetWorker(ctx, "prod", "missing")
 	require.True(t, client.IsNotFound(err))
+	require.Equal(t, http.StatusOK, v.raw(t, http.MethodGet, h.URL+"/v1/spaces/prod/workers/api/logs?since=1h", h.Key, nil, ""))
+	require.Equal(t, http.StatusNotFound, v.raw(t, http.MethodGet, h.URL+"/v1/spaces/prod/workers/missing/logs", h.Key, nil, ""))
+	require.Equal(t, http.StatusUnprocessableEntity, v.raw(t, http.MethodGet, h.URL+"/v1/spaces/prod/workers/api/logs?follow=maybe", h.Key, nil, ""))
 
 	// Refusals.
 	_, err = c.DeleteReservation(ctx, resID, "token-reservation-0001")

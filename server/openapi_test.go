@@ -101,6 +101,7 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 		"Effect":             server.EffectView{},
 		"PreparationRequest": runtimeinput.Request{},
 		"Preparation":        runtimeinput.Projection{},
+		"LogLine":            server.LogLine{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		require.True(t, ok, "schema %s is documented", schema)

@@ -142,7 +142,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 		// The cause goes to the log, never to the caller; the request id links the two.
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "request failed",
 			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))
-		ae = &apierr.Error{Code: ae.Code, Detail: "The Host could not complete the request. Quote the request id when reporting it."}
+		ae = &apierr.Error{Code: ae.Code, Detail: publicDetail(ae)}
 	}
 	body := map[string]any{}
 	for k, v := range ae.Extensions {
@@ -171,4 +171,13 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	_ = c.Blob(st.status, ProblemContentType, raw)
+}
+
+// publicDetail is what a 5xx answer says in place of its cause: a generic sentence, except for
+// not_implemented, whose detail is a sentence of ours naming what this Host or pack does not offer.
+func publicDetail(ae *apierr.Error) string {
+	if ae.Code == apierr.NotImplemented {
+		return ae.Detail
+	}
+	return "The Host could not complete the request. Quote the request id when reporting it."
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -77,6 +78,9 @@ type Server struct {
 	runtimeInputs *runtimeinput.Service
 	keys          *auth.Cache
 	rates         *keyBuckets
+	// shutdown is closed when Serve begins to shut down: open log streams end.
+	shutdown     chan struct{}
+	shutdownOnce sync.Once
 }
 
 // New builds the API over cfg.
@@ -103,6 +107,7 @@ func New(cfg Config) *Server {
 		reservations: &reservation.Service{Catalog: cfg.Catalog},
 		keys:         &auth.Cache{TTL: cfg.KeyCacheTTL},
 		rates:        newKeyBuckets(cfg.Catalog.Rates),
+		shutdown:     make(chan struct{}),
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend}
 	s.runtimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
@@ -140,6 +145,7 @@ func (s *Server) routes() {
 	v1.GET("/spaces/:space/workers/:name", s.getWorker, read)
 	v1.PUT("/spaces/:space/workers/:name", s.putWorker, write)
 	v1.DELETE("/spaces/:space/workers/:name", s.deleteWorker, write)
+	v1.GET("/spaces/:space/workers/:name/logs", s.getWorkerLogs, read)
 	v1.GET("/spaces/:space/worker-endpoints/:name", s.getEndpoint, read)
 	v1.PUT("/spaces/:space/worker-endpoints/:name", s.putEndpoint, write)
 	v1.DELETE("/spaces/:space/worker-endpoints/:name", s.deleteEndpoint, write)
@@ -198,6 +204,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.Shutdown()
 	shutdown, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdown); err != nil {
@@ -208,6 +215,10 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	return nil
 }
+
+// Shutdown ends the open log streams (Serve calls it as it shuts down; a caller serving Handler
+// itself calls it before closing its server).
+func (s *Server) Shutdown() { s.shutdownOnce.Do(func() { close(s.shutdown) }) }
 
 // janitor does the Host's periodic housekeeping until ctx ends. Every step is a database
 // statement or a compare-and-swap, so any number of replicas may run it at once:

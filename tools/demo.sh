@@ -90,6 +90,19 @@ case "$reply" in
   *) echo "the worker did not report the secret passed to tofu apply" >&2; exit 1 ;;
 esac
 
+step "the worker's log at its logs_url: the line it printed for that request, never its secret"
+logs_url="$(cd "$work/quickstart" && "$tofu" output -raw logs_url)"
+logs="$(curl -sS --fail-with-body --max-time 10 "${auth[@]}" "$logs_url")" || { echo "the logs URL did not answer: $logs" >&2; exit 1; }
+echo "$logs"
+case "$logs" in
+  *'"level":"log","message":"GET /"'*) ;;
+  *) echo "the worker's console.log line is not in its log" >&2; exit 1 ;;
+esac
+if grep -qF "$secret" <<<"$logs"; then
+  echo "the secret is in the worker's log!" >&2
+  exit 1
+fi
+
 step "tofu plan again: nothing to change"
 (cd "$work/quickstart" && "$tofu" plan -input=false -no-color -detailed-exitcode)
 echo "re-plan is empty"

@@ -3,6 +3,7 @@
 #
 #   tofu init && tofu apply    # reserve, seal, deploy, publish, activate
 #   curl "$(tofu output -raw url)"
+#   curl -N -H "Authorization: Bearer $TAKOFORM_API_KEY" "$(tofu output -raw logs_url)?follow=true"
 #   tofu destroy               # in the order the Host accepts
 terraform {
   required_version = ">= 1.11"
@@ -56,6 +57,7 @@ resource "takoform_worker" "hello" {
       // It shows that it received its secret by length and digest, never by value.
       export default {
         async fetch(request, env) {
+          console.log(request.method + " " + new URL(request.url).pathname); // in its logs_url
           const sum = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(env.GREETING));
           const hex = [...new Uint8Array(sum)].map((b) => b.toString(16).padStart(2, "0")).join("");
           return new Response(`Hello from Takoform! My secret has $${env.GREETING.length} characters, SHA-256 $${hex}.\n`);
@@ -86,6 +88,11 @@ resource "takoform_worker_endpoint_activation" "hello" {
 output "url" {
   description = "The worker's public URL."
   value       = takoform_worker_endpoint.hello.url
+}
+
+output "logs_url" {
+  description = "The worker's log on the Host (read it with the API key; add ?follow=true to keep it open)."
+  value       = takoform_worker.hello.logs_url
 }
 
 output "canonical_origin" {

@@ -255,3 +255,62 @@ func (n *runtimeNode) ReadbackSecrets(ctx context.Context, scriptName string, de
 	}
 	return digest, true, nil
 }
+
+// logPoll is how long one long poll of the runtime's log route waits for a new entry.
+var logPoll = 20 * time.Second
+
+// WorkerLogs pages through the worker's log ring on the runtime node: the entries held now, then,
+// with follow, long polls for new ones. A script the node does not hold (yet) has no entries.
+func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q LogQuery, each func(LogEntry) error, flush func() error) error {
+	c, err := n.api()
+	if err != nil {
+		return err
+	}
+	cursor := adminapi.LogQuery{WorkerUID: workerUID.String(), Since: q.Since}
+	// Without follow, the pages that hold the ring now: it holds at most a few, and a worker that
+	// keeps printing must not keep a one-shot read going.
+	for round := 0; q.Follow || round < 8; round++ {
+		if q.Follow {
+			cursor.Wait = logPoll
+		}
+		call, cancel := context.WithTimeout(ctx, cursor.Wait+15*time.Second)
+		page, err := c.Logs(call, scriptName, cursor)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case nodeapi.IsCode(err, adminapi.CodeScriptAbsent):
+			page = adminapi.LogPage{}
+			if q.Follow {
+				// Not deployed yet, or being replaced: look again in a moment.
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+			}
+		case err != nil:
+			return n.wrap(err)
+		}
+		if page.Missed > 0 {
+			if err := each(LogEntry{Time: time.Now().UTC(), Missed: page.Missed}); err != nil {
+				return err
+			}
+		}
+		for _, e := range page.Entries {
+			if err := each(LogEntry{Time: e.Time, Incarnation: e.Incarnation, Level: e.Level, Message: e.Message, Dropped: e.Dropped}); err != nil {
+				return err
+			}
+		}
+		if page.Epoch != "" {
+			cursor.Epoch, cursor.After = page.Epoch, page.Next
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		if !q.Follow && len(page.Entries) == 0 && page.Missed == 0 {
+			return nil // read to the end
+		}
+	}
+	return nil
+}

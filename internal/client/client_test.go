@@ -294,3 +294,18 @@ func TestRateLimitsAreWaitedOutButQuotasFailAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// A worker's logs URL is the Host's log route under the configured endpoint (a base path kept,
+// credentials in the endpoint never copied into it).
+func TestWorkerLogsURL(t *testing.T) {
+	t.Parallel()
+	for endpoint, want := range map[string]string{
+		"http://127.0.0.1:8080":             "http://127.0.0.1:8080/v1/spaces/prod/workers/api/logs",
+		"https://host.example/takoform/":    "https://host.example/takoform/v1/spaces/prod/workers/api/logs",
+		"https://user:pw@host.example:8443": "https://host.example:8443/v1/spaces/prod/workers/api/logs",
+	} {
+		c, err := New(Config{Endpoint: endpoint, APIKey: "k"})
+		require.NoError(t, err)
+		require.Equal(t, want, c.WorkerLogsURL("prod", "api"), endpoint)
+	}
+}

@@ -68,6 +68,14 @@ func workerPath(space, name string) string {
 	return "/v1/spaces/" + url.PathEscape(space) + "/workers/" + url.PathEscape(name)
 }
 
+// WorkerLogsURL is the address of a worker's log stream on the Host (GET, NDJSON; ?follow=true
+// keeps it open), for a user's own HTTP client: it carries no credentials.
+func (c *Client) WorkerLogsURL(space, name string) string {
+	u := *c.base
+	u.User = nil
+	return u.JoinPath(workerPath(space, name), "logs").String()
+}
+
 // GetWorker reads a worker, readiness derived now.
 func (c *Client) GetWorker(ctx context.Context, space, name string) (Worker, error) {
 	var out Worker

@@ -50,6 +50,7 @@ func (n *Node) adminHandler() http.Handler {
 	route("PUT "+adminapi.PatternScriptSecrets, n.putSecrets)
 	route("DELETE "+adminapi.PatternScriptSecrets, n.deleteSecrets)
 	route("POST "+adminapi.PatternScriptReadback, n.readback)
+	route("GET "+adminapi.PatternScriptLogs, n.getLogs)
 	route("PUT "+adminapi.PatternRoute, n.putRoute)
 	route("GET "+adminapi.PatternRoute, n.getRoute)
 	route("DELETE "+adminapi.PatternRoute, n.deleteRoute)
@@ -386,6 +387,9 @@ func (n *Node) deleteScript(_ http.ResponseWriter, r *http.Request) (any, error)
 	if cur.Delivery != nil {
 		n.eraseSecrets(cur.Delivery.WorkerUID)
 	}
+	// The worker's log goes with it: a later worker of this script name (another UID) starts with
+	// its own.
+	n.dropLogRingLocked(uid)
 	retired := n.reconcileLocked(name)
 	n.mu.Unlock()
 	for _, inc := range retired {

@@ -32,6 +32,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
 )
 
 // DefaultStateDir is where the runtime keeps its private state unless told otherwise.
@@ -129,6 +130,9 @@ type Node struct {
 	stopping map[string]map[*supervisor.Incarnation]bool
 	// lineBudgets holds each organization's output-line budget, by its label.
 	lineBudgets sync.Map
+	// logs holds each worker UID's log ring (guarded by mu): created with its first incarnation,
+	// dropped with its script.
+	logs map[string]*workerlog.Ring
 
 	kick     chan struct{}
 	retiring sync.WaitGroup
@@ -136,6 +140,8 @@ type Node struct {
 	edge     *http.Server
 	served   chan error
 	stopped  chan struct{}
+	// quitting is closed when Close begins: log long polls answer at once.
+	quitting chan struct{}
 	closeOne sync.Once
 
 	// edgeTLS is the edge's HTTPS (nil: plain HTTP); edgeHTTP serves edgeHTTPL, the redirect
@@ -209,8 +215,8 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, kick: make(chan struct{}, 1),
-		served: make(chan error, 3), stopped: make(chan struct{}),
+		scripts: map[string]*scriptRun{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1),
+		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
 	defer func() {
@@ -358,6 +364,7 @@ func (n *Node) Info() Info { return n.info }
 func (n *Node) Close() error {
 	var err error
 	n.closeOne.Do(func() {
+		close(n.quitting)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		err = errors.Join(n.admin.Shutdown(ctx), n.edge.Shutdown(ctx), n.closeEdgeTLS(ctx))

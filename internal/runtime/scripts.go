@@ -14,6 +14,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
 )
 
 // scriptRun is what runs for one script: the serving incarnation (admitted; the edge sends its
@@ -279,7 +280,7 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 	inc, err := supervisor.Start(supervisor.Spec{
 		ID: want.id, Script: s.Name,
 		Dir:   filepath.Join(n.store.IncarnationsDir(), s.Name+"-"+want.id[4:16]+"-"+hex.EncodeToString(suffix)),
-		Files: want.config, Env: env, Scrub: scrub, UID: uid, Lines: n.lineBudget(labels.Organization),
+		Files: want.config, Env: env, Scrub: scrub, UID: uid, Lines: n.lineBudget(labels.Organization), Log: n.logRingLocked(s.WorkerUID),
 		Admitted: s.Admitted == want.id,
 		Braked:   func() bool { return n.braked(labels) },
 	}, n.sup)
@@ -287,6 +288,25 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 		return nil, err
 	}
 	return &running{inc: inc, desiredIdentity: want}, nil
+}
+
+// logRingLocked is the log ring of a worker UID, created on first use (n.mu held for writing).
+// Every incarnation of the worker appends to it, so its log reads across its deployments.
+func (n *Node) logRingLocked(workerUID string) *workerlog.Ring {
+	r := n.logs[workerUID]
+	if r == nil {
+		r = workerlog.New()
+		n.logs[workerUID] = r
+	}
+	return r
+}
+
+// dropLogRingLocked forgets a deleted worker's log (n.mu held for writing).
+func (n *Node) dropLogRingLocked(workerUID string) {
+	if r := n.logs[workerUID]; r != nil {
+		r.Close()
+		delete(n.logs, workerUID)
+	}
 }
 
 // lineBudget is the output-line budget an organization's incarnations share (SPEC 5.1: a tenant's

@@ -215,6 +215,13 @@ func (c *Client) Readback(ctx context.Context, scriptName string, challenge []by
 	return out, c.do(ctx, http.MethodPost, adminapi.ReadbackPath(scriptName), adminapi.ReadbackRequest{Challenge: encodeChallenge(challenge), Concludes: concludes}, &out)
 }
 
+// Logs reads a page of a worker's log (adminapi: Worker logs); with q.Wait it is a long poll, and
+// the call's deadline should leave it room.
+func (c *Client) Logs(ctx context.Context, scriptName string, q adminapi.LogQuery) (adminapi.LogPage, error) {
+	var out adminapi.LogPage
+	return out, c.do(ctx, http.MethodGet, adminapi.LogsPath(scriptName, q), nil, &out)
+}
+
 // PutRoute installs hostname → script for one endpoint UID.
 func (c *Client) PutRoute(ctx context.Context, hostname string, req adminapi.RoutePut) (adminapi.RouteStatus, error) {
 	var out adminapi.RouteStatus

@@ -67,6 +67,25 @@
 // removes a successor; a route that is absent, or that is someone else's, is left alone and the
 // answer reports what is there (present, and whose).
 //
+// # Worker logs
+//
+//	GET /v1/scripts/{scriptName}/logs?workerUid=U[&epoch=E&after=N][&since=T][&wait=D] → LogPage
+//
+// The runtime keeps, per worker UID, a bounded ring of what its incarnations printed: console.*
+// calls and uncaught exceptions, each with the node's time of reception, the incarnation and a
+// level (log, info, warn, error, debug, exception). Values of the worker's delivered secrets are
+// removed (raw, JSON-escaped, base64 and hex forms) before an entry enters the ring. Entries pass a
+// per-worker rate limit; what it refuses is counted, and the count enters the ring as an entry of
+// its own (`dropped`). The ring lives in memory: it starts empty when the node starts, and goes
+// with the script's delete.
+//
+// Entries carry a sequence number; a page answers those after `after` (within ring `epoch`: a
+// cursor from another epoch, such as one from before the node restarted, starts over), at or
+// after `since` (RFC 3339) when given. `wait` (a Go duration, at most LogWaitMax) makes the call a
+// long poll: with no entry to answer it returns as soon as one arrives, or empty when wait ends.
+// `missed` counts entries that left the ring between the cursor and the first one answered. A
+// script that is absent, or another worker UID's, is `404 script_absent`.
+//
 // # Status and brakes
 //
 //	GET  /v1/status              → Status
@@ -94,6 +113,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
@@ -103,6 +124,7 @@ const (
 	PatternScript         = "/v1/scripts/{scriptName}"
 	PatternScriptSecrets  = "/v1/scripts/{scriptName}/secrets"
 	PatternScriptReadback = "/v1/scripts/{scriptName}/secrets/readback"
+	PatternScriptLogs     = "/v1/scripts/{scriptName}/logs"
 	PatternRoute          = "/v1/routes/{hostname}"
 	PathStatus            = "/v1/status"
 	PathBrakes            = "/v1/brakes"
@@ -139,6 +161,66 @@ func SecretsDeletePath(scriptName, workerUID string) string {
 
 // ReadbackPath is the challenge readback of one script's delivery.
 func ReadbackPath(scriptName string) string { return SecretsPath(scriptName) + "/readback" }
+
+// LogQuery selects a page of a worker's log entries.
+type LogQuery struct {
+	WorkerUID string
+	// Epoch and After are the cursor of the last page read (zero: from the start of the ring).
+	Epoch string
+	After uint64
+	// Since, when set, skips entries received before it.
+	Since time.Time
+	// Wait makes the call a long poll of at most LogWaitMax.
+	Wait time.Duration
+}
+
+// LogWaitMax bounds the wait of one log long poll.
+const LogWaitMax = 30 * time.Second
+
+// LogsPath is the log read of one script for one worker UID.
+func LogsPath(scriptName string, q LogQuery) string {
+	v := url.Values{queryWorkerUID: {q.WorkerUID}}
+	if q.Epoch != "" {
+		v.Set("epoch", q.Epoch)
+		v.Set("after", strconv.FormatUint(q.After, 10))
+	}
+	if !q.Since.IsZero() {
+		v.Set("since", q.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if q.Wait > 0 {
+		v.Set("wait", q.Wait.String())
+	}
+	return ScriptPath(scriptName) + "/logs?" + v.Encode()
+}
+
+// Levels of a log entry: a console method's name, or LevelException for an uncaught exception.
+const (
+	LevelLog       = "log"
+	LevelInfo      = "info"
+	LevelWarn      = "warn"
+	LevelError     = "error"
+	LevelDebug     = "debug"
+	LevelException = "exception"
+)
+
+// LogEntry is one line a worker printed (Level and Message), or the count of lines the rate limit
+// dropped since the previous entry (Dropped, with no Level).
+type LogEntry struct {
+	Seq         uint64    `json:"seq"`
+	Time        time.Time `json:"time"`
+	Incarnation string    `json:"incarnation,omitempty"`
+	Level       string    `json:"level,omitempty"`
+	Message     string    `json:"message,omitempty"`
+	Dropped     int       `json:"dropped,omitempty"`
+}
+
+// LogPage answers a log read: entries in order, and the cursor (Epoch, Next) to read on from.
+type LogPage struct {
+	Epoch   string     `json:"epoch"`
+	Next    uint64     `json:"next"`
+	Missed  int        `json:"missed"`
+	Entries []LogEntry `json:"entries"`
+}
 
 // RoutePath is the path of one hostname's route.
 func RoutePath(hostname string) string { return "/v1/routes/" + url.PathEscape(hostname) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
 )
 
 // A worker that prints its secret in any of the ways a worker naturally would (as is, inside
@@ -200,5 +203,66 @@ func TestOutputRateLimitIsTheTenantsAcrossRestartsAndIncarnations(t *testing.T) 
 	}
 	if admitted != OutputLineBurst {
 		t.Fatalf("%d lines admitted over three writers of one tenant, want one burst of %d", admitted, OutputLineBurst)
+	}
+}
+
+// A worker's console lines reach its log ring decoded from workerd's structured output and
+// scrubbed first: a value printed as is, inside JSON.stringify, base64 or hex never enters the
+// ring, and workerd's own lines (not the worker's) do not enter it at all.
+func TestWorkerLogRingGetsOnlyScrubbedWorkerLines(t *testing.T) {
+	t.Parallel()
+	const secret = "tk \"quoted\" canary\tvalue"
+	ring := workerlog.New()
+	defer ring.Close()
+	var logs bytes.Buffer
+	w := &tailWriter{log: slog.New(slog.NewJSONHandler(&logs, nil)), scrub: scrubForms([]string{secret}), ring: ring, incarnation: "inc-1"}
+	structured := func(level, message string, source ...string) string {
+		fields := map[string]any{"timestamp": 1, "level": level, "message": message}
+		if len(source) > 0 {
+			fields["source"] = source[0]
+		}
+		b, err := json.Marshal(fields)
+		require.NoError(t, err)
+		return string(b) + "\n"
+	}
+	envJSON, err := json.Marshal(map[string]string{"KEY": secret})
+	require.NoError(t, err)
+	for _, out := range []string{
+		structured("log", "raw "+secret),
+		structured("error", "env "+string(envJSON)),
+		structured("warn", "b64 "+base64.StdEncoding.EncodeToString([]byte(secret))),
+		structured("info", "hex "+hex.EncodeToString([]byte(secret))),
+		structured("info", "workerd internals", "workerd/server/server.c++:1"),
+		"unstructured output\n",
+	} {
+		_, err := w.Write([]byte(out))
+		require.NoError(t, err)
+	}
+	page, _ := ring.Read("", 0, time.Time{}, 0)
+	var got []string
+	for _, e := range page.Entries {
+		require.Equal(t, "inc-1", e.Incarnation)
+		got = append(got, e.Level+" "+e.Message)
+	}
+	require.Equal(t, []string{"log raw [redacted]", `error env {"KEY":"[redacted]"}`, "warn b64 [redacted]", "info hex [redacted]"}, got)
+	require.Empty(t, recoverable(strings.Join(got, "\n")+logs.String(), secret, 6))
+	require.Contains(t, logs.String(), "workerd internals", "workerd's own lines still reach the node's log")
+}
+
+// BenchmarkStructuredLineIntoTheRing is the cost of one console line of a worker with ten 32-byte
+// secrets: decoded, scrubbed, logged and appended to its ring.
+func BenchmarkStructuredLineIntoTheRing(b *testing.B) {
+	values := make([]string, 10)
+	for i := range values {
+		values[i] = fmt.Sprintf("secret-%02d-%s", i, strings.Repeat("x", 22))
+	}
+	clock := time.Unix(1_700_000_000, 0)
+	ring := workerlog.NewWithClock(func() time.Time { clock = clock.Add(time.Second); return clock }) // a fresh token per line
+	defer ring.Close()
+	w := &tailWriter{log: slog.New(slog.DiscardHandler), scrub: scrubForms(values), bucket: &LineBudget{}, ring: ring, incarnation: "inc-1"}
+	line := []byte(`{"timestamp":1,"level":"log","message":"` + strings.Repeat("an ordinary log line of a worker ", 6) + `"}` + "\n")
+	for b.Loop() {
+		w.bucket.b = lineBucket{} // measure the line, not the node log's rate limit
+		_, _ = w.Write(line)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -138,8 +139,11 @@ type Spec struct {
 	// Lines is the output-line budget of the tenant the incarnation belongs to, shared with its
 	// other incarnations; nil gives the incarnation one of its own.
 	Lines *LineBudget
-	// Scrub lists values removed from workerd's output before it is logged.
+	// Scrub lists values removed from workerd's output before it is logged or buffered.
 	Scrub []string
+	// Log is the worker's log ring: its console.* lines and uncaught exceptions enter it, scrubbed
+	// and rate-limited (nil: none is kept).
+	Log *workerlog.Ring
 	// UID is the sandbox uid of the script's organization (unused without a sandbox).
 	UID int
 	// Admitted: the incarnation has served before, so continuity keeps it alive.
@@ -454,7 +458,7 @@ func (i *Incarnation) runOnce() outcome {
 	if lines == nil {
 		lines = &i.lines
 	}
-	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub), bucket: lines}
+	tail := &tailWriter{log: i.log, scrub: scrubForms(i.spec.Scrub), bucket: lines, ring: i.spec.Log, incarnation: i.spec.ID}
 	proc, err := i.startProcess(sockets, socketArgs, tail)
 	if err != nil {
 		return outcome{why: fmt.Sprintf("workerd did not start: %v", err)}
@@ -674,7 +678,9 @@ func exitText(err error) string {
 // could print one), and keeps the last lines for diagnostics. Lines are rate-limited (SPEC 5.1: one
 // tenant's worker must not flood the node's log): a token bucket of OutputLinesPerSecond with a
 // burst of OutputLineBurst; lines over it are dropped unread and counted, and the count is logged
-// in one summary line a second after the first drop.
+// in one summary line a second after the first drop. The worker's own lines (console.* and
+// uncaught exceptions, see workerlog.Parse) also enter its log ring, scrubbed first, through the
+// ring's own per-worker rate limit.
 type tailWriter struct {
 	log   *slog.Logger
 	scrub []string
@@ -691,6 +697,10 @@ type tailWriter struct {
 	bucket  *LineBudget
 	dropped int
 	report  *time.Timer
+
+	// ring is the worker's log (nil: none), and incarnation what its entries name.
+	ring        *workerlog.Ring
+	incarnation string
 }
 
 // The rate limit of one workerd process's output lines.
@@ -790,6 +800,9 @@ func (w *tailWriter) Write(p []byte) (int, error) {
 		if !w.skipping && w.admit() {
 			w.log.Warn("workerd output line omitted: over 64 KiB")
 		}
+		if !w.skipping && w.ring != nil && w.ring.Admit() {
+			w.ring.Append(w.incarnation, adminapi.LevelWarn, "[a line of output over 64 KiB was omitted]")
+		}
 		w.skipping = true
 		w.buf = w.buf[:0]
 	}
@@ -863,17 +876,47 @@ func encodedForms(v string) []string {
 	return forms
 }
 
-func (w *tailWriter) line(s string) {
-	if strings.TrimSpace(s) == "" || !w.admit() {
+func (w *tailWriter) line(raw string) {
+	if strings.TrimSpace(raw) == "" {
 		return
 	}
+	parsed := workerlog.Parse(raw)
+	toLog := w.admit()
+	toRing := parsed.Worker && w.ring != nil && w.ring.Admit()
+	if !toLog && !toRing {
+		return
+	}
+	// Scrubbed before it goes anywhere: the ring never holds a value in any form. A structured
+	// line is scrubbed in its decoded text, which is what the worker printed.
+	s := w.scrubbed(parsed.Message)
+	if toRing {
+		w.ring.Append(w.incarnation, parsed.Level, s)
+	}
+	if !toLog {
+		return
+	}
+	if parsed.Structured {
+		w.log.Info("workerd output", "line", s, "level", parsed.Level)
+	} else {
+		w.log.Info("workerd output", "line", s)
+	}
+	// Each line of a multi-line message is kept on its own, so that Diagnosis finds an
+	// exception's "at file:line" lines after it.
+	for _, piece := range strings.Split(s, "\n") {
+		if strings.TrimSpace(piece) != "" {
+			w.keep(piece)
+		}
+	}
+}
+
+// scrubbed removes every form of every delivered value from s.
+func (w *tailWriter) scrubbed(s string) string {
 	for _, v := range w.scrub {
 		if v != "" {
 			s = strings.ReplaceAll(s, v, "[redacted]")
 		}
 	}
-	w.log.Info("workerd output", "line", s)
-	w.keep(s)
+	return s
 }
 
 // keep remembers a logged line for Tail (w.mu held).

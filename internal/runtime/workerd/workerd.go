@@ -213,7 +213,10 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = (forwardedProtoHeader = \"X-Forwarded-Proto\")),\n", quote(socketName))
 	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (injectRequestHeaders = [(name = %s, value = \"1\")])),\n", quote(ProbeSocket), quote(ProbeHeader))
 	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (style = proxy)),\n", quote(OutboundSocket))
-	b.WriteString("  ],\n);\n\n")
+	b.WriteString("  ],\n")
+	// One JSON object per line of output (package workerlog reads them): a console.* call keeps
+	// its level, and nothing a worker prints can pass for workerd's own lines or split into two.
+	b.WriteString("  logging = (structuredLogging = true),\n);\n\n")
 	b.WriteString("const worker :Workerd.Worker = (\n  modules = [\n")
 	for n, name := range names {
 		kind, ext := moduleKind(name)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
@@ -368,6 +369,7 @@ func TestDevRunsEverythingInOneCommandAndReusesTheCluster(t *testing.T) {
 	require.Contains(t, first.stdout.String(), "export TAKOFORM_API_KEY")
 	require.NotContains(t, first.stdout.String(), key, "the key is written to a file, not printed")
 	require.Contains(t, first.stdout.String(), "(http://<hostname>:<port>/)", "dev's edge stays on plain HTTP unless asked")
+	devServesAWorker(t, first, key)
 	info, err = os.Stat(filepath.Join(dir, "runtime-sealing-key"))
 	require.NoError(t, err, "dev writes the runtime's sealing key beside its other keys")
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
@@ -387,6 +389,45 @@ func TestDevRunsEverythingInOneCommandAndReusesTheCluster(t *testing.T) {
 	require.Equal(t, string(raw), string(again), "the second run reuses the cluster and its key")
 	require.Equal(t, http.StatusOK, capabilities(t, second.url, key))
 	second.stop(t)
+}
+
+// devServesAWorker puts a worker and an endpoint (its reservation minted by the Host) through dev's
+// API, and fetches the worker at its hostname through dev's edge, as a user following the
+// README's dev instructions does.
+func devServesAWorker(t *testing.T, d devProcess, key string) {
+	t.Helper()
+	m := regexp.MustCompile(`edge, (\S+) \(`).FindStringSubmatch(d.stdout.String())
+	require.NotNil(t, m, "dev says where its edge listens: %s", d.stdout.String())
+	worker := `{"modules":{"index.js":"export default { async fetch() { return new Response('hello from dev') } }"},"mainModule":"index.js","compatibilityDate":"2025-01-01","requiredSensitiveVars":[]}`
+	w, err := put(d.url+"/v1/spaces/demo/workers/hello", key, "token-dev-worker-000001", worker)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, w.status, w.body)
+	e, err := put(d.url+"/v1/spaces/demo/worker-endpoints/hello", key, "token-dev-endpoint-0001", `{"worker":"hello"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, e.status, e.body)
+	var endpoint struct {
+		Hostname string `json:"hostname"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(e.body), &endpoint))
+	require.NotEmpty(t, endpoint.Hostname, e.body)
+	var last string
+	served := assert.Eventually(t, func() bool {
+		req, err := http.NewRequest(http.MethodGet, "http://"+m[1]+"/", nil)
+		if err != nil {
+			return false
+		}
+		req.Host = endpoint.Hostname
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		return resp.StatusCode == http.StatusOK && string(body) == "hello from dev"
+	}, 30*time.Second, 100*time.Millisecond)
+	require.True(t, served, "dev's edge serves the worker at %s: last answer %s", endpoint.Hostname, last)
 }
 
 func TestDevRefusesUnsafeDirectory(t *testing.T) {

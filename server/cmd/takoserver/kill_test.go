@@ -327,3 +327,46 @@ func TestAHostKilledBetweenEndpointCreateAndActivationLeavesTheWitness(t *testin
 }
 
 func stringsReader(s string) *strings.Reader { return strings.NewReader(s) }
+
+// TestAHostDrainingOnSIGTERMFinishesItsRequestInFlight: a Host told to stop (SIGTERM) while a
+// worker create waits on the runtime node takes no new request, answers the one in flight in full
+// once the runtime answers, and exits cleanly; the worker it created is Ready through the other
+// Host.
+func TestAHostDrainingOnSIGTERMFinishesItsRequestInFlight(t *testing.T) {
+	t.Parallel()
+	p := newPair(t)
+	held := p.admin.armFor(func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/scripts/") && !strings.HasSuffix(r.URL.Path, "/secrets")
+	})
+	done := make(chan answer, 1)
+	go func() {
+		a, err := p.send(0, http.MethodPut, workerPath("api"), "token-drain-worker-0001", invariantWorker)
+		if err != nil {
+			a = answer{status: -1, body: err.Error()}
+		}
+		done <- a
+	}()
+	p.waitHeld(held, done, "the worker's script write")
+	require.NoError(t, p.procs[0].Process.Signal(syscall.SIGTERM))
+
+	// Draining: the listener is closed, so a new request does not get in.
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(p.hosts[0].url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err != nil
+	}, 10*time.Second, 50*time.Millisecond, "a draining Host takes no new request")
+	select {
+	case a := <-done:
+		t.Fatalf("the request in flight ended before the runtime answered: %d %s", a.status, a.body)
+	default:
+	}
+
+	p.admin.release(true)
+	a := <-done
+	require.Equal(t, http.StatusCreated, a.status, "the request in flight is answered in full: %s", a.body)
+	require.NoError(t, p.procs[0].Wait(), "the Host exits cleanly after its drain")
+	got := p.must(1, http.MethodGet, workerPath("api"), "", "", http.StatusOK)
+	require.Equal(t, true, got["ready"], "%v", got)
+}

@@ -124,7 +124,7 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 				Optional:            true, Computed: true, PlanModifiers: replace,
 			},
 			"bindings_wo": schema.MapAttribute{
-				MarkdownDescription: "The secret values, by binding name. **Write-only**: never stored in the plan or the state. The names must equal the consuming worker's `required_sensitive_vars`. Left unset (as in an imported or generated configuration), the prior reference is kept. The values must be the same at plan and at apply.",
+				MarkdownDescription: "The secret values, by binding name. **Write-only**: never stored in the plan or the state. The names must equal the consuming worker's `required_sensitive_vars`. Left unset (as in an imported or generated configuration), the prior reference is kept. The values must be the same at plan and at apply: applying a saved plan with other values (an ephemeral variable given anew) fails with the CLI's \"inconsistent final plan\" naming `reference`, which is this rule, not a provider bug, and nothing is sealed.",
 				ElementType:         types.StringType,
 				Optional:            true,
 				WriteOnly:           true,

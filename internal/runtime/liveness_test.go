@@ -122,3 +122,34 @@ func TestWorkerCallingItselfThroughTheEdgeEndsWith508(t *testing.T) {
 	require.True(t, st.Ready)
 	t.Logf("a worker calling itself through the edge ended with 508 in %s", took.Round(time.Millisecond))
 }
+
+// TestABusyWorkerThatAnswersIsNotKilledForLateProbes: under load a probe can come back late while
+// the worker keeps answering requests; those answers witness that it is not stuck, so it is not
+// killed. Once it answers nothing either, the missed probes kill it as before. (Probes here can
+// never succeed: each is allowed one nanosecond.)
+func TestABusyWorkerThatAnswersIsNotKilledForLateProbes(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *runtime.Config) {
+		c.LivenessPeriod, c.LivenessTimeout = 300*time.Millisecond, time.Nanosecond
+		c.RestartBackoff, c.MaxRestartBackoff = 5*time.Second, 5*time.Second
+	})
+	f.putSource("busy", "uid-busy", loopingSource)
+	f.route("busy.workers.localhost", "busy", "ep-busy")
+	first := f.waitReady("busy")
+
+	// Answering: ten probe periods pass with every probe late, and the worker stays.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		code, _, _, err := f.h.TryGet("busy.workers.localhost", "/")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+	}
+	st, err := f.client.GetScript(f.ctx, "busy")
+	require.NoError(t, err)
+	require.True(t, st.Ready, "%s: %s", st.Reason, st.Incarnation.Message)
+	require.Equal(t, first.Incarnation.PID, st.Incarnation.PID, "a worker that answers is not killed for late probes")
+
+	// Silent: three late probes in a row with no answer between them, and it is killed.
+	f.waitStatus("killed for missed probes", func(s adminapi.ScriptStatus) bool {
+		return s.Reason == adminapi.ReasonUnresponsive || (s.Incarnation != nil && s.Incarnation.Restarts > 0)
+	}, "busy")
+}

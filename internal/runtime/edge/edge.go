@@ -37,6 +37,12 @@ type Target interface {
 	Release()
 }
 
+// Progress is a Target that wants to know when its worker answers a request: an answer is a
+// witness of liveness beside the probe (a worker busy answering is not stuck).
+type Progress interface {
+	Answered()
+}
+
 // Lookup outcomes.
 const (
 	Found = iota
@@ -176,7 +182,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 		}
 		defer leave()
 		defer target.Release()
-		code = h.forward(w, r, target.Addr())
+		code = h.forward(w, r, target.Addr(), func() {
+			if p, ok := target.(Progress); ok {
+				p.Answered()
+			}
+		})
 		return
 	}
 	code = writeProblem(w, problemSwitching)

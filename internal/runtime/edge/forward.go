@@ -29,7 +29,7 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // A request is never replayed on another connection: a request that made the worker's process die
 // (or be killed for looping) would run again in the restarted process and take it down too. An
 // idle connection is checked before it is used instead (upConn.open).
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) int {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, answered func()) int {
 	start := time.Now()
 	deadline := start.Add(h.limits.ResponseTimeout)
 	var body *clientBody
@@ -99,6 +99,9 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string) i
 		resp, err = http.ReadResponse(c.br, r) // 1xx: informational, not passed on
 	}
 	c.lim.n = math.MaxInt64
+	if err == nil {
+		answered()
+	}
 	if err != nil {
 		_ = c.conn.SetDeadline(aLongTimeAgo)
 		var clientErr error

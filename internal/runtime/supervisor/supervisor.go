@@ -190,6 +190,7 @@ type Incarnation struct {
 
 	ready    atomic.Bool // mirrors status.State == ready, for the edge's hot path
 	inflight atomic.Int64
+	answered atomic.Int64
 	retired  atomic.Bool
 
 	stopOnce sync.Once
@@ -301,6 +302,10 @@ func (i *Incarnation) Acquire() bool {
 
 // Release ends a request counted by Acquire.
 func (i *Incarnation) Release() { i.inflight.Add(-1) }
+
+// Answered counts a response the worker began: liveness takes it as a witness that the process
+// is not stuck, however late its probes are answered under load.
+func (i *Incarnation) Answered() { i.answered.Add(1) }
 
 // InFlight is the number of requests being served.
 func (i *Incarnation) InFlight() int64 { return i.inflight.Load() }
@@ -530,8 +535,9 @@ func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWrit
 	defer cancel()
 	tick := time.NewTicker(i.opts.LivenessPeriod)
 	defer tick.Stop()
-	answers := make(chan bool, 1)
+	answers := make(chan probeResult, 1)
 	probing, misses := false, 0
+	lastTick := i.answered.Load()
 	for {
 		select {
 		case err := <-exited:
@@ -548,14 +554,24 @@ func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWrit
 			i.log.Info("workerd stopped")
 			return outcome{stopped: true}
 		case <-tick.C:
+			// What the worker answered since the last tick is this period's witness.
+			before := lastTick
+			lastTick = i.answered.Load()
 			if !probing {
 				probing = true
-				go func() { answers <- i.probe(ctx, client) }()
+				go func() { answers <- probeResult{ok: i.probe(ctx, client), before: before} }()
 			}
-		case ok := <-answers:
+		case a := <-answers:
 			probing = false
-			if ok {
+			if a.ok {
 				misses = 0
+				continue
+			}
+			if i.answered.Load() != a.before {
+				// The probe came late, but the worker answered requests in the last period: busy,
+				// not stuck (a worker in a loop answers nothing).
+				misses = 0
+				i.log.Debug("liveness probe late while the worker answers requests")
 				continue
 			}
 			misses++
@@ -572,6 +588,12 @@ func (i *Incarnation) watch(exited chan error, started time.Time, tail *tailWrit
 			return outcome{wasReady: true, stable: time.Since(started) >= i.opts.StableAfter, reason: adminapi.ReasonUnresponsive, why: why}
 		}
 	}
+}
+
+// probeResult is one liveness probe's answer, and the worker's answer count one period before.
+type probeResult struct {
+	ok     bool
+	before int64
 }
 
 // probeUntilReady probes the socket until it answers (second witness), the process exits, the

@@ -90,6 +90,7 @@ func TestRenderWritesVarsAndFlagsIntoTheConfig(t *testing.T) {
 	require.Contains(t, config, `(name = "LOG_LEVEL", text = "say \"hi\""),`)
 	require.Contains(t, config, `(name = "LIMITS", json = "{\"rps\":5}"),`)
 	require.Contains(t, config, `compatibilityFlags = ["nodejs_compat"],`)
+	require.Contains(t, config, `v8Flags = ["--max-semi-space-size=1"],`, "the young generation is kept small")
 	require.Contains(t, config, `(name = "API_KEY", fromEnvironment = "TAKOFORM_SECRET_API_KEY"),`)
 
 	// A var may not take a secret's name: one binding, one kind.

@@ -170,6 +170,11 @@ func upload(d Desired, now *held) cloudflare.Upload {
 		PlainText:     map[string]string{BindingWorkerUID: d.ResourceUID.String(), BindingDeployment: d.DeploymentID.String()},
 		StrictInherit: true,
 	}
+	// The worker's own variables and flags (workerconf keeps TAKOFORM_ names for the reserved ones).
+	for name, v := range d.Bundle.Settings.Vars {
+		u.PlainText[name] = v
+	}
+	u.JSON, u.CompatibilityFlags = d.Bundle.Settings.JSONVars, d.Bundle.Settings.CompatibilityFlags
 	for _, name := range sortedKeys(d.Bundle.Modules) {
 		u.Modules = append(u.Modules, cloudflare.Module{Name: name, ContentType: moduleContentType(name), Content: []byte(d.Bundle.Modules[name])})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 const (
@@ -183,4 +184,28 @@ func TestCloudflareErrorsMapToTheBackendsErrors(t *testing.T) {
 	require.ErrorIs(t, err, backend.ErrNotImplemented)
 	require.False(t, backend.Supports(f.mut, backend.NativeRoute))
 	require.True(t, backend.Supports(f.mut, backend.NativeWorker))
+}
+
+// A worker's vars, JSON vars and compatibility flags reach Cloudflare as plain_text and json
+// bindings and compatibility_flags (issue 17): the worker running in the stand-in reads them, and
+// needs the flag for the module it imports.
+func TestWorkersDevUploadCarriesVarsJSONVarsAndFlags(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	d := workerDesired(uuid.New(), "conf-prod-0123", "v1")
+	d.Bundle.Modules = map[string]string{"index.js": `import { Buffer } from "node:buffer";
+export default { fetch(req, env) { return new Response([env.LOG_LEVEL, env.LIMITS.rps, Buffer.from("ok").toString("hex")].join(" ")); } };`}
+	d.Bundle.Settings = workerconf.Settings{Vars: map[string]string{"LOG_LEVEL": "debug"}, JSONVars: map[string]string{"LIMITS": `{"rps": 5}`},
+		CompatibilityFlags: []string{"nodejs_compat"}}
+	_, err := f.mut.Apply(context.Background(), d)
+	require.NoError(t, err)
+	sc, ok := f.standin.Script("conf-prod-0123")
+	require.True(t, ok)
+	b, ok := sc.Current.Binding("LOG_LEVEL")
+	require.True(t, ok)
+	require.Equal(t, "plain_text", b.Type)
+	b, ok = sc.Current.Binding("LIMITS")
+	require.True(t, ok)
+	require.Equal(t, "json", b.Type)
+	require.Equal(t, "debug 5 6f6b", f.serve(t, "conf-prod-0123"))
 }

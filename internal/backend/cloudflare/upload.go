@@ -2,6 +2,7 @@ package cloudflare
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"sort"
 
@@ -33,9 +34,11 @@ type Upload struct {
 	CompatibilityFlags []string
 	Modules            []Module
 	PlainText          map[string]string
-	Secrets            map[string]sealing.Secret
-	Inherit            []string
-	StrictInherit      bool
+	// JSON are json bindings, each value a JSON text sent as it is.
+	JSON          map[string]string
+	Secrets       map[string]sealing.Secret
+	Inherit       []string
+	StrictInherit bool
 }
 
 // namedPart is a module part as the SDK's multipart encoder reads it: filename and content type.
@@ -91,6 +94,13 @@ func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
 		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
 		bindings = append(bindings, b)
 	}
+	for _, name := range sortedKeys(u.JSON) {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindJson
+		b.Name.Value, b.Name.Present = name, true
+		b.Json.Value, b.Json.Present = json.RawMessage(u.JSON[name]), true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindJsonTypeJson, true
+		bindings = append(bindings, b)
+	}
 	for _, name := range sortedKeys(u.Secrets) {
 		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
 		b.Name.Value, b.Name.Present = name, true
@@ -130,6 +140,13 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 		b.Name.Value, b.Name.Present = name, true
 		b.Text.Value, b.Text.Present = u.PlainText[name], true
 		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range sortedKeys(u.JSON) {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindJson
+		b.Name.Value, b.Name.Present = name, true
+		b.Json.Value, b.Json.Present = json.RawMessage(u.JSON[name]), true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindJsonTypeJson, true
 		bindings = append(bindings, b)
 	}
 	for _, name := range sortedKeys(u.Secrets) {

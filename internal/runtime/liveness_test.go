@@ -130,15 +130,17 @@ func TestWorkerCallingItselfThroughTheEdgeEndsWith508(t *testing.T) {
 func TestABusyWorkerThatAnswersIsNotKilledForLateProbes(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *runtime.Config) {
-		c.LivenessPeriod, c.LivenessTimeout = 300*time.Millisecond, time.Nanosecond
+		// A period long enough that a loaded machine's pause between two requests never spans
+		// one whole period.
+		c.LivenessPeriod, c.LivenessTimeout = time.Second, time.Nanosecond
 		c.RestartBackoff, c.MaxRestartBackoff = 5*time.Second, 5*time.Second
 	})
 	f.putSource("busy", "uid-busy", loopingSource)
 	f.route("busy.workers.localhost", "busy", "ep-busy")
 	first := f.waitReady("busy")
 
-	// Answering: ten probe periods pass with every probe late, and the worker stays.
-	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	// Answering: four probe periods pass with every probe late, and the worker stays.
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		code, _, _, err := f.h.TryGet("busy.workers.localhost", "/")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code)

@@ -350,24 +350,6 @@ func (w *world) finish() {
 	}
 }
 
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // heldAdmin is a proxy in front of the runtime node's admin API that, when armed, holds the next
 // secret delivery until the test lets it through or drops it.
 type heldAdmin struct {

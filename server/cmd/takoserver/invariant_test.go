@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
-	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
@@ -112,7 +111,7 @@ type world struct {
 	preparations []seenPreparation
 	canary       string
 	answers      strings.Builder
-	hostLogs     []*syncBuffer
+	hostLogs     []*runtimetest.Buffer
 	admin        *heldAdmin
 	progress     progress
 }
@@ -611,21 +610,9 @@ func (w *world) checkScripts(st adminapi.Status) {
 
 func (w *world) startHost() (host, *exec.Cmd) {
 	w.t.Helper()
-	port, err := pgcluster.FreePort()
-	require.NoError(w.t, err)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(binary, "serve", "--listen", addr, "--sealing-key-file", w.kek, "--config", w.catalog, "--janitor-every", "2s")
-	cmd.Dir = w.t.TempDir()
-	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+w.dbURL)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	w.hostLogs = append(w.hostLogs, logs)
-	require.NoError(w.t, cmd.Start())
-	t := w.t
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	h := host{url: "http://" + addr}
-	waitReady(w.t, h.url+"/readyz")
-	return h, cmd
+	h := startHost(w.t, w.dbURL, w.kek, "--config", w.catalog, "--janitor-every", "2s")
+	w.hostLogs = append(w.hostLogs, h.logs)
+	return h, h.cmd
 }
 
 func newWorld(t *testing.T, seed uint64) *world {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
-	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -41,7 +39,7 @@ type pair struct {
 	node    node
 	hosts   [2]host
 	procs   [2]*exec.Cmd
-	logs    []*syncBuffer
+	logs    []*runtimetest.Buffer
 }
 
 func newPair(t *testing.T) *pair {
@@ -67,25 +65,14 @@ func newPair(t *testing.T) *pair {
 // start runs one Host whose janitor sweeps every second.
 func (p *pair) start() (host, *exec.Cmd) {
 	p.t.Helper()
-	port, err := pgcluster.FreePort()
-	require.NoError(p.t, err)
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	cmd := exec.Command(binary, "serve", "--listen", addr, "--sealing-key-file", p.kek, "--config", p.catalog, "--janitor-every", "1s")
-	cmd.Dir = p.t.TempDir()
-	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+p.dbURL)
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	p.logs = append(p.logs, logs)
+	h := startHost(p.t, p.dbURL, p.kek, "--config", p.catalog, "--janitor-every", "1s")
+	p.logs = append(p.logs, h.logs)
 	p.t.Cleanup(func() {
 		if p.t.Failed() {
-			p.t.Logf("Host log:\n%s", logs.String())
+			p.t.Logf("Host log:\n%s", h.logs.String())
 		}
 	})
-	require.NoError(p.t, cmd.Start())
-	p.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	h := host{url: "http://" + addr}
-	waitReady(p.t, h.url+"/readyz")
-	return h, cmd
+	return h, h.cmd
 }
 
 // kill stops Host i with SIGKILL: no deferred step, no graceful shutdown.

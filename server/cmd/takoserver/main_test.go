@@ -129,7 +129,8 @@ func TestMigrateCommands(t *testing.T) {
 // host is one running `takoserver serve` process.
 type host struct {
 	url  string
-	logs *bytes.Buffer
+	logs *runtimetest.Buffer
+	cmd  *exec.Cmd
 }
 
 // node is one running `takoserver runtime` process.
@@ -197,14 +198,14 @@ func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = t.TempDir() // every replica its own working directory
 	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
-	logs := &bytes.Buffer{}
+	logs := &runtimetest.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	})
-	h := host{url: "http://" + addr, logs: logs}
+	h := host{url: "http://" + addr, logs: logs, cmd: cmd}
 	waitReady(t, h.url+"/readyz")
 	return h
 }

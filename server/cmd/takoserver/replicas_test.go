@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
@@ -68,11 +68,11 @@ func TestReplicasShareEverythingThroughTheDatabase(t *testing.T) {
 		cmd := exec.Command(binary, "serve", "--listen", addr, "--sealing-key-file", kek, "--config", catalog)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+url)
-		logs := &bytes.Buffer{}
+		logs := &runtimetest.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		h := host{url: "http://" + addr, logs: logs}
+		h := host{url: "http://" + addr, logs: logs, cmd: cmd}
 		waitReady(t, h.url+"/readyz")
 		hosts = append(hosts, h)
 	}

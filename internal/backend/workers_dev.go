@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -175,7 +176,7 @@ func upload(d Desired, now *held) cloudflare.Upload {
 		u.PlainText[name] = v
 	}
 	u.JSON, u.CompatibilityFlags = d.Bundle.Settings.JSONVars, d.Bundle.Settings.CompatibilityFlags
-	for _, name := range sortedKeys(d.Bundle.Modules) {
+	for _, name := range slices.Sorted(maps.Keys(d.Bundle.Modules)) {
 		u.Modules = append(u.Modules, cloudflare.Module{Name: name, ContentType: moduleContentType(name), Content: []byte(d.Bundle.Modules[name])})
 	}
 	if now != nil {
@@ -191,15 +192,6 @@ func upload(d Desired, now *held) cloudflare.Upload {
 		}
 	}
 	return u
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func (c *workersDevAccount) Apply(ctx context.Context, d Desired) (Observation, error) {

@@ -285,16 +285,23 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 
 // attempt is one try of req; connected reports whether it got a connection to send it on. It
 // ends when the unreachable bound does, so that a Host that accepts connections and never
-// answers is bounded like one that refuses them (the effective timeout of one request is the
-// shorter of Timeout and the bound).
+// answers is bounded like one that refuses them, and after half the bound at most, so that a
+// Host busy with a long call (a deploy waits up to a minute for its worker) is asked again
+// within the bound and answers that (a replay, or 409 intent_in_progress) instead of reading as
+// silent. The effective timeout of one try is the shortest of Timeout and those two.
 func (c *Client) attempt(ctx context.Context, quiet *silence, req Request, target string, body []byte, out any) (Response, bool, error) {
-	actx, cancel := context.WithDeadline(ctx, quiet.since.Add(c.unreachable))
+	deadline := quiet.since.Add(c.unreachable)
+	if half := time.Now().Add(c.unreachable / 2); half.Before(deadline) {
+		deadline = half
+	}
+	limit := time.Until(deadline)
+	actx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var connected atomic.Bool
 	actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
 	resp, err := c.once(actx, req, target, body, out)
 	if err != nil && ctx.Err() == nil && actx.Err() != nil {
-		err = fmt.Errorf("%s %s: no answer within %s: %w", req.Method, req.Path, c.unreachable, err)
+		err = fmt.Errorf("%s %s: no answer within %s: %w", req.Method, req.Path, limit.Round(time.Millisecond), err)
 	}
 	return resp, connected.Load(), err
 }

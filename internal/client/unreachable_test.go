@@ -211,3 +211,31 @@ func (a *awayListener) Accept() (net.Conn, error) {
 	}
 	return conn, nil
 }
+
+// TestAHostBusyPastHalfTheBoundIsAskedAgainNotGivenUp: a deploy can keep one call busy past the
+// unreachable bound; the try is cut at half the bound and the replay is answered (here at once),
+// so a Host that is working is never reported silent.
+func TestAHostBusyPastHalfTheBoundIsAskedAgainNotGivenUp(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			<-release // the first call stays busy past the whole bound
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	})}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	c, err := New(Config{Endpoint: "http://" + l.Addr().String(), APIKey: "k", Timeout: 30 * time.Second, Unreachable: bound})
+	require.NoError(t, err)
+	took, err := ownedPut(t, c)
+	require.NoError(t, err, "the Host answered the replay")
+	require.Less(t, took, bound, "asked again within the bound")
+	require.EqualValues(t, 2, calls.Load())
+}

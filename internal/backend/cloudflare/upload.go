@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
@@ -62,15 +63,6 @@ func (u Upload) parts() []io.Reader {
 	return parts
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // ScriptParams are the SDK parameters of an account script upload (workers-dev). They hold the
 // secrets' plaintext: build them right before the call and never log them.
 func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
@@ -87,21 +79,21 @@ func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
 		m.CompatibilityFlags.Value, m.CompatibilityFlags.Present = u.CompatibilityFlags, true
 	}
 	bindings := []workers.ScriptUpdateParamsMetadataBindingUnion{}
-	for _, name := range sortedKeys(u.PlainText) {
+	for _, name := range slices.Sorted(maps.Keys(u.PlainText)) {
 		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainText
 		b.Name.Value, b.Name.Present = name, true
 		b.Text.Value, b.Text.Present = u.PlainText[name], true
 		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
 		bindings = append(bindings, b)
 	}
-	for _, name := range sortedKeys(u.JSON) {
+	for _, name := range slices.Sorted(maps.Keys(u.JSON)) {
 		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindJson
 		b.Name.Value, b.Name.Present = name, true
 		b.Json.Value, b.Json.Present = json.RawMessage(u.JSON[name]), true
 		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindJsonTypeJson, true
 		bindings = append(bindings, b)
 	}
-	for _, name := range sortedKeys(u.Secrets) {
+	for _, name := range slices.Sorted(maps.Keys(u.Secrets)) {
 		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
 		b.Name.Value, b.Name.Present = name, true
 		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
@@ -135,21 +127,21 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 		m.CompatibilityFlags.Value, m.CompatibilityFlags.Present = u.CompatibilityFlags, true
 	}
 	bindings := []workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingUnion{}
-	for _, name := range sortedKeys(u.PlainText) {
+	for _, name := range slices.Sorted(maps.Keys(u.PlainText)) {
 		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainText
 		b.Name.Value, b.Name.Present = name, true
 		b.Text.Value, b.Text.Present = u.PlainText[name], true
 		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
 		bindings = append(bindings, b)
 	}
-	for _, name := range sortedKeys(u.JSON) {
+	for _, name := range slices.Sorted(maps.Keys(u.JSON)) {
 		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindJson
 		b.Name.Value, b.Name.Present = name, true
 		b.Json.Value, b.Json.Present = json.RawMessage(u.JSON[name]), true
 		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindJsonTypeJson, true
 		bindings = append(bindings, b)
 	}
-	for _, name := range sortedKeys(u.Secrets) {
+	for _, name := range slices.Sorted(maps.Keys(u.Secrets)) {
 		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
 		b.Name.Value, b.Name.Present = name, true
 		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true

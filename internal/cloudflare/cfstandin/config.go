@@ -3,6 +3,8 @@ package cfstandin
 import (
 	"fmt"
 	"strings"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 )
 
 // ServiceHeader names, on the stand-in's internal listener, the script a service binding calls.
@@ -30,18 +32,18 @@ func renderConfig(v Version, serviceAddr string) (files map[string][]byte, env [
 	for n, b := range v.Bindings {
 		switch b.Type {
 		case "plain_text":
-			fmt.Fprintf(&bindings, "    (name = %s, text = %s),\n", capnpString(b.Name), capnpString(b.Text))
+			fmt.Fprintf(&bindings, "    (name = %s, text = %s),\n", workerd.Quote(b.Name), workerd.Quote(b.Text))
 		case "secret_text":
 			variable := fmt.Sprintf("CFSTANDIN_SECRET_%d", n)
 			env = append(env, variable+"="+b.Text)
-			fmt.Fprintf(&bindings, "    (name = %s, fromEnvironment = %s),\n", capnpString(b.Name), capnpString(variable))
+			fmt.Fprintf(&bindings, "    (name = %s, fromEnvironment = %s),\n", workerd.Quote(b.Name), workerd.Quote(variable))
 		case "json":
-			fmt.Fprintf(&bindings, "    (name = %s, json = %s),\n", capnpString(b.Name), capnpString(string(b.JSON)))
+			fmt.Fprintf(&bindings, "    (name = %s, json = %s),\n", workerd.Quote(b.Name), workerd.Quote(string(b.JSON)))
 		case "service":
 			service := fmt.Sprintf("binding-%d", n)
 			fmt.Fprintf(&services, "    (name = %s, external = (address = %s, http = (injectRequestHeaders = [(name = %s, value = %s)]))),\n",
-				capnpString(service), capnpString(serviceAddr), capnpString(ServiceHeader), capnpString(b.Service))
-			fmt.Fprintf(&bindings, "    (name = %s, service = %s),\n", capnpString(b.Name), capnpString(service))
+				workerd.Quote(service), workerd.Quote(serviceAddr), workerd.Quote(ServiceHeader), workerd.Quote(b.Service))
+			fmt.Fprintf(&bindings, "    (name = %s, service = %s),\n", workerd.Quote(b.Name), workerd.Quote(service))
 		default:
 			return nil, nil, fmt.Errorf("binding type %q is not run by the stand-in", b.Type)
 		}
@@ -60,11 +62,11 @@ func renderConfig(v Version, serviceAddr string) (files map[string][]byte, env [
 		}
 		file := fmt.Sprintf("module-%03d", n)
 		files[file] = m.Content
-		fmt.Fprintf(&modules, "    (name = %s, %s = embed %s),\n", capnpString(m.Name), kind, capnpString(file))
+		fmt.Fprintf(&modules, "    (name = %s, %s = embed %s),\n", workerd.Quote(m.Name), kind, workerd.Quote(file))
 	}
 	var flags []string
 	for _, f := range v.CompatibilityFlags {
-		flags = append(flags, capnpString(f))
+		flags = append(flags, workerd.Quote(f))
 	}
 	var b strings.Builder
 	b.WriteString("using Workerd = import \"/workerd/workerd.capnp\";\n\n")
@@ -79,31 +81,11 @@ func renderConfig(v Version, serviceAddr string) (files map[string][]byte, env [
 	b.WriteString("const main :Workerd.Worker = (\n  modules = [\n")
 	b.WriteString(modules.String())
 	b.WriteString("  ],\n")
-	fmt.Fprintf(&b, "  compatibilityDate = %s,\n", capnpString(v.CompatibilityDate))
+	fmt.Fprintf(&b, "  compatibilityDate = %s,\n", workerd.Quote(v.CompatibilityDate))
 	fmt.Fprintf(&b, "  compatibilityFlags = [%s],\n", strings.Join(flags, ", "))
 	b.WriteString("  bindings = [\n")
 	b.WriteString(bindings.String())
 	b.WriteString("  ],\n);\n")
 	files["config.capnp"] = []byte(b.String())
 	return files, env, nil
-}
-
-// capnpString writes s as a Cap'n Proto text string literal.
-func capnpString(s string) string {
-	var b strings.Builder
-	b.WriteByte('"')
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case c < 0x20 || c == 0x7f:
-			fmt.Fprintf(&b, "\\x%02x", c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('"')
-	return b.String()
 }

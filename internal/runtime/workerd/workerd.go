@@ -197,22 +197,22 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	// and with it the incarnation's identity, does not depend on a port. workerd sends no Host
 	// header in proxy style, which Go's server requires; the injected one is ignored (the absolute
 	// URL names the host).
-	fmt.Fprintf(&b, "    (name = %s, external = (http = (style = proxy, injectRequestHeaders = [(name = \"Host\", value = \"egress.takoform.invalid\")]))),\n", quote(EgressService))
+	fmt.Fprintf(&b, "    (name = %s, external = (http = (style = proxy, injectRequestHeaders = [(name = \"Host\", value = \"egress.takoform.invalid\")]))),\n", Quote(EgressService))
 	b.WriteString("    (name = \"dialer\", worker = .dialer),\n")
 	b.WriteString("    (name = \"internet\", network = (\n      allow = [\"public\"],\n      deny = [")
 	for n, cidr := range deny {
 		if n > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(quote(cidr))
+		b.WriteString(Quote(cidr))
 	}
 	b.WriteString("],\n      tlsOptions = (trustBrowserCas = true),\n    )),\n  ],\n")
 	b.WriteString("  sockets = [\n")
 	// The edge sets X-Forwarded-Proto (https behind an HTTPS edge): workerd builds request.url
 	// with that scheme, so a worker sees the origin it is served at.
-	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = (forwardedProtoHeader = \"X-Forwarded-Proto\")),\n", quote(socketName))
-	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (injectRequestHeaders = [(name = %s, value = \"1\")])),\n", quote(ProbeSocket), quote(ProbeHeader))
-	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (style = proxy)),\n", quote(OutboundSocket))
+	fmt.Fprintf(&b, "    (name = %s, service = \"main\", http = (forwardedProtoHeader = \"X-Forwarded-Proto\")),\n", Quote(socketName))
+	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (injectRequestHeaders = [(name = %s, value = \"1\")])),\n", Quote(ProbeSocket), Quote(ProbeHeader))
+	fmt.Fprintf(&b, "    (name = %s, service = \"dialer\", http = (style = proxy)),\n", Quote(OutboundSocket))
 	b.WriteString("  ],\n")
 	// One JSON object per line of output (package workerlog reads them): a console.* call keeps
 	// its level, and nothing a worker prints can pass for workerd's own lines or split into two.
@@ -228,17 +228,17 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 		kind, ext := moduleKind(name)
 		file := fmt.Sprintf("module-%03d%s", n, ext)
 		files[file] = []byte(w.Modules[name])
-		fmt.Fprintf(&b, "    (name = %s, %s = embed %s),\n", quote(name), kind, quote(file))
+		fmt.Fprintf(&b, "    (name = %s, %s = embed %s),\n", Quote(name), kind, Quote(file))
 	}
 	b.WriteString("  ],\n")
-	fmt.Fprintf(&b, "  compatibilityDate = %s,\n", quote(w.CompatibilityDate))
+	fmt.Fprintf(&b, "  compatibilityDate = %s,\n", Quote(w.CompatibilityDate))
 	if flags := w.Settings.CompatibilityFlags; len(flags) > 0 {
 		b.WriteString("  compatibilityFlags = [")
 		for n, f := range flags {
 			if n > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(quote(f))
+			b.WriteString(Quote(f))
 		}
 		b.WriteString("],\n")
 	}
@@ -246,17 +246,17 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	sort.Strings(secrets)
 	b.WriteString("  bindings = [\n")
 	for _, name := range secrets {
-		fmt.Fprintf(&b, "    (name = %s, fromEnvironment = %s),\n", quote(name), quote(SecretEnv(name)))
+		fmt.Fprintf(&b, "    (name = %s, fromEnvironment = %s),\n", Quote(name), Quote(SecretEnv(name)))
 	}
 	// Variables are configuration, not secrets: their values are in the config itself.
 	for _, name := range slices.Sorted(maps.Keys(w.Settings.Vars)) {
-		fmt.Fprintf(&b, "    (name = %s, text = %s),\n", quote(name), quote(w.Settings.Vars[name]))
+		fmt.Fprintf(&b, "    (name = %s, text = %s),\n", Quote(name), Quote(w.Settings.Vars[name]))
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Settings.JSONVars)) {
-		fmt.Fprintf(&b, "    (name = %s, json = %s),\n", quote(name), quote(w.Settings.JSONVars[name]))
+		fmt.Fprintf(&b, "    (name = %s, json = %s),\n", Quote(name), Quote(w.Settings.JSONVars[name]))
 	}
 	b.WriteString("  ],\n")
-	fmt.Fprintf(&b, "  globalOutbound = %s,\n);\n\n", quote(EgressService))
+	fmt.Fprintf(&b, "  globalOutbound = %s,\n);\n\n", Quote(EgressService))
 	files["takoform-dialer.js"] = []byte(dialerSource)
 	b.WriteString("const dialer :Workerd.Worker = (\n  modules = [ (name = \"takoform-dialer.js\", esModule = embed \"takoform-dialer.js\") ],\n")
 	b.WriteString("  compatibilityDate = \"2024-09-23\",\n  globalOutbound = \"internet\",\n);\n")
@@ -296,8 +296,8 @@ func moduleKind(name string) (kind, ext string) {
 	}
 }
 
-// quote writes s as a Cap'n Proto text string literal.
-func quote(s string) string {
+// Quote writes s as a Cap'n Proto text string literal.
+func Quote(s string) string {
 	var b strings.Builder
 	b.WriteByte('"')
 	for i := 0; i < len(s); i++ {

@@ -46,8 +46,8 @@ func TestValidateRefusesWhatCannotRun(t *testing.T) {
 
 func TestQuote(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, `"a\"b\\c\x0a"`, quote("a\"b\\c\n"))
-	require.True(t, strings.HasPrefix(quote("é"), `"é`))
+	require.Equal(t, `"a\"b\\c\x0a"`, Quote("a\"b\\c\n"))
+	require.True(t, strings.HasPrefix(Quote("é"), `"é`))
 }
 
 func TestEveryConfigNamesItsOutboundNetworkAndProbe(t *testing.T) {

@@ -53,6 +53,7 @@ DECLARE
     effective integer;
     n bigint;
     s smallint;
+    pick smallint;
 BEGIN
     SELECT q.ceiling INTO c FROM organization_quotas q WHERE q.organization_id = org AND q.resource = wanted;
     effective := coalesce(c, default_ceiling);
@@ -65,9 +66,15 @@ BEGIN
             INSERT INTO organization_quota_slots (organization_id, resource, slot)
             SELECT org, wanted, g FROM generate_series(0, 15) AS g
             ON CONFLICT DO NOTHING;
+            -- One slot drawn once (random() in the WHERE clause would be drawn again per row,
+            -- and often match none, leaving this create holding no slot).
+            pick := floor(random() * 16)::smallint;
             SELECT q.slot INTO s FROM organization_quota_slots q
-            WHERE q.organization_id = org AND q.resource = wanted AND q.slot = floor(random() * 16)::smallint
+            WHERE q.organization_id = org AND q.resource = wanted AND q.slot = pick
             FOR UPDATE;
+            IF s IS NULL THEN
+                RAISE EXCEPTION 'quota slot % of %/% is missing', pick, org, wanted;
+            END IF;
         END IF;
         n := quota_count(org, wanted, at);
         IF n + 32 <= effective THEN

@@ -7,7 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -124,4 +126,72 @@ func TestQuotaUsageIsServedByIndexesBesideOtherTenantsRows(t *testing.T) {
 		{Resource: quota.RuntimeInputs, Ceiling: 100, Used: 0},
 		{Resource: quota.Workers, Ceiling: 100, Used: 10000},
 	}, usage)
+}
+
+// TestAQuotaCheckWaitsWhenEverySlotIsTaken: with all 16 of an organization's slots held by creates
+// in flight, the next check waits for one of them; it never passes holding no slot (which would
+// let more creates be in flight than the fast path's margin counts).
+func TestAQuotaCheckWaitsWhenEverySlotIsTaken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, testdb.URL(t)+"&pool_max_conns=30")
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	org, err := auth.CreateOrganization(ctx, db, "busy")
+	require.NoError(t, err)
+	check := func(tx pgx.Tx) error {
+		return quota.Check(ctx, tx, quota.Ceilings{Reservations: 1000}, org.ID, quota.Reservations)
+	}
+	// The organization's first check makes its slots; they exist once it commits.
+	first, err := db.Begin(ctx)
+	require.NoError(t, err)
+	require.NoError(t, check(first))
+	require.NoError(t, first.Commit(ctx))
+	var holders []pgx.Tx
+	for range 16 {
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		require.NoError(t, check(tx))
+		holders = append(holders, tx)
+	}
+	t.Cleanup(func() {
+		for _, tx := range holders {
+			_ = tx.Rollback(ctx)
+		}
+	})
+	// Eight more checks: each must wait (one drawing a slot that matches nothing would not).
+	const waiters = 8
+	done := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			tx, err := db.Begin(ctx)
+			if err != nil {
+				done <- err
+				return
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck
+			err = check(tx)
+			done <- err
+			if err == nil {
+				<-time.After(100 * time.Millisecond) // keep the slot a moment, as a create does
+			}
+		}()
+	}
+	// Ten tries' worth of time: a check holding no slot returns at once.
+	select {
+	case err := <-done:
+		t.Fatalf("a check passed while every slot was taken: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	for _, tx := range holders {
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	for range waiters {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a waiting check never got a slot")
+		}
+	}
 }

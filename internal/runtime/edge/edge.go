@@ -127,7 +127,13 @@ func (h *Handler) Serves(hostname string) bool {
 }
 
 // ServeEgress routes one request that a worker of this node sent through its egress.
-func (h *Handler) ServeEgress(w http.ResponseWriter, r *http.Request) { h.serve(w, r, true) }
+func (h *Handler) ServeEgress(w http.ResponseWriter, r *http.Request) {
+	// A worker's subrequest comes from this node's own loopback: it is never a trusted proxy's.
+	h.serve(w, r.WithContext(context.WithValue(r.Context(), fromWorkerKey{}, true)), true)
+}
+
+// fromWorkerKey marks a request that a worker sent through the node's egress.
+type fromWorkerKey struct{}
 
 // callerKey carries, in a request's context, the script whose egress sent it.
 type callerKey struct{}

@@ -25,7 +25,11 @@ func forwardingHeader(k string) bool {
 func (h *Handler) forwarded(bw *bufio.Writer, r *http.Request) {
 	peerText := remoteIP(r.RemoteAddr)
 	peer, _ := netip.ParseAddr(peerText)
-	trusted := peer.IsValid() && h.trusted(peer)
+	// A worker's subrequest arrives from workerd's own loopback connection, which a
+	// --trusted-proxy 127.0.0.1 would otherwise believe: one tenant's worker could then pass for
+	// any client address or for HTTPS at another tenant's worker.
+	fromWorker, _ := r.Context().Value(fromWorkerKey{}).(bool)
+	trusted := !fromWorker && peer.IsValid() && h.trusted(peer)
 	proto := "http"
 	if r.TLS != nil {
 		proto = "https"

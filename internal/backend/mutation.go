@@ -160,8 +160,8 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := inst.Name + "\x00" + inst.RuntimeURL + "\x00" + inst.RuntimeTokenFile + "\x00" + inst.RuntimeCAFile + "\x00" + inst.RuntimeClientCertFile + "\x00" + inst.RuntimeClientKeyFile +
-		"\x00" + inst.AccountID + "\x00" + inst.APITokenFile + "\x00" + inst.APIBaseURL + "\x00" + inst.AccountSubdomain
+	// Every setting of the installation is in the key: a changed catalog gets a new mutator.
+	key := fmt.Sprintf("%#v", inst)
 	if m, ok := r.made[key]; ok {
 		return m, nil
 	}

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
@@ -56,10 +57,48 @@ type Installation struct {
 	AccountID    string `json:"accountId,omitempty"`
 	APITokenFile string `json:"apiTokenFile,omitempty"`
 	APIBaseURL   string `json:"apiBaseUrl,omitempty"`
+	// ScriptCeiling is how many scripts the installation's account (or dispatch namespace) may
+	// hold across every organization it is sold to (SPEC 8: 500 on Cloudflare's paid plans, 100 on
+	// Free); the Host answers 429 quota_exceeded at it. Zero takes DefaultScriptCeiling.
+	ScriptCeiling int `json:"scriptCeiling,omitempty"`
+	// RoutePropagationSeconds is how long after an endpoint's route reads back deleted the edge
+	// may still route it (SPEC 8): the deletion attestation stays open that long. Zero takes the
+	// pack's default (DefaultWorkersDevPropagation, DefaultWFPPropagation).
+	RoutePropagationSeconds int `json:"routePropagationSeconds,omitempty"`
 	// workers-dev
 	AccountSubdomain string `json:"accountSubdomain,omitempty"`
-	// wfp-managed
-	BaseDomain string `json:"baseDomain,omitempty"`
+	// wfp-managed: the base domain sold, the dispatch namespace the scripts live in, the dispatch
+	// worker the base domain's wildcard route reaches, and the KV namespace it looks hostnames up in.
+	BaseDomain           string `json:"baseDomain,omitempty"`
+	DispatchNamespace    string `json:"dispatchNamespace,omitempty"`
+	DispatchWorkerName   string `json:"dispatchWorkerName,omitempty"`
+	RoutingKVNamespaceID string `json:"routingKvNamespaceId,omitempty"`
+}
+
+// Defaults of the Cloudflare packs (SPEC 8).
+const (
+	DefaultScriptCeiling         = 500
+	DefaultWorkersDevPropagation = 30 * time.Second
+	DefaultWFPPropagation        = 90 * time.Second
+)
+
+// Propagation is how long a deleted route of this installation may still be served.
+func (inst Installation) Propagation() time.Duration {
+	if inst.RoutePropagationSeconds > 0 {
+		return time.Duration(inst.RoutePropagationSeconds) * time.Second
+	}
+	if inst.Pack == PackWFPManaged {
+		return DefaultWFPPropagation
+	}
+	return DefaultWorkersDevPropagation
+}
+
+// Scripts is the installation's script ceiling.
+func (inst Installation) Scripts() int {
+	if inst.ScriptCeiling > 0 {
+		return inst.ScriptCeiling
+	}
+	return DefaultScriptCeiling
 }
 
 // Offering is one sold catalog entry. Digest is the SHA-256 of the canonical JSON of its
@@ -305,6 +344,12 @@ func validateInstallation(inst *Installation) error {
 	if inst.Pack != PackSelfhost && inst.hasRuntimeTLS() {
 		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile and runtimeClientKeyFile belong to selfhost installations")
 	}
+	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 {
+		return fmt.Errorf("scriptCeiling and routePropagationSeconds may not be negative")
+	}
+	if inst.Pack == PackSelfhost && (inst.ScriptCeiling != 0 || inst.RoutePropagationSeconds != 0) {
+		return fmt.Errorf("scriptCeiling and routePropagationSeconds belong to Cloudflare installations")
+	}
 	switch inst.Pack {
 	case PackSelfhost:
 		if inst.EndpointSuffix == "" {
@@ -341,8 +386,9 @@ func validateInstallation(inst *Installation) error {
 		if !dnsName.MatchString(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
 			return fmt.Errorf("workers-dev needs accountSubdomain, one lowercase DNS label")
 		}
-		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.BaseDomain != "" {
-			return fmt.Errorf("workers-dev takes accountSubdomain only, with accountId, apiTokenFile and apiBaseUrl")
+		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.BaseDomain != "" ||
+			inst.DispatchNamespace != "" || inst.DispatchWorkerName != "" || inst.RoutingKVNamespaceID != "" {
+			return fmt.Errorf("workers-dev takes accountSubdomain only, with accountId, apiTokenFile, apiBaseUrl, scriptCeiling and routePropagationSeconds")
 		}
 		if err := validateCloudflareAPI(inst); err != nil {
 			return err
@@ -352,7 +398,14 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("wfp-managed needs baseDomain, a lowercase DNS name")
 		}
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.AccountSubdomain != "" {
-			return fmt.Errorf("wfp-managed takes baseDomain only, with accountId, apiTokenFile and apiBaseUrl")
+			return fmt.Errorf("wfp-managed takes baseDomain, dispatchNamespace, dispatchWorkerName and routingKvNamespaceId, with accountId, apiTokenFile, apiBaseUrl, scriptCeiling and routePropagationSeconds")
+		}
+		if inst.HasCloudflareAPI() {
+			for _, f := range []struct{ name, v string }{{"dispatchNamespace", inst.DispatchNamespace}, {"dispatchWorkerName", inst.DispatchWorkerName}, {"routingKvNamespaceId", inst.RoutingKVNamespaceID}} {
+				if !cfName.MatchString(f.v) {
+					return fmt.Errorf("wfp-managed with an API token needs %s (letters, digits, - and _)", f.name)
+				}
+			}
 		}
 		if err := validateCloudflareAPI(inst); err != nil {
 			return err
@@ -368,7 +421,11 @@ func (inst Installation) HasCloudflareAPI() bool {
 	return inst.AccountID != "" || inst.APITokenFile != ""
 }
 
-var accountID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var (
+	accountID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	// cfName is a dispatch namespace, a script name or a KV namespace identifier.
+	cfName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,63}$`)
+)
 
 // validateCloudflareAPI checks how the Host reaches Cloudflare's API for a Cloudflare installation
 // (SPEC 8): accountId, apiTokenFile and an optional apiBaseUrl, which, like runtimeUrl, may be

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -163,4 +164,41 @@ func TestCloudflareInstallationsNameTheirAccountAndA0600TokenFile(t *testing.T) 
 	require.NotEqual(t, c.Offerings[0].Digest, other.Offerings[0].Digest)
 	require.NotEqual(t, c.Offerings[0].Digest, bare.Offerings[0].Digest)
 	require.Equal(t, "49206e17", bare.Offerings[0].Digest[:8], "the digest of an installation without accountId is unchanged")
+}
+
+func TestCloudflarePackSettings(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "cf-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+	api := `"accountId":"0123abcd","apiTokenFile":"` + tokenFile + `"`
+	wfp := func(fields string) string {
+		return `{"installations":[{"name":"cf","pack":"wfp-managed","baseDomain":"apps.example.com",` + api + fields + `}],
+		  "offerings":[{"id":"cf-worker","kind":"module-worker","installation":"cf","soldTo":["*"]}]}`
+	}
+	full := `,"dispatchNamespace":"tenants","dispatchWorkerName":"takoform-dispatch","routingKvNamespaceId":"0f2ac74b498b48028cb68387c421e279"`
+	c, err := Load(write(t, wfp(full)))
+	require.NoError(t, err)
+	inst := c.Installations["cf"]
+	require.Equal(t, DefaultWFPPropagation, inst.Propagation())
+	require.Equal(t, DefaultScriptCeiling, inst.Scripts())
+
+	c, err = Load(write(t, wfp(full+`,"scriptCeiling":100,"routePropagationSeconds":120`)))
+	require.NoError(t, err)
+	require.Equal(t, 120*time.Second, c.Installations["cf"].Propagation())
+	require.Equal(t, 100, c.Installations["cf"].Scripts())
+
+	for name, tc := range map[string]struct{ doc, want string }{
+		"no dispatch namespace": {wfp(`,"dispatchWorkerName":"d","routingKvNamespaceId":"k"`), "dispatchNamespace"},
+		"no routing kv":         {wfp(`,"dispatchNamespace":"n","dispatchWorkerName":"d"`), "routingKvNamespaceId"},
+		"negative ceiling":      {wfp(full + `,"scriptCeiling":-1`), "negative"},
+		"selfhost ceiling": {`{"installations":[{"name":"s","pack":"selfhost","edgeListen":"127.0.0.1:8787","scheme":"http","runtimeUrl":"http://127.0.0.1:8788","runtimeTokenFile":"t","scriptCeiling":5}],
+		  "offerings":[{"id":"s","kind":"module-worker","installation":"s","soldTo":["*"]}]}`, "Cloudflare installations"},
+		"workers-dev with namespace": {`{"installations":[{"name":"w","pack":"workers-dev","accountSubdomain":"acme","dispatchNamespace":"n"}],
+		  "offerings":[{"id":"w","kind":"module-worker","installation":"w","soldTo":["*"]}]}`, "accountSubdomain only"},
+	} {
+		_, err := Load(write(t, tc.doc))
+		require.ErrorContains(t, err, tc.want, name)
+	}
+	require.Equal(t, DefaultWorkersDevPropagation, Installation{Pack: PackWorkersDev}.Propagation())
 }

@@ -297,6 +297,9 @@ func (inst Installation) ScriptNamespace() string {
 	case PackWorkersDev:
 		return "workers.dev account " + inst.AccountSubdomain
 	}
+	if inst.DispatchNamespace != "" {
+		return "dispatch namespace " + inst.AccountID + "/" + inst.DispatchNamespace
+	}
 	return "dispatch namespace of " + inst.BaseDomain
 }
 

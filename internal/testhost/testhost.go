@@ -39,6 +39,9 @@ type Host struct {
 type Options struct {
 	// Catalog is the catalog (when nil: the default one, pointing at the runtime node Start runs).
 	Catalog *catalog.Catalog
+	// CatalogFor, when set, builds the catalog from the runtime node Start runs (a catalog that
+	// sells other installations beside it).
+	CatalogFor func(node *runtimetest.Harness) *catalog.Catalog
 	// Organization names the organization Start creates ("acme" when empty).
 	Organization string
 	// Runtime, when set, adjusts the runtime node's config (for example its edge's HTTPS); the
@@ -75,6 +78,9 @@ func Start(t testing.TB, opts Options) *Host {
 	}
 	node := runtimetest.Start(t, mutate...)
 	cat := opts.Catalog
+	if opts.CatalogFor != nil {
+		cat = opts.CatalogFor(node)
+	}
 	if cat == nil {
 		cat = catalog.DefaultWithEdge(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr, node.Info.EdgeScheme)
 	}

@@ -124,7 +124,7 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				PlanModifiers:       []planmodifier.String{reservationChoice{}},
 			},
 			"offering_id": schema.StringAttribute{
-				MarkdownDescription: "The `worker-endpoint` offering. May be omitted when exactly one is sold to the organization (and then shows the one chosen). Changing it replaces the endpoint.",
+				MarkdownDescription: "The `worker-endpoint` offering. May be omitted when exactly one is sold to the organization, or exactly one on the installation the worker runs on (and then shows the one chosen). Changing it replaces the endpoint.",
 				Optional:            true,
 				Computed:            true,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},

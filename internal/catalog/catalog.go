@@ -614,6 +614,21 @@ func (c *Catalog) Select(org Organization, kind, id string) (Offering, Installat
 	return found[0], c.Installations[found[0].Installation], nil
 }
 
+// SelectOn picks the only offering of kind sold to org on installation (an endpoint named with
+// no offering goes where its worker runs), and reports false when there is none or several.
+func (c *Catalog) SelectOn(org Organization, kind, installation string) (Offering, Installation, bool) {
+	var found []Offering
+	for _, o := range c.Visible(org) {
+		if o.Kind == kind && o.Installation == installation {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		return Offering{}, Installation{}, false
+	}
+	return found[0], c.Installations[found[0].Installation], true
+}
+
 // Placement is where something runs: the offering (and its digest) and the backend behind it. It
 // is stored on every reservation, resource and deployment and compared by every fence.
 type Placement struct {

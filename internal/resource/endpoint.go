@@ -184,7 +184,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 			return ownership.Response{}, err
 		}
 	}
-	offering, inst, err := s.selectOffering(org, catalog.KindEndpoint, spec.OfferingID)
+	offering, inst, err := s.endpointOffering(ctx, m, org, space, spec)
 	if err != nil {
 		return ownership.Response{}, err
 	}
@@ -288,6 +288,34 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 		})
 	}
 	return resp, err
+}
+
+// endpointOffering resolves the endpoint's offering: the one named, or, when none is named and
+// the organization is sold several, the only endpoint offering on its worker's installation (an
+// endpoint only ever runs where its worker does, so that one is the eligible one).
+func (s *Service) endpointOffering(ctx context.Context, m *ownership.Mutation, org auth.Organization, space string, spec EndpointSpec) (catalog.Offering, catalog.Installation, error) {
+	corg := catalog.Organization{ID: org.ID, Name: org.Name}
+	if spec.OfferingID == nil {
+		if _, _, err := s.Catalog.Select(corg, catalog.KindEndpoint, ""); errors.Is(err, catalog.ErrOfferingAmbiguous) {
+			var installation string
+			err := m.Tx(ctx, func(tx pgx.Tx) error {
+				w, err := dbsqlc.New(tx).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: spec.Worker})
+				if err == nil {
+					installation = w.Installation
+				} else if !errors.Is(err, pgx.ErrNoRows) {
+					return err
+				}
+				return nil
+			})
+			if err != nil {
+				return catalog.Offering{}, catalog.Installation{}, err
+			}
+			if o, inst, ok := s.Catalog.SelectOn(corg, catalog.KindEndpoint, installation); ok {
+				return o, inst, nil
+			}
+		}
+	}
+	return s.selectOffering(org, catalog.KindEndpoint, spec.OfferingID)
 }
 
 func boolInt(b bool) int64 {

@@ -37,7 +37,8 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 }
 
 // serveEdge serves the edge on edgeL: over TLS (HTTP/2 and HTTP/1.1) when HTTPS is on, with the
-// redirect listener beside it; else plain HTTP.
+// redirect listener beside it; else plain HTTP. Either way, HTTP/1.1 connections are followed by
+// the framing check.
 func (n *Node) serveEdge(edgeL net.Listener) error {
 	if n.edgeTLS == nil {
 		// Plain HTTP/1.1: the listener follows each connection's framing, so that a request with
@@ -47,8 +48,11 @@ func (n *Node) serveEdge(edgeL net.Listener) error {
 	if n.edgeHTTP != nil {
 		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()
 	}
-	n.edge.TLSConfig = n.edgeTLS.Config()
-	return n.edge.ServeTLS(edgeL, "", "")
+	// The edge completes each handshake itself so that it can follow the plaintext of HTTP/1.1
+	// connections (the framing check, as on plain HTTP); HTTP/2 connections go to net/http's own.
+	config := n.edgeTLS.Config()
+	n.edge.TLSConfig = config
+	return n.edge.Serve(edge.TLSListener(edgeL, config, n.cfg.Edge.WithDefaults().HeaderTimeout))
 }
 
 // edgeScheme is the scheme the edge serves.

@@ -1,10 +1,13 @@
 package runtime_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -252,4 +256,61 @@ func TestEdgeTLSRefusesUnsafeOrContradictoryConfig(t *testing.T) {
 	}), "not both")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.HTTPListen = "127.0.0.1:0" }), "needs --edge-tls-cert")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.ACME.CA = "https://127.0.0.1:1/dir" }), "need --edge-acme-email")
+}
+
+// HTTP/1.1 over TLS is held to the same framing rule as plain HTTP: a request carrying both
+// Content-Length and Transfer-Encoding is refused (400) and its connection closed, so a request
+// smuggled behind it is never answered; well-framed requests pipelined on one TLS connection are
+// each answered, and the worker sees https.
+func TestEdgeRefusesAmbiguousFramingOverHTTPS(t *testing.T) {
+	t.Parallel()
+	ca := testpki.NewCA(t, "edge")
+	pair := ca.Server(t, "wildcard", "*.workers.test")
+	f := setup(t, func(c *runtime.Config) {
+		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile = pair.CertFile, pair.KeyFile
+	})
+	const host = "echo.workers.test"
+	f.putSource("echo", "uid-echo", echoSource)
+	f.route(host, "echo", "ep-echo")
+	f.waitReady("echo")
+	roots := poolOf(t, ca.CertFile)
+	dialTLS := func(t *testing.T, alpn []string) *rawConn {
+		t.Helper()
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", f.h.Info.EdgeAddr,
+			&tls.Config{RootCAs: roots, ServerName: host, NextProtos: alpn})
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		return &rawConn{Conn: conn, br: bufio.NewReader(conn)}
+	}
+
+	for _, alpn := range [][]string{{"http/1.1"}, nil} {
+		for _, head := range []string{
+			"POST /echo HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			"POST /echo HTTP/1.1\r\nHost: %s\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+			"POST /echo HTTP/1.0\r\nHost: %s\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello",
+		} {
+			conn := dialTLS(t, alpn)
+			_, err := fmt.Fprintf(conn, head+"GET /smuggled HTTP/1.1\r\nHost: %s\r\n\r\n", host, host)
+			require.NoError(t, err)
+			resp, body := readResponse(t, conn)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "ALPN %v, %q: %s", alpn, head, body)
+			require.Contains(t, body, adminapi.CodeBadFraming)
+			requireClosed(t, conn)
+		}
+	}
+
+	conn := dialTLS(t, []string{"http/1.1"})
+	_, err := fmt.Fprintf(conn, "POST /a HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"+
+		"POST /b HTTP/1.1\r\nHost: %s\r\nContent-Length: 2\r\n\r\nxy"+
+		"GET /c HTTP/1.1\r\nHost: %s\r\n\r\n", host, host, host)
+	require.NoError(t, err)
+	for _, want := range []string{"POST /a 3", "POST /b 2", "GET /c 0"} {
+		resp, body := readResponse(t, conn)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		var e echoed
+		require.NoError(t, json.Unmarshal([]byte(body), &e))
+		require.Equal(t, want, fmt.Sprintf("%s %s %d", e.Method, e.Path, e.Length))
+		require.Equal(t, "https:", e.Scheme, "the worker sees the request came over HTTPS")
+		require.Equal(t, "for=127.0.0.1;proto=https", e.Headers["forwarded"])
+	}
 }

@@ -28,8 +28,9 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 	}
 	n.edgeTLS, n.edgeHTTPL = t, httpL
 	if httpL != nil {
-		_, port, _ := net.SplitHostPort(edgeL.Addr().String())
-		n.edgeHTTP = &http.Server{Handler: t.Redirect(handler, port), ReadHeaderTimeout: 10 * time.Second,
+		// The redirect names the port clients reach the HTTPS edge on, not the one it listens on
+		// (a port mapping or a load balancer may stand between).
+		n.edgeHTTP = &http.Server{Handler: edge.Redirect(handler, opts.PublicHTTPSPort), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
 			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	}

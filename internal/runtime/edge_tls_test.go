@@ -91,6 +91,8 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 	require.NoError(t, err)
 	f := setup(t, func(c *runtime.Config) {
 		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.HTTPListener = pair.CertFile, pair.KeyFile, httpL
+		// Clients reach the HTTPS edge on another port than it listens on (a port mapping).
+		c.EdgeTLS.PublicHTTPSPort = 8443
 	})
 	require.Equal(t, "https", f.h.Info.EdgeScheme)
 	require.Equal(t, httpL.Addr().String(), f.h.Info.EdgeHTTPAddr)
@@ -129,7 +131,8 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "Go's TLS server answers a plain request 400 and nothing else")
 	}
 
-	// The plain-HTTP listener redirects a routed hostname to https://, path and query kept...
+	// The plain-HTTP listener redirects a routed hostname to https:// on the public port, path and
+	// query kept...
 	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, err = http.NewRequest(http.MethodPost, "http://"+httpL.Addr().String()+"/a/b?c=d", strings.NewReader("x"))
 	require.NoError(t, err)
@@ -138,7 +141,7 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusPermanentRedirect, resp.StatusCode)
-	require.Equal(t, "https://app.workers.test:"+port+"/a/b?c=d", resp.Header.Get("Location"))
+	require.Equal(t, "https://app.workers.test:8443/a/b?c=d", resp.Header.Get("Location"))
 	// ...and answers any other host 404, with no redirect to a name this node does not serve.
 	req.Host = "evil.example"
 	resp, err = plain.Do(req)
@@ -255,6 +258,10 @@ func TestEdgeTLSRefusesUnsafeOrContradictoryConfig(t *testing.T) {
 		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.ACME.Email = pair.CertFile, pair.KeyFile, "ops@example.test"
 	}), "not both")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.HTTPListen = "127.0.0.1:0" }), "needs --edge-tls-cert")
+	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.PublicHTTPSPort = 8443 }), "needs --edge-tls-cert")
+	require.ErrorContains(t, start(func(c *runtime.Config) {
+		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.PublicHTTPSPort = pair.CertFile, pair.KeyFile, 70000
+	}), "not a TCP port")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.ACME.CA = "https://127.0.0.1:1/dir" }), "need --edge-acme-email")
 }
 

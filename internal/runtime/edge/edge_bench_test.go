@@ -195,13 +195,18 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 		}
 		rate, cpu, count, dropped := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}, map[string]int64{}
 		nginxCPU := map[string]time.Duration{}
+		reads, writes := map[string]int64{}, map[string]int64{}
 		d := window()
 		for range rounds {
 			for _, p := range paths {
 				before, nginxBefore := processCPU(), treeCPU(p.nginxPID)
+				readsBefore, writesBefore := processSyscalls()
 				stopProfile := profile(b, p.name)
 				n, lost, err := hammer(p.addr, benchHost, p.tls, workers, d)
 				stopProfile()
+				readsAfter, writesAfter := processSyscalls()
+				reads[p.name] += readsAfter - readsBefore
+				writes[p.name] += writesAfter - writesBefore
 				dropped[p.name] += lost
 				cpu[p.name] += processCPU() - before
 				nginxCPU[p.name] += treeCPU(p.nginxPID) - nginxBefore
@@ -225,8 +230,14 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 		perRequest := func(name string) float64 { return float64(cpu[name].Microseconds()) / float64(count[name]) }
 		edgeCPU := perRequest("edge") - perRequest("direct")
 		b.ReportMetric(edgeCPU, "edge-cpu-µs/req")
-		line := fmt.Sprintf("%d connections, sandbox %s: direct %.0f req/s, edge %.0f req/s (%.2fx direct; the edge's own CPU %.1f µs/request, the load generator's %.1f)",
-			workers, status.Sandbox, rate["direct"], rate["edge"], rate["edge"]/rate["direct"], edgeCPU, perRequest("direct"))
+		// System calls the same way (read and write family, counted by the kernel for this
+		// process; the pool's liveness peek, a recvfrom, is not among them).
+		perCall := func(m map[string]int64, name string) float64 { return float64(m[name]) / float64(count[name]) }
+		edgeReads, edgeWrites := perCall(reads, "edge")-perCall(reads, "direct"), perCall(writes, "edge")-perCall(writes, "direct")
+		b.ReportMetric(edgeReads, "edge-reads/req")
+		b.ReportMetric(edgeWrites, "edge-writes/req")
+		line := fmt.Sprintf("%d connections, sandbox %s: direct %.0f req/s, edge %.0f req/s (%.2fx direct; the edge's own CPU %.1f µs/request, the load generator's %.1f; the edge's reads %.1f and writes %.1f per request)",
+			workers, status.Sandbox, rate["direct"], rate["edge"], rate["edge"]/rate["direct"], edgeCPU, perRequest("direct"), edgeReads, edgeWrites)
 		b.ReportMetric(rate["direct"], "direct-req/s")
 		b.ReportMetric(rate["edge"], "edge-req/s")
 		b.ReportMetric(rate["edge"]/rate["direct"], "edge/direct")
@@ -248,10 +259,14 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 			b.ReportMetric(rate["edge-tls"]/n, "edge-tls/nginx-tls")
 			perNginx := float64(nginxCPU["nginx-tls"].Microseconds()) / float64(count["nginx-tls"])
 			edgeTLSCPU := perRequest("edge-tls") - perRequest("nginx-tls")
+			tlsReads := perCall(reads, "edge-tls") - perCall(reads, "nginx-tls")
+			tlsWrites := perCall(writes, "edge-tls") - perCall(writes, "nginx-tls")
 			b.ReportMetric(perNginx, "nginx-tls-cpu-µs/req")
 			b.ReportMetric(edgeTLSCPU, "edge-tls-cpu-µs/req")
-			line += fmt.Sprintf(", the edge's own CPU %.1f µs/request; nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f",
-				edgeTLSCPU, n, n/rate["direct"], perNginx, rate["edge-tls"]/n)
+			b.ReportMetric(tlsReads, "edge-tls-reads/req")
+			b.ReportMetric(tlsWrites, "edge-tls-writes/req")
+			line += fmt.Sprintf(", the edge's own CPU %.1f µs/request (reads %.1f, writes %.1f); nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f",
+				edgeTLSCPU, tlsReads, tlsWrites, n, n/rate["direct"], perNginx, rate["edge-tls"]/n)
 		}
 		b.Log(line)
 		after, err := x.c.GetScript(x.ctx, "bench")
@@ -285,6 +300,26 @@ func processCPU() time.Duration {
 	var u syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+// processSyscalls is how many read and write system calls this process has made (syscr and
+// syscw of /proc/self/io), or zeros where the kernel does not say.
+func processSyscalls() (reads, writes int64) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(value, 10, 64)
+		switch name {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // treeCPU is the CPU time (user and system) process pid's children have used (nginx's workers).

@@ -28,8 +28,9 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 	}
 	n.edgeTLS, n.edgeHTTPL = t, httpL
 	if httpL != nil {
-		_, port, _ := net.SplitHostPort(edgeL.Addr().String())
-		n.edgeHTTP = &http.Server{Handler: t.Redirect(handler, port), ReadHeaderTimeout: 10 * time.Second,
+		// The redirect names the port clients reach the HTTPS edge on, not the one it listens on
+		// (a port mapping or a load balancer may stand between).
+		n.edgeHTTP = &http.Server{Handler: edge.Redirect(handler, opts.PublicHTTPSPort), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
 			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	}
@@ -37,7 +38,8 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 }
 
 // serveEdge serves the edge on edgeL: over TLS (HTTP/2 and HTTP/1.1) when HTTPS is on, with the
-// redirect listener beside it; else plain HTTP.
+// redirect listener beside it; else plain HTTP. Either way, HTTP/1.1 connections are followed by
+// the framing check.
 func (n *Node) serveEdge(edgeL net.Listener) error {
 	if n.edgeTLS == nil {
 		// Plain HTTP/1.1: the listener follows each connection's framing, so that a request with
@@ -47,8 +49,11 @@ func (n *Node) serveEdge(edgeL net.Listener) error {
 	if n.edgeHTTP != nil {
 		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()
 	}
-	n.edge.TLSConfig = n.edgeTLS.Config()
-	return n.edge.ServeTLS(edgeL, "", "")
+	// The edge completes each handshake itself so that it can follow the plaintext of HTTP/1.1
+	// connections (the framing check, as on plain HTTP); HTTP/2 connections go to net/http's own.
+	config := n.edgeTLS.Config()
+	n.edge.TLSConfig = config
+	return n.edge.Serve(edge.TLSListener(edgeL, config, n.cfg.Edge.WithDefaults().HeaderTimeout))
 }
 
 // edgeScheme is the scheme the edge serves.

@@ -1,10 +1,13 @@
 package runtime_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -87,6 +91,8 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 	require.NoError(t, err)
 	f := setup(t, func(c *runtime.Config) {
 		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.HTTPListener = pair.CertFile, pair.KeyFile, httpL
+		// Clients reach the HTTPS edge on another port than it listens on (a port mapping).
+		c.EdgeTLS.PublicHTTPSPort = 8443
 	})
 	require.Equal(t, "https", f.h.Info.EdgeScheme)
 	require.Equal(t, httpL.Addr().String(), f.h.Info.EdgeHTTPAddr)
@@ -125,7 +131,8 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "Go's TLS server answers a plain request 400 and nothing else")
 	}
 
-	// The plain-HTTP listener redirects a routed hostname to https://, path and query kept...
+	// The plain-HTTP listener redirects a routed hostname to https:// on the public port, path and
+	// query kept...
 	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	req, err = http.NewRequest(http.MethodPost, "http://"+httpL.Addr().String()+"/a/b?c=d", strings.NewReader("x"))
 	require.NoError(t, err)
@@ -134,7 +141,7 @@ func TestEdgeServesHTTPSWithAWildcardCertificate(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusPermanentRedirect, resp.StatusCode)
-	require.Equal(t, "https://app.workers.test:"+port+"/a/b?c=d", resp.Header.Get("Location"))
+	require.Equal(t, "https://app.workers.test:8443/a/b?c=d", resp.Header.Get("Location"))
 	// ...and answers any other host 404, with no redirect to a name this node does not serve.
 	req.Host = "evil.example"
 	resp, err = plain.Do(req)
@@ -251,5 +258,66 @@ func TestEdgeTLSRefusesUnsafeOrContradictoryConfig(t *testing.T) {
 		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.ACME.Email = pair.CertFile, pair.KeyFile, "ops@example.test"
 	}), "not both")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.HTTPListen = "127.0.0.1:0" }), "needs --edge-tls-cert")
+	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.PublicHTTPSPort = 8443 }), "needs --edge-tls-cert")
+	require.ErrorContains(t, start(func(c *runtime.Config) {
+		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile, c.EdgeTLS.PublicHTTPSPort = pair.CertFile, pair.KeyFile, 70000
+	}), "not a TCP port")
 	require.ErrorContains(t, start(func(c *runtime.Config) { c.EdgeTLS.ACME.CA = "https://127.0.0.1:1/dir" }), "need --edge-acme-email")
+}
+
+// HTTP/1.1 over TLS is held to the same framing rule as plain HTTP: a request carrying both
+// Content-Length and Transfer-Encoding is refused (400) and its connection closed, so a request
+// smuggled behind it is never answered; well-framed requests pipelined on one TLS connection are
+// each answered, and the worker sees https.
+func TestEdgeRefusesAmbiguousFramingOverHTTPS(t *testing.T) {
+	t.Parallel()
+	ca := testpki.NewCA(t, "edge")
+	pair := ca.Server(t, "wildcard", "*.workers.test")
+	f := setup(t, func(c *runtime.Config) {
+		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile = pair.CertFile, pair.KeyFile
+	})
+	const host = "echo.workers.test"
+	f.putSource("echo", "uid-echo", echoSource)
+	f.route(host, "echo", "ep-echo")
+	f.waitReady("echo")
+	roots := poolOf(t, ca.CertFile)
+	dialTLS := func(t *testing.T, alpn []string) *rawConn {
+		t.Helper()
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", f.h.Info.EdgeAddr,
+			&tls.Config{RootCAs: roots, ServerName: host, NextProtos: alpn})
+		require.NoError(t, err)
+		t.Cleanup(func() { conn.Close() })
+		return &rawConn{Conn: conn, br: bufio.NewReader(conn)}
+	}
+
+	for _, alpn := range [][]string{{"http/1.1"}, nil} {
+		for _, head := range []string{
+			"POST /echo HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			"POST /echo HTTP/1.1\r\nHost: %s\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n",
+			"POST /echo HTTP/1.0\r\nHost: %s\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhello",
+		} {
+			conn := dialTLS(t, alpn)
+			_, err := fmt.Fprintf(conn, head+"GET /smuggled HTTP/1.1\r\nHost: %s\r\n\r\n", host, host)
+			require.NoError(t, err)
+			resp, body := readResponse(t, conn)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, "ALPN %v, %q: %s", alpn, head, body)
+			require.Contains(t, body, adminapi.CodeBadFraming)
+			requireClosed(t, conn)
+		}
+	}
+
+	conn := dialTLS(t, []string{"http/1.1"})
+	_, err := fmt.Fprintf(conn, "POST /a HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"+
+		"POST /b HTTP/1.1\r\nHost: %s\r\nContent-Length: 2\r\n\r\nxy"+
+		"GET /c HTTP/1.1\r\nHost: %s\r\n\r\n", host, host, host)
+	require.NoError(t, err)
+	for _, want := range []string{"POST /a 3", "POST /b 2", "GET /c 0"} {
+		resp, body := readResponse(t, conn)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+		var e echoed
+		require.NoError(t, json.Unmarshal([]byte(body), &e))
+		require.Equal(t, want, fmt.Sprintf("%s %s %d", e.Method, e.Path, e.Length))
+		require.Equal(t, "https:", e.Scheme, "the worker sees the request came over HTTPS")
+		require.Equal(t, "for=127.0.0.1;proto=https", e.Headers["forwarded"])
+	}
 }

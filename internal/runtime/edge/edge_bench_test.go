@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -24,9 +26,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/testpki"
 )
 
 func TestHostname(t *testing.T) {
@@ -51,8 +55,8 @@ type bench struct {
 	gen    int64
 }
 
-func setupBench(b *testing.B) *bench {
-	h := runtimetest.Start(b)
+func setupBench(b *testing.B, mutate ...func(*runtime.Config)) *bench {
+	h := runtimetest.Start(b, mutate...)
 	c, err := selfhost.New(h.Info.AdminURL, h.Info.TokenFile)
 	require.NoError(b, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -127,10 +131,22 @@ func window() time.Duration {
 	return 3 * time.Second
 }
 
+// benchPath is one way to the bench worker: straight to a workerd socket, through the edge or
+// through nginx, over plain HTTP/1.1 or over TLS (HTTP/1.1 by ALPN).
+type benchPath struct {
+	name, addr string
+	tls        *tls.Config // nil: plain
+	nginxPID   int
+}
+
 // BenchmarkEdgeVersusDirect measures, in one run, requests per second to one worker (sandbox on)
 // straight to its incarnation's workerd socket, through the edge, and through nginx in front of
 // the same socket when nginx is on PATH (one worker process, upstream keep-alive; skipped with a
-// message otherwise), and reports the ratios (target: edge ≥ 0.8× direct, and above nginx).
+// message otherwise), and reports the ratios (target: edge ≥ 0.8× direct, and above nginx). With
+// TLS too: a second node whose edge serves HTTPS with a certificate the bench makes (its own CA),
+// against nginx terminating TLS with the same certificate in front of that node's workerd
+// socket; clients speak HTTP/1.1 on kept-alive TLS connections, so the figures are TLS's record
+// cost per request, not its handshakes.
 // Each run measures every path in turn, TAKOFORM_BENCH_ROUNDS times (default 2), for windows of
 // TAKOFORM_BENCH_WINDOW (default 3s), with TAKOFORM_BENCH_CONCURRENCY keep-alive connections
 // (default 16). The load generator (package loadgen below: hand-written HTTP/1.1 on raw
@@ -138,16 +154,32 @@ func window() time.Duration {
 // as cheap as possible: what it spends is taken from every path alike.
 func BenchmarkEdgeVersusDirect(b *testing.B) {
 	x := setupBench(b)
+	ca := testpki.NewCA(b, "bench")
+	pair := ca.Server(b, "bench-edge", "*.workers.localhost")
+	xt := setupBench(b, func(c *runtime.Config) { c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile = pair.CertFile, pair.KeyFile })
+	roots := x509.NewCertPool()
+	caPEM, err := os.ReadFile(ca.CertFile)
+	require.NoError(b, err)
+	require.True(b, roots.AppendCertsFromPEM(caPEM))
+	clientTLS := &tls.Config{RootCAs: roots, ServerName: benchHost, NextProtos: []string{"http/1.1"}}
+
 	st, err := x.c.GetScript(x.ctx, "bench")
+	require.NoError(b, err)
+	stt, err := xt.c.GetScript(xt.ctx, "bench")
 	require.NoError(b, err)
 	status, err := x.c.Status(x.ctx)
 	require.NoError(b, err)
-	paths := []struct{ name, addr string }{{"direct", st.Incarnation.Address}, {"edge", x.h.Info.EdgeAddr}}
-	addr, nginxPID, why := startNginx(b, st.Incarnation.Address)
-	if addr != "" {
-		paths = append(paths, struct{ name, addr string }{"nginx", addr})
+	paths := []benchPath{{name: "direct", addr: st.Incarnation.Address}, {name: "edge", addr: x.h.Info.EdgeAddr}}
+	if addr, pid, why := startNginx(b, st.Incarnation.Address, nil); addr != "" {
+		paths = append(paths, benchPath{name: "nginx", addr: addr, nginxPID: pid})
 	} else {
 		b.Logf("nginx left out: %s", why)
+	}
+	paths = append(paths, benchPath{name: "edge-tls", addr: xt.h.Info.EdgeAddr, tls: clientTLS})
+	if addr, pid, why := startNginx(b, stt.Incarnation.Address, &pair); addr != "" {
+		paths = append(paths, benchPath{name: "nginx-tls", addr: addr, tls: clientTLS, nginxPID: pid})
+	} else {
+		b.Logf("nginx with TLS left out: %s", why)
 	}
 	workers := 16
 	if n, err := strconv.Atoi(os.Getenv("TAKOFORM_BENCH_CONCURRENCY")); err == nil && n > 0 {
@@ -159,27 +191,32 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 	}
 	for b.Loop() {
 		for _, p := range paths {
-			_, _, _ = hammer(p.addr, benchHost, workers, 300*time.Millisecond) // warm every path's connections
+			_, _, _ = hammer(p.addr, benchHost, p.tls, workers, 300*time.Millisecond) // warm every path's connections
 		}
 		rate, cpu, count, dropped := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}, map[string]int64{}
-		var nginxCPU time.Duration
+		nginxCPU := map[string]time.Duration{}
+		reads, writes := map[string]int64{}, map[string]int64{}
 		d := window()
 		for range rounds {
 			for _, p := range paths {
-				before, nginxBefore := processCPU(), treeCPU(nginxPID)
+				before, nginxBefore := processCPU(), treeCPU(p.nginxPID)
+				readsBefore, writesBefore := processSyscalls()
 				stopProfile := profile(b, p.name)
-				n, lost, err := hammer(p.addr, benchHost, workers, d)
+				n, lost, err := hammer(p.addr, benchHost, p.tls, workers, d)
 				stopProfile()
+				readsAfter, writesAfter := processSyscalls()
+				reads[p.name] += readsAfter - readsBefore
+				writes[p.name] += writesAfter - writesBefore
 				dropped[p.name] += lost
 				cpu[p.name] += processCPU() - before
-				if p.name == "nginx" {
-					nginxCPU += treeCPU(nginxPID) - nginxBefore
-				}
+				nginxCPU[p.name] += treeCPU(p.nginxPID) - nginxBefore
 				count[p.name] += n
 				if err != nil {
-					for _, l := range strings.Split(x.h.Logs.String(), "\n") {
-						if !strings.Contains(l, `"level":"DEBUG"`) && !strings.Contains(l, "runtime node started") {
-							b.Log(l)
+					for _, h := range []*runtimetest.Harness{x.h, xt.h} {
+						for _, l := range strings.Split(h.Logs.String(), "\n") {
+							if !strings.Contains(l, `"level":"DEBUG"`) && !strings.Contains(l, "runtime node started") {
+								b.Log(l)
+							}
 						}
 					}
 				}
@@ -187,13 +224,20 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 				rate[p.name] += float64(n) / d.Seconds() / float64(rounds)
 			}
 		}
-		// This process runs the load generator on every path and the edge on one: the difference
-		// per request is what the edge costs, whatever else the machine runs meanwhile.
+		// This process runs the load generator on every path and the edge on two: the difference
+		// per request is what the edge costs, whatever else the machine runs meanwhile. Over TLS
+		// the load generator's own TLS is what this process spends on nginx-tls.
 		perRequest := func(name string) float64 { return float64(cpu[name].Microseconds()) / float64(count[name]) }
 		edgeCPU := perRequest("edge") - perRequest("direct")
 		b.ReportMetric(edgeCPU, "edge-cpu-µs/req")
-		line := fmt.Sprintf("%d connections, sandbox %s: direct %.0f req/s, edge %.0f req/s (%.2fx direct; the edge's own CPU %.1f µs/request, the load generator's %.1f)",
-			workers, status.Sandbox, rate["direct"], rate["edge"], rate["edge"]/rate["direct"], edgeCPU, perRequest("direct"))
+		// System calls the same way (read and write family, counted by the kernel for this
+		// process; the pool's liveness peek, a recvfrom, is not among them).
+		perCall := func(m map[string]int64, name string) float64 { return float64(m[name]) / float64(count[name]) }
+		edgeReads, edgeWrites := perCall(reads, "edge")-perCall(reads, "direct"), perCall(writes, "edge")-perCall(writes, "direct")
+		b.ReportMetric(edgeReads, "edge-reads/req")
+		b.ReportMetric(edgeWrites, "edge-writes/req")
+		line := fmt.Sprintf("%d connections, sandbox %s: direct %.0f req/s, edge %.0f req/s (%.2fx direct; the edge's own CPU %.1f µs/request, the load generator's %.1f; the edge's reads %.1f and writes %.1f per request)",
+			workers, status.Sandbox, rate["direct"], rate["edge"], rate["edge"]/rate["direct"], edgeCPU, perRequest("direct"), edgeReads, edgeWrites)
 		b.ReportMetric(rate["direct"], "direct-req/s")
 		b.ReportMetric(rate["edge"], "edge-req/s")
 		b.ReportMetric(rate["edge"]/rate["direct"], "edge/direct")
@@ -201,15 +245,37 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 			b.ReportMetric(n, "nginx-req/s")
 			b.ReportMetric(n/rate["direct"], "nginx/direct")
 			b.ReportMetric(rate["edge"]/n, "edge/nginx")
-			perNginx := float64(nginxCPU.Microseconds()) / float64(count["nginx"])
+			perNginx := float64(nginxCPU["nginx"].Microseconds()) / float64(count["nginx"])
 			b.ReportMetric(perNginx, "nginx-cpu-µs/req")
 			line += fmt.Sprintf(", nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f", n, n/rate["direct"], perNginx, rate["edge"]/n)
 		}
+		b.Log(line)
+		line = fmt.Sprintf("over TLS (HTTP/1.1, kept-alive connections): edge %.0f req/s (%.2fx direct)", rate["edge-tls"], rate["edge-tls"]/rate["direct"])
+		b.ReportMetric(rate["edge-tls"], "edge-tls-req/s")
+		b.ReportMetric(rate["edge-tls"]/rate["direct"], "edge-tls/direct")
+		if n, ok := rate["nginx-tls"]; ok {
+			b.ReportMetric(n, "nginx-tls-req/s")
+			b.ReportMetric(n/rate["direct"], "nginx-tls/direct")
+			b.ReportMetric(rate["edge-tls"]/n, "edge-tls/nginx-tls")
+			perNginx := float64(nginxCPU["nginx-tls"].Microseconds()) / float64(count["nginx-tls"])
+			edgeTLSCPU := perRequest("edge-tls") - perRequest("nginx-tls")
+			tlsReads := perCall(reads, "edge-tls") - perCall(reads, "nginx-tls")
+			tlsWrites := perCall(writes, "edge-tls") - perCall(writes, "nginx-tls")
+			b.ReportMetric(perNginx, "nginx-tls-cpu-µs/req")
+			b.ReportMetric(edgeTLSCPU, "edge-tls-cpu-µs/req")
+			b.ReportMetric(tlsReads, "edge-tls-reads/req")
+			b.ReportMetric(tlsWrites, "edge-tls-writes/req")
+			line += fmt.Sprintf(", the edge's own CPU %.1f µs/request (reads %.1f, writes %.1f); nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f",
+				edgeTLSCPU, tlsReads, tlsWrites, n, n/rate["direct"], perNginx, rate["edge-tls"]/n)
+		}
+		b.Log(line)
 		after, err := x.c.GetScript(x.ctx, "bench")
 		require.NoError(b, err)
-		b.Log(line)
-		b.Logf("requests without an answer: direct %d, edge %d, nginx %d; worker restarts during the run: %d (liveness kills a process whose probe times out under this load)",
-			dropped["direct"], dropped["edge"], dropped["nginx"], after.Incarnation.Restarts-st.Incarnation.Restarts)
+		afterTLS, err := xt.c.GetScript(xt.ctx, "bench")
+		require.NoError(b, err)
+		b.Logf("requests without an answer: direct %d, edge %d, nginx %d, edge-tls %d, nginx-tls %d; worker restarts during the run: %d and %d with TLS (liveness kills a process whose probe times out under this load)",
+			dropped["direct"], dropped["edge"], dropped["nginx"], dropped["edge-tls"], dropped["nginx-tls"],
+			after.Incarnation.Restarts-st.Incarnation.Restarts, afterTLS.Incarnation.Restarts-stt.Incarnation.Restarts)
 	}
 }
 
@@ -234,6 +300,26 @@ func processCPU() time.Duration {
 	var u syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &u)
 	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
+}
+
+// processSyscalls is how many read and write system calls this process has made (syscr and
+// syscw of /proc/self/io), or zeros where the kernel does not say.
+func processSyscalls() (reads, writes int64) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, value, _ := strings.Cut(line, ": ")
+		n, _ := strconv.ParseInt(value, 10, 64)
+		switch name {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // treeCPU is the CPU time (user and system) process pid's children have used (nginx's workers).
@@ -262,10 +348,11 @@ func treeCPU(pid int) time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
 const clockTicks = 100
 
-// hammer keeps workers keep-alive connections to addr busy with GET / for host during d, and
-// returns how many 200 answers came back and how many requests got none (a connection closed or
-// broken under them: the next request opens a new one). Any answer but a 200 is an error.
-func hammer(addr, host string, workers int, d time.Duration) (ok, dropped int64, err error) {
+// hammer keeps workers keep-alive connections to addr (over TLS with tlsConfig, when given) busy
+// with GET / for host during d, and returns how many 200 answers came back and how many requests
+// got none (a connection closed or broken under them: the next request opens a new one). Any
+// answer but a 200 is an error.
+func hammer(addr, host string, tlsConfig *tls.Config, workers int, d time.Duration) (ok, dropped int64, err error) {
 	var okN, droppedN atomic.Int64
 	errs := make(chan error, workers)
 	deadline := time.Now().Add(d)
@@ -284,7 +371,12 @@ func hammer(addr, host string, workers int, d time.Duration) (ok, dropped int64,
 			for time.Now().Before(deadline) {
 				if c == nil {
 					var err error
-					if c, err = net.Dial("tcp", addr); err != nil {
+					if tlsConfig != nil {
+						c, err = tls.Dial("tcp", addr, tlsConfig)
+					} else {
+						c, err = net.Dial("tcp", addr)
+					}
+					if err != nil {
 						errs <- err
 						return
 					}
@@ -380,8 +472,9 @@ func readAnswer(br *bufio.Reader) error {
 }
 
 // startNginx runs nginx (one worker process, upstream keep-alive, no access log) in front of
-// upstream and returns its address and its master's pid, or "" and why not.
-func startNginx(b *testing.B, upstream string) (addr string, pid int, why string) {
+// upstream, terminating TLS with pair when given, and returns its address and its master's pid,
+// or "" and why not.
+func startNginx(b *testing.B, upstream string, pair *testpki.Pair) (addr string, pid int, why string) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		return "", 0, "not installed (apt install nginx to compare)"
@@ -391,6 +484,11 @@ func startNginx(b *testing.B, upstream string) (addr string, pid int, why string
 	require.NoError(b, err)
 	addr = l.Addr().String()
 	l.Close()
+	ssl := ""
+	if pair != nil {
+		// TLS 1.2 and 1.3 with nginx's default ciphers: what the edge offers too.
+		ssl = fmt.Sprintf(" ssl;\n    ssl_certificate %s;\n    ssl_certificate_key %s;\n    ssl_protocols TLSv1.2 TLSv1.3", pair.CertFile, pair.KeyFile)
+	}
 	user := ""
 	if os.Geteuid() == 0 {
 		user = "user root;"
@@ -407,7 +505,7 @@ http {
   uwsgi_temp_path %[2]s/uwsgi; scgi_temp_path %[2]s/scgi;
   upstream workerd { server %[3]s; keepalive 64; }
   server {
-    listen %[4]s;
+    listen %[4]s%[5]s;
     location / {
       proxy_pass http://workerd;
       proxy_http_version 1.1;
@@ -416,7 +514,7 @@ http {
     }
   }
 }
-`, user, dir, upstream, addr)
+`, user, dir, upstream, addr, ssl)
 	require.NoError(b, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600))
 	cmd := exec.Command(bin, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf"))
 	require.NoError(b, cmd.Start())

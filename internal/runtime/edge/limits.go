@@ -105,9 +105,8 @@ func ParseTrustedProxies(values []string) ([]netip.Prefix, error) {
 const headerSlack = 4096
 
 // NewServer builds the http.Server of the edge with l's timeouts and header limit. Serve it on
-// Listener(l) so that requests framed both by Content-Length and Transfer-Encoding are refused; a
-// TLS listener may wrap Listener's connections (HTTP/2 needs no such check, and HTTP/1.1 over TLS
-// then goes unchecked, see Listener).
+// Listener(l), or over HTTPS on TLSListener, so that requests framed both by Content-Length and
+// Transfer-Encoding are refused.
 func NewServer(handler http.Handler, l Limits, errorLog *log.Logger) *http.Server {
 	l = l.WithDefaults()
 	maxHeader := l.MaxHeaderBytes - headerSlack
@@ -124,7 +123,10 @@ func NewServer(handler http.Handler, l Limits, errorLog *log.Logger) *http.Serve
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errorLog,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			if tc, ok := c.(*trackedConn); ok {
+			switch tc := c.(type) {
+			case *trackedConn:
+				return context.WithValue(ctx, framingKey{}, &tc.framing)
+			case *trackedTLSConn:
 				return context.WithValue(ctx, framingKey{}, &tc.framing)
 			}
 			return ctx
@@ -136,7 +138,7 @@ func NewServer(handler http.Handler, l Limits, errorLog *log.Logger) *http.Serve
 // treats a request carrying both Content-Length and Transfer-Encoding as chunked and drops the
 // Content-Length header before any handler sees it, so the edge reads the header block itself to
 // refuse such requests and close their connections (RFC 9112 6.1). Wrap the plain TCP listener;
-// over TLS the bytes it sees are ciphertext, so a TLS listener must not be wrapped by it.
+// over TLS the bytes it would see are ciphertext: serve HTTPS on TLSListener instead.
 func Listener(l net.Listener) net.Listener { return trackingListener{l} }
 
 type trackingListener struct{ net.Listener }

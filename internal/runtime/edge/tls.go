@@ -10,12 +10,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -37,6 +38,10 @@ type TLSOptions struct {
 	// instead; tests pass a port-0 one). Without it a TLS edge serves no plain HTTP at all.
 	HTTPListen   string
 	HTTPListener net.Listener
+	// PublicHTTPSPort is the port clients reach the HTTPS edge on, which the redirect names: the
+	// edge's own listen port is wrong behind a port mapping or a load balancer. Zero means 443
+	// (left out of the redirect's URL).
+	PublicHTTPSPort int
 }
 
 // Enabled reports whether the options ask for HTTPS.
@@ -55,6 +60,12 @@ func (o TLSOptions) Validate() error {
 	}
 	if o.ACME.OrdersPerHour < 0 {
 		return errors.New("--edge-acme-orders-per-hour must not be negative")
+	}
+	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
+		return fmt.Errorf("--edge-https-port %d is not a TCP port", o.PublicHTTPSPort)
+	}
+	if !o.Enabled() && o.PublicHTTPSPort != 0 {
+		return errors.New("--edge-https-port is the public port of an HTTPS edge: it needs --edge-tls-cert/--edge-tls-key or --edge-acme-email")
 	}
 	if !o.Enabled() && (o.HTTPListen != "" || o.HTTPListener != nil) {
 		return errors.New("--edge-http-listen is the plain-HTTP companion of an HTTPS edge: it needs --edge-tls-cert/--edge-tls-key or --edge-acme-email (without them the edge itself serves plain HTTP)")
@@ -138,18 +149,24 @@ func (t *TLS) Close() {
 
 // Redirect is the handler of the plain-HTTP listener beside an HTTPS edge: a request for a
 // hostname the edge routes is redirected (308, method and body kept) to the same path over
-// https:// on httpsPort (left out when 443); any other host gets the edge's 404 problem, so the
-// listener never redirects to a name this node does not serve. Nothing reaches a worker over
-// plain HTTP.
-func (t *TLS) Redirect(h *Handler, httpsPort string) http.Handler {
+// https:// on publicPort, the port clients reach the HTTPS edge on (0 or 443: the scheme's
+// default, left out of the URL); any other host gets the edge's 404 problem, so the listener
+// never redirects to a name this node does not serve. Nothing reaches a worker over plain HTTP.
+func Redirect(h *Handler, publicPort int) http.Handler {
+	port := ""
+	if publicPort != 0 && publicPort != 443 {
+		port = strconv.Itoa(publicPort)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host := Hostname(r.Host)
 		if host == "" || !h.Serves(host) {
-			writeProblem(w, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeUnknownHost, "Not Found", "no worker is routed at this host"))
+			writeProblem(w, problemUnknownHost)
 			return
 		}
-		if httpsPort != "443" {
-			host = net.JoinHostPort(host, httpsPort)
+		if port != "" {
+			host = net.JoinHostPort(host, port)
+		} else if strings.IndexByte(host, ':') >= 0 {
+			host = "[" + host + "]" // an IPv6 literal
 		}
 		http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
 	})

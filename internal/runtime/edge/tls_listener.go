@@ -1,0 +1,120 @@
+package edge
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"time"
+)
+
+// TLSListener serves HTTPS on l with config: it completes each connection's handshake itself
+// (within handshakeTimeout, never holding up the next Accept) and then hands the server an HTTP/2
+// connection as the *tls.Conn net/http needs for it, and an HTTP/1.1 one wrapped, as Listener
+// wraps a plain one, so that the edge follows its plaintext framing and refuses a request framed
+// both by Content-Length and Transfer-Encoding (RFC 9112 6.1). net/http still sets Request.TLS on
+// the wrapped connections (they report their ConnectionState). A connection that negotiated
+// another protocol (an ACME tls-alpn-01 validation) is closed once its handshake is done, as
+// net/http does.
+func TLSListener(l net.Listener, config *tls.Config, handshakeTimeout time.Duration) net.Listener {
+	t := &tlsListener{inner: l, config: config, timeout: handshakeTimeout, conns: make(chan net.Conn), done: make(chan struct{})}
+	go t.acceptLoop()
+	return t
+}
+
+type tlsListener struct {
+	inner   net.Listener
+	config  *tls.Config
+	timeout time.Duration
+	conns   chan net.Conn
+	done    chan struct{} // closed when inner's Accept failed for good; err says why
+	err     error
+}
+
+func (t *tlsListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-t.conns:
+		return c, nil
+	case <-t.done:
+		return nil, t.err
+	}
+}
+
+func (t *tlsListener) Close() error   { return t.inner.Close() }
+func (t *tlsListener) Addr() net.Addr { return t.inner.Addr() }
+
+// acceptLoop accepts until the listener is closed; a passing failure (out of file descriptors) is
+// waited out with a growing pause, as net/http does.
+func (t *tlsListener) acceptLoop() {
+	var pause time.Duration
+	for {
+		c, err := t.inner.Accept()
+		if err != nil {
+			var ne net.Error
+			if !errors.Is(err, net.ErrClosed) && errors.As(err, &ne) && !ne.Timeout() {
+				pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+				time.Sleep(pause)
+				continue
+			}
+			t.err = err
+			close(t.done)
+			return
+		}
+		pause = 0
+		go t.handshake(c)
+	}
+}
+
+// handshake runs c's TLS handshake and hands the connection to Accept.
+func (t *tlsListener) handshake(c net.Conn) {
+	tc := tls.Server(c, t.config)
+	if t.timeout > 0 {
+		_ = c.SetDeadline(time.Now().Add(t.timeout))
+	}
+	if err := tc.Handshake(); err != nil {
+		// A client speaking plain HTTP to the TLS port is told so, as Go's TLS server does.
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+			_, _ = io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+		}
+		c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	var out net.Conn
+	switch tc.ConnectionState().NegotiatedProtocol {
+	case "h2":
+		out = tc
+	case "", "http/1.1", "http/1.0":
+		out = &trackedTLSConn{trackedConn: trackedConn{Conn: tc}, tls: tc}
+	default:
+		tc.Close()
+		return
+	}
+	select {
+	case t.conns <- out:
+	case <-t.done:
+		out.Close()
+	}
+}
+
+// looksLikeHTTP reports whether the first five bytes of a would-be TLS record are those of a
+// plain HTTP request.
+func looksLikeHTTP(b [5]byte) bool {
+	switch string(b[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
+}
+
+// trackedTLSConn is an HTTP/1.1 connection over TLS whose plaintext the edge follows.
+type trackedTLSConn struct {
+	trackedConn
+	tls *tls.Conn
+}
+
+// ConnectionState makes net/http fill in Request.TLS (so the worker sees X-Forwarded-Proto https).
+func (c *trackedTLSConn) ConnectionState() tls.ConnectionState {
+	return c.tls.ConnectionState()
+}

@@ -52,9 +52,9 @@ var extra = map[string]string{
 		WHERE i.organization_id = $1 AND i.kind = $2 AND i.external_key = $3`,
 	"quota_lock insert": `INSERT INTO organization_quotas (organization_id, resource)
 		SELECT $1::text, w FROM unnest($2::text[]) AS w ORDER BY w ON CONFLICT DO NOTHING`,
+	"quota_check override": `SELECT q.ceiling FROM organization_quotas q WHERE q.organization_id = $1::text AND q.resource = $2::text`,
 	// quota_count runs its counts with sequential scans off (migrations 7 and 9): what this checks
 	// is that each count has an index to run on.
-	"quota_check override": `SELECT q.ceiling FROM organization_quotas q WHERE q.organization_id = $1::text AND q.resource = $2::text`,
 	"quota_check workers":   `/*seqscan off*/ SELECT count(*) FROM workers w WHERE w.organization_id = $1::text AND w.status <> 'deleted'`,
 	"quota_check endpoints": `/*seqscan off*/ SELECT count(*) FROM worker_endpoints e WHERE e.organization_id = $1::text AND e.status <> 'deleted'`,
 	"quota_check reservations": `/*seqscan off*/ SELECT count(*) FROM worker_endpoint_origin_reservations r

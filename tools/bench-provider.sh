@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make bench-provider: times `tofu apply`, a no-op `tofu plan` and `tofu destroy` of STACKS full
 # stacks (reservation, runtime input, worker, endpoint, activation: 5 resources each) against a
-# `takoserver dev` Host at OpenTofu's default parallelism, and the same graph shape built from
-# terraform_data, and prints the ratios. It also counts intent_in_progress answers: those the
+# `takoserver dev` Host at OpenTofu's default parallelism, the same graph on the zero-work provider
+# (tools/zeroprovider: the Takoform resources' shapes and no work, the floor any framework provider
+# of these shapes pays) and the same graph shape built from terraform_data, and prints the ratios. It also counts intent_in_progress answers: those the
 # provider retried behind the scenes (the Host's 409 answers, from its /metrics) and those that
 # surfaced to the user.
 set -euo pipefail
@@ -19,7 +20,8 @@ devdir="$work/dev"
 for tool in curl jq; do command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }; done
 
 rm -rf "$work"
-mkdir -p "$work/takoform" "$work/data"
+mkdir -p "$work/takoform" "$work/zero" "$work/data" "$work/zerobin"
+(cd "$root" && go build -o "$work/zerobin/terraform-provider-zerowork" ./tools/zeroprovider)
 "$root/bin/takoserver" dev --dir "$devdir" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
 host_pid=$!
 trap 'kill -INT "$host_pid" 2>/dev/null; wait "$host_pid" 2>/dev/null || true' EXIT
@@ -35,6 +37,7 @@ cat >"$work/cli.tfrc" <<RC
 provider_installation {
   dev_overrides {
     "takoform/takoform" = "$root/bin"
+    "takoform/zerowork" = "$work/zerobin"
   }
   direct {}
 }
@@ -98,6 +101,10 @@ resource "takoform_worker_endpoint_activation" "a" {
   endpoint_id    = takoform_worker_endpoint.e[each.key].id
 }
 TF
+# The floor: the same file with the zero-work provider's resources.
+sed -e 's/takoform_/zerowork_/g' -e 's/"takoform"/"zerowork"/' -e 's|takoform/takoform|takoform/zerowork|' \
+  -e 's/^    takoform = /    zerowork = /' "$work/takoform/main.tf" >"$work/zero/main.tf"
+
 cat >"$work/data/main.tf" <<TF
 locals {
   stacks = toset($names)
@@ -151,6 +158,9 @@ echo "== $stacks stacks, $((stacks * 5)) resources each side, default parallelis
 run data-apply "$work/data" apply -auto-approve
 run data-plan "$work/data" plan -detailed-exitcode
 run data-destroy "$work/data" destroy -auto-approve
+run zero-apply "$work/zero" apply -auto-approve
+run zero-plan "$work/zero" plan -detailed-exitcode
+run zero-destroy "$work/zero" destroy -auto-approve
 conflicts() { curl -fsS "http://$listen/metrics" | awk '/^takoserver_http_requests_total/ && /status="409"/ { n += $NF } END { print n + 0 }'; }
 before="$(conflicts)"
 run takoform-apply "$work/takoform" apply -auto-approve
@@ -159,10 +169,14 @@ run takoform-destroy "$work/takoform" destroy -auto-approve
 
 retried="$(( $(conflicts) - before ))"
 surfaced="$(cat "$work"/takoform-*.out | grep -c 'intent_in_progress' || true)"
+ratio() { # ratio OP FLOOR
+  awk -v op="$1" -v a="${took[takoform-$1]}" -v b="${took[$2-$1]}" 'BEGIN { printf "%-8s %6.2fx  (%.2f s / %.2f s)\n", op, a / b, a, b }'
+}
 echo
-echo "== ratios (takoform / terraform_data; targets: apply <= 8x, no-op plan <= 5x)"
-for op in apply plan destroy; do
-  awk -v op="$op" -v a="${took[takoform-$op]}" -v b="${took[data-$op]}" 'BEGIN { printf "%-8s %6.2fx  (%.2f s / %.2f s)\n", op, a / b, a, b }'
-done
+echo "== ratios to the zero-work provider (takoform / zerowork; targets: apply <= 2x, no-op plan <= 1.2x)"
+for op in apply plan destroy; do ratio "$op" zero; done
+echo
+echo "== ratios to terraform_data (takoform / terraform_data)"
+for op in apply plan destroy; do ratio "$op" data; done
 echo "retryable 409s (intent_in_progress, witness_open): $retried answered and retried by the provider, $surfaced surfaced to the user (target 0)"
 [ "$surfaced" -eq 0 ]

@@ -271,20 +271,25 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err != nil {
 		return Reservation{}, err
 	}
-	// The organization's reservation ceiling (SPEC 5.1), held until this transaction ends.
-	if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Reservations); err != nil {
-		return Reservation{}, err
-	}
-	q := dbsqlc.New(tx)
-	if err := sweep(ctx, q, org.ID, id, d.space, d.workerName, d.origin); err != nil {
-		return Reservation{}, err
-	}
-	// A unique index refusing the insert refuses the request: the transaction ends with it.
-	row, err := q.ReservationCreate(ctx, dbsqlc.ReservationCreateParams{
+	// The organization's reservation ceiling (SPEC 5.1), held until this transaction ends, the lazy
+	// expiry of what the new row could conflict with, and the insert, in one round trip. A refusal
+	// of the quota step ends the transaction, and the sweep and insert with it.
+	params := dbsqlc.ReservationCreateParams{
 		OrganizationID: org.ID, ID: id, UID: uuid.New(), Space: d.space, WorkerName: d.workerName,
 		Subdomain: d.subdomain, CanonicalOrigin: d.origin, TTLSeconds: int32(d.ttl),
 		OfferingID: d.offering.ID, OfferingDigest: d.offering.Digest, Pack: d.offering.Pack, Installation: d.inst.Name,
-	})
+	}
+	var row dbsqlc.WorkerEndpointOriginReservation
+	err = store.Pipeline(ctx, tx,
+		func(db store.DBTX) error { return quota.Check(ctx, db, s.Catalog.Quotas, org.ID, quota.Reservations) },
+		func(db store.DBTX) error {
+			return sweep(ctx, dbsqlc.New(db), org.ID, id, d.space, d.workerName, d.origin)
+		},
+		func(db store.DBTX) (err error) {
+			// A unique index refusing the insert refuses the request: the transaction ends with it.
+			row, err = dbsqlc.New(db).ReservationCreate(ctx, params)
+			return err
+		})
 	switch {
 	case store.IsUniqueViolation(err, "worker_endpoint_origin_reservations_origin_key"):
 		return Reservation{}, apierr.New(apierr.OriginTaken, "origin %s is held by another reservation", d.origin).
@@ -294,6 +299,9 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	case errors.Is(err, pgx.ErrNoRows):
 		return Reservation{}, apierr.New(apierr.ReservationConflict, "reservation %q already exists and still holds its origin (or is a migrated v1 row); release it first or choose another id", id)
 	case err != nil:
+		if _, ok := apierr.As(err); ok {
+			return Reservation{}, err // the quota's refusal
+		}
 		return Reservation{}, fmt.Errorf("reservation: create: %w", err)
 	}
 	return fromRow(row, ""), nil

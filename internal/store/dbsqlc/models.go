@@ -125,12 +125,6 @@ type OrganizationQuota struct {
 	UpdatedAt      time.Time
 }
 
-type OrganizationQuotaSlot struct {
-	OrganizationID string
-	Resource       string
-	Slot           int16
-}
-
 type OwnershipBinding struct {
 	OrganizationID string
 	Kind           string

@@ -52,12 +52,9 @@ var extra = map[string]string{
 		WHERE i.organization_id = $1 AND i.kind = $2 AND i.external_key = $3`,
 	"quota_lock insert": `INSERT INTO organization_quotas (organization_id, resource)
 		SELECT $1::text, w FROM unnest($2::text[]) AS w ORDER BY w ON CONFLICT DO NOTHING`,
+	"quota_check override": `SELECT q.ceiling FROM organization_quotas q WHERE q.organization_id = $1::text AND q.resource = $2::text`,
 	// quota_count runs its counts with sequential scans off (migrations 7 and 9): what this checks
 	// is that each count has an index to run on.
-	"quota_check slot": `SELECT q.slot FROM organization_quota_slots q
-		WHERE q.organization_id = $1::text AND q.resource = $2::text LIMIT 1 FOR UPDATE SKIP LOCKED`,
-	"quota_check every slot": `SELECT 1 FROM organization_quota_slots q
-		WHERE q.organization_id = $1::text AND q.resource = $2::text ORDER BY q.slot FOR UPDATE`,
 	"quota_check workers":   `/*seqscan off*/ SELECT count(*) FROM workers w WHERE w.organization_id = $1::text AND w.status <> 'deleted'`,
 	"quota_check endpoints": `/*seqscan off*/ SELECT count(*) FROM worker_endpoints e WHERE e.organization_id = $1::text AND e.status <> 'deleted'`,
 	"quota_check reservations": `/*seqscan off*/ SELECT count(*) FROM worker_endpoint_origin_reservations r
@@ -111,8 +108,6 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		FROM generate_series(1, $1) i`)
 	exec(`INSERT INTO organization_quotas (organization_id, resource)
 		SELECT 'org_t' || lpad(i::text, 8, '0'), r FROM generate_series(1, $1 / 10) i, unnest('{endpoints,reservations,runtime_inputs,workers}'::text[]) r`)
-	exec(`INSERT INTO organization_quota_slots (organization_id, resource, slot)
-		SELECT 'org_t' || lpad(i::text, 8, '0'), r, g FROM generate_series(1, $1 / 10) i, unnest('{endpoints,reservations,runtime_inputs,workers}'::text[]) r, generate_series(0, 15) g`)
 	exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at, finished_at)
 		SELECT md5('op' || i)::uuid, 'org_t00000001', 'worker', 'prod/w' || i, 'PUT',
 		       CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 7 = 0 THEN 'refused' ELSE 'committed' END, now(),

@@ -27,7 +27,7 @@ type QuotaCheckRow struct {
 }
 
 // The quota step of a create of one resource in one round trip (the quota_check function of
-// migration 9): one of the organization's slots of the resource taken for the rest of the
+// migrations 9 and 13): one of the organization's slots of the resource taken for the rest of the
 // transaction (all of them near the ceiling), its override (null: the catalog's default, given),
 // and what the organization holds of it, counted once the slots were granted.
 func (q *Queries) QuotaCheck(ctx context.Context, arg QuotaCheckParams) (QuotaCheckRow, error) {

@@ -1,0 +1,93 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+// TestPipelineAnswersEachStepInOrder: the steps' statements run in order in the transaction and
+// each step reads its own statement's answer (a count after an insert sees it; rows scan into the
+// step that asked for them).
+func TestPipelineAnswersEachStepInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	_, err := pool.Exec(ctx, "CREATE TABLE probe (n integer PRIMARY KEY)")
+	require.NoError(t, err)
+	var before, after int
+	var listed []int
+	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		return store.Pipeline(ctx, tx,
+			func(db store.DBTX) error { return db.QueryRow(ctx, "SELECT count(*) FROM probe").Scan(&before) },
+			func(db store.DBTX) error {
+				_, err := db.Exec(ctx, "INSERT INTO probe (n) VALUES ($1), ($2)", 7, 3)
+				return err
+			},
+			func(db store.DBTX) error { return db.QueryRow(ctx, "SELECT count(*) FROM probe").Scan(&after) },
+			func(db store.DBTX) error {
+				rows, err := db.Query(ctx, "SELECT n FROM probe ORDER BY n")
+				if err != nil {
+					return err
+				}
+				listed, err = pgx.CollectRows(rows, pgx.RowTo[int])
+				return err
+			})
+	})
+	require.NoError(t, err)
+	require.Equal(t, 0, before)
+	require.Equal(t, 2, after)
+	require.Equal(t, []int{3, 7}, listed)
+}
+
+// TestPipelineRefusalEndsTheTransaction: a step that refuses on its answer is the pipeline's
+// error even though the statements after it already ran, and the transaction that ends with the
+// refusal leaves none of them; a statement that fails is the error too.
+func TestPipelineRefusalEndsTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	_, err := pool.Exec(ctx, "CREATE TABLE probe (n integer PRIMARY KEY)")
+	require.NoError(t, err)
+	refused := errors.New("over the ceiling")
+	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		return store.Pipeline(ctx, tx,
+			func(db store.DBTX) error {
+				var n int
+				if err := db.QueryRow(ctx, "SELECT 41 + 1").Scan(&n); err != nil {
+					return err
+				}
+				if n >= 42 {
+					return refused
+				}
+				return nil
+			},
+			func(db store.DBTX) error {
+				_, err := db.Exec(ctx, "INSERT INTO probe (n) VALUES (1)")
+				return err
+			})
+	})
+	require.ErrorIs(t, err, refused)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM probe").Scan(&n))
+	require.Zero(t, n, "the insert queued after the refusal was rolled back")
+
+	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		return store.Pipeline(ctx, tx,
+			func(db store.DBTX) error {
+				_, err := db.Exec(ctx, "INSERT INTO probe (n) VALUES (1), (1)")
+				return err
+			},
+			func(db store.DBTX) error {
+				_, err := db.Exec(ctx, "INSERT INTO probe (n) VALUES (2)")
+				return err
+			})
+	})
+	require.True(t, store.IsUniqueViolation(err, "probe_pkey"), "%v", err)
+}

@@ -96,16 +96,26 @@ func (c *cloudflareScripts) take(ctx context.Context, n int) (time.Duration, err
 const deliveryCalls = 8
 
 // ReserveDelivery takes, before a runtime input is claimed, the budget its delivery needs (SPEC
-// 8): while the installation is blocked or short, it answers a RateLimitedError and the Host
-// claims nothing, because a 429 after the dispatch compare-and-swap would destroy a one-shot
-// delivery.
+// 8). A short bucket is waited for within the request; while the installation is blocked longer
+// than that, it answers a RateLimitedError and the Host claims nothing, because a 429 after the
+// dispatch compare-and-swap would destroy a one-shot delivery.
 func (c *cloudflareScripts) ReserveDelivery(ctx context.Context) error {
-	wait, err := c.take(ctx, deliveryCalls)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(maxRateWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-	if wait > 0 {
-		return &RateLimitedError{Installation: c.inst.Name, RetryAfter: wait}
+	for {
+		wait, err := c.take(ctx, deliveryCalls)
+		if err != nil || wait == 0 {
+			return err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return &RateLimitedError{Installation: c.inst.Name, RetryAfter: wait}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(wait, maxRateBackoff)):
+		}
 	}
-	return nil
 }

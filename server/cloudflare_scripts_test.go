@@ -438,3 +438,25 @@ func TestTheScriptCeilingHoldsAcrossOrganizationsAndConcurrentCreatesOnTwoReplic
 		}
 	}
 }
+
+func TestA429OnAWorkerUploadIsRetriedWithinTheRequestThenAnswersARetryable503(t *testing.T) {
+	t.Parallel()
+	c := setupCFScripts(t, cfScriptsOptions{})
+	script := c.scriptNameOf("prod", "api")
+	code := cfWorkerBody(`export default { fetch() { return new Response("x") } }`)
+
+	// A short storm is absorbed: the upload is tried again once Retry-After has passed.
+	require.NoError(t, c.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultRateLimited, Method: http.MethodPut, PathContains: "/scripts/" + script, RetryAfter: time.Second, Times: 2}))
+	r := c.putWorker("prod", "api", tokenA, code)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.Equal(t, 3, c.scriptUploads(script), "two uploads met the 429, the third landed")
+	require.Equal(t, 1, c.count(`SELECT count(*) FROM cloudflare_rate_budgets WHERE installation = 'cf' AND blocked_until > '-infinity'`), "the 429 was recorded")
+
+	// A block longer than the request may wait surfaces as a retryable 503 with Retry-After.
+	require.NoError(t, c.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultRateLimited, Method: http.MethodPut, PathContains: "/scripts/", RetryAfter: time.Minute}))
+	r = c.putWorker("prod", "other", "token-other-0000000000000000", code)
+	r.problem(t, http.StatusServiceUnavailable, "backend_unreachable")
+	require.Equal(t, "60", r.header.Get("Retry-After"))
+	_, ok := c.standin.Script(c.scriptNameOf("prod", "other"))
+	require.False(t, ok, "nothing was uploaded")
+}

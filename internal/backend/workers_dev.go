@@ -277,9 +277,9 @@ func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observa
 	if err := c.call(ctx, func() error { return c.place.Upload(ctx, sdk, d.NativeName, u) }); err != nil {
 		return Observation{}, c.classify(err)
 	}
-	// What the worker keeps is exactly the secrets it still requires (SPEC 8: extras are deleted
-	// before the deployment reports active).
-	if err := c.prune(ctx, sdk, d.NativeName, u.Inherit); err != nil {
+	// What the worker keeps is at most the secrets it requires (SPEC 8: extras are deleted before
+	// the deployment reports active), whatever the upload kept.
+	if err := c.prune(ctx, sdk, d.NativeName, d.SecretNames); err != nil {
 		return Observation{}, err
 	}
 	return c.observeScript(ctx, d.NativeName)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -459,4 +460,36 @@ func TestA429OnAWorkerUploadIsRetriedWithinTheRequestThenAnswersARetryable503(t 
 	require.Equal(t, "60", r.header.Get("Retry-After"))
 	_, ok := c.standin.Script(c.scriptNameOf("prod", "other"))
 	require.False(t, ok, "nothing was uploaded")
+}
+
+func TestALostAcknowledgementOfACloudflareDeliverySettlesByTheValueFreeReadbackAndIsNeverSentAgain(t *testing.T) {
+	t.Parallel()
+	var lose atomic.Bool
+	lose.Store(true)
+	c := setupCFScripts(t, cfScriptsOptions{hooks: runtimeinput.Hooks{AfterDelivery: func() error {
+		if lose.Swap(false) {
+			return errors.New("the Host lost the delivery's acknowledgement")
+		}
+		return nil
+	}}})
+	// The worker stands first: a create that fails is taken down whole, its UID with it.
+	lose.Store(false)
+	r := c.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("v1") } }`))
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	lose.Store(true)
+	p := c.reserveAndPrepare("op-1", "res-api", "cf-worker", "", "prod", "api", secretCanary)
+	body := secretWorkerOn("cf-worker", p.reference)
+	script := c.scriptNameOf("prod", "api")
+
+	r = c.putWorker("prod", "api", tokenA, body)
+	require.GreaterOrEqual(t, r.status, 500, "body: %s", r.body)
+	require.Equal(t, "settled", c.preparationStatus("op-1"), "the readback of what Cloudflare holds settled it")
+
+	r = c.putWorker("prod", "api", tokenA, body)
+	require.Contains(t, []int{http.StatusCreated, http.StatusOK}, r.status, "body: %s", r.body)
+	w := r.json(t)
+	require.Equal(t, true, w["ready"], "body: %s", r.body)
+	c.settledValueFree("op-1", w, c.script("", w))
+	require.Equal(t, 3, c.scriptUploads(script), "the first code, the code change, one dispatch: the values were sent once")
+	require.Equal(t, secretShown(secretCanary), c.fetchWorkersDev(script))
 }

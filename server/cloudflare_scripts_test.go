@@ -493,3 +493,32 @@ func TestALostAcknowledgementOfACloudflareDeliverySettlesByTheValueFreeReadbackA
 	require.Equal(t, 3, c.scriptUploads(script), "the first code, the code change, one dispatch: the values were sent once")
 	require.Equal(t, secretShown(secretCanary), c.fetchWorkersDev(script))
 }
+
+// A Host stopped after Cloudflare applied the dispatch upload: recovery settles the lease by the
+// value-free readback the dispatch recorded; one stopped before it: recovery fails it and never
+// sends anything.
+func TestRecoveryOfAStoppedCloudflareDeliverySettlesByTheValueFreeReadbackOrFailsWithoutSending(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		hooks   runtimeinput.Hooks
+		status  string
+		uploads int
+	}{
+		{"after the upload", runtimeinput.Hooks{AfterDelivery: func() error { panic(crash{}) }}, "settled", 2},
+		{"before the upload", runtimeinput.Hooks{AfterDispatchCommit: func() error { panic(crash{}) }}, "failed", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := setupCFScripts(t, cfScriptsOptions{hooks: tc.hooks})
+			p := c.reserveAndPrepare("op-1", "res-api", "cf-worker", "", "prod", "api", secretCanary)
+			c.putWorker("prod", "api", tokenA, secretWorkerOn("cf-worker", p.reference)).problem(t, http.StatusInternalServerError, "internal")
+			require.Equal(t, "dispatched", c.preparationStatus("op-1"))
+
+			c.advance("2 minutes") // the stopped Host's lease runs out
+			c.srv.Sweep(context.Background())
+			require.Equal(t, tc.status, c.preparationStatus("op-1"))
+			require.Equal(t, tc.uploads, c.scriptUploads(c.scriptNameOf("prod", "api")), "recovery never sends the values")
+		})
+	}
+}

@@ -224,6 +224,15 @@ func TestARuntimeInputConsumedOnWorkersDevReachesTheWorkerInOneUploadAndSettlesO
 	delivery, _ := sc.Current.Binding(backend.BindingDelivery)
 	require.Equal(t, p.reply.json(t)["preparationId"], delivery.Text, "the kept secret is still that delivery's")
 
+	// A worker PUT without a reference and without requiredSensitiveVars removes the values.
+	r = c.putWorker("prod", "api", tokenA, cfWorkerBody(secretModule))
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	sc = c.script("", w)
+	require.Empty(t, secretNames(sc))
+	_, ok := sc.Current.Binding(backend.BindingDelivery)
+	require.False(t, ok, "no delivery is held any more")
+	require.Equal(t, secretShown(""), c.fetchWorkersDev(script))
+
 	c.noCanary(t)
 }
 

@@ -74,11 +74,13 @@ CREATE TABLE installation_script_slots (
     PRIMARY KEY (installation, slot)
 );
 
--- What counts: every worker of the installation that may hold a script (its delete not confirmed).
+-- What counts: every worker of the installation that may hold a script (its delete not confirmed),
+-- through its own partial index; the plan is made once for every installation, so sequential
+-- scans are off inside (as quota_count does).
 CREATE INDEX workers_installation_live_idx ON workers (installation) WHERE status <> 'deleted';
 
 CREATE FUNCTION installation_script_count(inst text) RETURNS bigint
-LANGUAGE sql STABLE AS $$
+LANGUAGE sql STABLE SET enable_seqscan = off AS $$
     SELECT count(*) FROM workers w WHERE w.installation = inst AND w.status <> 'deleted';
 $$;
 

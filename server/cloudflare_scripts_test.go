@@ -342,8 +342,16 @@ func TestA429BlockBeforeTheDispatchClaimsNothingAndAnswersARetryable503(t *testi
 	require.True(t, ok)
 	require.Empty(t, secretNames(sc), "no secret reached the script")
 
-	// Once the block has passed, the same request delivers.
+	// Once the block has passed, the same request delivers; but not while the account is not
+	// where the catalog says (a replica that meets it first refuses before it claims anything).
 	c.pass(block + time.Second)
+	other := c.replica(func(o *options) { o.catalogJSON = c.catalog })
+	c.standin.SetAccountSubdomain("moved")
+	r, err := c.tryAt(other, req{method: http.MethodPut, path: "/v1/spaces/prod/workers/api", key: c.key, token: tokenA, body: secretWorkerOn("cf-worker", p.reference)})
+	require.NoError(t, err)
+	r.problem(t, http.StatusConflict, "placement_drift")
+	require.Equal(t, "prepared", c.preparationStatus("op-1"), "nothing was claimed")
+	c.standin.SetAccountSubdomain(cfSubdomain)
 	r = c.putWorker("prod", "api", tokenA, secretWorkerOn("cf-worker", p.reference))
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	w := r.json(t)

@@ -92,7 +92,9 @@ func (c *cloudflareScripts) take(ctx context.Context, n int) (time.Duration, err
 }
 
 // deliveryCalls is what one runtime-input delivery takes of the budget at most: the settings and
-// content readbacks, the upload, the readback after it, and a resend with its readbacks.
+// content readbacks, the upload, the readback after it, and a resend with its readbacks. Each of
+// those calls takes its own call again when it is made: the reservation is headroom, so that a
+// claimed delivery does not meet an empty bucket.
 const deliveryCalls = 8
 
 // ReserveDelivery takes, before a runtime input is claimed, the budget its delivery needs (SPEC
@@ -100,6 +102,11 @@ const deliveryCalls = 8
 // than that, it answers a RateLimitedError and the Host claims nothing, because a 429 after the
 // dispatch compare-and-swap would destroy a one-shot delivery.
 func (c *cloudflareScripts) ReserveDelivery(ctx context.Context) error {
+	// A token Cloudflare refuses or a place that is not where the catalog says fails here too,
+	// before the claim, rather than after the compare-and-swap.
+	if _, err := c.api(ctx); err != nil {
+		return err
+	}
 	deadline := time.Now().Add(maxRateWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d

@@ -162,14 +162,22 @@ func (l leaseState) expected() []byte {
 	return l.MaterialDigest
 }
 
-// backendCallRefused maps a backend's refusal to call at all (its rate limit) to a retryable
-// 503 with the backend's Retry-After.
+// backendCallRefused maps why a backend cannot take a delivery now, found before anything was
+// claimed: its rate limit (a retryable 503 with the backend's Retry-After), a backend that cannot
+// be reached, or an installation whose credentials or place are wrong (the operator's to fix).
 func backendCallRefused(err error) error {
 	var limited *backend.RateLimitedError
-	if errors.As(err, &limited) {
+	switch {
+	case errors.As(err, &limited):
 		secs := max(1, int(limited.RetryAfter.Seconds()+0.999))
 		return apierr.New(apierr.BackendUnreachable, "%s; nothing was claimed: apply again after %d s", limited.Error(), secs).
 			With("retryAfterSeconds", secs)
+	case errors.Is(err, backend.ErrMisconfigured):
+		return apierr.New(apierr.BackendMisconfigured, "%s", err.Error())
+	case errors.Is(err, backend.ErrPlacementDrift):
+		return apierr.New(apierr.PlacementDrift, "%s", err.Error())
+	case errors.Is(err, backend.ErrUnreachable):
+		return apierr.New(apierr.BackendUnreachable, "the backend could not be reached; nothing was claimed: apply again")
 	}
 	return err
 }

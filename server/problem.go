@@ -159,6 +159,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		raw = []byte(`{"type":"urn:takoform:problem:internal","title":"Internal error","status":500,"code":"internal"}`)
 		st.status = http.StatusInternalServerError
 	}
+	if secs, ok := ae.Extensions["retryAfterSeconds"].(int); ok && secs > 0 {
+		// A backend's own Retry-After (Cloudflare's rate-limit block).
+		c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+	}
 	if apierr.Retryable(ae.Code) && c.Response().Header().Get("Retry-After") == "" {
 		// The rate limiter sets its own (when its key's bucket holds a token again).
 		c.Response().Header().Set("Retry-After", strconv.Itoa(ownership.RetryAfterSeconds))

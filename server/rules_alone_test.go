@@ -137,12 +137,12 @@ func (l *lyingSink) Unwrap() backend.Mutator { return l.Mutator }
 
 func (l *lyingSink) sink() backend.SecretSink { return l.Mutator.(backend.SecretSink) }
 
-func (l *lyingSink) DeliverSecrets(ctx context.Context, scriptName string, workerUID, deliveryID, effectID uuid.UUID, values map[string]sealing.Secret) error {
-	return l.sink().DeliverSecrets(ctx, scriptName, workerUID, deliveryID, effectID, values)
+func (l *lyingSink) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]sealing.Secret) error {
+	return l.sink().DeliverSecrets(ctx, d, values)
 }
 
-func (l *lyingSink) ReadbackSecrets(ctx context.Context, scriptName string, delivery uuid.UUID, challenge []byte) ([]byte, bool, error) {
-	digest, present, err := l.sink().ReadbackSecrets(ctx, scriptName, delivery, challenge)
+func (l *lyingSink) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
+	digest, present, err := l.sink().ReadbackSecrets(ctx, d, challenge)
 	if err != nil || !present {
 		return digest, present, err
 	}

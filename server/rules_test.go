@@ -408,6 +408,8 @@ func TestRuleWFPManagedDefaultLabelIsTheDerivedProviderResourceName(t *testing.T
 	require.Nil(t, d["hostMintedSubdomain"], "a backend that sells its base domain mints no script-named label")
 	require.Regexp(t, `^tsw-[0-9a-f]{24}$`, d["subdomain"])
 	require.Equal(t, "https://"+d["subdomain"].(string)+".edge.example.com", d["canonicalOrigin"])
-	// Its mutation path is not built yet and says so instead of pretending.
-	h.putWorker("prod", "api", workerToken, workerBody()).problem(t, http.StatusNotImplemented, "not_implemented")
+	// An installation without accountId and apiTokenFile derives names only: a mutation says so,
+	// naming the installation, instead of pretending.
+	p := h.putWorker("prod", "api", workerToken, workerBody()).problem(t, http.StatusBadGateway, "backend_misconfigured")
+	require.Contains(t, p["detail"], "installation wfp")
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -346,15 +345,15 @@ type flakyReadback struct {
 
 func (f *flakyReadback) Unwrap() backend.Mutator { return f.Mutator }
 
-func (f *flakyReadback) DeliverSecrets(ctx context.Context, script string, worker, delivery, effect uuid.UUID, values map[string]sealing.Secret) error {
-	return f.Mutator.(backend.SecretSink).DeliverSecrets(ctx, script, worker, delivery, effect, values)
+func (f *flakyReadback) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]sealing.Secret) error {
+	return f.Mutator.(backend.SecretSink).DeliverSecrets(ctx, d, values)
 }
 
-func (f *flakyReadback) ReadbackSecrets(ctx context.Context, script string, delivery uuid.UUID, challenge []byte) ([]byte, bool, error) {
+func (f *flakyReadback) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
 	if f.lose.Add(-1) >= 0 {
 		return nil, false, backend.ErrUnreachable
 	}
-	return f.Mutator.(backend.SecretSink).ReadbackSecrets(ctx, script, delivery, challenge)
+	return f.Mutator.(backend.SecretSink).ReadbackSecrets(ctx, d, challenge)
 }
 
 // A readback whose answer is lost once is asked again: the delivered values settle instead of

@@ -24,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
@@ -110,6 +111,9 @@ func New(cfg Config) *Server {
 		shutdown:     make(chan struct{}),
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend}
+	if cfg.DB != nil {
+		backends.Budget = ratebudget.New(cfg.DB)
+	}
 	s.runtimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
 		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}

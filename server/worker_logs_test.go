@@ -350,7 +350,7 @@ func TestWorkerLogOnAPackWithoutLogsIsNotImplementedAndSaysSo(t *testing.T) {
 	body := workerBody()
 	body["offeringId"] = "local-worker"
 	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, body).status)
-	// Workers cannot be created on wfp-managed yet: this one is moved there behind the Host's back.
+	// This one is moved to wfp-managed behind the Host's back (that installation derives names only).
 	h.exec(`UPDATE workers SET installation = 'wfp', pack = 'wfp-managed'`)
 	p := h.do(req{method: http.MethodGet, path: logsPath + "?follow=true", key: h.key}).problem(t, http.StatusNotImplemented, "not_implemented")
 	require.Contains(t, p["detail"], "wfp-managed backend pack does not offer worker logs")

@@ -2,12 +2,15 @@ package backend
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/google/uuid"
 
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
@@ -114,27 +117,86 @@ type Mutator interface {
 	Observe(ctx context.Context, kind, nativeName string) (Observation, error)
 }
 
+// Delivery names one runtime input's delivery to one worker (SPEC 3.5).
+type Delivery struct {
+	// ScriptName and WorkerUID name the worker that receives it.
+	ScriptName string
+	WorkerUID  uuid.UUID
+	// PreparationID is the runtime input's id: what a value-free readback reads back as the
+	// delivery (TAKOFORM_DELIVERY).
+	PreparationID string
+	// MaterialSetID names the sealed material (the runtime node's delivery id).
+	MaterialSetID uuid.UUID
+	// EffectID makes the delivery idempotent.
+	EffectID uuid.UUID
+	// SecretNames are the delivery's binding names, sorted.
+	SecretNames []string
+}
+
 // SecretSink delivers runtime-input values to where a worker runs, and answers the readback
-// challenge over what the runtime was actually given (SPEC 3.5). It is the only value-bearing seam
-// from the Host to a backend, and no value ever comes back through it.
+// over what the runtime was actually given (SPEC 3.5). It is the only value-bearing seam from the
+// Host to a backend, and no value ever comes back through it.
 type SecretSink interface {
-	// DeliverSecrets gives the values to the worker scriptName (worker UID workerUID), replacing
-	// any earlier delivery; deliveryID names the sealed material, effectID makes the call
-	// idempotent.
-	DeliverSecrets(ctx context.Context, scriptName string, workerUID, deliveryID, effectID uuid.UUID, values map[string]sealing.Secret) error
-	// ReadbackSecrets answers HMAC-SHA256(challenge, canonical JSON of the bindings as held) for
-	// scriptName, and false when nothing is held. The answer decides the lease of delivery
-	// deliveryID: when the script does not hold it, the backend refuses that delivery from then on,
-	// so that a copy still on its way never lands after the lease failed.
-	ReadbackSecrets(ctx context.Context, scriptName string, deliveryID uuid.UUID, challenge []byte) ([]byte, bool, error)
+	// DeliverSecrets gives the values to the worker d names, replacing any earlier delivery.
+	DeliverSecrets(ctx context.Context, d Delivery, values map[string]sealing.Secret) error
+	// ReadbackSecrets answers, for the script d names, HMAC-SHA256(challenge, canonical JSON of
+	// the bindings as held), and false when nothing is held. The answer decides the lease of d:
+	// when the script does not hold it, the backend refuses that delivery from then on, so that a
+	// copy still on its way never lands after the lease failed. A ValueFreeSink answers its
+	// value-free digest instead.
+	ReadbackSecrets(ctx context.Context, d Delivery, challenge []byte) ([]byte, bool, error)
+}
+
+// ValueFreeSink is a SecretSink whose backend never shows a secret's value nor a keyed digest of
+// one (Cloudflare). It settles on the value-free readback of SPEC 3.5 and 8: ReadbackSecrets
+// ignores the challenge and answers DeliveryDigest of what one version of the script holds (its
+// worker UID, delivery and secret names), and the lease expects ExpectedDigest, which the
+// dispatch compare-and-swap records. Which readback applies is the pack's to say, by being one.
+type ValueFreeSink interface {
+	SecretSink
+	// ExpectedDigest is what ReadbackSecrets answers once the script holds exactly d.
+	ExpectedDigest(d Delivery) []byte
+}
+
+// DeliveryBudget is a SecretSink whose backend limits its API calls: ReserveDelivery takes the
+// budget a delivery needs before anything is claimed, and answers a RateLimitedError instead
+// while the installation cannot call (SPEC 8 "Rate limits").
+type DeliveryBudget interface {
+	ReserveDelivery(ctx context.Context) error
+}
+
+// DeliveryDigest is the value-free readback digest (SPEC 3.5): SHA-256 of the canonical JSON
+// {workerUid, delivery, secretNames}, the names sorted.
+func DeliveryDigest(workerUID, delivery string, secretNames []string) []byte {
+	names := slices.Clone(secretNames)
+	slices.SortFunc(names, func(a, b string) int {
+		if canonjson.LessUTF16(a, b) {
+			return -1
+		} else if a == b {
+			return 0
+		}
+		return 1
+	})
+	if names == nil {
+		names = []string{}
+	}
+	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+		{Key: "workerUid", Value: workerUID},
+		{Key: "delivery", Value: delivery},
+		{Key: "secretNames", Value: names},
+	}))
+	return sum[:]
 }
 
 // Registry hands out the mutator of each installation.
 type Registry struct {
 	// Wrap, when set, wraps every mutator handed out (tests hold or fail backend calls with it).
 	Wrap func(Mutator) Mutator
-	mu   sync.Mutex
-	made map[string]Mutator
+	// Budget, when set, is the rate budget the Cloudflare packs take from (the Host's, in
+	// PostgreSQL).
+	Budget RateBudget
+	mu     sync.Mutex
+	made   map[string]Mutator
 }
 
 // Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
@@ -155,7 +217,9 @@ func Supports(m Mutator, kind string) bool {
 
 // Mutator returns the mutator of inst.
 func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
-	if inst.Pack != catalog.PackSelfhost && inst.Pack != catalog.PackWorkersDev {
+	switch inst.Pack {
+	case catalog.PackSelfhost, catalog.PackWorkersDev, catalog.PackWFPManaged:
+	default:
 		return nil, fmt.Errorf("%w (pack %s)", ErrNotImplemented, inst.Pack)
 	}
 	r.mu.Lock()
@@ -166,8 +230,8 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 		return m, nil
 	}
 	var m Mutator
-	if inst.Pack == catalog.PackWorkersDev {
-		m = newWorkersDevAccount(inst)
+	if inst.Pack == catalog.PackWorkersDev || inst.Pack == catalog.PackWFPManaged {
+		m = newCloudflareScripts(inst, r.Budget)
 	} else {
 		m = newRuntimeNode(inst)
 	}

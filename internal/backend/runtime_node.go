@@ -222,7 +222,7 @@ func scriptObservation(st adminapi.ScriptStatus) Observation {
 	return obs
 }
 
-func (n *runtimeNode) DeliverSecrets(ctx context.Context, scriptName string, workerUID, deliveryID, effectID uuid.UUID, values map[string]sealing.Secret) error {
+func (n *runtimeNode) DeliverSecrets(ctx context.Context, d Delivery, values map[string]sealing.Secret) error {
 	c, err := n.api()
 	if err != nil {
 		return err
@@ -231,18 +231,18 @@ func (n *runtimeNode) DeliverSecrets(ctx context.Context, scriptName string, wor
 	for k, v := range values {
 		wire[k] = adminapi.NewSecret(v.Reveal())
 	}
-	_, err = c.PutSecrets(ctx, scriptName, adminapi.SecretsPut{
-		EffectID: effectID.String(), WorkerUID: workerUID.String(), DeliveryID: deliveryID.String(), Values: wire,
+	_, err = c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
+		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Values: wire,
 	})
 	return n.wrap(err)
 }
 
-func (n *runtimeNode) ReadbackSecrets(ctx context.Context, scriptName string, deliveryID uuid.UUID, challenge []byte) ([]byte, bool, error) {
+func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d Delivery, challenge []byte) ([]byte, bool, error) {
 	c, err := n.api()
 	if err != nil {
 		return nil, false, err
 	}
-	rb, err := c.Readback(ctx, scriptName, challenge, deliveryID.String())
+	rb, err := c.Readback(ctx, d.ScriptName, challenge, d.MaterialSetID.String())
 	if err != nil {
 		return nil, false, n.wrap(err)
 	}

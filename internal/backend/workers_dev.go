@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/cloudflare/cloudflare-go/v6/workers"
+	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
@@ -32,26 +34,43 @@ const (
 	BindingDelivery = "TAKOFORM_DELIVERY"
 )
 
-// workersDevAccount is the workers-dev backend's mutator: one Cloudflare account's Workers scripts, driven
-// through Cloudflare's Go SDK (SPEC 8). Each mutation reads the script back first and after.
-type workersDevAccount struct {
-	inst catalog.Installation
+// cloudflareScripts is the mutator of both Cloudflare packs (SPEC 8): the Workers scripts of one
+// place, an account's own (workers-dev) or one dispatch namespace's (wfp-managed), driven through
+// Cloudflare's Go SDK. Each mutation reads the script back first and after. Every API call takes
+// from the installation's rate budget (ratelimit.go).
+type cloudflareScripts struct {
+	inst   catalog.Installation
+	place  cloudflare.Place
+	budget RateBudget
 
 	mu       sync.Mutex
 	services *cloudflare.Services
 }
 
-func newWorkersDevAccount(inst catalog.Installation) *workersDevAccount {
-	return &workersDevAccount{inst: inst}
+func newCloudflareScripts(inst catalog.Installation, budget RateBudget) *cloudflareScripts {
+	c := &cloudflareScripts{inst: inst, budget: budget}
+	if inst.Pack == catalog.PackWFPManaged {
+		c.place = cloudflare.Namespace{AccountID: inst.AccountID, Name: inst.DispatchNamespace}
+	} else {
+		c.place = cloudflare.Account{ID: inst.AccountID}
+	}
+	return c
 }
 
 // Supports reports the native kinds this pack mutates: workers only so far (its endpoints, the
-// workers.dev subdomain route, answer not_implemented).
-func (c *workersDevAccount) Supports(kind string) bool { return kind == NativeWorker }
+// workers.dev subdomain route or the routing KV entry, answer not_implemented).
+func (c *cloudflareScripts) Supports(kind string) bool {
+	switch kind {
+	case NativeWorker:
+		return true
+	}
+	return false
+}
 
 // api builds the SDK services on first use, reading the token file (a regular 0600 file in a
-// private directory) and checking the account's workers.dev subdomain against the catalog.
-func (c *workersDevAccount) api(ctx context.Context) (*cloudflare.Services, error) {
+// private directory) and checking that the installation's place is where the catalog says: the
+// account's workers.dev subdomain (workers-dev), the dispatch namespace (wfp-managed).
+func (c *cloudflareScripts) api(ctx context.Context) (*cloudflare.Services, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.services != nil {
@@ -68,10 +87,23 @@ func (c *workersDevAccount) api(ctx context.Context) (*cloudflare.Services, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: installation %s: %v", ErrMisconfigured, c.inst.Name, err)
 	}
+	if c.inst.Pack == catalog.PackWFPManaged {
+		var p workers_for_platforms.DispatchNamespaceGetParams
+		p.AccountID.Value, p.AccountID.Present = c.inst.AccountID, true
+		err := c.call(ctx, func() error { _, err := sdk.DispatchNamespaces.Get(ctx, c.inst.DispatchNamespace, p); return err })
+		if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound {
+			return nil, fmt.Errorf("%w: installation %s: the account has no dispatch namespace %q", ErrPlacementDrift, c.inst.Name, c.inst.DispatchNamespace)
+		}
+		if err != nil {
+			return nil, c.classify(err)
+		}
+		c.services = sdk
+		return sdk, nil
+	}
 	var p workers.SubdomainGetParams
 	p.AccountID.Value, p.AccountID.Present = c.inst.AccountID, true
-	sub, err := sdk.Subdomains.Get(ctx, p)
-	if err != nil {
+	var sub *workers.SubdomainGetResponse
+	if err := c.call(ctx, func() (err error) { sub, err = sdk.Subdomains.Get(ctx, p); return err }); err != nil {
 		return nil, c.classify(err)
 	}
 	if sub.Subdomain != c.inst.AccountSubdomain {
@@ -84,7 +116,11 @@ func (c *workersDevAccount) api(ctx context.Context) (*cloudflare.Services, erro
 
 // classify turns an SDK error into the backend's errors (SPEC 8 "Errors"). What it returns names
 // the installation and Cloudflare's codes, never the token (the SDK error's request is not read).
-func (c *workersDevAccount) classify(err error) error {
+func (c *cloudflareScripts) classify(err error) error {
+	var limited *RateLimitedError
+	if errors.As(err, &limited) {
+		return err
+	}
 	e, ok := cloudflare.AsAPIError(err)
 	if !ok {
 		if errors.Is(err, context.Canceled) {
@@ -100,7 +136,7 @@ func (c *workersDevAccount) classify(err error) error {
 	case e.IsRefusedScript():
 		return &RefusedError{Message: e.Message()}
 	case e.IsRateLimited():
-		return fmt.Errorf("%w: installation %s is rate-limited by Cloudflare (retry after %s)", ErrUnreachable, c.inst.Name, e.RetryAfter)
+		return &RateLimitedError{Installation: c.inst.Name, RetryAfter: e.RetryAfter}
 	}
 	return fmt.Errorf("installation %s: %w", c.inst.Name, e)
 }
@@ -113,27 +149,27 @@ func codes(e *cloudflare.APIError) []int {
 	return out
 }
 
-// held is what a script's settings readback shows of it: its Host-reserved bindings and the
-// names (never values) of its secrets.
+// held is what a script's settings readback shows of its current version: its Host-reserved
+// bindings, the names (never values) of its secrets, and what a dispatch upload resends as it is.
 type held struct {
 	workerUID   string
 	deployment  string
 	delivery    string
 	secretNames []string
+	settings    cloudflare.Settings
 }
 
 // read reads the script's current version's settings back; nil means Cloudflare answered 10007.
-func (c *workersDevAccount) read(ctx context.Context, sdk *cloudflare.Services, name string) (*held, error) {
-	var p workers.ScriptScriptAndVersionSettingGetParams
-	p.AccountID.Value, p.AccountID.Present = c.inst.AccountID, true
-	settings, err := sdk.Scripts.ScriptAndVersionSettings.Get(ctx, name, p)
+func (c *cloudflareScripts) read(ctx context.Context, sdk *cloudflare.Services, name string) (*held, error) {
+	var settings cloudflare.Settings
+	err := c.call(ctx, func() (err error) { settings, err = c.place.Settings(ctx, sdk, name); return err })
 	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, c.classify(err)
 	}
-	h := &held{}
+	h := &held{settings: settings}
 	for _, b := range settings.Bindings {
 		switch {
 		case b.Type == "plain_text" && b.Name == BindingWorkerUID:
@@ -146,6 +182,7 @@ func (c *workersDevAccount) read(ctx context.Context, sdk *cloudflare.Services, 
 			h.secretNames = append(h.secretNames, b.Name)
 		}
 	}
+	slices.Sort(h.secretNames)
 	return h, nil
 }
 
@@ -181,10 +218,8 @@ func upload(d Desired, now *held) cloudflare.Upload {
 	}
 	if now != nil {
 		for _, name := range now.secretNames {
-			for _, want := range d.SecretNames {
-				if name == want {
-					u.Inherit = append(u.Inherit, name)
-				}
+			if slices.Contains(d.SecretNames, name) {
+				u.Inherit = append(u.Inherit, name)
 			}
 		}
 		if len(u.Inherit) > 0 && now.delivery != "" {
@@ -194,12 +229,36 @@ func upload(d Desired, now *held) cloudflare.Upload {
 	return u
 }
 
-func (c *workersDevAccount) Apply(ctx context.Context, d Desired) (Observation, error) {
-	if d.Kind != NativeWorker {
-		return Observation{}, fmt.Errorf("%w (workers-dev %s)", ErrNotImplemented, d.Kind)
+// Apply uploads a worker (its kind switch is where an endpoint's route is added as one case).
+func (c *cloudflareScripts) Apply(ctx context.Context, d Desired) (Observation, error) {
+	switch d.Kind {
+	case NativeWorker:
+		return c.applyScript(ctx, d)
 	}
+	return Observation{}, fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, d.Kind)
+}
+
+// Delete deletes a worker's script (compare-and-delete).
+func (c *cloudflareScripts) Delete(ctx context.Context, d Desired) error {
+	switch d.Kind {
+	case NativeWorker:
+		return c.deleteScript(ctx, d)
+	}
+	return fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, d.Kind)
+}
+
+// Observe reads a worker's script back.
+func (c *cloudflareScripts) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
+	switch kind {
+	case NativeWorker:
+		return c.observeScript(ctx, nativeName)
+	}
+	return Observation{}, fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, kind)
+}
+
+func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observation, error) {
 	if d.Bundle == nil {
-		return Observation{}, errors.New("workers-dev backend: a worker deployment needs its bundle")
+		return Observation{}, fmt.Errorf("%s backend: a worker deployment needs its bundle", c.inst.Pack)
 	}
 	sdk, err := c.api(ctx)
 	if err != nil {
@@ -214,16 +273,54 @@ func (c *workersDevAccount) Apply(ctx context.Context, d Desired) (Observation, 
 	if now != nil && now.workerUID != d.ResourceUID.String() {
 		return Observation{}, fmt.Errorf("%w: script %s on installation %s", ErrScriptHeld, d.NativeName, c.inst.Name)
 	}
-	if _, err := sdk.Scripts.Update(ctx, d.NativeName, upload(d, now).ScriptParams(c.inst.AccountID)); err != nil {
+	u := upload(d, now)
+	if err := c.call(ctx, func() error { return c.place.Upload(ctx, sdk, d.NativeName, u) }); err != nil {
 		return Observation{}, c.classify(err)
 	}
-	return c.Observe(ctx, NativeWorker, d.NativeName)
+	// What the worker keeps is at most the secrets it requires (SPEC 8: extras are deleted before
+	// the deployment reports active), whatever the upload kept.
+	if err := c.prune(ctx, sdk, d.NativeName, d.SecretNames); err != nil {
+		return Observation{}, err
+	}
+	return c.observeScript(ctx, d.NativeName)
 }
 
-func (c *workersDevAccount) Delete(ctx context.Context, d Desired) error {
-	if d.Kind != NativeWorker {
-		return fmt.Errorf("%w (workers-dev %s)", ErrNotImplemented, d.Kind)
+// prune compares the script's secret names with want after an upload and deletes every other
+// secret (SPEC 8), then reads back that none is left.
+func (c *cloudflareScripts) prune(ctx context.Context, sdk *cloudflare.Services, name string, want []string) error {
+	now, err := c.read(ctx, sdk, name)
+	if err != nil || now == nil {
+		return err
 	}
+	extra := false
+	for _, secret := range now.secretNames {
+		if slices.Contains(want, secret) {
+			continue
+		}
+		extra = true
+		err := c.call(ctx, func() error { return c.place.DeleteSecret(ctx, sdk, name, secret) })
+		if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound {
+			continue
+		}
+		if err != nil {
+			return c.classify(err)
+		}
+	}
+	if !extra {
+		return nil
+	}
+	if now, err = c.read(ctx, sdk, name); err != nil || now == nil {
+		return err
+	}
+	for _, secret := range now.secretNames {
+		if !slices.Contains(want, secret) {
+			return fmt.Errorf("%s backend: script %s still holds a secret it was not given after its delete", c.inst.Pack, name)
+		}
+	}
+	return nil
+}
+
+func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
 	sdk, err := c.api(ctx)
 	if err != nil {
 		return err
@@ -237,9 +334,7 @@ func (c *workersDevAccount) Delete(ctx context.Context, d Desired) error {
 	if now.workerUID != d.ResourceUID.String() {
 		return nil
 	}
-	var p workers.ScriptDeleteParams
-	p.AccountID.Value, p.AccountID.Present = c.inst.AccountID, true // never force
-	if _, err := sdk.Scripts.Delete(ctx, d.NativeName, p); err != nil {
+	if err := c.call(ctx, func() error { return c.place.Delete(ctx, sdk, d.NativeName) }); err != nil {
 		if e, ok := cloudflare.AsAPIError(err); !ok || !e.IsNotFound() {
 			return c.classify(err)
 		}
@@ -249,15 +344,12 @@ func (c *workersDevAccount) Delete(ctx context.Context, d Desired) error {
 		return err
 	}
 	if now != nil {
-		return fmt.Errorf("workers-dev backend: script %s still reads back after its delete", d.NativeName)
+		return fmt.Errorf("%s backend: script %s still reads back after its delete", c.inst.Pack, d.NativeName)
 	}
 	return nil
 }
 
-func (c *workersDevAccount) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
-	if kind != NativeWorker {
-		return Observation{}, fmt.Errorf("%w (workers-dev %s)", ErrNotImplemented, kind)
-	}
+func (c *cloudflareScripts) observeScript(ctx context.Context, nativeName string) (Observation, error) {
 	sdk, err := c.api(ctx)
 	if err != nil {
 		return Observation{}, err

@@ -209,3 +209,58 @@ export default { fetch(req, env) { return new Response([env.LOG_LEVEL, env.LIMIT
 	require.Equal(t, "json", b.Type)
 	require.Equal(t, "debug 5 6f6b", f.serve(t, "conf-prod-0123"))
 }
+
+// setupWFPManaged is a wfp-managed installation on the stand-in, its scripts in dispatch
+// namespace ns (which the stand-in has only when exists).
+func setupWFPManaged(t *testing.T, exists bool) cfFixture {
+	t.Helper()
+	cfg := cfstandin.Config{Token: cfToken, AccountID: cfAccount, Workerd: workerdtest.Binary(t)}
+	if exists {
+		cfg.DispatchNamespaces = []string{"tenants"}
+	}
+	s, err := cfstandin.New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	private := filepath.Join(t.TempDir(), "private")
+	require.NoError(t, safedir.Ensure(private, safedir.Current()))
+	require.NoError(t, safedir.WriteFile(private, "cf-token", []byte(cfToken+"\n"), safedir.Current()))
+	inst := catalog.Installation{Name: "wfp", Pack: catalog.PackWFPManaged, BaseDomain: "apps.example.test", AccountID: cfAccount,
+		APITokenFile: filepath.Join(private, "cf-token"), APIBaseURL: s.BaseURL(), DispatchNamespace: "tenants",
+		DispatchWorkerName: "dispatch", RoutingKVNamespaceID: "kv"}
+	mut, err := (&backend.Registry{}).Mutator(inst)
+	require.NoError(t, err)
+	return cfFixture{standin: s, mut: mut}
+}
+
+func TestWFPManagedUploadsIntoTheDispatchNamespaceAndNeverAmongTheAccountsScripts(t *testing.T) {
+	t.Parallel()
+	f := setupWFPManaged(t, true)
+	ctx := context.Background()
+	uid := uuid.New()
+	d := workerDesired(uid, "shop-prod-0123", "v1")
+	obs, err := f.mut.Apply(ctx, d)
+	require.NoError(t, err)
+	require.Equal(t, d.DeploymentID, obs.DeploymentID)
+	require.Empty(t, f.standin.ScriptNames(""))
+	sc, ok := f.standin.NamespaceScript("tenants", "shop-prod-0123")
+	require.True(t, ok)
+	b, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	require.Equal(t, uid.String(), b.Text)
+
+	// A late delete from another worker UID leaves it; its own delete removes it.
+	late := d
+	late.ResourceUID = uuid.New()
+	require.NoError(t, f.mut.Delete(ctx, late))
+	require.Equal(t, []string{"shop-prod-0123"}, f.standin.ScriptNames("tenants"))
+	require.NoError(t, f.mut.Delete(ctx, d))
+	require.Empty(t, f.standin.ScriptNames("tenants"))
+	require.False(t, backend.Supports(f.mut, backend.NativeRoute), "its endpoints are not built on this branch")
+}
+
+func TestWFPManagedRefusesAnAccountWithoutItsDispatchNamespaceAsPlacementDrift(t *testing.T) {
+	t.Parallel()
+	f := setupWFPManaged(t, false)
+	_, err := f.mut.Apply(context.Background(), workerDesired(uuid.New(), "shop-prod-0123", "v1"))
+	require.ErrorIs(t, err, backend.ErrPlacementDrift)
+	require.Contains(t, err.Error(), `dispatch namespace "tenants"`)
+}

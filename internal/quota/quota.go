@@ -211,3 +211,21 @@ func Set(ctx context.Context, db dbsqlc.DBTX, org string, r Resource, ceiling *i
 	}
 	return nil
 }
+
+// CheckScripts is the script-ceiling step of a worker create on a Cloudflare installation (SPEC
+// 8): an account (or dispatch namespace) holds at most ceiling scripts across every organization
+// the installation is sold to. It takes one of the installation's slots (all of them near the
+// ceiling, so that the count is then exact across Host replicas), counts the installation's
+// workers that may hold a script, and refuses with 429 quota_exceeded at the ceiling. The
+// refusal names the installation and its ceiling, never another organization's workers.
+func CheckScripts(ctx context.Context, tx dbsqlc.DBTX, installation string, ceiling int) error {
+	used, err := dbsqlc.New(tx).InstallationScriptCheck(ctx, dbsqlc.InstallationScriptCheckParams{Installation: installation, Ceiling: int32(ceiling)})
+	if err != nil {
+		return fmt.Errorf("quota: scripts: %w", err)
+	}
+	if used >= int64(ceiling) {
+		return apierr.New(apierr.QuotaExceeded, "installation %s holds its ceiling of %d scripts across every organization it serves: no new worker fits on it until one is deleted; ask an operator for another offering", installation, ceiling).
+			With("quota", map[string]any{"resource": "installationScripts", "ceiling": ceiling})
+	}
+	return nil
+}

@@ -195,3 +195,46 @@ func TestAQuotaCheckWaitsWhenEverySlotIsTaken(t *testing.T) {
 		}
 	}
 }
+
+// TestTheScriptCountIsServedByAnIndexBesideOtherInstallationsRows (STYLE 14): the script-ceiling
+// count of one Cloudflare installation reads its own standing workers through an index, however
+// many rows the other installations and its deleted history hold; and it counts exactly those.
+func TestTheScriptCountIsServedByAnIndexBesideOtherInstallationsRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	org, err := auth.CreateOrganization(ctx, db, "tenant")
+	require.NoError(t, err)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := db.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status, finished_at)
+		VALUES ('00000000-0000-0000-0000-000000000001', $1, 'worker', 'x', 'PUT', 'committed', now())`, org.ID)
+	exec(`INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, script_name,
+		offering_id, offering_digest, pack, installation, status, operation_id)
+		SELECT gen_random_uuid(), $1, 'prod', 'w' || i, '{}', 'index.js', '2025-01-01', 'w' || i, 'o', 'd',
+		       CASE WHEN i % 100 = 0 THEN 'workers-dev' ELSE 'selfhost' END, CASE WHEN i % 100 = 0 THEN 'cf' ELSE 'local' END,
+		       CASE WHEN i % 200 = 0 THEN 'deleted' ELSE 'live' END, '00000000-0000-0000-0000-000000000001'
+		FROM generate_series(1, 20000) i`, org.ID)
+	exec(`ANALYZE`)
+
+	var raw []byte
+	require.NoError(t, db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) SELECT count(*) FROM workers w WHERE w.installation = $1 AND w.status <> 'deleted'`, "cf").Scan(&raw))
+	var plan any
+	require.NoError(t, json.Unmarshal(raw, &plan))
+	found := scans(plan)
+	require.Len(t, found, 1, "%v", found)
+	require.Contains(t, found[0], "using workers_installation_live_idx", "%v", found)
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, quota.CheckScripts(ctx, tx, "cf", 101))
+	err = quota.CheckScripts(ctx, tx, "cf", 100)
+	require.Error(t, err, "100 standing scripts on cf (its deleted ones do not count) reach a ceiling of 100")
+	require.Contains(t, err.Error(), "quota_exceeded")
+}

@@ -263,7 +263,12 @@ func backendFailed(o outcome) error {
 // that is not where the catalog places it (placement_drift), a kind the pack cannot mutate yet.
 func backendRefusal(err error) error {
 	var refused *backend.RefusedError
+	var limited *backend.RateLimitedError
 	switch {
+	case errors.As(err, &limited):
+		// Cloudflare's rate limit outlasted the request's retries: nothing was applied.
+		secs := max(1, int(limited.RetryAfter.Seconds()+0.999))
+		return apierr.New(apierr.BackendUnreachable, "%s; apply again after %d s", limited.Error(), secs).With("retryAfterSeconds", secs)
 	case errors.Is(err, backend.ErrMisconfigured):
 		return apierr.New(apierr.BackendMisconfigured, "%s", err.Error())
 	case errors.As(err, &refused):

@@ -533,6 +533,13 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
 				return err
 			}
+			// A Cloudflare account holds a limited number of scripts across every organization
+			// sold the installation (SPEC 8): its ceiling, under one of its slots' locks.
+			if inst, ok := s.Catalog.Installations[placement.Installation]; ok && inst.Pack != catalog.PackSelfhost {
+				if err := quota.CheckScripts(ctx, tx, inst.Name, inst.Scripts()); err != nil {
+					return err
+				}
+			}
 			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars

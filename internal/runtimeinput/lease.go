@@ -68,6 +68,13 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 	} else if err != nil {
 		return nil, err
 	}
+	// A backend that limits its API calls takes the delivery's budget before anything is claimed:
+	// while it cannot call, the consumption is refused, retryably, holding nothing (SPEC 8).
+	if b, ok := sink.(backend.DeliveryBudget); ok {
+		if err := b.ReserveDelivery(ctx); err != nil {
+			return nil, backendCallRefused(err)
+		}
+	}
 	// Expiry is lazy: it is swept in a transaction of its own, so that it stands even when the
 	// claim below is refused.
 	if err := m.Tx(ctx, func(tx pgx.Tx) error {
@@ -86,7 +93,7 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 	if hooks.AfterAcquire != nil {
 		hooks.AfterAcquire()
 	}
-	values, err := s.dispatch(ctx, m, ring, c, &lease)
+	values, err := s.dispatch(ctx, m, ring, sink, c, &lease)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +114,8 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 			return nil, err
 		}
 	}
-	digest, present, err := s.readback(ctx, m, ring, sink, c.ScriptName, lease)
-	if err != nil || !present || !equal(digest, lease.MaterialDigest) {
+	digest, present, err := s.readback(ctx, m, ring, sink, lease)
+	if err != nil || !present || !equal(digest, lease.expected()) {
 		m.OnRefuse(failLease(c.Incarnation.OrganizationID, lease.OperationID, failedDetail))
 		why := "its readback does not match what was sealed"
 		if deliverErr != nil {
@@ -139,7 +146,40 @@ type leaseState struct {
 	MaterialSetID  uuid.UUID
 	DigestKeyID    string
 	MaterialDigest []byte
+	// DeliveryDigest is the value-free readback digest the dispatch recorded, nil for a backend
+	// that answers the keyed challenge.
+	DeliveryDigest []byte
 	Epoch          int64
+	Delivery       backend.Delivery
+}
+
+// expected is the digest the readback must answer: the value-free one when the dispatch recorded
+// one, else the keyed digest stored at sealing.
+func (l leaseState) expected() []byte {
+	if l.DeliveryDigest != nil {
+		return l.DeliveryDigest
+	}
+	return l.MaterialDigest
+}
+
+// backendCallRefused maps why a backend cannot take a delivery now, found before anything was
+// claimed: its rate limit (a retryable 503 with the backend's Retry-After), a backend that cannot
+// be reached, or an installation whose credentials or place are wrong (the operator's to fix).
+func backendCallRefused(err error) error {
+	var limited *backend.RateLimitedError
+	switch {
+	case errors.As(err, &limited):
+		secs := max(1, int(limited.RetryAfter.Seconds()+0.999))
+		return apierr.New(apierr.BackendUnreachable, "%s; nothing was claimed: apply again after %d s", limited.Error(), secs).
+			With("retryAfterSeconds", secs)
+	case errors.Is(err, backend.ErrMisconfigured):
+		return apierr.New(apierr.BackendMisconfigured, "%s", err.Error())
+	case errors.Is(err, backend.ErrPlacementDrift):
+		return apierr.New(apierr.PlacementDrift, "%s", err.Error())
+	case errors.Is(err, backend.ErrUnreachable):
+		return apierr.New(apierr.BackendUnreachable, "the backend could not be reached; nothing was claimed: apply again")
+	}
+	return err
 }
 
 // acquire is the lease's first phase: in one transaction, check the preparation against the
@@ -198,6 +238,8 @@ func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer
 		}
 		l = leaseState{OperationID: p.OperationID, PreparationID: p.PreparationID, Reference: p.Reference, MaterialSetID: p.MaterialSetID,
 			DigestKeyID: p.DigestKeyID, MaterialDigest: p.MaterialDigest, Epoch: epoch}
+		l.Delivery = backend.Delivery{ScriptName: c.ScriptName, WorkerUID: c.Incarnation.UID, PreparationID: p.PreparationID,
+			MaterialSetID: p.MaterialSetID, SecretNames: names}
 		return nil
 	})
 	return l, done, err
@@ -206,7 +248,13 @@ func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer
 // dispatch is the second phase: open the sealed material, then clear it in the compare-and-swap
 // that authorizes delivery, in one transaction. Of several Hosts racing to dispatch one claim,
 // the CAS lets exactly one deliver. Material that cannot be opened fails closed, once.
-func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, c Consumer, l *leaseState) (map[string]sealing.Secret, error) {
+func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l *leaseState) (map[string]sealing.Secret, error) {
+	// The pack decides which readback settles its deliveries: a value-free one has its expected
+	// digest recorded by the CAS that authorizes the delivery (SPEC 3.5).
+	var deliveryDigest []byte
+	if vf, ok := sink.(backend.ValueFreeSink); ok {
+		deliveryDigest = vf.ExpectedDigest(l.Delivery)
+	}
 	org := c.Incarnation.OrganizationID
 	var values map[string]sealing.Secret
 	var unreadable error
@@ -231,11 +279,11 @@ func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sea
 			unreadable = err
 			return errUnreadable
 		}
-		epoch, err := q.PreparationDispatch(ctx, dbsqlc.PreparationDispatchParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch})
+		epoch, err := q.PreparationDispatch(ctx, dbsqlc.PreparationDispatchParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch, DeliveryDigest: deliveryDigest})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return apierr.New(apierr.LeaseUnavailable, "runtime input %s: the worker, its reservation or its placement changed after the claim (or the claim expired); apply again", l.PreparationID)
 		}
-		l.Epoch = epoch
+		l.Epoch, l.DeliveryDigest = epoch, deliveryDigest
 		return err
 	})
 	if errors.Is(err, errUnreadable) {
@@ -271,13 +319,14 @@ func decodeMaterial(plain []byte) (map[string]sealing.Secret, error) {
 func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, l leaseState, claim uuid.UUID, values map[string]sealing.Secret) error {
 	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
-	effect := uuid.NewSHA1(uuid.NameSpaceURL, []byte("takoform:delivery:"+claim.String()+":"+l.PreparationID))
-	return sink.DeliverSecrets(ctx, c.ScriptName, c.Incarnation.UID, l.MaterialSetID, effect, values)
+	d := l.Delivery
+	d.EffectID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("takoform:delivery:"+claim.String()+":"+l.PreparationID))
+	return sink.DeliverSecrets(ctx, d, values)
 }
 
 // readback derives the preparation's challenge and asks the backend for its digest of what it
 // holds: the challenge in one short transaction, the backend call outside any.
-func (s *Service) readback(ctx context.Context, tx txRunner, ring *sealing.Ring, sink backend.SecretSink, scriptName string, l leaseState) ([]byte, bool, error) {
+func (s *Service) readback(ctx context.Context, tx txRunner, ring *sealing.Ring, sink backend.SecretSink, l leaseState) ([]byte, bool, error) {
 	var challenge []byte
 	if err := tx.Tx(ctx, func(tx pgx.Tx) error {
 		var err error
@@ -302,7 +351,7 @@ func (s *Service) readback(ctx context.Context, tx txRunner, ring *sealing.Ring,
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
-		digest, present, err = sink.ReadbackSecrets(cctx, scriptName, l.MaterialSetID, challenge)
+		digest, present, err = sink.ReadbackSecrets(cctx, l.Delivery, challenge)
 		cancel()
 		if err == nil {
 			return digest, present, nil
@@ -322,9 +371,9 @@ type txRunner interface {
 // concludeLater settles or fails a dispatched lease that a consumption stops on, by readback, in
 // the refusal's transaction; it never delivers again.
 func (s *Service) concludeLater(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l leaseState) {
-	digest, present, err := s.readback(context.WithoutCancel(ctx), m, ring, sink, c.ScriptName, l)
+	digest, present, err := s.readback(context.WithoutCancel(ctx), m, ring, sink, l)
 	org := c.Incarnation.OrganizationID
-	if err == nil && present && equal(digest, l.MaterialDigest) {
+	if err == nil && present && equal(digest, l.expected()) {
 		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
 			_, err := dbsqlc.New(tx).PreparationSettle(ctx, dbsqlc.PreparationSettleParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch, ReadbackDigest: digest})
 			if errors.Is(err, pgx.ErrNoRows) {
@@ -372,12 +421,17 @@ func (s *Service) ObserveLeases(ctx context.Context, r txRunner, installations m
 		inst, ok := installations[deref(row.Installation)]
 		if ok && row.NativeName != nil && s.Ring != nil {
 			if sink, err := s.Backends.SecretSink(inst); err == nil {
-				l := leaseState{OperationID: row.OperationID, PreparationID: row.PreparationID, MaterialSetID: row.MaterialSetID, DigestKeyID: row.DigestKeyID}
-				digest, present, err := s.readback(ctx, r, s.Ring, sink, *row.NativeName, l)
+				l := leaseState{OperationID: row.OperationID, PreparationID: row.PreparationID, MaterialSetID: row.MaterialSetID, DigestKeyID: row.DigestKeyID,
+					MaterialDigest: row.MaterialDigest, DeliveryDigest: row.DeliveryDigest}
+				l.Delivery = backend.Delivery{ScriptName: *row.NativeName, PreparationID: row.PreparationID, MaterialSetID: row.MaterialSetID, SecretNames: row.BindingNames}
+				if row.WorkerUID != nil {
+					l.Delivery.WorkerUID = *row.WorkerUID
+				}
+				digest, present, err := s.readback(ctx, r, s.Ring, sink, l)
 				if err != nil {
 					return nil, fmt.Errorf("runtime input: read back %s: %w", row.PreparationID, err)
 				}
-				rec.settled, rec.digest = present && equal(digest, row.MaterialDigest), digest
+				rec.settled, rec.digest = present && equal(digest, l.expected()), digest
 			}
 		}
 		out = append(out, rec)

@@ -36,6 +36,13 @@ type ClockSkew struct {
 	Skew      pgtype.Interval
 }
 
+type CloudflareRateBudget struct {
+	Installation string
+	Tokens       float64
+	RefilledAt   time.Time
+	BlockedUntil time.Time
+}
+
 type DeletionAttestation struct {
 	UID            uuid.UUID
 	OrganizationID string
@@ -97,6 +104,11 @@ type EndpointState struct {
 	Present             bool
 	DeploymentStatus    string
 	DeploymentID        uuid.UUID
+}
+
+type InstallationScriptSlot struct {
+	Installation string
+	Slot         int16
 }
 
 type Operation struct {
@@ -198,6 +210,7 @@ type RuntimeInputPreparation struct {
 	Failure               *string
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
+	DeliveryDigest        []byte
 }
 
 type SealingKey struct {

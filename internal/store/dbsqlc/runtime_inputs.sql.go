@@ -125,10 +125,11 @@ func (q *Queries) PreparationClaimsOnWorker(ctx context.Context, workerUid *uuid
 const preparationDispatch = `-- name: PreparationDispatch :one
 UPDATE runtime_input_preparations p
 SET status = 'dispatched', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL,
+    delivery_digest = $1::bytea,
     dispatched_at = (SELECT db_now()), updated_at = (SELECT db_now())
 FROM workers w, worker_endpoint_origin_reservations r
-WHERE p.organization_id = $1 AND p.operation_id = $2
-  AND p.status = 'claimed' AND p.epoch = $3 AND p.claim_expires_at > (SELECT db_now())
+WHERE p.organization_id = $2 AND p.operation_id = $3
+  AND p.status = 'claimed' AND p.epoch = $4 AND p.claim_expires_at > (SELECT db_now())
   AND w.uid = p.worker_uid AND w.revision = p.worker_revision
   AND (w.status = 'live' OR (w.status = 'creating' AND w.operation_id = p.claim_operation_id))
   AND w.offering_id = p.offering_id AND w.offering_digest = p.offering_digest
@@ -141,6 +142,7 @@ RETURNING p.epoch
 `
 
 type PreparationDispatchParams struct {
+	DeliveryDigest []byte
 	OrganizationID string
 	OperationID    string
 	Epoch          int64
@@ -149,9 +151,15 @@ type PreparationDispatchParams struct {
 // claimed -> dispatched. Revalidates the reservation (same revision, still bound to the worker),
 // the worker's exact UID and revision, the placement and offering digest, and that no deletion
 // attestation is open for the worker; and clears the ciphertext in this same compare-and-swap,
-// before the backend request (SPEC 3.5).
+// before the backend request (SPEC 3.5). A backend that settles on the value-free readback gets
+// its expected digest recorded in the same CAS (null for the keyed challenge).
 func (q *Queries) PreparationDispatch(ctx context.Context, arg PreparationDispatchParams) (int64, error) {
-	row := q.db.QueryRow(ctx, preparationDispatch, arg.OrganizationID, arg.OperationID, arg.Epoch)
+	row := q.db.QueryRow(ctx, preparationDispatch,
+		arg.DeliveryDigest,
+		arg.OrganizationID,
+		arg.OperationID,
+		arg.Epoch,
+	)
 	var epoch int64
 	err := row.Scan(&epoch)
 	return epoch, err
@@ -419,7 +427,7 @@ const preparationSettle = `-- name: PreparationSettle :one
 UPDATE runtime_input_preparations
 SET status = 'settled', epoch = epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND operation_id = $2
-  AND status = 'dispatched' AND epoch = $3 AND material_digest = $4
+  AND status = 'dispatched' AND epoch = $3 AND coalesce(delivery_digest, material_digest) = $4
 RETURNING epoch
 `
 
@@ -431,7 +439,7 @@ type PreparationSettleParams struct {
 }
 
 // dispatched -> settled, only when the backend's answer to the challenge matches the digest
-// stored at sealing.
+// stored at sealing, or, for a value-free readback, the digest the dispatch recorded.
 func (q *Queries) PreparationSettle(ctx context.Context, arg PreparationSettleParams) (int64, error) {
 	row := q.db.QueryRow(ctx, preparationSettle,
 		arg.OrganizationID,
@@ -480,7 +488,7 @@ func (q *Queries) PreparationSweepAll(ctx context.Context) (int64, error) {
 }
 
 const preparationsDispatchedByOperation = `-- name: PreparationsDispatchedByOperation :many
-SELECT organization_id, operation_id, preparation_id, material_set_id, epoch, digest_key_id, material_digest, native_name, installation
+SELECT organization_id, operation_id, preparation_id, material_set_id, epoch, digest_key_id, material_digest, delivery_digest, worker_uid, binding_names, native_name, installation
 FROM runtime_input_preparations
 WHERE claim_operation_id = $1 AND status = 'dispatched'
 `
@@ -493,6 +501,9 @@ type PreparationsDispatchedByOperationRow struct {
 	Epoch          int64
 	DigestKeyID    string
 	MaterialDigest []byte
+	DeliveryDigest []byte
+	WorkerUID      *uuid.UUID
+	BindingNames   []string
 	NativeName     *string
 	Installation   *string
 }
@@ -516,6 +527,9 @@ func (q *Queries) PreparationsDispatchedByOperation(ctx context.Context, claimOp
 			&i.Epoch,
 			&i.DigestKeyID,
 			&i.MaterialDigest,
+			&i.DeliveryDigest,
+			&i.WorkerUID,
+			&i.BindingNames,
 			&i.NativeName,
 			&i.Installation,
 		); err != nil {

@@ -88,9 +88,11 @@ FOR UPDATE;
 -- claimed -> dispatched. Revalidates the reservation (same revision, still bound to the worker),
 -- the worker's exact UID and revision, the placement and offering digest, and that no deletion
 -- attestation is open for the worker; and clears the ciphertext in this same compare-and-swap,
--- before the backend request (SPEC 3.5).
+-- before the backend request (SPEC 3.5). A backend that settles on the value-free readback gets
+-- its expected digest recorded in the same CAS (null for the keyed challenge).
 UPDATE runtime_input_preparations p
 SET status = 'dispatched', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL,
+    delivery_digest = sqlc.narg('delivery_digest')::bytea,
     dispatched_at = (SELECT db_now()), updated_at = (SELECT db_now())
 FROM workers w, worker_endpoint_origin_reservations r
 WHERE p.organization_id = @organization_id AND p.operation_id = @operation_id
@@ -107,11 +109,11 @@ RETURNING p.epoch;
 
 -- name: PreparationSettle :one
 -- dispatched -> settled, only when the backend's answer to the challenge matches the digest
--- stored at sealing.
+-- stored at sealing, or, for a value-free readback, the digest the dispatch recorded.
 UPDATE runtime_input_preparations
 SET status = 'settled', epoch = epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND operation_id = @operation_id
-  AND status = 'dispatched' AND epoch = @epoch AND material_digest = @readback_digest
+  AND status = 'dispatched' AND epoch = @epoch AND coalesce(delivery_digest, material_digest) = @readback_digest
 RETURNING epoch;
 
 -- name: PreparationFail :execrows
@@ -125,7 +127,7 @@ WHERE organization_id = @organization_id AND operation_id = @operation_id
 -- name: PreparationsDispatchedByOperation :many
 -- Leases an interrupted operation dispatched but never settled: recovery settles them by the
 -- challenge readback or fails them; it never dispatches again.
-SELECT organization_id, operation_id, preparation_id, material_set_id, epoch, digest_key_id, material_digest, native_name, installation
+SELECT organization_id, operation_id, preparation_id, material_set_id, epoch, digest_key_id, material_digest, delivery_digest, worker_uid, binding_names, native_name, installation
 FROM runtime_input_preparations
 WHERE claim_operation_id = @claim_operation_id AND status = 'dispatched';
 

@@ -63,6 +63,9 @@ type Config struct {
 	KeyCacheTTL time.Duration
 	// WrapBackend wraps every backend mutator (tests only: to hold or fail a backend call).
 	WrapBackend func(backend.Mutator) backend.Mutator
+	// CloudflareEdge reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
+	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
+	CloudflareEdge *http.Client
 }
 
 // Server is one Host process's HTTP API.
@@ -109,7 +112,7 @@ func New(cfg Config) *Server {
 		rates:        newKeyBuckets(cfg.Catalog.Rates),
 		shutdown:     make(chan struct{}),
 	}
-	backends := &backend.Registry{Wrap: cfg.WrapBackend}
+	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge}
 	s.runtimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,
 		RuntimeInputs: s.runtimeInputs, Hooks: cfg.RuntimeInputHooks}

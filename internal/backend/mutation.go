@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -99,6 +101,18 @@ type Observation struct {
 	// Incident: the backend's continuity raised an incident (repeated restarts).
 	Incident        bool
 	IncidentMessage string
+	// AnyDeployment: the backend cannot tell this object's deployments apart (a workers.dev
+	// route is two flags on its script), so Present means it holds whichever the Host wrote last.
+	AnyDeployment bool
+	// Lingers, on an object that reads back absent: the backend's edge may still serve it for this
+	// long after this read (route propagation, KV caches; SPEC 8), so its deletion is certain only
+	// then. Zero: absence is certain at once.
+	Lingers time.Duration
+}
+
+// Holds reports whether the backend holds deployment, as far as it can tell.
+func (o Observation) Holds(deployment uuid.UUID) bool {
+	return o.Present && (o.AnyDeployment || o.DeploymentID == deployment)
 }
 
 // Mutator changes and observes native objects on one installation.
@@ -133,8 +147,11 @@ type SecretSink interface {
 type Registry struct {
 	// Wrap, when set, wraps every mutator handed out (tests hold or fail backend calls with it).
 	Wrap func(Mutator) Mutator
-	mu   sync.Mutex
-	made map[string]Mutator
+	// EdgeClient reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
+	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
+	EdgeClient *http.Client
+	mu         sync.Mutex
+	made       map[string]Mutator
 }
 
 // Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
@@ -155,7 +172,7 @@ func Supports(m Mutator, kind string) bool {
 
 // Mutator returns the mutator of inst.
 func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
-	if inst.Pack != catalog.PackSelfhost && inst.Pack != catalog.PackWorkersDev {
+	if inst.Pack != catalog.PackSelfhost && inst.Pack != catalog.PackWorkersDev && inst.Pack != catalog.PackWFPManaged {
 		return nil, fmt.Errorf("%w (pack %s)", ErrNotImplemented, inst.Pack)
 	}
 	r.mu.Lock()
@@ -166,9 +183,12 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 		return m, nil
 	}
 	var m Mutator
-	if inst.Pack == catalog.PackWorkersDev {
+	switch inst.Pack {
+	case catalog.PackWorkersDev:
 		m = newWorkersDevAccount(inst)
-	} else {
+	case catalog.PackWFPManaged:
+		m = newWFPManagedAccount(inst, r.EdgeClient)
+	default:
 		m = newRuntimeNode(inst)
 	}
 	if r.Wrap != nil {

@@ -45,9 +45,15 @@ func newWorkersDevAccount(inst catalog.Installation) *workersDevAccount {
 	return &workersDevAccount{inst: inst}
 }
 
-// Supports reports the native kinds this pack mutates: workers only so far (its endpoints, the
-// workers.dev subdomain route, answer not_implemented).
-func (c *workersDevAccount) Supports(kind string) bool { return kind == NativeWorker }
+// Supports reports the native kinds this pack mutates: workers and their workers.dev routes.
+func (c *workersDevAccount) Supports(kind string) bool {
+	return kind == NativeWorker || kind == NativeRoute
+}
+
+// routes is the pack's endpoint half (cf_routes.go).
+func (c *workersDevAccount) routes() workersDevRoutes {
+	return workersDevRoutes{inst: c.inst, api: c.api, classify: c.classify}
+}
 
 // api builds the SDK services on first use, reading the token file (a regular 0600 file in a
 // private directory) and checking the account's workers.dev subdomain against the catalog.
@@ -195,6 +201,9 @@ func upload(d Desired, now *held) cloudflare.Upload {
 }
 
 func (c *workersDevAccount) Apply(ctx context.Context, d Desired) (Observation, error) {
+	if d.Kind == NativeRoute {
+		return c.routes().Apply(ctx, d)
+	}
 	if d.Kind != NativeWorker {
 		return Observation{}, fmt.Errorf("%w (workers-dev %s)", ErrNotImplemented, d.Kind)
 	}
@@ -221,6 +230,9 @@ func (c *workersDevAccount) Apply(ctx context.Context, d Desired) (Observation, 
 }
 
 func (c *workersDevAccount) Delete(ctx context.Context, d Desired) error {
+	if d.Kind == NativeRoute {
+		return c.routes().Delete(ctx, d)
+	}
 	if d.Kind != NativeWorker {
 		return fmt.Errorf("%w (workers-dev %s)", ErrNotImplemented, d.Kind)
 	}
@@ -255,6 +267,9 @@ func (c *workersDevAccount) Delete(ctx context.Context, d Desired) error {
 }
 
 func (c *workersDevAccount) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
+	if kind == NativeRoute {
+		return c.routes().Observe(ctx, kind, nativeName)
+	}
 	if kind != NativeWorker {
 		return Observation{}, fmt.Errorf("%w (workers-dev %s)", ErrNotImplemented, kind)
 	}

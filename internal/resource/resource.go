@@ -177,7 +177,7 @@ func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 				unknown = true
 			}
 		}
-		holds := obs.Present && obs.DeploymentID == pl.deployment
+		holds := obs.Holds(pl.deployment)
 		o := outcome{pl: pl, present: holds, unknown: unknown, done: holds && obs.Admitted, obs: obs, err: err}
 		switch {
 		case o.done:
@@ -199,7 +199,7 @@ func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 		}
 		return outcome{pl: pl, present: true, err: callErr} // a delete is never assumed done
 	}
-	holds := obs.Present && obs.DeploymentID == pl.deployment
+	holds := obs.Holds(pl.deployment)
 	if holds && callErr == nil {
 		callErr = errors.New("the native object is still present after delete")
 	}

@@ -69,7 +69,7 @@ type Liveness struct {
 
 // serves reports whether live (when asked) says deployment serves now.
 func (l *Liveness) serves(deployment uuid.UUID) bool {
-	return l == nil || (l.Reachable && l.Obs.Present && l.Obs.DeploymentID == deployment && l.Obs.Ready)
+	return l == nil || (l.Reachable && l.Obs.Holds(deployment) && l.Obs.Ready)
 }
 
 // condition is why live keeps a resource from Ready (deployment is the one the Host admitted).
@@ -77,7 +77,7 @@ func (l *Liveness) condition(deployment uuid.UUID) (reason, message string) {
 	switch {
 	case !l.Reachable:
 		return "RuntimeUnreachable", "the backend could not be asked how the deployment runs"
-	case !l.Obs.Present || l.Obs.DeploymentID != deployment:
+	case !l.Obs.Holds(deployment):
 		return "RuntimePending", "the backend does not hold the current deployment yet"
 	case l.Obs.Reason != "":
 		return l.Obs.Reason, l.Obs.Message

@@ -147,9 +147,6 @@ func TestTheWorkersDevPackAnswersNotImplementedForWhatItDoesNotBuildYet(t *testi
 	h, s := setupWorkersDev(t, cfToken)
 	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("x") } }`))
 	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
-	h.putEndpoint("prod", "api", tokenB, map[string]any{"worker": "api", "offeringId": "cf-endpoint"}).problem(t, http.StatusNotImplemented, "not_implemented")
-	require.Zero(t, h.count(`SELECT count(*) FROM deployments WHERE resource_kind = 'endpoint'`), "refused before anything was planned")
-
 	// Runtime inputs on Cloudflare are not built: a worker needing secrets is refused whole.
 	body := cfWorkerBody(`export default { fetch() { return new Response("x") } }`)
 	body["requiredSensitiveVars"] = []string{"API_KEY"}

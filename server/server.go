@@ -266,6 +266,9 @@ func (s *Server) Sweep(ctx context.Context) {
 	} else if n > 0 {
 		s.log.Info("released Host-minted reservations of deleted workers", "count", n)
 	}
+	if _, err := dbsqlc.New(s.cfg.DB).AttestationSettle(ctx); err != nil {
+		warn("close deletion attestations whose route propagation ended", err)
+	}
 	if n, err := dbsqlc.New(s.cfg.DB).PreparationSweepAll(ctx); err != nil {
 		warn("expire runtime inputs", err)
 	} else if n > 0 {

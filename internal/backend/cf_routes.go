@@ -359,7 +359,10 @@ func newWFPManagedAccount(inst catalog.Installation, edge *http.Client) *wfpMana
 		edge = &http.Client{Timeout: 10 * time.Second}
 	}
 	classify := (&workersDevAccount{inst: inst}).classify
-	return &wfpManagedAccount{routes: wfpRoutes{inst: inst, api: lazyServices(inst), classify: classify, edge: edge, probeWait: 15 * time.Second}}
+	// A new entry should reach the edge within the propagation window: wait for it that long
+	// (and a little), never more than 15 s.
+	wait := min(inst.Propagation()+time.Second, 15*time.Second)
+	return &wfpManagedAccount{routes: wfpRoutes{inst: inst, api: lazyServices(inst), classify: classify, edge: edge, probeWait: wait}}
 }
 
 // Supports reports the native kinds this pack mutates: endpoints.

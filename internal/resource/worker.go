@@ -665,8 +665,10 @@ func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, oper
 	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
 		return err
 	}
-	_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}})
-	return err
+	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
+		return err
+	}
+	return recordLingering(ctx, q, o)
 }
 
 // consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the

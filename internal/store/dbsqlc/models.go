@@ -44,6 +44,7 @@ type DeletionAttestation struct {
 	OperationID    *uuid.UUID
 	OpenedAt       time.Time
 	ClosedAt       *time.Time
+	ClosesAt       *time.Time
 }
 
 type Deployment struct {
@@ -62,6 +63,7 @@ type Deployment struct {
 	UpdatedAt      time.Time
 	Seq            int64
 	RouteScript    *string
+	RoutedUntil    *time.Time
 }
 
 type DeploymentBrake struct {

@@ -35,9 +35,9 @@ func (q *Queries) AttestationClose(ctx context.Context, uid uuid.UUID) error {
 
 const attestationGet = `-- name: AttestationGet :one
 SELECT uid, resource_kind,
-       (CASE WHEN attestation_open(status, closes_at, t.now) THEN 'open' ELSE 'closed' END)::text AS status,
+       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::text AS status,
        operation_id, opened_at, closed_at, closes_at
-FROM deletion_attestations, (SELECT db_now() AS now) t
+FROM deletion_attestations
 WHERE uid = $1 AND organization_id = $2
 `
 

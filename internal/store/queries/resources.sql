@@ -206,9 +206,9 @@ WHERE status = 'open' AND closes_at <= (SELECT db_now());
 -- name: AttestationGet :one
 -- The attestation as of now: one whose propagation window (closes_at) has passed reads closed.
 SELECT uid, resource_kind,
-       (CASE WHEN attestation_open(status, closes_at, t.now) THEN 'open' ELSE 'closed' END)::text AS status,
+       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::text AS status,
        operation_id, opened_at, closed_at, closes_at
-FROM deletion_attestations, (SELECT db_now() AS now) t
+FROM deletion_attestations
 WHERE uid = @uid AND organization_id = @organization_id;
 
 -- name: ResourcesCreatingByOperation :many

@@ -153,6 +153,24 @@ func TestInstallDispatchErrorsNameTheInstallationNeverTheToken(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, errOut, "only wfp-managed ones have a dispatch worker")
 
+	// A tenant's worker that happens to hold the name is never overwritten.
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(dispatchToken)})
+	require.NoError(t, err)
+	tenant := cloudflare.Upload{MainModule: "index.js", CompatibilityDate: "2025-01-01", PlainText: map[string]string{backend.BindingWorkerUID: "7d1c2f0e-0000-4000-8000-000000000001"},
+		Modules: []cloudflare.Module{{Name: "index.js", Content: []byte(`export default { fetch() { return new Response("tenant") } }`)}}}
+	_, err = sdk.Scripts.Update(context.Background(), dispatchName, tenant.ScriptParams(dispatchAccount))
+	require.NoError(t, err)
+	good := dispatchCatalog(t, s, dispatchToken, 90)
+	_, errOut, err = runRaw("", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", good)
+	require.Error(t, err)
+	require.Contains(t, errOut, "is a tenant's worker")
+	sc, _ := s.Script(dispatchName)
+	require.Equal(t, 1, sc.Uploads, "the tenant's script is untouched")
+	var del workers.ScriptDeleteParams
+	del.AccountID.Value, del.AccountID.Present = dispatchAccount, true
+	_, err = sdk.Scripts.Delete(context.Background(), dispatchName, del)
+	require.NoError(t, err)
+
 	short := dispatchCatalog(t, s, dispatchToken, 30)
 	_, errOut, err = runRaw("", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", short)
 	require.Error(t, err)

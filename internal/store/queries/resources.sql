@@ -190,7 +190,7 @@ WITH t AS (
            greatest((SELECT db_now()), (SELECT max(d.routed_until) FROM deployments d WHERE d.resource_uid = @uid)) AS closes_at
 )
 UPDATE deletion_attestations a
-SET closes_at = t.closes_at,
+SET closes_at = CASE WHEN t.closes_at > t.now THEN t.closes_at END,
     status = CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END,
     closed_at = CASE WHEN t.closes_at > t.now THEN NULL ELSE t.now END
 FROM t

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cloudflare/cloudflare-go/v6/kv"
 	"github.com/cloudflare/cloudflare-go/v6/shared"
+	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -413,4 +414,39 @@ func kvUpdate(value string) kv.NamespaceValueUpdateParams {
 	p.AccountID.Value, p.AccountID.Present = cfAccount, true
 	p.Value.Value, p.Value.Present = shared.UnionString(value), true
 	return p
+}
+
+func TestAHostStoppedAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.T) {
+	t.Parallel()
+	h, s := setupCloudflare(t)
+	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("x") } }`))
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	script := r.json(t)["scriptName"].(string)
+	e := h.mustEndpoint("prod", "api", tokenB, map[string]any{"worker": "api", "offeringId": "cf-endpoint"})
+	uid := e["uid"].(string)
+
+	// A Host stopped in the middle of the endpoint's DELETE, after Cloudflare took the route down
+	// and before it recorded the readback: its operation running under an expired lease, the
+	// endpoint deleting, its attestation open, the route's delete dispatched.
+	op := uuid.New()
+	h.exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status) VALUES ($1, $2, 'worker-endpoint', 'prod/api', 'DELETE', 'running')`, op, h.org.ID)
+	h.exec(`INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at) VALUES ($1, 'worker-endpoint', 'prod/api', $2, 'a stopped Host', db_now() - interval '1 second')`, h.org.ID, op)
+	h.exec(`UPDATE worker_endpoints SET status = 'deleting', operation_id = $2 WHERE uid = $1`, uid, op)
+	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id) VALUES ($1, $2, 'endpoint', 'open', $3)`, uid, h.org.ID, op)
+	h.exec(`UPDATE deployments SET status = 'deleting' WHERE resource_uid = $1`, uid)
+	h.exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status) SELECT gen_random_uuid(), $2, id, 'delete', 'dispatched' FROM deployments WHERE resource_uid = $1`, uid, op)
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	require.NoError(t, err)
+	var p workers.ScriptSubdomainDeleteParams
+	p.AccountID.Value, p.AccountID.Present = cfAccount, true
+	_, err = sdk.Scripts.Subdomain.Delete(context.Background(), script, p)
+	require.NoError(t, err)
+
+	// The owner's retry recovers the stopped request (its readback finds the route gone) and
+	// finishes the delete: the window runs from that readback, persisted, not from nothing.
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", tokenB).status)
+	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM deployments WHERE resource_uid = $1 AND status = 'deleted' AND routed_until > now()`, uid))
+	require.Equal(t, "open", h.attestationView(uid), "the attestation waits for the window")
+	require.Eventually(t, func() bool { return h.attestationView(uid) == "closed" }, 10*time.Second, 100*time.Millisecond)
 }

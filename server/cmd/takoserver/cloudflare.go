@@ -1,9 +1,16 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -65,4 +72,34 @@ installation's apiTokenFile and never printed.`,
 	cmd.Flags().StringVar(&installation, "installation", "", "the wfp-managed installation")
 	_ = cmd.MarkFlagRequired("installation")
 	return cmd
+}
+
+// cloudflareEdgeClient is the client of the wfp-managed Ready probe: nil (a plain client) unless
+// addr names where every hostname is sent instead (a stand-in's edge), trusting caFile's CA.
+func cloudflareEdgeClient(addr, caFile string) (*http.Client, error) {
+	if addr == "" {
+		if caFile != "" {
+			return nil, errors.New("--cloudflare-edge-ca needs --cloudflare-edge")
+		}
+		return nil, nil
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cloudflare-edge-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cloudflare-edge-ca %s holds no PEM certificate", caFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	var d net.Dialer
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		},
+		TLSClientConfig: tlsConfig,
+	}}, nil
 }

@@ -33,13 +33,6 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 )
 
-// The wfp-managed installation of the script-level tests.
-const (
-	cfNamespace  = "tenants"
-	cfRoutingKV  = "0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f"
-	cfBaseDomain = "apps.example.test"
-)
-
 // cfScripts is a Host whose catalog sells a workers-dev offering (cf-worker, cf-endpoint) and a
 // wfp-managed one (wfp-worker, wfp-endpoint) on one Cloudflare stand-in, beside the selfhost one.
 type cfScripts struct {

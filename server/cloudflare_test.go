@@ -140,13 +140,3 @@ func TestABadCloudflareTokenIsBackendMisconfiguredNamingTheInstallationNeverTheT
 	require.True(t, s.SawCredential(wrong), "the Host did send its (wrong) token")
 	require.Empty(t, s.ScriptNames(""))
 }
-
-func TestTheWorkersDevPackAnswersNotImplementedForWhatItDoesNotBuildYet(t *testing.T) {
-	t.Parallel()
-	h, s := setupWorkersDev(t, cfToken)
-	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("x") } }`))
-	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
-	h.putEndpoint("prod", "api", tokenB, map[string]any{"worker": "api", "offeringId": "cf-endpoint"}).problem(t, http.StatusNotImplemented, "not_implemented")
-	require.Zero(t, h.count(`SELECT count(*) FROM deployments WHERE resource_kind = 'endpoint'`), "refused before anything was planned")
-	require.Len(t, s.ScriptNames(""), 1, "only the worker's script is on the account")
-}

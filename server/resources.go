@@ -162,8 +162,13 @@ func (s *Server) getAttestation(c echo.Context) error {
 		id := row.OperationID.String()
 		v.OperationID = &id
 	}
-	if row.ClosedAt != nil {
-		t := row.ClosedAt.UTC().Format(time.RFC3339)
+	// A route's attestation closes when its propagation window ends (SPEC 8), which the
+	// janitor writes down later: until then the window's end is when it closed.
+	if closed := row.ClosedAt; row.Status == "closed" && (closed != nil || row.ClosesAt != nil) {
+		if closed == nil {
+			closed = row.ClosesAt
+		}
+		t := closed.UTC().Format(time.RFC3339)
 		v.ClosedAt = &t
 	}
 	return c.JSON(http.StatusOK, v)

@@ -64,6 +64,9 @@ type Config struct {
 	KeyCacheTTL time.Duration
 	// WrapBackend wraps every backend mutator (tests only: to hold or fail a backend call).
 	WrapBackend func(backend.Mutator) backend.Mutator
+	// CloudflareEdge reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
+	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
+	CloudflareEdge *http.Client
 }
 
 // Server is one Host process's HTTP API.
@@ -110,7 +113,7 @@ func New(cfg Config) *Server {
 		rates:        newKeyBuckets(cfg.Catalog.Rates),
 		shutdown:     make(chan struct{}),
 	}
-	backends := &backend.Registry{Wrap: cfg.WrapBackend}
+	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge}
 	if cfg.DB != nil {
 		backends.Budget = ratebudget.New(cfg.DB)
 	}
@@ -266,6 +269,9 @@ func (s *Server) Sweep(ctx context.Context) {
 		warn("release Host-minted reservations of deleted workers", err)
 	} else if n > 0 {
 		s.log.Info("released Host-minted reservations of deleted workers", "count", n)
+	}
+	if _, err := dbsqlc.New(s.cfg.DB).AttestationSettle(ctx); err != nil {
+		warn("close deletion attestations whose route propagation ended", err)
 	}
 	if n, err := dbsqlc.New(s.cfg.DB).PreparationSweepAll(ctx); err != nil {
 		warn("expire runtime inputs", err)

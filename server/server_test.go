@@ -90,6 +90,8 @@ type options struct {
 	keyCacheTTL time.Duration
 	hooks       runtimeinput.Hooks
 	wrap        func(backend.Mutator) backend.Mutator
+	// cloudflareEdge reaches a Cloudflare stand-in's edge (the wfp-managed Ready probe).
+	cloudflareEdge *http.Client
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -127,6 +129,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		SealingRing:       ring,
 		RuntimeInputHooks: o.hooks,
 		WrapBackend:       o.wrap,
+		CloudflareEdge:    o.cloudflareEdge,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

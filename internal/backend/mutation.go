@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -102,6 +104,18 @@ type Observation struct {
 	// Incident: the backend's continuity raised an incident (repeated restarts).
 	Incident        bool
 	IncidentMessage string
+	// AnyDeployment: the backend cannot tell this object's deployments apart (a workers.dev
+	// route is two flags on its script), so Present means it holds whichever the Host wrote last.
+	AnyDeployment bool
+	// Lingers, on an object that reads back absent: the backend's edge may still serve it for this
+	// long after this read (route propagation, KV caches; SPEC 8), so its deletion is certain only
+	// then. Zero: absence is certain at once.
+	Lingers time.Duration
+}
+
+// Holds reports whether the backend holds deployment, as far as it can tell.
+func (o Observation) Holds(deployment uuid.UUID) bool {
+	return o.Present && (o.AnyDeployment || o.DeploymentID == deployment)
 }
 
 // Mutator changes and observes native objects on one installation.
@@ -195,8 +209,11 @@ type Registry struct {
 	// Budget, when set, is the rate budget the Cloudflare packs take from (the Host's, in
 	// PostgreSQL).
 	Budget RateBudget
-	mu     sync.Mutex
-	made   map[string]Mutator
+	// EdgeClient reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
+	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
+	EdgeClient *http.Client
+	mu         sync.Mutex
+	made       map[string]Mutator
 }
 
 // Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
@@ -231,7 +248,7 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	}
 	var m Mutator
 	if inst.Pack == catalog.PackWorkersDev || inst.Pack == catalog.PackWFPManaged {
-		m = newCloudflareScripts(inst, r.Budget)
+		m = newCloudflareScripts(inst, r.Budget, r.EdgeClient)
 	} else {
 		m = newRuntimeNode(inst)
 	}

@@ -42,29 +42,29 @@ type cloudflareScripts struct {
 	inst   catalog.Installation
 	place  cloudflare.Place
 	budget RateBudget
+	// routes is the pack's endpoint half (cf_routes.go): the workers.dev route or the routing KV
+	// entry.
+	routes routeMutator
 
 	mu       sync.Mutex
 	services *cloudflare.Services
 }
 
-func newCloudflareScripts(inst catalog.Installation, budget RateBudget) *cloudflareScripts {
+func newCloudflareScripts(inst catalog.Installation, budget RateBudget, edge *http.Client) *cloudflareScripts {
 	c := &cloudflareScripts{inst: inst, budget: budget}
 	if inst.Pack == catalog.PackWFPManaged {
 		c.place = cloudflare.Namespace{AccountID: inst.AccountID, Name: inst.DispatchNamespace}
+		c.routes = newWFPRoutes(inst, c.api, c.call, c.classify, edge)
 	} else {
 		c.place = cloudflare.Account{ID: inst.AccountID}
+		c.routes = workersDevRoutes{inst: inst, api: c.api, call: c.call, classify: c.classify}
 	}
 	return c
 }
 
-// Supports reports the native kinds this pack mutates: workers only so far (its endpoints, the
-// workers.dev subdomain route or the routing KV entry, answer not_implemented).
+// Supports reports the native kinds this pack mutates: workers and their endpoints' routes.
 func (c *cloudflareScripts) Supports(kind string) bool {
-	switch kind {
-	case NativeWorker:
-		return true
-	}
-	return false
+	return kind == NativeWorker || kind == NativeRoute
 }
 
 // api builds the SDK services on first use, reading the token file (a regular 0600 file in a
@@ -229,29 +229,35 @@ func upload(d Desired, now *held) cloudflare.Upload {
 	return u
 }
 
-// Apply uploads a worker (its kind switch is where an endpoint's route is added as one case).
+// Apply uploads a worker's script, or makes an endpoint's route.
 func (c *cloudflareScripts) Apply(ctx context.Context, d Desired) (Observation, error) {
 	switch d.Kind {
 	case NativeWorker:
 		return c.applyScript(ctx, d)
+	case NativeRoute:
+		return c.routes.Apply(ctx, d)
 	}
 	return Observation{}, fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, d.Kind)
 }
 
-// Delete deletes a worker's script (compare-and-delete).
+// Delete deletes a worker's script or an endpoint's route (compare-and-delete).
 func (c *cloudflareScripts) Delete(ctx context.Context, d Desired) error {
 	switch d.Kind {
 	case NativeWorker:
 		return c.deleteScript(ctx, d)
+	case NativeRoute:
+		return c.routes.Delete(ctx, d)
 	}
 	return fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, d.Kind)
 }
 
-// Observe reads a worker's script back.
+// Observe reads a worker's script or an endpoint's route back.
 func (c *cloudflareScripts) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
 	switch kind {
 	case NativeWorker:
 		return c.observeScript(ctx, nativeName)
+	case NativeRoute:
+		return c.routes.Observe(ctx, kind, nativeName)
 	}
 	return Observation{}, fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, kind)
 }

@@ -180,9 +180,13 @@ func TestCloudflareErrorsMapToTheBackendsErrors(t *testing.T) {
 
 	_, err = f.mut.Apply(ctx, workerDesired(uuid.New(), "ep-0123", "x"))
 	require.NoError(t, err)
-	_, err = f.mut.Apply(ctx, backend.Desired{Kind: backend.NativeRoute, NativeName: "ep-0123.acme.workers.dev"})
-	require.ErrorIs(t, err, backend.ErrNotImplemented)
-	require.False(t, backend.Supports(f.mut, backend.NativeRoute))
+	// The endpoint half: the script's workers.dev route, read back enabled.
+	obs, err := f.mut.Apply(ctx, backend.Desired{Kind: backend.NativeRoute, NativeName: "ep-0123.acme.workers.dev", ScriptName: "ep-0123"})
+	require.NoError(t, err)
+	require.True(t, obs.Present && obs.Ready && obs.AnyDeployment, "%+v", obs)
+	_, err = f.mut.Apply(ctx, backend.Desired{Kind: backend.NativeRoute, NativeName: "ep-0123.elsewhere.workers.dev", ScriptName: "ep-0123"})
+	require.Error(t, err, "a hostname that is not the script's workers.dev name is refused")
+	require.True(t, backend.Supports(f.mut, backend.NativeRoute))
 	require.True(t, backend.Supports(f.mut, backend.NativeWorker))
 }
 
@@ -254,7 +258,7 @@ func TestWFPManagedUploadsIntoTheDispatchNamespaceAndNeverAmongTheAccountsScript
 	require.Equal(t, []string{"shop-prod-0123"}, f.standin.ScriptNames("tenants"))
 	require.NoError(t, f.mut.Delete(ctx, d))
 	require.Empty(t, f.standin.ScriptNames("tenants"))
-	require.False(t, backend.Supports(f.mut, backend.NativeRoute), "its endpoints are not built on this branch")
+	require.True(t, backend.Supports(f.mut, backend.NativeRoute), "one mutator serves its workers and their routes")
 }
 
 func TestWFPManagedRefusesAnAccountWithoutItsDispatchNamespaceAsPlacementDrift(t *testing.T) {

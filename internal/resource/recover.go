@@ -109,7 +109,7 @@ func observe(ctx context.Context, mut backend.Mutator, pl planned) (outcome, err
 	if err != nil {
 		return outcome{}, err
 	}
-	holds := obs.Present && obs.DeploymentID == pl.deployment
+	holds := obs.Holds(pl.deployment)
 	o := outcome{pl: pl, done: holds && obs.Admitted, present: holds, obs: obs}
 	if pl.action == "delete" {
 		o.done = !holds

@@ -177,7 +177,7 @@ func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 				unknown = true
 			}
 		}
-		holds := obs.Present && obs.DeploymentID == pl.deployment
+		holds := obs.Holds(pl.deployment)
 		o := outcome{pl: pl, present: holds, unknown: unknown, done: holds && obs.Admitted, obs: obs, err: err}
 		switch {
 		case o.done:
@@ -199,7 +199,7 @@ func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 		}
 		return outcome{pl: pl, present: true, err: callErr} // a delete is never assumed done
 	}
-	holds := obs.Present && obs.DeploymentID == pl.deployment
+	holds := obs.Holds(pl.deployment)
 	if holds && callErr == nil {
 		callErr = errors.New("the native object is still present after delete")
 	}
@@ -233,8 +233,23 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 		_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "failed", FromStatuses: []string{"pending"}})
 		return err
 	case o.done:
-		_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "deleted", FromStatuses: []string{"deleting", "active", "pending"}})
-		return err
+		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "deleted", FromStatuses: []string{"deleting", "active", "pending"}}); err != nil {
+			return err
+		}
+		return recordLingering(ctx, q, o)
+	}
+	return nil
+}
+
+// recordLingering persists, with the readback that found a route gone, how long the backend's
+// edge may still route it (SPEC 8): until then fence deployment_live holds, and the deletion
+// attestation, closed after it, stays open (migration 11).
+func recordLingering(ctx context.Context, q *dbsqlc.Queries, o outcome) error {
+	if !o.done || o.obs.Lingers <= 0 {
+		return nil
+	}
+	if err := q.DeploymentRoutedUntil(ctx, dbsqlc.DeploymentRoutedUntilParams{ID: o.pl.deployment, Seconds: o.obs.Lingers.Seconds()}); err != nil {
+		return fmt.Errorf("resource: record route propagation: %w", err)
 	}
 	return nil
 }

@@ -69,7 +69,7 @@ type Liveness struct {
 
 // serves reports whether live (when asked) says deployment serves now.
 func (l *Liveness) serves(deployment uuid.UUID) bool {
-	return l == nil || (l.Reachable && l.Obs.Present && l.Obs.DeploymentID == deployment && l.Obs.Ready)
+	return l == nil || (l.Reachable && l.Obs.Holds(deployment) && l.Obs.Ready)
 }
 
 // condition is why live keeps a resource from Ready (deployment is the one the Host admitted).
@@ -77,7 +77,7 @@ func (l *Liveness) condition(deployment uuid.UUID) (reason, message string) {
 	switch {
 	case !l.Reachable:
 		return "RuntimeUnreachable", "the backend could not be asked how the deployment runs"
-	case !l.Obs.Present || l.Obs.DeploymentID != deployment:
+	case !l.Obs.Holds(deployment):
 		return "RuntimePending", "the backend does not hold the current deployment yet"
 	case l.Obs.Reason != "":
 		return l.Obs.Reason, l.Obs.Message
@@ -672,8 +672,10 @@ func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, oper
 	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
 		return err
 	}
-	_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}})
-	return err
+	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
+		return err
+	}
+	return recordLingering(ctx, q, o)
 }
 
 // consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the

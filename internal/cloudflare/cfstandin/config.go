@@ -4,11 +4,19 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 )
 
 // ServiceHeader names, on the stand-in's internal listener, the script a service binding calls.
 const ServiceHeader = "Cfstandin-Service"
+
+// KVNamespaceHeader and DispatchNamespaceHeader name, on the internal listener, the KV namespace a
+// kv_namespace binding reads and the dispatch namespace a dispatch_namespace binding runs.
+const (
+	KVNamespaceHeader       = "Cfstandin-Kv-Namespace"
+	DispatchNamespaceHeader = "Cfstandin-Dispatch-Namespace"
+)
 
 // moduleKinds maps the content types Cloudflare accepts for module parts to workerd module kinds.
 var moduleKinds = map[string]string{
@@ -44,6 +52,20 @@ func renderConfig(v Version, serviceAddr string) (files map[string][]byte, env [
 			fmt.Fprintf(&services, "    (name = %s, external = (address = %s, http = (injectRequestHeaders = [(name = %s, value = %s)]))),\n",
 				workerd.Quote(service), workerd.Quote(serviceAddr), workerd.Quote(ServiceHeader), workerd.Quote(b.Service))
 			fmt.Fprintf(&bindings, "    (name = %s, service = %s),\n", workerd.Quote(b.Name), workerd.Quote(service))
+		case "kv_namespace":
+			// Reads at the edge's (possibly stale) view of the namespace, on the internal listener.
+			service := fmt.Sprintf("binding-%d", n)
+			fmt.Fprintf(&services, "    (name = %s, external = (address = %s, http = (injectRequestHeaders = [(name = %s, value = %s)]))),\n",
+				workerd.Quote(service), workerd.Quote(serviceAddr), workerd.Quote(KVNamespaceHeader), workerd.Quote(b.Namespace))
+			fmt.Fprintf(&bindings, "    (name = %s, kvNamespace = %s),\n", workerd.Quote(b.Name), workerd.Quote(service))
+		case "dispatch_namespace":
+			// workerd has none: the dispatch package's shim, over the namespace's scripts.
+			service := fmt.Sprintf("binding-%d", n)
+			fmt.Fprintf(&services, "    (name = %s, external = (address = %s, http = (injectRequestHeaders = [(name = %s, value = %s)]))),\n",
+				workerd.Quote(service), workerd.Quote(serviceAddr), workerd.Quote(DispatchNamespaceHeader), workerd.Quote(b.Namespace))
+			fmt.Fprintf(&bindings, "    (name = %s, wrapped = (moduleName = \"takoform-dispatch:shim\", innerBindings = [(name = \"NAMESPACE\", service = %s)])),\n",
+				workerd.Quote(b.Name), workerd.Quote(service))
+			files["shim.js"] = dispatch.Shim()
 		default:
 			return nil, nil, fmt.Errorf("binding type %q is not run by the stand-in", b.Type)
 		}
@@ -77,7 +99,11 @@ func renderConfig(v Version, serviceAddr string) (files map[string][]byte, env [
 	b.WriteString("  ],\n  sockets = [\n")
 	b.WriteString("    (name = \"http\", service = \"main\", http = ()),\n")
 	b.WriteString("    (name = \"probe\", service = \"probe\", http = ()),\n")
-	b.WriteString("  ],\n);\n\n")
+	b.WriteString("  ],\n")
+	if _, ok := files["shim.js"]; ok {
+		b.WriteString("  extensions = [(modules = [(name = \"takoform-dispatch:shim\", internal = true, esModule = embed \"shim.js\")])],\n")
+	}
+	b.WriteString(");\n\n")
 	b.WriteString("const main :Workerd.Worker = (\n  modules = [\n")
 	b.WriteString(modules.String())
 	b.WriteString("  ],\n")

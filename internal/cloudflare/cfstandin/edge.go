@@ -94,15 +94,38 @@ func (s *Server) serveRoutesKV(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(value)
 }
 
+// serveKVBinding answers an uploaded script's kv_namespace binding (workerd's KV protocol:
+// GET /<key>) from namespace ns as the edge sees it; the binding is read-only here.
+func (s *Server) serveKVBinding(w http.ResponseWriter, r *http.Request, ns string) {
+	key, err := url.PathUnescape(strings.TrimPrefix(r.URL.EscapedPath(), "/"))
+	if err != nil || r.Method != http.MethodGet {
+		http.Error(w, "KV bindings are read-only in the stand-in", http.StatusMethodNotAllowed)
+		return
+	}
+	s.mu.Lock()
+	value, ok := s.edgeKV(ns, key)
+	s.mu.Unlock()
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = w.Write(value)
+}
+
 // serveNamespace runs the script the dispatch worker's DISPATCHER stub names; an unknown one is
 // answered with the header the stub turns into "Worker not found".
 func (s *Server) serveNamespace(w http.ResponseWriter, r *http.Request) {
-	name := r.Header.Get(dispatch.ScriptHeader)
-	r.Header.Del(dispatch.ScriptHeader)
-	r.Header.Del(dispatch.CPUMsHeader)
 	s.mu.Lock()
 	ns := s.cfg.RoutingDispatchNamespace
 	s.mu.Unlock()
+	s.serveNamespaceOf(w, r, ns)
+}
+
+// serveNamespaceOf runs the script of dispatch namespace ns that the shim's stub names.
+func (s *Server) serveNamespaceOf(w http.ResponseWriter, r *http.Request, ns string) {
+	name := r.Header.Get(dispatch.ScriptHeader)
+	r.Header.Del(dispatch.ScriptHeader)
+	r.Header.Del(dispatch.CPUMsHeader)
 	sc, found := s.NamespaceScript(ns, name)
 	if name == "" || !found {
 		w.Header().Set(dispatch.UnknownHeader, "1")
@@ -115,6 +138,15 @@ func (s *Server) serveNamespace(w http.ResponseWriter, r *http.Request) {
 // serveService answers the internal listener that service bindings reach: the header names the
 // account script.
 func (s *Server) serveService(w http.ResponseWriter, r *http.Request) {
+	if ns := r.Header.Get(KVNamespaceHeader); ns != "" {
+		s.serveKVBinding(w, r, ns)
+		return
+	}
+	if ns := r.Header.Get(DispatchNamespaceHeader); ns != "" {
+		r.Header.Del(DispatchNamespaceHeader)
+		s.serveNamespaceOf(w, r, ns)
+		return
+	}
 	name := r.Header.Get(ServiceHeader)
 	r.Header.Del(ServiceHeader)
 	sc, ok := s.Script(name)

@@ -49,6 +49,9 @@ type wireBinding struct {
 	Environment string          `json:"environment,omitempty"`
 	OldName     string          `json:"old_name,omitempty"`
 	VersionID   string          `json:"version_id,omitempty"`
+	// NamespaceID names a kv_namespace binding's namespace; Namespace a dispatch_namespace's.
+	NamespaceID string `json:"namespace_id,omitempty"`
+	Namespace   string `json:"namespace,omitempty"`
 }
 
 // readback is the binding as Cloudflare shows it: secret values are never shown.
@@ -62,6 +65,10 @@ func (b Binding) readback() wireBinding {
 		out.JSON = b.JSON
 	case "service":
 		out.Service, out.Environment = b.Service, b.Environment
+	case "kv_namespace":
+		out.NamespaceID = b.Namespace
+	case "dispatch_namespace":
+		out.Namespace = b.Namespace
 	}
 	return out
 }
@@ -192,6 +199,16 @@ func buildVersion(meta uploadMetadata, modules []Module, prev *Version, strict b
 				return v, validation(fmt.Sprintf("Binding %q of type service needs a service.", wb.Name))
 			}
 			b.Service, b.Environment = wb.Service, wb.Environment
+		case "kv_namespace":
+			if wb.NamespaceID == "" {
+				return v, validation(fmt.Sprintf("Binding %q of type kv_namespace needs a namespace_id.", wb.Name))
+			}
+			b.Namespace = wb.NamespaceID
+		case "dispatch_namespace":
+			if wb.Namespace == "" {
+				return v, validation(fmt.Sprintf("Binding %q of type dispatch_namespace needs a namespace.", wb.Name))
+			}
+			b.Namespace = wb.Namespace
 		case "inherit":
 			from := wb.Name
 			if wb.OldName != "" {
@@ -211,7 +228,7 @@ func buildVersion(meta uploadMetadata, modules []Module, prev *Version, strict b
 			b = old
 			b.Name = wb.Name
 		default:
-			return v, validation(fmt.Sprintf("Binding %q has type %q, which the stand-in does not support (plain_text, secret_text, json, service, inherit).", wb.Name, wb.Type))
+			return v, validation(fmt.Sprintf("Binding %q has type %q, which the stand-in does not support (plain_text, secret_text, json, service, kv_namespace, dispatch_namespace, inherit).", wb.Name, wb.Type))
 		}
 		v.Bindings = append(v.Bindings, b)
 	}

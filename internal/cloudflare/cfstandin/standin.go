@@ -292,7 +292,8 @@ type Module struct {
 }
 
 // Binding is one binding of a script version. Text holds the value of plain_text and secret_text
-// bindings; JSON the value of a json binding; Service the target of a service binding.
+// bindings; JSON the value of a json binding; Service the target of a service binding; Namespace
+// the KV namespace id of a kv_namespace binding or the namespace of a dispatch_namespace one.
 type Binding struct {
 	Name        string
 	Type        string
@@ -300,6 +301,7 @@ type Binding struct {
 	JSON        json.RawMessage
 	Service     string
 	Environment string
+	Namespace   string
 }
 
 // Version is one uploaded version of a script.

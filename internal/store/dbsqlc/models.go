@@ -51,6 +51,7 @@ type DeletionAttestation struct {
 	OperationID    *uuid.UUID
 	OpenedAt       time.Time
 	ClosedAt       *time.Time
+	ClosesAt       *time.Time
 }
 
 type Deployment struct {
@@ -69,6 +70,7 @@ type Deployment struct {
 	UpdatedAt      time.Time
 	Seq            int64
 	RouteScript    *string
+	RoutedUntil    *time.Time
 }
 
 type DeploymentBrake struct {

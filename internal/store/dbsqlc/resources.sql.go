@@ -13,17 +13,30 @@ import (
 )
 
 const attestationClose = `-- name: AttestationClose :exec
-UPDATE deletion_attestations SET status = 'closed', closed_at = (SELECT db_now())
-WHERE uid = $1 AND status = 'open'
+WITH t AS (
+    SELECT (SELECT db_now()) AS now,
+           greatest((SELECT db_now()), (SELECT max(d.routed_until) FROM deployments d WHERE d.resource_uid = $1)) AS closes_at
+)
+UPDATE deletion_attestations a
+SET closes_at = CASE WHEN t.closes_at > t.now THEN t.closes_at END,
+    status = CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END,
+    closed_at = CASE WHEN t.closes_at > t.now THEN NULL ELSE t.now END
+FROM t
+WHERE a.uid = $1 AND a.status = 'open' AND a.closes_at IS NULL
 `
 
+// Absence is confirmed: the attestation closes now, or, when a deployment of the object is a
+// route the backend's edge may still serve (routed_until, SPEC 8), once that window has passed;
+// the time is persisted here and the attestation reads as open until then (attestation_open).
 func (q *Queries) AttestationClose(ctx context.Context, uid uuid.UUID) error {
 	_, err := q.db.Exec(ctx, attestationClose, uid)
 	return err
 }
 
 const attestationGet = `-- name: AttestationGet :one
-SELECT uid, resource_kind, status, operation_id, opened_at, closed_at
+SELECT uid, resource_kind,
+       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::text AS status,
+       operation_id, opened_at, closed_at, closes_at
 FROM deletion_attestations
 WHERE uid = $1 AND organization_id = $2
 `
@@ -40,8 +53,10 @@ type AttestationGetRow struct {
 	OperationID  *uuid.UUID
 	OpenedAt     time.Time
 	ClosedAt     *time.Time
+	ClosesAt     *time.Time
 }
 
+// The attestation as of now: one whose propagation window (closes_at) has passed reads closed.
 func (q *Queries) AttestationGet(ctx context.Context, arg AttestationGetParams) (AttestationGetRow, error) {
 	row := q.db.QueryRow(ctx, attestationGet, arg.UID, arg.OrganizationID)
 	var i AttestationGetRow
@@ -52,6 +67,7 @@ func (q *Queries) AttestationGet(ctx context.Context, arg AttestationGetParams) 
 		&i.OperationID,
 		&i.OpenedAt,
 		&i.ClosedAt,
+		&i.ClosesAt,
 	)
 	return i, err
 }
@@ -78,6 +94,22 @@ func (q *Queries) AttestationOpen(ctx context.Context, arg AttestationOpenParams
 		arg.OperationID,
 	)
 	return err
+}
+
+const attestationSettle = `-- name: AttestationSettle :execrows
+UPDATE deletion_attestations
+SET status = 'closed', closed_at = closes_at
+WHERE status = 'open' AND closes_at <= (SELECT db_now())
+`
+
+// Writes the status of attestations whose propagation window has passed (the janitor's; every
+// reader already takes them as closed).
+func (q *Queries) AttestationSettle(ctx context.Context) (int64, error) {
+	result, err := q.db.Exec(ctx, attestationSettle)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const brakeEngage = `-- name: BrakeEngage :exec
@@ -207,6 +239,24 @@ func (q *Queries) DeploymentInsert(ctx context.Context, arg DeploymentInsertPara
 	var seq int64
 	err := row.Scan(&seq)
 	return seq, err
+}
+
+const deploymentRoutedUntil = `-- name: DeploymentRoutedUntil :exec
+UPDATE deployments
+SET routed_until = greatest(routed_until, (SELECT db_now()) + make_interval(secs => $1::double precision))
+WHERE id = $2
+`
+
+type DeploymentRoutedUntilParams struct {
+	Seconds float64
+	ID      uuid.UUID
+}
+
+// A deleted route the backend's edge may still serve for `seconds` after the readback that found
+// it gone (SPEC 8): fence deployment_live holds until then.
+func (q *Queries) DeploymentRoutedUntil(ctx context.Context, arg DeploymentRoutedUntilParams) error {
+	_, err := q.db.Exec(ctx, deploymentRoutedUntil, arg.Seconds, arg.ID)
+	return err
 }
 
 const deploymentSetStatus = `-- name: DeploymentSetStatus :execrows

@@ -128,6 +128,13 @@ ORDER BY created_at, id;
 UPDATE deployments SET status = @status, updated_at = (SELECT db_now())
 WHERE id = @id AND status = ANY (@from_statuses::text[]);
 
+-- name: DeploymentRoutedUntil :exec
+-- A deleted route the backend's edge may still serve for `seconds` after the readback that found
+-- it gone (SPEC 8): fence deployment_live holds until then.
+UPDATE deployments
+SET routed_until = greatest(routed_until, (SELECT db_now()) + make_interval(secs => @seconds::double precision))
+WHERE id = @id;
+
 -- name: DeploymentSupersede :exec
 -- A newer generation replaced the native object in place: older deployments are gone.
 UPDATE deployments SET status = 'deleted', updated_at = (SELECT db_now())
@@ -175,11 +182,32 @@ ON CONFLICT (uid) DO UPDATE SET operation_id = excluded.operation_id
 WHERE deletion_attestations.status = 'open';
 
 -- name: AttestationClose :exec
-UPDATE deletion_attestations SET status = 'closed', closed_at = (SELECT db_now())
-WHERE uid = @uid AND status = 'open';
+-- Absence is confirmed: the attestation closes now, or, when a deployment of the object is a
+-- route the backend's edge may still serve (routed_until, SPEC 8), once that window has passed;
+-- the time is persisted here and the attestation reads as open until then (attestation_open).
+WITH t AS (
+    SELECT (SELECT db_now()) AS now,
+           greatest((SELECT db_now()), (SELECT max(d.routed_until) FROM deployments d WHERE d.resource_uid = @uid)) AS closes_at
+)
+UPDATE deletion_attestations a
+SET closes_at = CASE WHEN t.closes_at > t.now THEN t.closes_at END,
+    status = CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END,
+    closed_at = CASE WHEN t.closes_at > t.now THEN NULL ELSE t.now END
+FROM t
+WHERE a.uid = @uid AND a.status = 'open' AND a.closes_at IS NULL;
+
+-- name: AttestationSettle :execrows
+-- Writes the status of attestations whose propagation window has passed (the janitor's; every
+-- reader already takes them as closed).
+UPDATE deletion_attestations
+SET status = 'closed', closed_at = closes_at
+WHERE status = 'open' AND closes_at <= (SELECT db_now());
 
 -- name: AttestationGet :one
-SELECT uid, resource_kind, status, operation_id, opened_at, closed_at
+-- The attestation as of now: one whose propagation window (closes_at) has passed reads closed.
+SELECT uid, resource_kind,
+       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::text AS status,
+       operation_id, opened_at, closed_at, closes_at
 FROM deletion_attestations
 WHERE uid = @uid AND organization_id = @organization_id;
 

@@ -58,7 +58,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.output, "output", "text", "output format of admin commands: text or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(serveCommand(g), devCommand(g), migrateCommand(g), orgsCommand(g), keysCommand(g), brakeCommand(g))
-	root.AddCommand(runtimeCommand(g))
+	root.AddCommand(runtimeCommand(g), cloudflareCommand(g))
 	return root
 }
 
@@ -100,6 +100,9 @@ type serveOptions struct {
 	sealingKeyFile     string
 	tombstoneRetention time.Duration
 	janitorEvery       time.Duration
+	// cloudflareEdge, cloudflareEdgeCA: where the wfp-managed Ready probe reaches Cloudflare's
+	// edge instead of DNS (a stand-in's edge, for demos), and the CA its certificate is from.
+	cloudflareEdge, cloudflareEdgeCA string
 }
 
 func (o *serveOptions) flags(cmd *cobra.Command) {
@@ -108,6 +111,8 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
 		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with: takoserver keys init-sealing --out FILE)")
 	cmd.Flags().DurationVar(&o.tombstoneRetention, "tombstone-retention", 30*24*time.Hour, "how long ownership tombstones are kept (a late replay of a deleted object's request is refused while its tombstone lasts)")
+	cmd.Flags().StringVar(&o.cloudflareEdge, "cloudflare-edge", "", "send the wfp-managed Ready probe to this address instead of resolving the hostname (a Cloudflare stand-in's edge, for demos and tests)")
+	cmd.Flags().StringVar(&o.cloudflareEdgeCA, "cloudflare-edge-ca", "", "PEM file of the CA the --cloudflare-edge address's certificate is from")
 	cmd.Flags().DurationVar(&o.janitorEvery, "janitor-every", time.Minute, "how often the janitor recovers abandoned requests, collects orphans, releases Host-minted reservations of deleted workers and purges tombstones")
 }
 
@@ -173,7 +178,12 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 		ready(l.Addr().String())
 	}
 	// A Host keeps nothing on disk: its backends are APIs, its authority is PostgreSQL.
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, JanitorEvery: o.janitorEvery})
+	edge, err := cloudflareEdgeClient(o.cloudflareEdge, o.cloudflareEdgeCA)
+	if err != nil {
+		return err
+	}
+	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, JanitorEvery: o.janitorEvery,
+		CloudflareEdge: edge})
 	return srv.Serve(ctx, l)
 }
 

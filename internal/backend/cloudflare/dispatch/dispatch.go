@@ -24,6 +24,10 @@ var Source []byte
 //go:embed shim.js
 var shimSource []byte
 
+// Shim is the dispatch-namespace stand-in for workerd (the internal module
+// "takoform-dispatch:shim" of a wrapped binding whose inner binding NAMESPACE runs the scripts).
+func Shim() []byte { return append([]byte(nil), shimSource...) }
+
 // The dispatch worker's module and binding names.
 const (
 	MainModule = "worker.js"

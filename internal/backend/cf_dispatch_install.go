@@ -1,0 +1,149 @@
+package backend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"github.com/cloudflare/cloudflare-go/v6/workers"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+)
+
+// BindingDispatchSource names the digest of the dispatch worker's source on its script, so that
+// an install can tell an up-to-date dispatch worker without downloading its code.
+const BindingDispatchSource = "TAKOFORM_DISPATCH_SOURCE"
+
+// DispatchInstall is what InstallDispatch found and did.
+type DispatchInstall struct {
+	Installation string
+	AccountID    string
+	Script       string
+	// Action is "created", "updated" or "unchanged".
+	Action            string
+	DispatchNamespace string
+	RoutingKV         string
+	CacheTTLSeconds   int
+}
+
+// dispatchSourceDigest is the digest the dispatch worker's script carries.
+func dispatchSourceDigest() string {
+	sum := sha256.Sum256(dispatch.Source)
+	return hex.EncodeToString(sum[:16])
+}
+
+// InstallDispatch uploads the product's dispatch worker (package dispatch) to a wfp-managed
+// installation's account as its dispatchWorkerName, bound to the routing KV namespace (ROUTES)
+// and the dispatch namespace (DISPATCHER), or leaves it when it already runs this source with
+// these bindings (SPEC 8; `takoserver cloudflare install-dispatch`). It never overwrites a tenant's
+// script, and what it returns or fails with names the installation, never the token.
+func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchInstall, error) {
+	out := DispatchInstall{Installation: inst.Name, AccountID: inst.AccountID, Script: inst.DispatchWorkerName,
+		DispatchNamespace: inst.DispatchNamespace, RoutingKV: inst.RoutingKVNamespaceID, CacheTTLSeconds: dispatch.MinCacheTTL}
+	if inst.Pack != catalog.PackWFPManaged {
+		return out, fmt.Errorf("installation %s is a %s installation: only wfp-managed ones have a dispatch worker", inst.Name, inst.Pack)
+	}
+	if inst.DispatchWorkerName == "" || inst.DispatchNamespace == "" || inst.RoutingKVNamespaceID == "" {
+		return out, fmt.Errorf("installation %s needs dispatchWorkerName, dispatchNamespace and routingKvNamespaceId", inst.Name)
+	}
+	// The dispatch worker caches routing lookups for cacheTtl, which the Host's propagation wait
+	// must cover, or a deleted route could be served after the Host counts it gone.
+	if inst.Propagation().Seconds() < float64(out.CacheTTLSeconds) {
+		return out, fmt.Errorf("installation %s: routePropagationSeconds (%.0f) is shorter than the dispatch worker's routing cache (%d s); raise it",
+			inst.Name, inst.Propagation().Seconds(), out.CacheTTLSeconds)
+	}
+	// The pack's own services: built from the token file, and the dispatch namespace checked.
+	c := newCloudflareScripts(inst, nil, nil)
+	sdk, err := c.api(ctx)
+	if err != nil {
+		return out, err
+	}
+	classify := c.classify
+	digest := dispatchSourceDigest()
+	cacheTTL := strconv.Itoa(out.CacheTTLSeconds)
+
+	now, err := readDispatch(ctx, sdk, inst, classify)
+	if err != nil {
+		return out, err
+	}
+	switch {
+	case now == nil:
+		out.Action = "created"
+	case now.workerUID:
+		return out, fmt.Errorf("installation %s: account script %s is a tenant's worker; choose another dispatchWorkerName", inst.Name, inst.DispatchWorkerName)
+	case now.routes == inst.RoutingKVNamespaceID && now.dispatcher == inst.DispatchNamespace && now.cacheTTL == cacheTTL && now.source == digest:
+		out.Action = "unchanged"
+		return out, nil
+	default:
+		out.Action = "updated"
+	}
+
+	u := cloudflare.Upload{
+		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
+		Modules:   []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		PlainText: map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest},
+	}
+	p := u.ScriptParams(inst.AccountID)
+	var routes workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
+	routes.Name.Value, routes.Name.Present = dispatch.RoutesBinding, true
+	routes.NamespaceID.Value, routes.NamespaceID.Present = inst.RoutingKVNamespaceID, true
+	routes.Type.Value, routes.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespaceTypeKVNamespace, true
+	var dispatcher workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespace
+	dispatcher.Name.Value, dispatcher.Name.Present = dispatch.DispatcherBinding, true
+	dispatcher.Namespace.Value, dispatcher.Namespace.Present = inst.DispatchNamespace, true
+	dispatcher.Type.Value, dispatcher.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespaceTypeDispatchNamespace, true
+	m := &p.Metadata.Value
+	m.Bindings.Value = append(m.Bindings.Value, routes, dispatcher)
+	// The upload is the same whole script every time, so a retry after a lost answer is harmless;
+	// the readback below says what Cloudflare holds either way.
+	_, upErr := sdk.Scripts.Update(ctx, inst.DispatchWorkerName, p)
+	now, err = readDispatch(ctx, sdk, inst, classify)
+	if err != nil {
+		return out, err
+	}
+	if now == nil || now.routes != inst.RoutingKVNamespaceID || now.dispatcher != inst.DispatchNamespace || now.source != digest {
+		if upErr != nil {
+			return out, classify(upErr)
+		}
+		return out, fmt.Errorf("installation %s: the dispatch worker %s does not read back as uploaded", inst.Name, inst.DispatchWorkerName)
+	}
+	return out, nil
+}
+
+// installedDispatch is what the dispatch worker's script holds, from its settings readback.
+type installedDispatch struct {
+	routes, dispatcher, cacheTTL, source string
+	workerUID                            bool
+}
+
+func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.Installation, classify func(error) error) (*installedDispatch, error) {
+	var p workers.ScriptScriptAndVersionSettingGetParams
+	p.AccountID.Value, p.AccountID.Present = inst.AccountID, true
+	settings, err := sdk.Scripts.ScriptAndVersionSettings.Get(ctx, inst.DispatchWorkerName, p)
+	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := &installedDispatch{}
+	for _, b := range settings.Bindings {
+		switch {
+		case b.Name == dispatch.RoutesBinding && b.Type == "kv_namespace":
+			out.routes = b.NamespaceID
+		case b.Name == dispatch.DispatcherBinding && b.Type == "dispatch_namespace":
+			out.dispatcher = b.Namespace
+		case b.Name == dispatch.CacheTTLBinding && b.Type == "plain_text":
+			out.cacheTTL = b.Text
+		case b.Name == BindingDispatchSource && b.Type == "plain_text":
+			out.source = b.Text
+		case b.Name == BindingWorkerUID:
+			out.workerUID = true
+		}
+	}
+	return out, nil
+}

@@ -97,6 +97,14 @@ type WorkerSpec struct {
 	Vars                  map[string]string `json:"vars,omitempty"`
 	JSONVars              map[string]string `json:"jsonVars,omitempty"`
 	CompatibilityFlags    []string          `json:"compatibilityFlags,omitempty"`
+	ServiceBindings       map[string]string `json:"serviceBindings,omitempty"`
+	Limits                *WorkerLimits     `json:"limits,omitempty"`
+}
+
+// WorkerLimits is a worker's own bounds (schema WorkerLimits); 0 is the offering's ceiling.
+type WorkerLimits struct {
+	CPUMs    int64 `json:"cpuMs,omitempty"`
+	MemoryMB int64 `json:"memoryMb,omitempty"`
 }
 
 // Condition is one entry of conditions (schema Condition).
@@ -131,6 +139,8 @@ type Worker struct {
 	Vars                  map[string]string `json:"vars"`
 	JSONVars              map[string]string `json:"jsonVars"`
 	CompatibilityFlags    []string          `json:"compatibilityFlags"`
+	ServiceBindings       map[string]string `json:"serviceBindings"`
+	Limits                *WorkerLimits     `json:"limits"`
 	RequiredSensitiveVars []string          `json:"requiredSensitiveVars"`
 	OfferingID            string            `json:"offeringId"`
 }

@@ -146,7 +146,9 @@ func TestABindingPutWaitsForTheCalleesDeleteAndNeverBothSucceed(t *testing.T) {
 		require.Equal(t, http.StatusCreated, c.status, "body: %s", c.body)
 		uid := c.json(t)["uid"].(string)
 		put := make(chan reply, 1)
-		go func() { put <- h.tryPutWorker("prod", "caller-"+name, "token-caller-"+name+"-001", callerBody("AUTH", uid)) }()
+		go func() {
+			put <- h.tryPutWorker("prod", "caller-"+name, "token-caller-"+name+"-001", callerBody("AUTH", uid))
+		}()
 		del, err := h.try(req{method: http.MethodDelete, path: "/v1/spaces/prod/workers/" + name, key: h.key, token: "token-worker-" + name + "-0001"})
 		require.NoError(t, err)
 		p := <-put

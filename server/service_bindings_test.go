@@ -156,3 +156,29 @@ func TestABindingPutWaitsForTheCalleesDeleteAndNeverBothSucceed(t *testing.T) {
 		require.True(t, del.status == http.StatusOK || p.status == http.StatusCreated, "round %d: one of them succeeds: %s / %s", round, del.body, p.body)
 	}
 }
+
+// A worker's limits stay within its offering's ceilings, which discovery shows (SPEC 3.6).
+func TestLimitsAboveTheOfferingsCeilingsAreRefusedAndDiscoveryShowsThem(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	offerings := h.get("/v1/offerings").json(t)["offerings"].([]any)
+	var ceilings map[string]any
+	for _, o := range offerings {
+		if o := o.(map[string]any); o["kind"] == "module-worker" {
+			ceilings = o["ceilings"].(map[string]any)
+		}
+	}
+	require.Equal(t, map[string]any{"cpuMs": float64(30000), "memoryMb": float64(256)}, ceilings)
+
+	for _, limits := range []map[string]any{{"cpuMs": 30001}, {"memoryMb": 257}, {"cpuMs": -1}} {
+		body := workerBody()
+		body["limits"] = limits
+		p := h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+		require.Contains(t, p["detail"], "limits")
+	}
+	body := workerBody()
+	body["limits"] = map[string]any{"cpuMs": 100, "memoryMb": 64}
+	r := h.putWorker("prod", "api", workerToken, body)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.Equal(t, map[string]any{"cpuMs": float64(100), "memoryMb": float64(64)}, r.json(t)["limits"])
+}

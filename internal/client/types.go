@@ -20,6 +20,15 @@ type Offering struct {
 	Pack         string `json:"pack"`
 	Installation string `json:"installation"`
 	Digest       string `json:"digest"`
+	// Ceilings bound a module-worker's limits (nil on other kinds).
+	Ceilings *OfferingCeilings `json:"ceilings,omitempty"`
+}
+
+// OfferingCeilings is an offering's ceilings (schema Offering.ceilings).
+type OfferingCeilings struct {
+	CPUMs       int64 `json:"cpuMs"`
+	MemoryMB    int64 `json:"memoryMb"`
+	FixedMemory bool  `json:"fixedMemory"`
 }
 
 // ObjectRef is a {uid, revision} pair (schema ObjectRef).

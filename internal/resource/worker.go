@@ -57,6 +57,9 @@ type Worker struct {
 	Placement Placement
 	// Live is how its backend runs it now, when a read asked (nil: not asked).
 	Live *Liveness
+	// calleeScripts are its service bindings' callee script names, as the put that locked them
+	// found them (only a put plans a deployment).
+	calleeScripts map[string]string
 }
 
 // Liveness is a backend's own report on a resource's current deployment, read without a
@@ -375,7 +378,7 @@ func (w Worker) desired(org auth.Organization) backend.Desired {
 	return backend.Desired{
 		Kind: backend.NativeWorker, NativeName: w.ScriptName, ResourceUID: w.UID,
 		Labels:      backend.Labels{Organization: org.Name, Space: w.Space, Worker: w.Name},
-		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings},
+		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings, ServiceScripts: w.calleeScripts},
 		SecretNames: w.RequiredSensitiveVars,
 	}
 }
@@ -408,6 +411,9 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	offering, inst, err := s.selectOffering(org, catalog.KindWorker, spec.OfferingID)
 	if err != nil {
 		return ownership.Response{}, err
+	}
+	if err := offering.Ceilings().Check(spec.Settings.Limits); err != nil {
+		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "%v", err)
 	}
 	placement := offering.Placement()
 	mut, err := s.mutator(placement)
@@ -539,10 +545,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
 				return err
 			}
-			if err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings); err != nil {
+			scripts, err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings)
+			if err != nil {
 				return err
 			}
-			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement}
+			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, calleeScripts: scripts}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, "creating", m.Operation
@@ -580,13 +587,14 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			return err
 		}
 		// The caller's row and its callees' rows, in UID order, before anything else is locked.
-		if err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings); err != nil {
+		scripts, err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings)
+		if err != nil {
 			return err
 		}
-		var err error
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
+		w.calleeScripts = scripts
 		if err := m.CheckRevision(w.Revision); err != nil {
 			return err
 		}
@@ -617,6 +625,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 				return err
 			}
+			w.calleeScripts = scripts
 		}
 		if changed || w.DeploymentStatus != "active" {
 			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
@@ -821,9 +830,11 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 // is not found, and the answer says nothing more), not being deleted, on the caller's
 // installation (SPEC 3.6). The locks hold until the transaction ends, so a callee's delete either
 // sees the caller's binding or waits and the binding finds it deleting.
-func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uuid.UUID, installation string, bindings map[string]string) error {
+//
+// It returns each binding's callee script name (what a Cloudflare service binding names).
+func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uuid.UUID, installation string, bindings map[string]string) (map[string]string, error) {
 	if len(bindings) == 0 {
-		return nil
+		return nil, nil
 	}
 	uids := make([]uuid.UUID, 0, len(bindings)+1)
 	if caller != nil {
@@ -833,35 +844,38 @@ func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uui
 	for name, v := range bindings {
 		u, err := uuid.Parse(v)
 		if err != nil {
-			return apierr.New(apierr.InvalidRequest, "serviceBindings %s must be a worker UID", name)
+			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s must be a worker UID", name)
 		}
 		callee[name] = u
 		uids = append(uids, u)
 	}
 	rows, err := q.WorkersLockForBinding(ctx, dbsqlc.WorkersLockForBindingParams{OrganizationID: org, Uids: uids})
 	if err != nil {
-		return fmt.Errorf("resource: lock callees: %w", err)
+		return nil, fmt.Errorf("resource: lock callees: %w", err)
 	}
 	found := make(map[uuid.UUID]dbsqlc.WorkersLockForBindingRow, len(rows))
 	for _, r := range rows {
 		found[r.UID] = r
 	}
+	scripts := make(map[string]string, len(callee))
 	for _, name := range slices.Sorted(maps.Keys(callee)) {
 		u := callee[name]
+		r, ok := found[u]
 		if caller != nil && u == *caller {
+			scripts[name] = r.ScriptName
 			continue // a worker may call itself
 		}
-		r, ok := found[u]
 		switch {
 		case !ok || !r.Present || r.Status == "deleted":
-			return apierr.New(apierr.NotFound, "serviceBindings %s: no worker %s", name, u)
+			return nil, apierr.New(apierr.NotFound, "serviceBindings %s: no worker %s", name, u)
 		case r.Status == "deleting":
-			return apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
+			return nil, apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
 		case r.Installation != installation:
-			return apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)
+			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)
 		}
+		scripts[name] = r.ScriptName
 	}
-	return nil
+	return scripts, nil
 }
 
 // saveBindings writes a caller's bindings into the index its callees' deletes read.

@@ -67,7 +67,7 @@ func (q *Queries) WorkerCallers(ctx context.Context, calleeUid uuid.UUID) ([]str
 }
 
 const workersLockForBinding = `-- name: WorkersLockForBinding :many
-SELECT w.uid, w.installation, w.status, resource_present(w.status, o.status)::boolean AS present
+SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = $1 AND w.uid = ANY($2::uuid[])
@@ -83,6 +83,7 @@ type WorkersLockForBindingParams struct {
 type WorkersLockForBindingRow struct {
 	UID          uuid.UUID
 	Installation string
+	ScriptName   string
 	Status       string
 	Present      bool
 }
@@ -104,6 +105,7 @@ func (q *Queries) WorkersLockForBinding(ctx context.Context, arg WorkersLockForB
 		if err := rows.Scan(
 			&i.UID,
 			&i.Installation,
+			&i.ScriptName,
 			&i.Status,
 			&i.Present,
 		); err != nil {

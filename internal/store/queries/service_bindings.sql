@@ -4,7 +4,7 @@
 -- deadlock, and a delete of a callee (which locks that one row) waits for the put or the put for
 -- it (SPEC 3.6: a worker that a live worker binds to refuses deletion). Only the organization's
 -- workers: another organization's UID is not found.
-SELECT w.uid, w.installation, w.status, resource_present(w.status, o.status)::boolean AS present
+SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[])

@@ -121,3 +121,41 @@ func TestAWorkersCPUMsLimitEndsItsRequestWith504(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "body: %s", body)
 	require.Equal(t, "done", body)
 }
+
+// growSource allocates (and touches) 96 MiB on /grow.
+const growSource = `const kept = [];
+export default {
+  async fetch(req) {
+    if (new URL(req.url).pathname !== "/grow") return new Response("small");
+    for (let i = 0; i < 6; i++) kept.push(new Uint8Array(16 << 20).fill(1));
+    return new Response("allocated 96 MiB");
+  }
+};`
+
+// A worker's limits.memoryMb is its incarnation's cgroup ceiling: 96 MiB kill it at 64, and
+// fit once the limit is 200 (a new incarnation, the node's 256 MiB still above it).
+func TestAWorkersMemoryLimitIsItsIncarnationsCeiling(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	put := func(generation int64, mb int64) {
+		p := f.scriptPut(calleeUID, generation, "grow")
+		p.Labels.Organization = "grower"
+		p.Modules = map[string]string{"main.js": growSource}
+		p.Settings = workerconf.Settings{Limits: &workerconf.Limits{MemoryMB: mb}}
+		_, err := f.client.PutScript(f.ctx, "grow", p)
+		require.NoError(t, err)
+		f.waitStatus("grow Ready", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Generation == generation }, "grow")
+	}
+	put(1, 64)
+	f.route("grow.test", "grow", "ep-grow")
+	f.answers("grow.test", "small")
+	code, body, _ := f.h.Get(t, "grow.test", "/grow")
+	require.GreaterOrEqual(t, code, 500, "96 MiB do not fit in 64: %d %s", code, body)
+	require.Eventually(t, func() bool { return strings.Contains(f.h.Logs.String(), "killed at its memory ceiling (64 MiB)") }, 10*time.Second, 50*time.Millisecond)
+
+	put(2, 200)
+	f.answers("grow.test", "small")
+	code, body, _ = f.h.Get(t, "grow.test", "/grow")
+	require.Equal(t, http.StatusOK, code, "body: %s", body)
+	require.Equal(t, "allocated 96 MiB", body)
+}

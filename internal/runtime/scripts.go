@@ -78,11 +78,17 @@ func identity(s *state.Script, deny []string) (desiredIdentity, error) {
 		modules[k] = v
 	}
 	bundle := sha256.Sum256(canonjson.Marshal(canonjson.Object{{Key: "mainModule", Value: s.MainModule}, {Key: "modules", Value: modules}}))
-	config := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+	configFields := canonjson.Object{
 		{Key: "script", Value: s.Name},
 		{Key: "config", Value: string(files[supervisor.ConfigFile])},
 		{Key: "secretsMac", Value: valuesMAC},
-	}))
+	}
+	if mb := s.Settings.LimitsOrZero().MemoryMB; mb > 0 {
+		// A memory ceiling is the process's cgroup: another one is another incarnation. Only a
+		// script with one digests it, so that every other keeps its identity.
+		configFields = append(configFields, canonjson.Field{Key: "memoryMb", Value: mb})
+	}
+	config := sha256.Sum256(canonjson.Marshal(configFields))
 	id := sha256.Sum256(canonjson.Marshal(canonjson.Object{
 		{Key: "format", Value: "takoform.runtime-incarnation.v1"},
 		{Key: "bundle", Value: hex.EncodeToString(bundle[:])},
@@ -287,9 +293,10 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 		ID: want.id, Script: s.Name,
 		Dir:   filepath.Join(n.store.IncarnationsDir(), s.Name+"-"+want.id[4:16]+"-"+hex.EncodeToString(suffix)),
 		Files: want.config, Env: env, Scrub: scrub, UID: uid, Lines: n.lineBudget(labels.Organization), Log: n.logRingLocked(s.WorkerUID),
-		Admitted: s.Admitted == want.id,
-		Braked:   func() bool { return n.braked(labels) },
-		Bindings: slices.Sorted(maps.Keys(s.Settings.ServiceBindings)),
+		Admitted:    s.Admitted == want.id,
+		Braked:      func() bool { return n.braked(labels) },
+		Bindings:    slices.Sorted(maps.Keys(s.Settings.ServiceBindings)),
+		MemoryBytes: s.Settings.LimitsOrZero().MemoryMB << 20,
 	}, n.sup)
 	if err != nil {
 		return nil, err

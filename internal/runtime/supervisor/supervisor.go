@@ -160,6 +160,8 @@ type Spec struct {
 	Admitted bool
 	// Braked reports whether the lifecycle brake holds this incarnation's restarts.
 	Braked func() bool
+	// MemoryBytes is its memory ceiling in the sandbox (0: the node's).
+	MemoryBytes int64
 	// Bindings are the names of its service bindings: each gets a loopback address of its own,
 	// the external service workerd.BindingService(name) of its config.
 	Bindings []string

@@ -631,6 +631,9 @@ func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		if client.IsCode(err, "worker_has_endpoints") {
 			err = fmt.Errorf("%s\n\nDestroy the takoform_worker_endpoint resources on this worker first (a configuration that passes the worker's id as their worker_id orders this by itself)", describe(err))
 		}
+		if client.IsCode(err, "worker_has_callers") {
+			err = fmt.Errorf("%s\n\nDestroy the workers that bind to this one first, or remove their service_bindings to it (a configuration that binds with this worker's id orders this by itself)", describe(err))
+		}
 		addError(&resp.Diagnostics, "Unable to delete worker", err)
 	}
 }

@@ -154,6 +154,8 @@ resource "takoform_worker" "w" {
   limits             = %s
 }
 
+data "takoform_offerings" "all" {}
+
 resource "takoform_worker_endpoint" "e" {
   space     = "lim"
   name      = "slow"
@@ -175,7 +177,12 @@ resource "takoform_worker_endpoint" "e" {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories,
 		Steps: []resource.TestStep{
-			{Config: cfg(`{ cpu_ms = 300, memory_mb = 128 }`), Check: answers(http.StatusGatewayTimeout)},
+			{
+				Config: cfg(`{ cpu_ms = 300, memory_mb = 128 }`),
+				Check: resource.ComposeAggregateTestCheckFunc(answers(http.StatusGatewayTimeout),
+					resource.TestCheckTypeSetElemNestedAttrs("data.takoform_offerings.all", "offerings.*",
+						map[string]string{"id": "selfhost-module-worker", "max_cpu_ms": "30000", "max_memory_mb": "256"})),
+			},
 			{
 				Config: cfg(`{ cpu_ms = 10000, memory_mb = 128 }`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{

@@ -182,3 +182,76 @@ func TestLimitsAboveTheOfferingsCeilingsAreRefusedAndDiscoveryShowsThem(t *testi
 	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 	require.Equal(t, map[string]any{"cpuMs": float64(100), "memoryMb": float64(64)}, r.json(t)["limits"])
 }
+
+// Two workers that come to bind to each other at the same moment both succeed: every put locks
+// the caller and its callees in UID order, so neither waits for a lock the other holds while
+// holding one it wants (without the order PostgreSQL ends one of them as a deadlock).
+func TestTwoWorkersBindingToEachOtherAtOnceBothSucceed(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	for round := range 4 {
+		a, b := "ping-"+string(rune('a'+round)), "pong-"+string(rune('a'+round))
+		ra := h.putWorker("prod", a, "token-"+a+"-000000001", workerBody())
+		rb := h.putWorker("prod", b, "token-"+b+"-000000001", workerBody())
+		require.Equal(t, http.StatusCreated, ra.status, "body: %s", ra.body)
+		require.Equal(t, http.StatusCreated, rb.status, "body: %s", rb.body)
+		uidA, uidB := ra.json(t)["uid"].(string), rb.json(t)["uid"].(string)
+		done := make(chan reply, 2)
+		go func() { done <- h.tryPutWorker("prod", a, "token-"+a+"-000000001", callerBody("PEER", uidB)) }()
+		go func() { done <- h.tryPutWorker("prod", b, "token-"+b+"-000000001", callerBody("PEER", uidA)) }()
+		for range 2 {
+			r := <-done
+			require.Equal(t, http.StatusOK, r.status, "round %d: body: %s", round, r.body)
+		}
+	}
+	require.NotContains(t, h.logs.String(), "deadlock")
+}
+
+// The order itself: a put waiting for one worker's lock holds the locks of the workers below it
+// in UID order and none above it.
+func TestABindingPutLocksTheCallerAndCalleesInUIDOrder(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	r1 := h.putWorker("prod", "one", "token-worker-one-000001", workerBody())
+	r2 := h.putWorker("prod", "two", "token-worker-two-000001", workerBody())
+	require.Equal(t, http.StatusCreated, r1.status, "body: %s", r1.body)
+	require.Equal(t, http.StatusCreated, r2.status, "body: %s", r2.body)
+	type w struct{ name, token, uid string }
+	low, high := w{"one", "token-worker-one-000001", r1.json(t)["uid"].(string)}, w{"two", "token-worker-two-000001", r2.json(t)["uid"].(string)}
+	if low.uid > high.uid {
+		low, high = high, low
+	}
+	ctx := context.Background()
+	lockedElsewhere := func(uid string) bool {
+		tx, err := h.db.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback(ctx) }()
+		_, err = tx.Exec(ctx, `SELECT 1 FROM workers WHERE uid = $1 FOR UPDATE NOWAIT`, uid)
+		return err != nil
+	}
+	for _, c := range []struct {
+		held, caller w
+		callerLocked bool
+	}{
+		{held: high, caller: low, callerLocked: true},  // low, then high: waits holding low
+		{held: low, caller: high, callerLocked: false}, // low first: waits holding nothing
+	} {
+		tx, err := h.db.Begin(ctx)
+		require.NoError(t, err)
+		// A failure below must not leave the put waiting for ever.
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		_, err = tx.Exec(ctx, `SELECT 1 FROM workers WHERE uid = $1 FOR UPDATE`, c.held.uid)
+		require.NoError(t, err)
+		done := make(chan reply, 1)
+		go func() { done <- h.tryPutWorker("prod", c.caller.name, c.caller.token, callerBody("PEER", c.held.uid)) }()
+		require.Eventually(t, func() bool {
+			var waiting int
+			require.NoError(t, h.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF w%'`).Scan(&waiting))
+			return waiting > 0
+		}, 10*time.Second, 20*time.Millisecond, "the put waits for the held worker")
+		require.Equal(t, c.callerLocked, lockedElsewhere(c.caller.uid), "caller %s while it waits for %s", c.caller.name, c.held.name)
+		require.NoError(t, tx.Rollback(ctx))
+		r := <-done
+		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	}
+}

@@ -849,11 +849,14 @@ func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uui
 		callee[name] = u
 		uids = append(uids, u)
 	}
-	rows, err := q.WorkersLockForBinding(ctx, dbsqlc.WorkersLockForBindingParams{OrganizationID: org, Uids: uids})
-	if err != nil {
+	if err := q.WorkersLockForBinding(ctx, dbsqlc.WorkersLockForBindingParams{OrganizationID: org, Uids: uids}); err != nil {
 		return nil, fmt.Errorf("resource: lock callees: %w", err)
 	}
-	found := make(map[uuid.UUID]dbsqlc.WorkersLockForBindingRow, len(rows))
+	rows, err := q.WorkersForBinding(ctx, dbsqlc.WorkersForBindingParams{OrganizationID: org, Uids: uids})
+	if err != nil {
+		return nil, fmt.Errorf("resource: read callees: %w", err)
+	}
+	found := make(map[uuid.UUID]dbsqlc.WorkersForBindingRow, len(rows))
 	for _, r := range rows {
 		found[r.UID] = r
 	}

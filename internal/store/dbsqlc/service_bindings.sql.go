@@ -66,21 +66,19 @@ func (q *Queries) WorkerCallers(ctx context.Context, calleeUid uuid.UUID) ([]str
 	return items, nil
 }
 
-const workersLockForBinding = `-- name: WorkersLockForBinding :many
+const workersForBinding = `-- name: WorkersForBinding :many
 SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = $1 AND w.uid = ANY($2::uuid[])
-ORDER BY w.uid
-FOR UPDATE OF w
 `
 
-type WorkersLockForBindingParams struct {
+type WorkersForBindingParams struct {
 	OrganizationID string
 	Uids           []uuid.UUID
 }
 
-type WorkersLockForBindingRow struct {
+type WorkersForBindingRow struct {
 	UID          uuid.UUID
 	Installation string
 	ScriptName   string
@@ -88,20 +86,17 @@ type WorkersLockForBindingRow struct {
 	Present      bool
 }
 
-// The workers a caller's put binds to (and the caller itself, on an update), locked in UID order:
-// every put takes its locks in the same order, so two callers binding to each other never
-// deadlock, and a delete of a callee (which locks that one row) waits for the put or the put for
-// it (SPEC 3.6: a worker that a live worker binds to refuses deletion). Only the organization's
-// workers: another organization's UID is not found.
-func (q *Queries) WorkersLockForBinding(ctx context.Context, arg WorkersLockForBindingParams) ([]WorkersLockForBindingRow, error) {
-	rows, err := q.db.Query(ctx, workersLockForBinding, arg.OrganizationID, arg.Uids)
+// The locked workers, as they stand. Only the organization's: another organization's UID is not
+// found.
+func (q *Queries) WorkersForBinding(ctx context.Context, arg WorkersForBindingParams) ([]WorkersForBindingRow, error) {
+	rows, err := q.db.Query(ctx, workersForBinding, arg.OrganizationID, arg.Uids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WorkersLockForBindingRow
+	var items []WorkersForBindingRow
 	for rows.Next() {
-		var i WorkersLockForBindingRow
+		var i WorkersForBindingRow
 		if err := rows.Scan(
 			&i.UID,
 			&i.Installation,
@@ -117,4 +112,30 @@ func (q *Queries) WorkersLockForBinding(ctx context.Context, arg WorkersLockForB
 		return nil, err
 	}
 	return items, nil
+}
+
+const workersLockForBinding = `-- name: WorkersLockForBinding :exec
+SELECT 1 FROM (
+    SELECT w.uid FROM workers w
+    WHERE w.organization_id = $1 AND w.uid = ANY($2::uuid[])
+    ORDER BY w.uid
+    FOR UPDATE OF w
+) locked
+`
+
+type WorkersLockForBindingParams struct {
+	OrganizationID string
+	Uids           []uuid.UUID
+}
+
+// The workers a caller's put binds to (and the caller itself, on an update), locked in UID order:
+// every put takes its locks in the same order, so two callers binding to each other never
+// deadlock, and a delete of a callee (which locks that one row) waits for the put or the put for
+// it (SPEC 3.6: a worker that a live worker binds to refuses deletion). The rows alone: a join
+// here would be re-checked against the old operation row when a concurrent put had moved the
+// worker to a new one, and the worker would vanish from the answer; WorkersForBinding reads them
+// next, under the locks, with a snapshot taken after them.
+func (q *Queries) WorkersLockForBinding(ctx context.Context, arg WorkersLockForBindingParams) error {
+	_, err := q.db.Exec(ctx, workersLockForBinding, arg.OrganizationID, arg.Uids)
+	return err
 }

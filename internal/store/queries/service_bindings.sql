@@ -1,15 +1,25 @@
--- name: WorkersLockForBinding :many
+-- name: WorkersLockForBinding :exec
 -- The workers a caller's put binds to (and the caller itself, on an update), locked in UID order:
 -- every put takes its locks in the same order, so two callers binding to each other never
 -- deadlock, and a delete of a callee (which locks that one row) waits for the put or the put for
--- it (SPEC 3.6: a worker that a live worker binds to refuses deletion). Only the organization's
--- workers: another organization's UID is not found.
+-- it (SPEC 3.6: a worker that a live worker binds to refuses deletion). The rows alone: a join
+-- here would be re-checked against the old operation row when a concurrent put had moved the
+-- worker to a new one, and the worker would vanish from the answer; WorkersForBinding reads them
+-- next, under the locks, with a snapshot taken after them.
+SELECT 1 FROM (
+    SELECT w.uid FROM workers w
+    WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[])
+    ORDER BY w.uid
+    FOR UPDATE OF w
+) locked;
+
+-- name: WorkersForBinding :many
+-- The locked workers, as they stand. Only the organization's: another organization's UID is not
+-- found.
 SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
-WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[])
-ORDER BY w.uid
-FOR UPDATE OF w;
+WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[]);
 
 -- name: ServiceBindingsClear :exec
 DELETE FROM worker_service_bindings WHERE caller_uid = @caller_uid;

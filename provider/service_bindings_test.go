@@ -26,13 +26,25 @@ const (
 
 // bindingGraph is a callee, a caller that answers with the callee's reply through its AUTH
 // binding, and the caller's Host-minted endpoint.
-func bindingGraph(calleeReply string) string {
+func bindingGraph(calleeReply string) string { return bindingGraphTo(calleeReply, "auth") }
+
+// bindingGraphTo is bindingGraph with the caller bound to target (auth, or auth2 beside it).
+func bindingGraphTo(calleeReply, target string) string {
 	callee := `export default { fetch() { return new Response("` + calleeReply + `"); } };`
+	other := `export default { fetch() { return new Response("auth2"); } };`
 	caller := `export default { async fetch(req, env) { const r = await env.AUTH.fetch("http://auth/"); return new Response("via binding " + r.status + ": " + await r.text()); } };`
-	return fmt.Sprintf(`
+	return strings.ReplaceAll(fmt.Sprintf(`
 resource "takoform_worker" "auth" {
   space              = "sb"
   name               = "auth"
+  main_module        = "index.js"
+  modules            = { "index.js" = %q }
+  compatibility_date = "2025-01-01"
+}
+
+resource "takoform_worker" "auth2" {
+  space              = "sb"
+  name               = "auth2"
   main_module        = "index.js"
   modules            = { "index.js" = %q }
   compatibility_date = "2025-01-01"
@@ -44,7 +56,7 @@ resource "takoform_worker" "api" {
   main_module        = "index.js"
   modules            = { "index.js" = %q }
   compatibility_date = "2025-01-01"
-  service_bindings   = { AUTH = takoform_worker.auth.id }
+  service_bindings   = { AUTH = takoform_worker.TARGET.id }
 }
 
 resource "takoform_worker_endpoint" "api" {
@@ -53,7 +65,7 @@ resource "takoform_worker_endpoint" "api" {
   worker    = takoform_worker.api.name
   worker_id = takoform_worker.api.id
 }
-`, callee, caller)
+`, callee, other, caller), "TARGET", target)
 }
 
 func callerAnswers(t *testing.T, f *fixture, want string) resource.TestCheckFunc {
@@ -80,7 +92,7 @@ func TestAccServiceBindings(t *testing.T) {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: factories,
 		CheckDestroy: func(*terraform.State) error {
-			for _, name := range []string{"api", "auth"} {
+			for _, name := range []string{"api", "auth", "auth2"} {
 				if _, err := f.api.GetWorker(ctx(t), "sb", name); !client.IsNotFound(err) {
 					return fmt.Errorf("worker sb/%s is still there after destroy (%v)", name, err)
 				}
@@ -132,6 +144,15 @@ func TestAccServiceBindings(t *testing.T) {
 				Check:             callerAnswers(t, f, "via binding 200: auth v2"),
 			},
 			{Config: v2, ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}}},
+			{
+				// Moved to another existing worker: in place.
+				Config: f.config(bindingGraphTo("auth v2", "auth2")),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(callerAddr, plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction(callerEP, plancheck.ResourceActionNoop),
+				}},
+				Check: callerAnswers(t, f, "via binding 200: auth2"),
+			},
 		},
 	})
 }

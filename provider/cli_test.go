@@ -221,8 +221,8 @@ func privateStates(t *testing.T, state []byte) string {
 	return out.String()
 }
 
-// TestAccWorkerModule applies examples/modules/worker as its README calls it, re-plans empty,
-// and destroys.
+// TestAccWorkerModule applies examples/modules/worker as its README calls it (one worker calling
+// the other through a service binding), re-plans empty, and destroys in order.
 func TestAccWorkerModule(t *testing.T) {
 	t.Parallel()
 	h := testhost.Start(t, testhost.Options{})
@@ -255,13 +255,20 @@ module "billing" {
 module "plain" {
   source = %q
 
-  space   = "prod"
-  name    = "plain"
-  modules = { "index.js" = "export default { fetch() { return new Response('ok') } };" }
+  space            = "prod"
+  name             = "plain"
+  modules          = { "index.js" = "export default { async fetch(req, env) { const r = await env.BILLING.fetch('http://billing/'); return new Response('plain+' + await r.text()) } };" }
+  vars             = { LEVEL = "info" }
+  service_bindings = { BILLING = module.billing.worker_id }
+  limits           = { cpu_ms = 5000 }
 }
 
 output "url" {
   value = module.billing.url
+}
+
+output "plain_url" {
+  value = module.plain.url
 }
 `, module, module)
 	// No organization id anywhere: the provider learns it from the Host's capabilities.
@@ -277,6 +284,12 @@ output "url" {
 	status, body, _ := h.Runtime.Get(t, strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/"), "/")
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, "ok", body)
+	// The other module's worker calls it through its service binding.
+	out, err = w.run("output", "-raw", "plain_url")
+	require.NoError(t, err, out)
+	status, body, _ = h.Runtime.Get(t, strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/"), "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "plain+ok", body)
 	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
 	require.NoError(t, err, "re-plan is empty:\n%s", out)
 	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")

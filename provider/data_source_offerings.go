@@ -28,6 +28,8 @@ type offeringModel struct {
 	Pack         types.String `tfsdk:"pack"`
 	Installation types.String `tfsdk:"installation"`
 	Digest       types.String `tfsdk:"digest"`
+	MaxCPUMs     types.Int64  `tfsdk:"max_cpu_ms"`
+	MaxMemoryMB  types.Int64  `tfsdk:"max_memory_mb"`
 }
 
 func (d *offeringsDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -43,11 +45,13 @@ func (d *offeringsDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 				Computed:            true,
 				NestedObject: schema.NestedAttributeObject{
 					Attributes: map[string]schema.Attribute{
-						"id":           schema.StringAttribute{Computed: true, MarkdownDescription: "Offering id, as accepted by `offering_id`."},
-						"kind":         schema.StringAttribute{Computed: true, MarkdownDescription: "`module-worker` or `worker-endpoint`."},
-						"pack":         schema.StringAttribute{Computed: true, MarkdownDescription: "Backend pack: `selfhost`, `workers-dev` or `wfp-managed`."},
-						"installation": schema.StringAttribute{Computed: true, MarkdownDescription: "Name of the backend installation behind the offering."},
-						"digest":       schema.StringAttribute{Computed: true, MarkdownDescription: "SHA-256 of the offering's canonical JSON; it changes whenever the offering or its installation does."},
+						"id":            schema.StringAttribute{Computed: true, MarkdownDescription: "Offering id, as accepted by `offering_id`."},
+						"kind":          schema.StringAttribute{Computed: true, MarkdownDescription: "`module-worker` or `worker-endpoint`."},
+						"pack":          schema.StringAttribute{Computed: true, MarkdownDescription: "Backend pack: `selfhost`, `workers-dev` or `wfp-managed`."},
+						"installation":  schema.StringAttribute{Computed: true, MarkdownDescription: "Name of the backend installation behind the offering."},
+						"digest":        schema.StringAttribute{Computed: true, MarkdownDescription: "SHA-256 of the offering's canonical JSON; it changes whenever the offering or its installation does."},
+						"max_cpu_ms":    schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.cpu_ms` of a `takoform_worker` may be (null on other kinds)."},
+						"max_memory_mb": schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.memory_mb` may be; on Cloudflare offerings the only value it may take (128). Null on other kinds."},
 					},
 				},
 			},
@@ -67,10 +71,15 @@ func (d *offeringsDataSource) Read(ctx context.Context, _ datasource.ReadRequest
 	}
 	state := offeringsDataSourceModel{Offerings: []offeringModel{}}
 	for _, o := range offerings {
-		state.Offerings = append(state.Offerings, offeringModel{
+		m := offeringModel{
 			ID: types.StringValue(o.ID), Kind: types.StringValue(o.Kind), Pack: types.StringValue(o.Pack),
 			Installation: types.StringValue(o.Installation), Digest: types.StringValue(o.Digest),
-		})
+			MaxCPUMs: types.Int64Null(), MaxMemoryMB: types.Int64Null(),
+		}
+		if c := o.Ceilings; c != nil {
+			m.MaxCPUMs, m.MaxMemoryMB = types.Int64Value(c.CPUMs), types.Int64Value(c.MemoryMB)
+		}
+		state.Offerings = append(state.Offerings, m)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
 }

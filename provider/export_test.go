@@ -5,3 +5,6 @@ var ActivationToken = activationToken
 
 // DefaultReservationID is the id of a reservation created without one.
 var DefaultReservationID = defaultReservationID
+
+// CalleeReplaced is the service bindings' replacement decision.
+var CalleeReplaced = calleeReplaced

@@ -54,6 +54,8 @@ type workerModel struct {
 	Vars                  types.Map      `tfsdk:"vars"`
 	JSONVars              types.Map      `tfsdk:"json_vars"`
 	CompatibilityFlags    types.Set      `tfsdk:"compatibility_flags"`
+	ServiceBindings       types.Map      `tfsdk:"service_bindings"`
+	Limits                types.Object   `tfsdk:"limits"`
 	RequiredSensitiveVars types.Set      `tfsdk:"required_sensitive_vars"`
 	RuntimeInputReference types.String   `tfsdk:"runtime_input_reference"`
 	OfferingID            types.String   `tfsdk:"offering_id"`
@@ -196,6 +198,8 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				Optional:            true,
 				ElementType:         types.StringType,
 			},
+			"service_bindings": serviceBindingsAttribute(),
+			"limits":           limitsAttribute(),
 			"required_sensitive_vars": schema.SetAttribute{
 				MarkdownDescription: "Names of the secret bindings the worker requires. They must equal the `binding_names` of the runtime input it names. Changes in place.",
 				Optional:            true,
@@ -285,6 +289,7 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	r.checkCeilings(ctx, plan, &resp.Diagnostics)
 	if r.client == nil || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
 		return
 	}
@@ -338,6 +343,9 @@ func (r *workerResource) spec(ctx context.Context, m workerModel) (client.Worker
 		return spec, err
 	}
 	spec.Vars, spec.JSONVars, spec.CompatibilityFlags = settings.Vars, settings.JSONVars, settings.CompatibilityFlags
+	if spec.ServiceBindings, spec.Limits, err = bindingsOf(ctx, m); err != nil {
+		return spec, err
+	}
 	return spec, nil
 }
 
@@ -362,6 +370,7 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	} else {
 		m.CompatibilityFlags, _ = types.SetValueFrom(ctx, types.StringType, w.CompatibilityFlags)
 	}
+	fillBindings(ctx, m, w, importing)
 	m.RuntimeInputReference = types.StringNull()
 	if w.RuntimeInputs != nil {
 		m.RuntimeInputReference = types.StringValue(w.RuntimeInputs.Reference)
@@ -621,6 +630,9 @@ func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		}
 		if client.IsCode(err, "worker_has_endpoints") {
 			err = fmt.Errorf("%s\n\nDestroy the takoform_worker_endpoint resources on this worker first (a configuration that passes the worker's id as their worker_id orders this by itself)", describe(err))
+		}
+		if client.IsCode(err, "worker_has_callers") {
+			err = fmt.Errorf("%s\n\nDestroy the workers that bind to this one first, or remove their service_bindings to it (a configuration that binds with this worker's id orders this by itself)", describe(err))
 		}
 		addError(&resp.Diagnostics, "Unable to delete worker", err)
 	}

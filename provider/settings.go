@@ -28,7 +28,7 @@ func settingsOf(ctx context.Context, m workerModel) (workerconf.Settings, error)
 }
 
 // hclNames turns the Host API's field names in a settings error into the attributes' names.
-var hclNames = strings.NewReplacer("jsonVars", "json_vars", "compatibilityFlags", "compatibility_flags",
+var hclNames = strings.NewReplacer("jsonVars", "json_vars", "serviceBindings", "service_bindings", "compatibilityFlags", "compatibility_flags",
 	"compatibility flag ", "compatibility_flags entry ", "a required sensitive var", "in required_sensitive_vars")
 
 // validateSettings checks at plan time what the Host would refuse: the same rules, by HCL name.
@@ -42,6 +42,13 @@ func (r *workerResource) validateSettings(ctx context.Context, m workerModel, di
 	if err != nil {
 		return
 	}
+	if !m.ServiceBindings.IsNull() && !m.ServiceBindings.IsUnknown() {
+		// The names are checked here; the values (worker UIDs, often unknown until apply) by the Host.
+		s.ServiceBindings = map[string]string{}
+		for name := range m.ServiceBindings.Elements() {
+			s.ServiceBindings[name] = "00000000-0000-0000-0000-000000000000"
+		}
+	}
 	var secrets []string
 	if !m.RequiredSensitiveVars.IsNull() {
 		diags.Append(m.RequiredSensitiveVars.ElementsAs(ctx, &secrets, false)...)
@@ -54,6 +61,8 @@ func (r *workerResource) validateSettings(ctx context.Context, m workerModel, di
 			at = path.Root("json_vars")
 		case strings.HasPrefix(msg, "compatibility_flags"):
 			at = path.Root("compatibility_flags")
+		case strings.HasPrefix(msg, "service_bindings"):
+			at = path.Root("service_bindings")
 		}
 		diags.AddAttributeError(at, "Invalid worker variables or flags", msg+".")
 	}

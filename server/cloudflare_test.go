@@ -140,3 +140,33 @@ func TestABadCloudflareTokenIsBackendMisconfiguredNamingTheInstallationNeverTheT
 	require.True(t, s.SawCredential(wrong), "the Host did send its (wrong) token")
 	require.Empty(t, s.ScriptNames(""))
 }
+
+// On workers-dev a service binding goes up as a Cloudflare service binding naming the callee's
+// script, and the caller answers with the callee's reply at its workers.dev URL; the callee's
+// delete is refused while the caller binds to it.
+func TestAServiceBindingOnWorkersDevIsACloudflareServiceBinding(t *testing.T) {
+	t.Parallel()
+	h, s := setupWorkersDev(t, cfToken)
+	callee := h.putWorker("prod", "auth", "token-cf-auth-000000001", cfWorkerBody(`export default { fetch() { return new Response("from auth") } }`))
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	body := cfWorkerBody(`export default { async fetch(req, env) { const r = await env.AUTH.fetch("https://auth/"); return new Response("via binding: " + await r.text()) } }`)
+	body["serviceBindings"] = map[string]string{"AUTH": callee.json(t)["uid"].(string)}
+	body["limits"] = map[string]any{"cpuMs": 50}
+	caller := h.putWorker("prod", "api", "token-cf-api-0000000001", body)
+	require.Equal(t, http.StatusCreated, caller.status, "body: %s", caller.body)
+	script := caller.json(t)["scriptName"].(string)
+	sc, ok := s.Script(script)
+	require.True(t, ok)
+	b, ok := sc.Current.Binding("AUTH")
+	require.True(t, ok)
+	require.Equal(t, "service", b.Type)
+	require.Equal(t, callee.json(t)["scriptName"], b.Service)
+	status, got := fetchWorkersDev(t, s, script)
+	require.Equal(t, http.StatusOK, status, "body: %s", got)
+	require.Equal(t, "via binding: from auth", got)
+	h.deleteWorker("prod", "auth", "token-cf-auth-000000001").problem(t, http.StatusConflict, "worker_has_callers")
+
+	// Cloudflare runs every worker with 128 MB: another memory limit is refused.
+	body["limits"] = map[string]any{"memoryMb": 256}
+	h.putWorker("prod", "api", "token-cf-api-0000000001", body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 func (s *Server) healthz(c echo.Context) error {
@@ -57,13 +58,20 @@ type OfferingView struct {
 	Pack         string `json:"pack"`
 	Installation string `json:"installation"`
 	Digest       string `json:"digest"`
+	// Ceilings bound a module-worker's limits on the offering (absent on other kinds).
+	Ceilings *workerconf.Ceilings `json:"ceilings,omitempty"`
 }
 
 func (s *Server) offerings(c echo.Context) error {
 	p := principal(c)
 	out := []OfferingView{}
 	for _, o := range s.cfg.Catalog.Visible(catalog.Organization{ID: p.Organization.ID, Name: p.Organization.Name}) {
-		out = append(out, OfferingView{ID: o.ID, Kind: o.Kind, Pack: o.Pack, Installation: o.Installation, Digest: o.Digest})
+		v := OfferingView{ID: o.ID, Kind: o.Kind, Pack: o.Pack, Installation: o.Installation, Digest: o.Digest}
+		if o.Kind == catalog.KindWorker {
+			c := o.Ceilings()
+			v.Ceilings = &c
+		}
+		out = append(out, v)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"offerings": out})
 }

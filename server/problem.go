@@ -50,6 +50,8 @@ var statuses = map[apierr.Code]struct {
 	apierr.BackendUnreachable:   {http.StatusServiceUnavailable, "Backend unreachable"},
 	apierr.WorkerNotReady:       {http.StatusConflict, "Worker not ready"},
 	apierr.WorkerHasEndpoints:   {http.StatusConflict, "Worker has endpoints"},
+	apierr.WorkerHasCallers:     {http.StatusConflict, "Worker has callers"},
+	apierr.LogsUnsupported:      {http.StatusNotImplemented, "Logs unsupported"},
 	apierr.EndpointActivated:    {http.StatusConflict, "Endpoint activated"},
 	apierr.ResourceExists:       {http.StatusConflict, "Resource exists"},
 	apierr.Immutable:            {http.StatusConflict, "Cannot change in place"},
@@ -178,9 +180,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 }
 
 // publicDetail is what a 5xx answer says in place of its cause: a generic sentence, except for
-// not_implemented, whose detail is a sentence of ours naming what this Host or pack does not offer.
+// not_implemented and logs_unsupported, whose detail is a sentence of ours naming what this Host or pack does not offer.
 func publicDetail(ae *apierr.Error) string {
-	if ae.Code == apierr.NotImplemented {
+	if ae.Code == apierr.NotImplemented || ae.Code == apierr.LogsUnsupported {
 		return ae.Detail
 	}
 	return "The Host could not complete the request. Quote the request id when reporting it."

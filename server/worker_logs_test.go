@@ -338,7 +338,7 @@ func TestFollowOutlivesTheServersWriteTimeoutAndEndsWithServe(t *testing.T) {
 
 // A worker on a pack that keeps no worker logs (the Cloudflare packs) gets a 501 that says so,
 // never an empty log.
-func TestWorkerLogOnAPackWithoutLogsIsNotImplementedAndSaysSo(t *testing.T) {
+func TestWorkerLogOnAPackWithoutLogsIsLogsUnsupportedAndSaysSo(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
 		o.catalogJSON = `{
@@ -352,6 +352,6 @@ func TestWorkerLogOnAPackWithoutLogsIsNotImplementedAndSaysSo(t *testing.T) {
 	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, body).status)
 	// This one is moved to wfp-managed behind the Host's back (that installation derives names only).
 	h.exec(`UPDATE workers SET installation = 'wfp', pack = 'wfp-managed'`)
-	p := h.do(req{method: http.MethodGet, path: logsPath + "?follow=true", key: h.key}).problem(t, http.StatusNotImplemented, "not_implemented")
+	p := h.do(req{method: http.MethodGet, path: logsPath + "?follow=true", key: h.key}).problem(t, http.StatusNotImplemented, "logs_unsupported")
 	require.Contains(t, p["detail"], "wfp-managed backend pack does not offer worker logs")
 }

@@ -72,6 +72,12 @@ const (
 	Conflict             Code = "conflict"
 	Internal             Code = "internal"
 	Unavailable          Code = "unavailable"
+
+	// WorkerHasCallers: a live worker binds to this one (a service binding); delete its callers
+	// first.
+	WorkerHasCallers Code = "worker_has_callers"
+	// LogsUnsupported: the worker's backend pack keeps no worker logs (the Cloudflare packs).
+	LogsUnsupported Code = "logs_unsupported"
 )
 
 // Retryable reports whether a refusal with code clears by itself, so that the caller should retry

@@ -58,6 +58,9 @@ type Bundle struct {
 	CompatibilityDate string            `json:"compatibilityDate"`
 	// Settings are its variables and compatibility flags (normalized: nil when none).
 	Settings workerconf.Settings `json:"settings"`
+	// ServiceScripts are its service bindings' callee script names by binding (what a Cloudflare
+	// service binding names; the runtime node routes by the callee's UID in Settings instead).
+	ServiceScripts map[string]string `json:"serviceScripts,omitempty"`
 }
 
 // Labels say whose a native object is; a backend uses them only to scope its own brakes.

@@ -213,6 +213,7 @@ func upload(d Desired, now *held) cloudflare.Upload {
 		u.PlainText[name] = v
 	}
 	u.JSON, u.CompatibilityFlags = d.Bundle.Settings.JSONVars, d.Bundle.Settings.CompatibilityFlags
+	u.Services, u.CPUMs = d.Bundle.ServiceScripts, d.Bundle.Settings.LimitsOrZero().CPUMs
 	for _, name := range slices.Sorted(maps.Keys(d.Bundle.Modules)) {
 		u.Modules = append(u.Modules, cloudflare.Module{Name: name, ContentType: moduleContentType(name), Content: []byte(d.Bundle.Modules[name])})
 	}

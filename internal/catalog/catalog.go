@@ -22,6 +22,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // Backend packs.
@@ -109,8 +110,37 @@ type Offering struct {
 	Kind         string   `json:"kind"`
 	Installation string   `json:"installation"`
 	SoldTo       []string `json:"soldTo"`
-	Pack         string   `json:"-"`
-	Digest       string   `json:"-"`
+	// MaxCPUMs and MaxMemoryMB are the ceilings of a module-worker offering's per-worker limits
+	// (0: the pack's default). They bound what a worker may ask for, not where it runs, so they
+	// are not in the digest: raising one moves no worker.
+	MaxCPUMs    int64  `json:"maxCpuMs,omitempty"`
+	MaxMemoryMB int64  `json:"maxMemoryMb,omitempty"`
+	Pack        string `json:"-"`
+	Digest      string `json:"-"`
+}
+
+// Default ceilings of a worker's limits. selfhost: the edge's 30 s request time and the node's
+// 256 MiB incarnation ceiling (a node with a lower one applies its own). Cloudflare: 30 s of CPU
+// (Cloudflare's default on paid plans) and its fixed 128 MB isolates.
+const (
+	DefaultMaxCPUMs              = 30000
+	DefaultSelfhostMaxMemoryMB   = 256
+	CloudflareMemoryMB           = 128
+	cloudflareMaxCPUMsUpperBound = 300000
+)
+
+// Ceilings are the limits a worker on this offering may ask for.
+func (o Offering) Ceilings() workerconf.Ceilings {
+	c := workerconf.Ceilings{CPUMs: o.MaxCPUMs, MemoryMB: o.MaxMemoryMB}
+	if c.CPUMs == 0 {
+		c.CPUMs = DefaultMaxCPUMs
+	}
+	if o.Pack != PackSelfhost {
+		c.MemoryMB, c.FixedMemory = CloudflareMemoryMB, true
+	} else if c.MemoryMB == 0 {
+		c.MemoryMB = DefaultSelfhostMaxMemoryMB
+	}
+	return c
 }
 
 // Catalog is the validated set of installations and offerings, with the default per-organization
@@ -279,6 +309,16 @@ func build(f file) (*Catalog, error) {
 			}
 		}
 		o.Pack = inst.Pack
+		switch {
+		case o.MaxCPUMs < 0 || o.MaxMemoryMB < 0:
+			return nil, fmt.Errorf("offering %q: maxCpuMs and maxMemoryMb must be positive", o.ID)
+		case o.Pack != PackSelfhost && o.MaxMemoryMB != 0 && o.MaxMemoryMB != CloudflareMemoryMB:
+			return nil, fmt.Errorf("offering %q: Cloudflare runs every worker with %d MB; maxMemoryMb must be %d or omitted", o.ID, CloudflareMemoryMB, CloudflareMemoryMB)
+		case o.Pack != PackSelfhost && o.MaxCPUMs > cloudflareMaxCPUMsUpperBound:
+			return nil, fmt.Errorf("offering %q: Cloudflare allows at most %d ms of CPU per request", o.ID, cloudflareMaxCPUMsUpperBound)
+		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < 16:
+			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below 16: workerd cannot start in it", o.ID, o.MaxMemoryMB)
+		}
 		o.Digest = digest(o, inst)
 		c.Offerings = append(c.Offerings, o)
 	}

@@ -20,6 +20,15 @@ type Offering struct {
 	Pack         string `json:"pack"`
 	Installation string `json:"installation"`
 	Digest       string `json:"digest"`
+	// Ceilings bound a module-worker's limits (nil on other kinds).
+	Ceilings *OfferingCeilings `json:"ceilings,omitempty"`
+}
+
+// OfferingCeilings is an offering's ceilings (schema Offering.ceilings).
+type OfferingCeilings struct {
+	CPUMs       int64 `json:"cpuMs"`
+	MemoryMB    int64 `json:"memoryMb"`
+	FixedMemory bool  `json:"fixedMemory"`
 }
 
 // ObjectRef is a {uid, revision} pair (schema ObjectRef).
@@ -97,6 +106,14 @@ type WorkerSpec struct {
 	Vars                  map[string]string `json:"vars,omitempty"`
 	JSONVars              map[string]string `json:"jsonVars,omitempty"`
 	CompatibilityFlags    []string          `json:"compatibilityFlags,omitempty"`
+	ServiceBindings       map[string]string `json:"serviceBindings,omitempty"`
+	Limits                *WorkerLimits     `json:"limits,omitempty"`
+}
+
+// WorkerLimits is a worker's own bounds (schema WorkerLimits); 0 is the offering's ceiling.
+type WorkerLimits struct {
+	CPUMs    int64 `json:"cpuMs,omitempty"`
+	MemoryMB int64 `json:"memoryMb,omitempty"`
 }
 
 // Condition is one entry of conditions (schema Condition).
@@ -131,6 +148,8 @@ type Worker struct {
 	Vars                  map[string]string `json:"vars"`
 	JSONVars              map[string]string `json:"jsonVars"`
 	CompatibilityFlags    []string          `json:"compatibilityFlags"`
+	ServiceBindings       map[string]string `json:"serviceBindings"`
+	Limits                *WorkerLimits     `json:"limits"`
 	RequiredSensitiveVars []string          `json:"requiredSensitiveVars"`
 	OfferingID            string            `json:"offeringId"`
 }

@@ -57,6 +57,9 @@ type Worker struct {
 	Placement Placement
 	// Live is how its backend runs it now, when a read asked (nil: not asked).
 	Live *Liveness
+	// calleeScripts are its service bindings' callee script names, as the put that locked them
+	// found them (only a put plans a deployment).
+	calleeScripts map[string]string
 }
 
 // Liveness is a backend's own report on a resource's current deployment, read without a
@@ -162,6 +165,8 @@ type WorkerProjection struct {
 	Vars              map[string]string  `json:"vars"`
 	JSONVars          map[string]string  `json:"jsonVars"`
 	CompatFlags       []string           `json:"compatibilityFlags"`
+	ServiceBindings   map[string]string  `json:"serviceBindings"`
+	Limits            *workerconf.Limits `json:"limits"`
 	RequiredSensitive []string           `json:"requiredSensitiveVars"`
 	OfferingID        string             `json:"offeringId"`
 }
@@ -192,6 +197,10 @@ func (w Worker) Project(token string) WorkerProjection {
 	}
 	if p.CompatFlags == nil {
 		p.CompatFlags = []string{}
+	}
+	p.ServiceBindings, p.Limits = w.Settings.ServiceBindings, w.Settings.Limits
+	if p.ServiceBindings == nil {
+		p.ServiceBindings = map[string]string{}
 	}
 	if w.RuntimeInputReference != nil {
 		status := "missing"
@@ -369,7 +378,7 @@ func (w Worker) desired(org auth.Organization) backend.Desired {
 	return backend.Desired{
 		Kind: backend.NativeWorker, NativeName: w.ScriptName, ResourceUID: w.UID,
 		Labels:      backend.Labels{Organization: org.Name, Space: w.Space, Worker: w.Name},
-		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings},
+		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings, ServiceScripts: w.calleeScripts},
 		SecretNames: w.RequiredSensitiveVars,
 	}
 }
@@ -402,6 +411,9 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	offering, inst, err := s.selectOffering(org, catalog.KindWorker, spec.OfferingID)
 	if err != nil {
 		return ownership.Response{}, err
+	}
+	if err := offering.Ceilings().Check(spec.Settings.Limits); err != nil {
+		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "%v", err)
 	}
 	placement := offering.Placement()
 	mut, err := s.mutator(placement)
@@ -540,7 +552,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 					return err
 				}
 			}
-			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement}
+			scripts, err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings)
+			if err != nil {
+				return err
+			}
+			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, calleeScripts: scripts}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, "creating", m.Operation
@@ -570,14 +586,22 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err != nil {
 				return fmt.Errorf("resource: create worker: %w", err)
 			}
+			if err := saveBindings(ctx, q, w.UID, w.Settings.ServiceBindings); err != nil {
+				return err
+			}
 			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
 			work = &pl
 			return err
 		}
-		var err error
+		// The caller's row and its callees' rows, in UID order, before anything else is locked.
+		scripts, err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings)
+		if err != nil {
+			return err
+		}
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
+		w.calleeScripts = scripts
 		if err := m.CheckRevision(w.Revision); err != nil {
 			return err
 		}
@@ -601,10 +625,14 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
 			}
+			if err := saveBindings(ctx, q, w.UID, w.Settings.ServiceBindings); err != nil {
+				return err
+			}
 			// Read back: the runtime input's status is the new reference's, not the old one's.
 			if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 				return err
 			}
+			w.calleeScripts = scripts
 		}
 		if changed || w.DeploymentStatus != "active" {
 			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
@@ -745,6 +773,17 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 			return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", space, name, strings.Join(endpoints, ", ")).
 				With("endpoints", endpoints)
 		}
+		// Under this row's lock: a caller's put that binds to it locks it too (lockCallees), so
+		// either that put committed its binding before this reads, or it waits and then finds the
+		// worker being deleted (SPEC 3.6).
+		callers, err := q.WorkerCallers(ctx, w.UID)
+		if err != nil {
+			return fmt.Errorf("resource: worker callers: %w", err)
+		}
+		if len(callers) > 0 {
+			return apierr.New(apierr.WorkerHasCallers, "worker %s/%s is bound to by %s: destroy them, or remove their service bindings to it, first", space, name, strings.Join(callers, ", ")).
+				With("callers", callers)
+		}
 		claims, err := q.PreparationClaimsOnWorker(ctx, &w.UID)
 		if err != nil {
 			return fmt.Errorf("resource: worker claims: %w", err)
@@ -792,4 +831,80 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		}
 		return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
 	})
+}
+
+// lockCallees locks the workers a caller binds to, with the caller itself when it exists, in UID
+// order (the one order every put takes, so that two callers binding to each other never
+// deadlock), and checks each callee: this organization's and present (another organization's UID
+// is not found, and the answer says nothing more), not being deleted, on the caller's
+// installation (SPEC 3.6). The locks hold until the transaction ends, so a callee's delete either
+// sees the caller's binding or waits and the binding finds it deleting.
+//
+// It returns each binding's callee script name (what a Cloudflare service binding names).
+func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uuid.UUID, installation string, bindings map[string]string) (map[string]string, error) {
+	if len(bindings) == 0 {
+		return nil, nil
+	}
+	uids := make([]uuid.UUID, 0, len(bindings)+1)
+	if caller != nil {
+		uids = append(uids, *caller)
+	}
+	callee := make(map[string]uuid.UUID, len(bindings))
+	for name, v := range bindings {
+		u, err := uuid.Parse(v)
+		if err != nil {
+			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s must be a worker UID", name)
+		}
+		callee[name] = u
+		uids = append(uids, u)
+	}
+	if err := q.WorkersLockForBinding(ctx, dbsqlc.WorkersLockForBindingParams{OrganizationID: org, Uids: uids}); err != nil {
+		return nil, fmt.Errorf("resource: lock callees: %w", err)
+	}
+	rows, err := q.WorkersForBinding(ctx, dbsqlc.WorkersForBindingParams{OrganizationID: org, Uids: uids})
+	if err != nil {
+		return nil, fmt.Errorf("resource: read callees: %w", err)
+	}
+	found := make(map[uuid.UUID]dbsqlc.WorkersForBindingRow, len(rows))
+	for _, r := range rows {
+		found[r.UID] = r
+	}
+	scripts := make(map[string]string, len(callee))
+	for _, name := range slices.Sorted(maps.Keys(callee)) {
+		u := callee[name]
+		r, ok := found[u]
+		if caller != nil && u == *caller {
+			scripts[name] = r.ScriptName
+			continue // a worker may call itself
+		}
+		switch {
+		case !ok || !r.Present || r.Status == "deleted":
+			return nil, apierr.New(apierr.NotFound, "serviceBindings %s: no worker %s", name, u)
+		case r.Status == "deleting":
+			return nil, apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
+		case r.Installation != installation:
+			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)
+		}
+		scripts[name] = r.ScriptName
+	}
+	return scripts, nil
+}
+
+// saveBindings writes a caller's bindings into the index its callees' deletes read.
+func saveBindings(ctx context.Context, q *dbsqlc.Queries, caller uuid.UUID, bindings map[string]string) error {
+	if err := q.ServiceBindingsClear(ctx, caller); err != nil {
+		return fmt.Errorf("resource: clear service bindings: %w", err)
+	}
+	if len(bindings) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(bindings))
+	callees := make([]uuid.UUID, len(names))
+	for i, n := range names {
+		callees[i] = uuid.MustParse(bindings[n])
+	}
+	if err := q.ServiceBindingsInsert(ctx, dbsqlc.ServiceBindingsInsertParams{CallerUID: caller, Bindings: names, Callees: callees}); err != nil {
+		return fmt.Errorf("resource: save service bindings: %w", err)
+	}
+	return nil
 }

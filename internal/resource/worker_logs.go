@@ -33,7 +33,7 @@ func (s *Service) WorkerLogs(ctx context.Context, db dbsqlc.DBTX, org auth.Organ
 	}
 	src, err := s.Backends.LogSource(inst)
 	if errors.Is(err, backend.ErrNotImplemented) {
-		return nil, apierr.New(apierr.NotImplemented, "the %s backend pack does not offer worker logs; only workers on a selfhost runtime node have them", inst.Pack)
+		return nil, apierr.New(apierr.LogsUnsupported, "the %s backend pack does not offer worker logs; only workers on a selfhost runtime node have them", inst.Pack)
 	}
 	if err != nil {
 		return nil, err

@@ -235,7 +235,7 @@ func Start(cfg Config) (*Node, error) {
 	n.sup = supervisor.Options{
 		Workerd: bin, Logger: log, Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
 		ProbeDeadline: cfg.ProbeDeadline, LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout,
-		SubrequestLimit: cfg.SubrequestLimit, Local: edgeHandler,
+		SubrequestLimit: cfg.SubrequestLimit, Local: edgeHandler, Bindings: bindingRouter{n, edgeHandler},
 		Changed:   func(*supervisor.Incarnation) { n.nudge() },
 		Restarted: func(i *supervisor.Incarnation) { n.metrics.restarts.WithLabelValues(i.Script()).Inc() },
 	}

@@ -4,9 +4,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -75,11 +78,17 @@ func identity(s *state.Script, deny []string) (desiredIdentity, error) {
 		modules[k] = v
 	}
 	bundle := sha256.Sum256(canonjson.Marshal(canonjson.Object{{Key: "mainModule", Value: s.MainModule}, {Key: "modules", Value: modules}}))
-	config := sha256.Sum256(canonjson.Marshal(canonjson.Object{
+	configFields := canonjson.Object{
 		{Key: "script", Value: s.Name},
 		{Key: "config", Value: string(files[supervisor.ConfigFile])},
 		{Key: "secretsMac", Value: valuesMAC},
-	}))
+	}
+	if mb := s.Settings.LimitsOrZero().MemoryMB; mb > 0 {
+		// A memory ceiling is the process's cgroup: another one is another incarnation. Only a
+		// script with one digests it, so that every other keeps its identity.
+		configFields = append(configFields, canonjson.Field{Key: "memoryMb", Value: mb})
+	}
+	config := sha256.Sum256(canonjson.Marshal(configFields))
 	id := sha256.Sum256(canonjson.Marshal(canonjson.Object{
 		{Key: "format", Value: "takoform.runtime-incarnation.v1"},
 		{Key: "bundle", Value: hex.EncodeToString(bundle[:])},
@@ -138,6 +147,9 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 	r.problem = ""
 	if r.serving != nil && r.serving.id == want.id {
 		r.serving.desiredIdentity = want
+		// A new limit (or a binding to another callee) is the same incarnation: it takes effect
+		// in place.
+		r.serving.inc.SetWallLimit(wallLimit(s))
 		retire(r.candidate, false)
 		r.candidate, r.failed = nil, nil
 		return retired
@@ -281,12 +293,15 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 		ID: want.id, Script: s.Name,
 		Dir:   filepath.Join(n.store.IncarnationsDir(), s.Name+"-"+want.id[4:16]+"-"+hex.EncodeToString(suffix)),
 		Files: want.config, Env: env, Scrub: scrub, UID: uid, Lines: n.lineBudget(labels.Organization), Log: n.logRingLocked(s.WorkerUID),
-		Admitted: s.Admitted == want.id,
-		Braked:   func() bool { return n.braked(labels) },
+		Admitted:    s.Admitted == want.id,
+		Braked:      func() bool { return n.braked(labels) },
+		Bindings:    slices.Sorted(maps.Keys(s.Settings.ServiceBindings)),
+		MemoryBytes: s.Settings.LimitsOrZero().MemoryMB << 20,
 	}, n.sup)
 	if err != nil {
 		return nil, err
 	}
+	inc.SetWallLimit(wallLimit(s))
 	return &running{inc: inc, desiredIdentity: want}, nil
 }
 
@@ -443,4 +458,52 @@ func (n *Node) routeStatusLocked(hostname string) adminapi.RouteStatus {
 		out.Ready = r.serving.inc.Ready()
 	}
 	return out
+}
+
+// wallLimit is a script's own wall-time limit per request at the edge: its limits.cpuMs (SPEC 3.6:
+// on selfhost cpuMs bounds wall time), 0 for the edge's own.
+func wallLimit(s *state.Script) time.Duration {
+	return time.Duration(s.Settings.LimitsOrZero().CPUMs) * time.Millisecond
+}
+
+// bindingRouter routes what a worker sends through a service binding to the current Ready
+// incarnation of the worker the binding names, through the edge (its limits, loop count and
+// accounting), never straight to a socket.
+type bindingRouter struct {
+	n    *Node
+	edge *edge.Handler
+}
+
+func (b bindingRouter) ServeBinding(w http.ResponseWriter, r *http.Request, caller, binding string) {
+	b.edge.ServeBinding(w, r, caller, func() (edge.Target, int) { return b.n.resolveBinding(caller, binding) })
+}
+
+// resolveBinding finds the callee of the caller script's binding as the desired state says now:
+// the script of the worker UID it names, of the same organization (the Host allows no other; the
+// node checks again), and that script's serving incarnation when Ready.
+func (n *Node) resolveBinding(caller, binding string) (edge.Target, int) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	s := n.desired.Scripts[caller]
+	if s == nil {
+		return nil, edge.UnknownHost
+	}
+	callee := s.Settings.ServiceBindings[binding]
+	if callee == "" {
+		return nil, edge.UnknownHost
+	}
+	for name, c := range n.desired.Scripts {
+		if c.WorkerUID != callee {
+			continue
+		}
+		if c.Labels.Organization != s.Labels.Organization {
+			return nil, edge.UnknownHost
+		}
+		r := n.scripts[name]
+		if r == nil || r.serving == nil || !r.serving.inc.Ready() {
+			return nil, edge.NotReady
+		}
+		return r.serving.inc, edge.Found
+	}
+	return nil, edge.UnknownHost
 }

@@ -1,5 +1,5 @@
 // Package workerconf is a worker's plain configuration beside its code: variables (plain text and
-// JSON) and compatibility flags. Nothing in it is secret; secrets travel only sealed, in runtime
+// JSON), compatibility flags, service bindings to other workers and resource limits. Nothing in it is secret; secrets travel only sealed, in runtime
 // inputs. The Host validates it, stores it with the worker's generation and hands it to the backend;
 // the runtime node renders it as workerd bindings. It imports nothing of either.
 package workerconf
@@ -23,6 +23,8 @@ const (
 	MaxVarBytes = 5 << 10
 	// MaxFlags bounds the compatibility flags.
 	MaxFlags = 32
+	// MaxServiceBindings bounds a worker's service bindings.
+	MaxServiceBindings = 32
 	// ReservedPrefix starts the binding names the product keeps for itself.
 	ReservedPrefix = "TAKOFORM_"
 )
@@ -30,6 +32,7 @@ const (
 var (
 	bindingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 	flagName    = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)
+	workerUID   = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
 // Settings is the configuration. Empty maps and lists are nil after Normalize, so that a worker
@@ -42,6 +45,46 @@ type Settings struct {
 	// CompatibilityFlags turn the runtime's behaviour changes on or off beside the compatibility
 	// date; sorted, without repeats.
 	CompatibilityFlags []string `json:"compatibilityFlags,omitempty"`
+	// ServiceBindings name other workers by UID: the worker reaches the callee's current Ready
+	// incarnation through env.BINDING.fetch(). Same organization and installation only (the Host
+	// checks that; the runtime node checks the organization again on every call).
+	ServiceBindings map[string]string `json:"serviceBindings,omitempty"`
+	// Limits are the worker's own bounds within its offering's ceilings; nil takes the offering's.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits bound one worker. Zero is "the offering's ceiling".
+type Limits struct {
+	// CPUMs bounds a request: its wall time at a selfhost edge (504 past it), cpu_ms on Cloudflare.
+	CPUMs int64 `json:"cpuMs,omitempty"`
+	// MemoryMB is the memory ceiling of each of the worker's processes (MiB).
+	MemoryMB int64 `json:"memoryMb,omitempty"`
+}
+
+// Ceilings are what an offering allows a worker's Limits to reach.
+type Ceilings struct {
+	CPUMs    int64 `json:"cpuMs"`
+	MemoryMB int64 `json:"memoryMb"`
+	// FixedMemory: the offering takes exactly this memory (Cloudflare's 128 MB isolates), no other.
+	FixedMemory bool `json:"fixedMemory,omitempty"`
+}
+
+// Check reports limits beyond the ceilings, naming the API's fields.
+func (c Ceilings) Check(l *Limits) error {
+	if l == nil {
+		return nil
+	}
+	switch {
+	case l.CPUMs < 0 || l.MemoryMB < 0:
+		return fmt.Errorf("limits must be positive")
+	case l.CPUMs > c.CPUMs:
+		return fmt.Errorf("limits.cpuMs %d is above this offering's ceiling of %d", l.CPUMs, c.CPUMs)
+	case c.FixedMemory && l.MemoryMB != 0 && l.MemoryMB != c.MemoryMB:
+		return fmt.Errorf("limits.memoryMb must be %d on this offering (it runs every worker with %d MB)", c.MemoryMB, c.MemoryMB)
+	case l.MemoryMB > c.MemoryMB:
+		return fmt.Errorf("limits.memoryMb %d is above this offering's ceiling of %d", l.MemoryMB, c.MemoryMB)
+	}
+	return nil
 }
 
 // Normalize sorts the flags, drops repeats and turns empty collections into nil.
@@ -56,17 +99,36 @@ func (s Settings) Normalize() Settings {
 	if len(s.CompatibilityFlags) > 0 {
 		out.CompatibilityFlags = slices.Compact(slices.Sorted(slices.Values(s.CompatibilityFlags)))
 	}
+	if len(s.ServiceBindings) > 0 {
+		out.ServiceBindings = maps.Clone(s.ServiceBindings)
+		for k, v := range out.ServiceBindings {
+			out.ServiceBindings[k] = strings.ToLower(v)
+		}
+	}
+	if s.Limits != nil && *s.Limits != (Limits{}) {
+		l := *s.Limits
+		out.Limits = &l
+	}
 	return out
 }
 
 // Empty reports settings that change nothing.
 func (s Settings) Empty() bool {
-	return len(s.Vars) == 0 && len(s.JSONVars) == 0 && len(s.CompatibilityFlags) == 0
+	return len(s.Vars) == 0 && len(s.JSONVars) == 0 && len(s.CompatibilityFlags) == 0 && len(s.ServiceBindings) == 0 && s.Limits == nil
 }
 
 // Equal compares two normalized settings.
 func (s Settings) Equal(o Settings) bool {
-	return maps.Equal(s.Vars, o.Vars) && maps.Equal(s.JSONVars, o.JSONVars) && slices.Equal(s.CompatibilityFlags, o.CompatibilityFlags)
+	return maps.Equal(s.Vars, o.Vars) && maps.Equal(s.JSONVars, o.JSONVars) && slices.Equal(s.CompatibilityFlags, o.CompatibilityFlags) &&
+		maps.Equal(s.ServiceBindings, o.ServiceBindings) && s.LimitsOrZero() == o.LimitsOrZero()
+}
+
+// LimitsOrZero is the limits, zero when none.
+func (s Settings) LimitsOrZero() Limits {
+	if s.Limits == nil {
+		return Limits{}
+	}
+	return *s.Limits
 }
 
 // Validate checks the settings of a worker whose secret bindings are secretNames: names are binding
@@ -110,6 +172,28 @@ func (s Settings) Validate(secretNames []string) error {
 		if _, ok := s.Vars[name]; ok {
 			return fmt.Errorf("%q is in both vars and jsonVars", name)
 		}
+	}
+	if len(s.ServiceBindings) > MaxServiceBindings {
+		return fmt.Errorf("serviceBindings holds %d bindings; at most %d", len(s.ServiceBindings), MaxServiceBindings)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.ServiceBindings)) {
+		_, isVar := s.Vars[name]
+		_, isJSON := s.JSONVars[name]
+		switch {
+		case !bindingName.MatchString(name):
+			return fmt.Errorf("serviceBindings name %q must match %s", name, bindingName)
+		case strings.HasPrefix(name, ReservedPrefix):
+			return fmt.Errorf("serviceBindings name %q starts with %s, which Takoform keeps for its own bindings", name, ReservedPrefix)
+		case secret[name]:
+			return fmt.Errorf("serviceBindings name %q is also a required sensitive var; a binding is one thing", name)
+		case isVar || isJSON:
+			return fmt.Errorf("serviceBindings name %q is also a var; a binding is one thing", name)
+		case !workerUID.MatchString(strings.ToLower(s.ServiceBindings[name])):
+			return fmt.Errorf("serviceBindings %s must be a worker UID", name)
+		}
+	}
+	if l := s.Limits; l != nil && (l.CPUMs < 0 || l.MemoryMB < 0) {
+		return fmt.Errorf("limits must be positive")
 	}
 	if len(s.CompatibilityFlags) > MaxFlags {
 		return fmt.Errorf("compatibilityFlags holds %d flags; at most %d", len(s.CompatibilityFlags), MaxFlags)

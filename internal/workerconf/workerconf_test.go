@@ -38,3 +38,32 @@ func TestNormalizeMakesEmptySettingsNil(t *testing.T) {
 	require.Equal(t, []string{"a", "b"}, n.CompatibilityFlags)
 	require.True(t, n.Equal(Settings{CompatibilityFlags: []string{"a", "b"}}))
 }
+
+func TestServiceBindingNamesAreBindingsLikeAnyOther(t *testing.T) {
+	const callee = "0b9c6f1e-2f53-4d8e-9a3c-3f0f7a1b2c3d"
+	ok := Settings{Vars: map[string]string{"LOG_LEVEL": "debug"}, ServiceBindings: map[string]string{"AUTH": callee}}
+	require.NoError(t, ok.Validate([]string{"API_KEY"}))
+	for want, s := range map[string]Settings{
+		"must match":           {ServiceBindings: map[string]string{"1BAD": callee}},
+		"keeps for its own":    {ServiceBindings: map[string]string{"TAKOFORM_SELF": callee}},
+		"required sensitive":   {ServiceBindings: map[string]string{"API_KEY": callee}},
+		"is also a var":        {Vars: map[string]string{"AUTH": "x"}, ServiceBindings: map[string]string{"AUTH": callee}},
+		"must be a worker UID": {ServiceBindings: map[string]string{"AUTH": "prod/auth"}},
+	} {
+		require.ErrorContains(t, s.Validate([]string{"API_KEY"}), want)
+	}
+	jsonClash := Settings{JSONVars: map[string]string{"AUTH": "1"}, ServiceBindings: map[string]string{"AUTH": callee}}
+	require.ErrorContains(t, jsonClash.Validate(nil), "is also a var")
+}
+
+func TestCeilingsBoundLimits(t *testing.T) {
+	selfhost := Ceilings{CPUMs: 30000, MemoryMB: 256}
+	require.NoError(t, selfhost.Check(&Limits{CPUMs: 50, MemoryMB: 64}))
+	require.NoError(t, selfhost.Check(nil))
+	require.ErrorContains(t, selfhost.Check(&Limits{CPUMs: 30001}), "limits.cpuMs 30001 is above this offering's ceiling of 30000")
+	require.ErrorContains(t, selfhost.Check(&Limits{MemoryMB: 257}), "limits.memoryMb 257 is above")
+	cloudflare := Ceilings{CPUMs: 30000, MemoryMB: 128, FixedMemory: true}
+	require.NoError(t, cloudflare.Check(&Limits{CPUMs: 50}))
+	require.NoError(t, cloudflare.Check(&Limits{MemoryMB: 128}))
+	require.ErrorContains(t, cloudflare.Check(&Limits{MemoryMB: 64}), "must be 128")
+}

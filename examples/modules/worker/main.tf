@@ -54,6 +54,8 @@ resource "takoform_worker" "this" {
   compatibility_flags     = var.compatibility_flags
   vars                    = var.vars
   json_vars               = var.json_vars
+  service_bindings        = var.service_bindings
+  limits                  = var.limits
   offering_id             = var.offering_id
   required_sensitive_vars = local.has_secrets ? local.secret_names : null
   runtime_input_reference = local.has_secrets ? takoform_worker_runtime_input.this[0].reference : null

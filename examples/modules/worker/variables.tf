@@ -90,3 +90,18 @@ variable "compatibility_flags" {
   type        = set(string)
   default     = null
 }
+
+variable "service_bindings" {
+  description = "Other workers this one calls, by binding name: their worker_id (for example module.auth.worker_id). The worker calls env.NAME.fetch(request). Replacing a bound worker replaces this one too."
+  type        = map(string)
+  default     = null
+}
+
+variable "limits" {
+  description = "The worker's own limits within its offering's ceilings: cpu_ms (request time on selfhost, CPU time on Cloudflare) and memory_mb (selfhost; 128 on Cloudflare)."
+  type = object({
+    cpu_ms    = optional(number)
+    memory_mb = optional(number)
+  })
+  default = null
+}

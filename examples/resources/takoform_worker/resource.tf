@@ -12,6 +12,13 @@ resource "takoform_worker" "api" {
   vars      = { LOG_LEVEL = "info" }
   json_vars = { LIMITS = jsonencode({ requests_per_second = 50 }) }
 
+  # env.AUTH.fetch(request) reaches the auth worker. Destroy removes this worker first; replacing
+  # the auth worker replaces this one with it.
+  service_bindings = { AUTH = takoform_worker.auth.id }
+
+  # Within the offering's ceilings (data source takoform_offerings): a request ends after 5 s.
+  limits = { cpu_ms = 5000 }
+
   # The worker requires these secrets; its runtime input delivers them.
   required_sensitive_vars = ["STRIPE_KEY"]
   runtime_input_reference = takoform_worker_runtime_input.api.reference

@@ -40,6 +40,10 @@ type Upload struct {
 	Secrets       map[string]sealing.Secret
 	Inherit       []string
 	StrictInherit bool
+	// Services are service bindings: the callee's script name by binding name.
+	Services map[string]string
+	// CPUMs is the script's limits.cpu_ms (0: Cloudflare's default).
+	CPUMs int64
 }
 
 // namedPart is a module part as the SDK's multipart encoder reads it: filename and content type.
@@ -99,6 +103,17 @@ func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
 		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
 		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
 		bindings = append(bindings, b)
+	}
+	for _, name := range slices.Sorted(maps.Keys(u.Services)) {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindService
+		b.Name.Value, b.Name.Present = name, true
+		b.Service.Value, b.Service.Present = u.Services[name], true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
+		bindings = append(bindings, b)
+	}
+	if u.CPUMs > 0 {
+		m.Limits.Value.CPUMs.Value, m.Limits.Value.CPUMs.Present = u.CPUMs, true
+		m.Limits.Present = true
 	}
 	for _, name := range u.Inherit {
 		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit

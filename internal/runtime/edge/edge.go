@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -41,6 +42,24 @@ type Target interface {
 // witness of liveness beside the probe (a worker busy answering is not stuck).
 type Progress interface {
 	Answered()
+}
+
+// WallLimited is a Target whose worker has a wall-time limit of its own per request (its
+// limits.cpuMs), below the edge's ResponseTimeout: past it the request ends with a 504.
+type WallLimited interface {
+	WallLimit() time.Duration
+}
+
+// responseTimeout is the time a request to target may take: the edge's, or the worker's own
+// limit when that is shorter.
+func (h *Handler) responseTimeout(target Target) time.Duration {
+	limit := h.limits.ResponseTimeout
+	if wl, ok := target.(WallLimited); ok {
+		if d := wl.WallLimit(); d > 0 && d < limit {
+			limit = d
+		}
+	}
+	return limit
 }
 
 // Lookup outcomes.
@@ -157,16 +176,30 @@ func (h *Handler) enterLoop(caller, script string) (leave func(), ok bool) {
 	return func() { n.Add(-1) }, true
 }
 
+// ServeBinding serves one request a worker of this node sent through a service binding: lookup
+// finds the callee's serving incarnation (UnknownHost when the binding reaches no worker). It is
+// counted like any request from this node's own egress, so a chain of bindings that loops ends
+// in 508 like a loop through URLs.
+func (h *Handler) ServeBinding(w http.ResponseWriter, r *http.Request, caller string, lookup func() (Target, int)) {
+	ctx := context.WithValue(WithCaller(r.Context(), caller), fromWorkerKey{}, true)
+	h.serveTo(w, r.WithContext(ctx), true, lookup, problemUnboundService)
+}
+
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool) {
+	host := Hostname(r.Host)
+	h.serveTo(w, r, fromEgress, func() (Target, int) { return h.resolve.Resolve(host) }, problemUnknownHost)
+}
+
+func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress bool, lookup func() (Target, int), unknown *adminapi.Problem) {
 	code := http.StatusOK
 	defer func() { h.counter(code).Inc() }()
 	host := Hostname(r.Host)
 	// A drain can retire the target between lookup and Acquire; look again, a bounded number of times.
 	for range 5 {
-		target, outcome := h.resolve.Resolve(host)
+		target, outcome := lookup()
 		switch outcome {
 		case UnknownHost:
-			code = writeProblem(w, problemUnknownHost)
+			code = writeProblem(w, unknown)
 			return
 		case NotReady:
 			code = writeProblem(w, problemNotReady)
@@ -188,7 +221,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 		}
 		defer leave()
 		defer target.Release()
-		code = h.forward(w, r, target.Addr(), func() {
+		code = h.forward(w, r, target.Addr(), h.responseTimeout(target), func() {
 			if p, ok := target.(Progress); ok {
 				p.Answered()
 			}
@@ -199,8 +232,10 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 }
 
 var (
-	problemUnknownHost = adminapi.NewProblem(http.StatusNotFound, adminapi.CodeUnknownHost, "Not Found", "no worker is routed at this host")
-	problemNotReady    = adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable",
+	problemUnknownHost    = adminapi.NewProblem(http.StatusNotFound, adminapi.CodeUnknownHost, "Not Found", "no worker is routed at this host")
+	problemUnboundService = adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable",
+		"this service binding reaches no worker on this node now (its worker was deleted, or the binding changed)")
+	problemNotReady = adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable",
 		"the worker routed at this host has no Ready incarnation")
 	problemSwitching = adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotReady, "Service Unavailable",
 		"the worker routed at this host is switching incarnations; retry")

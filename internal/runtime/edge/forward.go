@@ -29,9 +29,9 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // A request is never replayed on another connection: a request that made the worker's process die
 // (or be killed for looping) would run again in the restarted process and take it down too. An
 // idle connection is checked before it is used instead (upConn.open).
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, answered func()) int {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, limit time.Duration, answered func()) int {
 	start := time.Now()
-	deadline := start.Add(h.limits.ResponseTimeout)
+	deadline := start.Add(limit)
 	var body *clientBody
 	if r.Body != nil && r.Body != http.NoBody {
 		if r.ContentLength > h.limits.MaxBodyBytes {

@@ -366,9 +366,10 @@ func exists(path string) bool {
 
 // group is the cgroup of one incarnation's process, in every hierarchy.
 type group struct {
-	c    *cgroups
-	uid  int
-	dirs []string // one per hierarchy, in the order of c.hierarchies
+	c      *cgroups
+	uid    int
+	memory int64    // its memory ceiling
+	dirs   []string // one per hierarchy, in the order of c.hierarchies
 }
 
 func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
@@ -376,10 +377,14 @@ func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
 // create makes org-<uid>/<name> in every hierarchy with the ceilings written: memory and pids per
 // incarnation, CPU weight per organization (every organization the same, so that an organization
 // gets an equal share however many incarnations it runs), CPU quota per incarnation when set.
-func (c *cgroups) create(uid int, name string) (_ *group, err error) {
+func (c *cgroups) create(uid int, name string, memory int64) (_ *group, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	g := &group{c: c, uid: uid}
+	if memory <= 0 || memory > c.limits.MemoryBytes {
+		// A worker's own ceiling may lower the node's, never raise it (SPEC 3.6).
+		memory = c.limits.MemoryBytes
+	}
+	g := &group{c: c, uid: uid, memory: memory}
 	defer func() {
 		if err != nil {
 			g.removeLocked()
@@ -398,7 +403,7 @@ func (c *cgroups) create(uid int, name string) (_ *group, err error) {
 			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 		}
 		g.dirs = append(g.dirs, dir)
-		if err := c.writeIncarnation(h, dir); err != nil {
+		if err := c.writeIncarnation(h, dir, memory); err != nil {
 			return nil, err
 		}
 	}
@@ -430,11 +435,11 @@ func (c *cgroups) writeOrg(h hierarchy, org string) error {
 	return nil
 }
 
-func (c *cgroups) writeIncarnation(h hierarchy, dir string) error {
+func (c *cgroups) writeIncarnation(h hierarchy, dir string, memory int64) error {
 	l := c.limits
 	var files [][2]string
 	if h.serves(ctlMemory) {
-		files = append(files, memoryFiles(h, l.MemoryBytes)...)
+		files = append(files, memoryFiles(h, memory)...)
 		if h.v2 {
 			// An OOM kill ends the whole incarnation, not one process of it.
 			files = append(files, [2]string{"memory.oom.group", "1"})
@@ -524,7 +529,7 @@ func (g *group) limitHit() string {
 				file = "memory.oom_control"
 			}
 			if n := counter(filepath.Join(dir, file), "oom_kill"); n > 0 {
-				hits = append(hits, fmt.Sprintf("killed at its memory ceiling (%d MiB)", g.c.limits.MemoryBytes>>20))
+				hits = append(hits, fmt.Sprintf("killed at its memory ceiling (%d MiB)", g.memory>>20))
 			}
 		}
 		if h.serves(ctlPids) {

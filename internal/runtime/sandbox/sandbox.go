@@ -259,6 +259,9 @@ type Program struct {
 	UID int
 	// Name names the process's cgroups: org-<UID>/<Name>. It must be unique on the node.
 	Name string
+	// MemoryBytes is this program's own memory ceiling (a worker's limits.memoryMb); 0, or more
+	// than the node's per-incarnation ceiling, takes the node's.
+	MemoryBytes int64
 	// ExtraFiles become descriptors 3, 4, … in the sandbox (the listening socket).
 	ExtraFiles     []*os.File
 	Stdout, Stderr io.Writer
@@ -343,7 +346,7 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 		dataFDs = append(dataFDs, fd(f))
 	}
 
-	g, err := s.cg.create(p.UID, p.Name)
+	g, err := s.cg.create(p.UID, p.Name, p.MemoryBytes)
 	if err != nil {
 		statusR.Close()
 		return nil, err

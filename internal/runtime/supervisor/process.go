@@ -38,7 +38,7 @@ func (i *Incarnation) startProcess(files []*os.File, socketArgs []string, out *t
 		sort.Strings(names)
 		return sb.Start(sandbox.Program{
 			Path: i.opts.Workerd, Args: args, Dir: i.spec.Dir, Files: names, Env: env,
-			UID: i.spec.UID, Name: cgroupName(i.spec.Dir), ExtraFiles: files, Stdout: out, Stderr: out,
+			UID: i.spec.UID, Name: cgroupName(i.spec.Dir), MemoryBytes: i.spec.MemoryBytes, ExtraFiles: files, Stdout: out, Stderr: out,
 		})
 	}
 	cmd := exec.Command(i.opts.Workerd, args...)

@@ -88,6 +88,9 @@ type Options struct {
 	// Local is the node's edge, to which the egress proxy hands subrequests for hostnames it
 	// serves; nil routes none in-process.
 	Local egress.Local
+	// Bindings serves the requests a worker sends through its service bindings (nil: a worker
+	// with bindings reaches nothing through them).
+	Bindings BindingRouter
 	// Changed is called (without locks held) whenever an incarnation's state changes.
 	Changed func(*Incarnation)
 	// Restarted is called for every restart, for metrics.
@@ -124,6 +127,13 @@ func (o *Options) defaults() {
 	}
 }
 
+// BindingRouter serves a request that the incarnation of script caller sent through its service
+// binding named binding. Which binding it was is known from the socket it arrived on, one per
+// binding and incarnation, never from anything in the request.
+type BindingRouter interface {
+	ServeBinding(w http.ResponseWriter, r *http.Request, caller, binding string)
+}
+
 // Spec is what one incarnation runs. Its ID is the identity continuity preserves: the exact bundle
 // and config digests (secrets by keyed digest).
 type Spec struct {
@@ -150,6 +160,11 @@ type Spec struct {
 	Admitted bool
 	// Braked reports whether the lifecycle brake holds this incarnation's restarts.
 	Braked func() bool
+	// MemoryBytes is its memory ceiling in the sandbox (0: the node's).
+	MemoryBytes int64
+	// Bindings are the names of its service bindings: each gets a loopback address of its own,
+	// the external service workerd.BindingService(name) of its config.
+	Bindings []string
 }
 
 // Status is a snapshot of an incarnation.
@@ -176,6 +191,9 @@ type Incarnation struct {
 	egressL  *net.TCPListener
 	egress   *http.Server
 	proxy    *egress.Proxy
+	// bindings are the listeners of its service bindings, by binding name, and their servers.
+	bindings map[string]*net.TCPListener
+	bindSrv  []*http.Server
 	addr     string
 	log      *slog.Logger
 
@@ -188,7 +206,8 @@ type Incarnation struct {
 	// tenant's budget.
 	lines LineBudget
 
-	ready    atomic.Bool // mirrors status.State == ready, for the edge's hot path
+	ready    atomic.Bool  // mirrors status.State == ready, for the edge's hot path
+	wall     atomic.Int64 // the worker's own wall-time limit per request (ns); 0: the edge's
 	inflight atomic.Int64
 	answered atomic.Int64
 	retired  atomic.Bool
@@ -233,6 +252,29 @@ func Start(spec Spec, opts Options) (*Incarnation, error) {
 		log:  opts.Logger.With("script", spec.Script, "incarnation", spec.ID),
 		stop: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		admitted: spec.Admitted,
+	}
+	inc.bindings = make(map[string]*net.TCPListener, len(spec.Bindings))
+	for _, name := range spec.Bindings {
+		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			inc.closeListeners()
+			for _, open := range ls {
+				open.Close()
+			}
+			return fail(fmt.Errorf("open a loopback socket for a service binding of incarnation %s: %w", spec.ID, err))
+		}
+		inc.bindings[name] = l
+		caller, binding := spec.Script, name
+		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(inc.log.Handler(), slog.LevelWarn),
+			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if opts.Bindings == nil {
+					http.Error(w, "service bindings are not served on this node", http.StatusServiceUnavailable)
+					return
+				}
+				opts.Bindings.ServeBinding(w, r, caller, binding)
+			})}
+		inc.bindSrv = append(inc.bindSrv, srv)
+		go func() { _ = srv.Serve(l) }()
 	}
 	inc.proxy = egress.NewProxy(inc.outL.Addr().String(), opts.SubrequestLimit, opts.Local)
 	inc.proxy.Caller = spec.Script
@@ -516,7 +558,27 @@ func (i *Incarnation) socketFiles() ([]*os.File, []string, error) {
 		files = append(files, f)
 	}
 	args = append(args, "--external-addr", workerd.EgressService+"="+i.egressL.Addr().String())
+	for _, name := range i.spec.Bindings {
+		args = append(args, "--external-addr", workerd.BindingService(name)+"="+i.bindings[name].Addr().String())
+	}
 	return files, args, nil
+}
+
+// SetWallLimit sets the worker's own wall-time limit per request (0: the edge's). It changes
+// with the worker's limits, not its code, so the running incarnation takes it in place.
+func (i *Incarnation) SetWallLimit(d time.Duration) { i.wall.Store(int64(d)) }
+
+// WallLimit implements edge.WallLimited.
+func (i *Incarnation) WallLimit() time.Duration { return time.Duration(i.wall.Load()) }
+
+// closeListeners closes the service bindings' listeners and servers.
+func (i *Incarnation) closeListeners() {
+	for _, srv := range i.bindSrv {
+		_ = srv.Close()
+	}
+	for _, l := range i.bindings {
+		_ = l.Close()
+	}
 }
 
 func closeAll(files []*os.File) {
@@ -675,6 +737,7 @@ func (i *Incarnation) probe(ctx context.Context, client *http.Client) bool {
 func (i *Incarnation) cleanup() {
 	i.retired.Store(true)
 	_ = i.egress.Close()
+	i.closeListeners()
 	for _, l := range []*net.TCPListener{i.listener, i.probeL, i.outL} {
 		_ = l.Close()
 	}

@@ -92,6 +92,13 @@ const (
 	SchemeHeader = "Takoform-Egress-Scheme"
 )
 
+// BindingService names the external service behind a worker's service binding: an address the
+// runtime node listens on for that incarnation and that binding alone (given with
+// --external-addr), so that where a request arrives says which worker sent it through which
+// binding, and nothing the worker writes into the request takes part (SPEC 5.1: the node routes
+// it to the callee, under its own rules, never around them).
+func BindingService(binding string) string { return "takoform-binding-" + binding }
+
 // FixedDeny is in every config's deny list: networks workerd's "public" admits although they can
 // reach what no worker should (the benchmark range 198.18.0.0/15, often used for internal
 // services, and the NAT64 prefixes, well-known and local-use, which map every private IPv4 address
@@ -198,6 +205,11 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	// header in proxy style, which Go's server requires; the injected one is ignored (the absolute
 	// URL names the host).
 	fmt.Fprintf(&b, "    (name = %s, external = (http = (style = proxy, injectRequestHeaders = [(name = \"Host\", value = \"egress.takoform.invalid\")]))),\n", Quote(EgressService))
+	for _, name := range slices.Sorted(maps.Keys(w.Settings.ServiceBindings)) {
+		// Only the binding's name is in the config: which worker it reaches is the node's to
+		// decide on each request, so the callee's updates (or a new callee) never restart this one.
+		fmt.Fprintf(&b, "    (name = %s, external = (http = ())),\n", Quote(BindingService(name)))
+	}
 	b.WriteString("    (name = \"dialer\", worker = .dialer),\n")
 	b.WriteString("    (name = \"internet\", network = (\n      allow = [\"public\"],\n      deny = [")
 	for n, cidr := range deny {
@@ -254,6 +266,9 @@ func Render(w Worker, configFile, configConst, socketName string) (map[string][]
 	}
 	for _, name := range slices.Sorted(maps.Keys(w.Settings.JSONVars)) {
 		fmt.Fprintf(&b, "    (name = %s, json = %s),\n", Quote(name), Quote(w.Settings.JSONVars[name]))
+	}
+	for _, name := range slices.Sorted(maps.Keys(w.Settings.ServiceBindings)) {
+		fmt.Fprintf(&b, "    (name = %s, service = %s),\n", Quote(name), Quote(BindingService(name)))
 	}
 	b.WriteString("  ],\n")
 	fmt.Fprintf(&b, "  globalOutbound = %s,\n);\n\n", Quote(EgressService))

@@ -98,3 +98,21 @@ func TestRenderWritesVarsAndFlagsIntoTheConfig(t *testing.T) {
 	_, err = Render(w, "config.capnp", "config", "http")
 	require.ErrorContains(t, err, "required sensitive var")
 }
+
+func TestAServiceBindingIsAnExternalServiceNamingNoCallee(t *testing.T) {
+	const callee = "0b9c6f1e-2f53-4d8e-9a3c-3f0f7a1b2c3d"
+	w := Worker{Modules: map[string]string{"index.js": "export default {}"}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
+		Settings: workerconf.Settings{ServiceBindings: map[string]string{"AUTH": callee}}}
+	files, err := Render(w, "config.capnp", "config", "http")
+	require.NoError(t, err)
+	config := string(files["config.capnp"])
+	require.Contains(t, config, `(name = "takoform-binding-AUTH", external = (http = ())),`)
+	require.Contains(t, config, `(name = "AUTH", service = "takoform-binding-AUTH"),`)
+	require.NotContains(t, config, callee, "the node routes by the callee's UID; the config does not name it")
+
+	// Another callee under the same name renders the same config: the caller is not restarted.
+	w.Settings.ServiceBindings["AUTH"] = "1b9c6f1e-2f53-4d8e-9a3c-3f0f7a1b2c3d"
+	again, err := Render(w, "config.capnp", "config", "http")
+	require.NoError(t, err)
+	require.Equal(t, files["config.capnp"], again["config.capnp"])
+}

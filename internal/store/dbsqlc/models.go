@@ -301,6 +301,12 @@ type WorkerEndpointOriginReservation struct {
 	ReleasedAt          *time.Time
 }
 
+type WorkerServiceBinding struct {
+	CallerUID uuid.UUID
+	Binding   string
+	CalleeUID uuid.UUID
+}
+
 type WorkerState struct {
 	UID                   uuid.UUID
 	OrganizationID        string

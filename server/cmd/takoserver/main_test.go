@@ -120,8 +120,8 @@ func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	require.EqualValues(t, 13, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 11, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"], "12 is not there: down from 13 goes to 11")
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "11", "--output", "json"))["version"])
+	require.EqualValues(t, 12, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "12", "--output", "json"))["version"])
 	require.EqualValues(t, 13, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
 	require.Contains(t, run(t, url, "migrate", "version"), "version 13")
 }

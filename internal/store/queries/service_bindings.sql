@@ -1,0 +1,38 @@
+-- name: WorkersLockForBinding :exec
+-- The workers a caller's put binds to (and the caller itself, on an update), locked in UID order:
+-- every put takes its locks in the same order, so two callers binding to each other never
+-- deadlock, and a delete of a callee (which locks that one row) waits for the put or the put for
+-- it (SPEC 3.6: a worker that a live worker binds to refuses deletion). The rows alone: a join
+-- here would be re-checked against the old operation row when a concurrent put had moved the
+-- worker to a new one, and the worker would vanish from the answer; WorkersForBinding reads them
+-- next, under the locks, with a snapshot taken after them.
+SELECT 1 FROM (
+    SELECT w.uid FROM workers w
+    WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[])
+    ORDER BY w.uid
+    FOR UPDATE OF w
+) locked;
+
+-- name: WorkersForBinding :many
+-- The locked workers, as they stand. Only the organization's: another organization's UID is not
+-- found.
+SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
+FROM workers w
+JOIN operations o ON o.id = w.operation_id
+WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[]);
+
+-- name: ServiceBindingsClear :exec
+DELETE FROM worker_service_bindings WHERE caller_uid = @caller_uid;
+
+-- name: ServiceBindingsInsert :exec
+INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
+SELECT @caller_uid::uuid, unnest(@bindings::text[]), unnest(@callees::uuid[]);
+
+-- name: WorkerCallers :many
+-- The live workers that bind to a worker (itself aside), as space/name: its delete waits for
+-- them. A caller still being created counts: its create may yet commit.
+SELECT DISTINCT (w.space || '/' || w.name)::text AS caller
+FROM worker_service_bindings b
+JOIN workers w ON w.uid = b.caller_uid
+WHERE b.callee_uid = @callee_uid AND b.caller_uid <> @callee_uid AND w.status IN ('creating', 'live')
+ORDER BY 1;

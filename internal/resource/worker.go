@@ -415,6 +415,11 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err := offering.Ceilings().Check(spec.Settings.Limits); err != nil {
 		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "%v", err)
 	}
+	// The wfp-managed pack carries neither yet: its routing entry has no cpuMs from the worker and
+	// its dispatch-namespace uploads no service bindings. Refused, never dropped without a word.
+	if inst.Pack == catalog.PackWFPManaged && (len(spec.Settings.ServiceBindings) > 0 || spec.Settings.LimitsOrZero().CPUMs > 0) {
+		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "serviceBindings and limits.cpuMs are not supported on wfp-managed offerings yet (offering %s)", offering.ID)
+	}
 	placement := offering.Placement()
 	mut, err := s.mutator(placement)
 	if err != nil {

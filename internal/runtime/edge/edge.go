@@ -112,11 +112,22 @@ func Hostname(host string) string {
 // proxy in front may have read its body otherwise, and what it took for the next request would
 // reach a worker.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if f, ok := r.Context().Value(framingKey{}).(*framing); ok && f.next() {
+	if refuseFraming(r) {
 		h.counter(h.refuse(w, http.StatusBadRequest)).Inc()
 		return
 	}
 	h.serve(w, r, false)
+}
+
+// refuseFraming reports whether r's framing makes the edge refuse it and close its connection: as
+// the edge's own loop parsed it (Server), or as the framing check followed it under net/http.
+func refuseFraming(r *http.Request) bool {
+	ctx := r.Context()
+	if bad, _ := ctx.Value(badFramingKey{}).(bool); bad {
+		return true
+	}
+	f, ok := ctx.Value(framingKey{}).(*framing)
+	return ok && f.next()
 }
 
 // Serves reports whether a route names this (normalized) hostname: the egress proxy then hands

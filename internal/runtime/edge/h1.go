@@ -183,6 +183,8 @@ type h1conn struct {
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	lr   lineReader
+	// small holds back a small answer without a Content-Length (h1writer).
+	small []byte
 }
 
 // lingerAfterClose is how long a connection closed after a refusal waits, its sending side shut,
@@ -283,13 +285,14 @@ func (c *h1conn) serve() {
 			} else {
 				req.Body = http.NoBody
 			}
-			if e, ok := req.Header["Expect"]; ok {
-				if len(e) == 1 && strings.EqualFold(e[0], "100-continue") && req.ProtoMinor == 1 {
-					if w.body != nil {
+			if e := req.Header["Expect"]; len(e) > 0 {
+				switch {
+				case listed(e[:1], "100-continue"): // the first field decides, as in net/http
+					// A client of HTTP/1.0 cannot be told to continue: it sends its body anyway.
+					if w.body != nil && req.ProtoMinor >= 1 {
 						w.body.expect = true
 					}
-					delete(req.Header, "Expect")
-				} else {
+				case e[0] != "":
 					c.refuse(http.StatusExpectationFailed, "unsupported Expect")
 					return
 				}
@@ -388,13 +391,17 @@ func (b *h1body) Read(p []byte) (int, error) {
 func (b *h1body) Close() error { return nil }
 
 // h1writer is the http.ResponseWriter of one request: the answer goes out by its Content-Length,
-// chunked (HTTP/1.1), or delimited by the connection's close (HTTP/1.0).
+// chunked (HTTP/1.1), or delimited by the connection's close (HTTP/1.0). An answer without a
+// Content-Length that is small and whole when the handler returns is sent with one (as net/http
+// does), so that an HTTP/1.0 connection stays open after it.
 type h1writer struct {
 	c           *h1conn
 	req         *http.Request
 	body        *h1body
 	header      http.Header
-	wroteHeader bool
+	status      int
+	wroteHeader bool // WriteHeader was called
+	headSent    bool // the head is in the connection's buffer
 	chunked     bool
 	noBody      bool
 	length      int64 // the declared Content-Length, or -1
@@ -403,6 +410,9 @@ type h1writer struct {
 	hijacked    bool
 	err         error
 }
+
+// smallAnswer is the most of an answer without a Content-Length held back to send it with one.
+const smallAnswer = 2048
 
 func (w *h1writer) Header() http.Header { return w.header }
 
@@ -416,7 +426,7 @@ func (w *h1writer) WriteHeader(code int) {
 	if code < 200 {
 		return // informational answers are not passed on
 	}
-	w.wroteHeader = true
+	w.wroteHeader, w.status = true, code
 	h := w.header
 	w.length = -1
 	if v := h["Content-Length"]; len(v) > 0 {
@@ -429,6 +439,17 @@ func (w *h1writer) WriteHeader(code int) {
 	w.noBody = w.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
 	if code == http.StatusNoContent {
 		delete(h, "Content-Length")
+	}
+	w.c.small = w.c.small[:0]
+}
+
+// sendHead writes the head; whole says the answer is complete in c.small (its length is known).
+func (w *h1writer) sendHead(whole bool) {
+	w.headSent = true
+	h := w.header
+	if whole && w.length < 0 && !w.noBody {
+		w.length = int64(len(w.c.small))
+		h["Content-Length"] = []string{strconv.Itoa(len(w.c.small))}
 	}
 	delete(h, "Transfer-Encoding")
 	if w.req.Close || w.c.s.closing.Load() || listed(h["Connection"], "close") {
@@ -444,13 +465,13 @@ func (w *h1writer) WriteHeader(code int) {
 	delete(h, "Connection")
 	bw := w.c.bw
 	bw.WriteString("HTTP/1.1 ")
-	bw.WriteString(strconv.Itoa(code))
+	bw.WriteString(strconv.Itoa(w.status))
 	bw.WriteByte(' ')
-	if text := http.StatusText(code); text != "" {
+	if text := http.StatusText(w.status); text != "" {
 		bw.WriteString(text)
 	} else {
 		bw.WriteString("status code ")
-		bw.WriteString(strconv.Itoa(code))
+		bw.WriteString(strconv.Itoa(w.status))
 	}
 	bw.WriteString("\r\n")
 	for k, vv := range h {
@@ -476,6 +497,11 @@ func (w *h1writer) WriteHeader(code int) {
 		bw.WriteString("Connection: keep-alive\r\n")
 	}
 	bw.WriteString("\r\n")
+	if len(w.c.small) > 0 {
+		small := w.c.small
+		w.c.small = w.c.small[:0]
+		w.out(small)
+	}
 }
 
 // appendDate appends the current time as an HTTP date.
@@ -508,6 +534,22 @@ func (w *h1writer) Write(p []byte) (int, error) {
 		return 0, http.ErrContentLength
 	}
 	w.written += int64(len(p))
+	if !w.headSent {
+		if w.length < 0 && len(w.c.small)+len(p) <= smallAnswer {
+			w.c.small = append(w.c.small, p...)
+			return len(p), nil
+		}
+		w.sendHead(false)
+	}
+	w.out(p)
+	if w.err != nil {
+		return 0, w.err
+	}
+	return len(p), nil
+}
+
+// out writes body bytes in the answer's framing.
+func (w *h1writer) out(p []byte) {
 	bw := w.c.bw
 	if w.chunked {
 		bw.WriteString(strconv.FormatInt(int64(len(p)), 16))
@@ -517,10 +559,6 @@ func (w *h1writer) Write(p []byte) (int, error) {
 	} else {
 		_, w.err = bw.Write(p)
 	}
-	if w.err != nil {
-		return 0, w.err
-	}
-	return len(p), nil
 }
 
 // Flush sends what is buffered (a streamed answer streams on).
@@ -530,6 +568,9 @@ func (w *h1writer) Flush() {
 	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headSent {
+		w.sendHead(false)
 	}
 	if w.err == nil {
 		w.err = w.c.bw.Flush()
@@ -550,14 +591,13 @@ func (w *h1writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return w.c.raw, bufio.NewReadWriter(w.c.br, w.c.bw), nil
 }
 
-// finish ends the answer: its head if none was written, the last chunk and trailers, and sends
-// it.
+// finish ends the answer: its head if not yet sent, the last chunk and trailers, and sends it.
 func (w *h1writer) finish() error {
 	if !w.wroteHeader {
-		if _, ok := w.header["Content-Length"]; !ok {
-			w.header["Content-Length"] = []string{"0"}
-		}
 		w.WriteHeader(http.StatusOK)
+	}
+	if !w.headSent {
+		w.sendHead(true)
 	}
 	if w.err != nil {
 		return w.err

@@ -53,6 +53,7 @@ type lineReader struct {
 	br     *bufio.Reader
 	budget int // bytes of the head left
 	long   []byte
+	crlf   bool // lines must end with CRLF (a chunked body's, as net/http wants them)
 }
 
 // line returns the next line without its terminator. A line that takes the budget past zero is a
@@ -74,6 +75,8 @@ func (r *lineReader) line() ([]byte, *parseError) {
 			b = b[:len(b)-1]
 			if n := len(b); n > 0 && b[n-1] == '\r' {
 				b = b[:n-1]
+			} else if r.crlf {
+				return nil, refused(http.StatusBadRequest, "bare LF")
 			}
 			return b, nil
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -133,10 +136,10 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 		}
 		h.header[key] = append(h.header[key], v)
 	}
-	if h.major != 1 || h.minor > 1 {
+	if h.major != 1 {
 		return nil, refused(http.StatusHTTPVersionNotSupported, "unsupported protocol version")
 	}
-	http11 := h.minor == 1
+	http11 := h.minor >= 1 // a later HTTP/1.x is answered as HTTP/1.1 (RFC 9110 6.2)
 	switch {
 	case hosts > 1:
 		return nil, refused(http.StatusBadRequest, "too many Host headers")
@@ -158,7 +161,7 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 			return nil, refused(http.StatusNotImplemented, "unsupported transfer encoding")
 		}
 		h.chunked, h.length = true, -1
-		delete(h.header, "Content-Length")
+		delete(h.header, "Transfer-Encoding") // hop-by-hop; the request says it is chunked (as net/http does)
 	} else if lengths > 0 {
 		if lengths > 1 {
 			return nil, refused(http.StatusBadRequest, "more than one Content-Length")
@@ -170,11 +173,7 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 		h.length = n
 	}
 	conn := h.header["Connection"]
-	if http11 {
-		h.close = listed(conn, "close")
-	} else {
-		h.close = !listed(conn, "keep-alive")
-	}
+	h.close = listed(conn, "close") || (!http11 && !listed(conn, "keep-alive"))
 	return h, nil
 }
 
@@ -260,8 +259,9 @@ func validValue(b []byte) bool {
 	return true
 }
 
-// validHost reports a Host value made of the characters a host and port may hold (as net/http
-// checks it).
+// validHost reports a Host value made only of the characters a host and port may hold
+// (RFC 3986 3.2.2: unreserved, sub-delims, percent-encoding, and ":[]" of IPv6 and the port), the
+// same set net/http checks.
 func validHost(h string) bool {
 	for i := 0; i < len(h); i++ {
 		if !hostChars[h[i]] {
@@ -272,12 +272,13 @@ func validHost(h string) bool {
 }
 
 var hostChars = func() (t [256]bool) {
-	for c := range 256 {
-		if tokenChars[c] || c >= 0x80 {
-			t[c] = true
-		}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
 	}
-	for _, c := range "[]:()',;=@" {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c], t[c-'a'+'A'] = true, true
+	}
+	for _, c := range "-._~" + "!$&'()*+,;=" + "%" + ":[]" {
 		t[c] = true
 	}
 	return t
@@ -320,6 +321,9 @@ func (h *head) request() (*http.Request, *parseError) {
 		Host: h.host,
 	}
 	r.Proto = "HTTP/1.1"
+	if h.chunked {
+		r.TransferEncoding = []string{"chunked"}
+	}
 	if h.minor == 0 {
 		r.Proto = "HTTP/1.0"
 	}
@@ -368,10 +372,16 @@ func (c *chunkedBody) Read(p []byte) (int, error) {
 		if c.started {
 			// the CRLF after a chunk's data
 			b, err := c.br.ReadByte()
-			if err == nil && b == '\r' {
+			if err == nil && b != '\r' {
+				return 0, c.fail(errBadChunk)
+			}
+			if err == nil {
 				b, err = c.br.ReadByte()
 			}
-			if err != nil || b != '\n' {
+			if err == nil && b != '\n' {
+				return 0, c.fail(errBadChunk)
+			}
+			if err != nil {
 				return 0, c.fail(err)
 			}
 		}
@@ -410,7 +420,7 @@ func (c *chunkedBody) fail(err error) error {
 
 // size reads a chunk's size line; the last chunk's trailers are read too.
 func (c *chunkedBody) size() error {
-	c.lr.br, c.lr.budget = c.br, 4096
+	c.lr.br, c.lr.budget, c.lr.crlf = c.br, 4096, true
 	line, perr := c.lr.line()
 	if perr != nil {
 		if perr == errConnGone {
@@ -419,12 +429,9 @@ func (c *chunkedBody) size() error {
 		return errBadChunk
 	}
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
-		if !validValue(line[i:]) {
-			return errBadChunk
-		}
-		line = line[:i]
+		line = line[:i] // extensions are ignored (RFC 9112 7.1.1), as net/http ignores them
 	}
-	line = trimOWS(line)
+	line = bytes.TrimRight(line, " \t")
 	if len(line) == 0 || len(line) > 15 {
 		return errBadChunk
 	}

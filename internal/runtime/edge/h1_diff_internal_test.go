@@ -121,7 +121,7 @@ func diffServers(t *testing.T) (own, std string) {
 // (not only the first) ends the connection after the answer.
 //
 // stricter names the refusals of the edge's parser that net/http's lacks, on purpose (h1parse.go).
-var stricter = []string{"folded header line", "more than one Content-Length"}
+var stricter = []string{"folded header line", "more than one Content-Length", "malformed host in the request target"}
 
 // compare asserts that both servers made the same of raw, but for the edge's deliberate, stricter
 // refusals: where the edge refused for one of those, net/http may have accepted.

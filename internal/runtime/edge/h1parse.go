@@ -16,6 +16,7 @@ import (
 // let a front proxy and the edge disagree on where a request ends:
 //   - a folded header line (obs-fold) is refused (net/http joins it to the previous field);
 //   - a repeated Content-Length is refused even when both copies agree (net/http keeps one);
+//   - an absolute-form target's host is held to the characters of a Host header;
 //   - a field name followed by whitespace before its colon, a control character (NUL among them)
 //     or a bare CR anywhere in the head is refused, as net/http does.
 //
@@ -340,8 +341,12 @@ func (h *head) request() (*http.Request, *parseError) {
 		return nil, refused(http.StatusBadRequest, "malformed request target")
 	}
 	if r.URL.Host != "" {
-		// An absolute-form target names the host (RFC 9112 3.2.2).
+		// An absolute-form target names the host (RFC 9112 3.2.2); it is held to the Host
+		// header's characters (net/http lets any through).
 		r.Host = r.URL.Host
+		if !validHost(r.Host) {
+			return nil, refused(http.StatusBadRequest, "malformed host in the request target")
+		}
 	}
 	return r, nil
 }

@@ -78,7 +78,10 @@ func (s *Server) Serve(l net.Listener) error {
 		hc := &h1conn{s: s}
 		switch tc := c.(type) {
 		case *tls.Conn: // HTTP/2: net/http's
-			s.h2once.Do(func() { go func() { _ = s.h2.Serve(s.h2conns) }() })
+			s.h2once.Do(func() {
+				s.h2conns.addr = l.Addr()
+				go func() { _ = s.h2.Serve(s.h2conns) }()
+			})
 			select {
 			case s.h2conns.conns <- tc:
 			case <-s.h2conns.done:
@@ -156,6 +159,7 @@ func (s *Server) Close() error {
 
 // connQueue is the listener net/http's server takes HTTP/2 connections from.
 type connQueue struct {
+	addr  net.Addr // the edge's listener's
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
@@ -172,7 +176,7 @@ func (q *connQueue) Accept() (net.Conn, error) {
 
 func (q *connQueue) close()         { q.once.Do(func() { close(q.done) }) }
 func (q *connQueue) Close() error   { q.close(); return nil }
-func (q *connQueue) Addr() net.Addr { return &net.TCPAddr{} }
+func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // h1conn is one client connection.
 type h1conn struct {
@@ -201,7 +205,6 @@ type badFramingKey struct{}
 
 var (
 	badFramingCtx = context.WithValue(context.Background(), badFramingKey{}, true)
-	localAddrKey  = http.LocalAddrContextKey
 )
 
 func (c *h1conn) serve() {
@@ -217,7 +220,7 @@ func (c *h1conn) serve() {
 	}()
 	c.br = bufio.NewReaderSize(c.raw, 4<<10)
 	c.bw = bufio.NewWriterSize(c.raw, 4<<10)
-	ctx := context.WithValue(context.Background(), localAddrKey, c.raw.LocalAddr())
+	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, c.raw.LocalAddr())
 	remote := c.raw.RemoteAddr().String()
 	lastPost := false
 	for first := true; ; first = false {
@@ -311,7 +314,9 @@ func (c *h1conn) serve() {
 			return
 		}
 		if w.close {
-			c.closeWrite()
+			if h.badFraming || (w.body != nil && !w.body.eof) {
+				c.closeWrite() // the client may still be sending: let it read the answer first
+			}
 			return
 		}
 		// What is left of the body is read before the next request: a little is, more closes

@@ -17,6 +17,8 @@ import (
 //   - a folded header line (obs-fold) is refused (net/http joins it to the previous field);
 //   - a repeated Content-Length is refused even when both copies agree (net/http keeps one);
 //   - an absolute-form target's host is held to the characters of a Host header;
+//   - a trailer field of a chunked body is held to the rules of a header field (net/http lets a
+//     name with spaces through there, so that a request line can pass for a trailer);
 //   - a field name followed by whitespace before its colon, a control character (NUL among them)
 //     or a bare CR anywhere in the head is refused, as net/http does.
 //
@@ -364,7 +366,10 @@ type chunkedBody struct {
 	err     error
 }
 
-var errBadChunk = errors.New("malformed chunked body")
+var (
+	errBadChunk   = errors.New("malformed chunked body")
+	errBadTrailer = errors.New("malformed trailer field")
+)
 
 func (c *chunkedBody) Read(p []byte) (int, error) {
 	if c.err != nil {
@@ -473,7 +478,7 @@ func (c *chunkedBody) size() error {
 		}
 		colon := bytes.IndexByte(line, ':')
 		if colon <= 0 || !isToken(line[:colon]) || !validValue(trimOWS(line[colon+1:])) {
-			return errBadChunk
+			return errBadTrailer
 		}
 	}
 }

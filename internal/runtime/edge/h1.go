@@ -379,11 +379,18 @@ type h1body struct {
 func (b *h1body) Read(p []byte) (int, error) {
 	if b.expect && !b.continued {
 		b.continued = true
-		if !b.w.wroteHeader {
-			b.w.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-			if err := b.w.c.bw.Flush(); err != nil {
-				return 0, err
-			}
+		// The handler may read the body on another goroutine (forward does) while it writes its
+		// answer: 100 Continue goes out only before the answer's head, never into it.
+		w := b.w
+		w.mu.Lock()
+		var err error
+		if !w.headSent {
+			w.c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			err = w.c.bw.Flush()
+		}
+		w.mu.Unlock()
+		if err != nil {
+			return 0, err
 		}
 	}
 	n, err := b.r.Read(p)
@@ -400,6 +407,7 @@ func (b *h1body) Close() error { return nil }
 // Content-Length that is small and whole when the handler returns is sent with one (as net/http
 // does), so that an HTTP/1.0 connection stays open after it.
 type h1writer struct {
+	mu          sync.Mutex // orders headSent with a 100 Continue (h1body)
 	c           *h1conn
 	req         *http.Request
 	body        *h1body
@@ -450,7 +458,9 @@ func (w *h1writer) WriteHeader(code int) {
 
 // sendHead writes the head; whole says the answer is complete in c.small (its length is known).
 func (w *h1writer) sendHead(whole bool) {
+	w.mu.Lock() // after a 100 Continue being written, if one is
 	w.headSent = true
+	w.mu.Unlock()
 	h := w.header
 	if whole && w.length < 0 && !w.noBody {
 		w.length = int64(len(w.c.small))

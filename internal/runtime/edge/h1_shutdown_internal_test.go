@@ -88,3 +88,56 @@ func TestOwnLoopShutdownDrains(t *testing.T) {
 		t.Fatal("Shutdown did not return once the last request was answered")
 	}
 }
+
+// A handler that reads the body on another goroutine while it answers (as forward does) gets the
+// client's body after a 100 Continue, and its answer is never mixed with that 100 Continue
+// (run with -race).
+func TestOwnLoopContinuesWhileTheHandlerAnswers(t *testing.T) {
+	t.Parallel()
+	s := NewH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := make(chan string, 1)
+		go func() {
+			b, _ := io.ReadAll(r.Body)
+			got <- string(b)
+		}()
+		if r.URL.Path == "/early" {
+			w.WriteHeader(http.StatusAccepted) // the answer's head may go out before the body is asked for
+			w.(http.Flusher).Flush()
+		}
+		_, _ = io.WriteString(w, "got "+<-got)
+	}), Limits{}, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(func() { _ = s.Close() })
+	for range 20 {
+		for _, path := range []string{"/late", "/early"} {
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(c)
+			_, _ = io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode == http.StatusContinue {
+				_, _ = io.WriteString(c, "hello")
+				if resp, err = http.ReadResponse(br, nil); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				_, _ = io.WriteString(c, "hello") // answered before continuing: the body comes anyway
+			}
+			b, err := io.ReadAll(resp.Body)
+			c.Close()
+			if err != nil || string(b) != "got hello" {
+				t.Fatalf("%s: answer %d %q (%v)", path, resp.StatusCode, b, err)
+			}
+		}
+	}
+}

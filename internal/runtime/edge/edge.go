@@ -1,8 +1,10 @@
 // Package edge is the runtime node's public face: a reverse proxy that routes each request by its
 // Host header to the Ready incarnation of the route's script (SPEC 5). Any other host gets a 404
-// problem; a route whose script has no Ready incarnation gets a 503 problem. It holds every
-// client to the limits of SPEC 5.1 (Limits, NewServer, Listener) and speaks HTTP/1.1 to workerd
-// on keep-alive connections of its own (forward.go, upstream.go).
+// problem; a route whose script has no Ready incarnation gets a 503 problem. It serves clients'
+// HTTP/1.x with a loop and a strict parser of its own (Server, h1.go, h1parse.go; HTTP/2 on
+// net/http's server), holds every client to the limits of SPEC 5.1 (Limits), and speaks HTTP/1.1
+// to workerd on keep-alive connections of its own (forward.go, upstream.go). NewServer and
+// Listener serve it on net/http's server instead, with the framing check of framing.go.
 //
 // Workers' own subrequests for hostnames this node serves come in through ServeEgress (the egress
 // proxy hands them over in-process; they never leave the node). workerd drops a request's headers

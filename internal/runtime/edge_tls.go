@@ -38,21 +38,21 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 }
 
 // serveEdge serves the edge on edgeL: over TLS (HTTP/2 and HTTP/1.1) when HTTPS is on, with the
-// redirect listener beside it; else plain HTTP. Either way, HTTP/1.1 connections are followed by
-// the framing check.
+// redirect listener beside it; else plain HTTP. Either way, HTTP/1.x connections are served by
+// the edge's own loop (edge.Server), HTTP/2 ones by net/http's.
 func (n *Node) serveEdge(edgeL net.Listener) error {
 	if n.edgeTLS == nil {
-		// Plain HTTP/1.1: the listener follows each connection's framing, so that a request with
-		// both Content-Length and Transfer-Encoding is refused and its connection closed.
-		return n.edge.Serve(edge.Listener(edgeL))
+		// Plain HTTP/1.x: the edge's own loop and parser, which refuse a request with both
+		// Content-Length and Transfer-Encoding and close its connection.
+		return n.edge.Serve(edgeL)
 	}
 	if n.edgeHTTP != nil {
 		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()
 	}
-	// The edge completes each handshake itself so that it can follow the plaintext of HTTP/1.1
-	// connections (the framing check, as on plain HTTP); HTTP/2 connections go to net/http's own.
+	// The edge completes each handshake itself so that it serves HTTP/1.1 connections with its own
+	// loop (as on plain HTTP); HTTP/2 connections go to net/http's server.
 	config := n.edgeTLS.Config()
-	n.edge.TLSConfig = config
+	n.edge.SetTLSConfig(config)
 	return n.edge.Serve(edge.TLSListener(edgeL, config, n.cfg.Edge.WithDefaults().HeaderTimeout))
 }
 

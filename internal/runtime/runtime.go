@@ -137,7 +137,7 @@ type Node struct {
 	kick     chan struct{}
 	retiring sync.WaitGroup
 	admin    *http.Server
-	edge     *http.Server
+	edge     *edge.Server
 	served   chan error
 	stopped  chan struct{}
 	// quitting is closed when Close begins: log long polls answer at once.
@@ -280,7 +280,7 @@ func Start(cfg Config) (*Node, error) {
 
 	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	n.edge = edge.NewServer(edgeHandler, cfg.Edge, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
+	n.edge = edge.NewH1Server(edgeHandler, cfg.Edge, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	n.edgeHandler = edgeHandler
 	scheme := "http"
 	if tlsConfig != nil {

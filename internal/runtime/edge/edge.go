@@ -1,8 +1,10 @@
 // Package edge is the runtime node's public face: a reverse proxy that routes each request by its
 // Host header to the Ready incarnation of the route's script (SPEC 5). Any other host gets a 404
-// problem; a route whose script has no Ready incarnation gets a 503 problem. It holds every
-// client to the limits of SPEC 5.1 (Limits, NewServer, Listener) and speaks HTTP/1.1 to workerd
-// on keep-alive connections of its own (forward.go, upstream.go).
+// problem; a route whose script has no Ready incarnation gets a 503 problem. It serves clients'
+// HTTP/1.x with a loop and a strict parser of its own (Server, h1.go, h1parse.go; HTTP/2 on
+// net/http's server), holds every client to the limits of SPEC 5.1 (Limits), and speaks HTTP/1.1
+// to workerd on keep-alive connections of its own (forward.go, upstream.go). NewServer and
+// Listener serve it on net/http's server instead, with the framing check of framing.go.
 //
 // Workers' own subrequests for hostnames this node serves come in through ServeEgress (the egress
 // proxy hands them over in-process; they never leave the node). workerd drops a request's headers
@@ -131,11 +133,22 @@ func Hostname(host string) string {
 // proxy in front may have read its body otherwise, and what it took for the next request would
 // reach a worker.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if f, ok := r.Context().Value(framingKey{}).(*framing); ok && f.next() {
+	if refuseFraming(r) {
 		h.counter(h.refuse(w, http.StatusBadRequest)).Inc()
 		return
 	}
 	h.serve(w, r, false)
+}
+
+// refuseFraming reports whether r's framing makes the edge refuse it and close its connection: as
+// the edge's own loop parsed it (Server), or as the framing check followed it under net/http.
+func refuseFraming(r *http.Request) bool {
+	ctx := r.Context()
+	if bad, _ := ctx.Value(badFramingKey{}).(bool); bad {
+		return true
+	}
+	f, ok := ctx.Value(framingKey{}).(*framing)
+	return ok && f.next()
 }
 
 // Serves reports whether a route names this (normalized) hostname: the egress proxy then hands

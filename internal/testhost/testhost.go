@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
@@ -42,6 +43,8 @@ type Options struct {
 	// CatalogFor, when set, builds the catalog from the runtime node Start runs (a catalog that
 	// sells other installations beside it).
 	CatalogFor func(node *runtimetest.Harness) *catalog.Catalog
+	// CloudflareEdge, when set, is how the Host reaches Cloudflare's edge (a stand-in's).
+	CloudflareEdge *http.Client
 	// Organization names the organization Start creates ("acme" when empty).
 	Organization string
 	// Runtime, when set, adjusts the runtime node's config (for example its edge's HTTPS); the
@@ -86,7 +89,7 @@ func Start(t testing.TB, opts Options) *Host {
 	}
 	logs := &runtimetest.Buffer{}
 	srv := server.New(server.Config{
-		DB: db, Catalog: cat, SealingRing: ring,
+		DB: db, Catalog: cat, SealingRing: ring, CloudflareEdge: opts.CloudflareEdge,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	ts := httptest.NewServer(srv.Handler())

@@ -1,0 +1,313 @@
+package provider_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
+	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/testhost"
+)
+
+// The stand-in's account, and what a wfp-managed installation on it names.
+const (
+	cfAccount    = "0123456789abcdef0123456789abcdef"
+	cfSubdomain  = "acme"
+	cfToken      = "cf-canary-token-5eb1c0ffee"
+	cfNamespace  = "tenants"
+	cfRoutingKV  = "0f2ac74b498b48028cb68387c421e279"
+	cfBaseDomain = "apps.example.test"
+)
+
+// cloud is a Host selling the two Cloudflare packs beside its selfhost node, on the stand-in, or
+// on a real account when TAKOFORM_CLOUDFLARE_LIVE=1 (see the README).
+type cloud struct {
+	*fixture
+	standin *cfstandin.Server // nil on a real account
+	fetch   *http.Client
+	live    bool
+}
+
+// liveAccount reports the real account the live suite runs on, or skips.
+func liveAccount(t *testing.T) (token, account string) {
+	if os.Getenv("TAKOFORM_CLOUDFLARE_LIVE") != "1" {
+		return "", ""
+	}
+	token, account = os.Getenv("CLOUDFLARE_API_TOKEN"), os.Getenv("CLOUDFLARE_ACCOUNT_ID")
+	if token == "" || account == "" {
+		t.Fatal("TAKOFORM_CLOUDFLARE_LIVE=1 needs CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID")
+	}
+	return token, account
+}
+
+func liveSetting(t *testing.T, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		t.Skipf("the live suite needs %s for this test", name)
+	}
+	return v
+}
+
+func newCloud(t *testing.T) *cloud {
+	t.Helper()
+	requireCLI(t)
+	token, account := liveAccount(t)
+	c := &cloud{live: token != ""}
+	workersDev := map[string]any{"name": "cf-dev", "pack": "workers-dev", "routePropagationSeconds": 2}
+	wfp := map[string]any{"name": "cf-wfp", "pack": "wfp-managed", "routePropagationSeconds": 2}
+	if c.live {
+		workersDev["accountSubdomain"] = liveSetting(t, "TAKOFORM_CLOUDFLARE_SUBDOMAIN")
+		workersDev["routePropagationSeconds"], wfp["routePropagationSeconds"] = 30, 90
+		wfp["baseDomain"] = os.Getenv("TAKOFORM_CLOUDFLARE_BASE_DOMAIN")
+		wfp["dispatchNamespace"] = os.Getenv("TAKOFORM_CLOUDFLARE_DISPATCH_NAMESPACE")
+		wfp["dispatchWorkerName"] = os.Getenv("TAKOFORM_CLOUDFLARE_DISPATCH_WORKER")
+		wfp["routingKvNamespaceId"] = os.Getenv("TAKOFORM_CLOUDFLARE_ROUTING_KV")
+		c.fetch = http.DefaultClient
+	} else {
+		token, account = cfToken, cfAccount
+		s, err := cfstandin.New(cfstandin.Config{
+			Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t),
+			DispatchNamespaces: []string{cfNamespace}, KVNamespaces: []string{cfRoutingKV},
+			BaseDomain: cfBaseDomain, RoutingKVNamespace: cfRoutingKV, RoutingDispatchNamespace: cfNamespace,
+			KVStale: time.Second,
+		})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		c.standin, c.fetch = s, s.EdgeClient()
+		workersDev["accountSubdomain"], workersDev["apiBaseUrl"], wfp["apiBaseUrl"] = cfSubdomain, s.BaseURL(), s.BaseURL()
+		wfp["baseDomain"], wfp["dispatchNamespace"], wfp["dispatchWorkerName"], wfp["routingKvNamespaceId"] = cfBaseDomain, cfNamespace, "takoform-dispatch", cfRoutingKV
+	}
+	private := filepath.Join(t.TempDir(), "cf")
+	require.NoError(t, safedir.Ensure(private, safedir.Current()))
+	require.NoError(t, safedir.WriteFile(private, "api-token", []byte(token+"\n"), safedir.Current()))
+	for _, inst := range []map[string]any{workersDev, wfp} {
+		inst["accountId"], inst["apiTokenFile"] = account, filepath.Join(private, "api-token")
+	}
+	opts := testhost.Options{CatalogFor: func(node *runtimetest.Harness) *catalog.Catalog {
+		doc, err := json.Marshal(map[string]any{
+			"installations": []any{
+				map[string]any{"name": "selfhost", "pack": "selfhost", "endpointSuffix": "workers.localhost", "edgeListen": node.Info.EdgeAddr,
+					"scheme": "http", "runtimeUrl": node.Info.AdminURL, "runtimeTokenFile": node.Info.TokenFile},
+				workersDev, wfp,
+			},
+			"offerings": []any{
+				map[string]any{"id": "selfhost-module-worker", "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}},
+				map[string]any{"id": "selfhost-worker-endpoint", "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}},
+				map[string]any{"id": "cf-dev-worker", "kind": "module-worker", "installation": "cf-dev", "soldTo": []string{"*"}},
+				map[string]any{"id": "cf-dev-endpoint", "kind": "worker-endpoint", "installation": "cf-dev", "soldTo": []string{"*"}},
+				map[string]any{"id": "cf-wfp-worker", "kind": "module-worker", "installation": "cf-wfp", "soldTo": []string{"*"}},
+				map[string]any{"id": "cf-wfp-endpoint", "kind": "worker-endpoint", "installation": "cf-wfp", "soldTo": []string{"*"}},
+			},
+		})
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), "catalog.json")
+		require.NoError(t, os.WriteFile(path, doc, 0o600))
+		cat, err := catalog.Load(path)
+		require.NoError(t, err)
+		return cat
+	}}
+	if c.standin != nil {
+		opts.CloudflareEdge = c.standin.EdgeClient()
+	}
+	h := testhost.Start(t, opts)
+	api, err := client.New(client.Config{Endpoint: h.URL, APIKey: h.Key, OrganizationID: h.Organization.ID, MaxRetries: 2})
+	require.NoError(t, err)
+	c.fixture = &fixture{h: h, api: api}
+	return c
+}
+
+// cloudWorker answers with its code's version and its secret's SHA-256, never the secret.
+const cloudWorker = `export default {
+  async fetch(request, env) {
+    const sum = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(env.GREETING));
+    const hex = [...new Uint8Array(sum)].map((b) => b.toString(16).padStart(2, "0")).join("");
+    return new Response("VERSION " + hex);
+  },
+};`
+
+// cloudGraph is the quickstart graph on one Cloudflare pack's offerings; subdomain "" lets the
+// Host derive the label (the script name on workers-dev, the tsw- default on wfp-managed).
+func cloudGraph(offering, space, subdomain, code, secret string, version int) string {
+	sub := ""
+	if subdomain != "" {
+		sub = fmt.Sprintf("subdomain   = %q", subdomain)
+	}
+	return fmt.Sprintf(`
+resource "takoform_worker_endpoint_origin_reservation" "r" {
+  space       = %[2]q
+  worker_name = "hello"
+  offering_id = "%[1]s-worker"
+  %[3]s
+}
+
+resource "takoform_worker_runtime_input" "ri" {
+  space                   = %[2]q
+  worker_name             = "hello"
+  endpoint_name           = "hello"
+  origin_reservation_id   = takoform_worker_endpoint_origin_reservation.r.id
+  canonical_public_origin = takoform_worker_endpoint_origin_reservation.r.canonical_origin
+  bindings_wo             = { GREETING = %[5]q }
+  bindings_wo_version     = %[6]d
+}
+
+resource "takoform_worker" "w" {
+  space                   = %[2]q
+  name                    = "hello"
+  offering_id             = "%[1]s-worker"
+  main_module             = "index.js"
+  modules                 = { "index.js" = %[4]q }
+  compatibility_date      = "2025-01-01"
+  required_sensitive_vars = ["GREETING"]
+  runtime_input_reference = takoform_worker_runtime_input.ri.reference
+}
+
+resource "takoform_worker_endpoint" "e" {
+  space                 = %[2]q
+  name                  = "hello"
+  offering_id           = "%[1]s-endpoint"
+  worker                = takoform_worker.w.name
+  worker_id             = takoform_worker.w.id
+  origin_reservation_id = takoform_worker_endpoint_origin_reservation.r.id
+}
+
+resource "takoform_worker_endpoint_activation" "a" {
+  reservation_id = takoform_worker_endpoint_origin_reservation.r.id
+  endpoint_id    = takoform_worker_endpoint.e.id
+}
+`, offering, space, sub, code, secret, version)
+}
+
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// answers waits (within the route's propagation) until url answers want with status.
+func (c *cloud) answers(url string, status int, want string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	if c.live {
+		deadline = time.Now().Add(3 * time.Minute)
+	}
+	var last string
+	for {
+		res, err := c.fetch.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode == status && strings.Contains(string(body), want) {
+				return nil
+			}
+			last = fmt.Sprintf("%d %q", res.StatusCode, body)
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s answered %s, want %d with %q", url, last, status, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (c *cloud) urlAnswers(status int, want string) resource.TestCheckFunc {
+	return func(s *terraform.State) error {
+		e, ok := s.RootModule().Resources[endpointAddr]
+		if !ok {
+			return fmt.Errorf("no endpoint in the state")
+		}
+		return c.answers(e.Primary.Attributes["url"], status, want)
+	}
+}
+
+// TestAccQuickstartOnCloudflare applies the quickstart graph on each Cloudflare pack: the URL
+// answers with the secret's digest, a code change keeps the secret, a bindings_wo_version bump
+// redelivers, and destroy leaves the URL answering 404 and nothing on the account.
+func TestAccQuickstartOnCloudflare(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, offering, subdomain string }{
+		{"workers-dev", "cf-dev", ""},
+		{"wfp-managed default label", "cf-wfp", ""},
+		{"wfp-managed supplied reservation", "cf-wfp", "shop"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCloud(t)
+			if c.live && tc.offering == "cf-wfp" {
+				liveSetting(t, "TAKOFORM_CLOUDFLARE_BASE_DOMAIN")
+			}
+			const first, second = "sealed-canary-first-9f3e", "sealed-canary-second-4b1d"
+			v1, v2 := strings.ReplaceAll(cloudWorker, "VERSION", "v1"), strings.ReplaceAll(cloudWorker, "VERSION", "v2")
+			space := "cf" + fmt.Sprint(time.Now().UnixNano()%100000)
+			var url string
+			resource.Test(t, resource.TestCase{
+				ProtoV6ProviderFactories: factories,
+				Steps: []resource.TestStep{
+					{
+						Config: c.config(cloudGraph(tc.offering, space, tc.subdomain, v1, first, 1)),
+						Check: resource.ComposeTestCheckFunc(c.urlAnswers(http.StatusOK, "v1 "+digest(first)),
+							func(s *terraform.State) error {
+								url = s.RootModule().Resources[endpointAddr].Primary.Attributes["url"]
+								return nil
+							}),
+					},
+					{
+						Config: c.config(cloudGraph(tc.offering, space, tc.subdomain, v2, first, 1)),
+						ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+							plancheck.ExpectResourceAction("takoform_worker.w", plancheck.ResourceActionUpdate),
+							plancheck.ExpectResourceAction("takoform_worker_runtime_input.ri", plancheck.ResourceActionNoop),
+						}},
+						Check: c.urlAnswers(http.StatusOK, "v2 "+digest(first)),
+					},
+					{
+						Config: c.config(cloudGraph(tc.offering, space, tc.subdomain, v2, second, 2)),
+						Check:  c.urlAnswers(http.StatusOK, "v2 "+digest(second)),
+					},
+					{
+						Config:           c.config(cloudGraph(tc.offering, space, tc.subdomain, v2, second, 2)),
+						ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+					},
+				},
+				CheckDestroy: func(*terraform.State) error {
+					if err := c.answers(url, http.StatusNotFound, ""); err != nil {
+						return err
+					}
+					if c.standin == nil {
+						return nil
+					}
+					if n := c.standin.ScriptNames(""); len(n) != 0 {
+						return fmt.Errorf("scripts left on the account: %v", n)
+					}
+					if n := c.standin.ScriptNames(cfNamespace); len(n) != 0 {
+						return fmt.Errorf("scripts left in the dispatch namespace: %v", n)
+					}
+					if n := c.standin.KVKeys(cfRoutingKV); n != 0 {
+						return fmt.Errorf("%d routing entries left", n)
+					}
+					return nil
+				},
+			})
+			for _, canary := range []string{first, second, cfToken} {
+				where, found := leakscan.FindString(c.h.Logs(), canary)
+				require.False(t, found, "the Host's log holds no secret and no API token (%s)", where)
+			}
+		})
+	}
+}

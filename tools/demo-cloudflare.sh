@@ -165,8 +165,10 @@ for offering in cloudflare-workers-dev cloudflare-wfp; do
 done
 
 step "the stand-in holds nothing of the demo's workers (only the dispatch worker)"
-curl -fsS -H "Authorization: Bearer $(cat "$CFSTANDIN_TOKEN_FILE")" "${CFSTANDIN_API_BASE_URL%/client/v4/}/__standin/state" |
-  jq -c '.result | {scripts: [.scripts[] | {namespace, name}], routing_entries: [.kv[] | length] | add}'
+left="$(curl -fsS -H "Authorization: Bearer $(cat "$CFSTANDIN_TOKEN_FILE")" "${CFSTANDIN_API_BASE_URL%/client/v4/}/__standin/state" |
+  jq -c '.result | {scripts: [.scripts[] | {namespace, name}], routing_entries: ([.kv[] | length] | add)}')"
+echo "$left"
+[ "$left" = '{"scripts":[{"namespace":"","name":"takoform-dispatch"}],"routing_entries":0}' ] || { echo "the stand-in holds more than the dispatch worker" >&2; exit 1; }
 
 stop_all
 trap - EXIT

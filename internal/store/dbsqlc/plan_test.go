@@ -174,6 +174,9 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		       CASE WHEN s.status = 'claimed' THEN now() + interval '15 minutes' END
 		FROM generate_series(1, $1) i,
 		     LATERAL (SELECT (ARRAY['settled', 'settled', 'expired', 'aborted', 'prepared', 'claimed', 'dispatched'])[1 + i % 7] AS status) s`)
+	// Each worker binds to the next one (a chain of callers across the tenant's workers).
+	exec(`INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
+		SELECT md5('w' || i)::uuid, 'NEXT', md5('w' || (i + 1))::uuid FROM generate_series(1, $1 - 1) i`)
 }
 
 // argument is a value of typ for EXECUTE: the small organization for text, so that a custom plan

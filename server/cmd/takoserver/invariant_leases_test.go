@@ -334,9 +334,6 @@ func (w *world) finish() {
 	if p.settled == 0 {
 		w.fail("no runtime input was delivered and settled in %d consumptions", p.consumptions)
 	}
-	if p.wdEndpointCreated == 0 || p.wdScriptsSeen == 0 {
-		w.fail("the workers-dev installation saw no endpoint created (%d) or no script on the stand-in (%d): its share made no progress", p.wdEndpointCreated, p.wdScriptsSeen)
-	}
 
 	bin, err := pgcluster.BinDir()
 	require.NoError(w.t, err)

@@ -694,6 +694,11 @@ func TestCustodyInvariantUnderRandomSequences(t *testing.T) {
 			return
 		}
 	}
+	// The workers-dev share, over all sequences (one sequence may place only idle names there).
+	if total.wdEndpointCreated == 0 || total.wdScriptsSeen == 0 {
+		t.Fatalf("the workers-dev installation saw no endpoint created (%d) or no script on the stand-in (%d) in %d steps: its share made no progress",
+			total.wdEndpointCreated, total.wdScriptsSeen, totalSteps)
+	}
 	t.Logf("custody invariant held over %d steps: %+v", totalSteps, total)
 }
 

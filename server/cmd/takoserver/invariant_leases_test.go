@@ -317,8 +317,8 @@ func (w *world) checkLeases(st adminapi.Status) {
 func (w *world) finish() {
 	w.t.Helper()
 	p := w.progress
-	w.t.Logf("progress: %d of %d endpoint creates, %d of %d activations, %d of %d consumptions settled, %d mid-dispatch kill(s)",
-		p.endpointCreated, p.endpointCreates, p.activated, p.activations, p.settled, p.consumptions, p.midDispatchKills)
+	w.t.Logf("progress: %d of %d endpoint creates (%d on workers-dev), %d of %d activations, %d of %d consumptions settled, %d mid-dispatch kill(s), up to %d script(s) on the stand-in",
+		p.endpointCreated, p.endpointCreates, p.wdEndpointCreated, p.activated, p.activations, p.settled, p.consumptions, p.midDispatchKills, p.wdScriptsSeen)
 	share := func(ok, of int) float64 {
 		if of == 0 {
 			return 0

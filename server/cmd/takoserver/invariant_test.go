@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -66,6 +67,8 @@ type progress struct {
 	activations, activated           int
 	consumptions, settled            int
 	midDispatchKills                 int
+	// The workers-dev share: endpoints created there, and the most scripts the stand-in held.
+	wdEndpointCreated, wdScriptsSeen int
 }
 
 // secretWorker is a worker that needs one secret, delivered through a runtime input.
@@ -114,6 +117,10 @@ type world struct {
 	hostLogs     []*runtimetest.Buffer
 	admin        *heldAdmin
 	progress     progress
+	// standin is the Cloudflare stand-in of the workers-dev installation; onWD says which worker
+	// names the sequence placed there.
+	standin *cfstandin.Server
+	onWD    map[string]bool
 }
 
 type seenEndpoint struct {
@@ -157,6 +164,7 @@ func (w *world) forget(org, path string) {
 
 // send performs one request; it never calls require, so bursts may run it on any goroutine.
 func (w *world) send(h host, org tenant, method, path, body string, ifMatch string) (answer, error) {
+	body = w.withOffering(method, path, body)
 	var rd *strings.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -211,6 +219,7 @@ func (w *world) note(org tenant, method, path string, a answer, err error) {
 	}
 	w.log = append(w.log, fmt.Sprintf("%s %s %s -> %d %s", org.name, method, path, a.status, code))
 	w.answers.WriteString(a.body)
+	w.noteWD(method, path, a)
 	if (method == http.MethodDelete && a.status == http.StatusOK) || code == "tombstoned" || code == "ownership_conflict" {
 		w.forget(org.name, path)
 	}
@@ -538,6 +547,7 @@ func (w *world) check() {
 	st, err := c.Status(ctx)
 	require.NoError(w.t, err)
 	w.checkScripts(st)
+	w.checkStandin()
 	w.checkLeases(st)
 	for _, rt := range st.Routes {
 		if !rt.Present {
@@ -601,7 +611,7 @@ func (w *world) checkScripts(st adminapi.Status) {
 			if len(conds) == 0 || (conds[0].(map[string]any)["status"] == "True") != ready {
 				w.fail("worker %s of %s reads ready=%v against its Ready condition %v", name, org.name, ready, conds)
 			}
-			if ready && held[wk["scriptName"].(string)] != wk["uid"] {
+			if ready && wk["offeringId"] != offeringWDWorker && held[wk["scriptName"].(string)] != wk["uid"] {
 				w.fail("worker %s of %s reads Ready while the runtime holds its script %s for %q", name, org.name, wk["scriptName"], held[wk["scriptName"].(string)])
 			}
 		}
@@ -638,7 +648,9 @@ func newWorld(t *testing.T, seed uint64) *world {
 	// The Hosts reach the runtime node through a proxy that can hold one delivery, so that a
 	// Host is killed while its dispatch is in flight.
 	w.admin = holdAdmin(t, w.node.adminURL)
-	w.catalog = node{adminURL: w.admin.url, tokenFile: w.node.tokenFile, edgeAddr: w.node.edgeAddr}.catalog(t)
+	w.standin = invariantStandin(t)
+	w.catalog = invariantCatalog(t, w.node, w.admin.url, w.standin)
+	w.placeWorkers()
 	for range 2 {
 		h, cmd := w.startHost()
 		w.hosts, w.procs = append(w.hosts, h), append(w.procs, cmd)
@@ -682,6 +694,11 @@ func TestCustodyInvariantUnderRandomSequences(t *testing.T) {
 			return
 		}
 	}
+	// The workers-dev share, over all sequences (one sequence may place only idle names there).
+	if total.wdEndpointCreated == 0 || total.wdScriptsSeen == 0 {
+		t.Fatalf("the workers-dev installation saw no endpoint created (%d) or no script on the stand-in (%d) in %d steps: its share made no progress",
+			total.wdEndpointCreated, total.wdScriptsSeen, totalSteps)
+	}
 	t.Logf("custody invariant held over %d steps: %+v", totalSteps, total)
 }
 
@@ -693,4 +710,6 @@ func (p *progress) add(o progress) {
 	p.consumptions += o.consumptions
 	p.settled += o.settled
 	p.midDispatchKills += o.midDispatchKills
+	p.wdEndpointCreated += o.wdEndpointCreated
+	p.wdScriptsSeen += o.wdScriptsSeen
 }

@@ -1,0 +1,211 @@
+package main_test
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+)
+
+// The sequences run with a workers-dev installation beside the selfhost one: each sequence places
+// every worker name on one of the two (consistently: its worker, its reservations and its endpoint
+// all name that installation's offerings), and the custody checks read the Cloudflare stand-in's
+// scripts too.
+
+const (
+	invariantCFAccount   = "0123456789abcdef0123456789abcdef"
+	invariantCFSubdomain = "acme"
+	invariantCFToken     = "cf-invariant-canary-token-7a11"
+
+	offeringLocalWorker   = "selfhost-module-worker"
+	offeringLocalEndpoint = "selfhost-worker-endpoint"
+	offeringWDWorker      = "wd-worker"
+	offeringWDEndpoint    = "wd-endpoint"
+)
+
+// invariantStandin starts a Cloudflare stand-in (with workerd) for one sequence.
+func invariantStandin(t *testing.T) *cfstandin.Server {
+	t.Helper()
+	s, err := cfstandin.New(cfstandin.Config{Token: invariantCFToken, AccountID: invariantCFAccount,
+		AccountSubdomain: invariantCFSubdomain, Workerd: workerdtest.Binary(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// invariantCatalog writes a catalog selling the selfhost installation that drives n (reached
+// through adminURL) and a workers-dev one on s, its token file 0600 in a 0700 directory.
+func invariantCatalog(t *testing.T, n node, adminURL string, s *cfstandin.Server) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "conf")
+	require.NoError(t, safedir.Ensure(dir, safedir.Current()))
+	require.NoError(t, safedir.WriteFile(dir, "cf-token", []byte(invariantCFToken+"\n"), safedir.Current()))
+	body, err := json.Marshal(map[string]any{
+		"installations": []any{
+			map[string]any{"name": "selfhost", "pack": "selfhost", "runtimeUrl": adminURL, "runtimeTokenFile": n.tokenFile, "edgeListen": n.edgeAddr},
+			map[string]any{"name": "wd", "pack": "workers-dev", "accountSubdomain": invariantCFSubdomain, "accountId": invariantCFAccount,
+				"apiTokenFile": filepath.Join(dir, "cf-token"), "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": 2},
+		},
+		"offerings": []any{
+			map[string]any{"id": offeringLocalWorker, "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}},
+			map[string]any{"id": offeringLocalEndpoint, "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}},
+			map[string]any{"id": offeringWDWorker, "kind": "module-worker", "installation": "wd", "soldTo": []string{"*"}},
+			map[string]any{"id": offeringWDEndpoint, "kind": "worker-endpoint", "installation": "wd", "soldTo": []string{"*"}},
+		},
+	})
+	require.NoError(t, err)
+	path := filepath.Join(dir, "catalog.json")
+	require.NoError(t, os.WriteFile(path, body, 0o600))
+	return path
+}
+
+// placeWorkers puts half of the sequence's worker names (picked at random) on workers-dev, the
+// other half on selfhost.
+func (w *world) placeWorkers() {
+	w.onWD = map[string]bool{}
+	// A generator of its own, so that the sequence's own draws stay what its seed made them.
+	place := rand.New(rand.NewPCG(w.seed^0x5bd1e995, w.seed))
+	for _, i := range place.Perm(len(invariantWorkerNames))[:len(invariantWorkerNames)/2] {
+		w.onWD[invariantWorkerNames[i]] = true
+	}
+	var wd []string
+	for _, name := range invariantWorkerNames {
+		if w.onWD[name] {
+			wd = append(wd, name)
+		}
+	}
+	w.t.Logf("on workers-dev: %v; the others on selfhost", wd)
+}
+
+// withOffering names, in a PUT's body, the offering of the installation the worker the request is
+// about was placed on; other requests pass unchanged.
+func (w *world) withOffering(method, path, body string) string {
+	if method != http.MethodPut || body == "" {
+		return body
+	}
+	var b map[string]any
+	if json.Unmarshal([]byte(body), &b) != nil {
+		return body
+	}
+	parts := strings.Split(strings.TrimPrefix(path, "/v1/"), "/")
+	worker, endpoint := "", false
+	switch {
+	case len(parts) == 4 && parts[2] == "workers":
+		worker = parts[3]
+	case len(parts) == 4 && parts[2] == "worker-endpoints":
+		worker, _ = b["worker"].(string)
+		endpoint = true
+	case len(parts) == 2 && parts[0] == "worker-endpoint-origin-reservations":
+		worker, _ = b["workerName"].(string) // a reservation names its worker's offering
+	default:
+		return body
+	}
+	wd := w.onWD[worker]
+	switch {
+	case endpoint && wd:
+		b["offeringId"] = offeringWDEndpoint
+	case endpoint:
+		b["offeringId"] = offeringLocalEndpoint
+	case wd:
+		b["offeringId"] = offeringWDWorker
+	default:
+		b["offeringId"] = offeringLocalWorker
+	}
+	raw, err := json.Marshal(b)
+	if err != nil {
+		return body
+	}
+	return string(raw)
+}
+
+// noteWD counts the workers-dev share of endpoint creates.
+func (w *world) noteWD(method, path string, a answer) {
+	parts := strings.Split(strings.TrimPrefix(path, "/v1/"), "/")
+	if method != http.MethodPut || len(parts) != 4 || parts[2] != "worker-endpoints" || a.status != http.StatusCreated {
+		return
+	}
+	var e map[string]any
+	if json.Unmarshal([]byte(a.body), &e) == nil && e["offeringId"] == offeringWDEndpoint {
+		w.progress.wdEndpointCreated++
+	}
+}
+
+// checkStandin states script custody on the Cloudflare stand-in: every script carries the UID of a
+// worker of that script name; a live worker's script carries its own UID; no script is left for a
+// worker whose delete committed; and a workers-dev worker the API reads Ready is served by a
+// script holding its UID.
+func (w *world) checkStandin() {
+	w.t.Helper()
+	ctx := context.Background()
+	held := map[string]string{} // script name -> TAKOFORM_WORKER_UID on the stand-in
+	for _, name := range w.standin.ScriptNames("") {
+		sc, ok := w.standin.Script(name)
+		if !ok {
+			continue // deleted since it was listed
+		}
+		b, ok := sc.Current.Binding(backend.BindingWorkerUID)
+		if !ok {
+			w.fail("the stand-in holds script %s without a %s binding", name, backend.BindingWorkerUID)
+		}
+		held[name] = b.Text
+		var status, script string
+		err := w.db.QueryRow(ctx, `SELECT status, script_name FROM workers WHERE uid = $1::uuid`, b.Text).Scan(&status, &script)
+		switch {
+		case err == pgx.ErrNoRows:
+			continue // a create whose row never committed: recovery's to delete
+		case err != nil:
+			require.NoError(w.t, err)
+		case script != name:
+			w.fail("the stand-in's script %s carries the UID %s of worker script %s", name, b.Text, script)
+		case status == "deleted":
+			w.fail("the stand-in still holds script %s of worker %s, whose delete committed", name, b.Text)
+		}
+	}
+	if w.progress.wdScriptsSeen < len(held) {
+		w.progress.wdScriptsSeen = len(held)
+	}
+	rows, err := w.db.Query(ctx, `SELECT script_name, uid::text, organization_id FROM workers WHERE status = 'live'`)
+	require.NoError(w.t, err)
+	type live struct{ script, uid, org string }
+	var standing []live
+	for rows.Next() {
+		var l live
+		require.NoError(w.t, rows.Scan(&l.script, &l.uid, &l.org))
+		standing = append(standing, l)
+	}
+	require.NoError(w.t, rows.Err())
+	for _, l := range standing {
+		if uid, ok := held[l.script]; ok && uid != l.uid {
+			w.fail("the stand-in holds script %s for worker %s, while worker %s of %s is live under that name", l.script, uid, l.uid, l.org)
+		}
+	}
+	for _, org := range w.orgs {
+		for _, name := range invariantWorkerNames {
+			a, err := w.send(w.hosts[len(w.hosts)-1], org, http.MethodGet, workerPath(name), "", "")
+			require.NoError(w.t, err)
+			if a.status != http.StatusOK {
+				continue
+			}
+			var wk map[string]any
+			require.NoError(w.t, json.Unmarshal([]byte(a.body), &wk))
+			if wk["offeringId"] != offeringWDWorker {
+				continue
+			}
+			if ready, _ := wk["ready"].(bool); ready && held[wk["scriptName"].(string)] != wk["uid"] {
+				w.fail("workers-dev worker %s of %s reads Ready while the stand-in holds its script %s for %q", name, org.name, wk["scriptName"], held[wk["scriptName"].(string)])
+			}
+		}
+	}
+}

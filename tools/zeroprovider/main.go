@@ -50,6 +50,8 @@ const (
 	boolean
 	strSet
 	strMap
+	// limits is the worker's limits object: optional cpu_ms and memory_mb numbers.
+	limits
 )
 
 type attribute struct {
@@ -124,6 +126,7 @@ var Shapes = []shape{
 			{name: "generation", kind: num, mode: computed},
 			{name: "id", kind: str, mode: computed},
 			{name: "json_vars", kind: strMap, mode: optional},
+			{name: "limits", kind: limits, mode: optional},
 			{name: "logs_url", kind: str, mode: computed},
 			{name: "main_module", kind: str, mode: required},
 			{name: "module_files", kind: strMap, mode: optional},
@@ -136,6 +139,7 @@ var Shapes = []shape{
 			{name: "revision", kind: num, mode: computed},
 			{name: "runtime_input_reference", kind: str, mode: optional},
 			{name: "script_name", kind: str, mode: computed},
+			{name: "service_bindings", kind: strMap, mode: optional},
 			{name: "space", kind: str, mode: required},
 			{name: "vars", kind: strMap, mode: optional},
 		},
@@ -251,6 +255,10 @@ func (r zeroResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 			attrs[a.name] = schema.SetAttribute{ElementType: types.StringType, Required: req, Optional: opt, Computed: comp, Sensitive: a.sensitive} // sets cannot be write-only
 		case strMap:
 			attrs[a.name] = schema.MapAttribute{ElementType: types.StringType, Required: req, Optional: opt, Computed: comp, Sensitive: a.sensitive, WriteOnly: a.writeOnly}
+		case limits:
+			attrs[a.name] = schema.SingleNestedAttribute{Required: req, Optional: opt, Computed: comp, Attributes: map[string]schema.Attribute{
+				"cpu_ms": schema.Int64Attribute{Optional: true}, "memory_mb": schema.Int64Attribute{Optional: true},
+			}}
 		}
 	}
 	resp.Schema = schema.Schema{

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -310,4 +311,97 @@ func TestAccQuickstartOnCloudflare(t *testing.T) {
 			}
 		})
 	}
+}
+
+// noCanary fails when a canary is in any attribute of the state, nested encodings included.
+func noCanary(canaries ...string) resource.TestCheckFunc {
+	return func(s *terraform.State) error {
+		for addr, r := range s.RootModule().Resources {
+			for name, v := range r.Primary.Attributes {
+				for _, c := range canaries {
+					if where, found := leakscan.FindString(v, c); found {
+						return fmt.Errorf("%s.%s holds a canary (%s)", addr, name, where)
+					}
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// TestAccCloudflareFaultsLeaveNoOrphanAndNoDuplicate: on workers-dev, a script Cloudflare refuses
+// fails the apply with its message and leaves nothing; then answers lost after Cloudflare made the
+// change (the upload, the route enablement, and at destroy the route and script deletes) and a
+// burst of 429s are absorbed: the apply and the destroy succeed with one script, one route, no
+// orphan, and neither the secret nor the API token in the state or the Host's log.
+func TestAccCloudflareFaultsLeaveNoOrphanAndNoDuplicate(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t)
+	if c.standin == nil {
+		t.Skip("faults are injected into the stand-in only")
+	}
+	const secret = "sealed-canary-fault-7c2e"
+	good := strings.ReplaceAll(cloudWorker, "VERSION", "v1")
+	inject := func(faults ...cfstandin.Fault) {
+		for _, f := range faults {
+			require.NoError(t, c.standin.Inject(f))
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{
+			{
+				Config:      c.config(cloudGraph("cf-dev", "faults", "", "export default { fetch( {", secret, 1)),
+				ExpectError: regexp.MustCompile(`(?s)SyntaxError.*code deployment_failed`),
+			},
+			{
+				PreConfig: func() {
+					require.Empty(t, c.standin.ScriptNames(""), "a refused script leaves nothing")
+					inject(
+						cfstandin.Fault{Kind: cfstandin.FaultLostAnswer, Method: http.MethodPut, PathContains: "/workers/scripts/"},
+						cfstandin.Fault{Kind: cfstandin.FaultLostAnswer, Method: http.MethodPost, PathContains: "/subdomain"},
+						cfstandin.Fault{Kind: cfstandin.FaultRateLimited, Method: http.MethodGet, Times: 6, RetryAfter: time.Second},
+					)
+				},
+				Config: c.config(cloudGraph("cf-dev", "faults", "", good, secret, 1)),
+				Check: resource.ComposeTestCheckFunc(
+					c.urlAnswers(http.StatusOK, "v1 "+digest(secret)),
+					func(*terraform.State) error {
+						if n := c.standin.ScriptNames(""); len(n) != 1 {
+							return fmt.Errorf("want one script on the account, got %v", n)
+						}
+						return nil
+					},
+					noCanary(secret, cfToken),
+				),
+			},
+			{
+				PreConfig: func() {
+					inject(
+						cfstandin.Fault{Kind: cfstandin.FaultLostAnswer, Method: http.MethodDelete, PathContains: "/subdomain"},
+						cfstandin.Fault{Kind: cfstandin.FaultLostAnswer, Method: http.MethodDelete, PathContains: "/workers/scripts/"},
+					)
+				},
+				Config:  c.config(cloudGraph("cf-dev", "faults", "", good, secret, 1)),
+				Destroy: true,
+			},
+		},
+		CheckDestroy: func(*terraform.State) error {
+			if n := c.standin.ScriptNames(""); len(n) != 0 {
+				return fmt.Errorf("scripts left on the account: %v", n)
+			}
+			return nil
+		},
+	})
+	for _, canary := range []string{secret, cfToken} {
+		where, found := leakscan.FindString(c.h.Logs(), canary)
+		require.False(t, found, "the Host's log holds no secret and no API token (%s)", where)
+	}
+	lost := 0
+	for _, r := range c.standin.Requests() {
+		if r.Fault == cfstandin.FaultLostAnswer {
+			lost++
+		}
+	}
+	require.Equal(t, 4, lost, "every lost answer was met")
 }

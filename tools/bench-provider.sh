@@ -17,7 +17,9 @@ devdir="$work/dev"
 
 [ -x "$tofu" ] || { echo "no OpenTofu at $tofu: run tools/opentofu.sh" >&2; exit 1; }
 [ -x "$root/bin/takoserver" ] && [ -x "$root/bin/terraform-provider-takoform" ] || { echo "run make build first" >&2; exit 1; }
-for tool in curl jq; do command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 1; }; done
+# shellcheck source=tools/lib.sh
+source "$root/tools/lib.sh"
+need_tools curl jq
 
 rm -rf "$work"
 mkdir -p "$work/takoform" "$work/zero" "$work/data" "$work/zerobin"
@@ -25,11 +27,7 @@ mkdir -p "$work/takoform" "$work/zero" "$work/data" "$work/zerobin"
 "$root/bin/takoserver" dev --dir "$devdir" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
 host_pid=$!
 trap 'kill -INT "$host_pid" 2>/dev/null; wait "$host_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-  curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break
-  kill -0 "$host_pid" 2>/dev/null || { cat "$work/takoserver.log" >&2; exit 1; }
-  sleep 0.5
-done
+wait_ready "http://$listen/readyz" "$host_pid" "$work/takoserver.log"
 # shellcheck disable=SC1091
 source "$devdir/env"
 

@@ -19,11 +19,9 @@ devdir="$root/.takoform/dev-cloudflare"
 work="$root/.takoform/demo-cloudflare"
 secret="hello from a sealed secret" # examples/cloudflare's default greeting
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
-
-for tool in curl jq; do
-  command -v "$tool" >/dev/null || { echo "make demo-cloudflare needs $tool (apt-get install -y $tool)" >&2; exit 1; }
-done
+# shellcheck source=tools/lib.sh
+source "$root/tools/lib.sh"
+need_tools curl jq
 [ -x "$tofu" ] || { echo "no OpenTofu at $tofu: run tools/opentofu.sh" >&2; exit 1; }
 for b in takoserver terraform-provider-takoform cfstandin; do
   [ -x "$root/bin/$b" ] || { echo "run make build first (bin/$b is missing)" >&2; exit 1; }
@@ -89,32 +87,11 @@ step "starting takoserver dev on $listen with that catalog (its wfp-managed Read
   --config "$work/catalog.json" --cloudflare-edge "$CFSTANDIN_EDGE_ADDR" --cloudflare-edge-ca "$CFSTANDIN_EDGE_CA_FILE" \
   >"$work/takoserver.out" 2>"$work/takoserver.log" &
 pids+=($!)
-for _ in $(seq 1 120); do
-  curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break
-  kill -0 "${pids[1]}" 2>/dev/null || { cat "$work/takoserver.log" >&2; echo "takoserver dev exited" >&2; exit 1; }
-  sleep 0.5
-done
-curl -fsS "http://$listen/readyz" >/dev/null
+wait_ready "http://$listen/readyz" "${pids[1]}" "$work/takoserver.log"
 # shellcheck disable=SC1091
 source "$devdir/env"
 
-for host in registry.opentofu.org registry.terraform.io; do
-  dir="$work/mirror/$host/takoform/takoform/$version/linux_amd64"
-  mkdir -p "$dir"
-  cp "$root/bin/terraform-provider-takoform" "$dir/terraform-provider-takoform_v$version"
-done
-cat >"$work/cli.tfrc" <<RC
-provider_installation {
-  filesystem_mirror {
-    path    = "$work/mirror"
-    include = ["registry.opentofu.org/takoform/takoform", "registry.terraform.io/takoform/takoform"]
-  }
-  direct {
-    exclude = ["registry.opentofu.org/takoform/takoform", "registry.terraform.io/takoform/takoform"]
-  }
-}
-RC
-export TF_CLI_CONFIG_FILE="$work/cli.tfrc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
+provider_mirror "$version"
 mkdir -p "$work/examples/modules"
 cp -R "$root/examples/modules/worker" "$work/examples/modules/worker"
 

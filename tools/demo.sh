@@ -15,11 +15,9 @@ devdir="$root/.takoform/dev"
 work="$root/.takoform/demo"
 secret="hello from a sealed secret" # examples/quickstart's default greeting
 
-step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
-
-for tool in curl jq; do
-  command -v "$tool" >/dev/null || { echo "make demo needs $tool (apt-get install -y $tool)" >&2; exit 1; }
-done
+# shellcheck source=tools/lib.sh
+source "$root/tools/lib.sh"
+need_tools curl jq
 [ -x "$tofu" ] || { echo "no OpenTofu at $tofu: run tools/opentofu.sh" >&2; exit 1; }
 [ -x "$root/bin/takoserver" ] && [ -x "$root/bin/terraform-provider-takoform" ] || { echo "run make build first" >&2; exit 1; }
 
@@ -38,12 +36,7 @@ stop_host() {
 }
 trap stop_host EXIT
 
-for _ in $(seq 1 120); do
-  curl -fsS "http://$listen/readyz" >/dev/null 2>&1 && break
-  kill -0 "$host_pid" 2>/dev/null || { cat "$work/takoserver.log" >&2; echo "takoserver dev exited" >&2; exit 1; }
-  sleep 0.5
-done
-curl -fsS "http://$listen/readyz" >/dev/null
+wait_ready "http://$listen/readyz" "$host_pid" "$work/takoserver.log"
 cat "$work/takoserver.out"
 
 # shellcheck disable=SC1091
@@ -57,24 +50,8 @@ step "and refuses a request without one"
 curl -sS "$TAKOFORM_ENDPOINT/v1/capabilities" | jq .
 
 step "installing the provider from a local mirror and running tofu init && tofu apply on examples/quickstart"
-for host in registry.opentofu.org registry.terraform.io; do
-  dir="$work/mirror/$host/takoform/takoform/$version/linux_amd64"
-  mkdir -p "$dir"
-  cp "$root/bin/terraform-provider-takoform" "$dir/terraform-provider-takoform_v$version"
-done
-cat >"$work/cli.tfrc" <<RC
-provider_installation {
-  filesystem_mirror {
-    path    = "$work/mirror"
-    include = ["registry.opentofu.org/takoform/takoform", "registry.terraform.io/takoform/takoform"]
-  }
-  direct {
-    exclude = ["registry.opentofu.org/takoform/takoform", "registry.terraform.io/takoform/takoform"]
-  }
-}
-RC
+provider_mirror "$version"
 cp -R "$root/examples/quickstart" "$work/quickstart"
-export TF_CLI_CONFIG_FILE="$work/cli.tfrc" TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
 (cd "$work/quickstart" && "$tofu" init -input=false -no-color && "$tofu" apply -auto-approve -input=false -no-color)
 
 step "tofu output: the URL, the origin reserved before anything existed, and the secret's reference (a digest, never the value)"

@@ -81,6 +81,9 @@ const (
 	DefaultScriptCeiling         = 500
 	DefaultWorkersDevPropagation = 30 * time.Second
 	DefaultWFPPropagation        = 90 * time.Second
+	// MinKVCacheTTL is Cloudflare's smallest cacheTtl for KV reads, which the dispatch worker's
+	// routing lookups use.
+	MinKVCacheTTL = 60 * time.Second
 )
 
 // Propagation is how long a deleted route of this installation may still be served.
@@ -443,6 +446,13 @@ func validateInstallation(inst *Installation) error {
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.AccountSubdomain != "" {
 			return fmt.Errorf("wfp-managed takes baseDomain, dispatchNamespace, dispatchWorkerName and routingKvNamespaceId, with accountId, apiTokenFile, apiBaseUrl, scriptCeiling and routePropagationSeconds")
 		}
+		// The dispatch worker caches each routing entry for Cloudflare's smallest KV cacheTtl
+		// (60 s): a shorter propagation window would close a deleted route's attestation, and
+		// free its hostname for another organization, while the edge still serves the old
+		// script. A Cloudflare-compatible API of the operator's own (apiBaseUrl) may cache less.
+		if inst.APIBaseURL == "" && inst.RoutePropagationSeconds > 0 && inst.Propagation() < MinKVCacheTTL {
+			return fmt.Errorf("wfp-managed routePropagationSeconds must be at least %d (Cloudflare caches KV reads that long)", int(MinKVCacheTTL.Seconds()))
+		}
 		if inst.HasCloudflareAPI() {
 			for _, f := range []struct{ name, v string }{{"dispatchNamespace", inst.DispatchNamespace}, {"dispatchWorkerName", inst.DispatchWorkerName}, {"routingKvNamespaceId", inst.RoutingKVNamespaceID}} {
 				if !cfName.MatchString(f.v) {
@@ -579,6 +589,13 @@ func digest(o Offering, inst Installation) string {
 		// The Cloudflare account is where the workers run (the API's base URL and token only say
 		// how the Host reaches it). Left out when empty, so that no existing digest moves.
 		installation = append(installation, canonjson.Field{Key: "accountId", Value: inst.AccountID})
+	}
+	// wfp-managed: the dispatch namespace is where its scripts live and the routing KV namespace
+	// where its hostnames resolve. Left out when empty, like accountId.
+	for _, f := range []canonjson.Field{{Key: "dispatchNamespace", Value: inst.DispatchNamespace}, {Key: "routingKvNamespaceId", Value: inst.RoutingKVNamespaceID}} {
+		if f.Value != "" {
+			installation = append(installation, f)
+		}
 	}
 	sum := sha256.Sum256(canonjson.Marshal(canonjson.Object{
 		{Key: "format", Value: "takoserver.offering-placement.v1"},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,32 @@ func TestCloudflarePackSettings(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, name)
 	}
 	require.Equal(t, DefaultWorkersDevPropagation, Installation{Pack: PackWorkersDev}.Propagation())
+}
+
+func TestWFPManagedOnCloudflareNeedsAPropagationWindowOfTheKVCache(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "cf-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+	wfp := func(fields string) string {
+		return `{"installations":[{"name":"cf","pack":"wfp-managed","baseDomain":"apps.example.com","accountId":"0123abcd","apiTokenFile":"` + tokenFile +
+			`","dispatchNamespace":"tenants","dispatchWorkerName":"d","routingKvNamespaceId":"k"` + fields + `}],
+		  "offerings":[{"id":"cf-worker","kind":"module-worker","installation":"cf","soldTo":["*"]}]}`
+	}
+	_, err := Load(write(t, wfp(`,"routePropagationSeconds":30`)))
+	require.ErrorContains(t, err, "at least 60", "Cloudflare's edge caches the routing entry for 60 s")
+	_, err = Load(write(t, wfp(`,"routePropagationSeconds":60`)))
+	require.NoError(t, err)
+	_, err = Load(write(t, wfp(`,"routePropagationSeconds":2,"apiBaseUrl":"http://127.0.0.1:9/client/v4/"`)))
+	require.NoError(t, err, "a Cloudflare-compatible API of the operator's own may cache less")
+
+	// The dispatch and routing namespaces are placement: moving either changes the digest.
+	a, err := Load(write(t, wfp("")))
+	require.NoError(t, err)
+	b, err := Load(write(t, strings.Replace(wfp(""), `"dispatchNamespace":"tenants"`, `"dispatchNamespace":"other"`, 1)))
+	require.NoError(t, err)
+	c, err := Load(write(t, strings.Replace(wfp(""), `"routingKvNamespaceId":"k"`, `"routingKvNamespaceId":"k2"`, 1)))
+	require.NoError(t, err)
+	require.NotEqual(t, a.Offerings[0].Digest, b.Offerings[0].Digest)
+	require.NotEqual(t, a.Offerings[0].Digest, c.Offerings[0].Digest)
 }

@@ -12,6 +12,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
 
 // Source is the dispatch worker's ES module.
@@ -47,7 +50,7 @@ const ProbeHeader = "Takoform-Dispatch-Probe"
 
 // MinCacheTTL is Cloudflare's smallest cacheTtl for KV reads, in seconds; the worker uses it when
 // ROUTE_CACHE_TTL is missing or smaller.
-const MinCacheTTL = 60
+const MinCacheTTL = int(catalog.MinKVCacheTTL / time.Second)
 
 // RouteEntry is the value of a routing KV entry, keyed by hostname.
 type RouteEntry struct {

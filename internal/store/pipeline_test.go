@@ -91,3 +91,38 @@ func TestPipelineRefusalEndsTheTransaction(t *testing.T) {
 	})
 	require.True(t, store.IsUniqueViolation(err, "probe_pkey"), "%v", err)
 }
+
+// TestPipelineRefusesAStepThatIsNotOneStatement: a step that queues two statements, or none, or
+// asks on its second call for another statement than the one it queued, is refused instead of
+// being handed a neighbour's answer.
+func TestPipelineRefusesAStepThatIsNotOneStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	one := func(db store.DBTX) error { var n int; return db.QueryRow(ctx, "SELECT 1").Scan(&n) }
+	for name, tc := range map[string]struct {
+		step store.Step
+		want string
+	}{
+		"two statements": {func(db store.DBTX) error {
+			_, _ = db.Exec(ctx, "SELECT 1")
+			_, err := db.Exec(ctx, "SELECT 2")
+			return err
+		}, "queued 2 statements"},
+		"no statement": {func(store.DBTX) error { return nil }, "queued 0 statements"},
+		"another answer": {func() store.Step {
+			calls := 0
+			return func(db store.DBTX) error {
+				calls++
+				var n int
+				if calls == 1 {
+					return db.QueryRow(ctx, "SELECT 1").Scan(&n)
+				}
+				return db.QueryRow(ctx, "SELECT 2").Scan(&n)
+			}
+		}(), "another statement's answer"},
+	} {
+		err := store.WithTx(ctx, pool, func(tx pgx.Tx) error { return store.Pipeline(ctx, tx, one, tc.step, one) })
+		require.ErrorContains(t, err, tc.want, name)
+	}
+}

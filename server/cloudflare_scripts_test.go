@@ -124,7 +124,7 @@ func (c *cfScripts) script(ns string, w map[string]any) cfstandin.Script {
 }
 
 // fetchWorkersDev fetches the worker's workers.dev URL through the stand-in's edge, its route
-// enabled directly through the API (the endpoint's part, which is not this slice's).
+// enabled directly through the API (these tests put no endpoint).
 func (c *cfScripts) fetchWorkersDev(script string) string {
 	c.t.Helper()
 	status, body := fetchWorkersDev(c.t, c.standin, script)

@@ -59,8 +59,8 @@ func cfWorkerBody(code string) map[string]any {
 	return b
 }
 
-// fetchWorkersDev enables the script's workers.dev route through the API (the endpoint's part,
-// which this pack does not build yet) and fetches the worker's URL through the stand-in's edge.
+// fetchWorkersDev enables the script's workers.dev route straight through the API (these tests put
+// no endpoint) and fetches the worker's URL through the stand-in's edge.
 func fetchWorkersDev(t *testing.T, s *cfstandin.Server, script string) (int, string) {
 	t.Helper()
 	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})

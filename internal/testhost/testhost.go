@@ -38,8 +38,6 @@ type Host struct {
 
 // Options change what Start builds.
 type Options struct {
-	// Catalog is the catalog (when nil: the default one, pointing at the runtime node Start runs).
-	Catalog *catalog.Catalog
 	// CatalogFor, when set, builds the catalog from the runtime node Start runs (a catalog that
 	// sells other installations beside it).
 	CatalogFor func(node *runtimetest.Harness) *catalog.Catalog
@@ -80,11 +78,10 @@ func Start(t testing.TB, opts Options) *Host {
 		mutate = append(mutate, opts.Runtime)
 	}
 	node := runtimetest.Start(t, mutate...)
-	cat := opts.Catalog
+	var cat *catalog.Catalog
 	if opts.CatalogFor != nil {
 		cat = opts.CatalogFor(node)
-	}
-	if cat == nil {
+	} else {
 		cat = catalog.DefaultWithEdge(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr, node.Info.EdgeScheme)
 	}
 	logs := &runtimetest.Buffer{}

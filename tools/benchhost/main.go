@@ -293,8 +293,7 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 		}()
 	}
 	// Warm-up, not measured: each pool opens its connections, each connection prepares its
-	// statements and compiles the functions it calls, and the organization's quota slots are
-	// made, as on a Host that has been serving for a while. Without it the first sixteen requests
+	// statements and compiles the functions it calls, as on a Host that has been serving for a while. Without it the first sixteen requests
 	// of each measurement pay that once and are its p99.
 	_ = measure(64, d/4, func(c, i int) error { return straight(fmt.Sprintf("warm-s-%d-%d", c, i)) })
 	_ = measure(64, d/4, func(c, i int) error {

@@ -294,28 +294,28 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 // the organization is sold several, the only endpoint offering on its worker's installation (an
 // endpoint only ever runs where its worker does, so that one is the eligible one).
 func (s *Service) endpointOffering(ctx context.Context, m *ownership.Mutation, org auth.Organization, space string, spec EndpointSpec) (catalog.Offering, catalog.Installation, error) {
-	corg := catalog.Organization{ID: org.ID, Name: org.Name}
-	if spec.OfferingID == nil {
-		if _, _, err := s.Catalog.Select(corg, catalog.KindEndpoint, ""); errors.Is(err, catalog.ErrOfferingAmbiguous) {
-			var installation string
-			err := m.Tx(ctx, func(tx pgx.Tx) error {
-				w, err := dbsqlc.New(tx).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: spec.Worker})
-				if err == nil {
-					installation = w.Installation
-				} else if !errors.Is(err, pgx.ErrNoRows) {
-					return err
-				}
-				return nil
-			})
-			if err != nil {
-				return catalog.Offering{}, catalog.Installation{}, err
-			}
-			if o, inst, ok := s.Catalog.SelectOn(corg, catalog.KindEndpoint, installation); ok {
-				return o, inst, nil
-			}
-		}
+	o, inst, err := s.selectOffering(org, catalog.KindEndpoint, spec.OfferingID)
+	if spec.OfferingID != nil || !apierr.Is(err, apierr.OfferingAmbiguous) {
+		return o, inst, err
 	}
-	return s.selectOffering(org, catalog.KindEndpoint, spec.OfferingID)
+	// A hint only: the plan's own transaction reads the worker again, under its lock, and refuses
+	// an endpoint placed elsewhere than its worker.
+	var installation string
+	if terr := m.Tx(ctx, func(tx pgx.Tx) error {
+		w, err := dbsqlc.New(tx).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: spec.Worker})
+		if err == nil {
+			installation = w.Installation
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	}); terr != nil {
+		return catalog.Offering{}, catalog.Installation{}, terr
+	}
+	if o, inst, ok := s.Catalog.SelectOn(catalog.Organization{ID: org.ID, Name: org.Name}, catalog.KindEndpoint, installation); ok {
+		return o, inst, nil
+	}
+	return o, inst, err
 }
 
 func boolInt(b bool) int64 {

@@ -255,7 +255,7 @@ func recordLingering(ctx context.Context, q *dbsqlc.Queries, o outcome) error {
 }
 
 func backendFailed(o outcome) error {
-	if err := backendRefusal(o.err); err != nil {
+	if err := backend.Problem(o.err, "apply again"); err != nil {
 		return err
 	}
 	if errors.Is(o.err, backend.ErrUnreachable) {
@@ -270,30 +270,6 @@ func backendFailed(o outcome) error {
 		detail = "the backend did not make the deployment Ready in time; it keeps trying: apply again"
 	}
 	return apierr.New(apierr.BackendFailed, "%s", detail)
-}
-
-// backendRefusal maps what a backend refused outright (SPEC 8 "Errors"), or nil: credentials or
-// configuration (backend_misconfigured, whose message names the installation and never a
-// credential), code it will not run (deployment_failed, with the backend's own words), a backend
-// that is not where the catalog places it (placement_drift), a kind the pack cannot mutate yet.
-func backendRefusal(err error) error {
-	var refused *backend.RefusedError
-	var limited *backend.RateLimitedError
-	switch {
-	case errors.As(err, &limited):
-		// Cloudflare's rate limit outlasted the request's retries: nothing was applied.
-		secs := max(1, int(limited.RetryAfter.Seconds()+0.999))
-		return apierr.New(apierr.BackendUnreachable, "%s; apply again after %d s", limited.Error(), secs).With("retryAfterSeconds", secs)
-	case errors.Is(err, backend.ErrMisconfigured):
-		return apierr.New(apierr.BackendMisconfigured, "%s", err.Error())
-	case errors.As(err, &refused):
-		return apierr.New(apierr.DeploymentFailed, "the backend refused the code: %s; fix it and apply again (the previous deployment, if any, keeps serving)", refused.Message)
-	case errors.Is(err, backend.ErrPlacementDrift):
-		return apierr.New(apierr.PlacementDrift, "%s", err.Error())
-	case errors.Is(err, backend.ErrNotImplemented):
-		return apierr.New(apierr.NotImplemented, "%s", err.Error())
-	}
-	return nil
 }
 
 func (s *Service) mutator(p Placement) (backend.Mutator, error) {
@@ -366,7 +342,7 @@ func (s *Service) performDeletes(ctx context.Context, m *ownership.Mutation, p P
 			}
 			return nil
 		})
-		if err := backendRefusal(unconfirmed.err); err != nil {
+		if err := backend.Problem(unconfirmed.err, "apply again"); err != nil {
 			return nil, err
 		}
 		code := apierr.BackendFailed

@@ -166,17 +166,10 @@ func (l leaseState) expected() []byte {
 // claimed: its rate limit (a retryable 503 with the backend's Retry-After), a backend that cannot
 // be reached, or an installation whose credentials or place are wrong (the operator's to fix).
 func backendCallRefused(err error) error {
-	var limited *backend.RateLimitedError
-	switch {
-	case errors.As(err, &limited):
-		secs := max(1, int(limited.RetryAfter.Seconds()+0.999))
-		return apierr.New(apierr.BackendUnreachable, "%s; nothing was claimed: apply again after %d s", limited.Error(), secs).
-			With("retryAfterSeconds", secs)
-	case errors.Is(err, backend.ErrMisconfigured):
-		return apierr.New(apierr.BackendMisconfigured, "%s", err.Error())
-	case errors.Is(err, backend.ErrPlacementDrift):
-		return apierr.New(apierr.PlacementDrift, "%s", err.Error())
-	case errors.Is(err, backend.ErrUnreachable):
+	if p := backend.Problem(err, "nothing was claimed: apply again"); p != nil {
+		return p
+	}
+	if errors.Is(err, backend.ErrUnreachable) {
 		return apierr.New(apierr.BackendUnreachable, "the backend could not be reached; nothing was claimed: apply again")
 	}
 	return err

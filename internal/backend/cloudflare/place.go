@@ -18,8 +18,8 @@ import (
 type Place interface {
 	// String names the place in messages.
 	String() string
-	// Settings reads the script's current version back: its bindings (never a secret's value)
-	// and compatibility settings.
+	// Settings reads the script's current version back: its bindings (never a secret's value),
+	// compatibility settings and limits.
 	Settings(ctx context.Context, sdk *Services, script string) (Settings, error)
 	// Content reads the script's current modules back, and which is the main one.
 	Content(ctx context.Context, sdk *Services, script string) ([]Module, string, error)
@@ -36,6 +36,8 @@ type Settings struct {
 	CompatibilityDate  string
 	CompatibilityFlags []string
 	Bindings           []Binding
+	// CPUMs is the version's limits.cpu_ms (0: Cloudflare's default).
+	CPUMs int64
 }
 
 // Binding is one binding of a settings readback. Text is a plain_text binding's value; Cloudflare
@@ -62,7 +64,7 @@ func (a Account) Settings(ctx context.Context, sdk *Services, script string) (Se
 	if err != nil {
 		return Settings{}, err
 	}
-	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags}
+	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags, CPUMs: res.Limits.CPUMs}
 	for _, b := range res.Bindings {
 		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text})
 	}
@@ -76,7 +78,7 @@ func (n Namespace) Settings(ctx context.Context, sdk *Services, script string) (
 	if err != nil {
 		return Settings{}, err
 	}
-	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags}
+	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags, CPUMs: res.Limits.CPUMs}
 	for _, b := range res.Bindings {
 		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text})
 	}

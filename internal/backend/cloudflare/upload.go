@@ -163,6 +163,10 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
 		bindings = append(bindings, b)
 	}
+	if u.CPUMs > 0 {
+		m.Limits.Value.CPUMs.Value, m.Limits.Value.CPUMs.Present = u.CPUMs, true
+		m.Limits.Present = true
+	}
 	for _, name := range u.Inherit {
 		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit
 		b.Name.Value, b.Name.Present = name, true

@@ -41,11 +41,14 @@ type Settings struct {
 }
 
 // Binding is one binding of a settings readback. Text is a plain_text binding's value; Cloudflare
-// never shows a secret_text one.
+// never shows a secret_text one. NamespaceID is a kv_namespace binding's namespace, Namespace a
+// dispatch_namespace binding's.
 type Binding struct {
-	Name string
-	Type string
-	Text string
+	Name        string
+	Type        string
+	Text        string
+	NamespaceID string
+	Namespace   string
 }
 
 // Account is an account's own Workers scripts.
@@ -66,7 +69,7 @@ func (a Account) Settings(ctx context.Context, sdk *Services, script string) (Se
 	}
 	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags, CPUMs: res.Limits.CPUMs}
 	for _, b := range res.Bindings {
-		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text})
+		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text, NamespaceID: b.NamespaceID, Namespace: b.Namespace})
 	}
 	return out, nil
 }
@@ -80,7 +83,7 @@ func (n Namespace) Settings(ctx context.Context, sdk *Services, script string) (
 	}
 	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags, CPUMs: res.Limits.CPUMs}
 	for _, b := range res.Bindings {
-		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text})
+		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text, NamespaceID: b.NamespaceID, Namespace: b.Namespace})
 	}
 	return out, nil
 }

@@ -227,6 +227,11 @@ func TestAWFPEndpointIsNotReadyWhileTheDispatchWorkerDoesNotSeeItsEntry(t *testi
 	written := time.Now()
 	e := h.mustEndpoint("prod", "shop", tokenB, map[string]any{"worker": "shop", "offeringId": "wfp-endpoint"})
 	require.Less(t, time.Since(written), stale, "the create did not wait for the edge")
+	// The create waited for the probe without reading the entry again on each try: one read
+	// before its write, one after (and none of the wait's), and the Host's own readbacks.
+	reads := apiCalls(s, http.MethodGet, "/values/"+e["hostname"].(string))
+	t.Logf("KV reads of the entry during the create: %d", reads)
+	require.LessOrEqual(t, reads, 4, "KV reads of the entry during one create")
 	_, ok := s.KVValue(cfRoutingKV, e["hostname"].(string))
 	require.True(t, ok, "the entry is written")
 	require.Equal(t, false, e["ready"], "no Ready from the KV write alone: %v", e)

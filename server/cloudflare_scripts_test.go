@@ -229,6 +229,31 @@ func TestARuntimeInputConsumedOnWorkersDevReachesTheWorkerInOneUploadAndSettlesO
 	c.noCanary(t)
 }
 
+// The dispatch upload re-sends the script's current version from its readback: a worker's
+// limits.cpuMs is in that readback and stays on the version that carries the delivery.
+func TestADeliveryOnWorkersDevKeepsTheWorkersCPULimit(t *testing.T) {
+	t.Parallel()
+	c := setupCFScripts(t, cfScriptsOptions{})
+	p := c.reserveAndPrepare("op-1", "res-api", "cf-worker", "", "prod", "api", secretCanary)
+	body := secretWorkerOn("cf-worker", p.reference)
+	body["limits"] = map[string]any{"cpuMs": 50}
+
+	r := c.putWorker("prod", "api", tokenA, body)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	w := r.json(t)
+	sc := c.script("", w)
+	c.settledValueFree("op-1", w, sc)
+	require.Equal(t, 2, c.scriptUploads(w["scriptName"].(string)), "the worker's upload, then one dispatch upload")
+	require.Equal(t, int64(50), sc.Current.Limits.CPUMs, "the version holding the delivery keeps limits.cpu_ms")
+
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	require.NoError(t, err)
+	settings, err := cloudflare.Account{ID: cfAccount}.Settings(context.Background(), sdk, w["scriptName"].(string))
+	require.NoError(t, err)
+	require.Equal(t, int64(50), settings.CPUMs, "the settings readback shows it")
+	require.Equal(t, secretShown(secretCanary), c.fetchWorkersDev(w["scriptName"].(string)))
+}
+
 func TestARuntimeInputConsumedOnWFPManagedReachesTheWorkerThroughTheDispatchNamespace(t *testing.T) {
 	t.Parallel()
 	c := setupCFScripts(t, cfScriptsOptions{})
@@ -534,7 +559,7 @@ func TestRecoveryOfAStoppedCloudflareDeliverySettlesByTheValueFreeReadbackOrFail
 }
 
 // TestWFPManagedRefusesWhatItCannotCarryYet: service bindings and limits.cpuMs on a wfp-managed
-// offering are refused with 422 (its routing entry and namespace uploads carry neither yet), and
+// offering are refused with 422 (its routing entry carries neither yet), and
 // nothing lands in the namespace.
 func TestWFPManagedRefusesWhatItCannotCarryYet(t *testing.T) {
 	t.Parallel()

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/cloudflare/cloudflare-go/v6/workers"
-
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
@@ -75,7 +73,7 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 		out.Action = "created"
 	case now.workerUID:
 		return out, fmt.Errorf("installation %s: account script %s is a tenant's worker; choose another dispatchWorkerName", inst.Name, inst.DispatchWorkerName)
-	case now.routes == inst.RoutingKVNamespaceID && now.dispatcher == inst.DispatchNamespace && now.cacheTTL == cacheTTL && now.source == digest:
+	case now.is(inst, cacheTTL, digest):
 		out.Action = "unchanged"
 		return out, nil
 	default:
@@ -84,28 +82,19 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 
 	u := cloudflare.Upload{
 		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
-		Modules:   []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
-		PlainText: map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest},
+		Modules:            []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		PlainText:          map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest},
+		KVNamespaces:       map[string]string{dispatch.RoutesBinding: inst.RoutingKVNamespaceID},
+		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: inst.DispatchNamespace},
 	}
-	p := u.ScriptParams(inst.AccountID)
-	var routes workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
-	routes.Name.Value, routes.Name.Present = dispatch.RoutesBinding, true
-	routes.NamespaceID.Value, routes.NamespaceID.Present = inst.RoutingKVNamespaceID, true
-	routes.Type.Value, routes.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespaceTypeKVNamespace, true
-	var dispatcher workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespace
-	dispatcher.Name.Value, dispatcher.Name.Present = dispatch.DispatcherBinding, true
-	dispatcher.Namespace.Value, dispatcher.Namespace.Present = inst.DispatchNamespace, true
-	dispatcher.Type.Value, dispatcher.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespaceTypeDispatchNamespace, true
-	m := &p.Metadata.Value
-	m.Bindings.Value = append(m.Bindings.Value, routes, dispatcher)
 	// The upload is the same whole script every time, so a retry after a lost answer is harmless;
 	// the readback below says what Cloudflare holds either way.
-	_, upErr := sdk.Scripts.Update(ctx, inst.DispatchWorkerName, p)
+	upErr := cloudflare.Account{ID: inst.AccountID}.Upload(ctx, sdk, inst.DispatchWorkerName, u)
 	now, err = readDispatch(ctx, sdk, inst, classify)
 	if err != nil {
 		return out, err
 	}
-	if now == nil || now.routes != inst.RoutingKVNamespaceID || now.dispatcher != inst.DispatchNamespace || now.source != digest {
+	if now == nil || !now.is(inst, cacheTTL, digest) {
 		if upErr != nil {
 			return out, classify(upErr)
 		}
@@ -120,10 +109,14 @@ type installedDispatch struct {
 	workerUID                            bool
 }
 
+// is reports whether the script holds what InstallDispatch uploads: the same check decides
+// "unchanged" before an upload and whether the upload landed after it.
+func (d *installedDispatch) is(inst catalog.Installation, cacheTTL, source string) bool {
+	return d.routes == inst.RoutingKVNamespaceID && d.dispatcher == inst.DispatchNamespace && d.cacheTTL == cacheTTL && d.source == source
+}
+
 func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.Installation, classify func(error) error) (*installedDispatch, error) {
-	var p workers.ScriptScriptAndVersionSettingGetParams
-	p.AccountID.Value, p.AccountID.Present = inst.AccountID, true
-	settings, err := sdk.Scripts.ScriptAndVersionSettings.Get(ctx, inst.DispatchWorkerName, p)
+	settings, err := cloudflare.Account{ID: inst.AccountID}.Settings(ctx, sdk, inst.DispatchWorkerName)
 	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
 		return nil, nil
 	}

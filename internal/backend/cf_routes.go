@@ -256,20 +256,30 @@ func (r wfpRoutes) Apply(ctx context.Context, d Desired) (Observation, error) {
 	}); err != nil {
 		return Observation{}, r.classify(err)
 	}
-	// The edge sees a new entry late (KV caches lookups, negative ones too): wait a little for
-	// the dispatch worker to answer the probe, then let readiness say the rest.
+	// The entry is read back once; then the edge sees it late (KV caches lookups, negative ones
+	// too): wait a little for the dispatch worker to answer the probe, which alone is repeated
+	// (no KV read, no budget token), then let readiness say the rest.
+	e, err := r.read(ctx, sdk, d.NativeName)
+	if err != nil {
+		return Observation{}, err
+	}
+	obs := r.observed(ctx, e, d.NativeName)
+	if !obs.Holds(d.DeploymentID) || obs.Ready {
+		return obs, nil
+	}
 	deadline := time.Now().Add(r.probeWait)
-	for pause := 100 * time.Millisecond; ; pause = min(2*pause, time.Second) {
-		obs, err := r.Observe(ctx, NativeRoute, d.NativeName)
-		if err != nil || !obs.Holds(d.DeploymentID) || obs.Ready || time.Now().Add(pause).After(deadline) {
-			return obs, err
-		}
+	for pause := 100 * time.Millisecond; !time.Now().Add(pause).After(deadline); pause = min(2*pause, time.Second) {
 		select {
 		case <-ctx.Done():
 			return obs, nil
 		case <-time.After(pause):
 		}
+		if r.probe(ctx, d.NativeName) == e.EndpointUID {
+			obs.Ready, obs.Reason, obs.Message = true, "", ""
+			return obs, nil
+		}
 	}
+	return obs, nil
 }
 
 func (r wfpRoutes) Delete(ctx context.Context, d Desired) error {
@@ -315,8 +325,14 @@ func (r wfpRoutes) Observe(ctx context.Context, _ string, hostname string) (Obse
 	if err != nil {
 		return Observation{}, err
 	}
+	return r.observed(ctx, e, hostname), nil
+}
+
+// observed is the observation of hostname's entry e as read back (nil: absent), its Ready from
+// one probe.
+func (r wfpRoutes) observed(ctx context.Context, e *routeEntry, hostname string) Observation {
 	if e == nil {
-		return Observation{Lingers: r.inst.Propagation()}, nil
+		return Observation{Lingers: r.inst.Propagation()}
 	}
 	obs := Observation{Present: true, Admitted: true}
 	obs.DeploymentID, _ = uuid.Parse(e.DeploymentID)
@@ -325,7 +341,7 @@ func (r wfpRoutes) Observe(ctx context.Context, _ string, hostname string) (Obse
 	} else {
 		obs.Reason, obs.Message = "RoutePropagating", "the routing entry is written; the dispatch worker does not answer for the hostname yet"
 	}
-	return obs, nil
+	return obs
 }
 
 // probe asks the dispatch worker which endpoint it routes hostname to ("" when it does not

@@ -83,8 +83,8 @@ func ambiguous(err error) bool {
 	return !ok || e.Status >= http.StatusInternalServerError
 }
 
-// deliveryUpload is the dispatch upload over the version now holds: the same modules, main module
-// and compatibility settings, every plain-text binding as it reads back, every other non-secret
+// deliveryUpload is the dispatch upload over the version now holds: the same modules, main module,
+// compatibility settings and limits, every plain-text binding as it reads back, every other non-secret
 // binding inherited, TAKOFORM_DELIVERY naming this delivery, and exactly its secrets.
 func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *cloudflare.Services, d Delivery, now *held, values map[string]sealing.Secret) (cloudflare.Upload, error) {
 	var modules []cloudflare.Module
@@ -96,6 +96,7 @@ func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *cloudflare.
 	u := cloudflare.Upload{
 		MainModule: main, CompatibilityDate: now.settings.CompatibilityDate, CompatibilityFlags: now.settings.CompatibilityFlags,
 		Modules: modules, PlainText: map[string]string{}, Secrets: values, StrictInherit: true,
+		CPUMs: now.settings.CPUMs,
 	}
 	for _, b := range now.settings.Bindings {
 		switch b.Type {

@@ -46,8 +46,11 @@ type cloudflareScripts struct {
 	// entry.
 	routes routeMutator
 
+	// mu guards services (built once) and building (the build in flight); it is never held across
+	// a call to Cloudflare or a rate-budget wait.
 	mu       sync.Mutex
 	services *cloudflare.Services
+	building *apiBuild
 }
 
 func newCloudflareScripts(inst catalog.Installation, budget RateBudget, edge *http.Client) *cloudflareScripts {
@@ -67,15 +70,67 @@ func (c *cloudflareScripts) Supports(kind string) bool {
 	return kind == NativeWorker || kind == NativeRoute
 }
 
-// api builds the SDK services on first use, reading the token file (a regular 0600 file in a
-// private directory) and checking that the installation's place is where the catalog says: the
-// account's workers.dev subdomain (workers-dev), the dispatch namespace (wfp-managed).
+// api answers the SDK services, built on first use by connect. The services are kept under c.mu,
+// but never built under it: connect calls Cloudflare and may wait on the rate budget, and every
+// request of every tenant on the installation asks api first. One caller builds at a time; the
+// others wait for its answer or their own context's end, whichever comes first, and one whose
+// builder gave up (its context ended) builds again itself.
 func (c *cloudflareScripts) api(ctx context.Context) (*cloudflare.Services, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.services != nil {
-		return c.services, nil
+	for {
+		c.mu.Lock()
+		if c.services != nil {
+			sdk := c.services
+			c.mu.Unlock()
+			return sdk, nil
+		}
+		if b := c.building; b != nil {
+			c.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-b.done:
+			}
+			if b.err != nil && b.gaveUp {
+				continue
+			}
+			return b.sdk, b.err
+		}
+		b := &apiBuild{done: make(chan struct{})}
+		c.building = b
+		c.mu.Unlock()
+		c.build(ctx, b)
+		return b.sdk, b.err
 	}
+}
+
+// build runs connect for b and publishes its answer, even if connect panics.
+func (c *cloudflareScripts) build(ctx context.Context, b *apiBuild) {
+	b.err = errors.New("cloudflare: building the SDK services failed")
+	defer func() {
+		b.gaveUp = ctx.Err() != nil
+		c.mu.Lock()
+		if b.err == nil {
+			c.services = b.sdk
+		}
+		c.building = nil
+		c.mu.Unlock()
+		close(b.done)
+	}()
+	b.sdk, b.err = c.connect(ctx)
+}
+
+// apiBuild is one connect in flight: its answer once done is closed.
+type apiBuild struct {
+	done   chan struct{}
+	sdk    *cloudflare.Services
+	err    error
+	gaveUp bool
+}
+
+// connect builds the SDK services, reading the token file (a regular 0600 file in a private
+// directory) and checking that the installation's place is where the catalog says: the account's
+// workers.dev subdomain (workers-dev), the dispatch namespace (wfp-managed).
+func (c *cloudflareScripts) connect(ctx context.Context) (*cloudflare.Services, error) {
 	if !c.inst.HasCloudflareAPI() {
 		return nil, fmt.Errorf("%w: installation %s names no accountId and apiTokenFile, so it derives names only", ErrMisconfigured, c.inst.Name)
 	}
@@ -97,7 +152,6 @@ func (c *cloudflareScripts) api(ctx context.Context) (*cloudflare.Services, erro
 		if err != nil {
 			return nil, c.classify(err)
 		}
-		c.services = sdk
 		return sdk, nil
 	}
 	var p workers.SubdomainGetParams
@@ -110,7 +164,6 @@ func (c *cloudflareScripts) api(ctx context.Context) (*cloudflare.Services, erro
 		return nil, fmt.Errorf("%w: installation %s expects workers.dev subdomain %q, but the account's is %q",
 			ErrPlacementDrift, c.inst.Name, c.inst.AccountSubdomain, sub.Subdomain)
 	}
-	c.services = sdk
 	return sdk, nil
 }
 

@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/google/uuid"
@@ -267,4 +269,62 @@ func TestWFPManagedRefusesAnAccountWithoutItsDispatchNamespaceAsPlacementDrift(t
 	_, err := f.mut.Apply(context.Background(), workerDesired(uuid.New(), "shop-prod-0123", "v1"))
 	require.ErrorIs(t, err, backend.ErrPlacementDrift)
 	require.Contains(t, err.Error(), `dispatch namespace "tenants"`)
+}
+
+// The first call on an installation builds its SDK services and checks its placement over the
+// network; a caller that comes meanwhile waits for that, but only as long as its own context
+// allows: a stalled first call does not hold it past its deadline. The stalled call's answer is
+// then kept for everyone (one placement check).
+func TestAStalledFirstCallDoesNotHoldAnotherCallerPastItsDeadline(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	require.NoError(t, f.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultSlow, Method: http.MethodGet, PathContains: "/workers/subdomain", Delay: 3 * time.Second}))
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.mut.Observe(context.Background(), backend.NativeWorker, "api")
+		first <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the first call is in its placement check
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := f.mut.Observe(ctx, backend.NativeWorker, "api")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 1500*time.Millisecond, "the second caller returned at its deadline")
+
+	select {
+	case err := <-first:
+		require.NoError(t, err, "the stalled call completes")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled call never completed")
+	}
+	_, err = f.mut.Observe(context.Background(), backend.NativeWorker, "api")
+	require.NoError(t, err)
+	checks := 0
+	for _, r := range f.standin.Requests() {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.Path, "/workers/subdomain") {
+			checks++
+		}
+	}
+	require.Equal(t, 1, checks, "one placement check served every caller")
+}
+
+// A first call that gives up (its context ends) during the placement check does not fail the
+// callers that waited for it: the next one checks again itself.
+func TestACallerWaitingOnAFirstCallThatGaveUpChecksAgainItself(t *testing.T) {
+	t.Parallel()
+	f := setupWorkersDev(t)
+	require.NoError(t, f.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultSlow, Method: http.MethodGet, PathContains: "/workers/subdomain", Delay: 3 * time.Second}))
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.mut.Observe(ctx, backend.NativeWorker, "api")
+		first <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the first call is in its placement check
+	_, err := f.mut.Observe(context.Background(), backend.NativeWorker, "api")
+	require.NoError(t, err, "the waiting caller checked again and got through")
+	require.Error(t, <-first, "the first call gave up at its deadline")
 }

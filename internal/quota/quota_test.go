@@ -222,8 +222,7 @@ func TestTheScriptCountIsServedByAnIndexBesideOtherInstallationsRows(t *testing.
 		FROM generate_series(1, 20000) i`, org.ID)
 	exec(`ANALYZE`)
 
-	var raw []byte
-	require.NoError(t, db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) SELECT count(*) FROM workers w WHERE w.installation = $1 AND w.status <> 'deleted'`, "cf").Scan(&raw))
+	raw := explainScriptCount(ctx, t, db, "cf")
 	var plan any
 	require.NoError(t, json.Unmarshal(raw, &plan))
 	found := scans(plan)
@@ -237,4 +236,62 @@ func TestTheScriptCountIsServedByAnIndexBesideOtherInstallationsRows(t *testing.
 	err = quota.CheckScripts(ctx, tx, "cf", 100)
 	require.Error(t, err, "100 standing scripts on cf (its deleted ones do not count) reach a ceiling of 100")
 	require.Contains(t, err.Error(), "quota_exceeded")
+}
+
+// explainScriptCount answers the generic plan (the one a function's statement runs with for every
+// installation) of the statement installation_script_check counts with: installation_script_count's
+// own body as the database holds it, its parameter numbered, under the settings the function sets.
+func explainScriptCount(ctx context.Context, t *testing.T, db *pgxpool.Pool, installation string) []byte {
+	t.Helper()
+	var body string
+	var config []string
+	require.NoError(t, db.QueryRow(ctx, `SELECT prosrc, coalesce(proconfig, '{}') FROM pg_proc WHERE proname = 'installation_script_count'`).Scan(&body, &config))
+	statement := regexp.MustCompile(`\binst\b`).ReplaceAllString(strings.TrimRight(strings.TrimSpace(body), ";"), "$$1")
+	require.Contains(t, statement, "$1", "the count reads its installation parameter: %s", body)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, c := range config {
+		name, value, ok := strings.Cut(c, "=")
+		require.True(t, ok, c)
+		_, err := tx.Exec(ctx, `SELECT set_config($1, $2, true)`, name, value)
+		require.NoError(t, err)
+	}
+	_, err = tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `PREPARE script_count(text) AS `+statement)
+	require.NoError(t, err)
+	var raw []byte
+	// EXPLAIN EXECUTE takes no bind parameters: the value goes in as a quoted literal.
+	literal := "'" + strings.ReplaceAll(installation, "'", "''") + "'"
+	require.NoError(t, tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE script_count(`+literal+`)`).Scan(&raw))
+	_, err = tx.Exec(ctx, `DEALLOCATE script_count`) // a prepared statement outlives its transaction
+	require.NoError(t, err)
+	return raw
+}
+
+// TestAScriptCheckTakesOneAdvisorySlotAndWritesNothing: far from the ceiling a worker create's
+// script check holds one advisory slot of its installation and writes no row (its transaction has
+// no id yet), so creates of every organization sold the installation pass side by side; the
+// installation's other slots stay free.
+func TestAScriptCheckTakesOneAdvisorySlotAndWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := pgxpool.New(ctx, testdb.URL(t))
+	require.NoError(t, err)
+	t.Cleanup(db.Close)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, quota.CheckScripts(ctx, tx, "cf", 100))
+
+	var xid *int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT txid_current_if_assigned()`).Scan(&xid))
+	require.Nil(t, xid, "the check wrote nothing")
+	var held int
+	require.NoError(t, tx.QueryRow(ctx, `
+		SELECT count(*) FROM pg_locks l, generate_series(0, 15) AS s
+		WHERE l.pid = pg_backend_pid() AND l.locktype = 'advisory' AND l.granted
+		  AND ((l.classid::bigint << 32) | l.objid::bigint) = script_slot_key('cf', s)`).Scan(&held))
+	require.Equal(t, 1, held, "one slot of the installation is held")
 }

@@ -18,8 +18,8 @@ import (
 type Place interface {
 	// String names the place in messages.
 	String() string
-	// Settings reads the script's current version back: its bindings (never a secret's value)
-	// and compatibility settings.
+	// Settings reads the script's current version back: its bindings (never a secret's value),
+	// compatibility settings and limits.
 	Settings(ctx context.Context, sdk *Services, script string) (Settings, error)
 	// Content reads the script's current modules back, and which is the main one.
 	Content(ctx context.Context, sdk *Services, script string) ([]Module, string, error)
@@ -36,14 +36,19 @@ type Settings struct {
 	CompatibilityDate  string
 	CompatibilityFlags []string
 	Bindings           []Binding
+	// CPUMs is the version's limits.cpu_ms (0: Cloudflare's default).
+	CPUMs int64
 }
 
 // Binding is one binding of a settings readback. Text is a plain_text binding's value; Cloudflare
-// never shows a secret_text one.
+// never shows a secret_text one. NamespaceID is a kv_namespace binding's namespace, Namespace a
+// dispatch_namespace binding's.
 type Binding struct {
-	Name string
-	Type string
-	Text string
+	Name        string
+	Type        string
+	Text        string
+	NamespaceID string
+	Namespace   string
 }
 
 // Account is an account's own Workers scripts.
@@ -62,9 +67,9 @@ func (a Account) Settings(ctx context.Context, sdk *Services, script string) (Se
 	if err != nil {
 		return Settings{}, err
 	}
-	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags}
+	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags, CPUMs: res.Limits.CPUMs}
 	for _, b := range res.Bindings {
-		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text})
+		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text, NamespaceID: b.NamespaceID, Namespace: b.Namespace})
 	}
 	return out, nil
 }
@@ -76,9 +81,9 @@ func (n Namespace) Settings(ctx context.Context, sdk *Services, script string) (
 	if err != nil {
 		return Settings{}, err
 	}
-	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags}
+	out := Settings{CompatibilityDate: res.CompatibilityDate, CompatibilityFlags: res.CompatibilityFlags, CPUMs: res.Limits.CPUMs}
 	for _, b := range res.Bindings {
-		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text})
+		out.Bindings = append(out.Bindings, Binding{Name: b.Name, Type: string(b.Type), Text: b.Text, NamespaceID: b.NamespaceID, Namespace: b.Namespace})
 	}
 	return out, nil
 }

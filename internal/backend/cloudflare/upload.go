@@ -42,6 +42,10 @@ type Upload struct {
 	StrictInherit bool
 	// Services are service bindings: the callee's script name by binding name.
 	Services map[string]string
+	// KVNamespaces are kv_namespace bindings (the namespace id by binding name), and
+	// DispatchNamespaces dispatch_namespace bindings (the namespace's name by binding name).
+	KVNamespaces       map[string]string
+	DispatchNamespaces map[string]string
 	// CPUMs is the script's limits.cpu_ms (0: Cloudflare's default).
 	CPUMs int64
 }
@@ -111,6 +115,20 @@ func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
 		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
 		bindings = append(bindings, b)
 	}
+	for _, name := range slices.Sorted(maps.Keys(u.KVNamespaces)) {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
+		b.Name.Value, b.Name.Present = name, true
+		b.NamespaceID.Value, b.NamespaceID.Present = u.KVNamespaces[name], true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespaceTypeKVNamespace, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range slices.Sorted(maps.Keys(u.DispatchNamespaces)) {
+		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespace
+		b.Name.Value, b.Name.Present = name, true
+		b.Namespace.Value, b.Namespace.Present = u.DispatchNamespaces[name], true
+		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespaceTypeDispatchNamespace, true
+		bindings = append(bindings, b)
+	}
 	if u.CPUMs > 0 {
 		m.Limits.Value.CPUMs.Value, m.Limits.Value.CPUMs.Present = u.CPUMs, true
 		m.Limits.Present = true
@@ -162,6 +180,24 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
 		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
 		bindings = append(bindings, b)
+	}
+	for _, name := range slices.Sorted(maps.Keys(u.KVNamespaces)) {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
+		b.Name.Value, b.Name.Present = name, true
+		b.NamespaceID.Value, b.NamespaceID.Present = u.KVNamespaces[name], true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespaceTypeKVNamespace, true
+		bindings = append(bindings, b)
+	}
+	for _, name := range slices.Sorted(maps.Keys(u.DispatchNamespaces)) {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespace
+		b.Name.Value, b.Name.Present = name, true
+		b.Namespace.Value, b.Namespace.Present = u.DispatchNamespaces[name], true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespaceTypeDispatchNamespace, true
+		bindings = append(bindings, b)
+	}
+	if u.CPUMs > 0 {
+		m.Limits.Value.CPUMs.Value, m.Limits.Value.CPUMs.Present = u.CPUMs, true
+		m.Limits.Present = true
 	}
 	for _, name := range u.Inherit {
 		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit

@@ -37,6 +37,7 @@ type uploadMetadata struct {
 	CompatibilityFlags []string      `json:"compatibility_flags"`
 	Bindings           []wireBinding `json:"bindings"`
 	KeepBindings       []string      `json:"keep_bindings"`
+	Limits             *Limits       `json:"limits"`
 }
 
 // wireBinding is a binding as the API carries it, on upload and on readback.
@@ -129,6 +130,12 @@ func buildVersion(meta uploadMetadata, modules []Module, prev *Version, strict b
 	v := Version{
 		ID: uuid.NewString(), MainModule: meta.MainModule, CompatibilityDate: meta.CompatibilityDate,
 		CompatibilityFlags: append([]string{}, meta.CompatibilityFlags...), Modules: modules, CreatedOn: now,
+	}
+	if meta.Limits != nil {
+		if meta.Limits.CPUMs < 0 {
+			return v, validation(fmt.Sprintf("Invalid limits.cpu_ms %d.", meta.Limits.CPUMs))
+		}
+		v.Limits = *meta.Limits
 	}
 	if meta.MainModule == "" {
 		if meta.BodyPart != "" {
@@ -292,7 +299,7 @@ func settingsResult(v Version) map[string]any {
 		"tags":                nil,
 		"tail_consumers":      nil,
 		"usage_model":         "standard",
-		"limits":              map[string]any{},
+		"limits":              v.Limits,
 		"observability":       map[string]any{"enabled": false},
 	}
 }

@@ -312,7 +312,15 @@ type Version struct {
 	CompatibilityFlags []string
 	Modules            []Module
 	Bindings           []Binding
-	CreatedOn          time.Time
+	// Limits are the version's limits as its upload set them (none: Cloudflare's defaults).
+	Limits    Limits
+	CreatedOn time.Time
+}
+
+// Limits are a version's limits, as an upload's metadata sets them and the settings readback
+// shows them.
+type Limits struct {
+	CPUMs int64 `json:"cpu_ms,omitempty"`
 }
 
 // Binding returns the binding named name.

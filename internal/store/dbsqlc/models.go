@@ -108,11 +108,6 @@ type EndpointState struct {
 	DeploymentID        uuid.UUID
 }
 
-type InstallationScriptSlot struct {
-	Installation string
-	Slot         int16
-}
-
 type Operation struct {
 	ID             uuid.UUID
 	OrganizationID string

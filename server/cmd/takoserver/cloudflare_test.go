@@ -177,3 +177,37 @@ func TestInstallDispatchErrorsNameTheInstallationNeverTheToken(t *testing.T) {
 	require.Contains(t, errOut, "routePropagationSeconds (30) is shorter than the dispatch worker's routing cache")
 	require.Empty(t, s.ScriptNames(""), "nothing was uploaded")
 }
+
+// The check after the upload is the same as the one before it: a dispatch worker that differs
+// only in its routing cache's TTL and whose upload did not land is not reported updated.
+func TestInstallDispatchFailsWhenItsUploadDidNotLandEvenIfOnlyTheCacheTTLDiffered(t *testing.T) {
+	t.Parallel()
+	s := dispatchStandin(t)
+	config := dispatchCatalog(t, s, dispatchToken, 90)
+	require.Contains(t, run(t, "", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", config), "created")
+
+	sc, _ := s.Script(dispatchName)
+	source, ok := sc.Current.Binding(backend.BindingDispatchSource)
+	require.True(t, ok)
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(dispatchToken)})
+	require.NoError(t, err)
+	shorter := cloudflare.Upload{MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
+		Modules:            []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		PlainText:          map[string]string{dispatch.CacheTTLBinding: "30", backend.BindingDispatchSource: source.Text},
+		KVNamespaces:       map[string]string{dispatch.RoutesBinding: dispatchKV},
+		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: dispatchNS}}
+	require.NoError(t, cloudflare.Account{ID: dispatchAccount}.Upload(context.Background(), sdk, dispatchName, shorter))
+
+	require.NoError(t, s.Inject(cfstandin.Fault{Kind: cfstandin.FaultServerError, Method: http.MethodPut, PathContains: "/workers/scripts/" + dispatchName}))
+	out, errOut, err := runRaw("", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", config)
+	require.Error(t, err, "stdout: %s", out)
+	require.Contains(t, errOut, "installation wfp")
+	sc, _ = s.Script(dispatchName)
+	ttl, _ := sc.Current.Binding(dispatch.CacheTTLBinding)
+	require.Equal(t, "30", ttl.Text, "the failed upload changed nothing")
+
+	require.Contains(t, run(t, "", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", config), "updated")
+	sc, _ = s.Script(dispatchName)
+	ttl, _ = sc.Current.Binding(dispatch.CacheTTLBinding)
+	require.Equal(t, "60", ttl.Text)
+}

@@ -200,6 +200,10 @@ const lingerAfterClose = 500 * time.Millisecond
 // (as net/http does).
 const maxDiscard = 256 << 10
 
+// maxKeptLine is the largest buffer for lines longer than the reader's that a connection keeps
+// between requests.
+const maxKeptLine = 4 << 10
+
 // badFramingKey marks, in a request's context, a request the handler refuses for its framing.
 type badFramingKey struct{}
 
@@ -254,6 +258,9 @@ func (c *h1conn) serve() {
 			_ = c.raw.SetReadDeadline(start.Add(s.limits.HeaderTimeout))
 		}
 		h, perr := readHead(c.br, s.limits.MaxHeaderBytes, &c.lr)
+		if cap(c.lr.long) > maxKeptLine {
+			c.lr.long = nil // a long line's buffer is not held for the connection's life
+		}
 		var req *http.Request
 		if perr == nil {
 			req, perr = h.request()

@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,12 +35,14 @@ type Server struct {
 	conns     map[*h1conn]struct{}
 	closing   atomic.Bool
 	h2once    sync.Once
+	errorLog  *log.Logger // nil: the log package's standard logger
 }
 
 // NewH1Server builds the edge's server for handler with l's limits. Set TLSConfig before Serve
 // when the listener is a TLSListener (its HTTP/2 connections need it).
 func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
-	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{}}
+	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{},
+		errorLog: errorLog}
 	s.h2 = NewServer(handler, l, errorLog)
 	s.h2conns = &connQueue{conns: make(chan net.Conn), done: make(chan struct{})}
 	return s
@@ -340,16 +343,29 @@ func (c *h1conn) serve() {
 	}
 }
 
-// run calls the handler; a panic (http.ErrAbortHandler, with which forward cuts an answer short)
-// ends the connection without finishing the answer.
+// run calls the handler; a panic ends the connection without finishing the answer. One other
+// than http.ErrAbortHandler (with which forward cuts an answer short) is a bug: it is logged with
+// its stack, as net/http logs it.
 func (c *h1conn) run(w *h1writer, req *http.Request) (aborted bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			aborted = true
+			if v != http.ErrAbortHandler {
+				c.s.logf("edge: panic serving %s: %v\n%s", req.RemoteAddr, v, debug.Stack())
+			}
 		}
 	}()
 	c.s.handler.ServeHTTP(w, req)
 	return false
+}
+
+// logf writes to the server's error log.
+func (s *Server) logf(format string, args ...any) {
+	if s.errorLog != nil {
+		s.errorLog.Printf(format, args...)
+	} else {
+		log.Printf(format, args...)
+	}
 }
 
 // refuse answers a request the loop does not hand the edge (as net/http's server answers one it

@@ -3,10 +3,12 @@ package edge
 import (
 	"bufio"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -58,3 +60,61 @@ func TestOwnLoopDropsALongLinesBuffer(t *testing.T) {
 		}
 	}
 }
+
+// syncBuffer is a log's destination that tests read while servers write to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A handler's panic ends its connection; one other than http.ErrAbortHandler is logged with its
+// stack through the server's error log, an http.ErrAbortHandler is not logged.
+func TestOwnLoopLogsAPanicWithItsStack(t *testing.T) {
+	t.Parallel()
+	var logged syncBuffer
+	s := NewH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/abort" {
+			panic(http.ErrAbortHandler)
+		}
+		panicInHandler()
+	}), Limits{}, log.New(&logged, "", 0))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
+	for _, path := range []string{"/abort", "/bug"} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		if _, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+			t.Fatalf("%s: answered after a panic", path)
+		}
+		c.Close()
+		if path == "/abort" && logged.String() != "" {
+			t.Fatalf("an http.ErrAbortHandler was logged: %s", logged.String())
+		}
+	}
+	got := logged.String()
+	if !strings.Contains(got, "edge: panic serving 127.0.0.1:") || !strings.Contains(got, "a bug in a handler") || !strings.Contains(got, "panicInHandler") {
+		t.Fatalf("the panic was not logged with its stack: %q", got)
+	}
+}
+
+func panicInHandler() { panic("a bug in a handler") }

@@ -335,6 +335,12 @@ func (c *h1conn) serve() {
 			if w.body.expect && !w.body.continued {
 				return // the client may or may not send it: the stream cannot be followed
 			}
+			// The answer is out: a shutdown closes the connection now, as an idle one, rather
+			// than wait up to BodyTimeout for the rest of the body.
+			c.idle.Store(true)
+			if s.closing.Load() {
+				return
+			}
 			_ = c.raw.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
 			if n, err := io.CopyN(io.Discard, w.body.r, maxDiscard+1); n > maxDiscard || (err != nil && err != io.EOF) {
 				return

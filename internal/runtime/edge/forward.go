@@ -120,6 +120,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 		return h.failed(w, r, clientErr, deadline, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The tunnel outlives the request: the client's half-close must not cut the worker's side.
+		stop()
 		h.tunnel(w, r, c, resp)
 		return http.StatusSwitchingProtocols
 	}

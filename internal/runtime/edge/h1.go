@@ -9,6 +9,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -99,9 +100,13 @@ func (s *Server) Serve(l net.Listener) error {
 		default:
 			hc.raw = c
 		}
+		hc.ctx, hc.cancel = context.WithCancelCause(context.WithValue(context.Background(), http.LocalAddrContextKey, hc.raw.LocalAddr()))
+		hc.cr = &connReader{c: hc}
+		hc.cr.cond = sync.NewCond(&hc.cr.mu)
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
+			hc.cancel(http.ErrServerClosed)
 			c.Close()
 			return http.ErrServerClosed
 		}
@@ -153,6 +158,7 @@ func (s *Server) Close() error {
 		l.Close()
 	}
 	for c := range s.conns {
+		c.cancel(http.ErrServerClosed)
 		c.raw.Close()
 	}
 	s.mu.Unlock()
@@ -181,15 +187,20 @@ func (q *connQueue) close()         { q.once.Do(func() { close(q.done) }) }
 func (q *connQueue) Close() error   { q.close(); return nil }
 func (q *connQueue) Addr() net.Addr { return q.addr }
 
-// h1conn is one client connection.
+// h1conn is one client connection. Its context, every request's, is cancelled when a read or a
+// write on the connection fails (the client left, or stopped reading), when the connection ends,
+// and when the server is closed.
 type h1conn struct {
-	s    *Server
-	raw  net.Conn
-	tls  *tls.ConnectionState
-	idle atomic.Bool // waiting for a request to start
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	lr   lineReader
+	s      *Server
+	raw    net.Conn
+	tls    *tls.ConnectionState
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	cr     *connReader // what br reads from
+	idle   atomic.Bool // waiting for a request to start
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	lr     lineReader
 	// small holds back a small answer without a Content-Length (h1writer).
 	small []byte
 }
@@ -218,6 +229,7 @@ func (c *h1conn) serve() {
 	s := c.s
 	hijacked := false
 	defer func() {
+		c.cancel(net.ErrClosed)
 		if !hijacked {
 			c.raw.Close()
 		}
@@ -225,9 +237,9 @@ func (c *h1conn) serve() {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
-	c.br = bufio.NewReaderSize(c.raw, 4<<10)
-	c.bw = bufio.NewWriterSize(c.raw, 4<<10)
-	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, c.raw.LocalAddr())
+	c.br = bufio.NewReaderSize(c.cr, 4<<10)
+	c.bw = bufio.NewWriterSize(connWriter{c}, 4<<10)
+	ctx := c.ctx
 	remote := c.raw.RemoteAddr().String()
 	lastPost := false
 	for first := true; ; first = false {
@@ -312,6 +324,10 @@ func (c *h1conn) serve() {
 			}
 		}
 		req = req.WithContext(rctx)
+		if w.body == nil {
+			// The request is whole: a client that leaves while the worker works is noticed.
+			c.cr.startBackgroundRead()
+		}
 		aborted := c.run(w, req)
 		if w.hijacked {
 			hijacked = true
@@ -423,8 +439,15 @@ func (b *h1body) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
-	if err == io.EOF {
+	if err == io.EOF && !b.eof {
 		b.eof = true
+		b.w.mu.Lock()
+		if !b.w.headSent {
+			// The body is whole and the answer not begun: a client that leaves while the
+			// worker works is noticed.
+			b.w.c.cr.startBackgroundRead()
+		}
+		b.w.mu.Unlock()
 	}
 	return n, err
 }
@@ -490,6 +513,7 @@ func (w *h1writer) sendHead(whole bool) {
 	w.mu.Lock() // after a 100 Continue being written, if one is
 	w.headSent = true
 	w.mu.Unlock()
+	w.c.cr.abortPendingRead()
 	h := w.header
 	if whole && w.length < 0 && !w.noBody {
 		w.length = int64(len(w.c.small))
@@ -631,6 +655,7 @@ func (w *h1writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errors.New("the answer has begun")
 	}
 	w.hijacked = true
+	w.c.cr.abortPendingRead()
 	_ = w.c.raw.SetDeadline(time.Time{})
 	return w.c.raw, bufio.NewReadWriter(w.c.br, w.c.bw), nil
 }
@@ -664,4 +689,93 @@ func (w *h1writer) finish() error {
 		return errors.New("answer shorter than its Content-Length")
 	}
 	return bw.Flush()
+}
+
+// connReader is what a connection's bufio.Reader reads from. Between a request read whole and
+// the start of its answer it keeps one read pending on the connection (a background read, as
+// net/http's server does), so that a client that leaves while the worker works is noticed: its
+// EOF or reset cancels the connection's context. A byte that read gets is handed to the next read
+// (the next request's first). Outside that window no read is pending: the background read costs a
+// goroutine and a system call, only paid while a request waits for its answer.
+type connReader struct {
+	c       *h1conn
+	mu      sync.Mutex
+	cond    *sync.Cond
+	inBG    bool // a background read is pending
+	hasByte bool
+	b       [1]byte
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.mu.Lock()
+	for r.inBG {
+		r.cond.Wait() // not expected: the loop ends the background read before reading
+	}
+	if r.hasByte {
+		p[0], r.hasByte = r.b[0], false
+		r.mu.Unlock()
+		return 1, nil
+	}
+	r.mu.Unlock()
+	n, err := r.c.raw.Read(p)
+	if err != nil {
+		r.c.cancel(err)
+	}
+	return n, err
+}
+
+// startBackgroundRead arms the background read, unless one is pending or a byte is kept.
+func (r *connReader) startBackgroundRead() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inBG || r.hasByte {
+		return
+	}
+	r.inBG = true
+	go r.backgroundRead()
+}
+
+func (r *connReader) backgroundRead() {
+	n, err := r.c.raw.Read(r.b[:])
+	r.mu.Lock()
+	if n == 1 {
+		r.hasByte = true
+	}
+	// A deadline that passed is the server's own doing (abortPendingRead, or a handler's): not the
+	// client leaving.
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		r.c.cancel(err)
+	}
+	r.inBG = false
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// abortPendingRead ends the background read, if one is pending, and waits for it.
+func (r *connReader) abortPendingRead() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.inBG {
+		return
+	}
+	_ = r.c.raw.SetReadDeadline(aLongTimeAgo)
+	for r.inBG {
+		r.cond.Wait()
+	}
+	_ = r.c.raw.SetReadDeadline(time.Time{})
+}
+
+// connWriter is what a connection's bufio.Writer writes to: a failed write cancels the
+// connection's context.
+type connWriter struct{ c *h1conn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	n, err := w.c.raw.Write(p)
+	if err != nil {
+		w.c.cancel(err)
+	}
+	return n, err
 }

@@ -118,3 +118,48 @@ func TestOwnLoopLogsAPanicWithItsStack(t *testing.T) {
 }
 
 func panicInHandler() { panic("a bug in a handler") }
+
+// The background read that watches for a client leaving while the handler works hands any byte
+// it reads to the next request: a request pipelined while the first waits for its answer is read
+// whole, and the first request's context stays live (the client did not leave).
+func TestOwnLoopHandsTheBackgroundReadsByteOn(t *testing.T) {
+	t.Parallel()
+	_, addr := serveOwn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/first" {
+			time.Sleep(300 * time.Millisecond)
+		}
+		b, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b)+" "+strconv.FormatBool(r.Context().Err() == nil))
+	}), Limits{})
+	for _, first := range []string{
+		"GET /first HTTP/1.1\r\nHost: a\r\n\r\n",
+		"POST /first HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\nbody",
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		_, _ = io.WriteString(c, first)
+		time.Sleep(100 * time.Millisecond) // the handler waits, the background read is pending
+		_, _ = io.WriteString(c, "POST /second HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
+		var got []string
+		for range 2 {
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			got = append(got, string(b))
+		}
+		c.Close()
+		want := []string{"GET /first  true", "POST /second abc true"}
+		if strings.HasPrefix(first, "POST") {
+			want[0] = "POST /first body true"
+		}
+		if strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("answers %q, want %q", got, want)
+		}
+	}
+}

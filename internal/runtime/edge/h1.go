@@ -19,7 +19,8 @@ import (
 )
 
 // Server serves the edge's HTTP/1.x connections with a loop of its own (plain, and over TLS from
-// TLSListener) and hands HTTP/2 connections to net/http's server. One goroutine per connection
+// TLSListener) and hands HTTP/2 connections (TLS ones that negotiated "h2") to net/http's server,
+// which serves HTTP/2 only. One goroutine per connection
 // reads a request with the edge's strict parser (h1parse.go), runs the handler, writes its answer,
 // then reads the next. Unlike net/http's server it keeps no read pending on the connection while
 // the handler runs (a system call and a goroutine wake-up per request): a client that leaves in
@@ -44,7 +45,7 @@ type Server struct {
 func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
 	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{},
 		errorLog: errorLog}
-	s.h2 = NewServer(handler, l, errorLog)
+	s.h2 = newH2Server(handler, l, errorLog)
 	s.h2conns = &connQueue{conns: make(chan net.Conn), done: make(chan struct{})}
 	return s
 }
@@ -53,7 +54,7 @@ func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
 func (s *Server) SetTLSConfig(c *tls.Config) { s.h2.TLSConfig = c }
 
 // Serve accepts connections on l until it is closed or the server shuts down. l may be a plain
-// listener (or Listener's), or a TLSListener.
+// listener, or a TLSListener (whose connections are *tls.Conn, their handshake done).
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -79,26 +80,22 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		pause = 0
-		hc := &h1conn{s: s}
-		switch tc := c.(type) {
-		case *tls.Conn: // HTTP/2: net/http's
-			s.h2once.Do(func() {
-				s.h2conns.addr = l.Addr()
-				go func() { _ = s.h2.Serve(s.h2conns) }()
-			})
-			select {
-			case s.h2conns.conns <- tc:
-			case <-s.h2conns.done:
-				tc.Close()
+		hc := &h1conn{s: s, raw: c}
+		if tc, ok := c.(*tls.Conn); ok {
+			state := tc.ConnectionState()
+			if state.NegotiatedProtocol == "h2" { // net/http's
+				s.h2once.Do(func() {
+					s.h2conns.addr = l.Addr()
+					go func() { _ = s.h2.Serve(s.h2conns) }()
+				})
+				select {
+				case s.h2conns.conns <- tc:
+				case <-s.h2conns.done:
+					tc.Close()
+				}
+				continue
 			}
-			continue
-		case *trackedTLSConn:
-			state := tc.tls.ConnectionState()
-			hc.raw, hc.tls = tc.tls, &state
-		case *trackedConn:
-			hc.raw = tc.Conn
-		default:
-			hc.raw = c
+			hc.tls = &state
 		}
 		hc.ctx, hc.cancel = context.WithCancelCause(context.WithValue(context.Background(), http.LocalAddrContextKey, hc.raw.LocalAddr()))
 		hc.cr = &connReader{c: hc}

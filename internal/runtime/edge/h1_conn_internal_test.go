@@ -163,3 +163,28 @@ func TestOwnLoopHandsTheBackgroundReadsByteOn(t *testing.T) {
 		}
 	}
 }
+
+// The net/http server behind the edge serves HTTP/2 only: an HTTP/1 request that reached it (it
+// never should: those are the own loop's) is not answered.
+func TestH2ServerServesNoHTTP1(t *testing.T) {
+	t.Parallel()
+	s := newH2Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "served "+r.Proto)
+	}), Limits{}, nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+		t.Fatalf("the HTTP/2 server answered HTTP/1.1: %d", resp.StatusCode)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -37,10 +38,11 @@ type Server struct {
 	conns     map[*h1conn]struct{}
 	closing   atomic.Bool
 	h2once    sync.Once
+	h2err     error       // why the HTTP/2 server stopped on its own (under mu)
 	errorLog  *log.Logger // nil: the log package's standard logger
 }
 
-// NewH1Server builds the edge's server for handler with l's limits. Set TLSConfig before Serve
+// NewH1Server builds the edge's server for handler with l's limits. Call SetTLSConfig before Serve
 // when the listener is a TLSListener (its HTTP/2 connections need it).
 func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
 	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{},
@@ -50,8 +52,28 @@ func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
 	return s
 }
 
-// SetTLSConfig sets the configuration HTTP/2 connections are served with.
-func (s *Server) SetTLSConfig(c *tls.Config) { s.h2.TLSConfig = c }
+// SetTLSConfig sets the configuration HTTP/2 connections are served with: a copy of c, which
+// net/http's server adjusts for HTTP/2 (c stays the TLSListener's, untouched while it serves).
+// Serve then starts the HTTP/2 server at once.
+func (s *Server) SetTLSConfig(c *tls.Config) { s.h2.TLSConfig = c.Clone() }
+
+// startH2 starts net/http's server of the HTTP/2 connections, once. Should it stop on its own (its
+// HTTP/2 setup refused the TLS configuration), the listener is closed and Serve returns why.
+func (s *Server) startH2(l net.Listener) {
+	s.h2once.Do(func() {
+		s.h2conns.addr = l.Addr()
+		go func() {
+			err := s.h2.Serve(s.h2conns)
+			if s.closing.Load() || errors.Is(err, http.ErrServerClosed) {
+				return
+			}
+			s.mu.Lock()
+			s.h2err = err
+			s.mu.Unlock()
+			l.Close()
+		}()
+	})
+}
 
 // Serve accepts connections on l until it is closed or the server shuts down. l may be a plain
 // listener, or a TLSListener (whose connections are *tls.Conn, their handshake done).
@@ -64,12 +86,21 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
+	if s.h2.TLSConfig != nil {
+		s.startH2(l) // now, so that a configuration it refuses is known at once
+	}
 	var pause time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if s.closing.Load() {
 				return http.ErrServerClosed
+			}
+			s.mu.Lock()
+			h2err := s.h2err
+			s.mu.Unlock()
+			if h2err != nil {
+				return fmt.Errorf("edge: the HTTP/2 server stopped: %w", h2err)
 			}
 			var ne net.Error
 			if !errors.Is(err, net.ErrClosed) && errors.As(err, &ne) && !ne.Timeout() {
@@ -84,10 +115,7 @@ func (s *Server) Serve(l net.Listener) error {
 		if tc, ok := c.(*tls.Conn); ok {
 			state := tc.ConnectionState()
 			if state.NegotiatedProtocol == "h2" { // net/http's
-				s.h2once.Do(func() {
-					s.h2conns.addr = l.Addr()
-					go func() { _ = s.h2.Serve(s.h2conns) }()
-				})
+				s.startH2(l)
 				select {
 				case s.h2conns.conns <- tc:
 				case <-s.h2conns.done:

@@ -21,12 +21,11 @@ import (
 
 // Server serves the edge's HTTP/1.x connections with a loop of its own (plain, and over TLS from
 // TLSListener) and hands HTTP/2 connections (TLS ones that negotiated "h2") to net/http's server,
-// which serves HTTP/2 only. One goroutine per connection
-// reads a request with the edge's strict parser (h1parse.go), runs the handler, writes its answer,
-// then reads the next. Unlike net/http's server it keeps no read pending on the connection while
-// the handler runs (a system call and a goroutine wake-up per request): a client that leaves in
-// the middle of a request is noticed when its answer is written, and the request is bounded by
-// the response time limit meanwhile.
+// which serves HTTP/2 only. One goroutine per connection reads a request with the edge's strict
+// parser (h1parse.go), runs the handler, writes its answer, then reads the next. Like net/http's
+// server, it keeps one read pending on the connection while the handler waits for the worker, but
+// only between the request read whole and the start of its answer (connReader): a client that
+// leaves then cancels the request's context, which ends the worker's request.
 type Server struct {
 	handler http.Handler
 	limits  Limits

@@ -50,9 +50,11 @@ func (n *Node) serveEdge(edgeL net.Listener) error {
 		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()
 	}
 	// The edge completes each handshake itself so that it serves HTTP/1.1 connections with its own
-	// loop (as on plain HTTP); HTTP/2 connections go to net/http's server.
+	// loop (as on plain HTTP); HTTP/2 connections go to net/http's server, which gets a copy of
+	// the configuration (it adjusts its own) and starts with Serve: a configuration it refuses
+	// ends Serve with its error.
 	config := n.edgeTLS.Config()
-	n.edge.SetTLSConfig(config)
+	n.edge.SetTLSConfig(config.Clone())
 	return n.edge.Serve(edge.TLSListener(edgeL, config, n.cfg.Edge.WithDefaults().HeaderTimeout))
 }
 

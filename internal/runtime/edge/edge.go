@@ -1,10 +1,10 @@
 // Package edge is the runtime node's public face: a reverse proxy that routes each request by its
 // Host header to the Ready incarnation of the route's script (SPEC 5). Any other host gets a 404
 // problem; a route whose script has no Ready incarnation gets a 503 problem. It serves clients'
-// HTTP/1.x with a loop and a strict parser of its own (Server, h1.go, h1parse.go; HTTP/2 on
-// net/http's server), holds every client to the limits of SPEC 5.1 (Limits), and speaks HTTP/1.1
-// to workerd on keep-alive connections of its own (forward.go, upstream.go). NewServer and
-// Listener serve it on net/http's server instead, with the framing check of framing.go.
+// HTTP/1.x with a loop and a strict parser of its own (Server, h1.go, h1parse.go), on plain TCP
+// and over TLS (TLSListener completes the handshakes; HTTP/2 connections go to net/http's server,
+// which serves HTTP/2 only), holds every client to the limits of SPEC 5.1 (Limits), and speaks
+// HTTP/1.1 to workerd on keep-alive connections of its own (forward.go, upstream.go).
 //
 // Workers' own subrequests for hostnames this node serves come in through ServeEgress (the egress
 // proxy hands them over in-process; they never leave the node). workerd drops a request's headers
@@ -93,7 +93,7 @@ type Handler struct {
 const MaxEgressLoop = 16
 
 // New builds the edge with limits (zero values take the defaults). Requests are counted by status
-// in the registerer's takoform_runtime_edge_requests_total. Serve it with NewServer.
+// in the registerer's takoform_runtime_edge_requests_total. Serve it with NewH1Server.
 func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger, limits Limits) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -140,15 +140,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.serve(w, r, false)
 }
 
-// refuseFraming reports whether r's framing makes the edge refuse it and close its connection: as
-// the edge's own loop parsed it (Server), or as the framing check followed it under net/http.
+// refuseFraming reports whether r's framing, as the edge's own loop parsed it (Server), makes the
+// edge refuse it and close its connection. (HTTP/2 has no such framing: its requests never are.)
 func refuseFraming(r *http.Request) bool {
-	ctx := r.Context()
-	if bad, _ := ctx.Value(badFramingKey{}).(bool); bad {
-		return true
-	}
-	f, ok := ctx.Value(framingKey{}).(*framing)
-	return ok && f.next()
+	bad, _ := r.Context().Value(badFramingKey{}).(bool)
+	return bad
 }
 
 // Serves reports whether a route names this (normalized) hostname: the egress proxy then hands

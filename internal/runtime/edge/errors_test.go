@@ -50,8 +50,8 @@ func TestEdgeErrorsNameNothingInternal(t *testing.T) {
 	h := edge.New(stubResolver{"dead.test": deadTarget{dead}, "starting.test": nil}, nil, nil, edge.Limits{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := edge.NewServer(h, edge.Limits{}, nil)
-	go func() { _ = srv.Serve(edge.Listener(l)) }()
+	srv := edge.NewH1Server(h, edge.Limits{}, nil)
+	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	for host, want := range map[string]struct {
@@ -117,8 +117,8 @@ func TestEdgeBoundsAWorkersAnswerHeaders(t *testing.T) {
 	h := edge.New(stubResolver{"w.test": liveTarget{upstream.Addr().String()}}, nil, nil, edge.Limits{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := edge.NewServer(h, edge.Limits{}, nil)
-	go func() { _ = srv.Serve(edge.Listener(l)) }()
+	srv := edge.NewH1Server(h, edge.Limits{}, nil)
+	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
 	for path, want := range map[string]int{"/fine": http.StatusOK, "/huge": http.StatusBadGateway} {

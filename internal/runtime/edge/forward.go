@@ -120,6 +120,8 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 		return h.failed(w, r, clientErr, deadline, err)
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// The tunnel outlives the request: the client's half-close must not cut the worker's side.
+		stop()
 		h.tunnel(w, r, c, resp)
 		return http.StatusSwitchingProtocols
 	}
@@ -390,9 +392,6 @@ func listed(values []string, k string) bool {
 // tunnel carries a connection the worker switched to another protocol (a WebSocket) both ways
 // until either side closes it. The response time limit ended with the switch.
 func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp *http.Response) {
-	if f, ok := r.Context().Value(framingKey{}).(*framing); ok {
-		f.stop()
-	}
 	cc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		writeProblem(w, problemBadGateway)

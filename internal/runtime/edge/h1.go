@@ -5,10 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,12 +20,12 @@ import (
 )
 
 // Server serves the edge's HTTP/1.x connections with a loop of its own (plain, and over TLS from
-// TLSListener) and hands HTTP/2 connections to net/http's server. One goroutine per connection
-// reads a request with the edge's strict parser (h1parse.go), runs the handler, writes its answer,
-// then reads the next. Unlike net/http's server it keeps no read pending on the connection while
-// the handler runs (a system call and a goroutine wake-up per request): a client that leaves in
-// the middle of a request is noticed when its answer is written, and the request is bounded by
-// the response time limit meanwhile.
+// TLSListener) and hands HTTP/2 connections (TLS ones that negotiated "h2") to net/http's server,
+// which serves HTTP/2 only. One goroutine per connection reads a request with the edge's strict
+// parser (h1parse.go), runs the handler, writes its answer, then reads the next. Like net/http's
+// server, it keeps one read pending on the connection while the handler waits for the worker, but
+// only between the request read whole and the start of its answer (connReader): a client that
+// leaves then cancels the request's context, which ends the worker's request.
 type Server struct {
 	handler http.Handler
 	limits  Limits
@@ -34,22 +37,45 @@ type Server struct {
 	conns     map[*h1conn]struct{}
 	closing   atomic.Bool
 	h2once    sync.Once
+	h2err     error       // why the HTTP/2 server stopped on its own (under mu)
+	errorLog  *log.Logger // nil: the log package's standard logger
 }
 
-// NewH1Server builds the edge's server for handler with l's limits. Set TLSConfig before Serve
+// NewH1Server builds the edge's server for handler with l's limits. Call SetTLSConfig before Serve
 // when the listener is a TLSListener (its HTTP/2 connections need it).
 func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
-	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{}}
-	s.h2 = NewServer(handler, l, errorLog)
+	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{},
+		errorLog: errorLog}
+	s.h2 = newH2Server(handler, l, errorLog)
 	s.h2conns = &connQueue{conns: make(chan net.Conn), done: make(chan struct{})}
 	return s
 }
 
-// SetTLSConfig sets the configuration HTTP/2 connections are served with.
-func (s *Server) SetTLSConfig(c *tls.Config) { s.h2.TLSConfig = c }
+// SetTLSConfig sets the configuration HTTP/2 connections are served with: a copy of c, which
+// net/http's server adjusts for HTTP/2 (c stays the TLSListener's, untouched while it serves).
+// Serve then starts the HTTP/2 server at once.
+func (s *Server) SetTLSConfig(c *tls.Config) { s.h2.TLSConfig = c.Clone() }
+
+// startH2 starts net/http's server of the HTTP/2 connections, once. Should it stop on its own (its
+// HTTP/2 setup refused the TLS configuration), the listener is closed and Serve returns why.
+func (s *Server) startH2(l net.Listener) {
+	s.h2once.Do(func() {
+		s.h2conns.addr = l.Addr()
+		go func() {
+			err := s.h2.Serve(s.h2conns)
+			if s.closing.Load() || errors.Is(err, http.ErrServerClosed) {
+				return
+			}
+			s.mu.Lock()
+			s.h2err = err
+			s.mu.Unlock()
+			l.Close()
+		}()
+	})
+}
 
 // Serve accepts connections on l until it is closed or the server shuts down. l may be a plain
-// listener (or Listener's), or a TLSListener.
+// listener, or a TLSListener (whose connections are *tls.Conn, their handshake done).
 func (s *Server) Serve(l net.Listener) error {
 	s.mu.Lock()
 	if s.closing.Load() {
@@ -59,12 +85,21 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
+	if s.h2.TLSConfig != nil {
+		s.startH2(l) // now, so that a configuration it refuses is known at once
+	}
 	var pause time.Duration
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			if s.closing.Load() {
 				return http.ErrServerClosed
+			}
+			s.mu.Lock()
+			h2err := s.h2err
+			s.mu.Unlock()
+			if h2err != nil {
+				return fmt.Errorf("edge: the HTTP/2 server stopped: %w", h2err)
 			}
 			var ne net.Error
 			if !errors.Is(err, net.ErrClosed) && errors.As(err, &ne) && !ne.Timeout() {
@@ -75,30 +110,27 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		pause = 0
-		hc := &h1conn{s: s}
-		switch tc := c.(type) {
-		case *tls.Conn: // HTTP/2: net/http's
-			s.h2once.Do(func() {
-				s.h2conns.addr = l.Addr()
-				go func() { _ = s.h2.Serve(s.h2conns) }()
-			})
-			select {
-			case s.h2conns.conns <- tc:
-			case <-s.h2conns.done:
-				tc.Close()
+		hc := &h1conn{s: s, raw: c}
+		if tc, ok := c.(*tls.Conn); ok {
+			state := tc.ConnectionState()
+			if state.NegotiatedProtocol == "h2" { // net/http's
+				s.startH2(l)
+				select {
+				case s.h2conns.conns <- tc:
+				case <-s.h2conns.done:
+					tc.Close()
+				}
+				continue
 			}
-			continue
-		case *trackedTLSConn:
-			state := tc.tls.ConnectionState()
-			hc.raw, hc.tls = tc.tls, &state
-		case *trackedConn:
-			hc.raw = tc.Conn
-		default:
-			hc.raw = c
+			hc.tls = &state
 		}
+		hc.ctx, hc.cancel = context.WithCancelCause(context.WithValue(context.Background(), http.LocalAddrContextKey, hc.raw.LocalAddr()))
+		hc.cr = &connReader{c: hc}
+		hc.cr.cond = sync.NewCond(&hc.cr.mu)
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
+			hc.cancel(http.ErrServerClosed)
 			c.Close()
 			return http.ErrServerClosed
 		}
@@ -150,6 +182,7 @@ func (s *Server) Close() error {
 		l.Close()
 	}
 	for c := range s.conns {
+		c.cancel(http.ErrServerClosed)
 		c.raw.Close()
 	}
 	s.mu.Unlock()
@@ -178,15 +211,20 @@ func (q *connQueue) close()         { q.once.Do(func() { close(q.done) }) }
 func (q *connQueue) Close() error   { q.close(); return nil }
 func (q *connQueue) Addr() net.Addr { return q.addr }
 
-// h1conn is one client connection.
+// h1conn is one client connection. Its context, every request's, is cancelled when a read or a
+// write on the connection fails (the client left, or stopped reading), when the connection ends,
+// and when the server is closed.
 type h1conn struct {
-	s    *Server
-	raw  net.Conn
-	tls  *tls.ConnectionState
-	idle atomic.Bool // waiting for a request to start
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	lr   lineReader
+	s      *Server
+	raw    net.Conn
+	tls    *tls.ConnectionState
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	cr     *connReader // what br reads from
+	idle   atomic.Bool // waiting for a request to start
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	lr     lineReader
 	// small holds back a small answer without a Content-Length (h1writer).
 	small []byte
 }
@@ -200,6 +238,10 @@ const lingerAfterClose = 500 * time.Millisecond
 // (as net/http does).
 const maxDiscard = 256 << 10
 
+// maxKeptLine is the largest buffer for lines longer than the reader's that a connection keeps
+// between requests.
+const maxKeptLine = 4 << 10
+
 // badFramingKey marks, in a request's context, a request the handler refuses for its framing.
 type badFramingKey struct{}
 
@@ -211,6 +253,7 @@ func (c *h1conn) serve() {
 	s := c.s
 	hijacked := false
 	defer func() {
+		c.cancel(net.ErrClosed)
 		if !hijacked {
 			c.raw.Close()
 		}
@@ -218,9 +261,9 @@ func (c *h1conn) serve() {
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
-	c.br = bufio.NewReaderSize(c.raw, 4<<10)
-	c.bw = bufio.NewWriterSize(c.raw, 4<<10)
-	ctx := context.WithValue(context.Background(), http.LocalAddrContextKey, c.raw.LocalAddr())
+	c.br = bufio.NewReaderSize(c.cr, 4<<10)
+	c.bw = bufio.NewWriterSize(connWriter{c}, 4<<10)
+	ctx := c.ctx
 	remote := c.raw.RemoteAddr().String()
 	lastPost := false
 	for first := true; ; first = false {
@@ -254,6 +297,9 @@ func (c *h1conn) serve() {
 			_ = c.raw.SetReadDeadline(start.Add(s.limits.HeaderTimeout))
 		}
 		h, perr := readHead(c.br, s.limits.MaxHeaderBytes, &c.lr)
+		if cap(c.lr.long) > maxKeptLine {
+			c.lr.long = nil // a long line's buffer is not held for the connection's life
+		}
 		var req *http.Request
 		if perr == nil {
 			req, perr = h.request()
@@ -302,6 +348,10 @@ func (c *h1conn) serve() {
 			}
 		}
 		req = req.WithContext(rctx)
+		if w.body == nil {
+			// The request is whole: a client that leaves while the worker works is noticed.
+			c.cr.startBackgroundRead()
+		}
 		aborted := c.run(w, req)
 		if w.hijacked {
 			hijacked = true
@@ -325,6 +375,12 @@ func (c *h1conn) serve() {
 			if w.body.expect && !w.body.continued {
 				return // the client may or may not send it: the stream cannot be followed
 			}
+			// The answer is out: a shutdown closes the connection now, as an idle one, rather
+			// than wait up to BodyTimeout for the rest of the body.
+			c.idle.Store(true)
+			if s.closing.Load() {
+				return
+			}
 			_ = c.raw.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
 			if n, err := io.CopyN(io.Discard, w.body.r, maxDiscard+1); n > maxDiscard || (err != nil && err != io.EOF) {
 				return
@@ -333,16 +389,29 @@ func (c *h1conn) serve() {
 	}
 }
 
-// run calls the handler; a panic (http.ErrAbortHandler, with which forward cuts an answer short)
-// ends the connection without finishing the answer.
+// run calls the handler; a panic ends the connection without finishing the answer. One other
+// than http.ErrAbortHandler (with which forward cuts an answer short) is a bug: it is logged with
+// its stack, as net/http logs it.
 func (c *h1conn) run(w *h1writer, req *http.Request) (aborted bool) {
 	defer func() {
 		if v := recover(); v != nil {
 			aborted = true
+			if v != http.ErrAbortHandler {
+				c.s.logf("edge: panic serving %s: %v\n%s", req.RemoteAddr, v, debug.Stack())
+			}
 		}
 	}()
 	c.s.handler.ServeHTTP(w, req)
 	return false
+}
+
+// logf writes to the server's error log.
+func (s *Server) logf(format string, args ...any) {
+	if s.errorLog != nil {
+		s.errorLog.Printf(format, args...)
+	} else {
+		log.Printf(format, args...)
+	}
 }
 
 // refuse answers a request the loop does not hand the edge (as net/http's server answers one it
@@ -394,8 +463,15 @@ func (b *h1body) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
-	if err == io.EOF {
+	if err == io.EOF && !b.eof {
 		b.eof = true
+		b.w.mu.Lock()
+		if !b.w.headSent {
+			// The body is whole and the answer not begun: a client that leaves while the
+			// worker works is noticed.
+			b.w.c.cr.startBackgroundRead()
+		}
+		b.w.mu.Unlock()
 	}
 	return n, err
 }
@@ -461,6 +537,7 @@ func (w *h1writer) sendHead(whole bool) {
 	w.mu.Lock() // after a 100 Continue being written, if one is
 	w.headSent = true
 	w.mu.Unlock()
+	w.c.cr.abortPendingRead()
 	h := w.header
 	if whole && w.length < 0 && !w.noBody {
 		w.length = int64(len(w.c.small))
@@ -602,6 +679,7 @@ func (w *h1writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errors.New("the answer has begun")
 	}
 	w.hijacked = true
+	w.c.cr.abortPendingRead()
 	_ = w.c.raw.SetDeadline(time.Time{})
 	return w.c.raw, bufio.NewReadWriter(w.c.br, w.c.bw), nil
 }
@@ -635,4 +713,93 @@ func (w *h1writer) finish() error {
 		return errors.New("answer shorter than its Content-Length")
 	}
 	return bw.Flush()
+}
+
+// connReader is what a connection's bufio.Reader reads from. Between a request read whole and
+// the start of its answer it keeps one read pending on the connection (a background read, as
+// net/http's server does), so that a client that leaves while the worker works is noticed: its
+// EOF or reset cancels the connection's context. A byte that read gets is handed to the next read
+// (the next request's first). Outside that window no read is pending: the background read costs a
+// goroutine and a system call, only paid while a request waits for its answer.
+type connReader struct {
+	c       *h1conn
+	mu      sync.Mutex
+	cond    *sync.Cond
+	inBG    bool // a background read is pending
+	hasByte bool
+	b       [1]byte
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.mu.Lock()
+	for r.inBG {
+		r.cond.Wait() // not expected: the loop ends the background read before reading
+	}
+	if r.hasByte {
+		p[0], r.hasByte = r.b[0], false
+		r.mu.Unlock()
+		return 1, nil
+	}
+	r.mu.Unlock()
+	n, err := r.c.raw.Read(p)
+	if err != nil {
+		r.c.cancel(err)
+	}
+	return n, err
+}
+
+// startBackgroundRead arms the background read, unless one is pending or a byte is kept.
+func (r *connReader) startBackgroundRead() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inBG || r.hasByte {
+		return
+	}
+	r.inBG = true
+	go r.backgroundRead()
+}
+
+func (r *connReader) backgroundRead() {
+	n, err := r.c.raw.Read(r.b[:])
+	r.mu.Lock()
+	if n == 1 {
+		r.hasByte = true
+	}
+	// A deadline that passed is the server's own doing (abortPendingRead, or a handler's): not the
+	// client leaving.
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		r.c.cancel(err)
+	}
+	r.inBG = false
+	r.cond.Broadcast()
+	r.mu.Unlock()
+}
+
+// abortPendingRead ends the background read, if one is pending, and waits for it.
+func (r *connReader) abortPendingRead() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.inBG {
+		return
+	}
+	_ = r.c.raw.SetReadDeadline(aLongTimeAgo)
+	for r.inBG {
+		r.cond.Wait()
+	}
+	_ = r.c.raw.SetReadDeadline(time.Time{})
+}
+
+// connWriter is what a connection's bufio.Writer writes to: a failed write cancels the
+// connection's context.
+type connWriter struct{ c *h1conn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	n, err := w.c.raw.Write(p)
+	if err != nil {
+		w.c.cancel(err)
+	}
+	return n, err
 }

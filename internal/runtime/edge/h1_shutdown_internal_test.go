@@ -141,3 +141,43 @@ func TestOwnLoopContinuesWhileTheHandlerAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A connection whose answer is out while the rest of its body is still to come (read past to
+// keep the connection) does not hold a shutdown up for the body time limit: it is closed as an
+// idle one.
+func TestOwnLoopShutdownDoesNotWaitForAnUnreadBody(t *testing.T) {
+	t.Parallel()
+	s := NewH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "not read")
+	}), Limits{BodyTimeout: 20 * time.Second}, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(l) }()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 100000\r\n\r\nthe beginning")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.Close {
+		t.Fatal("the answer closes the connection: nothing is drained")
+	}
+	time.Sleep(100 * time.Millisecond) // the loop is reading past the rest of the body
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v after %v", err, time.Since(began))
+	}
+	if d := time.Since(began); d > time.Second {
+		t.Fatalf("Shutdown took %v waiting for a body nobody reads", d)
+	}
+}

@@ -355,20 +355,33 @@ func (h *head) request() (*http.Request, *parseError) {
 
 // chunkedBody reads a chunked request body (RFC 9112 7.1) strictly: a size line of hex digits
 // with optional extensions, the data and its CRLF, and trailer fields, which are read within the
-// head's byte budget and dropped (the edge passes no request trailers on).
+// head's byte budget and dropped (the edge passes no request trailers on). Like net/http's reader
+// (since CVE-2023-39326) it bounds the overhead of size lines and extensions beyond a fair share of
+// the data they frame: a body of tiny chunks with long extensions is refused.
 type chunkedBody struct {
 	br      *bufio.Reader
 	lr      lineReader
 	left    int64 // of the current chunk
+	excess  int64 // size-line bytes beyond the allowance of the chunks read so far
 	budget  int
 	started bool
 	done    bool
 	err     error
 }
 
+// Chunk overhead allowed: maxChunkLine bytes per size line, chunkAllowance bytes per chunk plus
+// twice its data for free, and at most maxChunkExcess beyond that over the whole body (net/http's
+// figures).
+const (
+	maxChunkLine   = 4096
+	chunkAllowance = 16
+	maxChunkExcess = 16 << 10
+)
+
 var (
-	errBadChunk   = errors.New("malformed chunked body")
-	errBadTrailer = errors.New("malformed trailer field")
+	errBadChunk      = errors.New("malformed chunked body")
+	errChunkOverhead = errors.New("chunked body with too much overhead")
+	errBadTrailer    = errors.New("malformed trailer field")
 )
 
 func (c *chunkedBody) Read(p []byte) (int, error) {
@@ -430,7 +443,7 @@ func (c *chunkedBody) fail(err error) error {
 
 // size reads a chunk's size line; the last chunk's trailers are read too.
 func (c *chunkedBody) size() error {
-	c.lr.br, c.lr.budget, c.lr.crlf = c.br, 4096, true
+	c.lr.br, c.lr.budget, c.lr.crlf = c.br, maxChunkLine, true
 	line, perr := c.lr.line()
 	if perr != nil {
 		if perr == errConnGone {
@@ -438,6 +451,7 @@ func (c *chunkedBody) size() error {
 		}
 		return errBadChunk
 	}
+	c.excess += int64(maxChunkLine - c.lr.budget) // the line with its CRLF
 	if i := bytes.IndexByte(line, ';'); i >= 0 {
 		line = line[:i] // extensions are ignored (RFC 9112 7.1.1), as net/http ignores them
 	}
@@ -457,6 +471,10 @@ func (c *chunkedBody) size() error {
 		default:
 			return errBadChunk
 		}
+	}
+	c.excess = max(c.excess-chunkAllowance-2*n, 0)
+	if c.excess > maxChunkExcess {
+		return errChunkOverhead
 	}
 	if n > 0 {
 		c.left = n

@@ -75,7 +75,8 @@ func FuzzReadHead(f *testing.F) {
 // FuzzChunkedBody feeds the chunked body reader arbitrary bytes: what it reads whole, net/http's
 // reader reads too, to the same bytes.
 func FuzzChunkedBody(f *testing.F) {
-	for _, seed := range []string{"3\r\nabc\r\n0\r\n\r\n", "3;e=1\r\nabc\r\na\r\n0123456789\r\n0\r\nT: 1\r\n\r\n", "g\r\n\r\n", "3\r\nabcd\r\n0\r\n\r\n", "3\nabc\r\n0\r\n\r\n", "3\r\nabc\n0\n\n"} {
+	for _, seed := range []string{"3\r\nabc\r\n0\r\n\r\n", "3;e=1\r\nabc\r\na\r\n0123456789\r\n0\r\nT: 1\r\n\r\n", "g\r\n\r\n", "3\r\nabcd\r\n0\r\n\r\n", "3\nabc\r\n0\r\n\r\n", "3\r\nabc\n0\n\n",
+		strings.Repeat("1;"+strings.Repeat("e", 4000)+"\r\nx\r\n", 8) + "0\r\n\r\n"} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -1,10 +1,8 @@
 package edge
 
 import (
-	"context"
 	"fmt"
 	"log"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -104,73 +102,25 @@ func ParseTrustedProxies(values []string) ([]netip.Prefix, error) {
 // server is given the limit minus this, so that MaxHeaderBytes is what a client can send.
 const headerSlack = 4096
 
-// NewServer builds the http.Server of the edge with l's timeouts and header limit. Serve it on
-// Listener(l), or over HTTPS on TLSListener, so that requests framed both by Content-Length and
-// Transfer-Encoding are refused.
-func NewServer(handler http.Handler, l Limits, errorLog *log.Logger) *http.Server {
+// newH2Server builds the net/http server of the edge's HTTP/2 connections (over TLS; Server hands
+// it those TLSListener negotiated "h2" on) with l's timeouts and header limit. It serves HTTP/2
+// only: HTTP/1.x is the edge's own loop's.
+func newH2Server(handler http.Handler, l Limits, errorLog *log.Logger) *http.Server {
 	l = l.WithDefaults()
 	maxHeader := l.MaxHeaderBytes - headerSlack
 	if maxHeader < 1 {
 		maxHeader = 1
 	}
+	protocols := new(http.Protocols)
+	protocols.SetHTTP2(true)
 	return &http.Server{
 		Handler:           handler,
+		Protocols:         protocols,
 		ReadHeaderTimeout: l.HeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    maxHeader,
-		// "OPTIONS *" reaches the handler like every request (it answers 404: no host routes "*"),
-		// and every request the server reads reaches it, which keeps the framing check in step.
+		// "OPTIONS *" reaches the handler like every request (it answers 404: no host routes "*").
 		DisableGeneralOptionsHandler: true,
 		ErrorLog:                     errorLog,
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			switch tc := c.(type) {
-			case *trackedConn:
-				return context.WithValue(ctx, framingKey{}, &tc.framing)
-			case *trackedTLSConn:
-				return context.WithValue(ctx, framingKey{}, &tc.framing)
-			}
-			return ctx
-		},
 	}
-}
-
-// Listener wraps l so that the edge sees how each request on its connections was framed: net/http
-// treats a request carrying both Content-Length and Transfer-Encoding as chunked and drops the
-// Content-Length header before any handler sees it, so the edge reads the header block itself to
-// refuse such requests and close their connections (RFC 9112 6.1). Wrap the plain TCP listener;
-// over TLS the bytes it would see are ciphertext: serve HTTPS on TLSListener instead.
-func Listener(l net.Listener) net.Listener { return trackingListener{l} }
-
-type trackingListener struct{ net.Listener }
-
-func (l trackingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &trackedConn{Conn: c}, nil
-}
-
-type trackedConn struct {
-	net.Conn
-	framing framing
-}
-
-func (c *trackedConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if n > 0 {
-		c.framing.scan(b[:n])
-	}
-	return n, err
-}
-
-type framingKey struct{}
-
-// CloseWrite lets net/http half-close before closing (so that a client still sending reads the
-// refusal it was sent rather than a reset).
-func (c *trackedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
 }

@@ -9,13 +9,10 @@ import (
 )
 
 // TLSListener serves HTTPS on l with config: it completes each connection's handshake itself
-// (within handshakeTimeout, never holding up the next Accept) and then hands the server an HTTP/2
-// connection as the *tls.Conn net/http needs for it, and an HTTP/1.1 one wrapped, as Listener
-// wraps a plain one, so that the edge follows its plaintext framing and refuses a request framed
-// both by Content-Length and Transfer-Encoding (RFC 9112 6.1). net/http still sets Request.TLS on
-// the wrapped connections (they report their ConnectionState). A connection that negotiated
-// another protocol (an ACME tls-alpn-01 validation) is closed once its handshake is done, as
-// net/http does.
+// (within handshakeTimeout, never holding up the next Accept) and then hands Server the *tls.Conn,
+// which serves it by its negotiated protocol: HTTP/2 on net/http's server, HTTP/1.x on the edge's
+// own loop. A connection that negotiated another protocol (an ACME tls-alpn-01 validation) is
+// closed once its handshake is done, as net/http does.
 func TLSListener(l net.Listener, config *tls.Config, handshakeTimeout time.Duration) net.Listener {
 	t := &tlsListener{inner: l, config: config, timeout: handshakeTimeout, conns: make(chan net.Conn), done: make(chan struct{})}
 	go t.acceptLoop()
@@ -81,20 +78,16 @@ func (t *tlsListener) handshake(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	var out net.Conn
 	switch tc.ConnectionState().NegotiatedProtocol {
-	case "h2":
-		out = tc
-	case "", "http/1.1", "http/1.0":
-		out = &trackedTLSConn{trackedConn: trackedConn{Conn: tc}, tls: tc}
+	case "h2", "", "http/1.1", "http/1.0":
 	default:
 		tc.Close()
 		return
 	}
 	select {
-	case t.conns <- out:
+	case t.conns <- tc:
 	case <-t.done:
-		out.Close()
+		tc.Close()
 	}
 }
 
@@ -106,15 +99,4 @@ func looksLikeHTTP(b [5]byte) bool {
 		return true
 	}
 	return false
-}
-
-// trackedTLSConn is an HTTP/1.1 connection over TLS whose plaintext the edge follows.
-type trackedTLSConn struct {
-	trackedConn
-	tls *tls.Conn
-}
-
-// ConnectionState makes net/http fill in Request.TLS (so the worker sees X-Forwarded-Proto https).
-func (c *trackedTLSConn) ConnectionState() tls.ConnectionState {
-	return c.tls.ConnectionState()
 }

@@ -32,10 +32,10 @@ func TestTLSListenerNeverWaitsOnAStalledHandshake(t *testing.T) {
 	const limit = 2 * time.Second
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv := edge.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := edge.NewH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s tls=%v", r.Proto, r.TLS != nil)
 	}), edge.Limits{HeaderTimeout: limit}, nil)
-	srv.TLSConfig = config
+	srv.SetTLSConfig(config)
 	go func() { _ = srv.Serve(edge.TLSListener(l, config, limit)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := l.Addr().String()

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // serviceBindingsAttribute is takoform_worker.service_bindings.
@@ -90,7 +91,7 @@ func limitsAttribute() schema.SingleNestedAttribute {
 			"memory_mb": schema.Int64Attribute{
 				MarkdownDescription: "Memory ceiling of each of the worker's processes, in MiB, on `selfhost` offerings (a process past it is killed and restarted). Cloudflare offerings run every worker with 128 MB: only 128 is accepted there.",
 				Optional:            true,
-				Validators:          []validator.Int64{int64validator.AtLeast(16)},
+				Validators:          []validator.Int64{int64validator.AtLeast(workerconf.MinMemoryMB)},
 			},
 		},
 	}

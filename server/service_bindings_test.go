@@ -170,7 +170,8 @@ func TestLimitsAboveTheOfferingsCeilingsAreRefusedAndDiscoveryShowsThem(t *testi
 	}
 	require.Equal(t, map[string]any{"cpuMs": float64(30000), "memoryMb": float64(256)}, ceilings)
 
-	for _, limits := range []map[string]any{{"cpuMs": 30001}, {"memoryMb": 257}, {"cpuMs": -1}} {
+	// Below workerconf.MinMemoryMB workerd cannot start: refused too, as the provider refuses it.
+	for _, limits := range []map[string]any{{"cpuMs": 30001}, {"memoryMb": 257}, {"cpuMs": -1}, {"memoryMb": 15}, {"memoryMb": 1}} {
 		body := workerBody()
 		body["limits"] = limits
 		p := h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusUnprocessableEntity, "invalid_request")

@@ -61,6 +61,9 @@ type Limits struct {
 	MemoryMB int64 `json:"memoryMb,omitempty"`
 }
 
+// MinMemoryMB is the least memory (MiB) a worker's process is given: workerd cannot start in less.
+const MinMemoryMB = 16
+
 // Ceilings are what an offering allows a worker's Limits to reach.
 type Ceilings struct {
 	CPUMs    int64 `json:"cpuMs"`
@@ -77,6 +80,8 @@ func (c Ceilings) Check(l *Limits) error {
 	switch {
 	case l.CPUMs < 0 || l.MemoryMB < 0:
 		return fmt.Errorf("limits must be positive")
+	case l.MemoryMB != 0 && l.MemoryMB < MinMemoryMB:
+		return fmt.Errorf("limits.memoryMb %d is below %d: workerd cannot start in it", l.MemoryMB, MinMemoryMB)
 	case l.CPUMs > c.CPUMs:
 		return fmt.Errorf("limits.cpuMs %d is above this offering's ceiling of %d", l.CPUMs, c.CPUMs)
 	case c.FixedMemory && l.MemoryMB != 0 && l.MemoryMB != c.MemoryMB:

@@ -256,3 +256,33 @@ func TestABindingPutLocksTheCallerAndCalleesInUIDOrder(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	}
 }
+
+// A caller whose delete is still in flight still stands (its script may still run and call): the
+// callee's delete waits for it as it waits for a live caller (resource_present, as for endpoints).
+func TestACallerBeingDeletedStillBlocksTheCalleesDelete(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	callee := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	caller := h.putWorker("prod", "api", workerToken, callerBody("AUTH", callee.json(t)["uid"].(string)))
+	require.Equal(t, http.StatusCreated, caller.status, "body: %s", caller.body)
+	// The caller's delete began and has not finished (its backend delete failed, say).
+	h.exec(`UPDATE workers SET status = 'deleting' WHERE name = 'api'`)
+	p := h.deleteWorker("prod", "auth", "token-worker-auth-00001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, []any{"prod/api"}, p["callers"])
+	require.Equal(t, "live", h.workerStatus("auth"))
+}
+
+// A worker whose v1 script name collided with an earlier worker's (SPEC 3.4) cannot be a callee:
+// a Cloudflare binding names the callee's script, which is that earlier worker's. 409 script_held.
+func TestABindingToAWorkerWithACollidingScriptNameIsRefused(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	callee := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	uid := callee.json(t)["uid"].(string)
+	h.exec(`UPDATE workers SET script_collision = true WHERE name = 'auth'`)
+	p := h.putWorker("prod", "api", workerToken, callerBody("AUTH", uid)).problem(t, http.StatusConflict, "script_held")
+	require.Contains(t, p["detail"], uid)
+	require.Zero(t, h.workerCount("name = 'api' AND status <> 'deleted'"), "a refused put leaves no worker")
+}

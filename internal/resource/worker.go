@@ -889,6 +889,10 @@ func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uui
 			return nil, apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
 		case r.Installation != installation:
 			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)
+		case r.ScriptCollision:
+			// Its v1 script name is an earlier worker's (SPEC 3.4), and a Cloudflare binding names
+			// the callee's script: it would reach that earlier worker.
+			return nil, apierr.New(apierr.ScriptHeld, "serviceBindings %s: worker %s runs under a v1 script name an earlier worker holds, so a binding cannot name it; replace that worker (destroy and create it again) to get a v2 name", name, u)
 		}
 		scripts[name] = r.ScriptName
 	}

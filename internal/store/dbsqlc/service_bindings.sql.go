@@ -40,12 +40,14 @@ const workerCallers = `-- name: WorkerCallers :many
 SELECT DISTINCT (w.space || '/' || w.name)::text AS caller
 FROM worker_service_bindings b
 JOIN workers w ON w.uid = b.caller_uid
-WHERE b.callee_uid = $1 AND b.caller_uid <> $1 AND w.status IN ('creating', 'live')
+JOIN operations o ON o.id = w.operation_id
+WHERE b.callee_uid = $1 AND b.caller_uid <> $1 AND resource_present(w.status, o.status)
 ORDER BY 1
 `
 
-// The live workers that bind to a worker (itself aside), as space/name: its delete waits for
-// them. A caller still being created counts: its create may yet commit.
+// The workers that bind to a worker (itself aside), as space/name: its delete waits for them.
+// Every caller that stands counts (resource_present, as for endpoints): one still being created
+// (its create may yet commit), and one being deleted (its script may still run and call).
 func (q *Queries) WorkerCallers(ctx context.Context, calleeUid uuid.UUID) ([]string, error) {
 	rows, err := q.db.Query(ctx, workerCallers, calleeUid)
 	if err != nil {
@@ -67,7 +69,7 @@ func (q *Queries) WorkerCallers(ctx context.Context, calleeUid uuid.UUID) ([]str
 }
 
 const workersForBinding = `-- name: WorkersForBinding :many
-SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
+SELECT w.uid, w.installation, w.script_name, w.status, w.script_collision, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = $1 AND w.uid = ANY($2::uuid[])
@@ -79,11 +81,12 @@ type WorkersForBindingParams struct {
 }
 
 type WorkersForBindingRow struct {
-	UID          uuid.UUID
-	Installation string
-	ScriptName   string
-	Status       string
-	Present      bool
+	UID             uuid.UUID
+	Installation    string
+	ScriptName      string
+	Status          string
+	ScriptCollision bool
+	Present         bool
 }
 
 // The locked workers, as they stand. Only the organization's: another organization's UID is not
@@ -102,6 +105,7 @@ func (q *Queries) WorkersForBinding(ctx context.Context, arg WorkersForBindingPa
 			&i.Installation,
 			&i.ScriptName,
 			&i.Status,
+			&i.ScriptCollision,
 			&i.Present,
 		); err != nil {
 			return nil, err

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 )
 
 // callerBody is a worker body that binds name to the worker callee.
@@ -285,4 +287,38 @@ func TestABindingToAWorkerWithACollidingScriptNameIsRefused(t *testing.T) {
 	p := h.putWorker("prod", "api", workerToken, callerBody("AUTH", uid)).problem(t, http.StatusConflict, "script_held")
 	require.Contains(t, p["detail"], uid)
 	require.Zero(t, h.workerCount("name = 'api' AND status <> 'deleted'"), "a refused put leaves no worker")
+}
+
+// A create that binds to a worker locks its callees before it takes any quota slot: while a
+// callee's row is held (its delete deciding), the caller's create waits for it holding none of
+// the organization's slots (near the ceiling a create takes all 16), so other creates of the
+// organization are not held behind a wait that has nothing to do with them.
+func TestACreateWaitingForItsCalleeHoldsNoQuotaSlot(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	callee := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	calleeUID := callee.json(t)["uid"].(string)
+	require.NoError(t, quota.Set(context.Background(), h.db, h.org.ID, quota.Workers, ptr(10)))
+
+	ctx := context.Background()
+	tx, err := h.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM workers WHERE uid = $1 FOR UPDATE`, calleeUID)
+	require.NoError(t, err)
+
+	caller := make(chan reply, 1)
+	go func() { caller <- h.tryPutWorker("prod", "api", workerToken, callerBody("AUTH", calleeUID)) }()
+	// The advisory locks the waiting create holds: its ownership key's alone, no quota slot.
+	held := -1
+	require.Eventually(t, func() bool {
+		err := h.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks a
+			WHERE a.locktype = 'advisory' AND a.granted
+			  AND a.pid = (SELECT w.pid FROM pg_locks w WHERE NOT w.granted AND w.locktype IN ('transactionid', 'tuple') LIMIT 1)`).Scan(&held)
+		return err == nil && held > 0
+	}, 10*time.Second, 20*time.Millisecond, "the caller's create waits for its callee's row")
+	require.Equal(t, 1, held, "the create waiting for its callee holds quota slots")
+	require.NoError(t, tx.Rollback(ctx))
+	<-caller
 }

@@ -545,6 +545,12 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names this worker).
 		if m.Current == nil {
+			// The callees' rows first, as an update takes them: a wait for a callee's delete to
+			// decide holds no quota slot that other creates need.
+			scripts, err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings)
+			if err != nil {
+				return err
+			}
 			// The organization's worker ceiling (SPEC 5.1), under its quota row's lock until this
 			// transaction ends, so that no other create of the organization counts beside it.
 			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
@@ -556,10 +562,6 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 				if err := quota.CheckScripts(ctx, tx, inst.Name, inst.Scripts()); err != nil {
 					return err
 				}
-			}
-			scripts, err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings)
-			if err != nil {
-				return err
 			}
 			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, calleeScripts: scripts}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1

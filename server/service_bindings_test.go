@@ -322,3 +322,32 @@ func TestACreateWaitingForItsCalleeHoldsNoQuotaSlot(t *testing.T) {
 	require.NoError(t, tx.Rollback(ctx))
 	<-caller
 }
+
+// The callers index covers every generation of a caller that may run: an update that moves a
+// binding to another worker and fails at the backend leaves the deployed generation calling the
+// old callee, so neither the old callee (still called) nor the new one (named by the generation
+// a retry deploys) can be deleted; once the new generation is deployed the old callee is free.
+func TestAFailedUpdateThatMovesABindingKeepsBothCalleesBound(t *testing.T) {
+	t.Parallel()
+	hb, wrap := holding()
+	h := setup(t, wrap)
+	auth := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, auth.status, "body: %s", auth.body)
+	auth2 := h.putWorker("prod", "auth2", "token-worker-auth2-0001", workerBody())
+	require.Equal(t, http.StatusCreated, auth2.status, "body: %s", auth2.body)
+	api := h.putWorker("prod", "api", workerToken, callerBody("AUTH", auth.json(t)["uid"].(string)))
+	require.Equal(t, http.StatusCreated, api.status, "body: %s", api.body)
+
+	hb.failNext(api.json(t)["scriptName"].(string))
+	h.putWorker("prod", "api", workerToken, callerBody("AUTH", auth2.json(t)["uid"].(string))).problem(t, http.StatusBadGateway, "backend_failed")
+	p := h.deleteWorker("prod", "auth", "token-worker-auth-00001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, []any{"prod/api"}, p["callers"], "the deployed generation still calls auth")
+	p = h.deleteWorker("prod", "auth2", "token-worker-auth2-0001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, []any{"prod/api"}, p["callers"], "the pending generation names auth2")
+
+	// The retry deploys the new generation: auth is free, auth2 is bound.
+	r := h.putWorker("prod", "api", workerToken, callerBody("AUTH", auth2.json(t)["uid"].(string)))
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	h.deleteWorker("prod", "auth2", "token-worker-auth2-0001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "auth", "token-worker-auth-00001").status)
+}

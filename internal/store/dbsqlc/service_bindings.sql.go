@@ -11,28 +11,39 @@ import (
 	"github.com/google/uuid"
 )
 
-const serviceBindingsClear = `-- name: ServiceBindingsClear :exec
-DELETE FROM worker_service_bindings WHERE caller_uid = $1
-`
-
-func (q *Queries) ServiceBindingsClear(ctx context.Context, callerUid uuid.UUID) error {
-	_, err := q.db.Exec(ctx, serviceBindingsClear, callerUid)
-	return err
-}
-
-const serviceBindingsInsert = `-- name: ServiceBindingsInsert :exec
+const serviceBindingsAdd = `-- name: ServiceBindingsAdd :exec
 INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
 SELECT $1::uuid, unnest($2::text[]), unnest($3::uuid[])
+ON CONFLICT DO NOTHING
 `
 
-type ServiceBindingsInsertParams struct {
+type ServiceBindingsAddParams struct {
 	CallerUID uuid.UUID
 	Bindings  []string
 	Callees   []uuid.UUID
 }
 
-func (q *Queries) ServiceBindingsInsert(ctx context.Context, arg ServiceBindingsInsertParams) error {
-	_, err := q.db.Exec(ctx, serviceBindingsInsert, arg.CallerUID, arg.Bindings, arg.Callees)
+// A generation's bindings join the caller's index beside those already there (migration 15).
+func (q *Queries) ServiceBindingsAdd(ctx context.Context, arg ServiceBindingsAddParams) error {
+	_, err := q.db.Exec(ctx, serviceBindingsAdd, arg.CallerUID, arg.Bindings, arg.Callees)
+	return err
+}
+
+const serviceBindingsKeepOnly = `-- name: ServiceBindingsKeepOnly :exec
+DELETE FROM worker_service_bindings b
+WHERE b.caller_uid = $1
+  AND (b.binding, b.callee_uid) NOT IN (SELECT unnest($2::text[]), unnest($3::uuid[]))
+`
+
+type ServiceBindingsKeepOnlyParams struct {
+	CallerUID uuid.UUID
+	Bindings  []string
+	Callees   []uuid.UUID
+}
+
+// Once a generation is deployed, the caller's index holds its bindings alone.
+func (q *Queries) ServiceBindingsKeepOnly(ctx context.Context, arg ServiceBindingsKeepOnlyParams) error {
+	_, err := q.db.Exec(ctx, serviceBindingsKeepOnly, arg.CallerUID, arg.Bindings, arg.Callees)
 	return err
 }
 

@@ -21,12 +21,17 @@ FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[]);
 
--- name: ServiceBindingsClear :exec
-DELETE FROM worker_service_bindings WHERE caller_uid = @caller_uid;
-
--- name: ServiceBindingsInsert :exec
+-- name: ServiceBindingsAdd :exec
+-- A generation's bindings join the caller's index beside those already there (migration 15).
 INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
-SELECT @caller_uid::uuid, unnest(@bindings::text[]), unnest(@callees::uuid[]);
+SELECT @caller_uid::uuid, unnest(@bindings::text[]), unnest(@callees::uuid[])
+ON CONFLICT DO NOTHING;
+
+-- name: ServiceBindingsKeepOnly :exec
+-- Once a generation is deployed, the caller's index holds its bindings alone.
+DELETE FROM worker_service_bindings b
+WHERE b.caller_uid = @caller_uid
+  AND (b.binding, b.callee_uid) NOT IN (SELECT unnest(@bindings::text[]), unnest(@callees::uuid[]));
 
 -- name: WorkerCallers :many
 -- The workers that bind to a worker (itself aside), as space/name: its delete waits for them.

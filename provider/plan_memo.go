@@ -14,6 +14,8 @@ type planMemo struct {
 	// bindings is the binding names each planned runtime input seals, by reference: what a worker
 	// consuming it must require.
 	bindings *planned[[]string]
+	// offerings are the Host's offerings, read by the first worker plan that checks its limits.
+	offerings *offeringsMemo
 }
 
 // planned is one kind of value of a planMemo, by key. A nil one records nothing and finds nothing.

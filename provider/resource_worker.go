@@ -37,8 +37,9 @@ func newWorkerResource() resource.Resource { return &workerResource{} }
 
 // workerResource is takoform_worker: an ES-module bundle and its declared secret bindings.
 type workerResource struct {
-	client   *client.Client
-	bindings *planned[[]string]
+	client    *client.Client
+	bindings  *planned[[]string]
+	offerings *offeringsMemo
 }
 
 type workerModel struct {
@@ -250,6 +251,7 @@ func (r *workerResource) IdentitySchema(_ context.Context, _ resource.IdentitySc
 func (r *workerResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
 	r.bindings = memoOf(req.ProviderData).bindings
+	r.offerings = memoOf(req.ProviderData).offerings
 }
 
 // ModifyPlan plans an update of a worker that does not serve what the state says (its last deploy

@@ -215,12 +215,12 @@ resource "takoform_worker_endpoint" "e" {
 			{
 				Config:      cfg(`{ cpu_ms = 30001 }`),
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)Limit above the offering's ceiling.*cpu_ms 30001 is above the ceiling of\s+offering selfhost-module-worker`),
+				ExpectError: regexp.MustCompile(`(?s)Limit outside the offering's ceilings.*cpu_ms 30001 is above this\s+offering's\s+ceiling\s+of\s+30000\s+\(offering\s+selfhost-module-worker\)`),
 			},
 			{
 				Config:      cfg(`{ memory_mb = 4096 }`),
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)memory_mb 4096 is above the ceiling`),
+				ExpectError: regexp.MustCompile(`(?s)memory_mb 4096 is above this\s+offering's\s+ceiling`),
 			},
 		},
 	})

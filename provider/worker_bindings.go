@@ -2,7 +2,9 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
@@ -17,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // serviceBindingsAttribute is takoform_worker.service_bindings.
@@ -45,8 +48,10 @@ func replaceWhenACalleeIsReplaced() planmodifier.Map {
 	}, "Replaced when a bound worker is replaced.", "Replaced when a bound worker is replaced.")
 }
 
-// calleeReplaced is the decision: some binding of the state has a known UID and the plan's value
-// of the same binding is unknown (or the whole map is unknown while the state binds some).
+// calleeReplaced is the decision: the plan has a value not known until apply, and a UID the
+// state binds (under whatever name) is not among the plan's known values, so the unknown one may
+// be its replacement (the binding kept its name, or was renamed with it); or the whole map is
+// unknown while the state binds some. A UID the plan still names, under any binding, is kept.
 func calleeReplaced(state, plan types.Map) bool {
 	if state.IsNull() || state.IsUnknown() || len(state.Elements()) == 0 {
 		return false
@@ -57,9 +62,20 @@ func calleeReplaced(state, plan types.Map) bool {
 	if plan.IsNull() {
 		return false
 	}
-	planned := plan.Elements()
-	for name, was := range state.Elements() {
-		if now, ok := planned[name]; ok && now.IsUnknown() && !was.IsUnknown() {
+	known, unknown := map[string]bool{}, false
+	for _, now := range plan.Elements() {
+		switch s, ok := now.(types.String); {
+		case now.IsUnknown():
+			unknown = true
+		case ok && !s.IsNull():
+			known[s.ValueString()] = true
+		}
+	}
+	if !unknown {
+		return false
+	}
+	for _, was := range state.Elements() {
+		if s, ok := was.(types.String); ok && !s.IsNull() && !s.IsUnknown() && !known[s.ValueString()] {
 			return true
 		}
 	}
@@ -90,7 +106,7 @@ func limitsAttribute() schema.SingleNestedAttribute {
 			"memory_mb": schema.Int64Attribute{
 				MarkdownDescription: "Memory ceiling of each of the worker's processes, in MiB, on `selfhost` offerings (a process past it is killed and restarted). Cloudflare offerings run every worker with 128 MB: only 128 is accepted there.",
 				Optional:            true,
-				Validators:          []validator.Int64{int64validator.AtLeast(16)},
+				Validators:          []validator.Int64{int64validator.AtLeast(workerconf.MinMemoryMB)},
 			},
 		},
 	}
@@ -140,7 +156,7 @@ func (r *workerResource) checkCeilings(ctx context.Context, plan workerModel, di
 	if d := plan.Limits.As(ctx, &l, objectAsOptions); d.HasError() || l.CPUMs.IsUnknown() || l.MemoryMB.IsUnknown() {
 		return
 	}
-	offerings, err := r.client.Offerings(ctx)
+	offerings, err := r.offerings.get(ctx, r.client)
 	if err != nil {
 		addError(diags, "Unable to read the offerings for the worker's limits", err)
 		return
@@ -161,18 +177,41 @@ func (r *workerResource) checkCeilings(ctx context.Context, plan workerModel, di
 	if o == nil || o.Ceilings == nil {
 		return
 	}
-	if v := l.CPUMs.ValueInt64(); v > o.Ceilings.CPUMs {
-		diags.AddAttributeError(path.Root("limits").AtName("cpu_ms"), "Limit above the offering's ceiling",
-			fmt.Sprintf("cpu_ms %d is above the ceiling of offering %s (%d ms).", v, o.ID, o.Ceilings.CPUMs))
+	// The Host's own check, each refusal put on the attribute it names.
+	ceilings := workerconf.Ceilings{CPUMs: o.Ceilings.CPUMs, MemoryMB: o.Ceilings.MemoryMB, FixedMemory: o.Ceilings.FixedMemory}
+	var refused *workerconf.LimitError
+	if !errors.As(ceilings.Check(&workerconf.Limits{CPUMs: l.CPUMs.ValueInt64(), MemoryMB: l.MemoryMB.ValueInt64()}), &refused) {
+		return
 	}
-	v := l.MemoryMB.ValueInt64()
-	switch {
-	case l.MemoryMB.IsNull():
-	case o.Ceilings.FixedMemory && v != o.Ceilings.MemoryMB:
-		diags.AddAttributeError(path.Root("limits").AtName("memory_mb"), "Memory limit not offered",
-			fmt.Sprintf("Offering %s runs every worker with %d MB; memory_mb must be %d or omitted.", o.ID, o.Ceilings.MemoryMB, o.Ceilings.MemoryMB))
-	case v > o.Ceilings.MemoryMB:
-		diags.AddAttributeError(path.Root("limits").AtName("memory_mb"), "Limit above the offering's ceiling",
-			fmt.Sprintf("memory_mb %d is above the ceiling of offering %s (%d MiB).", v, o.ID, o.Ceilings.MemoryMB))
+	at, name := path.Root("limits"), "limits"
+	switch refused.Field {
+	case "cpuMs":
+		at, name = at.AtName("cpu_ms"), "cpu_ms"
+	case "memoryMb":
+		at, name = at.AtName("memory_mb"), "memory_mb"
 	}
+	diags.AddAttributeError(at, "Limit outside the offering's ceilings", fmt.Sprintf("%s %s (offering %s).", name, refused.Detail, o.ID))
+}
+
+// offeringsMemo reads the Host's offerings once per provider configuration (one plan or apply):
+// every worker's plan checks its limits against them. A failed read is not kept.
+type offeringsMemo struct {
+	mu  sync.Mutex
+	got []client.Offering
+}
+
+func (m *offeringsMemo) get(ctx context.Context, c *client.Client) ([]client.Offering, error) {
+	if m == nil {
+		return c.Offerings(ctx)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.got == nil {
+		offerings, err := c.Offerings(ctx)
+		if err != nil {
+			return nil, err
+		}
+		m.got = offerings
+	}
+	return m.got, nil
 }

@@ -38,6 +38,8 @@ func TestACallerIsReplacedOnlyWhenABoundCalleeWillBeReplaced(t *testing.T) {
 		"removed":                              {known(map[string]string{"AUTH": "u1"}), null, false},
 		"the first binding, callee being made": {null, withUnknown(nil, "AUTH"), false},
 		"unchanged":                            {known(map[string]string{"AUTH": "u1"}), known(map[string]string{"AUTH": "u1"}), false},
+		"renamed, its callee replaced":         {known(map[string]string{"AUTH": "u1"}), withUnknown(nil, "AUTH2"), true},
+		"renamed, its callee kept, one new":    {known(map[string]string{"AUTH": "u1"}), withUnknown(map[string]string{"AUTH2": "u1"}, "DB"), false},
 	} {
 		require.Equal(t, c.replace, provider.CalleeReplaced(c.state, c.plan), name)
 	}

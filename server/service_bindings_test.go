@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 )
 
 // callerBody is a worker body that binds name to the worker callee.
@@ -170,7 +172,8 @@ func TestLimitsAboveTheOfferingsCeilingsAreRefusedAndDiscoveryShowsThem(t *testi
 	}
 	require.Equal(t, map[string]any{"cpuMs": float64(30000), "memoryMb": float64(256)}, ceilings)
 
-	for _, limits := range []map[string]any{{"cpuMs": 30001}, {"memoryMb": 257}, {"cpuMs": -1}} {
+	// Below workerconf.MinMemoryMB workerd cannot start: refused too, as the provider refuses it.
+	for _, limits := range []map[string]any{{"cpuMs": 30001}, {"memoryMb": 257}, {"cpuMs": -1}, {"memoryMb": 15}, {"memoryMb": 1}} {
 		body := workerBody()
 		body["limits"] = limits
 		p := h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
@@ -254,4 +257,97 @@ func TestABindingPutLocksTheCallerAndCalleesInUIDOrder(t *testing.T) {
 		r := <-done
 		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	}
+}
+
+// A caller whose delete is still in flight still stands (its script may still run and call): the
+// callee's delete waits for it as it waits for a live caller (resource_present, as for endpoints).
+func TestACallerBeingDeletedStillBlocksTheCalleesDelete(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	callee := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	caller := h.putWorker("prod", "api", workerToken, callerBody("AUTH", callee.json(t)["uid"].(string)))
+	require.Equal(t, http.StatusCreated, caller.status, "body: %s", caller.body)
+	// The caller's delete began and has not finished (its backend delete failed, say).
+	h.exec(`UPDATE workers SET status = 'deleting' WHERE name = 'api'`)
+	p := h.deleteWorker("prod", "auth", "token-worker-auth-00001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, []any{"prod/api"}, p["callers"])
+	require.Equal(t, "live", h.workerStatus("auth"))
+}
+
+// A worker whose v1 script name collided with an earlier worker's (SPEC 3.4) cannot be a callee:
+// a Cloudflare binding names the callee's script, which is that earlier worker's. 409 script_held.
+func TestABindingToAWorkerWithACollidingScriptNameIsRefused(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	callee := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	uid := callee.json(t)["uid"].(string)
+	h.exec(`UPDATE workers SET script_collision = true WHERE name = 'auth'`)
+	p := h.putWorker("prod", "api", workerToken, callerBody("AUTH", uid)).problem(t, http.StatusConflict, "script_held")
+	require.Contains(t, p["detail"], uid)
+	require.Zero(t, h.workerCount("name = 'api' AND status <> 'deleted'"), "a refused put leaves no worker")
+}
+
+// A create that binds to a worker locks its callees before it takes any quota slot: while a
+// callee's row is held (its delete deciding), the caller's create waits for it holding none of
+// the organization's slots (near the ceiling a create takes all 16), so other creates of the
+// organization are not held behind a wait that has nothing to do with them.
+func TestACreateWaitingForItsCalleeHoldsNoQuotaSlot(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	callee := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, callee.status, "body: %s", callee.body)
+	calleeUID := callee.json(t)["uid"].(string)
+	require.NoError(t, quota.Set(context.Background(), h.db, h.org.ID, quota.Workers, ptr(10)))
+
+	ctx := context.Background()
+	tx, err := h.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `SELECT 1 FROM workers WHERE uid = $1 FOR UPDATE`, calleeUID)
+	require.NoError(t, err)
+
+	caller := make(chan reply, 1)
+	go func() { caller <- h.tryPutWorker("prod", "api", workerToken, callerBody("AUTH", calleeUID)) }()
+	// The advisory locks the waiting create holds: its ownership key's alone, no quota slot.
+	held := -1
+	require.Eventually(t, func() bool {
+		err := h.db.QueryRow(ctx, `SELECT count(*) FROM pg_locks a
+			WHERE a.locktype = 'advisory' AND a.granted
+			  AND a.pid = (SELECT w.pid FROM pg_locks w WHERE NOT w.granted AND w.locktype IN ('transactionid', 'tuple') LIMIT 1)`).Scan(&held)
+		return err == nil && held > 0
+	}, 10*time.Second, 20*time.Millisecond, "the caller's create waits for its callee's row")
+	require.Equal(t, 1, held, "the create waiting for its callee holds quota slots")
+	require.NoError(t, tx.Rollback(ctx))
+	<-caller
+}
+
+// The callers index covers every generation of a caller that may run: an update that moves a
+// binding to another worker and fails at the backend leaves the deployed generation calling the
+// old callee, so neither the old callee (still called) nor the new one (named by the generation
+// a retry deploys) can be deleted; once the new generation is deployed the old callee is free.
+func TestAFailedUpdateThatMovesABindingKeepsBothCalleesBound(t *testing.T) {
+	t.Parallel()
+	hb, wrap := holding()
+	h := setup(t, wrap)
+	auth := h.putWorker("prod", "auth", "token-worker-auth-00001", workerBody())
+	require.Equal(t, http.StatusCreated, auth.status, "body: %s", auth.body)
+	auth2 := h.putWorker("prod", "auth2", "token-worker-auth2-0001", workerBody())
+	require.Equal(t, http.StatusCreated, auth2.status, "body: %s", auth2.body)
+	api := h.putWorker("prod", "api", workerToken, callerBody("AUTH", auth.json(t)["uid"].(string)))
+	require.Equal(t, http.StatusCreated, api.status, "body: %s", api.body)
+
+	hb.failNext(api.json(t)["scriptName"].(string))
+	h.putWorker("prod", "api", workerToken, callerBody("AUTH", auth2.json(t)["uid"].(string))).problem(t, http.StatusBadGateway, "backend_failed")
+	p := h.deleteWorker("prod", "auth", "token-worker-auth-00001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, []any{"prod/api"}, p["callers"], "the deployed generation still calls auth")
+	p = h.deleteWorker("prod", "auth2", "token-worker-auth2-0001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, []any{"prod/api"}, p["callers"], "the pending generation names auth2")
+
+	// The retry deploys the new generation: auth is free, auth2 is bound.
+	r := h.putWorker("prod", "api", workerToken, callerBody("AUTH", auth2.json(t)["uid"].(string)))
+	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+	h.deleteWorker("prod", "auth2", "token-worker-auth2-0001").problem(t, http.StatusConflict, "worker_has_callers")
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "auth", "token-worker-auth-00001").status)
 }

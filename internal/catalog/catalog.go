@@ -319,8 +319,8 @@ func build(f file) (*Catalog, error) {
 			return nil, fmt.Errorf("offering %q: Cloudflare runs every worker with %d MB; maxMemoryMb must be %d or omitted", o.ID, CloudflareMemoryMB, CloudflareMemoryMB)
 		case o.Pack != PackSelfhost && o.MaxCPUMs > cloudflareMaxCPUMsUpperBound:
 			return nil, fmt.Errorf("offering %q: Cloudflare allows at most %d ms of CPU per request", o.ID, cloudflareMaxCPUMsUpperBound)
-		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < 16:
-			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below 16: workerd cannot start in it", o.ID, o.MaxMemoryMB)
+		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:
+			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below %d: workerd cannot start in it", o.ID, o.MaxMemoryMB, workerconf.MinMemoryMB)
 		}
 		o.Digest = digest(o, inst)
 		c.Offerings = append(c.Offerings, o)

@@ -57,9 +57,17 @@ type Worker struct {
 	Placement Placement
 	// Live is how its backend runs it now, when a read asked (nil: not asked).
 	Live *Liveness
-	// calleeScripts are its service bindings' callee script names, as the put that locked them
-	// found them (only a put plans a deployment).
-	calleeScripts map[string]string
+	// callees are its service bindings' callees, as the put that locked them found them (only a
+	// put plans a deployment).
+	callees callees
+}
+
+// callees are a caller's service bindings as lockCallees found them, in binding name order.
+type callees struct {
+	names []string
+	uids  []uuid.UUID
+	// scripts are the callees' script names by binding (what a Cloudflare service binding names).
+	scripts map[string]string
 }
 
 // Liveness is a backend's own report on a resource's current deployment, read without a
@@ -378,7 +386,7 @@ func (w Worker) desired(org auth.Organization) backend.Desired {
 	return backend.Desired{
 		Kind: backend.NativeWorker, NativeName: w.ScriptName, ResourceUID: w.UID,
 		Labels:      backend.Labels{Organization: org.Name, Space: w.Space, Worker: w.Name},
-		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings, ServiceScripts: w.calleeScripts},
+		Bundle:      &backend.Bundle{Modules: w.Modules, MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, Settings: w.Settings, ServiceScripts: w.callees.scripts},
 		SecretNames: w.RequiredSensitiveVars,
 	}
 }
@@ -484,6 +492,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	}
 	live := s.awaitServing(ctx, w.Placement, w.ScriptName, deployment, 30*time.Second)
 	token := m.Intent.Token
+	bound, generation := w.callees, w.Generation
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
 		if applied != nil {
@@ -499,6 +508,12 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
 		if err != nil {
 			return ownership.Response{}, err
+		}
+		if w.Generation == generation && w.DeploymentStatus == "active" {
+			// This generation is deployed: the index drops the bindings of the one it replaced.
+			if err := keepBindings(ctx, q, w.UID, bound); err != nil {
+				return ownership.Response{}, err
+			}
 		}
 		if w.Status == "creating" {
 			w.Status = "live"
@@ -545,6 +560,12 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names this worker).
 		if m.Current == nil {
+			// The callees' rows first, as an update takes them: a wait for a callee's delete to
+			// decide holds no quota slot that other creates need.
+			bound, err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings)
+			if err != nil {
+				return err
+			}
 			// The organization's worker ceiling (SPEC 5.1), under its quota row's lock until this
 			// transaction ends, so that no other create of the organization counts beside it.
 			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
@@ -557,11 +578,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 					return err
 				}
 			}
-			scripts, err := lockCallees(ctx, q, org.ID, nil, placement.Installation, spec.Settings.ServiceBindings)
-			if err != nil {
-				return err
-			}
-			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, calleeScripts: scripts}
+			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, callees: bound}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, "creating", m.Operation
@@ -591,7 +608,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err != nil {
 				return fmt.Errorf("resource: create worker: %w", err)
 			}
-			if err := saveBindings(ctx, q, w.UID, w.Settings.ServiceBindings); err != nil {
+			if err := addBindings(ctx, q, w.UID, w.callees); err != nil {
 				return err
 			}
 			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
@@ -599,14 +616,14 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			return err
 		}
 		// The caller's row and its callees' rows, in UID order, before anything else is locked.
-		scripts, err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings)
+		bound, err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings)
 		if err != nil {
 			return err
 		}
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
-		w.calleeScripts = scripts
+		w.callees = bound
 		if err := m.CheckRevision(w.Revision); err != nil {
 			return err
 		}
@@ -630,14 +647,14 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
 			}
-			if err := saveBindings(ctx, q, w.UID, w.Settings.ServiceBindings); err != nil {
+			if err := addBindings(ctx, q, w.UID, w.callees); err != nil {
 				return err
 			}
 			// Read back: the runtime input's status is the new reference's, not the old one's.
 			if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 				return err
 			}
-			w.calleeScripts = scripts
+			w.callees = bound
 		}
 		if changed || w.DeploymentStatus != "active" {
 			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
@@ -842,74 +859,77 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 // order (the one order every put takes, so that two callers binding to each other never
 // deadlock), and checks each callee: this organization's and present (another organization's UID
 // is not found, and the answer says nothing more), not being deleted, on the caller's
-// installation (SPEC 3.6). The locks hold until the transaction ends, so a callee's delete either
-// sees the caller's binding or waits and the binding finds it deleting.
-//
-// It returns each binding's callee script name (what a Cloudflare service binding names).
-func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uuid.UUID, installation string, bindings map[string]string) (map[string]string, error) {
+// installation, and not under a colliding v1 script name (SPEC 3.6). The locks hold until the
+// transaction ends, so a callee's delete either sees the caller's binding or waits and the binding
+// finds it deleting.
+func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uuid.UUID, installation string, bindings map[string]string) (callees, error) {
 	if len(bindings) == 0 {
-		return nil, nil
+		return callees{}, nil
 	}
+	out := callees{names: slices.Sorted(maps.Keys(bindings)), scripts: make(map[string]string, len(bindings))}
 	uids := make([]uuid.UUID, 0, len(bindings)+1)
 	if caller != nil {
 		uids = append(uids, *caller)
 	}
-	callee := make(map[string]uuid.UUID, len(bindings))
-	for name, v := range bindings {
-		u, err := uuid.Parse(v)
-		if err != nil {
-			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s must be a worker UID", name)
-		}
-		callee[name] = u
+	for _, name := range out.names {
+		u := uuid.MustParse(bindings[name]) // validateWorker checked that each is a UID
+		out.uids = append(out.uids, u)
 		uids = append(uids, u)
 	}
 	if err := q.WorkersLockForBinding(ctx, dbsqlc.WorkersLockForBindingParams{OrganizationID: org, Uids: uids}); err != nil {
-		return nil, fmt.Errorf("resource: lock callees: %w", err)
+		return callees{}, fmt.Errorf("resource: lock callees: %w", err)
 	}
 	rows, err := q.WorkersForBinding(ctx, dbsqlc.WorkersForBindingParams{OrganizationID: org, Uids: uids})
 	if err != nil {
-		return nil, fmt.Errorf("resource: read callees: %w", err)
+		return callees{}, fmt.Errorf("resource: read callees: %w", err)
 	}
 	found := make(map[uuid.UUID]dbsqlc.WorkersForBindingRow, len(rows))
 	for _, r := range rows {
 		found[r.UID] = r
 	}
-	scripts := make(map[string]string, len(callee))
-	for _, name := range slices.Sorted(maps.Keys(callee)) {
-		u := callee[name]
+	for i, name := range out.names {
+		u := out.uids[i]
 		r, ok := found[u]
 		if caller != nil && u == *caller {
-			scripts[name] = r.ScriptName
+			out.scripts[name] = r.ScriptName
 			continue // a worker may call itself
 		}
 		switch {
-		case !ok || !r.Present || r.Status == "deleted":
-			return nil, apierr.New(apierr.NotFound, "serviceBindings %s: no worker %s", name, u)
+		case !ok || !r.Present: // a deleted worker is not present
+			return callees{}, apierr.New(apierr.NotFound, "serviceBindings %s: no worker %s", name, u)
 		case r.Status == "deleting":
-			return nil, apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
+			return callees{}, apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
 		case r.Installation != installation:
-			return nil, apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)
+			return callees{}, apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)
+		case r.ScriptCollision:
+			// Its v1 script name is an earlier worker's (SPEC 3.4), and a Cloudflare binding names
+			// the callee's script: it would reach that earlier worker.
+			return callees{}, apierr.New(apierr.ScriptHeld, "serviceBindings %s: worker %s runs under a v1 script name an earlier worker holds, so a binding cannot name it; replace that worker (destroy and create it again) to get a v2 name", name, u)
 		}
-		scripts[name] = r.ScriptName
+		out.scripts[name] = r.ScriptName
 	}
-	return scripts, nil
+	return out, nil
 }
 
-// saveBindings writes a caller's bindings into the index its callees' deletes read.
-func saveBindings(ctx context.Context, q *dbsqlc.Queries, caller uuid.UUID, bindings map[string]string) error {
-	if err := q.ServiceBindingsClear(ctx, caller); err != nil {
-		return fmt.Errorf("resource: clear service bindings: %w", err)
-	}
-	if len(bindings) == 0 {
+// addBindings adds the bindings of a caller's new generation to the index its callees' deletes
+// read, beside those of the generation still deployed: until the new one is deployed either may
+// run, so a callee of either stays protected (a failed update that dropped a binding does not free
+// the callee the running deployment still calls). keepBindings drops the old ones once the new
+// generation is deployed.
+func addBindings(ctx context.Context, q *dbsqlc.Queries, caller uuid.UUID, c callees) error {
+	if len(c.names) == 0 {
 		return nil
 	}
-	names := slices.Sorted(maps.Keys(bindings))
-	callees := make([]uuid.UUID, len(names))
-	for i, n := range names {
-		callees[i] = uuid.MustParse(bindings[n])
-	}
-	if err := q.ServiceBindingsInsert(ctx, dbsqlc.ServiceBindingsInsertParams{CallerUID: caller, Bindings: names, Callees: callees}); err != nil {
+	if err := q.ServiceBindingsAdd(ctx, dbsqlc.ServiceBindingsAddParams{CallerUID: caller, Bindings: c.names, Callees: c.uids}); err != nil {
 		return fmt.Errorf("resource: save service bindings: %w", err)
+	}
+	return nil
+}
+
+// keepBindings leaves in the index only the bindings of the caller's generation now deployed.
+func keepBindings(ctx context.Context, q *dbsqlc.Queries, caller uuid.UUID, c callees) error {
+	if err := q.ServiceBindingsKeepOnly(ctx, dbsqlc.ServiceBindingsKeepOnlyParams{CallerUID: caller, Bindings: c.names, Callees: c.uids}); err != nil {
+		return fmt.Errorf("resource: prune service bindings: %w", err)
 	}
 	return nil
 }

@@ -83,6 +83,33 @@ func TestAServiceBindingReachesTheCalleesCurrentIncarnationWithoutRestartingTheC
 	require.True(t, strings.HasPrefix(body, "via binding 503: "), "got %q", body)
 }
 
+// Each serving incarnation resolves its bindings with its own map (SPEC 3.6): a newer deployment
+// that renames the binding and is held (it declares a secret not delivered yet) leaves the
+// version still serving reaching its callee through the name it was built with.
+func TestTheServingVersionKeepsItsOwnBindingsWhileANewerOneIsHeld(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.script("callee", calleeUID, 1, "v1")
+	f.waitReady("callee")
+	f.caller("caller", callerUID, "org-1", 1, map[string]string{"AUTH": calleeUID})
+	v1 := f.waitReady("caller")
+	f.route("caller.test", "caller", "ep-caller")
+	f.answers("caller.test", "via binding 200: "+expectReply("v1", ""))
+
+	p := f.scriptPut(callerUID, 2, "caller", "TOKEN")
+	p.Modules = map[string]string{"main.js": strings.ReplaceAll(callerSource, "env.AUTH.", "env.AUTH2.")}
+	p.Settings = workerconf.Settings{ServiceBindings: map[string]string{"AUTH2": calleeUID}}
+	_, err := f.client.PutScript(f.ctx, "caller", p)
+	require.NoError(t, err)
+	st := f.waitStatus("caller's generation 2 held for its secret", func(s adminapi.ScriptStatus) bool {
+		return s.Candidate != nil && s.Candidate.Generation == 2 && s.Candidate.State == adminapi.StateReady
+	}, "caller")
+	require.Equal(t, v1.Incarnation.ID, st.Incarnation.ID, "generation 1 still serves")
+	code, body, _ := f.h.Get(t, "caller.test", "/")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "via binding 200: "+expectReply("v1", ""), body)
+}
+
 // A worker's limits.cpuMs bounds each request's wall time at the edge: past it, 504.
 func TestAWorkersCPUMsLimitEndsItsRequestWith504(t *testing.T) {
 	t.Parallel()

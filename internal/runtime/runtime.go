@@ -124,7 +124,10 @@ type Node struct {
 	published []string // the edge's addresses, denied to workers too
 	desired   *state.Desired
 	scripts   map[string]*scriptRun
-	closing   bool
+	// byUID names the script of each worker UID desired (for service bindings), kept by
+	// reconcileLocked; lookups check it against the desired state.
+	byUID   map[string]string
+	closing bool
 
 	// stopping holds, by script, the incarnations retired and not yet stopped (guarded by mu).
 	stopping map[string]map[*supervisor.Incarnation]bool
@@ -215,7 +218,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1),
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1),
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false

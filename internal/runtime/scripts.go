@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"maps"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -28,6 +27,8 @@ type scriptRun struct {
 	failed    *running
 	// problem explains why no candidate could even be built (a delivery that does not open).
 	problem string
+	// workerUID is the worker UID the script's entry of n.byUID was made for.
+	workerUID string
 }
 
 // running is one incarnation and the deployment it was started for.
@@ -119,6 +120,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		r = &scriptRun{}
 		n.scripts[name] = r
 	}
+	n.indexLocked(name, r, s)
 	var retired []*supervisor.Incarnation
 	retire := func(x *running, drain bool) {
 		if x != nil {
@@ -150,6 +152,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		// A new limit (or a binding to another callee) is the same incarnation: it takes effect
 		// in place.
 		r.serving.inc.SetWallLimit(wallLimit(s))
+		r.serving.inc.SetCallees(s.Settings.ServiceBindings)
 		retire(r.candidate, false)
 		r.candidate, r.failed = nil, nil
 		return retired
@@ -170,6 +173,9 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		}
 		r.candidate, r.failed = c, nil
 	}
+	// The candidate is the desired identity: a binding to another callee since it started is
+	// taken in place (the serving incarnation keeps its own until the candidate replaces it).
+	r.candidate.inc.SetCallees(s.Settings.ServiceBindings)
 	switch c := r.candidate; {
 	case c.inc.Ready() && r.serving != nil && !secretsCover(s):
 		// Held: the new code declares secrets its delivery does not carry yet, and the edge never
@@ -295,7 +301,7 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 		Files: want.config, Env: env, Scrub: scrub, UID: uid, Lines: n.lineBudget(labels.Organization), Log: n.logRingLocked(s.WorkerUID),
 		Admitted:    s.Admitted == want.id,
 		Braked:      func() bool { return n.braked(labels) },
-		Bindings:    slices.Sorted(maps.Keys(s.Settings.ServiceBindings)),
+		Callees:     s.Settings.ServiceBindings,
 		MemoryBytes: s.Settings.LimitsOrZero().MemoryMB << 20,
 	}, n.sup)
 	if err != nil {
@@ -351,11 +357,35 @@ func (n *Node) Resolve(hostname string) (edge.Target, int) {
 	if route == nil {
 		return nil, edge.UnknownHost
 	}
-	r := n.scripts[route.ScriptName]
-	if n.desired.Scripts[route.ScriptName] == nil || r == nil || r.serving == nil || !r.serving.inc.Ready() {
+	return n.servingLocked(route.ScriptName)
+}
+
+// servingLocked is the serving incarnation of a script, when Ready (n.mu held).
+func (n *Node) servingLocked(name string) (edge.Target, int) {
+	r := n.scripts[name]
+	if n.desired.Scripts[name] == nil || r == nil || r.serving == nil || !r.serving.inc.Ready() {
 		return nil, edge.NotReady
 	}
 	return r.serving.inc, edge.Found
+}
+
+// indexLocked keeps n.byUID's entry for the script name, desired as s (nil: deleted), up to date
+// (n.mu held for writing).
+func (n *Node) indexLocked(name string, r *scriptRun, s *state.Script) {
+	uid := ""
+	if s != nil {
+		uid = s.WorkerUID
+	}
+	if r.workerUID == uid {
+		return
+	}
+	if n.byUID[r.workerUID] == name {
+		delete(n.byUID, r.workerUID)
+	}
+	if uid != "" {
+		n.byUID[uid] = name
+	}
+	r.workerUID = uid
 }
 
 func incarnationStatus(x *running) *adminapi.Incarnation {
@@ -474,36 +504,27 @@ type bindingRouter struct {
 	edge *edge.Handler
 }
 
-func (b bindingRouter) ServeBinding(w http.ResponseWriter, r *http.Request, caller, binding string) {
-	b.edge.ServeBinding(w, r, caller, func() (edge.Target, int) { return b.n.resolveBinding(caller, binding) })
+func (b bindingRouter) ServeBinding(w http.ResponseWriter, r *http.Request, from *supervisor.Incarnation, binding string) {
+	caller := from.Script()
+	b.edge.ServeBinding(w, r, caller, func() (edge.Target, int) { return b.n.resolveBinding(caller, from.Callee(binding)) })
 }
 
-// resolveBinding finds the callee of the caller script's binding as the desired state says now:
-// the script of the worker UID it names, of the same organization (the Host allows no other; the
-// node checks again), and that script's serving incarnation when Ready.
-func (n *Node) resolveBinding(caller, binding string) (edge.Target, int) {
+// resolveBinding finds the callee a binding of the caller script names, by the worker UID the
+// calling incarnation binds it to (each incarnation resolves with its own map: the one serving
+// keeps its bindings while a newer deployment starts or is held): the script of that worker UID,
+// of the caller's organization (the Host allows no other; the node checks again), and that
+// script's serving incarnation when Ready.
+func (n *Node) resolveBinding(caller, callee string) (edge.Target, int) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	s := n.desired.Scripts[caller]
-	if s == nil {
+	if s == nil || callee == "" {
 		return nil, edge.UnknownHost
 	}
-	callee := s.Settings.ServiceBindings[binding]
-	if callee == "" {
+	name, ok := n.byUID[callee]
+	c := n.desired.Scripts[name]
+	if !ok || c == nil || c.WorkerUID != callee || c.Labels.Organization != s.Labels.Organization {
 		return nil, edge.UnknownHost
 	}
-	for name, c := range n.desired.Scripts {
-		if c.WorkerUID != callee {
-			continue
-		}
-		if c.Labels.Organization != s.Labels.Organization {
-			return nil, edge.UnknownHost
-		}
-		r := n.scripts[name]
-		if r == nil || r.serving == nil || !r.serving.inc.Ready() {
-			return nil, edge.NotReady
-		}
-		return r.serving.inc, edge.Found
-	}
-	return nil, edge.UnknownHost
+	return n.servingLocked(name)
 }

@@ -61,6 +61,9 @@ type Limits struct {
 	MemoryMB int64 `json:"memoryMb,omitempty"`
 }
 
+// MinMemoryMB is the least memory (MiB) a worker's process is given: workerd cannot start in less.
+const MinMemoryMB = 16
+
 // Ceilings are what an offering allows a worker's Limits to reach.
 type Ceilings struct {
 	CPUMs    int64 `json:"cpuMs"`
@@ -69,20 +72,37 @@ type Ceilings struct {
 	FixedMemory bool `json:"fixedMemory,omitempty"`
 }
 
-// Check reports limits beyond the ceilings, naming the API's fields.
+// LimitError is a limit Check refuses.
+type LimitError struct {
+	// Field is the limit's name in the API ("cpuMs", "memoryMb"), "" for the limits as a whole.
+	Field string
+	// Detail says what is wrong with it, without its name.
+	Detail string
+}
+
+func (e *LimitError) Error() string {
+	if e.Field == "" {
+		return "limits " + e.Detail
+	}
+	return "limits." + e.Field + " " + e.Detail
+}
+
+// Check reports limits beyond the ceilings (a *LimitError naming the API's field).
 func (c Ceilings) Check(l *Limits) error {
 	if l == nil {
 		return nil
 	}
 	switch {
 	case l.CPUMs < 0 || l.MemoryMB < 0:
-		return fmt.Errorf("limits must be positive")
+		return &LimitError{Detail: "must be positive"}
+	case l.MemoryMB != 0 && l.MemoryMB < MinMemoryMB:
+		return &LimitError{"memoryMb", fmt.Sprintf("%d is below %d: workerd cannot start in it", l.MemoryMB, MinMemoryMB)}
 	case l.CPUMs > c.CPUMs:
-		return fmt.Errorf("limits.cpuMs %d is above this offering's ceiling of %d", l.CPUMs, c.CPUMs)
+		return &LimitError{"cpuMs", fmt.Sprintf("%d is above this offering's ceiling of %d", l.CPUMs, c.CPUMs)}
 	case c.FixedMemory && l.MemoryMB != 0 && l.MemoryMB != c.MemoryMB:
-		return fmt.Errorf("limits.memoryMb must be %d on this offering (it runs every worker with %d MB)", c.MemoryMB, c.MemoryMB)
+		return &LimitError{"memoryMb", fmt.Sprintf("must be %d on this offering (it runs every worker with %d MB)", c.MemoryMB, c.MemoryMB)}
 	case l.MemoryMB > c.MemoryMB:
-		return fmt.Errorf("limits.memoryMb %d is above this offering's ceiling of %d", l.MemoryMB, c.MemoryMB)
+		return &LimitError{"memoryMb", fmt.Sprintf("%d is above this offering's ceiling of %d", l.MemoryMB, c.MemoryMB)}
 	}
 	return nil
 }

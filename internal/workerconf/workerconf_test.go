@@ -66,4 +66,8 @@ func TestCeilingsBoundLimits(t *testing.T) {
 	require.NoError(t, cloudflare.Check(&Limits{CPUMs: 50}))
 	require.NoError(t, cloudflare.Check(&Limits{MemoryMB: 128}))
 	require.ErrorContains(t, cloudflare.Check(&Limits{MemoryMB: 64}), "must be 128")
+	var le *LimitError
+	require.ErrorAs(t, selfhost.Check(&Limits{MemoryMB: MinMemoryMB - 1}), &le)
+	require.Equal(t, "memoryMb", le.Field)
+	require.NoError(t, selfhost.Check(&Limits{MemoryMB: MinMemoryMB}))
 }

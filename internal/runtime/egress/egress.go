@@ -149,19 +149,33 @@ func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
 // Refused counts subrequests refused by the cap.
 func (p *Proxy) Refused() int64 { return p.refused.Load() }
 
-// ServeHTTP serves one subrequest of the incarnation.
+// Admitted serves h as one more subrequest of the incarnation when its cap allows, and refuses it
+// (429) otherwise. The proxy's own requests and those the worker sends through its service
+// bindings share the one cap (SPEC 5.1).
+func (p *Proxy) Admitted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The cap counts a subrequest until its response has been copied back whole (or the
+		// worker went away), which is when h returns.
+		if p.inflight.Add(1) > p.limit {
+			p.inflight.Add(-1)
+			p.refused.Add(1)
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeSubrequestLimit, "Too Many Requests",
+				fmt.Sprintf("this worker already has %d subrequests in flight, the most a runtime node allows", p.limit)))
+			return
+		}
+		defer p.inflight.Add(-1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP serves one subrequest of the incarnation, admitted or refused by the cap.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// The cap counts a subrequest until its response has been copied back whole (or the worker
-	// went away), which is when this handler returns.
-	if p.inflight.Add(1) > p.limit {
-		p.inflight.Add(-1)
-		p.refused.Add(1)
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeSubrequestLimit, "Too Many Requests",
-			fmt.Sprintf("this worker already has %d subrequests in flight, the most a runtime node allows", p.limit)))
-		return
-	}
-	defer p.inflight.Add(-1)
+	p.Admitted(http.HandlerFunc(p.forward)).ServeHTTP(w, r)
+}
+
+// forward serves one admitted subrequest.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 	if !r.URL.IsAbs() || (r.URL.Scheme != "http" && r.URL.Scheme != "https") {
 		writeProblem(w, adminapi.NewProblem(http.StatusBadRequest, adminapi.CodeEgressRefused, "Bad Request",
 			"the runtime node carries only http and https subrequests"))

@@ -20,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // fetchWorker fetches ?t= (n times at once with ?n=) and reports what each fetch() gave it.
@@ -250,4 +251,80 @@ func TestConcurrentSubrequestsBeyondTheCapAreRefused(t *testing.T) {
 func port(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
+}
+
+// bindingWorker calls its AUTH binding ?n= times at once and reports what each call gave it.
+const bindingWorker = `export default {
+  async fetch(req, env) {
+    const n = Number(new URL(req.url).searchParams.get("n") || "1");
+    const one = async () => {
+      const r = await env.AUTH.fetch("http://auth.internal/");
+      return { status: r.status, body: (await r.text()).slice(0, 500) };
+    };
+    return Response.json(await Promise.all(Array.from({ length: n }, one)));
+  }
+};`
+
+// holdingRouter holds every binding call until released.
+type holdingRouter struct {
+	arrived atomic.Int64
+	release chan struct{}
+}
+
+func (h *holdingRouter) ServeBinding(w http.ResponseWriter, _ *http.Request, from *Incarnation, binding string) {
+	h.arrived.Add(1)
+	<-h.release
+	_, _ = w.Write([]byte(from.Callee(binding)))
+}
+
+// Calls through a service binding are subrequests of the worker like its fetch()es: past the cap
+// they are refused (429) before they reach the node's router.
+func TestConcurrentBindingCallsBeyondTheCapAreRefused(t *testing.T) {
+	t.Parallel()
+	router := &holdingRouter{release: make(chan struct{})}
+	opts := options(t)
+	opts.Bindings = router
+	callees := map[string]string{"AUTH": "0b9c6f1e-2f53-4d8e-9a3c-000000000001"}
+	files, err := workerd.Render(workerd.Worker{
+		Modules: map[string]string{"main.js": bindingWorker}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
+		Settings: workerconf.Settings{ServiceBindings: callees},
+	}, ConfigFile, ConfigConst, SocketName)
+	require.NoError(t, err)
+	base := filepath.Join(t.TempDir(), "incarnations")
+	require.NoError(t, safedir.Ensure(base, safedir.Current()))
+	inc, err := Start(Spec{ID: "inc-bind", Script: "s", Dir: filepath.Join(base, "inc-bind"), Files: files, Callees: callees}, opts)
+	require.NoError(t, err)
+	defer inc.Stop()
+	waitFor(t, "ready", inc.Ready)
+	const n = egress.DefaultSubrequestLimit + 10
+	type result struct {
+		fetched []fetched
+		err     error
+	}
+	results := make(chan result, 1)
+	go func() {
+		out, err := tryFetchThrough(inc, "unused", n)
+		results <- result{out, err}
+	}()
+	waitFor(t, "every binding call held or refused", func() bool {
+		_, refused := inc.Subrequests()
+		return router.arrived.Load()+refused >= n
+	})
+	inFlight, refused := inc.Subrequests()
+	require.EqualValues(t, egress.DefaultSubrequestLimit, inFlight)
+	require.EqualValues(t, egress.DefaultSubrequestLimit, router.arrived.Load(), "no call past the cap reached the router")
+	close(router.release)
+	r := <-results
+	require.NoError(t, r.err)
+	byStatus := map[int]int{}
+	for _, f := range r.fetched {
+		byStatus[f.Status]++
+		if f.Status == http.StatusOK {
+			require.Equal(t, "0b9c6f1e-2f53-4d8e-9a3c-000000000001", f.Body)
+		} else {
+			require.Contains(t, f.Body, "subrequest_limit")
+		}
+	}
+	require.Equal(t, map[int]int{http.StatusOK: egress.DefaultSubrequestLimit, http.StatusTooManyRequests: 10}, byStatus)
+	require.EqualValues(t, 10, refused)
 }

@@ -26,10 +26,12 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -127,11 +129,11 @@ func (o *Options) defaults() {
 	}
 }
 
-// BindingRouter serves a request that the incarnation of script caller sent through its service
-// binding named binding. Which binding it was is known from the socket it arrived on, one per
-// binding and incarnation, never from anything in the request.
+// BindingRouter serves a request that incarnation from sent through its service binding named
+// binding (from.Callee(binding) is the worker it names). Which binding it was is known from the
+// socket it arrived on, one per binding and incarnation, never from anything in the request.
 type BindingRouter interface {
-	ServeBinding(w http.ResponseWriter, r *http.Request, caller, binding string)
+	ServeBinding(w http.ResponseWriter, r *http.Request, from *Incarnation, binding string)
 }
 
 // Spec is what one incarnation runs. Its ID is the identity continuity preserves: the exact bundle
@@ -162,9 +164,10 @@ type Spec struct {
 	Braked func() bool
 	// MemoryBytes is its memory ceiling in the sandbox (0: the node's).
 	MemoryBytes int64
-	// Bindings are the names of its service bindings: each gets a loopback address of its own,
-	// the external service workerd.BindingService(name) of its config.
-	Bindings []string
+	// Callees are its service bindings, the worker UID each name binds to. Each name gets a
+	// loopback address of its own, the external service workerd.BindingService(name) of its
+	// config; the UIDs may change in place (SetCallees).
+	Callees map[string]string
 }
 
 // Status is a snapshot of an incarnation.
@@ -194,6 +197,7 @@ type Incarnation struct {
 	// bindings are the listeners of its service bindings, by binding name, and their servers.
 	bindings map[string]*net.TCPListener
 	bindSrv  []*http.Server
+	callees  atomic.Pointer[map[string]string]
 	addr     string
 	log      *slog.Logger
 
@@ -253,34 +257,32 @@ func Start(spec Spec, opts Options) (*Incarnation, error) {
 		stop: make(chan struct{}), wake: make(chan struct{}, 1), done: make(chan struct{}),
 		admitted: spec.Admitted,
 	}
-	inc.bindings = make(map[string]*net.TCPListener, len(spec.Bindings))
-	for _, name := range spec.Bindings {
+	inc.SetCallees(spec.Callees)
+	inc.proxy = egress.NewProxy(inc.outL.Addr().String(), opts.SubrequestLimit, opts.Local)
+	inc.proxy.Caller = spec.Script
+	inc.egress = inc.serve(inc.egressL, inc.proxy)
+	inc.bindings = make(map[string]*net.TCPListener, len(spec.Callees))
+	for _, name := range slices.Sorted(maps.Keys(spec.Callees)) {
 		l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
 		if err != nil {
 			inc.closeListeners()
+			_ = inc.egress.Close()
 			for _, open := range ls {
 				open.Close()
 			}
 			return fail(fmt.Errorf("open a loopback socket for a service binding of incarnation %s: %w", spec.ID, err))
 		}
 		inc.bindings[name] = l
-		caller, binding := spec.Script, name
-		srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(inc.log.Handler(), slog.LevelWarn),
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if opts.Bindings == nil {
-					http.Error(w, "service bindings are not served on this node", http.StatusServiceUnavailable)
-					return
-				}
-				opts.Bindings.ServeBinding(w, r, caller, binding)
-			})}
-		inc.bindSrv = append(inc.bindSrv, srv)
-		go func() { _ = srv.Serve(l) }()
+		binding := name
+		// A binding call is a subrequest of the worker like a fetch(): the same cap admits it.
+		inc.bindSrv = append(inc.bindSrv, inc.serve(l, inc.proxy.Admitted(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if opts.Bindings == nil {
+				http.Error(w, "service bindings are not served on this node", http.StatusServiceUnavailable)
+				return
+			}
+			opts.Bindings.ServeBinding(w, r, inc, binding)
+		}))))
 	}
-	inc.proxy = egress.NewProxy(inc.outL.Addr().String(), opts.SubrequestLimit, opts.Local)
-	inc.proxy.Caller = spec.Script
-	inc.egress = &http.Server{Handler: inc.proxy, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(inc.log.Handler(), slog.LevelWarn)}
-	go func() { _ = inc.egress.Serve(inc.egressL) }()
 	inc.status = Status{State: adminapi.StatePending, Reason: adminapi.ReasonPending, Message: "starting workerd", Address: inc.addr}
 	go inc.run()
 	return inc, nil
@@ -558,7 +560,7 @@ func (i *Incarnation) socketFiles() ([]*os.File, []string, error) {
 		files = append(files, f)
 	}
 	args = append(args, "--external-addr", workerd.EgressService+"="+i.egressL.Addr().String())
-	for _, name := range i.spec.Bindings {
+	for _, name := range slices.Sorted(maps.Keys(i.spec.Callees)) {
 		args = append(args, "--external-addr", workerd.BindingService(name)+"="+i.bindings[name].Addr().String())
 	}
 	return files, args, nil
@@ -570,6 +572,30 @@ func (i *Incarnation) SetWallLimit(d time.Duration) { i.wall.Store(int64(d)) }
 
 // WallLimit implements edge.WallLimited.
 func (i *Incarnation) WallLimit() time.Duration { return time.Duration(i.wall.Load()) }
+
+// SetCallees sets the worker UID each of its service bindings names (the names are fixed at
+// Start: each has its socket). A binding to another worker changes the worker's settings, not its
+// code, so the running incarnation takes it in place.
+func (i *Incarnation) SetCallees(callees map[string]string) {
+	m := maps.Clone(callees)
+	i.callees.Store(&m)
+}
+
+// Callee is the worker UID its service binding named binding names now ("" for none).
+func (i *Incarnation) Callee(binding string) string {
+	if m := i.callees.Load(); m != nil {
+		return (*m)[binding]
+	}
+	return ""
+}
+
+// serve serves h on one of the incarnation's loopback sockets (its egress proxy's, a service
+// binding's) until the server is closed.
+func (i *Incarnation) serve(l *net.TCPListener, h http.Handler) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(i.log.Handler(), slog.LevelWarn)}
+	go func() { _ = srv.Serve(l) }()
+	return srv
+}
 
 // closeListeners closes the service bindings' listeners and servers.
 func (i *Incarnation) closeListeners() {

@@ -11,28 +11,39 @@ import (
 	"github.com/google/uuid"
 )
 
-const serviceBindingsClear = `-- name: ServiceBindingsClear :exec
-DELETE FROM worker_service_bindings WHERE caller_uid = $1
-`
-
-func (q *Queries) ServiceBindingsClear(ctx context.Context, callerUid uuid.UUID) error {
-	_, err := q.db.Exec(ctx, serviceBindingsClear, callerUid)
-	return err
-}
-
-const serviceBindingsInsert = `-- name: ServiceBindingsInsert :exec
+const serviceBindingsAdd = `-- name: ServiceBindingsAdd :exec
 INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
 SELECT $1::uuid, unnest($2::text[]), unnest($3::uuid[])
+ON CONFLICT DO NOTHING
 `
 
-type ServiceBindingsInsertParams struct {
+type ServiceBindingsAddParams struct {
 	CallerUID uuid.UUID
 	Bindings  []string
 	Callees   []uuid.UUID
 }
 
-func (q *Queries) ServiceBindingsInsert(ctx context.Context, arg ServiceBindingsInsertParams) error {
-	_, err := q.db.Exec(ctx, serviceBindingsInsert, arg.CallerUID, arg.Bindings, arg.Callees)
+// A generation's bindings join the caller's index beside those already there (migration 15).
+func (q *Queries) ServiceBindingsAdd(ctx context.Context, arg ServiceBindingsAddParams) error {
+	_, err := q.db.Exec(ctx, serviceBindingsAdd, arg.CallerUID, arg.Bindings, arg.Callees)
+	return err
+}
+
+const serviceBindingsKeepOnly = `-- name: ServiceBindingsKeepOnly :exec
+DELETE FROM worker_service_bindings b
+WHERE b.caller_uid = $1
+  AND (b.binding, b.callee_uid) NOT IN (SELECT unnest($2::text[]), unnest($3::uuid[]))
+`
+
+type ServiceBindingsKeepOnlyParams struct {
+	CallerUID uuid.UUID
+	Bindings  []string
+	Callees   []uuid.UUID
+}
+
+// Once a generation is deployed, the caller's index holds its bindings alone.
+func (q *Queries) ServiceBindingsKeepOnly(ctx context.Context, arg ServiceBindingsKeepOnlyParams) error {
+	_, err := q.db.Exec(ctx, serviceBindingsKeepOnly, arg.CallerUID, arg.Bindings, arg.Callees)
 	return err
 }
 
@@ -40,12 +51,14 @@ const workerCallers = `-- name: WorkerCallers :many
 SELECT DISTINCT (w.space || '/' || w.name)::text AS caller
 FROM worker_service_bindings b
 JOIN workers w ON w.uid = b.caller_uid
-WHERE b.callee_uid = $1 AND b.caller_uid <> $1 AND w.status IN ('creating', 'live')
+JOIN operations o ON o.id = w.operation_id
+WHERE b.callee_uid = $1 AND b.caller_uid <> $1 AND resource_present(w.status, o.status)
 ORDER BY 1
 `
 
-// The live workers that bind to a worker (itself aside), as space/name: its delete waits for
-// them. A caller still being created counts: its create may yet commit.
+// The workers that bind to a worker (itself aside), as space/name: its delete waits for them.
+// Every caller that stands counts (resource_present, as for endpoints): one still being created
+// (its create may yet commit), and one being deleted (its script may still run and call).
 func (q *Queries) WorkerCallers(ctx context.Context, calleeUid uuid.UUID) ([]string, error) {
 	rows, err := q.db.Query(ctx, workerCallers, calleeUid)
 	if err != nil {
@@ -67,7 +80,7 @@ func (q *Queries) WorkerCallers(ctx context.Context, calleeUid uuid.UUID) ([]str
 }
 
 const workersForBinding = `-- name: WorkersForBinding :many
-SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
+SELECT w.uid, w.installation, w.script_name, w.status, w.script_collision, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = $1 AND w.uid = ANY($2::uuid[])
@@ -79,11 +92,12 @@ type WorkersForBindingParams struct {
 }
 
 type WorkersForBindingRow struct {
-	UID          uuid.UUID
-	Installation string
-	ScriptName   string
-	Status       string
-	Present      bool
+	UID             uuid.UUID
+	Installation    string
+	ScriptName      string
+	Status          string
+	ScriptCollision bool
+	Present         bool
 }
 
 // The locked workers, as they stand. Only the organization's: another organization's UID is not
@@ -102,6 +116,7 @@ func (q *Queries) WorkersForBinding(ctx context.Context, arg WorkersForBindingPa
 			&i.Installation,
 			&i.ScriptName,
 			&i.Status,
+			&i.ScriptCollision,
 			&i.Present,
 		); err != nil {
 			return nil, err

@@ -16,23 +16,30 @@ SELECT 1 FROM (
 -- name: WorkersForBinding :many
 -- The locked workers, as they stand. Only the organization's: another organization's UID is not
 -- found.
-SELECT w.uid, w.installation, w.script_name, w.status, resource_present(w.status, o.status)::boolean AS present
+SELECT w.uid, w.installation, w.script_name, w.status, w.script_collision, resource_present(w.status, o.status)::boolean AS present
 FROM workers w
 JOIN operations o ON o.id = w.operation_id
 WHERE w.organization_id = @organization_id AND w.uid = ANY(@uids::uuid[]);
 
--- name: ServiceBindingsClear :exec
-DELETE FROM worker_service_bindings WHERE caller_uid = @caller_uid;
-
--- name: ServiceBindingsInsert :exec
+-- name: ServiceBindingsAdd :exec
+-- A generation's bindings join the caller's index beside those already there (migration 15).
 INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
-SELECT @caller_uid::uuid, unnest(@bindings::text[]), unnest(@callees::uuid[]);
+SELECT @caller_uid::uuid, unnest(@bindings::text[]), unnest(@callees::uuid[])
+ON CONFLICT DO NOTHING;
+
+-- name: ServiceBindingsKeepOnly :exec
+-- Once a generation is deployed, the caller's index holds its bindings alone.
+DELETE FROM worker_service_bindings b
+WHERE b.caller_uid = @caller_uid
+  AND (b.binding, b.callee_uid) NOT IN (SELECT unnest(@bindings::text[]), unnest(@callees::uuid[]));
 
 -- name: WorkerCallers :many
--- The live workers that bind to a worker (itself aside), as space/name: its delete waits for
--- them. A caller still being created counts: its create may yet commit.
+-- The workers that bind to a worker (itself aside), as space/name: its delete waits for them.
+-- Every caller that stands counts (resource_present, as for endpoints): one still being created
+-- (its create may yet commit), and one being deleted (its script may still run and call).
 SELECT DISTINCT (w.space || '/' || w.name)::text AS caller
 FROM worker_service_bindings b
 JOIN workers w ON w.uid = b.caller_uid
-WHERE b.callee_uid = @callee_uid AND b.caller_uid <> @callee_uid AND w.status IN ('creating', 'live')
+JOIN operations o ON o.id = w.operation_id
+WHERE b.callee_uid = @callee_uid AND b.caller_uid <> @callee_uid AND resource_present(w.status, o.status)
 ORDER BY 1;

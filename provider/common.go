@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"strings"
 	"time"
 
@@ -20,23 +20,15 @@ import (
 )
 
 // Patterns of SPEC 1.
-var (
-	namePattern          = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	reservationIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,62}$`)
-	labelPattern         = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	bindingNamePattern   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	operationIDPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	uuidPattern          = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-	datePattern          = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}$`)
-)
+var ()
 
 func nameValidators() []validator.String {
-	return []validator.String{stringvalidator.RegexMatches(namePattern, "must be 1 to 63 characters of lowercase letters, digits, _ and -, starting with a letter or digit")}
+	return []validator.String{stringvalidator.RegexMatches(vocab.Name, "must be 1 to 63 characters of lowercase letters, digits, _ and -, starting with a letter or digit")}
 }
 
 func reservationIDValidators() []validator.String {
 	return []validator.String{
-		stringvalidator.RegexMatches(reservationIDPattern, "must be 3 to 63 characters of lowercase letters, digits and -, starting with a letter or digit"),
+		stringvalidator.RegexMatches(vocab.ReservationID, "must be 3 to 63 characters of lowercase letters, digits and -, starting with a letter or digit"),
 		notPrefix{prefix: "hostmint-"},
 	}
 }

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"maps"
 	"slices"
 	"strings"
@@ -180,7 +181,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"compatibility_date": schema.StringAttribute{
 				MarkdownDescription: "Workers runtime compatibility date, `YYYY-MM-DD`. Changes in place.",
 				Required:            true,
-				Validators:          []validator.String{stringvalidator.RegexMatches(datePattern, "must be a date such as 2025-01-01")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.Date, "must be a date such as 2025-01-01")},
 			},
 			"vars": schema.MapAttribute{
 				MarkdownDescription: "Plain-text variables by binding name: the worker reads `env.NAME` as a string. They are configuration, not secrets: the plan and the state show them (secrets go in a runtime input). " +
@@ -205,7 +206,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "Names of the secret bindings the worker requires. They must equal the `binding_names` of the runtime input it names. Changes in place.",
 				Optional:            true,
 				ElementType:         types.StringType,
-				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(bindingNamePattern,
+				Validators: []validator.Set{setvalidator.ValueStringsAre(stringvalidator.RegexMatches(vocab.BindingName,
 					"must be a binding name: a letter or _, then letters, digits or _"))},
 			},
 			"runtime_input_reference": schema.StringAttribute{
@@ -650,7 +651,7 @@ func importSpaceName(ctx context.Context, req resource.ImportStateRequest, resp 
 	var space, name string
 	if req.ID != "" {
 		s, n, ok := strings.Cut(req.ID, "/")
-		if !ok || !namePattern.MatchString(s) || !namePattern.MatchString(n) {
+		if !ok || !vocab.Name.MatchString(s) || !vocab.Name.MatchString(n) {
 			resp.Diagnostics.AddError("Unable to import "+what, fmt.Sprintf("The import id %q must be space/name.", req.ID))
 			return
 		}

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"net/url"
 	"strings"
 
@@ -113,7 +114,7 @@ func (r *endpointResource) Schema(ctx context.Context, _ resource.SchemaRequest,
 				MarkdownDescription: "The worker's `id`. Set it so that replacing the worker replaces its endpoint; the provider refuses to create the endpoint when the named worker's UID differs. Omitted, it shows the UID of the worker the endpoint was created on.",
 				Optional:            true,
 				Computed:            true,
-				Validators:          []validator.String{stringvalidator.RegexMatches(uuidPattern, "must be a worker's id (a UUID)")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.UUID, "must be a worker's id (a UUID)")},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"origin_reservation_id": schema.StringAttribute{

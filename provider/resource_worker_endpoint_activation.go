@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -80,7 +81,7 @@ func (r *activationResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"endpoint_id": schema.StringAttribute{
 				MarkdownDescription: "The `id` of the endpoint created on the reservation. Replacing the endpoint replaces the activation.",
 				Required:            true,
-				Validators:          []validator.String{stringvalidator.RegexMatches(uuidPattern, "must be an endpoint's id (a UUID)")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.UUID, "must be an endpoint's id (a UUID)")},
 				PlanModifiers:       replace,
 			},
 			"status": schema.StringAttribute{

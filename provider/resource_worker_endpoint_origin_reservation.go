@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -91,7 +92,7 @@ func (r *reservationResource) Schema(ctx context.Context, _ resource.SchemaReque
 			"subdomain": schema.StringAttribute{
 				MarkdownDescription: "DNS label of the origin. Omitted, the backend's derived label for the worker is used.",
 				Optional:            true,
-				Validators:          []validator.String{stringvalidator.RegexMatches(labelPattern, "must be one lowercase DNS label")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.Label, "must be one lowercase DNS label")},
 				PlanModifiers:       replace,
 			},
 			"ttl": schema.StringAttribute{

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,7 +93,7 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 				MarkdownDescription: "Operation id of the preparation, unique in the organization. Defaults to `rip-` and 24 hex digits, known in the plan: derived from the target and `bindings_wo_version`, the first such id the Host does not know yet, so every new incarnation (a replacement, or after an expiry) gets a new one. Leave it unset unless you manage ids yourself.",
 				Optional:            true,
 				Computed:            true,
-				Validators:          []validator.String{stringvalidator.RegexMatches(operationIDPattern, "must be 1 to 128 characters of letters, digits, ., _ and -, starting with a letter or digit")},
+				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.OperationID, "must be 1 to 128 characters of letters, digits, ., _ and -, starting with a letter or digit")},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown(), stringplanmodifier.RequiresReplace()},
 			},
 			"space": schema.StringAttribute{
@@ -129,7 +130,7 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 				Optional:            true,
 				WriteOnly:           true,
 				Sensitive:           true,
-				Validators: []validator.Map{mapvalidator.KeysAre(stringvalidator.RegexMatches(bindingNamePattern,
+				Validators: []validator.Map{mapvalidator.KeysAre(stringvalidator.RegexMatches(vocab.BindingName,
 					"must be a binding name: a letter or _, then letters, digits or _"))},
 			},
 			"bindings_wo_version": schema.Int64Attribute{

@@ -9,6 +9,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"regexp"
 	"slices"
 	"strings"
@@ -34,7 +35,6 @@ var AllScopes = []string{ScopeRead, ScopeWrite}
 const KeyPrefix = "tkf_"
 
 var (
-	orgName  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 	keyShape = regexp.MustCompile(`^tkf_[a-z2-7]{52}$`)
 	lower32  = base32.StdEncoding.WithPadding(base32.NoPadding)
 )
@@ -82,8 +82,8 @@ func hashSecret(key string) []byte {
 
 // CreateOrganization creates an organization named name with a fresh immutable id.
 func CreateOrganization(ctx context.Context, db dbsqlc.DBTX, name string) (Organization, error) {
-	if !orgName.MatchString(name) {
-		return Organization{}, fmt.Errorf("organization name %q must match %s", name, orgName)
+	if !vocab.Name.MatchString(name) {
+		return Organization{}, fmt.Errorf("organization name %q must match %s", name, vocab.NamePattern)
 	}
 	row, err := dbsqlc.New(db).OrganizationCreate(ctx, dbsqlc.OrganizationCreateParams{ID: NewID("org_"), Name: name})
 	if store.IsUniqueViolation(err, "organizations_name_key") {
@@ -109,7 +109,7 @@ func OrganizationByName(ctx context.Context, db dbsqlc.DBTX, name string) (Organ
 
 // CreateKey issues a key for the organization named orgName with scopes (all scopes when empty).
 func CreateKey(ctx context.Context, db dbsqlc.DBTX, orgName string, scopes []string) (CreatedKey, error) {
-	org, err := OrganizationByName(ctx, db, orgName)
+	org, err := OrganizationByName(ctx, db, vocab.NamePattern)
 	if err != nil {
 		return CreatedKey{}, err
 	}

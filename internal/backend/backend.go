@@ -5,8 +5,8 @@ package backend
 
 import (
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"net"
-	"regexp"
 
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
@@ -40,10 +40,8 @@ func For(inst catalog.Installation) (Backend, error) {
 	}
 }
 
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // ValidLabel reports whether s can be a subdomain: one lowercase DNS label.
-func ValidLabel(s string) bool { return dnsLabel.MatchString(s) }
+func ValidLabel(s string) bool { return vocab.Label.MatchString(s) }
 
 type selfhost struct{ inst catalog.Installation }
 

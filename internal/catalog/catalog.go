@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"net"
 	"net/url"
 	"os"
@@ -254,7 +255,6 @@ func Load(path string) (*Catalog, error) {
 
 var (
 	idPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	dnsName     = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	soldToEntry = regexp.MustCompile(`^(\*|[a-z0-9][a-z0-9_-]{0,62}|org_[a-z0-9]{8,40})$`)
 )
 
@@ -416,7 +416,7 @@ func validateInstallation(inst *Installation) error {
 		if err := validateRuntimeChannel(inst); err != nil {
 			return err
 		}
-		if !dnsName.MatchString(inst.EndpointSuffix) {
+		if !vocab.IsHostname(inst.EndpointSuffix) {
 			return fmt.Errorf("endpointSuffix %q is not a lowercase DNS name", inst.EndpointSuffix)
 		}
 		if _, _, err := net.SplitHostPort(inst.EdgeListen); err != nil {
@@ -429,7 +429,7 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl and runtimeTokenFile only")
 		}
 	case PackWorkersDev:
-		if !dnsName.MatchString(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
+		if !vocab.IsHostname(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
 			return fmt.Errorf("workers-dev needs accountSubdomain, one lowercase DNS label")
 		}
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.BaseDomain != "" ||
@@ -440,7 +440,7 @@ func validateInstallation(inst *Installation) error {
 			return err
 		}
 	case PackWFPManaged:
-		if !dnsName.MatchString(inst.BaseDomain) || !strings.Contains(inst.BaseDomain, ".") {
+		if !vocab.IsHostname(inst.BaseDomain) || !strings.Contains(inst.BaseDomain, ".") {
 			return fmt.Errorf("wfp-managed needs baseDomain, a lowercase DNS name")
 		}
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.AccountSubdomain != "" {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"regexp"
 	"strings"
 	"time"
@@ -41,8 +42,6 @@ const (
 )
 
 var (
-	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	idPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{2,62}$`)
 	// mintedIDPattern is the shape of a Host-minted id: readable, never writable by callers.
 	mintedIDPattern = regexp.MustCompile(`^hostmint-[0-9a-f]{40}$`)
 )
@@ -159,15 +158,15 @@ func CheckID(id string) error {
 	if strings.HasPrefix(id, backend.HostMintedPrefix) {
 		return apierr.New(apierr.HostMintNamespace, "reservation ids starting with %q are minted by the Host; choose another id", backend.HostMintedPrefix)
 	}
-	if !idPattern.MatchString(id) {
-		return apierr.New(apierr.InvalidRequest, "reservation id %q must match %s", id, idPattern)
+	if !vocab.ReservationID.MatchString(id) {
+		return apierr.New(apierr.InvalidRequest, "reservation id %q must match %s", id, vocab.ReservationIDPattern)
 	}
 	return nil
 }
 
 // CheckReadableID refuses an id that can name no reservation at all.
 func CheckReadableID(id string) error {
-	if mintedIDPattern.MatchString(id) || idPattern.MatchString(id) {
+	if mintedIDPattern.MatchString(id) || vocab.ReservationID.MatchString(id) {
 		return nil
 	}
 	return apierr.New(apierr.NotFound, "no reservation %q", id)
@@ -183,11 +182,11 @@ type desired struct {
 }
 
 func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
-	if !namePattern.MatchString(req.Space) {
-		return desired{}, apierr.New(apierr.InvalidRequest, "space %q must match %s", req.Space, namePattern)
+	if !vocab.Name.MatchString(req.Space) {
+		return desired{}, apierr.New(apierr.InvalidRequest, "space %q must match %s", req.Space, vocab.NamePattern)
 	}
-	if !namePattern.MatchString(req.WorkerName) {
-		return desired{}, apierr.New(apierr.InvalidRequest, "workerName %q must match %s", req.WorkerName, namePattern)
+	if !vocab.Name.MatchString(req.WorkerName) {
+		return desired{}, apierr.New(apierr.InvalidRequest, "workerName %q must match %s", req.WorkerName, vocab.NamePattern)
 	}
 	d := desired{space: req.Space, workerName: req.WorkerName, ttl: DefaultTTLSeconds}
 	if req.TTLSeconds != nil {

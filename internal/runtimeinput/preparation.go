@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"regexp"
 	"slices"
 	"strings"
@@ -40,16 +41,13 @@ const (
 )
 
 var (
-	namePattern        = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	bindingName        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	operationIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	referencePattern   = regexp.MustCompile(`^rip1\.(prep-[0-9a-f]{32})\.([0-9a-f]{64})$`)
+	referencePattern = regexp.MustCompile(`^rip1\.(prep-[0-9a-f]{32})\.([0-9a-f]{64})$`)
 )
 
 // CheckOperationID refuses an operation id that cannot name a preparation.
 func CheckOperationID(id string) error {
-	if !operationIDPattern.MatchString(id) {
-		return apierr.New(apierr.InvalidRequest, "operation id %q must match %s", id, operationIDPattern)
+	if !vocab.OperationID.MatchString(id) {
+		return apierr.New(apierr.InvalidRequest, "operation id %q must match %s", id, vocab.OperationIDPattern)
 	}
 	return nil
 }
@@ -241,9 +239,9 @@ func (s *Service) validate(req Request) error {
 		return apierr.New(apierr.InvalidRequest, "materialSetNonce must be 1 to 256 characters")
 	case !referencePattern.MatchString(req.RuntimeInputReference):
 		return apierr.New(apierr.InvalidRequest, "runtimeInputReference must look like rip1.prep-<32 hex>.<64 hex>")
-	case !namePattern.MatchString(req.Target.Space), !namePattern.MatchString(req.Target.WorkerName),
-		!namePattern.MatchString(req.Target.BundleName), !namePattern.MatchString(req.Target.EndpointName):
-		return apierr.New(apierr.InvalidRequest, "target space, workerName, bundleName and endpointName must each match %s", namePattern)
+	case !vocab.Name.MatchString(req.Target.Space), !vocab.Name.MatchString(req.Target.WorkerName),
+		!vocab.Name.MatchString(req.Target.BundleName), !vocab.Name.MatchString(req.Target.EndpointName):
+		return apierr.New(apierr.InvalidRequest, "target space, workerName, bundleName and endpointName must each match %s", vocab.NamePattern)
 	case len(req.Bindings) > maxBindings:
 		return apierr.New(apierr.InvalidRequest, "at most %d bindings", maxBindings)
 	}
@@ -251,8 +249,8 @@ func (s *Service) validate(req Request) error {
 		return err
 	}
 	for name, v := range req.Bindings {
-		if !bindingName.MatchString(name) {
-			return apierr.New(apierr.InvalidRequest, "binding name %q must match %s", name, bindingName)
+		if !vocab.BindingName.MatchString(name) {
+			return apierr.New(apierr.InvalidRequest, "binding name %q must match %s", name, vocab.BindingNamePattern)
 		}
 		if len(v.Reveal()) > maxValueBytes {
 			return apierr.New(apierr.InvalidRequest, "binding %s is larger than %d bytes", name, maxValueBytes)

@@ -25,10 +25,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -299,10 +299,8 @@ func Reveal(values map[string]adminapi.Secret) map[string]string {
 	return plain
 }
 
-var workerUIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
 // ValidWorkerUID reports whether uid can name a sealed file (no path separators, no dot-files).
-func ValidWorkerUID(uid string) bool { return workerUIDPattern.MatchString(uid) }
+func ValidWorkerUID(uid string) bool { return vocab.OperationID.MatchString(uid) }
 
 type sealedFile struct {
 	Format     string `json:"format"`

@@ -17,12 +17,12 @@ package workerd
 import (
 	"errors"
 	"fmt"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -140,13 +140,10 @@ const dialerSource = `export default {
 // SecretEnv is the environment variable workerd reads a secret binding from.
 func SecretEnv(binding string) string { return "TAKOFORM_SECRET_" + binding }
 
-var (
-	bindingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	dateText    = regexp.MustCompile(`^[0-9]{4}-[0-9]{2}-[0-9]{2}$`)
-)
+var ()
 
 // ValidBindingName reports whether name can be a secret binding (SPEC 1).
-func ValidBindingName(name string) bool { return bindingName.MatchString(name) }
+func ValidBindingName(name string) bool { return vocab.BindingName.MatchString(name) }
 
 // Validate checks what Render needs, with errors fit for a 422.
 func (w Worker) Validate() error {
@@ -161,7 +158,7 @@ func (w Worker) Validate() error {
 			return fmt.Errorf("module name %q is empty, too long or has control characters", name)
 		}
 	}
-	if !dateText.MatchString(w.CompatibilityDate) {
+	if !vocab.Date.MatchString(w.CompatibilityDate) {
 		return fmt.Errorf("compatibilityDate %q is not YYYY-MM-DD", w.CompatibilityDate)
 	}
 	for _, n := range w.Secrets {

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"strings"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // Patterns of SPEC 1.

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"maps"
 	"slices"
 	"strings"
@@ -24,6 +23,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 var (

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"net/url"
 	"strings"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 var (

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -21,6 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 var (

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 var (

@@ -9,7 +9,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // Scopes an API key may carry.
@@ -109,7 +109,7 @@ func OrganizationByName(ctx context.Context, db dbsqlc.DBTX, name string) (Organ
 
 // CreateKey issues a key for the organization named orgName with scopes (all scopes when empty).
 func CreateKey(ctx context.Context, db dbsqlc.DBTX, orgName string, scopes []string) (CreatedKey, error) {
-	org, err := OrganizationByName(ctx, db, vocab.NamePattern)
+	org, err := OrganizationByName(ctx, db, orgName)
 	if err != nil {
 		return CreatedKey{}, err
 	}

@@ -5,10 +5,10 @@ package backend
 
 import (
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"net"
 
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // Backend derives the names and the canonical origin of a worker on one installation.

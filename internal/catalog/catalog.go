@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"net"
 	"net/url"
 	"os"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 

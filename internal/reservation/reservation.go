@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"regexp"
 	"strings"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"regexp"
 	"slices"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 

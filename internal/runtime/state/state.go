@@ -25,7 +25,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -36,6 +35,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 

@@ -17,7 +17,6 @@ package workerd
 import (
 	"errors"
 	"fmt"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"maps"
 	"net"
 	"os"
@@ -27,6 +26,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 

@@ -2,19 +2,15 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
-	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // readOwned runs a read and adds the owning token of key. Reads take no lock and write nothing.
@@ -135,97 +131,26 @@ func (s *Server) deleteActivation(c echo.Context) error {
 		})
 }
 
-// AttestationView is the body of GET /v1/deletion-attestations/{uid}.
-type AttestationView struct {
-	UID          string  `json:"uid"`
-	ResourceKind string  `json:"resourceKind"`
-	Status       string  `json:"status"`
-	OperationID  *string `json:"operationId"`
-	OpenedAt     string  `json:"openedAt"`
-	ClosedAt     *string `json:"closedAt"`
-}
-
 func (s *Server) getAttestation(c echo.Context) error {
 	uid, err := uuid.Parse(c.Param("uid"))
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no deletion attestation %q", c.Param("uid"))
 	}
-	row, err := dbsqlc.New(s.cfg.DB).AttestationGet(c.Request().Context(), dbsqlc.AttestationGetParams{UID: uid, OrganizationID: principal(c).Organization.ID})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return apierr.New(apierr.NotFound, "no deletion attestation %s", uid)
-	}
+	a, err := s.resources.Attestation(c.Request().Context(), s.cfg.DB, principal(c).Organization.ID, uid)
 	if err != nil {
 		return err
 	}
-	v := AttestationView{UID: row.UID.String(), ResourceKind: row.ResourceKind, Status: row.Status, OpenedAt: row.OpenedAt.UTC().Format(time.RFC3339)}
-	if row.OperationID != nil {
-		id := row.OperationID.String()
-		v.OperationID = &id
-	}
-	// A route's attestation closes when its propagation window ends (SPEC 8), which the
-	// janitor writes down later: until then the window's end is when it closed.
-	if closed := row.ClosedAt; row.Status == "closed" && (closed != nil || row.ClosesAt != nil) {
-		if closed == nil {
-			closed = row.ClosesAt
-		}
-		t := closed.UTC().Format(time.RFC3339)
-		v.ClosedAt = &t
-	}
-	return c.JSON(http.StatusOK, v)
-}
-
-// OperationView is the body of GET /v1/operations/{id}.
-type OperationView struct {
-	ID         string       `json:"id"`
-	Kind       string       `json:"kind"`
-	Key        string       `json:"key"`
-	Method     string       `json:"method"`
-	Status     string       `json:"status"`
-	Code       *string      `json:"code"`
-	Replayed   bool         `json:"replayed"`
-	StartedAt  string       `json:"startedAt"`
-	FinishedAt *string      `json:"finishedAt"`
-	Effects    []EffectView `json:"effects"`
-}
-
-// EffectView is one backend effect of an operation.
-type EffectView struct {
-	ID           string  `json:"id"`
-	DeploymentID string  `json:"deploymentId"`
-	ResourceKind string  `json:"resourceKind"`
-	ResourceUID  string  `json:"resourceUid"`
-	Action       string  `json:"action"`
-	Status       string  `json:"status"`
-	Detail       *string `json:"detail"`
+	return c.JSON(http.StatusOK, a)
 }
 
 func (s *Server) getOperation(c echo.Context) error {
-	ctx := c.Request().Context()
 	id, err := uuid.Parse(c.Param("id"))
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no operation %q", c.Param("id"))
 	}
-	q := dbsqlc.New(s.cfg.DB)
-	row, err := q.OperationGet(ctx, dbsqlc.OperationGetParams{ID: id, OrganizationID: principal(c).Organization.ID})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return apierr.New(apierr.NotFound, "no operation %s", id)
-	}
+	o, err := s.resources.Operation(c.Request().Context(), s.cfg.DB, principal(c).Organization.ID, id)
 	if err != nil {
 		return err
 	}
-	v := OperationView{ID: row.ID.String(), Kind: row.Kind, Key: row.ExternalKey, Method: row.Method, Status: row.Status,
-		Code: row.Code, Replayed: row.Replayed, StartedAt: row.StartedAt.UTC().Format(time.RFC3339Nano), Effects: []EffectView{}}
-	if row.FinishedAt != nil {
-		t := row.FinishedAt.UTC().Format(time.RFC3339Nano)
-		v.FinishedAt = &t
-	}
-	effects, err := q.OperationEffects(ctx, id)
-	if err != nil {
-		return err
-	}
-	for _, e := range effects {
-		v.Effects = append(v.Effects, EffectView{ID: e.ID.String(), DeploymentID: e.DeploymentID.String(), ResourceKind: e.ResourceKind,
-			ResourceUID: e.ResourceUID.String(), Action: e.Action, Status: e.Status, Detail: e.Detail})
-	}
-	return c.JSON(http.StatusOK, v)
+	return c.JSON(http.StatusOK, o)
 }

@@ -270,10 +270,10 @@ func (s *Server) Sweep(ctx context.Context) {
 	} else if n > 0 {
 		s.log.Info("released Host-minted reservations of deleted workers", "count", n)
 	}
-	if _, err := dbsqlc.New(s.cfg.DB).AttestationSettle(ctx); err != nil {
+	if _, err := s.resources.SettleAttestations(ctx, s.cfg.DB); err != nil {
 		warn("close deletion attestations whose route propagation ended", err)
 	}
-	if n, err := dbsqlc.New(s.cfg.DB).PreparationSweepAll(ctx); err != nil {
+	if n, err := s.runtimeInputs.SweepExpired(ctx, s.cfg.DB); err != nil {
 		warn("expire runtime inputs", err)
 	} else if n > 0 {
 		s.log.Info("expired runtime inputs and dropped their sealed material", "count", n)

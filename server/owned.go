@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -93,25 +92,6 @@ func ifMatchRevision(c echo.Context) (*int64, error) {
 		return nil, apierr.New(apierr.InvalidRequest, "If-Match must be the object's revision, a positive integer")
 	}
 	return &n, nil
-}
-
-// oneTx is the effect of an owned request whose object lives in one transaction (reservations,
-// preparations, activations): under the deployment brake, create it when nothing is bound, else
-// reconcile the request with what is held, and commit with the binding.
-func oneTx[T any](ctx context.Context, m *ownership.Mutation, create, reconcile func(pgx.Tx) (T, error), respond func(T, bool) ownership.Response) (ownership.Response, error) {
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		var obj T
-		var err error
-		if m.Current == nil {
-			obj, err = create(tx)
-		} else {
-			obj, err = reconcile(tx)
-		}
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		return respond(obj, m.Current == nil), nil
-	})
 }
 
 func (s *Server) intent(c echo.Context, kind, key, resourceType, importID, token string, body []byte) ownership.Intent {

@@ -28,13 +28,6 @@ func (s *Server) readOwned(c echo.Context, kind, key string, read func(ctx conte
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
 }
 
-func createdStatus(created bool) int {
-	if created {
-		return http.StatusCreated
-	}
-	return http.StatusOK
-}
-
 func (s *Server) getWorker(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
 	return s.readOwned(c, resource.WorkerKind, space+"/"+name, func(ctx context.Context, token string) ([]byte, error) {

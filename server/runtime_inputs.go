@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -65,16 +64,7 @@ func (s *Server) putPreparation(c echo.Context) error {
 			return &ownership.BrakeScope{Space: req.Target.Space, Worker: req.Target.WorkerName}
 		},
 		func(ctx context.Context, m *ownership.Mutation, token string) (ownership.Response, error) {
-			return oneTx(ctx, m,
-				func(tx pgx.Tx) (runtimeinput.Preparation, error) {
-					return s.runtimeInputs.Prepare(ctx, tx, org, id, req)
-				},
-				func(tx pgx.Tx) (runtimeinput.Preparation, error) {
-					return s.runtimeInputs.Reconcile(ctx, tx, org, id, req)
-				},
-				func(p runtimeinput.Preparation, created bool) ownership.Response {
-					return ownership.Response{Status: createdStatus(created), Body: p.Project(token).JSON(), UID: p.MaterialSetID}
-				})
+			return s.runtimeInputs.Put(ctx, m, org, id, req, token)
 		})
 }
 
@@ -88,12 +78,6 @@ func (s *Server) deletePreparation(c echo.Context) error {
 	org := principal(c).Organization
 	return s.ownedDelete(c, runtimeinput.Kind, id, runtimeinput.ResourceType, nil,
 		func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
-			return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-				p, err := s.runtimeInputs.Abort(ctx, tx, org, id)
-				if err != nil {
-					return ownership.Response{}, err
-				}
-				return ownership.Response{Status: http.StatusOK, Body: p.Project("").JSON(), UID: p.MaterialSetID}, nil
-			})
+			return s.runtimeInputs.Delete(ctx, m, org, id)
 		})
 }

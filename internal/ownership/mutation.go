@@ -137,7 +137,7 @@ func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) erro
 		}
 		m.Current = rec.binding
 		if rec.braked {
-			return apierr.New(apierr.DeploymentBrake, "a deployment brake covers this change: graph-changing mutations are refused until an operator releases it (reads continue)")
+			return errBraked()
 		}
 		if m.Intent.IfMatch != nil && m.Current == nil {
 			return apierr.New(apierr.RevisionConflict, "If-Match names revision %d but there is no %s to match", *m.Intent.IfMatch, in.Kind)

@@ -482,6 +482,9 @@ func TestDeploymentBrakeRefusesMutationsAndKeepsReads(t *testing.T) {
 	require.Equal(t, true, decodeJSON(t, run(t, url, "brake", "deployment", "on", "--org", "acme", "--space", "prod", "--worker", "api", "--output", "json"))["engaged"])
 	locked(put(h.url+"/v1/spaces/prod/workers/api", key, "token-brake-worker-0001", strings.Replace(worker, "2025-01-01", "2025-02-02", 1)))
 	locked(put(h.url+"/v1/spaces/prod/worker-endpoints/api", key, "token-brake-endpoint-01", `{"worker":"api","originReservationId":"res-a"}`))
+	// A delete names no worker in its request: the reservation's worker, read inside the
+	// transaction, is the one the brake covers.
+	locked(deleteWith(http.DefaultClient, res+"res-a", key, "token-brake-0000000001"))
 	b, err := put(res+"res-b", key, "token-brake-0000000002", `{"space":"prod","workerName":"web"}`)
 	allowed(b, err, http.StatusCreated)
 	run(t, url, "brake", "deployment", "off", "--org", "acme", "--space", "prod", "--worker", "api")
@@ -581,7 +584,15 @@ func TestSixtyFourPutsForOneOriginHaveExactlyOneWinner(t *testing.T) {
 }
 
 func putWith(client *http.Client, url, key, token, body string) (answer, error) {
-	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
+	return send(client, http.MethodPut, url, key, token, body)
+}
+
+func deleteWith(client *http.Client, url, key, token string) (answer, error) {
+	return send(client, http.MethodDelete, url, key, token, "")
+}
+
+func send(client *http.Client, method, url, key, token, body string) (answer, error) {
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}

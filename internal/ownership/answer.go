@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -21,6 +22,26 @@ func Answer(created bool, body []byte, uid uuid.UUID) Response {
 		status = http.StatusCreated
 	}
 	return Response{Status: status, Body: body, UID: uid}
+}
+
+// CommitObject is the whole effect of a mutation whose object lives in one transaction (it has
+// no backend effect): create it when nothing is bound to the key, else reconcile the request with
+// what is held, and commit the answer with the binding.
+func CommitObject[T any](ctx context.Context, m *Mutation, create, reconcile func(pgx.Tx) (T, error), answer func(obj T, created bool) Response) (Response, error) {
+	return m.Commit(ctx, func(tx pgx.Tx) (Response, error) {
+		created := m.Current == nil
+		var obj T
+		var err error
+		if created {
+			obj, err = create(tx)
+		} else {
+			obj, err = reconcile(tx)
+		}
+		if err != nil {
+			return Response{}, err
+		}
+		return answer(obj, created), nil
+	})
 }
 
 // errBraked is the refusal of a graph-changing mutation that a deployment brake covers.

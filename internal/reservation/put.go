@@ -13,20 +13,18 @@ import (
 // revision check), in the mutation's one transaction: a reservation has no backend effect. token
 // is the owner's, shown in the projection.
 func (s *Service) Put(ctx context.Context, m *ownership.Mutation, org auth.Organization, id string, req Request, token string) (ownership.Response, error) {
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		var r Reservation
-		var err error
-		created := m.Current == nil
-		if created {
-			r, err = s.Create(ctx, tx, org, id, req)
-		} else if r, err = s.Reconcile(ctx, tx, org, id, req); err == nil {
-			err = m.CheckRevision(r.Revision)
-		}
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		return ownership.Answer(created, r.Project(token).JSON(), r.UID), nil
-	})
+	return ownership.CommitObject(ctx, m,
+		func(tx pgx.Tx) (Reservation, error) { return s.Create(ctx, tx, org, id, req) },
+		func(tx pgx.Tx) (Reservation, error) {
+			r, err := s.Reconcile(ctx, tx, org, id, req)
+			if err == nil {
+				err = m.CheckRevision(r.Revision)
+			}
+			return r, err
+		},
+		func(r Reservation, created bool) ownership.Response {
+			return ownership.Answer(created, r.Project(token).JSON(), r.UID)
+		})
 }
 
 // Delete releases reservation id under the four fences, in the mutation's one transaction,

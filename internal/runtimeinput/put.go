@@ -13,20 +13,12 @@ import (
 // mutation's one transaction: a preparation has no backend effect. token is the owner's, shown
 // in the projection.
 func (s *Service) Put(ctx context.Context, m *ownership.Mutation, org auth.Organization, operationID string, req Request, token string) (ownership.Response, error) {
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		var p Preparation
-		var err error
-		created := m.Current == nil
-		if created {
-			p, err = s.Prepare(ctx, tx, org, operationID, req)
-		} else {
-			p, err = s.Reconcile(ctx, tx, org, operationID, req)
-		}
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		return ownership.Answer(created, p.Project(token).JSON(), p.MaterialSetID), nil
-	})
+	return ownership.CommitObject(ctx, m,
+		func(tx pgx.Tx) (Preparation, error) { return s.Prepare(ctx, tx, org, operationID, req) },
+		func(tx pgx.Tx) (Preparation, error) { return s.Reconcile(ctx, tx, org, operationID, req) },
+		func(p Preparation, created bool) ownership.Response {
+			return ownership.Answer(created, p.Project(token).JSON(), p.MaterialSetID)
+		})
 }
 
 // Delete ends the preparation operationID in any state, leaving a tombstone (SPEC 3.5), in the

@@ -20,15 +20,14 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 )
 
 const (
-	maxBody       = 32 << 20 // a bundle's modules travel in one script PUT
-	maxEffects    = 10000    // remembered effect ids; the oldest are forgotten first
-	effectIDLimit = 200
+	maxBody = 32 << 20 // a bundle's modules travel in one script PUT
 )
 
 var (
@@ -157,64 +156,79 @@ func checkID(field, v string) error {
 	return nil
 }
 
-// replayLocked recognises an effect id (n.mu held): a replay of the same request answers true; the
-// same id on another target or with another request is a conflict.
-func (n *Node) replayLocked(effectID, target, requestMAC string) (bool, error) {
-	e, ok := n.desired.Effects[effectID]
-	if !ok {
-		return false, nil
+// applyLocked decides op on the desired state (n.mu held for writing), persists the state it
+// returns (so memory never runs ahead of disk), then performs the side effects its answer asks for.
+// A refusal is a problem carrying, where the refusal allows it, the current status of subject (the
+// script name or hostname of the request). seal, when the answer asks for it, puts the operation's
+// values at rest before the state names them. The incarnations the reconcile retired finish
+// stopping in the background; the caller may wait for them.
+func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (desired.Answer, []*supervisor.Incarnation, error) {
+	next, a := desired.Apply(*n.desired, op)
+	if a.Refused != nil {
+		return a, nil, n.refusalLocked(a.Refused, subject)
 	}
-	if e.Target == target && e.RequestMAC == requestMAC {
-		return true, nil
+	if !a.Changed {
+		return a, nil, nil
 	}
-	return false, conflict(adminapi.CodeEffectConflict, fmt.Sprintf("effect %s was already applied with another request", effectID), nil)
+	if a.Seal {
+		if err := seal(); err != nil {
+			return a, nil, err
+		}
+	}
+	if err := n.store.Save(&next); err != nil {
+		return a, nil, fmt.Errorf("persist desired state: %w", err)
+	}
+	n.desired = &next
+	n.eraseSecrets(a.Erase)
+	if a.DropLog != "" {
+		n.dropLogRingLocked(a.DropLog)
+	}
+	if run := n.scripts[a.Reconcile]; a.RetryFailed && run != nil {
+		run.failed = nil // a new effect asks again for a candidate that failed
+	}
+	var retired []*supervisor.Incarnation
+	if a.Reconcile != "" {
+		retired = n.reconcileLocked(a.Reconcile)
+	}
+	if a.WakeAll {
+		for _, run := range n.scripts {
+			for _, inc := range run.incarnations() {
+				inc.Wake()
+			}
+		}
+	}
+	return a, retired, nil
 }
 
-// recordLocked remembers an applied effect (n.mu held), forgetting the oldest beyond the bound.
-func (n *Node) recordLocked(effectID, target, requestMAC string) {
-	n.desired.Effects[effectID] = state.EffectEntry{Target: target, RequestMAC: requestMAC, At: time.Now().UTC()}
-	if len(n.desired.Effects) <= maxEffects {
-		return
+// refusalLocked is the problem answering a refusal: the one place its codes meet HTTP statuses.
+func (n *Node) refusalLocked(r *desired.Refusal, subject string) error {
+	status, title := http.StatusConflict, "Conflict"
+	switch r.Code {
+	case adminapi.CodeScriptHeld:
+		title = "Script held"
+	case adminapi.CodeDeliveryRefused:
+		title = "Delivery refused"
+	case adminapi.CodeWorkerMismatch:
+		title = "Worker mismatch"
+	case adminapi.CodeScriptAbsent:
+		status, title = http.StatusNotFound, "Not Found"
+	case adminapi.CodeSecretNames:
+		status, title = http.StatusUnprocessableEntity, "Secret names mismatch"
 	}
-	ids := make([]string, 0, len(n.desired.Effects))
-	for id := range n.desired.Effects {
-		ids = append(ids, id)
+	p := adminapi.NewProblem(status, r.Code, title, r.Detail)
+	switch r.Shows {
+	case desired.ShowsScript:
+		p.Current = n.scriptStatusLocked(subject)
+	case desired.ShowsRoute:
+		p.Current = n.routeStatusLocked(subject)
 	}
-	sort.Slice(ids, func(i, j int) bool { return n.desired.Effects[ids[i]].At.Before(n.desired.Effects[ids[j]].At) })
-	for _, id := range ids[:len(ids)-maxEffects] {
-		delete(n.desired.Effects, id)
-	}
+	return p
 }
 
-// requestMAC is a keyed digest of a request body: effect replays are recognised without keeping a
-// reusable digest of any secret the body carries.
-func (n *Node) requestMAC(v any) string {
-	b, _ := json.Marshal(v)
-	return n.store.MAC(b)
-}
-
-// saveLocked persists the desired state; on failure it restores the previous copy so memory never
-// runs ahead of disk.
-func (n *Node) saveLocked(previous *state.Desired) error {
-	if err := n.store.Save(n.desired); err != nil {
-		n.desired = previous
-		return fmt.Errorf("persist desired state: %w", err)
-	}
-	return nil
-}
-
-// snapshotLocked deep-copies the desired state (through JSON: it is small, and exactness matters
-// more than speed here).
-func (n *Node) snapshotLocked() *state.Desired {
-	b, err := json.Marshal(n.desired)
-	if err != nil {
-		panic(err)
-	}
-	var d state.Desired
-	if err := json.Unmarshal(b, &d); err != nil {
-		panic(err)
-	}
-	return &d
+// effect names one request's effect for Apply: its id, the keyed digest of its body, and now.
+func (n *Node) effect(id string, body any) desired.Effect {
+	b, _ := json.Marshal(body)
+	return desired.Effect{ID: id, RequestMAC: n.store.MAC(b), At: time.Now().UTC()}
 }
 
 func replayed(w http.ResponseWriter) { w.Header().Set(adminapi.HeaderReplayed, "true") }
@@ -231,63 +245,22 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := validateScript(req); err != nil {
 		return nil, err
 	}
-	mac := n.requestMAC(req)
-	target := "script:" + name
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if again, err := n.replayLocked(req.EffectID, target, mac); err != nil || again {
-		if again {
-			replayed(w)
-			return n.scriptStatusLocked(name), nil
-		}
-		return nil, err
-	}
-	cur := n.desired.Scripts[name]
-	if cur != nil && cur.WorkerUID != req.WorkerUID {
-		// A script is one worker's (SPEC 3.4): no generation, clock or retry order moves it to
-		// another worker UID. It is free again only once its holder's delete is confirmed. The
-		// answer names nobody: the holder may be another organization's.
-		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeScriptHeld, "Script held",
-			fmt.Sprintf("script %s is held by another worker; it is free once that worker's delete is confirmed", name))
-	}
-	if floor := n.desired.Floors[name]; cur == nil && req.Generation <= floor {
-		// A late copy from a worker this script name has moved past (deleted): it never revives
-		// a deleted script.
-		return nil, conflict(adminapi.CodeStaleGeneration, fmt.Sprintf("script %s has moved past generation %d (to %d)", name, req.Generation, floor), n.scriptStatusLocked(name))
-	}
-	next := &state.Script{
+	op := desired.PutScript{Effect: n.effect(req.EffectID, req), Script: state.Script{
 		Name: name, WorkerUID: req.WorkerUID, DeploymentID: req.DeploymentID, Generation: req.Generation, Labels: req.Labels,
 		Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Settings: req.Settings.Normalize(),
 		SecretNames: slices.Sorted(slices.Values(req.SecretNames)), BundleDigest: req.BundleDigest,
-	}
-	var erase string
-	if cur != nil && cur.WorkerUID == req.WorkerUID {
-		// Generations only move forward for one worker UID: a late copy of an older PUT can
-		// never revert a newer deployment.
-		if req.Generation < cur.Generation {
-			return nil, conflict(adminapi.CodeStaleGeneration, fmt.Sprintf("script %s is at generation %d; %d is older", name, cur.Generation, req.Generation), n.scriptStatusLocked(name))
-		}
-		if req.Generation == cur.Generation && !sameDeployment(cur, next) {
-			return nil, conflict(adminapi.CodeGenerationConflict, fmt.Sprintf("generation %d of script %s was already deployed with other content", req.Generation, name), n.scriptStatusLocked(name))
-		}
-		next.Delivery, next.Admitted, next.Serving = cur.Delivery, cur.Admitted, cur.Serving
-	}
-	if len(next.SecretNames) == 0 && next.Delivery != nil {
-		// A worker that declares no secrets keeps no values here (SPEC 3.5).
-		erase, next.Delivery = next.Delivery.WorkerUID, nil
-	}
-	previous := n.snapshotLocked()
-	n.desired.Scripts[name] = next
-	n.recordLocked(req.EffectID, target, mac)
-	if err := n.saveLocked(previous); err != nil {
+	}}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a, _, err := n.applyLocked(op, name, nil)
+	if err != nil {
 		return nil, err
 	}
-	n.eraseSecrets(erase)
-	if run := n.scripts[name]; run != nil {
-		run.failed = nil // a new effect asks again for a candidate that failed
+	if a.Replayed {
+		replayed(w)
+	} else {
+		n.log.Info("script desired", "script", name, "workerUid", req.WorkerUID, "deploymentId", req.DeploymentID, "generation", req.Generation, "effectId", req.EffectID)
 	}
-	n.reconcileLocked(name)
-	n.log.Info("script desired", "script", name, "workerUid", req.WorkerUID, "deploymentId", req.DeploymentID, "generation", req.Generation, "effectId", req.EffectID)
 	return n.scriptStatusLocked(name), nil
 }
 
@@ -298,24 +271,6 @@ func (n *Node) eraseSecrets(workerUID string) {
 	if err := n.store.EraseSecrets(workerUID); err != nil {
 		n.log.Error("erase delivered secrets", "workerUid", workerUID, "error", err)
 	}
-}
-
-func sameDeployment(a, b *state.Script) bool {
-	return a.DeploymentID == b.DeploymentID && a.Labels == b.Labels && a.MainModule == b.MainModule &&
-		a.CompatibilityDate == b.CompatibilityDate && a.BundleDigest == b.BundleDigest && a.Settings.Equal(b.Settings) &&
-		slices.Equal(a.SecretNames, b.SecretNames) && mapsEqual(a.Modules, b.Modules)
-}
-
-func mapsEqual(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
 }
 
 func validateScript(req adminapi.ScriptPut) error {
@@ -366,36 +321,17 @@ func (n *Node) deleteScript(_ http.ResponseWriter, r *http.Request) (any, error)
 		return nil, invalid("the delete names the worker UID it means: ?workerUid=")
 	}
 	n.mu.Lock()
-	cur := n.desired.Scripts[name]
-	if cur == nil || cur.WorkerUID != uid {
-		// Absent, or another worker UID's (a successor): nothing of the caller's is here.
-		defer n.mu.Unlock()
-		return n.scriptStatusLocked(name), nil
-	}
-	previous := n.snapshotLocked()
-	delete(n.desired.Scripts, name)
-	if n.desired.Floors == nil {
-		n.desired.Floors = map[string]int64{}
-	}
-	if cur.Generation > n.desired.Floors[name] {
-		n.desired.Floors[name] = cur.Generation
-	}
-	if err := n.saveLocked(previous); err != nil {
-		n.mu.Unlock()
+	a, retired, err := n.applyLocked(desired.DeleteScript{Name: name, WorkerUID: uid}, name, nil)
+	n.mu.Unlock()
+	if err != nil {
 		return nil, err
 	}
-	if cur.Delivery != nil {
-		n.eraseSecrets(cur.Delivery.WorkerUID)
-	}
-	// The worker's log goes with it: a later worker of this script name (another UID) starts with
-	// its own.
-	n.dropLogRingLocked(uid)
-	retired := n.reconcileLocked(name)
-	n.mu.Unlock()
 	for _, inc := range retired {
 		<-inc.Done()
 	}
-	n.log.Info("script deleted", "script", name, "workerUid", uid)
+	if a.Changed {
+		n.log.Info("script deleted", "script", name, "workerUid", uid)
+	}
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	return n.scriptStatusLocked(name), nil
@@ -430,48 +366,20 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	if len(names) == 0 {
 		return nil, invalid("a delivery carries at least one value")
 	}
-	mac := n.requestMAC(req)
-	target := "secrets:" + name
+	op := desired.PutSecrets{Effect: n.effect(req.EffectID, req), Name: name,
+		Delivery: state.Delivery{DeliveryID: req.DeliveryID, WorkerUID: req.WorkerUID, Names: names, ValuesMAC: n.store.ValuesMAC(req.Values)}}
+	seal := func() error { return n.store.SealSecrets(req.WorkerUID, req.DeliveryID, req.Values) }
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if again, err := n.replayLocked(req.EffectID, target, mac); err != nil || again {
-		if again {
-			replayed(w)
-			return n.scriptStatusLocked(name), nil
-		}
+	a, _, err := n.applyLocked(op, name, seal)
+	if err != nil {
 		return nil, err
 	}
-	if _, refused := n.desired.Refused[req.DeliveryID]; refused {
-		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeDeliveryRefused, "Delivery refused",
-			fmt.Sprintf("delivery %s was concluded absent by a readback; it never lands now", req.DeliveryID))
+	if a.Replayed {
+		replayed(w)
+	} else {
+		n.log.Info("secrets delivered", "script", name, "workerUid", req.WorkerUID, "deliveryId", req.DeliveryID, "names", names, "effectId", req.EffectID)
 	}
-	cur := n.desired.Scripts[name]
-	if cur == nil {
-		return nil, adminapi.NewProblem(http.StatusNotFound, adminapi.CodeScriptAbsent, "Not Found", fmt.Sprintf("script %s is not here; PUT it first", name))
-	}
-	if cur.WorkerUID != req.WorkerUID {
-		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeWorkerMismatch, "Worker mismatch",
-			fmt.Sprintf("script %s belongs to another worker; a delivery is for the worker holding the script", name))
-	}
-	if !slices.Equal(names, cur.SecretNames) {
-		return nil, adminapi.NewProblem(http.StatusUnprocessableEntity, adminapi.CodeSecretNames, "Secret names mismatch",
-			fmt.Sprintf("the delivery names %v; script %s declares %v", names, name, cur.SecretNames))
-	}
-	if err := n.store.SealSecrets(req.WorkerUID, req.DeliveryID, req.Values); err != nil {
-		return nil, err
-	}
-	previous := n.snapshotLocked()
-	cur.Delivery = &state.Delivery{DeliveryID: req.DeliveryID, WorkerUID: req.WorkerUID, Names: names, ValuesMAC: n.store.ValuesMAC(req.Values)}
-	n.recordLocked(req.EffectID, target, mac)
-	if err := n.saveLocked(previous); err != nil {
-		return nil, err
-	}
-	if run := n.scripts[name]; run != nil {
-		run.failed = nil
-	}
-	// The new delivery is a new incarnation, admitted through the update path.
-	n.reconcileLocked(name)
-	n.log.Info("secrets delivered", "script", name, "workerUid", req.WorkerUID, "deliveryId", req.DeliveryID, "names", names, "effectId", req.EffectID)
 	return n.scriptStatusLocked(name), nil
 }
 
@@ -486,18 +394,13 @@ func (n *Node) deleteSecrets(_ http.ResponseWriter, r *http.Request) (any, error
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cur := n.desired.Scripts[name]
-	if cur == nil || cur.WorkerUID != uid || cur.Delivery == nil {
-		return n.scriptStatusLocked(name), nil
-	}
-	previous := n.snapshotLocked()
-	cur.Delivery = nil
-	if err := n.saveLocked(previous); err != nil {
+	a, _, err := n.applyLocked(desired.DeleteSecrets{Name: name, WorkerUID: uid}, name, nil)
+	if err != nil {
 		return nil, err
 	}
-	n.eraseSecrets(uid)
-	n.reconcileLocked(name)
-	n.log.Info("secrets erased", "script", name, "workerUid", uid)
+	if a.Changed {
+		n.log.Info("secrets erased", "script", name, "workerUid", uid)
+	}
 	return n.scriptStatusLocked(name), nil
 }
 
@@ -523,8 +426,12 @@ func (n *Node) readback(_ http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		n.mu.Lock()
 		defer n.mu.Unlock()
-		if err := n.refuseUnlessHeldLocked(name, req.Concludes); err != nil {
+		a, _, err := n.applyLocked(desired.ConcludeAbsent{Name: name, DeliveryID: req.Concludes, At: time.Now()}, name, nil)
+		if err != nil {
 			return nil, err
+		}
+		if a.Changed {
+			n.log.Info("delivery refused: a readback concluded it absent", "script", name, "deliveryId", req.Concludes)
 		}
 	} else {
 		n.mu.RLock()
@@ -545,37 +452,6 @@ func (n *Node) readback(_ http.ResponseWriter, r *http.Request) (any, error) {
 	h := hmac.New(sha256.New, challenge)
 	h.Write(canonjson.Marshal(state.Reveal(values)))
 	return adminapi.Readback{Present: true, WorkerUID: cur.WorkerUID, DeliveryID: cur.Delivery.DeliveryID, Digest: hex.EncodeToString(h.Sum(nil))}, nil
-}
-
-// RefusedFor is how long a delivery a readback concluded absent stays refused: far longer than
-// any request to the runtime can be on its way.
-const RefusedFor = 24 * time.Hour
-
-// refuseUnlessHeldLocked records delivery as refused when script name does not hold it (n.mu
-// held for writing), and forgets refusals older than RefusedFor.
-func (n *Node) refuseUnlessHeldLocked(name, delivery string) error {
-	if cur := n.desired.Scripts[name]; cur != nil && cur.Delivery != nil && cur.Delivery.DeliveryID == delivery {
-		return nil
-	}
-	if _, ok := n.desired.Refused[delivery]; ok {
-		return nil
-	}
-	previous := n.snapshotLocked()
-	now := time.Now()
-	for id, at := range n.desired.Refused {
-		if now.Sub(at) > RefusedFor {
-			delete(n.desired.Refused, id)
-		}
-	}
-	if n.desired.Refused == nil {
-		n.desired.Refused = map[string]time.Time{}
-	}
-	n.desired.Refused[delivery] = now
-	if err := n.saveLocked(previous); err != nil {
-		return err
-	}
-	n.log.Info("delivery refused: a readback concluded it absent", "script", name, "deliveryId", delivery)
-	return nil
 }
 
 func (n *Node) putRoute(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -599,28 +475,19 @@ func (n *Node) putRoute(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := checkID("deploymentId", req.DeploymentID); err != nil {
 		return nil, err
 	}
-	mac := n.requestMAC(req)
-	target := "route:" + host
+	op := desired.PutRoute{Effect: n.effect(req.EffectID, req),
+		Route: state.Route{Hostname: host, ScriptName: req.ScriptName, EndpointUID: req.EndpointUID, DeploymentID: req.DeploymentID}}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if again, err := n.replayLocked(req.EffectID, target, mac); err != nil || again {
-		if again {
-			replayed(w)
-			return n.routeStatusLocked(host), nil
-		}
+	a, _, err := n.applyLocked(op, host, nil)
+	if err != nil {
 		return nil, err
 	}
-	if cur := n.desired.Routes[host]; cur != nil && cur.EndpointUID != req.EndpointUID {
-		// One endpoint per hostname: its holder leaves through its own (compare-and-)delete.
-		return nil, conflict(adminapi.CodeRouteConflict, fmt.Sprintf("hostname %s is routed for another endpoint", host), n.routeStatusLocked(host))
+	if a.Replayed {
+		replayed(w)
+	} else {
+		n.log.Info("route installed", "hostname", host, "script", req.ScriptName, "endpointUid", req.EndpointUID, "effectId", req.EffectID)
 	}
-	previous := n.snapshotLocked()
-	n.desired.Routes[host] = &state.Route{Hostname: host, ScriptName: req.ScriptName, EndpointUID: req.EndpointUID, DeploymentID: req.DeploymentID}
-	n.recordLocked(req.EffectID, target, mac)
-	if err := n.saveLocked(previous); err != nil {
-		return nil, err
-	}
-	n.log.Info("route installed", "hostname", host, "script", req.ScriptName, "endpointUid", req.EndpointUID, "effectId", req.EffectID)
 	return n.routeStatusLocked(host), nil
 }
 
@@ -634,9 +501,8 @@ func (n *Node) getRoute(_ http.ResponseWriter, r *http.Request) (any, error) {
 	return n.routeStatusLocked(host), nil
 }
 
-// deleteRoute is compare-and-delete (SPEC 5): only a route that still maps the hostname to that
-// script for that endpoint UID is removed, so a late delete never removes its successor. The answer
-// is what is there afterwards.
+// deleteRoute is compare-and-delete (SPEC 5; desired.DeleteRoute). The answer is what is there
+// afterwards.
 func (n *Node) deleteRoute(_ http.ResponseWriter, r *http.Request) (any, error) {
 	host, err := hostname(r)
 	if err != nil {
@@ -649,13 +515,11 @@ func (n *Node) deleteRoute(_ http.ResponseWriter, r *http.Request) (any, error) 
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cur := n.desired.Routes[host]
-	if cur != nil && cur.ScriptName == script && cur.EndpointUID == endpoint {
-		previous := n.snapshotLocked()
-		delete(n.desired.Routes, host)
-		if err := n.saveLocked(previous); err != nil {
-			return nil, err
-		}
+	a, _, err := n.applyLocked(desired.DeleteRoute{Hostname: host, ScriptName: script, EndpointUID: endpoint}, host, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Changed {
 		n.log.Info("route removed", "hostname", host, "script", script, "endpointUid", endpoint)
 	}
 	return n.routeStatusLocked(host), nil
@@ -693,8 +557,7 @@ func (n *Node) getBrakes(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	return n.brakesLocked(), nil
 }
 
-// setLifecycleBrake engages or releases the brake of exactly one scope. Releasing wakes every
-// held restart, which then checks the remaining brakes.
+// setLifecycleBrake engages or releases the brake of exactly one scope (desired.SetBrake).
 func (n *Node) setLifecycleBrake(_ http.ResponseWriter, r *http.Request) (any, error) {
 	var req adminapi.BrakeSet
 	if err := decode(r, &req); err != nil {
@@ -704,27 +567,12 @@ func (n *Node) setLifecycleBrake(_ http.ResponseWriter, r *http.Request) (any, e
 		return nil, invalid("a brake scope is global, an organization, or an organization's space and worker")
 	}
 	n.mu.Lock()
-	previous := n.snapshotLocked()
-	brakes := slices.DeleteFunc(n.desired.Brakes, func(b adminapi.BrakeScope) bool { return b == req.Scope })
-	if req.Engaged {
-		brakes = append(brakes, req.Scope)
-	}
-	n.desired.Brakes = brakes
-	if err := n.saveLocked(previous); err != nil {
-		n.mu.Unlock()
+	defer n.mu.Unlock()
+	if _, _, err := n.applyLocked(desired.SetBrake{Scope: req.Scope, Engaged: req.Engaged}, "", nil); err != nil {
 		return nil, err
 	}
-	var wake []*supervisor.Incarnation
-	for _, run := range n.scripts {
-		wake = append(wake, run.incarnations()...)
-	}
-	out := n.brakesLocked()
-	n.mu.Unlock()
-	for _, inc := range wake {
-		inc.Wake()
-	}
 	n.log.Info("lifecycle brake", "engaged", req.Engaged, "scope", scopeText(req.Scope))
-	return out, nil
+	return n.brakesLocked(), nil
 }
 
 func scopeText(s adminapi.BrakeScope) string {

@@ -134,7 +134,7 @@ func rows() []row {
 	routeEffectElsewhere := route("new.example", "other", "ep-b")
 	routeEffectElsewhere.Effect = Effect{ID: "e-route", RequestMAC: "mac-route", At: now}
 
-	return []row{
+	rs := []row{
 		// PutScript.
 		{name: "a new script name is deployed and reconciled", op: newScript,
 			answer: Answer{Changed: true, RetryFailed: true, Reconcile: "fresh"},
@@ -303,6 +303,24 @@ func rows() []row {
 		{name: "engaging an engaged brake changes nothing", op: SetBrake{Scope: adminapi.BrakeScope{Organization: "org-1"}, Engaged: true}},
 		{name: "releasing a brake that is not engaged changes nothing", op: SetBrake{Scope: adminapi.BrakeScope{}}},
 	}
+	// One generation is one content: a put of the holder's generation that differs in anything
+	// is a conflict, never an overwrite.
+	for field, change := range map[string]func(s *state.Script){
+		"deployment id":      func(s *state.Script) { s.DeploymentID = "dep-other" },
+		"worker label":       func(s *state.Script) { s.Labels.Worker = "renamed" },
+		"main module":        func(s *state.Script) { s.MainModule = "other.js" },
+		"compatibility date": func(s *state.Script) { s.CompatibilityDate = "2025-06-01" },
+		"bundle digest":      func(s *state.Script) { s.BundleDigest = "sha256:other" },
+		"variable":           func(s *state.Script) { s.Settings.Vars = map[string]string{"MODE": "test"} },
+		"secret name list":   func(s *state.Script) { s.SecretNames = []string{"KEY", "TOKEN"} },
+	} {
+		op := deploy("app", "uid-a", 5, "TOKEN")
+		op.Script.DeploymentID, op.Script.Modules = "dep-5", map[string]string{"index.js": "v5"}
+		change(&op.Script)
+		rs = append(rs, row{name: "the same generation with another " + field + " is a generation conflict", op: op,
+			refused: adminapi.CodeGenerationConflict, shows: ShowsScript})
+	}
+	return rs
 }
 
 // TestApply holds every transition and fence of the node's desired state to one row: the

@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 )
 
@@ -138,14 +139,14 @@ func (n *Node) orgUIDLocked(organization string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if n.desired.OrgUIDs == nil {
-		n.desired.OrgUIDs = map[string]int{}
+	next, a := desired.Apply(*n.desired, desired.AssignOrgUID{Organization: organization, UID: uid})
+	if a.Refused != nil {
+		return 0, a.Refused
 	}
-	n.desired.OrgUIDs[organization] = uid
-	if err := n.store.Save(n.desired); err != nil {
-		delete(n.desired.OrgUIDs, organization)
+	if err := n.store.Save(&next); err != nil {
 		return 0, fmt.Errorf("persist the sandbox uid of an organization: %w", err)
 	}
+	n.desired = &next
 	n.log.Info("organization given its sandbox uid", "organization", organization, "uid", uid)
 	return uid, nil
 }

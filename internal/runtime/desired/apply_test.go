@@ -53,6 +53,15 @@ func fixture() state.Desired {
 	}
 }
 
+// withApp6 is the fixture once generation 6 of "app" is desired while generation 5 serves.
+func withApp6() state.Desired {
+	d := fixture()
+	a := *d.Scripts["app"]
+	a.DeploymentID, a.Generation, a.Modules = "dep-6", 6, map[string]string{"index.js": "v6"}
+	d.Scripts["app"] = &a
+	return d
+}
+
 // deploy is a put of script name for uid at generation gen, with the content the fixture's
 // "app" has at generation 5 (but gen), under a new effect.
 func deploy(name, uid string, gen int64, secrets ...string) PutScript {
@@ -302,6 +311,48 @@ func rows() []row {
 			after:  func(d *state.Desired) { d.Brakes = []adminapi.BrakeScope{} }},
 		{name: "engaging an engaged brake changes nothing", op: SetBrake{Scope: adminapi.BrakeScope{Organization: "org-1"}, Engaged: true}},
 		{name: "releasing a brake that is not engaged changes nothing", op: SetBrake{Scope: adminapi.BrakeScope{}}},
+
+		// Admit.
+		{name: "a newer deployment admitted is what the script serves from then on", given: withApp6,
+			op:     Admit{Name: "app", Incarnation: "inc-6", DeliveryID: "d-1"},
+			answer: Answer{Changed: true},
+			after: func(d *state.Desired) {
+				a := d.Scripts["app"]
+				a.Admitted = "inc-6"
+				a.Serving = &state.Served{DeploymentID: "dep-6", Generation: 6, Modules: a.Modules, MainModule: a.MainModule,
+					CompatibilityDate: a.CompatibilityDate, Settings: a.Settings, DeliveryID: "d-1"}
+			}},
+		{name: "a new incarnation of the deployment served (a new delivery) is admitted", op: Admit{Name: "app", Incarnation: "inc-5b", DeliveryID: "d-2"},
+			answer: Answer{Changed: true},
+			after: func(d *state.Desired) {
+				d.Scripts["app"].Admitted = "inc-5b"
+				d.Scripts["app"].Serving.DeliveryID = "d-2"
+				d.Scripts["app"].Serving.Settings = d.Scripts["app"].Settings
+				d.Scripts["app"].Serving.CompatibilityDate = d.Scripts["app"].CompatibilityDate
+			}},
+		{name: "a new deployment of the same code is the same incarnation, which now serves that deployment",
+			given: func() state.Desired {
+				d := withApp6()
+				d.Scripts["app"].Modules = map[string]string{"index.js": "v5"}
+				return d
+			},
+			op:     Admit{Name: "app", Incarnation: "inc-5", DeliveryID: "d-1"},
+			answer: Answer{Changed: true},
+			after: func(d *state.Desired) {
+				a := d.Scripts["app"]
+				a.Serving = &state.Served{DeploymentID: "dep-6", Generation: 6, Modules: a.Modules, MainModule: a.MainModule,
+					CompatibilityDate: a.CompatibilityDate, Settings: a.Settings, DeliveryID: "d-1"}
+			}},
+		{name: "admitting the incarnation already admitted for the deployment changes nothing", op: Admit{Name: "app", Incarnation: "inc-5", DeliveryID: "d-1"}},
+		{name: "admitting for a deleted script changes nothing", op: Admit{Name: "gone", Incarnation: "inc-g"}},
+
+		// AssignOrgUID.
+		{name: "an organization without a sandbox uid is given one", op: AssignOrgUID{Organization: "org-3", UID: 100003},
+			answer: Answer{Changed: true},
+			after:  func(d *state.Desired) { d.OrgUIDs["org-3"] = 100003 }},
+		{name: "an organization keeps its sandbox uid for good", op: AssignOrgUID{Organization: "org-1", UID: 100009}},
+		{name: "a sandbox uid never passes to another organization, and the refusal names none", op: AssignOrgUID{Organization: "org-3", UID: 100001},
+			refused: CodeUIDHeld, shows: ShowsNothing, omits: []string{"org-1"}},
 	}
 	// One generation is one content: a put of the holder's generation that differs in anything
 	// is a conflict, never an overwrite.

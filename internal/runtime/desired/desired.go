@@ -1,5 +1,5 @@
 // Package desired is the runtime node's desired-state machine (SPEC 5): what each admin mutation
-// does to the node's desired state, and which of them it refuses. Apply is a pure function of a
+// (and each admission the node makes itself) does to the node's desired state, and which it refuses. Apply is a pure function of a
 // state and one operation: no I/O, no clock (an operation carries its time), no locks, no workerd.
 // The admin handlers decode a request, call Apply under the node's lock, persist the state it
 // returns, then perform the side effects its Answer asks for.
@@ -14,8 +14,9 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
 
-// Op is one mutation the admin API asks of the node: PutScript, DeleteScript, PutSecrets,
-// DeleteSecrets, ConcludeAbsent, PutRoute, DeleteRoute or SetBrake.
+// Op is one change of the desired state: one the admin API asks for (PutScript, DeleteScript,
+// PutSecrets, DeleteSecrets, ConcludeAbsent, PutRoute, DeleteRoute, SetBrake), or one the node
+// decides itself (Admit, AssignOrgUID).
 type Op interface {
 	apply(s *state.Desired) Answer
 }

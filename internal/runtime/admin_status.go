@@ -1,8 +1,9 @@
 package runtime
 
 import (
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -13,22 +14,13 @@ func (n *Node) status(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	out := adminapi.Status{Scripts: []adminapi.ScriptStatus{}, Routes: []adminapi.RouteStatus{}, Brakes: n.brakesLocked(), Sandbox: n.sandboxMode()}
-	for _, name := range sortedKeys(n.desired.Scripts) {
+	for _, name := range slices.Sorted(maps.Keys(n.desired.Scripts)) {
 		out.Scripts = append(out.Scripts, n.scriptStatusLocked(name))
 	}
-	for _, host := range sortedKeys(n.desired.Routes) {
+	for _, host := range slices.Sorted(maps.Keys(n.desired.Routes)) {
 		out.Routes = append(out.Routes, n.routeStatusLocked(host))
 	}
 	return out, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func (n *Node) brakesLocked() adminapi.Brakes {

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,7 +46,7 @@ func (n *Node) openSandbox(workerdBin string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w. It needs root (or CAP_SETUID and CAP_SETGID with a delegated cgroup), bubblewrap, and cgroups it may create for memory, cpu and pids; --insecure-no-sandbox runs every worker as the node's own user instead (never for code you do not trust)", ErrCannotSandbox, err)
 	}
-	for _, org := range sortedKeys(n.desired.OrgUIDs) {
+	for _, org := range slices.Sorted(maps.Keys(n.desired.OrgUIDs)) {
 		// An organization keeps its uid: a range that no longer holds it is the operator's to fix.
 		if uid := n.desired.OrgUIDs[org]; !sb.UIDs().Contains(uid) {
 			_ = sb.Close()

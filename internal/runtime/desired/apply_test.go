@@ -354,6 +354,26 @@ func rows() []row {
 		{name: "a sandbox uid never passes to another organization, and the refusal names none", op: AssignOrgUID{Organization: "org-3", UID: 100001},
 			refused: CodeUIDHeld, shows: ShowsNothing, omits: []string{"org-1"}},
 	}
+	// A node that has never been written holds no maps at all: every operation starts from there.
+	empty := func() state.Desired { return state.Desired{Version: 1} }
+	first := deploy("first", "uid-f", 1)
+	rs = append(rs,
+		row{name: "a fresh node takes its first script", given: empty, op: first,
+			answer: Answer{Changed: true, RetryFailed: true, Reconcile: "first"},
+			after: func(d *state.Desired) {
+				d.Scripts = map[string]*state.Script{"first": deployed(first, nil)}
+				d.Effects = map[string]state.EffectEntry{}
+				remember(d, first.Effect, "script:first")
+			}},
+		row{name: "a fresh node refuses its first concluded delivery", given: empty, op: ConcludeAbsent{Name: "app", DeliveryID: "d-9", At: now},
+			answer: Answer{Changed: true},
+			after:  func(d *state.Desired) { d.Refused = map[string]time.Time{"d-9": now} }},
+		row{name: "a fresh node gives its first organization a uid", given: empty, op: AssignOrgUID{Organization: "org-1", UID: 100001},
+			answer: Answer{Changed: true},
+			after:  func(d *state.Desired) { d.OrgUIDs = map[string]int{"org-1": 100001} }},
+		row{name: "a fresh node's delete changes nothing", given: empty, op: DeleteScript{Name: "app", WorkerUID: "uid-a"}},
+		row{name: "a fresh node's route delete changes nothing", given: empty, op: DeleteRoute{Hostname: "app.example", ScriptName: "app", EndpointUID: "ep-a"}},
+	)
 	// One generation is one content: a put of the holder's generation that differs in anything
 	// is a conflict, never an overwrite.
 	for field, change := range map[string]func(s *state.Script){

@@ -6,13 +6,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 )
 
@@ -43,7 +46,7 @@ func (n *Node) openSandbox(workerdBin string) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w. It needs root (or CAP_SETUID and CAP_SETGID with a delegated cgroup), bubblewrap, and cgroups it may create for memory, cpu and pids; --insecure-no-sandbox runs every worker as the node's own user instead (never for code you do not trust)", ErrCannotSandbox, err)
 	}
-	for _, org := range sortedKeys(n.desired.OrgUIDs) {
+	for _, org := range slices.Sorted(maps.Keys(n.desired.OrgUIDs)) {
 		// An organization keeps its uid: a range that no longer holds it is the operator's to fix.
 		if uid := n.desired.OrgUIDs[org]; !sb.UIDs().Contains(uid) {
 			_ = sb.Close()
@@ -138,14 +141,14 @@ func (n *Node) orgUIDLocked(organization string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if n.desired.OrgUIDs == nil {
-		n.desired.OrgUIDs = map[string]int{}
+	next, a := desired.Apply(*n.desired, desired.AssignOrgUID{Organization: organization, UID: uid})
+	if a.Refused != nil {
+		return 0, a.Refused
 	}
-	n.desired.OrgUIDs[organization] = uid
-	if err := n.store.Save(n.desired); err != nil {
-		delete(n.desired.OrgUIDs, organization)
+	if err := n.store.Save(&next); err != nil {
 		return 0, fmt.Errorf("persist the sandbox uid of an organization: %w", err)
 	}
+	n.desired = &next
 	n.log.Info("organization given its sandbox uid", "organization", organization, "uid", uid)
 	return uid, nil
 }

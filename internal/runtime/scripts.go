@@ -12,6 +12,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
@@ -185,10 +186,10 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		old := r.serving
 		r.serving, r.candidate = c, nil
 		c.inc.Admit()
-		if s.Admitted != c.id || s.Serving == nil || s.Serving.DeploymentID != s.DeploymentID {
-			s.Admitted = c.id
-			s.Serving = &state.Served{DeploymentID: s.DeploymentID, Generation: s.Generation, Modules: s.Modules,
-				MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Settings: s.Settings, DeliveryID: c.deliveryID}
+		if next, a := desired.Apply(*n.desired, desired.Admit{Name: name, Incarnation: c.id, DeliveryID: c.deliveryID}); a.Changed {
+			// It serves whether or not the disk took it: memory goes ahead, and a restarted node
+			// merely treats it as a candidate again.
+			n.desired = &next
 			if err := n.store.Save(n.desired); err != nil {
 				n.log.Error("persist the admitted incarnation", "script", name, "error", err)
 			}

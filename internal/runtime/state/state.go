@@ -61,7 +61,7 @@ type Desired struct {
 	// script back.
 	Floors map[string]int64 `json:"floors,omitempty"`
 	// Refused keeps the deliveries a readback concluded absent, with when, so that a late copy of
-	// one is refused rather than delivered after its lease failed (kept RefusedFor).
+	// one is refused rather than delivered after its lease failed (kept desired.RefusedFor).
 	Refused map[string]time.Time `json:"refused,omitempty"`
 	// OrgUIDs keeps the sandbox uid of each organization (by its label), so that an organization
 	// runs as the same uid across restarts and a uid never passes to another (SPEC 5.1).

@@ -1,0 +1,137 @@
+package runtime
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+)
+
+// putSecrets delivers a worker's secret values (desired.PutSecrets): sealed at rest before the
+// desired state names the delivery, then admitted as a new incarnation.
+func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
+	name, err := scriptName(r)
+	if err != nil {
+		return nil, err
+	}
+	var req adminapi.SecretsPut
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if err := checkID("effectId", req.EffectID); err != nil {
+		return nil, err
+	}
+	if err := checkID("deliveryId", req.DeliveryID); err != nil {
+		return nil, err
+	}
+	if !state.ValidWorkerUID(req.WorkerUID) {
+		return nil, invalid("workerUid %q must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}", req.WorkerUID)
+	}
+	names := make([]string, 0, len(req.Values))
+	for k := range req.Values {
+		if !workerd.ValidBindingName(k) {
+			return nil, invalid("binding name %q does not match ^[A-Za-z_][A-Za-z0-9_]*$", k)
+		}
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return nil, invalid("a delivery carries at least one value")
+	}
+	op := desired.PutSecrets{Effect: n.effect(req.EffectID, req), Name: name,
+		Delivery: state.Delivery{DeliveryID: req.DeliveryID, WorkerUID: req.WorkerUID, Names: names, ValuesMAC: n.store.ValuesMAC(req.Values)}}
+	seal := func() error { return n.store.SealSecrets(req.WorkerUID, req.DeliveryID, req.Values) }
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a, _, err := n.applyLocked(op, name, seal)
+	if err != nil {
+		return nil, err
+	}
+	if a.Replayed {
+		replayed(w)
+	} else {
+		n.log.Info("secrets delivered", "script", name, "workerUid", req.WorkerUID, "deliveryId", req.DeliveryID, "names", names, "effectId", req.EffectID)
+	}
+	return n.scriptStatusLocked(name), nil
+}
+
+// deleteSecrets erases the delivery of the worker UID the caller names (desired.DeleteSecrets).
+func (n *Node) deleteSecrets(_ http.ResponseWriter, r *http.Request) (any, error) {
+	name, err := scriptName(r)
+	if err != nil {
+		return nil, err
+	}
+	uid := r.URL.Query().Get(adminapi.QueryWorkerUID)
+	if uid == "" {
+		return nil, invalid("the delete names the worker UID it means: ?workerUid=")
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a, _, err := n.applyLocked(desired.DeleteSecrets{Name: name, WorkerUID: uid}, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	if a.Changed {
+		n.log.Info("secrets erased", "script", name, "workerUid", uid)
+	}
+	return n.scriptStatusLocked(name), nil
+}
+
+// readback answers HMAC-SHA256(challenge, canonical JSON of the bindings exactly as given to
+// workerd): the Host compares it with the digest it stored at sealing (SPEC 3.5). No value and no
+// unkeyed digest leaves.
+func (n *Node) readback(_ http.ResponseWriter, r *http.Request) (any, error) {
+	name, err := scriptName(r)
+	if err != nil {
+		return nil, err
+	}
+	var req adminapi.ReadbackRequest
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	challenge, err := base64.StdEncoding.DecodeString(req.Challenge)
+	if err != nil || len(challenge) != 32 {
+		return nil, invalid("challenge must be standard base64 of 32 bytes")
+	}
+	if req.Concludes != "" {
+		if err := checkID("concludes", req.Concludes); err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		a, _, err := n.applyLocked(desired.ConcludeAbsent{Name: name, DeliveryID: req.Concludes, At: time.Now()}, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		if a.Changed {
+			n.log.Info("delivery refused: a readback concluded it absent", "script", name, "deliveryId", req.Concludes)
+		}
+	} else {
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+	}
+	cur := n.desired.Scripts[name]
+	if cur == nil || cur.Delivery == nil {
+		out := adminapi.Readback{}
+		if cur != nil {
+			out.WorkerUID = cur.WorkerUID
+		}
+		return out, nil
+	}
+	values, err := n.store.OpenSecrets(cur.Delivery.WorkerUID, cur.Delivery.DeliveryID)
+	if err != nil {
+		return nil, err
+	}
+	h := hmac.New(sha256.New, challenge)
+	h.Write(canonjson.Marshal(state.Reveal(values)))
+	return adminapi.Readback{Present: true, WorkerUID: cur.WorkerUID, DeliveryID: cur.Delivery.DeliveryID, Digest: hex.EncodeToString(h.Sum(nil))}, nil
+}

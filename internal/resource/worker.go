@@ -70,32 +70,6 @@ type callees struct {
 	scripts map[string]string
 }
 
-// Liveness is a backend's own report on a resource's current deployment, read without a
-// transaction: the deployment rows say what the Host admitted; this says whether it serves now.
-type Liveness struct {
-	// Reachable is false when the backend could not be asked.
-	Reachable bool
-	Obs       backend.Observation
-}
-
-// serves reports whether live (when asked) says deployment serves now.
-func (l *Liveness) serves(deployment uuid.UUID) bool {
-	return l == nil || (l.Reachable && l.Obs.Holds(deployment) && l.Obs.Ready)
-}
-
-// condition is why live keeps a resource from Ready (deployment is the one the Host admitted).
-func (l *Liveness) condition(deployment uuid.UUID) (reason, message string) {
-	switch {
-	case !l.Reachable:
-		return "RuntimeUnreachable", "the backend could not be asked how the deployment runs"
-	case !l.Obs.Holds(deployment):
-		return "RuntimePending", "the backend does not hold the current deployment yet"
-	case l.Obs.Reason != "":
-		return l.Obs.Reason, l.Obs.Message
-	}
-	return "RuntimePending", "the backend has not made the current deployment Ready yet"
-}
-
 func workerOf(st dbsqlc.WorkerState) (Worker, error) {
 	w := Worker{WorkerState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
 	if err := json.Unmarshal(st.Settings, &w.Settings); err != nil {
@@ -276,22 +250,6 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	return nil
 }
 
-// selectOffering resolves the offering a request names (or the only eligible one).
-func (s *Service) selectOffering(org auth.Organization, kind string, id *string) (catalog.Offering, catalog.Installation, error) {
-	want := ""
-	if id != nil {
-		want = *id
-	}
-	o, inst, err := s.Catalog.Select(catalog.Organization{ID: org.ID, Name: org.Name}, kind, want)
-	switch {
-	case errors.Is(err, catalog.ErrOfferingAmbiguous):
-		return o, inst, apierr.New(apierr.OfferingAmbiguous, "%s", strings.TrimPrefix(err.Error(), "offering_ambiguous: "))
-	case errors.Is(err, catalog.ErrOfferingUnknown):
-		return o, inst, apierr.New(apierr.OfferingUnknown, "%s", strings.TrimPrefix(err.Error(), "offering_unknown: "))
-	}
-	return o, inst, err
-}
-
 // lockWorker reads and locks a worker by UID, or the standing one named space/name when uid is nil.
 func lockWorker(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UUID, space, name string) (Worker, error) {
 	st, err := q.WorkerLock(ctx, dbsqlc.WorkerLockParams{OrganizationID: org, UID: uid, Space: space, Name: name})
@@ -320,40 +278,6 @@ func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organi
 	}
 	w.Live = s.observe(ctx, w.Placement, backend.NativeWorker, w.ScriptName)
 	return w, nil
-}
-
-// observe asks a resource's backend how its native object runs now (a backend call, never inside
-// a transaction). A pack that cannot be asked reports nothing (nil), and readiness rests on the
-// deployment rows alone.
-func (s *Service) observe(ctx context.Context, p Placement, kind, native string) *Liveness {
-	mut, err := s.mutator(p)
-	if err != nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	obs, err := mut.Observe(ctx, kind, native)
-	if err != nil {
-		return &Liveness{Reachable: false}
-	}
-	return &Liveness{Reachable: true, Obs: obs}
-}
-
-// awaitServing waits, bounded, until the worker's backend serves deployment (a new delivery
-// admits a new incarnation through the update path), and reports what it last saw.
-func (s *Service) awaitServing(ctx context.Context, p Placement, native string, deployment uuid.UUID, within time.Duration) *Liveness {
-	deadline := time.Now().Add(within)
-	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		live := s.observe(ctx, p, backend.NativeWorker, native)
-		if live == nil || live.serves(deployment) || time.Now().Add(pause).After(deadline) {
-			return live
-		}
-		select {
-		case <-ctx.Done():
-			return live
-		case <-time.After(pause):
-		}
-	}
 }
 
 func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
@@ -399,13 +323,6 @@ func sameSpec(w Worker, spec WorkerSpec) bool {
 
 func equalPtr(a, b *string) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
-}
-
-func created(m *ownership.Mutation) int {
-	if m.Current == nil {
-		return http.StatusCreated
-	}
-	return http.StatusOK
 }
 
 // PutWorker creates the worker, or applies a changed spec as a new generation, and has it consume
@@ -699,33 +616,6 @@ func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut bac
 		}
 		return err
 	})
-}
-
-// recordCompensation writes a compensating delete into the ledger: a delete effect of the
-// deployment, and the deployment deleted when the backend confirmed it, or left deleting for the
-// janitor. One the backend did not confirm is recorded under an operation of its own, committed,
-// so that every fence counts the deployment as live (the refused operation it undoes would not)
-// until the janitor confirms its absence.
-func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
-	status, to := "failed", "deleting"
-	if o.done {
-		status, to = "succeeded", "deleted"
-	} else {
-		operation = uuid.New()
-		code := "compensation_pending"
-		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: "committed", Code: &code,
-		}); err != nil {
-			return fmt.Errorf("resource: record pending compensation: %w", err)
-		}
-	}
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
-		return err
-	}
-	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
-		return err
-	}
-	return recordLingering(ctx, q, o)
 }
 
 // consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -221,76 +220,6 @@ func (s *Service) mutator(p Placement) (backend.Mutator, error) {
 		return nil, apierr.New(apierr.NotImplemented, "the %s backend pack cannot run workers yet; only derivation is available", inst.Pack)
 	}
 	return mut, err
-}
-
-// beginDelete opens the deletion attestation of uid and plans the deletes of its deployments, in
-// the transaction that marks the resource deleting.
-func beginDelete(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, org, kind string, uid uuid.UUID, p Placement) ([]planned, error) {
-	// The attestation closes only when the backend confirmed absence (finishDelete).
-	if err := q.AttestationOpen(ctx, dbsqlc.AttestationOpenParams{UID: uid, OrganizationID: org, ResourceKind: kind, OperationID: &operation}); err != nil {
-		return nil, fmt.Errorf("resource: open attestation: %w", err)
-	}
-	native := backend.NativeWorker
-	if kind == "endpoint" {
-		native = backend.NativeRoute
-	}
-	return planDeletes(ctx, q, operation, native, uid, p)
-}
-
-// finishDelete records the deletes the backend confirmed (performDeletes refused the request
-// otherwise) and closes the resource's deletion attestation, in the commit transaction: the
-// attestation closes only after absence was read back.
-func finishDelete(ctx context.Context, q *dbsqlc.Queries, outs []outcome, uid uuid.UUID) error {
-	for _, o := range outs {
-		if err := record(ctx, q, o, uid); err != nil {
-			return err
-		}
-	}
-	if err := q.AttestationClose(ctx, uid); err != nil {
-		return fmt.Errorf("resource: close attestation: %w", err)
-	}
-	return nil
-}
-
-// performDeletes carries out planned deletes (backend calls, no transaction). Any that the
-// backend does not confirm refuses the request, with the outcomes recorded by the refusal.
-func (s *Service) performDeletes(ctx context.Context, m *ownership.Mutation, p Placement, work []planned, uid uuid.UUID) ([]outcome, error) {
-	if len(work) == 0 {
-		return nil, nil
-	}
-	mut, err := s.mutator(p)
-	if err != nil {
-		return nil, err
-	}
-	var outs []outcome
-	var unconfirmed *outcome
-	for _, pl := range work {
-		o := perform(ctx, mut, pl)
-		outs = append(outs, o)
-		if !o.done && unconfirmed == nil {
-			unconfirmed = &o
-		}
-	}
-	if unconfirmed != nil {
-		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-			q := dbsqlc.New(tx)
-			for _, o := range outs {
-				if err := record(ctx, q, o, uid); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err := backend.Problem(unconfirmed.err, "apply again"); err != nil {
-			return nil, err
-		}
-		code := apierr.BackendFailed
-		if errors.Is(unconfirmed.err, backend.ErrUnreachable) {
-			code = apierr.BackendUnreachable
-		}
-		return nil, apierr.New(code, "the backend could not confirm the deletion; delete again to retry (the deletion attestation stays open until it does)")
-	}
-	return outs, nil
 }
 
 // compensate takes down what a create that will not commit left on the backend: one backend

@@ -200,47 +200,20 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	e, work, err := s.planEndpoint(ctx, m, org, space, name, spec, placement, b)
+	run := s.putEffects(m, org.ID, "endpoint", placement, mut)
+	e, err := s.planEndpoint(ctx, m, run, org, space, name, spec, placement, b)
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	isCreate := m.Current == nil
-	var applied *outcome
-	if work != nil {
-		o := perform(ctx, mut, *work)
-		applied = &o
-		if !o.done {
-			var undone []outcome
-			if isCreate && o.mayHold() {
-				undone = s.compensate(ctx, mut, []planned{o.pl}) // it never committed: take it down
-			}
-			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-				q := dbsqlc.New(tx)
-				if err := record(ctx, q, o, e.UID); err != nil {
-					return err
-				}
-				for _, u := range undone {
-					if err := recordCompensation(ctx, q, org.ID, m.Operation, u); err != nil {
-						return err
-					}
-				}
-				if isCreate {
-					_, err := q.EndpointAbandonCreate(ctx, e.UID)
-					return err
-				}
-				return nil
-			})
-			return ownership.Response{}, backendFailed(o)
-		}
+	if err := run.perform(ctx, backendFailed); err != nil {
+		return ownership.Response{}, err
 	}
 	token := m.Intent.Token
 	live := s.observe(ctx, placement, backend.NativeRoute, e.Hostname)
 	resp, err := m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		if applied != nil {
-			if err := record(ctx, q, *applied, e.UID); err != nil {
-				return ownership.Response{}, err
-			}
+		if err := run.record(ctx, q); err != nil {
+			return ownership.Response{}, err
 		}
 		if e.HostMinted {
 			// mint -> bind -> create endpoint -> activate (SPEC 3.4). The reservation is locked
@@ -270,22 +243,9 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 		cur.Live = live
 		return ownership.Response{Status: created(m), Body: cur.Project(token).JSON(), UID: cur.UID}, nil
 	})
-	if err != nil && applied != nil && isCreate {
+	if err != nil {
 		// The route landed but the endpoint will not commit: take it down again.
-		outs := s.compensate(ctx, mut, []planned{applied.pl})
-		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-			q := dbsqlc.New(tx)
-			if err := record(ctx, q, *applied, e.UID); err != nil {
-				return err
-			}
-			for _, o := range outs {
-				if err := recordCompensation(ctx, q, org.ID, m.Operation, o); err != nil {
-					return err
-				}
-			}
-			_, err := q.EndpointAbandonCreate(ctx, e.UID)
-			return err
-		})
+		run.undo(ctx)
 	}
 	return resp, err
 }
@@ -330,9 +290,8 @@ func boolInt(b bool) int64 {
 // witness (SPEC 3.3: from this moment release is fenced and expiry keeps the origin held), inserts
 // the endpoint, and plans its route. For an existing endpoint it checks nothing changed and
 // re-plans a route that is not active.
-func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec EndpointSpec, placement Placement, b backend.Backend) (Endpoint, *planned, error) {
+func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *effects, org auth.Organization, space, name string, spec EndpointSpec, placement Placement, b backend.Backend) (Endpoint, error) {
 	var e Endpoint
-	var work *planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names the worker).
@@ -361,9 +320,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 			if err != nil {
 				return fmt.Errorf("resource: endpoint's worker: %w", err)
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, script))
-			work = &pl
-			return err
+			return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, script))
 		}
 		// The ceilings (SPEC 5.1) come first, before any other row lock: the endpoint's, and, when
 		// the Host will mint the reservation, the reservations' row too (counted by the mint, which
@@ -417,11 +374,9 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 		case err != nil:
 			return fmt.Errorf("resource: create endpoint: %w", err)
 		}
-		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, w.ScriptName))
-		work = &pl
-		return err
+		return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, w.ScriptName))
 	})
-	return e, work, err
+	return e, err
 }
 
 // DeleteEndpoint deletes the endpoint the binding names. A supplied reservation still activated
@@ -430,7 +385,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 // the route and confirm its absence (backend calls), commit (close the attestation).
 func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (ownership.Response, error) {
 	var e Endpoint
-	var work []planned
+	var run *effects
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		uid := m.Current.UID
@@ -440,6 +395,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		if e, err = readEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
 			return err
 		}
+		run = s.deleteEffects(m, org.ID, "endpoint", e.UID, e.Placement)
 		if err := CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
 			return err
 		}
@@ -468,19 +424,17 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 				return err
 			}
 		}
-		work, err = beginDelete(ctx, q, m.Operation, org.ID, "endpoint", e.UID, e.Placement)
-		return err
+		return run.remove(ctx, q)
 	})
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	outs, err := s.performDeletes(ctx, m, e.Placement, work, e.UID)
-	if err != nil {
+	if err := run.perform(ctx, deleteUnconfirmed); err != nil {
 		return ownership.Response{}, err
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		if err := finishDelete(ctx, q, outs, e.UID); err != nil {
+		if err := run.record(ctx, q); err != nil {
 			return ownership.Response{}, err
 		}
 		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)

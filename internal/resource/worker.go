@@ -350,72 +350,43 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	w, work, err := s.planWorker(ctx, m, org, space, name, spec, placement)
+	run := s.putEffects(m, org.ID, "worker", placement, mut)
+	w, err := s.planWorker(ctx, m, run, org, space, name, spec, placement)
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	isCreate := m.Current == nil
-	var applied *outcome
-	if work != nil {
-		o := perform(ctx, mut, *work)
-		applied = &o
-		if !o.done {
-			var undone []outcome
-			if isCreate && o.mayHold() {
-				// A create that will not commit never existed: take down what it may have put
-				// there (a script still starting would otherwise run on for ever).
-				undone = s.compensate(ctx, mut, []planned{o.pl})
-			}
-			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-				q := dbsqlc.New(tx)
-				if err := abandonWorker(ctx, q, o, w.UID, isCreate); err != nil {
-					return err
-				}
-				for _, u := range undone {
-					if err := recordCompensation(ctx, q, org.ID, m.Operation, u); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if errors.Is(o.err, backend.ErrScriptHeld) {
-				return ownership.Response{}, s.scriptHeld(ctx, m, w)
-			}
-			return ownership.Response{}, backendFailed(o)
+	if err := run.perform(ctx, func(o outcome) error {
+		if errors.Is(o.err, backend.ErrScriptHeld) {
+			return s.scriptHeld(ctx, m, w)
 		}
+		return backendFailed(o)
+	}); err != nil {
+		return ownership.Response{}, err
 	}
 	var settle func(context.Context, pgx.Tx) error
 	if w.RuntimeInputReference != nil && !w.inputsSettled() {
-		if applied != nil {
-			// The deployment must read active before the reservation can be bound to it.
-			if err := m.Tx(ctx, func(tx pgx.Tx) error { return record(ctx, dbsqlc.New(tx), *applied, w.UID) }); err != nil {
-				return ownership.Response{}, err
-			}
-			applied = nil
+		// The deployment must read active before the reservation can be bound to it.
+		if err := run.recordNow(ctx); err != nil {
+			return ownership.Response{}, err
 		}
-		settle, err = s.consume(ctx, m, org, w, inst)
-		if err != nil {
-			if isCreate {
-				s.undoCreate(ctx, m, mut, org.ID, w.UID, work)
-			}
+		if settle, err = s.consume(ctx, m, org, w, inst); err != nil {
+			run.undo(ctx)
 			return ownership.Response{}, err
 		}
 	}
 	// The answer says how the backend runs the worker now: the new deployment (or the one
 	// already active), with its delivered values when it has some.
 	deployment := w.DeploymentID
-	if work != nil {
-		deployment = work.deployment
+	if d, ok := run.plannedDeployment(); ok {
+		deployment = d
 	}
 	live := s.awaitServing(ctx, w.Placement, w.ScriptName, deployment, 30*time.Second)
 	token := m.Intent.Token
 	bound, generation := w.callees, w.Generation
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		if applied != nil {
-			if err := record(ctx, q, *applied, w.UID); err != nil {
-				return ownership.Response{}, err
-			}
+		if err := run.record(ctx, q); err != nil {
+			return ownership.Response{}, err
 		}
 		if settle != nil {
 			if err := settle(ctx, tx); err != nil {
@@ -469,10 +440,9 @@ func (s *Service) scriptHeld(ctx context.Context, m *ownership.Mutation, w Worke
 }
 
 // planWorker is the first phase: it takes the key and, in one transaction, creates the worker's
-// row or writes its new generation, and plans the deployment (nil when nothing changes).
-func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, *planned, error) {
+// row or writes its new generation, and plans the deployment with run (none when nothing changes).
+func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *effects, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, error) {
 	var w Worker
-	var work *planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names this worker).
@@ -528,9 +498,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := addBindings(ctx, q, w.UID, w.callees); err != nil {
 				return err
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
-			work = &pl
-			return err
+			return run.apply(ctx, q, w.UID, w.Generation, w.desired(org))
 		}
 		// The caller's row and its callees' rows, in UID order, before anything else is locked.
 		bound, err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings)
@@ -574,48 +542,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			w.callees = bound
 		}
 		if changed || w.DeploymentStatus != "active" {
-			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
-			work = &pl
-			return err
+			return run.apply(ctx, q, w.UID, w.Generation, w.desired(org))
 		}
 		return nil
 	})
-	return w, work, err
-}
-
-// abandonWorker records, in the refusal's transaction, an apply that did not land; a create that
-// never committed leaves the uniqueness constraints.
-func abandonWorker(ctx context.Context, q *dbsqlc.Queries, o outcome, uid uuid.UUID, isCreate bool) error {
-	if err := record(ctx, q, o, uid); err != nil {
-		return err
-	}
-	if isCreate {
-		_, err := q.ResourceAbandonCreate(ctx, uid)
-		return err
-	}
-	return nil
-}
-
-// undoCreate takes down a create that landed on the backend but will not commit (its runtime
-// input was refused): one backend delete per deployment, recorded by the refusal.
-func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, org string, uid uuid.UUID, work *planned) {
-	if work == nil {
-		return
-	}
-	outs := s.compensate(ctx, mut, []planned{*work})
-	m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		for _, o := range outs {
-			if err := recordCompensation(ctx, q, org, m.Operation, o); err != nil {
-				return err
-			}
-		}
-		_, err := q.ResourceAbandonCreate(ctx, uid)
-		if err == nil {
-			_, err = q.EndpointAbandonCreate(ctx, uid)
-		}
-		return err
-	})
+	return w, err
 }
 
 // consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the
@@ -667,13 +598,14 @@ func readyWorker(ctx context.Context, q *dbsqlc.Queries, org, space, name string
 // attestation, release its Host-minted reservations, tombstone).
 func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (ownership.Response, error) {
 	var w Worker
-	var work []planned
+	var run *effects
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		var err error
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
+		run = s.deleteEffects(m, org.ID, "worker", w.UID, w.Placement)
 		if w.Status == "deleted" {
 			return nil
 		}
@@ -709,19 +641,17 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 				return err
 			}
 		}
-		work, err = beginDelete(ctx, q, m.Operation, org.ID, "worker", w.UID, w.Placement)
-		return err
+		return run.remove(ctx, q)
 	})
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	outs, err := s.performDeletes(ctx, m, w.Placement, work, w.UID)
-	if err != nil {
+	if err := run.perform(ctx, deleteUnconfirmed); err != nil {
 		return ownership.Response{}, err
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		if err := finishDelete(ctx, q, outs, w.UID); err != nil {
+		if err := run.record(ctx, q); err != nil {
 			return ownership.Response{}, err
 		}
 		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)

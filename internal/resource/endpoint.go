@@ -208,46 +208,51 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 	if err := run.perform(ctx, backendFailed); err != nil {
 		return ownership.Response{}, err
 	}
-	token := m.Intent.Token
 	live := s.observe(ctx, placement, backend.NativeRoute, e.Hostname)
 	resp, err := m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if err := run.record(ctx, q); err != nil {
+		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
 			return ownership.Response{}, err
 		}
-		if e.HostMinted {
-			// mint -> bind -> create endpoint -> activate (SPEC 3.4). The reservation is locked
-			// before the endpoint, in the documented order.
-			cur, err := readEndpoint(ctx, q, org.ID, &e.UID, space, name)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			inc := cur.incarnation()
-			inc.Revision = cur.Revision + boolInt(cur.Status == "creating")
-			if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, inc); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		if cur.Status == "creating" {
-			if err := cur.setStatus(ctx, q, m.Operation, "live"); err != nil {
-				return ownership.Response{}, err
-			}
-			if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, space, name); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		cur.Live = live
-		return ownership.Response{Status: created(m), Body: cur.Project(token).JSON(), UID: cur.UID}, nil
+		return s.commitEndpoint(ctx, tx, m, org, e, live)
 	})
 	if err != nil {
 		// The route landed but the endpoint will not commit: take it down again.
 		run.undo(ctx)
 	}
 	return resp, err
+}
+
+// commitEndpoint is the endpoint put's own part of its commit transaction, after the record: a
+// Host-minted reservation activated, the endpoint live, its answer.
+func (s *Service) commitEndpoint(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, e Endpoint, live *Liveness) (ownership.Response, error) {
+	q := dbsqlc.New(tx)
+	if e.HostMinted {
+		// mint -> bind -> create endpoint -> activate (SPEC 3.4). The reservation is locked
+		// before the endpoint, in the documented order.
+		cur, err := readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+		if err != nil {
+			return ownership.Response{}, err
+		}
+		inc := cur.incarnation()
+		inc.Revision = cur.Revision + boolInt(cur.Status == "creating")
+		if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, inc); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if cur.Status == "creating" {
+		if err := cur.setStatus(ctx, q, m.Operation, "live"); err != nil {
+			return ownership.Response{}, err
+		}
+		if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	cur.Live = live
+	return ownership.Response{Status: created(m), Body: cur.Project(m.Intent.Token).JSON(), UID: cur.UID}, nil
 }
 
 // endpointOffering resolves the endpoint's offering: the one named, or, when none is named and
@@ -402,27 +407,8 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		if e.Status == "deleted" {
 			return nil
 		}
-		r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
-		if err != nil && !apierr.Is(err, apierr.NotFound) {
+		if e, err = s.markEndpointDeleting(ctx, tx, m, org, e); err != nil {
 			return err
-		}
-		activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
-		if activatedHere && !e.HostMinted {
-			return apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation (takoform_worker_endpoint_activation) first", space, name, r.ID).
-				With("reservationId", r.ID)
-		}
-		if activatedHere {
-			if _, err := s.Reservations.Deactivate(ctx, tx, org.ID, r.ID); err != nil {
-				return err
-			}
-		}
-		if e, err = lockEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
-			return err
-		}
-		if e.Status != "deleting" {
-			if err := e.setStatus(ctx, q, m.Operation, "deleting"); err != nil {
-				return err
-			}
 		}
 		return run.remove(ctx, q)
 	})
@@ -437,18 +423,56 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		if err := run.record(ctx, q); err != nil {
 			return ownership.Response{}, err
 		}
-		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
-		if err != nil {
+		return tombstoneEndpoint(ctx, q, m, org, e)
+	})
+}
+
+// markEndpointDeleting is the endpoint delete's own part of its plan transaction: a supplied
+// reservation still activated with the endpoint refuses the delete; a Host-minted one is
+// deactivated; then the endpoint, locked after the reservation in the documented order, is
+// marked deleting.
+func (s *Service) markEndpointDeleting(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, e Endpoint) (Endpoint, error) {
+	q := dbsqlc.New(tx)
+	r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
+	if err != nil && !apierr.Is(err, apierr.NotFound) {
+		return Endpoint{}, err
+	}
+	activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
+	if activatedHere && !e.HostMinted {
+		return Endpoint{}, apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation (takoform_worker_endpoint_activation) first", e.Space, e.Name, r.ID).
+			With("reservationId", r.ID)
+	}
+	if activatedHere {
+		if _, err := s.Reservations.Deactivate(ctx, tx, org.ID, r.ID); err != nil {
+			return Endpoint{}, err
+		}
+	}
+	e, err = lockEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if e.Status != "deleting" {
+		if err := e.setStatus(ctx, q, m.Operation, "deleting"); err != nil {
+			return Endpoint{}, err
+		}
+	}
+	return e, nil
+}
+
+// tombstoneEndpoint is the endpoint delete's own part of its commit transaction, after the
+// record: the endpoint deleted.
+func tombstoneEndpoint(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org auth.Organization, e Endpoint) (ownership.Response, error) {
+	cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if cur.Status != "deleted" {
+		if err := cur.setStatus(ctx, q, m.Operation, "deleted"); err != nil {
 			return ownership.Response{}, err
 		}
-		if cur.Status != "deleted" {
-			if err := cur.setStatus(ctx, q, m.Operation, "deleted"); err != nil {
-				return ownership.Response{}, err
-			}
-			if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, space, name); err != nil {
-				return ownership.Response{}, err
-			}
+		if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name); err != nil {
+			return ownership.Response{}, err
 		}
-		return ownership.Response{Status: http.StatusOK, Body: cur.Project("").JSON()}, nil
-	})
+	}
+	return ownership.Response{Status: http.StatusOK, Body: cur.Project("").JSON()}, nil
 }

@@ -370,7 +370,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			return ownership.Response{}, err
 		}
 		if settle, err = s.consume(ctx, m, org, w, inst); err != nil {
-			run.undo(ctx)
+			run.undo(ctx) // a create whose runtime input was refused never existed
 			return ownership.Response{}, err
 		}
 	}
@@ -381,40 +381,44 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		deployment = d
 	}
 	live := s.awaitServing(ctx, w.Placement, w.ScriptName, deployment, 30*time.Second)
-	token := m.Intent.Token
-	bound, generation := w.callees, w.Generation
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if err := run.record(ctx, q); err != nil {
+		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
 			return ownership.Response{}, err
 		}
-		if settle != nil {
-			if err := settle(ctx, tx); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		if w.Generation == generation && w.DeploymentStatus == "active" {
-			// This generation is deployed: the index drops the bindings of the one it replaced.
-			if err := keepBindings(ctx, q, w.UID, bound); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		if w.Status == "creating" {
-			w.Status = "live"
-			if err := w.save(ctx, q, m.Operation); err != nil {
-				return ownership.Response{}, err
-			}
-			if w, err = lockWorker(ctx, q, org.ID, &w.UID, space, name); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		w.Live = live
-		return ownership.Response{Status: created(m), Body: w.Project(token).JSON(), UID: w.UID}, nil
+		return s.commitWorker(ctx, tx, m, org, w, settle, live)
 	})
+}
+
+// commitWorker is the worker put's own part of its commit transaction, after the record: the
+// runtime input settled, the bindings of a generation now deployed, the worker live, its answer.
+func (s *Service) commitWorker(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, put Worker, settle func(context.Context, pgx.Tx) error, live *Liveness) (ownership.Response, error) {
+	q := dbsqlc.New(tx)
+	if settle != nil {
+		if err := settle(ctx, tx); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	w, err := lockWorker(ctx, q, org.ID, &put.UID, put.Space, put.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if w.Generation == put.Generation && w.DeploymentStatus == "active" {
+		// This generation is deployed: the index drops the bindings of the one it replaced.
+		if err := keepBindings(ctx, q, w.UID, put.callees); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	if w.Status == "creating" {
+		w.Status = "live"
+		if err := w.save(ctx, q, m.Operation); err != nil {
+			return ownership.Response{}, err
+		}
+		if w, err = lockWorker(ctx, q, org.ID, &w.UID, put.Space, put.Name); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	w.Live = live
+	return ownership.Response{Status: created(m), Body: w.Project(m.Intent.Token).JSON(), UID: w.UID}, nil
 }
 
 // scriptHeld is the refusal of a worker whose script name the backend holds for another worker UID
@@ -609,37 +613,8 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		if w.Status == "deleted" {
 			return nil
 		}
-		endpoints, err := q.WorkerStandingEndpoints(ctx, w.UID)
-		if err != nil {
-			return fmt.Errorf("resource: worker endpoints: %w", err)
-		}
-		if len(endpoints) > 0 {
-			return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", space, name, strings.Join(endpoints, ", ")).
-				With("endpoints", endpoints)
-		}
-		// Under this row's lock: a caller's put that binds to it locks it too (lockCallees), so
-		// either that put committed its binding before this reads, or it waits and then finds the
-		// worker being deleted (SPEC 3.6).
-		callers, err := q.WorkerCallers(ctx, w.UID)
-		if err != nil {
-			return fmt.Errorf("resource: worker callers: %w", err)
-		}
-		if len(callers) > 0 {
-			return apierr.New(apierr.WorkerHasCallers, "worker %s/%s is bound to by %s: destroy them, or remove their service bindings to it, first", space, name, strings.Join(callers, ", ")).
-				With("callers", callers)
-		}
-		claims, err := q.PreparationClaimsOnWorker(ctx, &w.UID)
-		if err != nil {
-			return fmt.Errorf("resource: worker claims: %w", err)
-		}
-		if len(claims) > 0 {
-			return apierr.New(apierr.LeaseClaimed, "worker %s/%s holds an unexpired runtime-input claim (%s); its deletion waits until the lease settles, is aborted or expires", space, name, strings.Join(claims, ", "))
-		}
-		if w.Status != "deleting" {
-			w.Status = "deleting"
-			if err := w.save(ctx, q, m.Operation); err != nil {
-				return err
-			}
+		if err := w.markDeleting(ctx, q, m.Operation); err != nil {
+			return err
 		}
 		return run.remove(ctx, q)
 	})
@@ -650,29 +625,74 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		return ownership.Response{}, err
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if err := run.record(ctx, q); err != nil {
+		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
 			return ownership.Response{}, err
 		}
-		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		if w.Status != "deleted" {
-			w.Status = "deleted"
-			if err := w.save(ctx, q, m.Operation); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		// That worker UID can never mint again: its Host-minted reservations go, under the fences.
-		if err := s.Reservations.ReleaseMintedOf(ctx, tx, org.ID, w.UID); err != nil {
-			return ownership.Response{}, err
-		}
-		if w, err = lockWorker(ctx, q, org.ID, &w.UID, space, name); err != nil {
-			return ownership.Response{}, err
-		}
-		return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
+		return s.tombstoneWorker(ctx, tx, m, org, w)
 	})
+}
+
+// markDeleting is the worker delete's own part of its plan transaction: refused while an endpoint
+// still stands on the worker (SPEC 3.3, safe destroy order), a caller binds to it, or a
+// runtime-input claim on it is unexpired; otherwise the worker is marked deleting.
+func (w *Worker) markDeleting(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
+	endpoints, err := q.WorkerStandingEndpoints(ctx, w.UID)
+	if err != nil {
+		return fmt.Errorf("resource: worker endpoints: %w", err)
+	}
+	if len(endpoints) > 0 {
+		return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", w.Space, w.Name, strings.Join(endpoints, ", ")).
+			With("endpoints", endpoints)
+	}
+	// Under this row's lock: a caller's put that binds to it locks it too (lockCallees), so
+	// either that put committed its binding before this reads, or it waits and then finds the
+	// worker being deleted (SPEC 3.6).
+	callers, err := q.WorkerCallers(ctx, w.UID)
+	if err != nil {
+		return fmt.Errorf("resource: worker callers: %w", err)
+	}
+	if len(callers) > 0 {
+		return apierr.New(apierr.WorkerHasCallers, "worker %s/%s is bound to by %s: destroy them, or remove their service bindings to it, first", w.Space, w.Name, strings.Join(callers, ", ")).
+			With("callers", callers)
+	}
+	claims, err := q.PreparationClaimsOnWorker(ctx, &w.UID)
+	if err != nil {
+		return fmt.Errorf("resource: worker claims: %w", err)
+	}
+	if len(claims) > 0 {
+		return apierr.New(apierr.LeaseClaimed, "worker %s/%s holds an unexpired runtime-input claim (%s); its deletion waits until the lease settles, is aborted or expires", w.Space, w.Name, strings.Join(claims, ", "))
+	}
+	if w.Status != "deleting" {
+		w.Status = "deleting"
+		if err := w.save(ctx, q, operation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tombstoneWorker is the worker delete's own part of its commit transaction, after the record:
+// the worker deleted, and its Host-minted reservations released.
+func (s *Service) tombstoneWorker(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, deleting Worker) (ownership.Response, error) {
+	q := dbsqlc.New(tx)
+	w, err := lockWorker(ctx, q, org.ID, &deleting.UID, deleting.Space, deleting.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if w.Status != "deleted" {
+		w.Status = "deleted"
+		if err := w.save(ctx, q, m.Operation); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	// That worker UID can never mint again: its Host-minted reservations go, under the fences.
+	if err := s.Reservations.ReleaseMintedOf(ctx, tx, org.ID, w.UID); err != nil {
+		return ownership.Response{}, err
+	}
+	if w, err = lockWorker(ctx, q, org.ID, &w.UID, deleting.Space, deleting.Name); err != nil {
+		return ownership.Response{}, err
+	}
+	return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
 }
 
 // lockCallees locks the workers a caller binds to, with the caller itself when it exists, in UID

@@ -143,3 +143,30 @@ func TestADeleteWhosePerformFailsIsRefusedWithoutRecord(t *testing.T) {
 	require.Equal(t, "closed", h.attestation(uid))
 	require.Equal(t, "deleted", h.status(`SELECT status FROM workers WHERE uid = $1`, uid))
 }
+
+// A create whose apply was confirmed and recorded, but whose runtime input is then refused, will
+// not commit: undo takes the script down again, and the refusal records the compensation and the
+// create abandoned, so the worker never existed.
+func TestACreateRefusedAfterItsPerformIsUndone(t *testing.T) {
+	t.Parallel()
+	c := &callLog{}
+	h := setup(t, func(o *options) {
+		o.wrap = func(m backend.Mutator) backend.Mutator { c.Mutator = m; return c }
+	})
+	p := h.reservedAndPrepared()
+	h.exec("UPDATE runtime_input_preparations SET expires_at = now() - interval '1 second'")
+	c.arm(0, 0, 0)
+	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusConflict, "lease_unavailable")
+	require.Equal(t, []string{"apply", "delete", "observe"}, c.seen(), "perform, then the undo's delete, read back")
+
+	op := h.status(`SELECT id::text FROM operations WHERE kind = 'worker' AND external_key = 'prod/api'`)
+	require.Equal(t, "refused", h.status(`SELECT status FROM operations WHERE id = $1`, op))
+	require.Equal(t, "succeeded", h.status(`SELECT status FROM backend_effects WHERE operation_id = $1 AND action = 'apply'`, op),
+		"the apply was recorded before the runtime input was asked for")
+	require.Equal(t, "succeeded", h.status(`SELECT status FROM backend_effects WHERE operation_id = $1 AND action = 'delete'`, op))
+	require.Equal(t, "deleted", h.status(`SELECT d.status FROM deployments d JOIN backend_effects x ON x.deployment_id = d.id WHERE x.operation_id = $1 AND x.action = 'apply'`, op))
+	require.Equal(t, "deleted", h.status(`SELECT status FROM workers WHERE name = 'api'`), "the create was abandoned")
+	st, err := h.runtimeClient().GetScript(context.Background(), h.status(`SELECT script_name FROM workers WHERE name = 'api'`))
+	require.NoError(t, err)
+	require.False(t, st.Present, "the undo took the script down")
+}

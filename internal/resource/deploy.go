@@ -192,6 +192,33 @@ func recordLingering(ctx context.Context, q *dbsqlc.Queries, o outcome) error {
 	return nil
 }
 
+// recordCompensation writes a compensating delete into the ledger: a delete effect of the
+// deployment, and the deployment deleted when the backend confirmed it, or left deleting for the
+// janitor. One the backend did not confirm is recorded under an operation of its own, committed,
+// so that every fence counts the deployment as live (the refused operation it undoes would not)
+// until the janitor confirms its absence.
+func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
+	status, to := "failed", "deleting"
+	if o.done {
+		status, to = "succeeded", "deleted"
+	} else {
+		operation = uuid.New()
+		code := "compensation_pending"
+		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
+			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: "committed", Code: &code,
+		}); err != nil {
+			return fmt.Errorf("resource: record pending compensation: %w", err)
+		}
+	}
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
+		return err
+	}
+	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
+		return err
+	}
+	return recordLingering(ctx, q, o)
+}
+
 func backendFailed(o outcome) error {
 	if err := backend.Problem(o.err, "apply again"); err != nil {
 		return err
@@ -294,31 +321,4 @@ func (s *Service) awaitServing(ctx context.Context, p Placement, native string, 
 		case <-time.After(pause):
 		}
 	}
-}
-
-// recordCompensation writes a compensating delete into the ledger: a delete effect of the
-// deployment, and the deployment deleted when the backend confirmed it, or left deleting for the
-// janitor. One the backend did not confirm is recorded under an operation of its own, committed,
-// so that every fence counts the deployment as live (the refused operation it undoes would not)
-// until the janitor confirms its absence.
-func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
-	status, to := "failed", "deleting"
-	if o.done {
-		status, to = "succeeded", "deleted"
-	} else {
-		operation = uuid.New()
-		code := "compensation_pending"
-		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: "committed", Code: &code,
-		}); err != nil {
-			return fmt.Errorf("resource: record pending compensation: %w", err)
-		}
-	}
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
-		return err
-	}
-	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
-		return err
-	}
-	return recordLingering(ctx, q, o)
 }

@@ -2,7 +2,9 @@
 // backend deployments, deletion attestations, and readiness derived from the deployment rows on
 // every read. Every mutation runs inside an ownership.Mutation as a few named phases, each one
 // transaction or one backend call, never both, and records its backend effects in the operation
-// ledger (planned -> dispatched -> succeeded | failed).
+// ledger (planned -> dispatched -> succeeded | failed). The phase runner of a put's or a delete's
+// backend effects is effects (phases.go); the deployment and effect primitives it uses, with the
+// liveness reads, are in deploy.go; crash recovery is in recovery.go.
 package resource
 
 import (

@@ -200,94 +200,59 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	e, work, err := s.planEndpoint(ctx, m, org, space, name, spec, placement, b)
+	run := s.putEffects(m, org.ID, "endpoint", placement, mut)
+	e, err := s.planEndpoint(ctx, m, run, org, space, name, spec, placement, b)
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	isCreate := m.Current == nil
-	var applied *outcome
-	if work != nil {
-		o := perform(ctx, mut, *work)
-		applied = &o
-		if !o.done {
-			var undone []outcome
-			if isCreate && o.mayHold() {
-				undone = s.compensate(ctx, mut, []planned{o.pl}) // it never committed: take it down
-			}
-			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-				q := dbsqlc.New(tx)
-				if err := record(ctx, q, o, e.UID); err != nil {
-					return err
-				}
-				for _, u := range undone {
-					if err := recordCompensation(ctx, q, org.ID, m.Operation, u); err != nil {
-						return err
-					}
-				}
-				if isCreate {
-					_, err := q.EndpointAbandonCreate(ctx, e.UID)
-					return err
-				}
-				return nil
-			})
-			return ownership.Response{}, backendFailed(o)
-		}
+	if err := run.perform(ctx, backendFailed); err != nil {
+		return ownership.Response{}, err
 	}
-	token := m.Intent.Token
 	live := s.observe(ctx, placement, backend.NativeRoute, e.Hostname)
 	resp, err := m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if applied != nil {
-			if err := record(ctx, q, *applied, e.UID); err != nil {
-				return ownership.Response{}, err
-			}
+		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
+			return ownership.Response{}, err
 		}
-		if e.HostMinted {
-			// mint -> bind -> create endpoint -> activate (SPEC 3.4). The reservation is locked
-			// before the endpoint, in the documented order.
-			cur, err := readEndpoint(ctx, q, org.ID, &e.UID, space, name)
-			if err != nil {
-				return ownership.Response{}, err
-			}
-			inc := cur.incarnation()
-			inc.Revision = cur.Revision + boolInt(cur.Status == "creating")
-			if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, inc); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
+		return s.commitEndpoint(ctx, tx, m, org, e, live)
+	})
+	if err != nil {
+		// The route landed but the endpoint will not commit: take it down again.
+		run.undo(ctx)
+	}
+	return resp, err
+}
+
+// commitEndpoint is the endpoint put's own part of its commit transaction, after the record: a
+// Host-minted reservation activated, the endpoint live, its answer.
+func (s *Service) commitEndpoint(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, e Endpoint, live *Liveness) (ownership.Response, error) {
+	q := dbsqlc.New(tx)
+	if e.HostMinted {
+		// mint -> bind -> create endpoint -> activate (SPEC 3.4). The reservation is locked
+		// before the endpoint, in the documented order.
+		cur, err := readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
 		if err != nil {
 			return ownership.Response{}, err
 		}
-		if cur.Status == "creating" {
-			if err := cur.setStatus(ctx, q, m.Operation, "live"); err != nil {
-				return ownership.Response{}, err
-			}
-			if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, space, name); err != nil {
-				return ownership.Response{}, err
-			}
+		inc := cur.incarnation()
+		inc.Revision = cur.Revision + boolInt(cur.Status == "creating")
+		if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, inc); err != nil {
+			return ownership.Response{}, err
 		}
-		cur.Live = live
-		return ownership.Response{Status: created(m), Body: cur.Project(token).JSON(), UID: cur.UID}, nil
-	})
-	if err != nil && applied != nil && isCreate {
-		// The route landed but the endpoint will not commit: take it down again.
-		outs := s.compensate(ctx, mut, []planned{applied.pl})
-		m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-			q := dbsqlc.New(tx)
-			if err := record(ctx, q, *applied, e.UID); err != nil {
-				return err
-			}
-			for _, o := range outs {
-				if err := recordCompensation(ctx, q, org.ID, m.Operation, o); err != nil {
-					return err
-				}
-			}
-			_, err := q.EndpointAbandonCreate(ctx, e.UID)
-			return err
-		})
 	}
-	return resp, err
+	cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if cur.Status == "creating" {
+		if err := cur.setStatus(ctx, q, m.Operation, "live"); err != nil {
+			return ownership.Response{}, err
+		}
+		if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	cur.Live = live
+	return ownership.Response{Status: created(m), Body: cur.Project(m.Intent.Token).JSON(), UID: cur.UID}, nil
 }
 
 // endpointOffering resolves the endpoint's offering: the one named, or, when none is named and
@@ -330,9 +295,8 @@ func boolInt(b bool) int64 {
 // witness (SPEC 3.3: from this moment release is fenced and expiry keeps the origin held), inserts
 // the endpoint, and plans its route. For an existing endpoint it checks nothing changed and
 // re-plans a route that is not active.
-func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec EndpointSpec, placement Placement, b backend.Backend) (Endpoint, *planned, error) {
+func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *effects, org auth.Organization, space, name string, spec EndpointSpec, placement Placement, b backend.Backend) (Endpoint, error) {
 	var e Endpoint
-	var work *planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names the worker).
@@ -361,9 +325,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 			if err != nil {
 				return fmt.Errorf("resource: endpoint's worker: %w", err)
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, script))
-			work = &pl
-			return err
+			return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, script))
 		}
 		// The ceilings (SPEC 5.1) come first, before any other row lock: the endpoint's, and, when
 		// the Host will mint the reservation, the reservations' row too (counted by the mint, which
@@ -417,11 +379,9 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 		case err != nil:
 			return fmt.Errorf("resource: create endpoint: %w", err)
 		}
-		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, w.ScriptName))
-		work = &pl
-		return err
+		return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, w.ScriptName))
 	})
-	return e, work, err
+	return e, err
 }
 
 // DeleteEndpoint deletes the endpoint the binding names. A supplied reservation still activated
@@ -430,7 +390,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 // the route and confirm its absence (backend calls), commit (close the attestation).
 func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (ownership.Response, error) {
 	var e Endpoint
-	var work []planned
+	var run *effects
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		uid := m.Current.UID
@@ -440,102 +400,79 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		if e, err = readEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
 			return err
 		}
+		run = s.deleteEffects(m, org.ID, "endpoint", e.UID, e.Placement)
 		if err := CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
 			return err
 		}
 		if e.Status == "deleted" {
 			return nil
 		}
-		r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
-		if err != nil && !apierr.Is(err, apierr.NotFound) {
+		if e, err = s.markEndpointDeleting(ctx, tx, m, org, e); err != nil {
 			return err
 		}
-		activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
-		if activatedHere && !e.HostMinted {
-			return apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation (takoform_worker_endpoint_activation) first", space, name, r.ID).
-				With("reservationId", r.ID)
-		}
-		if activatedHere {
-			if _, err := s.Reservations.Deactivate(ctx, tx, org.ID, r.ID); err != nil {
-				return err
-			}
-		}
-		if e, err = lockEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
-			return err
-		}
-		if e.Status != "deleting" {
-			if err := e.setStatus(ctx, q, m.Operation, "deleting"); err != nil {
-				return err
-			}
-		}
-		work, err = beginDelete(ctx, q, m.Operation, org.ID, "endpoint", e.UID, e.Placement)
-		return err
+		return run.remove(ctx, q)
 	})
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	outs, err := s.performDeletes(ctx, m, e.Placement, work, e.UID)
-	if err != nil {
+	if err := run.perform(ctx, deleteUnconfirmed); err != nil {
 		return ownership.Response{}, err
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		q := dbsqlc.New(tx)
-		if err := finishDelete(ctx, q, outs, e.UID); err != nil {
+		if err := run.record(ctx, q); err != nil {
 			return ownership.Response{}, err
 		}
-		cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, space, name)
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		if cur.Status != "deleted" {
-			if err := cur.setStatus(ctx, q, m.Operation, "deleted"); err != nil {
-				return ownership.Response{}, err
-			}
-			if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, space, name); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		return ownership.Response{Status: http.StatusOK, Body: cur.Project("").JSON()}, nil
+		return tombstoneEndpoint(ctx, q, m, org, e)
 	})
 }
 
-// Activate activates a supplied reservation with the exact endpoint recorded on it (SPEC 3.3,
-// activation), in one transaction.
-func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string, endpointUID uuid.UUID) (ownership.Response, error) {
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		e, err := readEndpoint(ctx, q, org.ID, &endpointUID, "", "")
-		if err != nil || !e.Present {
-			return ownership.Response{}, apierr.New(apierr.NotFound, "no endpoint with uid %s", endpointUID)
+// markEndpointDeleting is the endpoint delete's own part of its plan transaction: a supplied
+// reservation still activated with the endpoint refuses the delete; a Host-minted one is
+// deactivated; then the endpoint, locked after the reservation in the documented order, is
+// marked deleting.
+func (s *Service) markEndpointDeleting(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, e Endpoint) (Endpoint, error) {
+	q := dbsqlc.New(tx)
+	r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
+	if err != nil && !apierr.Is(err, apierr.NotFound) {
+		return Endpoint{}, err
+	}
+	activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
+	if activatedHere && !e.HostMinted {
+		return Endpoint{}, apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation (takoform_worker_endpoint_activation) first", e.Space, e.Name, r.ID).
+			With("reservationId", r.ID)
+	}
+	if activatedHere {
+		if _, err := s.Reservations.Deactivate(ctx, tx, org.ID, r.ID); err != nil {
+			return Endpoint{}, err
 		}
-		if err := CheckBrake(ctx, tx, org.ID, e.Space, e.WorkerName); err != nil {
-			return ownership.Response{}, err
+	}
+	e, err = lockEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if e.Status != "deleting" {
+		if err := e.setStatus(ctx, q, m.Operation, "deleting"); err != nil {
+			return Endpoint{}, err
 		}
-		if !e.Ready() {
-			return ownership.Response{}, apierr.New(apierr.ActivationMismatch, "endpoint %s/%s is not Ready (%s)", e.Space, e.Name, e.conditions()[0].Reason)
-		}
-		r, err := s.Reservations.Activate(ctx, tx, org.ID, reservationID, e.incarnation())
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		return ownership.Response{Status: created(m), Body: r.Project("").JSON(), UID: r.UID}, nil
-	})
+	}
+	return e, nil
 }
 
-// Deactivate ends a supplied reservation's activation, keeping the endpoint as its witness, in
-// one transaction.
-func (s *Service) Deactivate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string) (ownership.Response, error) {
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		r, err := s.Reservations.Get(ctx, tx, org, reservationID)
-		if err != nil {
+// tombstoneEndpoint is the endpoint delete's own part of its commit transaction, after the
+// record: the endpoint deleted.
+func tombstoneEndpoint(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org auth.Organization, e Endpoint) (ownership.Response, error) {
+	cur, err := lockEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if cur.Status != "deleted" {
+		if err := cur.setStatus(ctx, q, m.Operation, "deleted"); err != nil {
 			return ownership.Response{}, err
 		}
-		if err := CheckBrake(ctx, tx, org.ID, r.Space, r.WorkerName); err != nil {
+		if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name); err != nil {
 			return ownership.Response{}, err
 		}
-		if r, err = s.Reservations.Deactivate(ctx, tx, org.ID, reservationID); err != nil {
-			return ownership.Response{}, err
-		}
-		return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
-	})
+	}
+	return ownership.Response{Status: http.StatusOK, Body: cur.Project("").JSON()}, nil
 }

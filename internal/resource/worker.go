@@ -70,32 +70,6 @@ type callees struct {
 	scripts map[string]string
 }
 
-// Liveness is a backend's own report on a resource's current deployment, read without a
-// transaction: the deployment rows say what the Host admitted; this says whether it serves now.
-type Liveness struct {
-	// Reachable is false when the backend could not be asked.
-	Reachable bool
-	Obs       backend.Observation
-}
-
-// serves reports whether live (when asked) says deployment serves now.
-func (l *Liveness) serves(deployment uuid.UUID) bool {
-	return l == nil || (l.Reachable && l.Obs.Holds(deployment) && l.Obs.Ready)
-}
-
-// condition is why live keeps a resource from Ready (deployment is the one the Host admitted).
-func (l *Liveness) condition(deployment uuid.UUID) (reason, message string) {
-	switch {
-	case !l.Reachable:
-		return "RuntimeUnreachable", "the backend could not be asked how the deployment runs"
-	case !l.Obs.Holds(deployment):
-		return "RuntimePending", "the backend does not hold the current deployment yet"
-	case l.Obs.Reason != "":
-		return l.Obs.Reason, l.Obs.Message
-	}
-	return "RuntimePending", "the backend has not made the current deployment Ready yet"
-}
-
 func workerOf(st dbsqlc.WorkerState) (Worker, error) {
 	w := Worker{WorkerState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
 	if err := json.Unmarshal(st.Settings, &w.Settings); err != nil {
@@ -276,22 +250,6 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	return nil
 }
 
-// selectOffering resolves the offering a request names (or the only eligible one).
-func (s *Service) selectOffering(org auth.Organization, kind string, id *string) (catalog.Offering, catalog.Installation, error) {
-	want := ""
-	if id != nil {
-		want = *id
-	}
-	o, inst, err := s.Catalog.Select(catalog.Organization{ID: org.ID, Name: org.Name}, kind, want)
-	switch {
-	case errors.Is(err, catalog.ErrOfferingAmbiguous):
-		return o, inst, apierr.New(apierr.OfferingAmbiguous, "%s", strings.TrimPrefix(err.Error(), "offering_ambiguous: "))
-	case errors.Is(err, catalog.ErrOfferingUnknown):
-		return o, inst, apierr.New(apierr.OfferingUnknown, "%s", strings.TrimPrefix(err.Error(), "offering_unknown: "))
-	}
-	return o, inst, err
-}
-
 // lockWorker reads and locks a worker by UID, or the standing one named space/name when uid is nil.
 func lockWorker(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UUID, space, name string) (Worker, error) {
 	st, err := q.WorkerLock(ctx, dbsqlc.WorkerLockParams{OrganizationID: org, UID: uid, Space: space, Name: name})
@@ -320,40 +278,6 @@ func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organi
 	}
 	w.Live = s.observe(ctx, w.Placement, backend.NativeWorker, w.ScriptName)
 	return w, nil
-}
-
-// observe asks a resource's backend how its native object runs now (a backend call, never inside
-// a transaction). A pack that cannot be asked reports nothing (nil), and readiness rests on the
-// deployment rows alone.
-func (s *Service) observe(ctx context.Context, p Placement, kind, native string) *Liveness {
-	mut, err := s.mutator(p)
-	if err != nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	obs, err := mut.Observe(ctx, kind, native)
-	if err != nil {
-		return &Liveness{Reachable: false}
-	}
-	return &Liveness{Reachable: true, Obs: obs}
-}
-
-// awaitServing waits, bounded, until the worker's backend serves deployment (a new delivery
-// admits a new incarnation through the update path), and reports what it last saw.
-func (s *Service) awaitServing(ctx context.Context, p Placement, native string, deployment uuid.UUID, within time.Duration) *Liveness {
-	deadline := time.Now().Add(within)
-	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		live := s.observe(ctx, p, backend.NativeWorker, native)
-		if live == nil || live.serves(deployment) || time.Now().Add(pause).After(deadline) {
-			return live
-		}
-		select {
-		case <-ctx.Done():
-			return live
-		case <-time.After(pause):
-		}
-	}
 }
 
 func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
@@ -401,13 +325,6 @@ func equalPtr(a, b *string) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
-func created(m *ownership.Mutation) int {
-	if m.Current == nil {
-		return http.StatusCreated
-	}
-	return http.StatusOK
-}
-
 // PutWorker creates the worker, or applies a changed spec as a new generation, and has it consume
 // its runtime input. Its phases: plan (one transaction, which takes the key), apply (one backend
 // call), consume (the lease's own phases), commit (one transaction that records the outcome, the
@@ -433,100 +350,75 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	w, work, err := s.planWorker(ctx, m, org, space, name, spec, placement)
+	run := s.putEffects(m, org.ID, "worker", placement, mut)
+	w, err := s.planWorker(ctx, m, run, org, space, name, spec, placement)
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	isCreate := m.Current == nil
-	var applied *outcome
-	if work != nil {
-		o := perform(ctx, mut, *work)
-		applied = &o
-		if !o.done {
-			var undone []outcome
-			if isCreate && o.mayHold() {
-				// A create that will not commit never existed: take down what it may have put
-				// there (a script still starting would otherwise run on for ever).
-				undone = s.compensate(ctx, mut, []planned{o.pl})
-			}
-			m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-				q := dbsqlc.New(tx)
-				if err := abandonWorker(ctx, q, o, w.UID, isCreate); err != nil {
-					return err
-				}
-				for _, u := range undone {
-					if err := recordCompensation(ctx, q, org.ID, m.Operation, u); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if errors.Is(o.err, backend.ErrScriptHeld) {
-				return ownership.Response{}, s.scriptHeld(ctx, m, w)
-			}
-			return ownership.Response{}, backendFailed(o)
+	if err := run.perform(ctx, func(o outcome) error {
+		if errors.Is(o.err, backend.ErrScriptHeld) {
+			return s.scriptHeld(ctx, m, w)
 		}
+		return backendFailed(o)
+	}); err != nil {
+		return ownership.Response{}, err
 	}
 	var settle func(context.Context, pgx.Tx) error
 	if w.RuntimeInputReference != nil && !w.inputsSettled() {
-		if applied != nil {
-			// The deployment must read active before the reservation can be bound to it.
-			if err := m.Tx(ctx, func(tx pgx.Tx) error { return record(ctx, dbsqlc.New(tx), *applied, w.UID) }); err != nil {
-				return ownership.Response{}, err
-			}
-			applied = nil
+		// The deployment must read active before the reservation can be bound to it.
+		if err := run.recordNow(ctx); err != nil {
+			return ownership.Response{}, err
 		}
-		settle, err = s.consume(ctx, m, org, w, inst)
-		if err != nil {
-			if isCreate {
-				s.undoCreate(ctx, m, mut, org.ID, w.UID, work)
-			}
+		if settle, err = s.consume(ctx, m, org, w, inst); err != nil {
+			run.undo(ctx) // a create whose runtime input was refused never existed
 			return ownership.Response{}, err
 		}
 	}
 	// The answer says how the backend runs the worker now: the new deployment (or the one
 	// already active), with its delivered values when it has some.
 	deployment := w.DeploymentID
-	if work != nil {
-		deployment = work.deployment
+	if d, ok := run.plannedDeployment(); ok {
+		deployment = d
 	}
 	live := s.awaitServing(ctx, w.Placement, w.ScriptName, deployment, 30*time.Second)
-	token := m.Intent.Token
-	bound, generation := w.callees, w.Generation
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if applied != nil {
-			if err := record(ctx, q, *applied, w.UID); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		if settle != nil {
-			if err := settle(ctx, tx); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
-		if err != nil {
+		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
 			return ownership.Response{}, err
 		}
-		if w.Generation == generation && w.DeploymentStatus == "active" {
-			// This generation is deployed: the index drops the bindings of the one it replaced.
-			if err := keepBindings(ctx, q, w.UID, bound); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		if w.Status == "creating" {
-			w.Status = "live"
-			if err := w.save(ctx, q, m.Operation); err != nil {
-				return ownership.Response{}, err
-			}
-			if w, err = lockWorker(ctx, q, org.ID, &w.UID, space, name); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		w.Live = live
-		return ownership.Response{Status: created(m), Body: w.Project(token).JSON(), UID: w.UID}, nil
+		return s.commitWorker(ctx, tx, m, org, w, settle, live)
 	})
+}
+
+// commitWorker is the worker put's own part of its commit transaction, after the record: the
+// runtime input settled, the bindings of a generation now deployed, the worker live, its answer.
+func (s *Service) commitWorker(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, put Worker, settle func(context.Context, pgx.Tx) error, live *Liveness) (ownership.Response, error) {
+	q := dbsqlc.New(tx)
+	if settle != nil {
+		if err := settle(ctx, tx); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	w, err := lockWorker(ctx, q, org.ID, &put.UID, put.Space, put.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if w.Generation == put.Generation && w.DeploymentStatus == "active" {
+		// This generation is deployed: the index drops the bindings of the one it replaced.
+		if err := keepBindings(ctx, q, w.UID, put.callees); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	if w.Status == "creating" {
+		w.Status = "live"
+		if err := w.save(ctx, q, m.Operation); err != nil {
+			return ownership.Response{}, err
+		}
+		if w, err = lockWorker(ctx, q, org.ID, &w.UID, put.Space, put.Name); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	w.Live = live
+	return ownership.Response{Status: created(m), Body: w.Project(m.Intent.Token).JSON(), UID: w.UID}, nil
 }
 
 // scriptHeld is the refusal of a worker whose script name the backend holds for another worker UID
@@ -552,10 +444,9 @@ func (s *Service) scriptHeld(ctx context.Context, m *ownership.Mutation, w Worke
 }
 
 // planWorker is the first phase: it takes the key and, in one transaction, creates the worker's
-// row or writes its new generation, and plans the deployment (nil when nothing changes).
-func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, *planned, error) {
+// row or writes its new generation, and plans the deployment with run (none when nothing changes).
+func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *effects, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, error) {
 	var w Worker
-	var work *planned
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		// The deployment brake was checked in the lock step (the intent names this worker).
@@ -611,9 +502,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			if err := addBindings(ctx, q, w.UID, w.callees); err != nil {
 				return err
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
-			work = &pl
-			return err
+			return run.apply(ctx, q, w.UID, w.Generation, w.desired(org))
 		}
 		// The caller's row and its callees' rows, in UID order, before anything else is locked.
 		bound, err := lockCallees(ctx, q, org.ID, &m.Current.UID, placement.Installation, spec.Settings.ServiceBindings)
@@ -657,75 +546,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, org aut
 			w.callees = bound
 		}
 		if changed || w.DeploymentStatus != "active" {
-			pl, err := planApply(ctx, q, m, org.ID, "worker", w.UID, w.Generation, placement, w.desired(org))
-			work = &pl
-			return err
+			return run.apply(ctx, q, w.UID, w.Generation, w.desired(org))
 		}
 		return nil
 	})
-	return w, work, err
-}
-
-// abandonWorker records, in the refusal's transaction, an apply that did not land; a create that
-// never committed leaves the uniqueness constraints.
-func abandonWorker(ctx context.Context, q *dbsqlc.Queries, o outcome, uid uuid.UUID, isCreate bool) error {
-	if err := record(ctx, q, o, uid); err != nil {
-		return err
-	}
-	if isCreate {
-		_, err := q.ResourceAbandonCreate(ctx, uid)
-		return err
-	}
-	return nil
-}
-
-// undoCreate takes down a create that landed on the backend but will not commit (its runtime
-// input was refused): one backend delete per deployment, recorded by the refusal.
-func (s *Service) undoCreate(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, org string, uid uuid.UUID, work *planned) {
-	if work == nil {
-		return
-	}
-	outs := s.compensate(ctx, mut, []planned{*work})
-	m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		for _, o := range outs {
-			if err := recordCompensation(ctx, q, org, m.Operation, o); err != nil {
-				return err
-			}
-		}
-		_, err := q.ResourceAbandonCreate(ctx, uid)
-		if err == nil {
-			_, err = q.EndpointAbandonCreate(ctx, uid)
-		}
-		return err
-	})
-}
-
-// recordCompensation writes a compensating delete into the ledger: a delete effect of the
-// deployment, and the deployment deleted when the backend confirmed it, or left deleting for the
-// janitor. One the backend did not confirm is recorded under an operation of its own, committed,
-// so that every fence counts the deployment as live (the refused operation it undoes would not)
-// until the janitor confirms its absence.
-func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
-	status, to := "failed", "deleting"
-	if o.done {
-		status, to = "succeeded", "deleted"
-	} else {
-		operation = uuid.New()
-		code := "compensation_pending"
-		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: "committed", Code: &code,
-		}); err != nil {
-			return fmt.Errorf("resource: record pending compensation: %w", err)
-		}
-	}
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
-		return err
-	}
-	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
-		return err
-	}
-	return recordLingering(ctx, q, o)
+	return w, err
 }
 
 // consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the
@@ -777,82 +602,97 @@ func readyWorker(ctx context.Context, q *dbsqlc.Queries, org, space, name string
 // attestation, release its Host-minted reservations, tombstone).
 func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string) (ownership.Response, error) {
 	var w Worker
-	var work []planned
+	var run *effects
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		var err error
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
+		run = s.deleteEffects(m, org.ID, "worker", w.UID, w.Placement)
 		if w.Status == "deleted" {
 			return nil
 		}
-		endpoints, err := q.WorkerStandingEndpoints(ctx, w.UID)
-		if err != nil {
-			return fmt.Errorf("resource: worker endpoints: %w", err)
+		if err := w.markDeleting(ctx, q, m.Operation); err != nil {
+			return err
 		}
-		if len(endpoints) > 0 {
-			return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", space, name, strings.Join(endpoints, ", ")).
-				With("endpoints", endpoints)
-		}
-		// Under this row's lock: a caller's put that binds to it locks it too (lockCallees), so
-		// either that put committed its binding before this reads, or it waits and then finds the
-		// worker being deleted (SPEC 3.6).
-		callers, err := q.WorkerCallers(ctx, w.UID)
-		if err != nil {
-			return fmt.Errorf("resource: worker callers: %w", err)
-		}
-		if len(callers) > 0 {
-			return apierr.New(apierr.WorkerHasCallers, "worker %s/%s is bound to by %s: destroy them, or remove their service bindings to it, first", space, name, strings.Join(callers, ", ")).
-				With("callers", callers)
-		}
-		claims, err := q.PreparationClaimsOnWorker(ctx, &w.UID)
-		if err != nil {
-			return fmt.Errorf("resource: worker claims: %w", err)
-		}
-		if len(claims) > 0 {
-			return apierr.New(apierr.LeaseClaimed, "worker %s/%s holds an unexpired runtime-input claim (%s); its deletion waits until the lease settles, is aborted or expires", space, name, strings.Join(claims, ", "))
-		}
-		if w.Status != "deleting" {
-			w.Status = "deleting"
-			if err := w.save(ctx, q, m.Operation); err != nil {
-				return err
-			}
-		}
-		work, err = beginDelete(ctx, q, m.Operation, org.ID, "worker", w.UID, w.Placement)
-		return err
+		return run.remove(ctx, q)
 	})
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	outs, err := s.performDeletes(ctx, m, w.Placement, work, w.UID)
-	if err != nil {
+	if err := run.perform(ctx, deleteUnconfirmed); err != nil {
 		return ownership.Response{}, err
 	}
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if err := finishDelete(ctx, q, outs, w.UID); err != nil {
+		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
 			return ownership.Response{}, err
 		}
-		w, err := lockWorker(ctx, q, org.ID, &w.UID, space, name)
-		if err != nil {
-			return ownership.Response{}, err
-		}
-		if w.Status != "deleted" {
-			w.Status = "deleted"
-			if err := w.save(ctx, q, m.Operation); err != nil {
-				return ownership.Response{}, err
-			}
-		}
-		// That worker UID can never mint again: its Host-minted reservations go, under the fences.
-		if err := s.Reservations.ReleaseMintedOf(ctx, tx, org.ID, w.UID); err != nil {
-			return ownership.Response{}, err
-		}
-		if w, err = lockWorker(ctx, q, org.ID, &w.UID, space, name); err != nil {
-			return ownership.Response{}, err
-		}
-		return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
+		return s.tombstoneWorker(ctx, tx, m, org, w)
 	})
+}
+
+// markDeleting is the worker delete's own part of its plan transaction: refused while an endpoint
+// still stands on the worker (SPEC 3.3, safe destroy order), a caller binds to it, or a
+// runtime-input claim on it is unexpired; otherwise the worker is marked deleting.
+func (w *Worker) markDeleting(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
+	endpoints, err := q.WorkerStandingEndpoints(ctx, w.UID)
+	if err != nil {
+		return fmt.Errorf("resource: worker endpoints: %w", err)
+	}
+	if len(endpoints) > 0 {
+		return apierr.New(apierr.WorkerHasEndpoints, "worker %s/%s still has endpoints (%s): destroy them first", w.Space, w.Name, strings.Join(endpoints, ", ")).
+			With("endpoints", endpoints)
+	}
+	// Under this row's lock: a caller's put that binds to it locks it too (lockCallees), so
+	// either that put committed its binding before this reads, or it waits and then finds the
+	// worker being deleted (SPEC 3.6).
+	callers, err := q.WorkerCallers(ctx, w.UID)
+	if err != nil {
+		return fmt.Errorf("resource: worker callers: %w", err)
+	}
+	if len(callers) > 0 {
+		return apierr.New(apierr.WorkerHasCallers, "worker %s/%s is bound to by %s: destroy them, or remove their service bindings to it, first", w.Space, w.Name, strings.Join(callers, ", ")).
+			With("callers", callers)
+	}
+	claims, err := q.PreparationClaimsOnWorker(ctx, &w.UID)
+	if err != nil {
+		return fmt.Errorf("resource: worker claims: %w", err)
+	}
+	if len(claims) > 0 {
+		return apierr.New(apierr.LeaseClaimed, "worker %s/%s holds an unexpired runtime-input claim (%s); its deletion waits until the lease settles, is aborted or expires", w.Space, w.Name, strings.Join(claims, ", "))
+	}
+	if w.Status != "deleting" {
+		w.Status = "deleting"
+		if err := w.save(ctx, q, operation); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tombstoneWorker is the worker delete's own part of its commit transaction, after the record:
+// the worker deleted, and its Host-minted reservations released.
+func (s *Service) tombstoneWorker(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, deleting Worker) (ownership.Response, error) {
+	q := dbsqlc.New(tx)
+	w, err := lockWorker(ctx, q, org.ID, &deleting.UID, deleting.Space, deleting.Name)
+	if err != nil {
+		return ownership.Response{}, err
+	}
+	if w.Status != "deleted" {
+		w.Status = "deleted"
+		if err := w.save(ctx, q, m.Operation); err != nil {
+			return ownership.Response{}, err
+		}
+	}
+	// That worker UID can never mint again: its Host-minted reservations go, under the fences.
+	if err := s.Reservations.ReleaseMintedOf(ctx, tx, org.ID, w.UID); err != nil {
+		return ownership.Response{}, err
+	}
+	if w, err = lockWorker(ctx, q, org.ID, &w.UID, deleting.Space, deleting.Name); err != nil {
+		return ownership.Response{}, err
+	}
+	return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
 }
 
 // lockCallees locks the workers a caller binds to, with the caller itself when it exists, in UID

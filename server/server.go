@@ -29,7 +29,6 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
-	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // DefaultBodyLimit bounds every request body.
@@ -260,7 +259,7 @@ func (s *Server) Sweep(ctx context.Context) {
 	} else if n > 0 {
 		s.log.Info("recovered operations left by a stopped Host", "count", n)
 	}
-	if n, err := s.resources.CollectOrphans(ctx, s.cfg.DB, dbsqlc.New(s.cfg.DB)); err != nil {
+	if n, err := s.resources.CollectOrphans(ctx, s.cfg.DB); err != nil {
 		warn("collect orphaned deployments", err)
 	} else if n > 0 {
 		s.log.Info("took down deployments of creates that never committed", "count", n)

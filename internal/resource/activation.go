@@ -2,7 +2,6 @@ package resource
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -22,7 +21,7 @@ func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.
 		if err != nil || !e.Present {
 			return ownership.Response{}, apierr.New(apierr.NotFound, "no endpoint with uid %s", endpointUID)
 		}
-		if err := CheckBrake(ctx, tx, org.ID, e.Space, e.WorkerName); err != nil {
+		if err := ownership.CheckBrake(ctx, tx, org.ID, e.Space, e.WorkerName); err != nil {
 			return ownership.Response{}, err
 		}
 		if !e.Ready() {
@@ -32,7 +31,7 @@ func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.
 		if err != nil {
 			return ownership.Response{}, err
 		}
-		return ownership.Response{Status: created(m), Body: r.Project("").JSON(), UID: r.UID}, nil
+		return ownership.Answer(m.Current == nil, r.Project("").JSON(), r.UID), nil
 	})
 }
 
@@ -44,12 +43,12 @@ func (s *Service) Deactivate(ctx context.Context, m *ownership.Mutation, org aut
 		if err != nil {
 			return ownership.Response{}, err
 		}
-		if err := CheckBrake(ctx, tx, org.ID, r.Space, r.WorkerName); err != nil {
+		if err := ownership.CheckBrake(ctx, tx, org.ID, r.Space, r.WorkerName); err != nil {
 			return ownership.Response{}, err
 		}
 		if r, err = s.Reservations.Deactivate(ctx, tx, org.ID, reservationID); err != nil {
 			return ownership.Response{}, err
 		}
-		return ownership.Response{Status: http.StatusOK, Body: r.Project("").JSON(), UID: r.UID}, nil
+		return ownership.Answer(false, r.Project("").JSON(), r.UID), nil
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 
 	"github.com/google/uuid"
@@ -19,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
@@ -176,8 +176,8 @@ func (e Endpoint) desired(org auth.Organization, scriptName string) backend.Desi
 // route), apply (one backend call), commit (record the route, the endpoint live, a Host-minted
 // reservation activated, the binding).
 func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec EndpointSpec) (ownership.Response, error) {
-	if !namePattern.MatchString(space) || !namePattern.MatchString(name) || !namePattern.MatchString(spec.Worker) {
-		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "space, name and worker must each match %s", namePattern)
+	if !vocab.Name.MatchString(space) || !vocab.Name.MatchString(name) || !vocab.Name.MatchString(spec.Worker) {
+		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "space, name and worker must each match %s", vocab.NamePattern)
 	}
 	if spec.OriginReservationID != nil {
 		if err := reservation.CheckID(*spec.OriginReservationID); err != nil {
@@ -252,7 +252,7 @@ func (s *Service) commitEndpoint(ctx context.Context, tx pgx.Tx, m *ownership.Mu
 		}
 	}
 	cur.Live = live
-	return ownership.Response{Status: created(m), Body: cur.Project(m.Intent.Token).JSON(), UID: cur.UID}, nil
+	return ownership.Answer(m.Current == nil, cur.Project(m.Intent.Token).JSON(), cur.UID), nil
 }
 
 // endpointOffering resolves the endpoint's offering: the one named, or, when none is named and
@@ -401,7 +401,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 			return err
 		}
 		run = s.deleteEffects(m, org.ID, "endpoint", e.UID, e.Placement)
-		if err := CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
+		if err := ownership.CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
 			return err
 		}
 		if e.Status == "deleted" {
@@ -474,5 +474,5 @@ func tombstoneEndpoint(ctx context.Context, q *dbsqlc.Queries, m *ownership.Muta
 			return ownership.Response{}, err
 		}
 	}
-	return ownership.Response{Status: http.StatusOK, Body: cur.Project("").JSON()}, nil
+	return ownership.Answer(false, cur.Project("").JSON(), uuid.Nil), nil
 }

@@ -123,8 +123,11 @@ func observe(ctx context.Context, mut backend.Mutator, pl planned) (outcome, err
 // CollectOrphans takes down what creates that never committed left open on a backend (their
 // compensation could not be confirmed), for the janitor: one delete per deployment, each read
 // back and recorded under an operation of the janitor's own. It reports how many it closed.
-func (s *Service) CollectOrphans(ctx context.Context, db store.Beginner, q *dbsqlc.Queries) (int, error) {
-	rows, err := q.DeploymentsOrphaned(ctx)
+func (s *Service) CollectOrphans(ctx context.Context, db interface {
+	store.Beginner
+	dbsqlc.DBTX
+}) (int, error) {
+	rows, err := dbsqlc.New(db).DeploymentsOrphaned(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("resource: orphaned deployments: %w", store.Classify(err))
 	}

@@ -4,15 +4,13 @@
 // transaction or one backend call, never both, and records its backend effects in the operation
 // ledger (planned -> dispatched -> succeeded | failed). The phase runner of a put's or a delete's
 // backend effects is effects (phases.go); the deployment and effect primitives it uses, with the
-// liveness reads, are in deploy.go; crash recovery is in recovery.go.
+// liveness reads, are in deploy.go; crash recovery is in recovery.go; the attestation and operation
+// reads are in reads.go.
 package resource
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
-	"regexp"
 	"strings"
 	"time"
 
@@ -22,10 +20,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
-	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
-	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // Ownership kinds and provider resource types.
@@ -39,8 +35,6 @@ const (
 // BackendCallTimeout bounds one backend call, admission wait included, inside an ownership lease
 // (renewed while the call runs), so that a call cannot outlive the request that made it.
 const BackendCallTimeout = 45 * time.Second
-
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
 // Placement is where a resource runs (see catalog.Placement).
 type Placement = catalog.Placement
@@ -63,23 +57,6 @@ type Condition struct {
 	Message string `json:"message"`
 }
 
-// CheckBrake refuses a graph-changing mutation while a deployment brake covers the organization
-// or the worker (SPEC 3.6). worker is the worker name the mutation changes, or empty.
-func CheckBrake(ctx context.Context, db dbsqlc.DBTX, org, space, worker string) error {
-	params := dbsqlc.BrakeEngagedParams{OrganizationID: &org}
-	if worker != "" {
-		params.Space, params.WorkerName = &space, &worker
-	}
-	engaged, err := dbsqlc.New(db).BrakeEngaged(ctx, params)
-	if err != nil {
-		return fmt.Errorf("resource: read brakes: %w", err)
-	}
-	if engaged {
-		return apierr.New(apierr.DeploymentBrake, "a deployment brake covers this change: graph-changing mutations are refused until an operator releases it (reads continue)")
-	}
-	return nil
-}
-
 // txFunc is a phase transaction.
 type txFunc = func(ctx context.Context, fn func(pgx.Tx) error) error
 
@@ -97,11 +74,4 @@ func (s *Service) selectOffering(org auth.Organization, kind string, id *string)
 		return o, inst, apierr.New(apierr.OfferingUnknown, "%s", strings.TrimPrefix(err.Error(), "offering_unknown: "))
 	}
 	return o, inst, err
-}
-
-func created(m *ownership.Mutation) int {
-	if m.Current == nil {
-		return http.StatusCreated
-	}
-	return http.StatusOK
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -25,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
@@ -33,8 +33,7 @@ import (
 const maxModules = 64
 
 var (
-	bindingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	moduleName  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]{0,127}$`)
+	moduleName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]{0,127}$`)
 )
 
 // WorkerSpec is the body of PUT /v1/spaces/{space}/workers/{name}.
@@ -201,11 +200,11 @@ func (w Worker) Project(token string) WorkerProjection {
 func (p WorkerProjection) JSON() []byte { return wire.JSON(p) }
 
 func validateWorker(space, name string, spec *WorkerSpec) error {
-	if !namePattern.MatchString(space) {
-		return apierr.New(apierr.InvalidRequest, "space %q must match %s", space, namePattern)
+	if !vocab.Name.MatchString(space) {
+		return apierr.New(apierr.InvalidRequest, "space %q must match %s", space, vocab.NamePattern)
 	}
-	if !namePattern.MatchString(name) {
-		return apierr.New(apierr.InvalidRequest, "worker name %q must match %s", name, namePattern)
+	if !vocab.Name.MatchString(name) {
+		return apierr.New(apierr.InvalidRequest, "worker name %q must match %s", name, vocab.NamePattern)
 	}
 	if len(spec.Modules) == 0 || len(spec.Modules) > maxModules {
 		return apierr.New(apierr.InvalidRequest, "modules must hold 1 to %d modules", maxModules)
@@ -228,8 +227,8 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 	}
 	seen := map[string]bool{}
 	for _, v := range spec.RequiredSensitiveVars {
-		if !bindingName.MatchString(v) {
-			return apierr.New(apierr.InvalidRequest, "requiredSensitiveVars entry %q must match %s", v, bindingName)
+		if !vocab.BindingName.MatchString(v) {
+			return apierr.New(apierr.InvalidRequest, "requiredSensitiveVars entry %q must match %s", v, vocab.BindingNamePattern)
 		}
 		if seen[v] {
 			return apierr.New(apierr.InvalidRequest, "requiredSensitiveVars names %q twice", v)
@@ -418,7 +417,7 @@ func (s *Service) commitWorker(ctx context.Context, tx pgx.Tx, m *ownership.Muta
 		}
 	}
 	w.Live = live
-	return ownership.Response{Status: created(m), Body: w.Project(m.Intent.Token).JSON(), UID: w.UID}, nil
+	return ownership.Answer(m.Current == nil, w.Project(m.Intent.Token).JSON(), w.UID), nil
 }
 
 // scriptHeld is the refusal of a worker whose script name the backend holds for another worker UID
@@ -692,7 +691,7 @@ func (s *Service) tombstoneWorker(ctx context.Context, tx pgx.Tx, m *ownership.M
 	if w, err = lockWorker(ctx, q, org.ID, &w.UID, deleting.Space, deleting.Name); err != nil {
 		return ownership.Response{}, err
 	}
-	return ownership.Response{Status: http.StatusOK, Body: w.Project("").JSON()}, nil
+	return ownership.Answer(false, w.Project("").JSON(), uuid.Nil), nil
 }
 
 // lockCallees locks the workers a caller binds to, with the caller itself when it exists, in UID

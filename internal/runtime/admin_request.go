@@ -8,16 +8,14 @@ import (
 	"regexp"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // maxBody bounds a request body: a bundle's modules travel in one script PUT.
 const maxBody = 32 << 20
 
-var (
-	scriptNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	hostnamePattern   = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
-	idPattern         = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
-)
+// idPattern is an effect id of the admin API.
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$`)
 
 // invalid is the 422 problem of a request that is not well formed.
 func invalid(format string, args ...any) error {
@@ -42,8 +40,8 @@ func decode(r *http.Request, v any) error {
 // scriptName is the request path's script name, when well formed.
 func scriptName(r *http.Request) (string, error) {
 	name := r.PathValue("scriptName")
-	if !scriptNamePattern.MatchString(name) {
-		return "", invalid("script name %q does not match %s", name, scriptNamePattern)
+	if !vocab.Name.MatchString(name) {
+		return "", invalid("script name %q does not match %s", name, vocab.NamePattern)
 	}
 	return name, nil
 }
@@ -51,7 +49,7 @@ func scriptName(r *http.Request) (string, error) {
 // hostname is the request path's hostname, when a lowercase DNS name.
 func hostname(r *http.Request) (string, error) {
 	h := r.PathValue("hostname")
-	if len(h) > 253 || !hostnamePattern.MatchString(h) {
+	if !vocab.IsHostname(h) {
 		return "", invalid("hostname %q must be a lowercase DNS name without a port", h)
 	}
 	return h, nil

@@ -6,6 +6,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // putRoute routes a hostname to a script for one endpoint UID (desired.PutRoute).
@@ -21,8 +22,8 @@ func (n *Node) putRoute(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := checkID("effectId", req.EffectID); err != nil {
 		return nil, err
 	}
-	if !scriptNamePattern.MatchString(req.ScriptName) {
-		return nil, invalid("scriptName %q does not match %s", req.ScriptName, scriptNamePattern)
+	if !vocab.Name.MatchString(req.ScriptName) {
+		return nil, invalid("scriptName %q does not match %s", req.ScriptName, vocab.NamePattern)
 	}
 	if err := checkID("endpointUid", req.EndpointUID); err != nil {
 		return nil, err

@@ -21,11 +21,11 @@ import (
 type Workerd struct {
 	addr        string
 	bindingAddr string
-	cmd    *exec.Cmd
-	dir    string
-	done   chan struct{}
-	output *limitedBuffer
-	once   sync.Once
+	cmd         *exec.Cmd
+	dir         string
+	done        chan struct{}
+	output      *limitedBuffer
+	once        sync.Once
 }
 
 // StartWorkerd runs the dispatch worker in the workerd binary at path, its ROUTES binding served

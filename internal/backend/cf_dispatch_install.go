@@ -82,8 +82,10 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 
 	u := cloudflare.Upload{
 		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
-		Modules:            []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
-		PlainText:          map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest},
+		Modules: []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		// The contract binding is what a caller's upload reads back before it binds to the
+		// Binding entrypoint (an older dispatch worker has none: bindings are refused, not broken).
+		PlainText:          map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest, dispatch.ContractBinding: strconv.Itoa(dispatch.Contract)},
 		KVNamespaces:       map[string]string{dispatch.RoutesBinding: inst.RoutingKVNamespaceID},
 		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: inst.DispatchNamespace},
 	}
@@ -105,14 +107,15 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 
 // installedDispatch is what the dispatch worker's script holds, from its settings readback.
 type installedDispatch struct {
-	routes, dispatcher, cacheTTL, source string
-	workerUID                            bool
+	routes, dispatcher, cacheTTL, source, contract string
+	workerUID                                      bool
 }
 
 // is reports whether the script holds what InstallDispatch uploads: the same check decides
 // "unchanged" before an upload and whether the upload landed after it.
 func (d *installedDispatch) is(inst catalog.Installation, cacheTTL, source string) bool {
-	return d.routes == inst.RoutingKVNamespaceID && d.dispatcher == inst.DispatchNamespace && d.cacheTTL == cacheTTL && d.source == source
+	return d.routes == inst.RoutingKVNamespaceID && d.dispatcher == inst.DispatchNamespace && d.cacheTTL == cacheTTL && d.source == source &&
+		d.contract == strconv.Itoa(dispatch.Contract)
 }
 
 func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.Installation, classify func(error) error) (*installedDispatch, error) {
@@ -134,6 +137,8 @@ func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.In
 			out.cacheTTL = b.Text
 		case b.Name == BindingDispatchSource && b.Type == "plain_text":
 			out.source = b.Text
+		case b.Name == dispatch.ContractBinding && b.Type == "plain_text":
+			out.contract = b.Text
 		case b.Name == BindingWorkerUID:
 			out.workerUID = true
 		}

@@ -164,8 +164,8 @@ func hostOf(origin string) string {
 	return u.Hostname()
 }
 
-func (e Endpoint) desired(org auth.Organization, scriptName string) backend.Desired {
-	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName,
+func (e Endpoint) desired(org auth.Organization, scriptName string, cpuMs int64) backend.Desired {
+	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName, CPUMs: cpuMs,
 		Labels: backend.Labels{Organization: org.Name, Space: e.Space, Worker: e.WorkerName}}
 }
 
@@ -357,11 +357,15 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 			if e.DeploymentStatus == "active" {
 				return nil
 			}
-			script, err := q.WorkerScriptName(ctx, e.WorkerUID)
+			st, err := q.WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, UID: &e.WorkerUID})
 			if err != nil {
 				return fmt.Errorf("resource: endpoint's worker: %w", err)
 			}
-			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, script))
+			ew, err := workerOf(st)
+			if err != nil {
+				return fmt.Errorf("resource: endpoint's worker: %w", err)
+			}
+			pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, ew.ScriptName, ew.Settings.LimitsOrZero().CPUMs))
 			work = &pl
 			return err
 		}
@@ -417,7 +421,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, org a
 		case err != nil:
 			return fmt.Errorf("resource: create endpoint: %w", err)
 		}
-		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, w.ScriptName))
+		pl, err := planApply(ctx, q, m, org.ID, "endpoint", e.UID, e.Generation, placement, e.desired(org, w.ScriptName, w.Settings.LimitsOrZero().CPUMs))
 		work = &pl
 		return err
 	})

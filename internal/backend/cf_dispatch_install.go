@@ -80,15 +80,7 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 		out.Action = "updated"
 	}
 
-	u := cloudflare.Upload{
-		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
-		Modules: []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
-		// The contract binding is what a caller's upload reads back before it binds to the
-		// Binding entrypoint (an older dispatch worker has none: bindings are refused, not broken).
-		PlainText:          map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest, dispatch.ContractBinding: strconv.Itoa(dispatch.Contract)},
-		KVNamespaces:       map[string]string{dispatch.RoutesBinding: inst.RoutingKVNamespaceID},
-		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: inst.DispatchNamespace},
-	}
+	u := DispatchUpload(inst, out.CacheTTLSeconds)
 	// The upload is the same whole script every time, so a retry after a lost answer is harmless;
 	// the readback below says what Cloudflare holds either way.
 	upErr := cloudflare.Account{ID: inst.AccountID}.Upload(ctx, sdk, inst.DispatchWorkerName, u)
@@ -103,6 +95,21 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 		return out, fmt.Errorf("installation %s: the dispatch worker %s does not read back as uploaded", inst.Name, inst.DispatchWorkerName)
 	}
 	return out, nil
+}
+
+// DispatchUpload is the upload of the dispatch worker of inst, its routing reads cached for
+// cacheTTL seconds.
+func DispatchUpload(inst catalog.Installation, cacheTTL int) cloudflare.Upload {
+	return cloudflare.Upload{
+		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
+		Modules: []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		// The contract binding is what a caller's upload reads back before it binds to the
+		// Binding entrypoint (an older dispatch worker has none: bindings are refused, not broken).
+		PlainText: map[string]string{dispatch.CacheTTLBinding: strconv.Itoa(cacheTTL), BindingDispatchSource: dispatchSourceDigest(),
+			dispatch.ContractBinding: strconv.Itoa(dispatch.Contract)},
+		KVNamespaces:       map[string]string{dispatch.RoutesBinding: inst.RoutingKVNamespaceID},
+		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: inst.DispatchNamespace},
+	}
 }
 
 // installedDispatch is what the dispatch worker's script holds, from its settings readback.

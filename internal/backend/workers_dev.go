@@ -404,8 +404,15 @@ func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
 		return err
 	}
 	now, err := c.read(ctx, sdk, d.NativeName)
-	if err != nil || now == nil {
+	if err != nil {
 		return err
+	}
+	if now == nil {
+		// Gone already (a retry after a lost answer): its script entry may still stand.
+		if r, ok := c.routes.(wfpRoutes); ok {
+			return r.deleteScriptEntry(ctx, sdk, d.NativeName, d.ResourceUID.String())
+		}
+		return nil
 	}
 	// Cloudflare's DELETE is unconditional: a late delete from a replaced worker must not remove
 	// its successor, which holds the name under another UID (SPEC 3.4).

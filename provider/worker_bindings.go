@@ -99,7 +99,7 @@ func limitsAttribute() schema.SingleNestedAttribute {
 		Optional:            true,
 		Attributes: map[string]schema.Attribute{
 			"cpu_ms": schema.Int64Attribute{
-				MarkdownDescription: "Milliseconds one request may take. On `selfhost` offerings it bounds the request's wall time at the edge (the client gets `504` past it); on Cloudflare offerings it is the script's `cpu_ms` limit.",
+				MarkdownDescription: "Milliseconds one request may take. On `selfhost` offerings it bounds the request's wall time at the edge (the client gets `504` past it); on `workers-dev` it is the script's `cpu_ms` limit; on `wfp-managed` the dispatch worker applies it to every request and service binding call (Cloudflare's error past it is a `503` `worker_exceeded_limits` problem).",
 				Optional:            true,
 				Validators:          []validator.Int64{int64validator.AtLeast(1)},
 			},

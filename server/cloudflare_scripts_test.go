@@ -557,28 +557,3 @@ func TestRecoveryOfAStoppedCloudflareDeliverySettlesByTheValueFreeReadbackOrFail
 		})
 	}
 }
-
-// TestWFPManagedRefusesWhatItCannotCarryYet: service bindings and limits.cpuMs on a wfp-managed
-// offering are refused with 422 (its routing entry carries neither yet), and
-// nothing lands in the namespace.
-func TestWFPManagedRefusesWhatItCannotCarryYet(t *testing.T) {
-	t.Parallel()
-	c := setupCFScripts(t, cfScriptsOptions{})
-	callee := workerBody()
-	callee["offeringId"] = "wfp-worker"
-	r := c.putWorker("prod", "auth", tokenA, callee)
-	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
-	uid := r.json(t)["uid"].(string)
-
-	for name, change := range map[string]func(map[string]any){
-		"service binding": func(b map[string]any) { b["serviceBindings"] = map[string]string{"AUTH": uid} },
-		"cpu limit":       func(b map[string]any) { b["limits"] = map[string]any{"cpuMs": 50} },
-	} {
-		b := workerBody()
-		b["offeringId"] = "wfp-worker"
-		change(b)
-		p := c.putWorker("prod", "api", tokenB, b).problem(t, http.StatusUnprocessableEntity, "invalid_request")
-		require.Contains(t, p["detail"], "not supported on wfp-managed", name)
-	}
-	require.Len(t, c.standin.ScriptNames(cfNamespace), 1, "only the callee's script is in the namespace")
-}

@@ -80,13 +80,7 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 		out.Action = "updated"
 	}
 
-	u := cloudflare.Upload{
-		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
-		Modules:            []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
-		PlainText:          map[string]string{dispatch.CacheTTLBinding: cacheTTL, BindingDispatchSource: digest},
-		KVNamespaces:       map[string]string{dispatch.RoutesBinding: inst.RoutingKVNamespaceID},
-		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: inst.DispatchNamespace},
-	}
+	u := DispatchUpload(inst, out.CacheTTLSeconds)
 	// The upload is the same whole script every time, so a retry after a lost answer is harmless;
 	// the readback below says what Cloudflare holds either way.
 	upErr := cloudflare.Account{ID: inst.AccountID}.Upload(ctx, sdk, inst.DispatchWorkerName, u)
@@ -103,16 +97,32 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 	return out, nil
 }
 
+// DispatchUpload is the upload of the dispatch worker of inst, its routing reads cached for
+// cacheTTL seconds.
+func DispatchUpload(inst catalog.Installation, cacheTTL int) cloudflare.Upload {
+	return cloudflare.Upload{
+		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
+		Modules: []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		// The contract binding is what a caller's upload reads back before it binds to the
+		// Binding entrypoint (an older dispatch worker has none: bindings are refused, not broken).
+		PlainText: map[string]string{dispatch.CacheTTLBinding: strconv.Itoa(cacheTTL), BindingDispatchSource: dispatchSourceDigest(),
+			dispatch.ContractBinding: strconv.Itoa(dispatch.Contract)},
+		KVNamespaces:       map[string]string{dispatch.RoutesBinding: inst.RoutingKVNamespaceID},
+		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: inst.DispatchNamespace},
+	}
+}
+
 // installedDispatch is what the dispatch worker's script holds, from its settings readback.
 type installedDispatch struct {
-	routes, dispatcher, cacheTTL, source string
-	workerUID                            bool
+	routes, dispatcher, cacheTTL, source, contract string
+	workerUID                                      bool
 }
 
 // is reports whether the script holds what InstallDispatch uploads: the same check decides
 // "unchanged" before an upload and whether the upload landed after it.
 func (d *installedDispatch) is(inst catalog.Installation, cacheTTL, source string) bool {
-	return d.routes == inst.RoutingKVNamespaceID && d.dispatcher == inst.DispatchNamespace && d.cacheTTL == cacheTTL && d.source == source
+	return d.routes == inst.RoutingKVNamespaceID && d.dispatcher == inst.DispatchNamespace && d.cacheTTL == cacheTTL && d.source == source &&
+		d.contract == strconv.Itoa(dispatch.Contract)
 }
 
 func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.Installation, classify func(error) error) (*installedDispatch, error) {
@@ -134,6 +144,8 @@ func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.In
 			out.cacheTTL = b.Text
 		case b.Name == BindingDispatchSource && b.Type == "plain_text":
 			out.source = b.Text
+		case b.Name == dispatch.ContractBinding && b.Type == "plain_text":
+			out.contract = b.Text
 		case b.Name == BindingWorkerUID:
 			out.workerUID = true
 		}

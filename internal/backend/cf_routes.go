@@ -242,7 +242,8 @@ func (r wfpRoutes) Apply(ctx context.Context, d Desired) (Observation, error) {
 	if now != nil && now.EndpointUID != d.ResourceUID.String() {
 		return Observation{}, fmt.Errorf("%w: the routing entry of %s on installation %s names another endpoint", ErrScriptHeld, d.NativeName, r.inst.Name)
 	}
-	value, err := json.Marshal(routeEntry{RouteEntry: dispatch.RouteEntry{ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String()}, DeploymentID: d.DeploymentID.String()})
+	// The entry carries the worker's cpuMs, which the dispatch worker dispatches with (SPEC 8).
+	value, err := json.Marshal(routeEntry{RouteEntry: dispatch.RouteEntry{ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), CPUMs: d.CPUMs}, DeploymentID: d.DeploymentID.String()})
 	if err != nil {
 		return Observation{}, err
 	}

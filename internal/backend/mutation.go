@@ -87,8 +87,10 @@ type Desired struct {
 	// Worker: the bundle and the names of its secret bindings.
 	Bundle      *Bundle
 	SecretNames []string
-	// Endpoint: the script the route sends to.
+	// Endpoint: the script the route sends to, and its worker's limits.cpuMs where the route
+	// carries it (wfp-managed).
 	ScriptName string
+	CPUMs      int64
 }
 
 // Observation is what the backend reports of one native object.

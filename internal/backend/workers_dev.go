@@ -17,6 +17,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -334,6 +335,23 @@ func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observa
 		return Observation{}, fmt.Errorf("%w: script %s on installation %s", ErrScriptHeld, d.NativeName, c.inst.Name)
 	}
 	u := upload(d, now)
+	if c.inst.Pack == catalog.PackWFPManaged {
+		// The dispatch worker applies the limit (SPEC 8), and a namespace script's service
+		// binding cannot resolve a sibling: each is a binding to the dispatch worker's Binding
+		// entrypoint, props naming the callee (dispatch.BindingProps).
+		u.CPUMs = 0
+		if len(u.Services) > 0 {
+			if err := c.checkDispatchContract(ctx, sdk); err != nil {
+				return Observation{}, err
+			}
+			u.Entrypoints = map[string]cloudflare.EntrypointBinding{}
+			for name, script := range u.Services {
+				u.Entrypoints[name] = cloudflare.EntrypointBinding{Service: c.inst.DispatchWorkerName, Entrypoint: dispatch.BindingEntrypoint,
+					Props: dispatch.BindingProps{CalleeScript: script, CalleeUID: d.Bundle.Settings.ServiceBindings[name]}}
+			}
+			u.Services = nil
+		}
+	}
 	if err := c.call(ctx, func() error { return c.place.Upload(ctx, sdk, d.NativeName, u) }); err != nil {
 		return Observation{}, c.classify(err)
 	}
@@ -386,8 +404,15 @@ func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
 		return err
 	}
 	now, err := c.read(ctx, sdk, d.NativeName)
-	if err != nil || now == nil {
+	if err != nil {
 		return err
+	}
+	if now == nil {
+		// Gone already (a retry after a lost answer): its script entry may still stand.
+		if r, ok := c.routes.(wfpRoutes); ok {
+			return r.deleteScriptEntry(ctx, sdk, d.NativeName, d.ResourceUID.String())
+		}
+		return nil
 	}
 	// Cloudflare's DELETE is unconditional: a late delete from a replaced worker must not remove
 	// its successor, which holds the name under another UID (SPEC 3.4).
@@ -405,6 +430,10 @@ func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
 	}
 	if now != nil {
 		return fmt.Errorf("%s backend: script %s still reads back after its delete", c.inst.Pack, d.NativeName)
+	}
+	if r, ok := c.routes.(wfpRoutes); ok {
+		// Its script entry goes with it (binding calls to it already find no script).
+		return r.deleteScriptEntry(ctx, sdk, d.NativeName, d.ResourceUID.String())
 	}
 	return nil
 }

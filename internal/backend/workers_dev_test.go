@@ -220,7 +220,8 @@ export default { fetch(req, env) { return new Response([env.LOG_LEVEL, env.LIMIT
 // namespace ns (which the stand-in has only when exists).
 func setupWFPManaged(t *testing.T, exists bool) cfFixture {
 	t.Helper()
-	cfg := cfstandin.Config{Token: cfToken, AccountID: cfAccount, Workerd: workerdtest.Binary(t)}
+	// The routing KV namespace holds the scripts' entries (SPEC 8), deleted with them.
+	cfg := cfstandin.Config{Token: cfToken, AccountID: cfAccount, Workerd: workerdtest.Binary(t), KVNamespaces: []string{"kv"}}
 	if exists {
 		cfg.DispatchNamespaces = []string{"tenants"}
 	}

@@ -71,6 +71,9 @@ type Installation struct {
 	AccountSubdomain string `json:"accountSubdomain,omitempty"`
 	// wfp-managed: the base domain sold, the dispatch namespace the scripts live in, the dispatch
 	// worker the base domain's wildcard route reaches, and the KV namespace it looks hostnames up in.
+	// The dispatch worker's contract version is not part of the offering digest (an upgrade of it
+	// would otherwise strand every worker on the installation as placement drift): the pack reads
+	// it back from the dispatch worker before it uploads a service binding that needs it.
 	BaseDomain           string `json:"baseDomain,omitempty"`
 	DispatchNamespace    string `json:"dispatchNamespace,omitempty"`
 	DispatchWorkerName   string `json:"dispatchWorkerName,omitempty"`

@@ -164,8 +164,8 @@ func hostOf(origin string) string {
 	return u.Hostname()
 }
 
-func (e Endpoint) desired(org auth.Organization, scriptName string) backend.Desired {
-	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName,
+func (e Endpoint) desired(org auth.Organization, scriptName string, cpuMs int64) backend.Desired {
+	return backend.Desired{Kind: backend.NativeRoute, NativeName: e.Hostname, ResourceUID: e.UID, ScriptName: scriptName, CPUMs: cpuMs,
 		Labels: backend.Labels{Organization: org.Name, Space: e.Space, Worker: e.WorkerName}}
 }
 
@@ -321,11 +321,15 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 			if e.DeploymentStatus == "active" {
 				return nil
 			}
-			script, err := q.WorkerScriptName(ctx, e.WorkerUID)
+			st, err := q.WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, UID: &e.WorkerUID})
 			if err != nil {
 				return fmt.Errorf("resource: endpoint's worker: %w", err)
 			}
-			return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, script))
+			ew, err := workerOf(st)
+			if err != nil {
+				return fmt.Errorf("resource: endpoint's worker: %w", err)
+			}
+			return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, ew.ScriptName, ew.Settings.LimitsOrZero().CPUMs))
 		}
 		// The ceilings (SPEC 5.1) come first, before any other row lock: the endpoint's, and, when
 		// the Host will mint the reservation, the reservations' row too (counted by the mint, which
@@ -379,7 +383,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 		case err != nil:
 			return fmt.Errorf("resource: create endpoint: %w", err)
 		}
-		return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, w.ScriptName))
+		return run.apply(ctx, q, e.UID, e.Generation, e.desired(org, w.ScriptName, w.Settings.LimitsOrZero().CPUMs))
 	})
 	return e, err
 }

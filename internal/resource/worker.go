@@ -339,11 +339,6 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err := offering.Ceilings().Check(spec.Settings.Limits); err != nil {
 		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "%v", err)
 	}
-	// The wfp-managed pack carries neither yet: its routing entry has no cpuMs from the worker and
-	// its dispatch-namespace uploads no service bindings. Refused, never dropped without a word.
-	if inst.Pack == catalog.PackWFPManaged && (len(spec.Settings.ServiceBindings) > 0 || spec.Settings.LimitsOrZero().CPUMs > 0) {
-		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "serviceBindings and limits.cpuMs are not supported on wfp-managed offerings yet (offering %s)", offering.ID)
-	}
 	placement := offering.Placement()
 	mut, err := s.mutator(placement)
 	if err != nil {
@@ -372,6 +367,15 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 			run.undo(ctx) // a create whose runtime input was refused never existed
 			return ownership.Response{}, err
 		}
+	}
+	// Its limit where the backend's routing carries it (wfp-managed): converged after every apply,
+	// and on a re-run with nothing to apply, so that a run cut short converges the next time.
+	if err := s.convergeLimits(ctx, m, mut, w); err != nil {
+		// The deployment itself is done: recorded, so the re-run needs only the limits.
+		if txErr := run.recordNow(ctx); txErr != nil {
+			return ownership.Response{}, txErr
+		}
+		return ownership.Response{}, err
 	}
 	// The answer says how the backend runs the worker now: the new deployment (or the one
 	// already active), with its delivered values when it has some.
@@ -418,6 +422,39 @@ func (s *Service) commitWorker(ctx context.Context, tx pgx.Tx, m *ownership.Muta
 	}
 	w.Live = live
 	return ownership.Answer(m.Current == nil, w.Project(m.Intent.Token).JSON(), w.UID), nil
+}
+
+// convergeLimits is the limits phase of a worker's put (SPEC 8): on a pack whose routing carries
+// a worker's cpuMs (wfp-managed), the routing entries of its live endpoints and its script entry
+// are rewritten with it (one read of the routes, then backend calls only). A worker whose
+// deployment is not active is left to the apply that makes it so.
+func (s *Service) convergeLimits(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, w Worker) error {
+	if w.Placement.Pack != catalog.PackWFPManaged {
+		return nil
+	}
+	limits := backend.WorkerLimits{ScriptName: w.ScriptName, WorkerUID: w.UID.String(), CPUMs: w.Settings.LimitsOrZero().CPUMs}
+	err := m.Tx(ctx, func(tx pgx.Tx) error {
+		routes, err := dbsqlc.New(tx).WorkerLiveRoutes(ctx, w.UID)
+		for _, r := range routes {
+			limits.Routes = append(limits.Routes, backend.RouteRef{Hostname: r.Hostname, EndpointUID: r.UID.String()})
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("resource: worker routes: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+	defer cancel()
+	if err := backend.ConvergeLimits(cctx, mut, limits); err != nil {
+		if p := backend.Problem(err, "apply again"); p != nil {
+			return p
+		}
+		if errors.Is(err, backend.ErrUnreachable) {
+			return apierr.New(apierr.BackendUnreachable, "the backend could not be reached to apply the worker's limits to its routes; apply again to retry")
+		}
+		return apierr.New(apierr.BackendFailed, "the worker is deployed, but its limits could not be written into its routes; apply again to retry")
+	}
+	return nil
 }
 
 // scriptHeld is the refusal of a worker whose script name the backend holds for another worker UID

@@ -10,6 +10,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 )
 
@@ -83,4 +84,42 @@ func TestDispatchNamespaceUploadServedThroughTheRoutingKVEntry(t *testing.T) {
 
 	_, err = f.sdk.DispatchNamespaces.Scripts.Update(ctx, "no-such-namespace", script, firstUpload("wfp").DispatchScriptParams(account))
 	require.True(t, apiError(t, err).IsNotFound())
+}
+
+// Cloudflare resolves a namespace script's `service` binding at account scope only: a sibling in
+// the namespace is refused (10143), an account script's entrypoint is bound with its props.
+func TestANamespaceScriptsServiceBindingResolvesAccountScriptsOnly(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	_, err := f.sdk.DispatchNamespaces.Scripts.Update(ctx, dispatchNS, "sibling", firstUpload("sibling").DispatchScriptParams(account))
+	require.NoError(t, err)
+
+	caller := firstUpload("caller")
+	caller.Services = map[string]string{"SIB": "sibling"}
+	_, err = f.sdk.DispatchNamespaces.Scripts.Update(ctx, dispatchNS, "caller", caller.DispatchScriptParams(account))
+	require.True(t, apiError(t, err).HasCode(cfstandin.CodeServiceBindingUnresolved), "a sibling is not an account script")
+	_, ok := f.standin.NamespaceScript(dispatchNS, "caller")
+	require.False(t, ok, "nothing landed")
+
+	target := cloudflare.Upload{MainModule: "t.js", CompatibilityDate: "2025-01-01", Modules: []cloudflare.Module{{Name: "t.js", Content: []byte(
+		`import { WorkerEntrypoint } from "cloudflare:workers";
+export class Binding extends WorkerEntrypoint { fetch() { return Response.json(this.ctx.props); } }
+export default { fetch() { return new Response("account"); } };`)}}}
+	require.NoError(t, cloudflare.Account{ID: account}.Upload(ctx, f.sdk, "account-target", target))
+	caller = firstUpload("caller")
+	caller.Entrypoints = map[string]cloudflare.EntrypointBinding{"SIB": {Service: "account-target", Entrypoint: "Binding", Props: map[string]string{"calleeScript": "sibling"}}}
+	_, err = f.sdk.DispatchNamespaces.Scripts.Update(ctx, dispatchNS, "caller", caller.DispatchScriptParams(account))
+	require.NoError(t, err)
+	sc, ok := f.standin.NamespaceScript(dispatchNS, "caller")
+	require.True(t, ok)
+	var got cfstandin.Binding
+	for _, b := range sc.Current.Bindings {
+		if b.Name == "SIB" {
+			got = b
+		}
+	}
+	require.Equal(t, "account-target", got.Service)
+	require.Equal(t, "Binding", got.Entrypoint)
+	require.JSONEq(t, `{"calleeScript":"sibling"}`, string(got.Props))
 }

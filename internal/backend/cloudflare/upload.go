@@ -42,12 +42,46 @@ type Upload struct {
 	StrictInherit bool
 	// Services are service bindings: the callee's script name by binding name.
 	Services map[string]string
+	// Entrypoints are service bindings to a named entrypoint of an account script, with props
+	// (wfp-managed: the dispatch worker's Binding entrypoint), by binding name.
+	Entrypoints map[string]EntrypointBinding
 	// KVNamespaces are kv_namespace bindings (the namespace id by binding name), and
 	// DispatchNamespaces dispatch_namespace bindings (the namespace's name by binding name).
 	KVNamespaces       map[string]string
 	DispatchNamespaces map[string]string
 	// CPUMs is the script's limits.cpu_ms (0: Cloudflare's default).
 	CPUMs int64
+}
+
+// EntrypointBinding is a service binding to entrypoint Entrypoint of account script Service,
+// with Props, which the target reads as ctx.props. Props are the binding's configuration, fixed at
+// upload: the bound script's code cannot change them.
+type EntrypointBinding struct {
+	Service    string
+	Entrypoint string
+	Props      any
+}
+
+// withProps is a dispatch-namespace service binding with the props field, which the SDK's binding
+// param (v6.10.0) lacks: the SDK's own encoding of the binding, with "props" added.
+type withProps struct {
+	binding workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindService
+	props   any
+}
+
+func (b withProps) MarshalJSON() ([]byte, error) {
+	raw, err := b.binding.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return nil, err
+	}
+	if fields["props"], err = json.Marshal(b.props); err != nil {
+		return nil, err
+	}
+	return json.Marshal(fields)
 }
 
 // namedPart is a module part as the SDK's multipart encoder reads it: filename and content type.
@@ -181,6 +215,13 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
 		bindings = append(bindings, b)
 	}
+	for _, name := range slices.Sorted(maps.Keys(u.Services)) {
+		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindService
+		b.Name.Value, b.Name.Present = name, true
+		b.Service.Value, b.Service.Present = u.Services[name], true
+		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
+		bindings = append(bindings, b)
+	}
 	for _, name := range slices.Sorted(maps.Keys(u.KVNamespaces)) {
 		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
 		b.Name.Value, b.Name.Present = name, true
@@ -206,6 +247,25 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 		bindings = append(bindings, b)
 	}
 	m.Bindings.Value, m.Bindings.Present = bindings, true
+	if len(u.Entrypoints) > 0 {
+		// The SDK's supported way to send what its param types lack: a field's Raw value (what
+		// the SDK's Raw helper sets), here on the bindings field, with every binding still
+		// encoded by the SDK itself.
+		all := make([]any, 0, len(bindings)+len(u.Entrypoints))
+		for _, b := range bindings {
+			all = append(all, b)
+		}
+		for _, name := range slices.Sorted(maps.Keys(u.Entrypoints)) {
+			e := u.Entrypoints[name]
+			var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindService
+			b.Name.Value, b.Name.Present = name, true
+			b.Service.Value, b.Service.Present = e.Service, true
+			b.Entrypoint.Value, b.Entrypoint.Present = e.Entrypoint, true
+			b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
+			all = append(all, withProps{binding: b, props: e.Props})
+		}
+		m.Bindings.Value, m.Bindings.Raw = nil, all
+	}
 	p.Files.Value, p.Files.Present = u.parts(), true
 	return p
 }

@@ -23,3 +23,17 @@ func TestAnUploadCarriesServiceBindingsAndItsCPULimit(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "limits", "no limit: Cloudflare's default")
 }
+
+func TestADispatchUploadCarriesEntrypointBindingsWithTheirProps(t *testing.T) {
+	u := Upload{MainModule: "index.js", CompatibilityDate: "2025-01-01", PlainText: map[string]string{"A": "b"},
+		Entrypoints: map[string]EntrypointBinding{"AUTH": {Service: "takoform-dispatch", Entrypoint: "Binding", Props: map[string]string{"calleeScript": "tsw-x", "calleeUid": "u-1"}}}}
+	raw, err := json.Marshal(u.DispatchScriptParams("acc").Metadata.Value)
+	require.NoError(t, err)
+	var m struct {
+		Bindings []map[string]any `json:"bindings"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &m))
+	require.Contains(t, m.Bindings, map[string]any{"name": "A", "type": "plain_text", "text": "b"}, "the SDK's own bindings are kept")
+	require.Contains(t, m.Bindings, map[string]any{"name": "AUTH", "type": "service", "service": "takoform-dispatch", "entrypoint": "Binding",
+		"props": map[string]any{"calleeScript": "tsw-x", "calleeUid": "u-1"}})
+}

@@ -1,13 +1,17 @@
 package cfstandin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 )
@@ -122,8 +126,11 @@ func (s *Server) serveNamespace(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveNamespaceOf runs the script of dispatch namespace ns that the shim's stub names.
+// The script runs under the CPU limit the dispatch set, as Cloudflare's dispatcher runs it: one
+// that uses more CPU time than that is stopped, and the stub throws the dispatcher's exception.
 func (s *Server) serveNamespaceOf(w http.ResponseWriter, r *http.Request, ns string) {
 	name := r.Header.Get(dispatch.ScriptHeader)
+	cpuMs, _ := strconv.ParseInt(r.Header.Get(dispatch.CPUMsHeader), 10, 64)
 	r.Header.Del(dispatch.ScriptHeader)
 	r.Header.Del(dispatch.CPUMsHeader)
 	sc, found := s.NamespaceScript(ns, name)
@@ -132,8 +139,73 @@ func (s *Server) serveNamespaceOf(w http.ResponseWriter, r *http.Request, ns str
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
+	if cpuMs > 0 {
+		s.proxyLimited(w, r, scriptKey{ns, name}, sc.Current.ID, time.Duration(cpuMs)*time.Millisecond)
+		return
+	}
 	s.proxy(w, r, scriptKey{ns, name}, sc.Current.ID)
 }
+
+// proxyLimited is proxy under a CPU limit. The stand-in runs each script in a workerd process of
+// its own, so the request's CPU time is the process's, sampled while the request runs and when its
+// answer's headers arrive (the precision is the kernel's 10 ms tick; requests running at once on
+// one script share the count). Past the limit the process is stopped (Cloudflare ends the
+// isolate; the next request starts it again) and the answer carries the limit header.
+func (s *Server) proxyLimited(w http.ResponseWriter, r *http.Request, key scriptKey, versionID string, limit time.Duration) {
+	p, ok := s.ensure(w, key, versionID)
+	if !ok {
+		return
+	}
+	start, measured := p.cpuTime()
+	over := func() bool {
+		now, ok := p.cpuTime()
+		return measured && ok && now-start > limit
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	var exceeded atomic.Bool
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(5 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if over() {
+					exceeded.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	limited := func(w http.ResponseWriter) {
+		s.runner.removeProc(key, p)
+		w.Header().Set(dispatch.LimitHeader, "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	rp := s.reverseProxy(r, key, p.addr)
+	rp.ModifyResponse = func(*http.Response) error {
+		if exceeded.Load() || over() {
+			exceeded.Store(true)
+			return errCPULimit
+		}
+		return nil
+	}
+	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) {
+		if exceeded.Load() {
+			limited(w)
+			return
+		}
+		problem(w, http.StatusBadGateway, "worker_unreachable", "the worker did not answer")
+	}
+	rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+var errCPULimit = errors.New("the worker exceeded its CPU time limit")
 
 // serveService answers the internal listener that service bindings reach: the header names the
 // account script.
@@ -160,25 +232,39 @@ func (s *Server) serveService(w http.ResponseWriter, r *http.Request) {
 // proxy sends the request to the workerd running version versionID of key, starting it again if
 // it is not running (a workerd that exited).
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, key scriptKey, versionID string) {
-	addr, ok := s.runner.addr(key, versionID)
+	p, ok := s.ensure(w, key, versionID)
 	if !ok {
-		sc, found := s.NamespaceScript(key.Namespace, key.Name)
-		if !found || sc.Current.ID != versionID {
-			problem(w, http.StatusServiceUnavailable, "changing", "the worker changed while this request was routed; try again")
-			return
-		}
-		p, err := s.runner.start(sc.Current)
-		if errors.Is(err, errNoWorkerd) {
-			problem(w, http.StatusServiceUnavailable, "no_runtime", "the stand-in runs no workerd, so workers do not answer")
-			return
-		}
-		if err != nil {
-			problem(w, http.StatusInternalServerError, "worker_failed", "the worker failed to start")
-			return
-		}
-		s.runner.install(key, p)
-		addr = p.addr
+		return
 	}
+	s.reverseProxy(r, key, p.addr).ServeHTTP(w, r)
+}
+
+// ensure is the process running version versionID of key, started again if it is not running;
+// when it cannot be, it answers w and reports false.
+func (s *Server) ensure(w http.ResponseWriter, key scriptKey, versionID string) (*proc, bool) {
+	if p, ok := s.runner.running(key, versionID); ok {
+		return p, true
+	}
+	sc, found := s.NamespaceScript(key.Namespace, key.Name)
+	if !found || sc.Current.ID != versionID {
+		problem(w, http.StatusServiceUnavailable, "changing", "the worker changed while this request was routed; try again")
+		return nil, false
+	}
+	p, err := s.runner.start(sc.Current)
+	if errors.Is(err, errNoWorkerd) {
+		problem(w, http.StatusServiceUnavailable, "no_runtime", "the stand-in runs no workerd, so workers do not answer")
+		return nil, false
+	}
+	if err != nil {
+		problem(w, http.StatusInternalServerError, "worker_failed", "the worker failed to start")
+		return nil, false
+	}
+	s.runner.install(key, p)
+	return p, true
+}
+
+// reverseProxy is the proxy of r to the workerd at addr serving key.
+func (s *Server) reverseProxy(r *http.Request, key scriptKey, addr string) *httputil.ReverseProxy {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -199,7 +285,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, key scriptKey, ve
 			problem(w, http.StatusBadGateway, "worker_unreachable", "the worker did not answer")
 		},
 	}
-	rp.ServeHTTP(w, r)
+	return rp
 }
 
 func problem(w http.ResponseWriter, status int, code, detail string) {

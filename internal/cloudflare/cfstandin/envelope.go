@@ -50,6 +50,10 @@ const (
 	CodeKVKeyNotFound = 10009
 	// CodeKVNamespaceNotFound is Workers KV's "namespace not found".
 	CodeKVNamespaceNotFound = 10013
+	// CodeServiceBindingUnresolved: a service binding's target script could not be resolved.
+	// Cloudflare resolves a `service` binding at account scope only, so a dispatch-namespace
+	// script binding to a sibling in its namespace is refused with it.
+	CodeServiceBindingUnresolved = 10143
 	// CodeNoRoute is the API's "No route for that URI" (an unknown path).
 	CodeNoRoute = 7000
 )

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -184,20 +185,60 @@ func (r *runner) remove(key scriptKey) {
 	}
 }
 
-// addr is where version versionID of key is served, if it runs.
-func (r *runner) addr(key scriptKey, versionID string) (string, bool) {
+// running is the process that serves version versionID of key, if it runs.
+func (r *runner) running(key scriptKey, versionID string) (*proc, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p := r.procs[key]
 	if p == nil || p.version != versionID {
-		return "", false
+		return nil, false
 	}
 	select {
 	case <-p.done:
-		return "", false
+		return nil, false
 	default:
 	}
-	return p.addr, true
+	return p, true
+}
+
+// removeProc stops p if it still serves key (a later version's process is left alone).
+func (r *runner) removeProc(key scriptKey, p *proc) {
+	r.mu.Lock()
+	if r.procs[key] != p {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.procs, key)
+	r.mu.Unlock()
+	p.stop()
+}
+
+// cpuTime is the CPU time (user and system, every thread) the process has used, from
+// /proc/<pid>/stat in clock ticks of 10 ms.
+func (p *proc) cpuTime() (time.Duration, bool) {
+	if p.cmd.Process == nil {
+		return 0, false
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name, field 2, is in parentheses and may hold spaces: count after it.
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return 0, false
+	}
+	fields := strings.Fields(string(raw[i+1:]))
+	if len(fields) < 13 {
+		return 0, false
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	const tick = 10 * time.Millisecond // USER_HZ is 100 on Linux
+	return time.Duration(utime+stime) * tick, true
 }
 
 func (r *runner) closeAll() {

@@ -48,6 +48,8 @@ type wireBinding struct {
 	JSON        json.RawMessage `json:"json,omitempty"`
 	Service     string          `json:"service,omitempty"`
 	Environment string          `json:"environment,omitempty"`
+	Entrypoint  string          `json:"entrypoint,omitempty"`
+	Props       json.RawMessage `json:"props,omitempty"`
 	OldName     string          `json:"old_name,omitempty"`
 	VersionID   string          `json:"version_id,omitempty"`
 	// NamespaceID names a kv_namespace binding's namespace; Namespace a dispatch_namespace's.
@@ -65,7 +67,7 @@ func (b Binding) readback() wireBinding {
 	case "json":
 		out.JSON = b.JSON
 	case "service":
-		out.Service, out.Environment = b.Service, b.Environment
+		out.Service, out.Environment, out.Entrypoint = b.Service, b.Environment, b.Entrypoint
 	case "kv_namespace":
 		out.NamespaceID = b.Namespace
 	case "dispatch_namespace":
@@ -205,7 +207,14 @@ func buildVersion(meta uploadMetadata, modules []Module, prev *Version, strict b
 			if wb.Service == "" {
 				return v, validation(fmt.Sprintf("Binding %q of type service needs a service.", wb.Name))
 			}
-			b.Service, b.Environment = wb.Service, wb.Environment
+			b.Service, b.Environment, b.Entrypoint = wb.Service, wb.Environment, wb.Entrypoint
+			if len(wb.Props) > 0 {
+				var props map[string]any
+				if json.Unmarshal(wb.Props, &props) != nil || props == nil {
+					return v, validation(fmt.Sprintf("Binding %q of type service has props that are not a JSON object.", wb.Name))
+				}
+				b.Props = append(json.RawMessage(nil), wb.Props...)
+			}
 		case "kv_namespace":
 			if wb.NamespaceID == "" {
 				return v, validation(fmt.Sprintf("Binding %q of type kv_namespace needs a namespace_id.", wb.Name))
@@ -345,6 +354,9 @@ func (s *Server) putScript(w http.ResponseWriter, r *http.Request, ns, name stri
 	if f != nil {
 		return f
 	}
+	if f := s.resolveServices(ns, &v); f != nil {
+		return f
+	}
 	sc, f := s.commitVersion(key, v, true)
 	if f != nil {
 		return f
@@ -387,7 +399,65 @@ func (s *Server) commitVersion(key scriptKey, v Version, create bool) (Script, *
 	if p != nil {
 		s.runner.install(key, p)
 	}
+	if key.Namespace == "" {
+		s.retarget(key.Name, v)
+	}
 	return out, nil
+}
+
+// resolveServices resolves v's service bindings as Cloudflare does, at account scope only: from a
+// dispatch-namespace script, a binding whose target is not an account script (a sibling in the
+// namespace included) is refused with 10143. A binding that names an entrypoint of an account
+// script gets that script's current version to run.
+func (s *Server) resolveServices(ns string, v *Version) *failure {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range v.Bindings {
+		b := &v.Bindings[i]
+		if b.Type != "service" {
+			continue
+		}
+		target, ok := s.scripts[scriptKey{"", b.Service}]
+		if !ok && ns != "" {
+			return fail(http.StatusBadRequest, CodeServiceBindingUnresolved,
+				fmt.Sprintf("Could not resolve service binding %q: no Worker named %q in this account (service bindings resolve account Workers only, not scripts of a dispatch namespace).", b.Name, b.Service))
+		}
+		b.target = nil
+		if ok && b.Entrypoint != "" {
+			t := copyVersion(target.Current)
+			b.target = &t
+		}
+	}
+	return nil
+}
+
+// retarget gives every binding that runs an entrypoint of account script name its new version v,
+// and stops the scripts that hold one, which start again with it on their next request (as
+// Cloudflare's bindings reach a target's new version).
+func (s *Server) retarget(name string, v Version) {
+	var stale []scriptKey
+	s.mu.Lock()
+	for key, sc := range s.scripts {
+		changed := false
+		for i, b := range sc.Current.Bindings {
+			if b.target == nil || b.Service != name {
+				continue
+			}
+			if !changed {
+				sc.Current.Bindings = append([]Binding(nil), sc.Current.Bindings...)
+				changed = true
+			}
+			t := copyVersion(v)
+			sc.Current.Bindings[i].target = &t
+		}
+		if changed {
+			stale = append(stale, key)
+		}
+	}
+	s.mu.Unlock()
+	for _, key := range stale {
+		s.runner.remove(key)
+	}
 }
 
 func (s *Server) countScripts(ns string) int {

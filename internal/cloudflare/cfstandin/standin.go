@@ -294,6 +294,10 @@ type Module struct {
 // Binding is one binding of a script version. Text holds the value of plain_text and secret_text
 // bindings; JSON the value of a json binding; Service the target of a service binding; Namespace
 // the KV namespace id of a kv_namespace binding or the namespace of a dispatch_namespace one.
+//
+// A service binding may name an Entrypoint of its target (a WorkerEntrypoint class the target
+// exports) and Props, a JSON object the target reads as ctx.props: both are the binding's
+// configuration, fixed at upload, which the calling script cannot change.
 type Binding struct {
 	Name        string
 	Type        string
@@ -301,7 +305,13 @@ type Binding struct {
 	JSON        json.RawMessage
 	Service     string
 	Environment string
+	Entrypoint  string
+	Props       json.RawMessage
 	Namespace   string
+	// target is the account script's current version that a binding with an Entrypoint runs
+	// (the stand-in runs it inside the caller's workerd, where workerd passes entrypoint and
+	// props as Cloudflare does); kept current when the target is uploaded again.
+	target *Version
 }
 
 // Version is one uploaded version of a script.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,6 +84,8 @@ func TestInstallDispatchUploadsTheDispatchWorkerWithItsBindingsOnceAndItRoutes(t
 	require.Equal(t, cfstandin.Binding{Name: dispatch.DispatcherBinding, Type: "dispatch_namespace", Namespace: dispatchNS}, dispatcher)
 	ttl, _ := sc.Current.Binding(dispatch.CacheTTLBinding)
 	require.Equal(t, "60", ttl.Text)
+	contract, _ := sc.Current.Binding(dispatch.ContractBinding)
+	require.Equal(t, strconv.Itoa(dispatch.Contract), contract.Text, "what a caller's binding upload reads back first")
 	require.Equal(t, string(dispatch.Source), string(sc.Current.Modules[0].Content))
 
 	// Idempotent: a second run finds it up to date and uploads nothing.

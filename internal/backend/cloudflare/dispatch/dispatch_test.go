@@ -87,6 +87,12 @@ func (n *namespace) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNotFound)
 		return
 	}
+	if name == "burns" {
+		// Ran past the CPU limit it was dispatched with: the dispatcher throws.
+		w.Header().Set(dispatch.LimitHeader, "1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	if name == "throws" {
 		http.Error(w, "tenant stack trace: secret-ish detail", http.StatusInternalServerError)
 		return
@@ -109,12 +115,18 @@ type fixture struct {
 
 func setup(t *testing.T) fixture {
 	t.Helper()
+	return setupWithBinding(t, nil)
+}
+
+// setupWithBinding also serves the Binding entrypoint with props, as a caller's binding reaches it.
+func setupWithBinding(t *testing.T, props *dispatch.BindingProps) fixture {
+	t.Helper()
 	f := fixture{kv: &routesKV{entries: map[string]string{}}, ns: &namespace{scripts: map[string]bool{}}}
 	kvSrv := httptest.NewServer(f.kv)
 	t.Cleanup(kvSrv.Close)
 	nsSrv := httptest.NewServer(f.ns)
 	t.Cleanup(nsSrv.Close)
-	w, err := dispatch.StartWorkerd(workerdtest.Binary(t), kvSrv.Listener.Addr().String(), nsSrv.Listener.Addr().String(), 75)
+	w, err := dispatch.StartWorkerdWithBinding(workerdtest.Binary(t), kvSrv.Listener.Addr().String(), nsSrv.Listener.Addr().String(), 75, props)
 	require.NoError(t, err)
 	t.Cleanup(w.Close)
 	f.worker = w
@@ -124,7 +136,12 @@ func setup(t *testing.T) fixture {
 // get sends a request for host to the dispatch worker, as the base-domain route would.
 func (f fixture) get(t *testing.T, host, path string, header http.Header) (*http.Response, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+f.worker.Addr()+path, nil)
+	return f.getAt(t, f.worker.Addr(), host, path, header)
+}
+
+func (f fixture) getAt(t *testing.T, addr, host, path string, header http.Header) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
 	require.NoError(t, err)
 	req.Host = host
 	for k, v := range header {
@@ -225,4 +242,49 @@ func TestTheDispatchWorkerReadsKVWithAtLeastCloudflaresSmallestCacheTTL(t *testi
 	res, _ := f.get(t, "x.example.test", "/", nil)
 	require.Equal(t, http.StatusNotFound, res.StatusCode)
 	require.Equal(t, strconv.Itoa(dispatch.MinCacheTTL), kv.lastRead().CacheTTL)
+}
+
+func TestAWorkerPastItsCPULimitIsAnsweredWithTheLimitProblem(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.kv.put("hot.example.test", dispatch.RouteEntry{ScriptName: "burns", EndpointUID: "ep", CPUMs: 10})
+	f.ns.scripts["burns"] = true
+	res, body := f.get(t, "hot.example.test", "/", nil)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(body))
+	require.Equal(t, "worker_exceeded_limits", problemCode(t, res, body))
+}
+
+func (k *routesKV) putScript(name string, e dispatch.ScriptEntry) {
+	raw, _ := json.Marshal(e)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.entries[dispatch.ScriptKey(name)] = string(raw)
+}
+
+func TestTheBindingEntrypointDispatchesToItsPropsCalleeWithTheCalleesCPULimit(t *testing.T) {
+	t.Parallel()
+	f := setupWithBinding(t, &dispatch.BindingProps{CalleeScript: "tenant-b", CalleeUID: "uid-b"})
+	f.ns.scripts["tenant-a"], f.ns.scripts["tenant-b"] = true, true
+	f.kv.put("a.example.test", dispatch.RouteEntry{ScriptName: "tenant-a", EndpointUID: "ep-a"})
+
+	// Without the callee's script entry its limit is unknown: refused, nothing dispatched.
+	res, body := f.getAt(t, f.worker.BindingAddr(), "a.example.test", "/x", nil)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(body))
+	require.Equal(t, "binding_unavailable", problemCode(t, res, body))
+	require.Empty(t, f.ns.dispatches())
+
+	// An entry of another worker UID (the script name was taken by a replacement) is refused too.
+	f.kv.putScript("tenant-b", dispatch.ScriptEntry{WorkerUID: "uid-other", CPUMs: 25})
+	res, body = f.getAt(t, f.worker.BindingAddr(), "a.example.test", "/x", nil)
+	require.Equal(t, http.StatusServiceUnavailable, res.StatusCode, string(body))
+	require.Empty(t, f.ns.dispatches())
+
+	f.kv.putScript("tenant-b", dispatch.ScriptEntry{WorkerUID: "uid-b", CPUMs: 25})
+	// Whatever the request's hostname routes to, the binding reaches its props' callee only.
+	res, body = f.getAt(t, f.worker.BindingAddr(), "a.example.test", "/x", nil)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(body))
+	var a answer
+	require.NoError(t, json.Unmarshal(body, &a))
+	require.Equal(t, answer{Script: "tenant-b", CPUMs: "25", Host: "a.example.test", Path: "/x"}, a)
+	require.Equal(t, kvRead{Key: "script:tenant-b", CacheTTL: "75"}, f.kv.lastRead())
 }

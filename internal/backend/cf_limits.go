@@ -1,0 +1,219 @@
+package backend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/cloudflare/cloudflare-go/v6/kv"
+	"github.com/cloudflare/cloudflare-go/v6/shared"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
+)
+
+// On wfp-managed a worker's limits.cpuMs is applied by the dispatch worker, not by the script
+// (SPEC 8): it dispatches a hostname with the cpuMs of the hostname's routing entry, and a service
+// binding call with the cpuMs of the callee's script entry (dispatch.ScriptEntry). So a worker's
+// deployment is not done until both read back with its limit; the Host converges them after every
+// apply of the worker (ConvergeLimits), which a re-run repeats until they do.
+
+// RouteRef names one live endpoint's route of a worker: its hostname and endpoint UID.
+type RouteRef struct {
+	Hostname    string
+	EndpointUID string
+}
+
+// WorkerLimits is what ConvergeLimits makes the backend's routing hold for one worker.
+type WorkerLimits struct {
+	ScriptName string
+	WorkerUID  string
+	CPUMs      int64
+	// Routes are the worker's live endpoints: an entry that still names its endpoint UID is
+	// rewritten with CPUMs; one that names another endpoint, or none, is left alone.
+	Routes []RouteRef
+}
+
+// LimitRouter is a pack whose routing carries a worker's limits (wfp-managed).
+type LimitRouter interface {
+	ConvergeLimits(ctx context.Context, w WorkerLimits) error
+}
+
+// ConvergeLimits has m's pack converge w's limits into its routing, when the pack routes them; a
+// pack whose scripts carry their own limits answers nil.
+func ConvergeLimits(ctx context.Context, m Mutator, w WorkerLimits) error {
+	for {
+		if r, ok := m.(LimitRouter); ok {
+			return r.ConvergeLimits(ctx, w)
+		}
+		u, ok := m.(interface{ Unwrap() Mutator })
+		if !ok {
+			return nil
+		}
+		m = u.Unwrap()
+	}
+}
+
+// ConvergeLimits writes the worker's script entry, then rewrites each live route's entry whose
+// cpuMs differs. KV has no conditional write: each is read, compared, written, read back.
+func (c *cloudflareScripts) ConvergeLimits(ctx context.Context, w WorkerLimits) error {
+	r, ok := c.routes.(wfpRoutes)
+	if !ok {
+		return nil
+	}
+	sdk, err := c.api(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.convergeScriptEntry(ctx, sdk, w); err != nil {
+		return err
+	}
+	for _, ref := range w.Routes {
+		if err := r.convergeRouteLimit(ctx, sdk, w, ref); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// getRaw reads key's value; nil when KV answers key not found.
+func (r wfpRoutes) getRaw(ctx context.Context, sdk *cloudflare.Services, key string) ([]byte, error) {
+	var p kv.NamespaceValueGetParams
+	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
+	var res *http.Response
+	err := r.call(ctx, func() (err error) { res, err = sdk.KVValues.Get(ctx, r.inst.RoutingKVNamespaceID, key, p); return err })
+	if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound && e.HasCode(codeKVKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, r.classify(err)
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("%w: installation %s: the routing value %s could not be read", ErrUnreachable, r.inst.Name, key)
+	}
+	return raw, nil
+}
+
+func (r wfpRoutes) put(ctx context.Context, sdk *cloudflare.Services, key string, value []byte) error {
+	var p kv.NamespaceValueUpdateParams
+	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
+	p.Value.Value, p.Value.Present = shared.UnionString(value), true
+	// A put of the same value is idempotent: after a lost answer the Host reads it back.
+	if err := r.call(ctx, func() error { _, err := sdk.KVValues.Update(ctx, r.inst.RoutingKVNamespaceID, key, p); return err }); err != nil {
+		return r.classify(err)
+	}
+	return nil
+}
+
+// convergeScriptEntry makes the script entry read {workerUid, cpuMs}. An entry of another worker
+// UID is overwritten only because the script name is this worker's now: the Host writes it after
+// the script upload, which refuses a script held by another UID (SPEC 3.4).
+func (r wfpRoutes) convergeScriptEntry(ctx context.Context, sdk *cloudflare.Services, w WorkerLimits) error {
+	key := dispatch.ScriptKey(w.ScriptName)
+	want := dispatch.ScriptEntry{WorkerUID: w.WorkerUID, CPUMs: w.CPUMs}
+	read := func() (*dispatch.ScriptEntry, error) {
+		raw, err := r.getRaw(ctx, sdk, key)
+		if err != nil || raw == nil {
+			return nil, err
+		}
+		var e dispatch.ScriptEntry
+		if json.Unmarshal(raw, &e) != nil {
+			return &dispatch.ScriptEntry{}, nil
+		}
+		return &e, nil
+	}
+	now, err := read()
+	if err != nil {
+		return err
+	}
+	if now != nil && *now == want {
+		return nil
+	}
+	value, err := json.Marshal(want)
+	if err != nil {
+		return err
+	}
+	if err := r.put(ctx, sdk, key, value); err != nil {
+		return err
+	}
+	if now, err = read(); err != nil {
+		return err
+	}
+	if now == nil || *now != want {
+		return fmt.Errorf("wfp-managed backend: the script entry of %s does not read back as written on installation %s", w.ScriptName, r.inst.Name)
+	}
+	return nil
+}
+
+// convergeRouteLimit rewrites ref's routing entry with w's cpuMs while it still names ref's
+// endpoint and w's script; any other entry (another endpoint's, a deleted one's) stays as it is.
+func (r wfpRoutes) convergeRouteLimit(ctx context.Context, sdk *cloudflare.Services, w WorkerLimits, ref RouteRef) error {
+	now, err := r.read(ctx, sdk, ref.Hostname)
+	if err != nil || now == nil || now.EndpointUID != ref.EndpointUID || now.ScriptName != w.ScriptName || now.CPUMs == w.CPUMs {
+		return err
+	}
+	next := *now
+	next.CPUMs = w.CPUMs
+	value, err := json.Marshal(next)
+	if err != nil {
+		return err
+	}
+	if err := r.put(ctx, sdk, ref.Hostname, value); err != nil {
+		return err
+	}
+	if now, err = r.read(ctx, sdk, ref.Hostname); err != nil {
+		return err
+	}
+	if now == nil || now.EndpointUID != ref.EndpointUID || now.CPUMs != w.CPUMs {
+		return fmt.Errorf("wfp-managed backend: the routing entry of %s does not read back with cpuMs %d on installation %s", ref.Hostname, w.CPUMs, r.inst.Name)
+	}
+	return nil
+}
+
+// deleteScriptEntry removes the script entry of a deleted script while it names workerUID.
+func (r wfpRoutes) deleteScriptEntry(ctx context.Context, sdk *cloudflare.Services, scriptName, workerUID string) error {
+	key := dispatch.ScriptKey(scriptName)
+	raw, err := r.getRaw(ctx, sdk, key)
+	if err != nil || raw == nil {
+		return err
+	}
+	var e dispatch.ScriptEntry
+	if json.Unmarshal(raw, &e) == nil && e.WorkerUID != workerUID {
+		return nil // the name's next worker's
+	}
+	var p kv.NamespaceValueDeleteParams
+	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
+	if err := r.call(ctx, func() error { _, err := sdk.KVValues.Delete(ctx, r.inst.RoutingKVNamespaceID, key, p); return err }); err != nil {
+		return r.classify(err)
+	}
+	return nil
+}
+
+// checkDispatchContract refuses to upload a caller's binding to the dispatch worker's Binding
+// entrypoint unless the installed dispatch worker implements it (contract 2 or later): an older
+// one would take the upload and fail every call.
+func (c *cloudflareScripts) checkDispatchContract(ctx context.Context, sdk *cloudflare.Services) error {
+	account := cloudflare.Account{ID: c.inst.AccountID}
+	var settings cloudflare.Settings
+	err := c.call(ctx, func() (err error) { settings, err = account.Settings(ctx, sdk, c.inst.DispatchWorkerName); return err })
+	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
+		return fmt.Errorf("%w: installation %s has no dispatch worker %s: run takoserver cloudflare install-dispatch", ErrMisconfigured, c.inst.Name, c.inst.DispatchWorkerName)
+	}
+	if err != nil {
+		return c.classify(err)
+	}
+	for _, b := range settings.Bindings {
+		if b.Type == "plain_text" && b.Name == dispatch.ContractBinding {
+			if n, err := strconv.Atoi(b.Text); err == nil && n >= dispatch.Contract {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: the dispatch worker %s of installation %s predates service bindings (contract %d): run takoserver cloudflare install-dispatch",
+		ErrMisconfigured, c.inst.DispatchWorkerName, c.inst.Name, dispatch.Contract)
+}

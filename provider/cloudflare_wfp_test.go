@@ -1,0 +1,129 @@
+package provider_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+)
+
+// wfpBindingGraph is a callee with a CPU limit (its ?burn computes for a few hundred ms) and a
+// caller bound to it, answering with the callee's reply, with the caller's Host-minted endpoint,
+// all on the wfp-managed offering.
+func wfpBindingGraph(space, calleeReply string, calleeCPUMs int) string {
+	callee := `export default { fetch(req) {
+  if (!new URL(req.url).searchParams.has("burn")) return new Response("` + calleeReply + `");
+  let x = 0;
+  for (let i = 0; i < 200000000; i++) { x = (x + i * 7) % 1000003; }
+  return new Response("burned " + x);
+} };`
+	caller := `export default { async fetch(req, env) {
+  const r = await env.AUTH.fetch("https://auth.internal/" + new URL(req.url).search);
+  return new Response("via binding " + r.status + ": " + await r.text());
+} };`
+	return fmt.Sprintf(`
+resource "takoform_worker" "auth" {
+  space              = %[1]q
+  name               = "auth"
+  offering_id        = "cf-wfp-worker"
+  main_module        = "index.js"
+  modules            = { "index.js" = %[2]q }
+  compatibility_date = "2025-01-01"
+  limits             = { cpu_ms = %[4]d }
+}
+
+resource "takoform_worker" "api" {
+  space              = %[1]q
+  name               = "api"
+  offering_id        = "cf-wfp-worker"
+  main_module        = "index.js"
+  modules            = { "index.js" = %[3]q }
+  compatibility_date = "2025-01-01"
+  service_bindings   = { AUTH = takoform_worker.auth.id }
+}
+
+resource "takoform_worker_endpoint" "api" {
+  space       = %[1]q
+  name        = "api"
+  offering_id = "cf-wfp-endpoint"
+  worker      = takoform_worker.api.name
+  worker_id   = takoform_worker.api.id
+}
+`, space, callee, caller, calleeCPUMs)
+}
+
+// TestAccWFPServiceBindingAndCPULimit: on wfp-managed a caller answers with its callee's reply
+// through its binding (the dispatch worker's Binding entrypoint); the callee's CPU limit holds
+// through it; raising the limit and changing the callee's code are updates of the callee alone
+// that reach the caller; destroy goes in the plan's order; no plan after an apply shows a diff.
+func TestAccWFPServiceBindingAndCPULimit(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t)
+	if c.live {
+		liveSetting(t, "TAKOFORM_CLOUDFLARE_BASE_DOMAIN") // with install-dispatch run by the operator
+	} else {
+		// What takoserver cloudflare install-dispatch uploads (its propagation check aside).
+		sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: sealing.NewSecret(cfToken)})
+		require.NoError(t, err)
+		inst := catalog.Installation{RoutingKVNamespaceID: cfRoutingKV, DispatchNamespace: cfNamespace}
+		require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", backend.DispatchUpload(inst, dispatch.MinCacheTTL)))
+	}
+	space := "wb" + fmt.Sprint(len(t.Name()))
+	url := func(s *terraform.State) string {
+		return s.RootModule().Resources["takoform_worker_endpoint.api"].Primary.Attributes["url"]
+	}
+	answers := func(query string, status int, want string) resource.TestCheckFunc {
+		return func(s *terraform.State) error { return c.answers(url(s)+query, status, want) }
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{
+			{
+				Config: c.config(wfpBindingGraph(space, "auth v1", 20)),
+				Check: resource.ComposeTestCheckFunc(
+					answers("", http.StatusOK, "via binding 200: auth v1"),
+					answers("?burn", http.StatusOK, "via binding 503:"),
+					answers("?burn", http.StatusOK, "worker_exceeded_limits"),
+				),
+			},
+			{
+				Config: c.config(wfpBindingGraph(space, "auth v2", 30000)),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("takoform_worker.auth", plancheck.ResourceActionUpdate),
+					plancheck.ExpectResourceAction("takoform_worker.api", plancheck.ResourceActionNoop),
+				}},
+				Check: resource.ComposeTestCheckFunc(
+					answers("", http.StatusOK, "via binding 200: auth v2"),
+					answers("?burn", http.StatusOK, "via binding 200: burned"),
+				),
+			},
+			{
+				Config:           c.config(wfpBindingGraph(space, "auth v2", 30000)),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+		},
+		CheckDestroy: func(*terraform.State) error {
+			if c.standin == nil {
+				return nil
+			}
+			if n := c.standin.ScriptNames(cfNamespace); len(n) != 0 {
+				return fmt.Errorf("scripts left in the dispatch namespace: %v", n)
+			}
+			if n := c.standin.KVKeys(cfRoutingKV); n != 0 {
+				return fmt.Errorf("%d routing entries left", n)
+			}
+			return nil
+		},
+	})
+}

@@ -84,19 +84,21 @@ func TestAWFPWorkerOverItsCPULimitAnswersTheLimitErrorAndARaisedLimitTakesEffect
 	require.Equal(t, http.StatusServiceUnavailable, status, body)
 	require.Equal(t, "worker_exceeded_limits", problemCodeOf(t, body))
 
-	// Raised in place, the rewrite of the endpoint's entry failing: the put reports the failure,
-	// and its re-run (never a replay: the failure was not stored) converges.
-	require.NoError(t, s.Inject(cfstandin.Fault{Kind: cfstandin.FaultServerError, Method: http.MethodPut, PathContains: "/values/" + host, Times: 20}))
+	// Raised in place, the rewrite of the worker's script entry failing: the put reports the
+	// failure, and its re-run (never a replay: the failure was not stored) converges.
+	require.NoError(t, s.Inject(cfstandin.Fault{Kind: cfstandin.FaultServerError, Method: http.MethodPut, PathContains: "/values/" + dispatch.ScriptKey(script), Times: 20}))
 	r := h.putWorker("prod", "hot", tokenA, wfpBurnBody(30000))
 	require.GreaterOrEqual(t, r.status, 500, "body: %s", r.body)
-	require.EqualValues(t, 20, routingEntry(t, s, host)["cpuMs"])
+	require.EqualValues(t, 20, routingEntry(t, s, dispatch.ScriptKey(script))["cpuMs"])
 	s.ClearFaults()
 	r = h.putWorker("prod", "hot", tokenA, wfpBurnBody(30000))
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
-	entry := routingEntry(t, s, host)
-	require.EqualValues(t, 30000, entry["cpuMs"])
-	require.Equal(t, e["uid"], entry["endpointUid"], "the rest of the entry is kept")
 	require.EqualValues(t, 30000, routingEntry(t, s, dispatch.ScriptKey(script))["cpuMs"])
+	// The routing entry is never rewritten (a rewrite could race the endpoint's delete and write
+	// a deleted route back): the dispatch worker reads the limit from the script entry.
+	entry := routingEntry(t, s, host)
+	require.EqualValues(t, 20, entry["cpuMs"], "the route keeps what it was created with")
+	require.Equal(t, e["uid"], entry["endpointUid"])
 	status, body = eventually(t, s, url+"?burn", func(status int, _ string) bool { return status == http.StatusOK })
 	require.Equal(t, http.StatusOK, status, body)
 	require.True(t, strings.HasPrefix(body, "burned "), body)

@@ -16,25 +16,19 @@ import (
 )
 
 // On wfp-managed a worker's limits.cpuMs is applied by the dispatch worker, not by the script
-// (SPEC 8): it dispatches a hostname with the cpuMs of the hostname's routing entry, and a service
-// binding call with the cpuMs of the callee's script entry (dispatch.ScriptEntry). So a worker's
-// deployment is not done until both read back with its limit; the Host converges them after every
-// apply of the worker (ConvergeLimits), which a re-run repeats until they do.
-
-// RouteRef names one live endpoint's route of a worker: its hostname and endpoint UID.
-type RouteRef struct {
-	Hostname    string
-	EndpointUID string
-}
+// (SPEC 8): it dispatches a hostname, and a service binding call, with the cpuMs of the worker's
+// script entry (dispatch.ScriptEntry). A routing entry carries the worker's cpuMs as it was at the
+// endpoint's create, read only for a worker without a script entry; the Host never rewrites one,
+// so a limit change cannot race an endpoint delete's read, compare and delete of its entry (KV
+// has no conditional write) and write a deleted route back. So a worker's deployment is not done
+// until its script entry reads back with its limit; the Host converges it after every apply of the
+// worker (ConvergeLimits), which a re-run repeats until it does.
 
 // WorkerLimits is what ConvergeLimits makes the backend's routing hold for one worker.
 type WorkerLimits struct {
 	ScriptName string
 	WorkerUID  string
 	CPUMs      int64
-	// Routes are the worker's live endpoints: an entry that still names its endpoint UID is
-	// rewritten with CPUMs; one that names another endpoint, or none, is left alone.
-	Routes []RouteRef
 }
 
 // LimitRouter is a pack whose routing carries a worker's limits (wfp-managed).
@@ -57,8 +51,7 @@ func ConvergeLimits(ctx context.Context, m Mutator, w WorkerLimits) error {
 	}
 }
 
-// ConvergeLimits writes the worker's script entry, then rewrites each live route's entry whose
-// cpuMs differs. KV has no conditional write: each is read, compared, written, read back.
+// ConvergeLimits writes the worker's script entry: read, compared, written, read back.
 func (c *cloudflareScripts) ConvergeLimits(ctx context.Context, w WorkerLimits) error {
 	r, ok := c.routes.(wfpRoutes)
 	if !ok {
@@ -68,15 +61,7 @@ func (c *cloudflareScripts) ConvergeLimits(ctx context.Context, w WorkerLimits) 
 	if err != nil {
 		return err
 	}
-	if err := r.convergeScriptEntry(ctx, sdk, w); err != nil {
-		return err
-	}
-	for _, ref := range w.Routes {
-		if err := r.convergeRouteLimit(ctx, sdk, w, ref); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.convergeScriptEntry(ctx, sdk, w)
 }
 
 // getRaw reads key's value; nil when KV answers key not found.
@@ -146,31 +131,6 @@ func (r wfpRoutes) convergeScriptEntry(ctx context.Context, sdk *cloudflare.Serv
 	}
 	if now == nil || *now != want {
 		return fmt.Errorf("wfp-managed backend: the script entry of %s does not read back as written on installation %s", w.ScriptName, r.inst.Name)
-	}
-	return nil
-}
-
-// convergeRouteLimit rewrites ref's routing entry with w's cpuMs while it still names ref's
-// endpoint and w's script; any other entry (another endpoint's, a deleted one's) stays as it is.
-func (r wfpRoutes) convergeRouteLimit(ctx context.Context, sdk *cloudflare.Services, w WorkerLimits, ref RouteRef) error {
-	now, err := r.read(ctx, sdk, ref.Hostname)
-	if err != nil || now == nil || now.EndpointUID != ref.EndpointUID || now.ScriptName != w.ScriptName || now.CPUMs == w.CPUMs {
-		return err
-	}
-	next := *now
-	next.CPUMs = w.CPUMs
-	value, err := json.Marshal(next)
-	if err != nil {
-		return err
-	}
-	if err := r.put(ctx, sdk, ref.Hostname, value); err != nil {
-		return err
-	}
-	if now, err = r.read(ctx, sdk, ref.Hostname); err != nil {
-		return err
-	}
-	if now == nil || now.EndpointUID != ref.EndpointUID || now.CPUMs != w.CPUMs {
-		return fmt.Errorf("wfp-managed backend: the routing entry of %s does not read back with cpuMs %d on installation %s", ref.Hostname, w.CPUMs, r.inst.Name)
 	}
 	return nil
 }

@@ -370,7 +370,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	}
 	// Its limit where the backend's routing carries it (wfp-managed): converged after every apply,
 	// and on a re-run with nothing to apply, so that a run cut short converges the next time.
-	if err := s.convergeLimits(ctx, m, mut, w); err != nil {
+	if err := s.convergeLimits(ctx, mut, w); err != nil {
 		// The deployment itself is done: recorded, so the re-run needs only the limits.
 		if txErr := run.recordNow(ctx); txErr != nil {
 			return ownership.Response{}, txErr
@@ -425,24 +425,13 @@ func (s *Service) commitWorker(ctx context.Context, tx pgx.Tx, m *ownership.Muta
 }
 
 // convergeLimits is the limits phase of a worker's put (SPEC 8): on a pack whose routing carries
-// a worker's cpuMs (wfp-managed), the routing entries of its live endpoints and its script entry
-// are rewritten with it (one read of the routes, then backend calls only). A worker whose
-// deployment is not active is left to the apply that makes it so.
-func (s *Service) convergeLimits(ctx context.Context, m *ownership.Mutation, mut backend.Mutator, w Worker) error {
+// a worker's cpuMs (wfp-managed), its script entry is rewritten with it (backend calls only), which
+// every route and service binding of the worker reads its limit from.
+func (s *Service) convergeLimits(ctx context.Context, mut backend.Mutator, w Worker) error {
 	if w.Placement.Pack != catalog.PackWFPManaged {
 		return nil
 	}
 	limits := backend.WorkerLimits{ScriptName: w.ScriptName, WorkerUID: w.UID.String(), CPUMs: w.Settings.LimitsOrZero().CPUMs}
-	err := m.Tx(ctx, func(tx pgx.Tx) error {
-		routes, err := dbsqlc.New(tx).WorkerLiveRoutes(ctx, w.UID)
-		for _, r := range routes {
-			limits.Routes = append(limits.Routes, backend.RouteRef{Hostname: r.Hostname, EndpointUID: r.UID.String()})
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("resource: worker routes: %w", err)
-	}
 	cctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
 	if err := backend.ConvergeLimits(cctx, mut, limits); err != nil {
@@ -450,9 +439,9 @@ func (s *Service) convergeLimits(ctx context.Context, m *ownership.Mutation, mut
 			return p
 		}
 		if errors.Is(err, backend.ErrUnreachable) {
-			return apierr.New(apierr.BackendUnreachable, "the backend could not be reached to apply the worker's limits to its routes; apply again to retry")
+			return apierr.New(apierr.BackendUnreachable, "the backend could not be reached to apply the worker's limits to its routing; apply again to retry")
 		}
-		return apierr.New(apierr.BackendFailed, "the worker is deployed, but its limits could not be written into its routes; apply again to retry")
+		return apierr.New(apierr.BackendFailed, "the worker is deployed, but its limits could not be written into its routing; apply again to retry")
 	}
 	return nil
 }

@@ -791,41 +791,6 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 	return err
 }
 
-const workerLiveRoutes = `-- name: WorkerLiveRoutes :many
-SELECT e.uid, e.hostname
-FROM worker_endpoints e
-JOIN operations o ON o.id = e.operation_id
-WHERE e.worker_uid = $1 AND e.status IN ('creating', 'live') AND resource_present(e.status, o.status)
-ORDER BY e.hostname
-`
-
-type WorkerLiveRoutesRow struct {
-	UID      uuid.UUID
-	Hostname string
-}
-
-// The routes of a worker's standing endpoints that are not being deleted: on wfp-managed their
-// routing entries carry the worker's limits (SPEC 8), rewritten when its limit changes.
-func (q *Queries) WorkerLiveRoutes(ctx context.Context, workerUid uuid.UUID) ([]WorkerLiveRoutesRow, error) {
-	rows, err := q.db.Query(ctx, workerLiveRoutes, workerUid)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []WorkerLiveRoutesRow
-	for rows.Next() {
-		var i WorkerLiveRoutesRow
-		if err := rows.Scan(&i.UID, &i.Hostname); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const workerLock = `-- name: WorkerLock :one
 SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
 JOIN workers w ON w.uid = v.uid

@@ -58,15 +58,6 @@ JOIN operations o ON o.id = e.operation_id
 WHERE e.worker_uid = @worker_uid AND resource_present(e.status, o.status)
 ORDER BY e.name;
 
--- name: WorkerLiveRoutes :many
--- The routes of a worker's standing endpoints that are not being deleted: on wfp-managed their
--- routing entries carry the worker's limits (SPEC 8), rewritten when its limit changes.
-SELECT e.uid, e.hostname
-FROM worker_endpoints e
-JOIN operations o ON o.id = e.operation_id
-WHERE e.worker_uid = @worker_uid AND e.status IN ('creating', 'live') AND resource_present(e.status, o.status)
-ORDER BY e.hostname;
-
 -- name: WorkerScriptHolderDeleted :one
 -- Whether the backend's holder of a refused script name is this organization's own deleted worker
 -- whose delete is not confirmed yet (a create that never committed, its compensation pending):

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,12 @@ func (k *routesKV) put(host string, e dispatch.RouteEntry) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.entries[host] = string(raw)
+}
+
+func (k *routesKV) readsSoFar() []kvRead {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.reads)
 }
 
 func (k *routesKV) lastRead() kvRead {
@@ -179,14 +186,26 @@ func TestTheDispatchWorkerRoutesAHostnameThroughItsKVEntryWithTheEntrysCPULimit(
 	var a answer
 	require.NoError(t, json.Unmarshal(body, &a))
 	require.Equal(t, answer{Script: "tenant-a", CPUMs: "50", Host: "tsw-abc.example.test", Path: "/some/path"}, a)
-	require.Equal(t, kvRead{Key: "tsw-abc.example.test", CacheTTL: "75"}, f.kv.lastRead(),
-		"the lookup is by lowercased hostname, with the installation's cacheTtl")
+	require.Equal(t, []kvRead{{Key: "tsw-abc.example.test", CacheTTL: "75"}, {Key: "script:tenant-a", CacheTTL: "75"}}, f.kv.readsSoFar(),
+		"the lookup is by lowercased hostname, then the script's own entry, with the installation's cacheTtl")
 
 	res, body = f.get(t, "b.example.test", "/", nil)
 	require.Equal(t, http.StatusOK, res.StatusCode)
 	require.NoError(t, json.Unmarshal(body, &a))
 	require.Equal(t, "tenant-b", a.Script)
 	require.Empty(t, a.CPUMs, "an entry without cpuMs sets no limit")
+
+	// Once the worker has a script entry, its limit is that entry's, whatever the route was
+	// created with (the Host rewrites the script entry alone when the limit changes), and none
+	// when the entry has none.
+	f.kv.putScript("tenant-a", dispatch.ScriptEntry{WorkerUID: "uid-a", CPUMs: 80})
+	_, body = f.get(t, "tsw-abc.example.test", "/", nil)
+	require.NoError(t, json.Unmarshal(body, &a))
+	require.Equal(t, "80", a.CPUMs)
+	f.kv.putScript("tenant-a", dispatch.ScriptEntry{WorkerUID: "uid-a"})
+	_, body = f.get(t, "tsw-abc.example.test", "/", nil)
+	require.NoError(t, json.Unmarshal(body, &a))
+	require.Empty(t, a.CPUMs, "a limit removed from the worker is removed from its routes")
 }
 
 func TestTheDispatchWorkerAnswersAnUnknownHostnameWithA404Problem(t *testing.T) {

@@ -58,8 +58,9 @@ async function route(env, hostname) {
 }
 
 // A script's own entry, keyed "script:" + scriptName (no hostname has a colon): {workerUid,
-// cpuMs}, written by the Host with every deployment of the worker. Binding calls read the callee's
-// limit here, so a limit change reaches every caller without their re-upload.
+// cpuMs}, written by the Host with every deployment of the worker. Hostname dispatches and binding
+// calls read the worker's limit here, so a limit change reaches every route and every caller with
+// one write and no re-upload.
 const SCRIPT_KEY_PREFIX = "script:";
 
 async function scriptEntry(env, scriptName) {
@@ -136,7 +137,13 @@ export default {
         headers: { "content-type": "application/json", "cache-control": "no-store" },
       });
     }
-    return run(env, entry.scriptName, limitOptions(entry.cpuMs), request, () =>
+    // The worker's limit is its script entry's, the one entry the Host rewrites when the limit
+    // changes (a routing entry is written once, at its endpoint's create, and deleted once, so a
+    // limit change can never write back an entry an endpoint delete removed). The route's own
+    // cpuMs serves a worker that has no script entry yet.
+    const own = await scriptEntry(env, entry.scriptName);
+    const cpuMs = own !== null ? own.cpuMs : entry.cpuMs;
+    return run(env, entry.scriptName, limitOptions(cpuMs), request, () =>
       problem(404, "no_route", `no worker is routed to ${hostname}`));
   },
 };

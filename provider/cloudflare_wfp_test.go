@@ -15,7 +15,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // wfpBindingGraph is a callee with a CPU limit (its ?burn computes for a few hundred ms) and a
@@ -74,7 +74,7 @@ func TestAccWFPServiceBindingAndCPULimit(t *testing.T) {
 		liveSetting(t, "TAKOFORM_CLOUDFLARE_BASE_DOMAIN") // with install-dispatch run by the operator
 	} else {
 		// What takoserver cloudflare install-dispatch uploads (its propagation check aside).
-		sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: sealing.NewSecret(cfToken)})
+		sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: vocab.NewSecret(cfToken)})
 		require.NoError(t, err)
 		inst := catalog.Installation{RoutingKVNamespaceID: cfRoutingKV, DispatchNamespace: cfNamespace}
 		require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", backend.DispatchUpload(inst, dispatch.MinCacheTTL)))

@@ -20,7 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 const (
@@ -328,7 +328,7 @@ func TestAWFPRouteDeleteLeavesAnEntryOfAnotherEndpoint(t *testing.T) {
 	// Another endpoint's entry now stands there (a successor written out of band).
 	successor, err := json.Marshal(map[string]string{"scriptName": "other", "endpointUid": uuid.NewString()})
 	require.NoError(t, err)
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	put := kvUpdate(string(successor))
 	_, err = sdk.KVValues.Update(context.Background(), cfRoutingKV, host, put)
@@ -366,7 +366,7 @@ func TestAHostStoppedAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.
 	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id) VALUES ($1, $2, 'endpoint', 'open', $3)`, uid, h.org.ID, op)
 	h.exec(`UPDATE deployments SET status = 'deleting' WHERE resource_uid = $1`, uid)
 	h.exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status) SELECT gen_random_uuid(), $2, id, 'delete', 'dispatched' FROM deployments WHERE resource_uid = $1`, uid, op)
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	var p workers.ScriptSubdomainDeleteParams
 	p.AccountID.Value, p.AccountID.Present = cfAccount, true

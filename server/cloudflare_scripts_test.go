@@ -30,7 +30,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // cfScripts is a Host whose catalog sells a workers-dev offering (cf-worker, cf-endpoint) and a
@@ -136,7 +136,7 @@ func (c *cfScripts) fetchWorkersDev(script string) string {
 // directly (the endpoint's part) and fetches it through the stand-in's edge and dispatch worker.
 func (c *cfScripts) fetchWFP(label, script string) string {
 	c.t.Helper()
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(c.t, err)
 	host := label + "." + cfBaseDomain
 	entry, err := json.Marshal(cfstandin.RouteEntry{ScriptName: script, EndpointUID: uuid.NewString(), CPUMs: 50})
@@ -246,7 +246,7 @@ func TestADeliveryOnWorkersDevKeepsTheWorkersCPULimit(t *testing.T) {
 	require.Equal(t, 2, c.scriptUploads(w["scriptName"].(string)), "the worker's upload, then one dispatch upload")
 	require.Equal(t, int64(50), sc.Current.Limits.CPUMs, "the version holding the delivery keeps limits.cpu_ms")
 
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	settings, err := cloudflare.Account{ID: cfAccount}.Settings(context.Background(), sdk, w["scriptName"].(string))
 	require.NoError(t, err)
@@ -386,7 +386,7 @@ func TestACodeChangeLeavesTheWorkerExactlyTheSecretsItRequires(t *testing.T) {
 	script := w["scriptName"].(string)
 
 	// Someone adds a secret to the script behind the Host's back.
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	var sp workers.ScriptSecretUpdateParams
 	sp.AccountID.Value, sp.AccountID.Present = cfAccount, true

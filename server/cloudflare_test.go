@@ -16,7 +16,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 const (
@@ -63,7 +63,7 @@ func cfWorkerBody(code string) map[string]any {
 // no endpoint) and fetches the worker's URL through the stand-in's edge.
 func fetchWorkersDev(t *testing.T, s *cfstandin.Server, script string) (int, string) {
 	t.Helper()
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	var p workers.ScriptSubdomainNewParams
 	p.AccountID.Value, p.AccountID.Present = cfAccount, true

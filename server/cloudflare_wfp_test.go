@@ -15,7 +15,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // burnModule answers "cool" at once, and "burned" after some hundred milliseconds of CPU time for
@@ -108,7 +108,7 @@ func TestAWFPWorkerOverItsCPULimitAnswersTheLimitErrorAndARaisedLimitTakesEffect
 // wfp installation's dispatchWorkerName (what takoserver cloudflare install-dispatch uploads).
 func installDispatchWorker(t *testing.T, s *cfstandin.Server) {
 	t.Helper()
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	inst := catalog.Installation{RoutingKVNamespaceID: cfRoutingKV, DispatchNamespace: cfNamespace}
 	require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", backend.DispatchUpload(inst, dispatch.MinCacheTTL)))

@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // TestRuleEndpointPresentAloneFencesRelease: "Release requires ... 2. the retained endpoint
@@ -137,7 +137,7 @@ func (l *lyingSink) Unwrap() backend.Mutator { return l.Mutator }
 
 func (l *lyingSink) sink() backend.SecretSink { return l.Mutator.(backend.SecretSink) }
 
-func (l *lyingSink) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]sealing.Secret) error {
+func (l *lyingSink) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
 	return l.sink().DeliverSecrets(ctx, d, values)
 }
 

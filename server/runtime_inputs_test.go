@@ -26,6 +26,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 const secretCanary = "tk-canary-9d31f7a0c2e4b"
@@ -58,9 +59,9 @@ func (h *harness) prepareAs(key, orgID, op, token, reservationID, space, worker 
 // no longer reads (a released one).
 func (h *harness) prepareOn(key, orgID, op, token, reservationID, origin, space, worker string, bindings map[string]string) prepared {
 	h.t.Helper()
-	secrets := map[string]sealing.Secret{}
+	secrets := map[string]vocab.Secret{}
 	for k, v := range bindings {
-		secrets[k] = sealing.NewSecret(v)
+		secrets[k] = vocab.NewSecret(v)
 	}
 	nonce := "nonce-" + op
 	id := runtimeinput.Derive(nonce, runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
@@ -172,7 +173,7 @@ func TestRuntimeInputRefusesAMismatchedReference(t *testing.T) {
 	res := h.getReservation(h.key, "res-api").json(t)
 	// A reference computed with another origin than the reservation's.
 	id := runtimeinput.Derive("n", runtimeinput.Target{Space: "prod", WorkerName: "api", BundleName: "main", EndpointName: "api",
-		OriginReservationID: "res-api", CanonicalPublicOrigin: "https://evil.example.test"}, map[string]sealing.Secret{"API_KEY": sealing.NewSecret(secretCanary)})
+		OriginReservationID: "res-api", CanonicalPublicOrigin: "https://evil.example.test"}, map[string]vocab.Secret{"API_KEY": vocab.NewSecret(secretCanary)})
 	r := h.do(req{method: http.MethodPut, path: prepPath(h.org.ID, "op-1"), key: h.key, token: "token-prepare-00000001", body: map[string]any{
 		"format": runtimeinput.PreparationFormat, "materialSetNonce": "n", "runtimeInputReference": id.Reference,
 		"target":   map[string]any{"space": "prod", "workerName": "api", "bundleName": "main", "endpointName": "api", "originReservationId": "res-api"},

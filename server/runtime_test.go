@@ -16,7 +16,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // routeWatcher sees every route delete the Host makes: it can fail the next one before it reaches
@@ -345,7 +345,7 @@ type flakyReadback struct {
 
 func (f *flakyReadback) Unwrap() backend.Mutator { return f.Mutator }
 
-func (f *flakyReadback) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]sealing.Secret) error {
+func (f *flakyReadback) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
 	return f.Mutator.(backend.SecretSink).DeliverSecrets(ctx, d, values)
 }
 

@@ -9,7 +9,7 @@ import (
 	"slices"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // The Cloudflare packs' runtime inputs (SPEC 8 "Mutations", the one-shot lease): a delivery is one
@@ -33,7 +33,7 @@ const resends = 2
 // After an answer that may have been lost it reads the bindings back before it sends again, and
 // only this call, which holds the values, ever sends them again (SPEC 8). Extra secrets are
 // deleted before it returns.
-func (c *cloudflareScripts) DeliverSecrets(ctx context.Context, d Delivery, values map[string]sealing.Secret) error {
+func (c *cloudflareScripts) DeliverSecrets(ctx context.Context, d Delivery, values map[string]vocab.Secret) error {
 	sdk, err := c.api(ctx)
 	if err != nil {
 		return err
@@ -86,7 +86,7 @@ func ambiguous(err error) bool {
 // deliveryUpload is the dispatch upload over the version now holds: the same modules, main module,
 // compatibility settings and limits, every plain-text binding as it reads back, every other non-secret
 // binding inherited, TAKOFORM_DELIVERY naming this delivery, and exactly its secrets.
-func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *cloudflare.Services, d Delivery, now *held, values map[string]sealing.Secret) (cloudflare.Upload, error) {
+func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *cloudflare.Services, d Delivery, now *held, values map[string]vocab.Secret) (cloudflare.Upload, error) {
 	var modules []cloudflare.Module
 	var main string
 	err := c.call(ctx, func() (err error) { modules, main, err = c.place.Content(ctx, sdk, d.ScriptName); return err })

@@ -14,7 +14,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
@@ -157,7 +157,7 @@ type Delivery struct {
 // Host to a backend, and no value ever comes back through it.
 type SecretSink interface {
 	// DeliverSecrets gives the values to the worker d names, replacing any earlier delivery.
-	DeliverSecrets(ctx context.Context, d Delivery, values map[string]sealing.Secret) error
+	DeliverSecrets(ctx context.Context, d Delivery, values map[string]vocab.Secret) error
 	// ReadbackSecrets answers, for the script d names, HMAC-SHA256(challenge, canonical JSON of
 	// the bindings as held), and false when nothing is held. The answer decides the lease of d:
 	// when the script does not hold it, the backend refuses that delivery from then on, so that a

@@ -18,7 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
@@ -222,14 +222,14 @@ func scriptObservation(st adminapi.ScriptStatus) Observation {
 	return obs
 }
 
-func (n *runtimeNode) DeliverSecrets(ctx context.Context, d Delivery, values map[string]sealing.Secret) error {
+func (n *runtimeNode) DeliverSecrets(ctx context.Context, d Delivery, values map[string]vocab.Secret) error {
 	c, err := n.api()
 	if err != nil {
 		return err
 	}
-	wire := make(map[string]adminapi.Secret, len(values))
+	wire := make(map[string]vocab.Secret, len(values))
 	for k, v := range values {
-		wire[k] = adminapi.NewSecret(v.Reveal())
+		wire[k] = vocab.NewSecret(v.Reveal())
 	}
 	_, err = c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
 		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Values: wire,

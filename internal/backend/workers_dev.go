@@ -20,7 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // The Host-reserved plain-text bindings of a Cloudflare script (SPEC 3.4, 3.5, 8).
@@ -139,7 +139,7 @@ func (c *cloudflareScripts) connect(ctx context.Context) (*cloudflare.Services, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: installation %s: apiTokenFile: %v", ErrMisconfigured, c.inst.Name, err)
 	}
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.inst.APIBaseURL, Token: sealing.NewSecret(strings.TrimSpace(string(raw)))})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.inst.APIBaseURL, Token: vocab.NewSecret(strings.TrimSpace(string(raw)))})
 	if err != nil {
 		return nil, fmt.Errorf("%w: installation %s: %v", ErrMisconfigured, c.inst.Name, err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
@@ -48,7 +48,7 @@ func setupWorkersDev(t *testing.T) cfFixture {
 		AccountID: cfAccount, APITokenFile: tokenFile, APIBaseURL: s.BaseURL()}
 	mut, err := (&backend.Registry{}).Mutator(inst)
 	require.NoError(t, err)
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(cfToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	return cfFixture{standin: s, mut: mut, sdk: sdk}
 }

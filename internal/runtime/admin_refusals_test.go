@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // TestEveryRefusalOfDesiredApplyIsTheSameProblemOnTheWire: the handlers turn each refusal of
@@ -34,7 +35,7 @@ func TestEveryRefusalOfDesiredApplyIsTheSameProblemOnTheWire(t *testing.T) {
 	attack := f.scriptPut("uid-x", 1_000_000, "x", "TOKEN")
 	attack.Labels.Organization = "org-9"
 	secrets := func(uid, delivery, name string) adminapi.SecretsPut {
-		return adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: uid, DeliveryID: delivery, Values: map[string]adminapi.Secret{name: adminapi.NewSecret("v")}}
+		return adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: uid, DeliveryID: delivery, Values: map[string]vocab.Secret{name: vocab.NewSecret("v")}}
 	}
 
 	for _, tc := range []struct {

@@ -31,6 +31,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // workerSource answers with its version and what it received in env.TOKEN: only a length and a
@@ -101,7 +102,7 @@ func (f *fixture) scriptPut(uid string, generation int64, version string, secret
 func (f *fixture) deliver(name, uid, deliveryID, value string) {
 	f.t.Helper()
 	_, err := f.client.PutSecrets(f.ctx, name, adminapi.SecretsPut{
-		EffectID: f.effect(), WorkerUID: uid, DeliveryID: deliveryID, Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret(value)},
+		EffectID: f.effect(), WorkerUID: uid, DeliveryID: deliveryID, Values: map[string]vocab.Secret{"TOKEN": vocab.NewSecret(value)},
 	})
 	require.NoError(f.t, err)
 }
@@ -555,11 +556,11 @@ func TestEffectsAreIdempotentAndGenerationsMoveForward(t *testing.T) {
 	require.Equal(t, "uid-i", left.WorkerUID)
 
 	// Deliveries name the script's secrets exactly, and belong to its worker UID.
-	_, err = f.client.PutSecrets(f.ctx, "idem", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-i", DeliveryID: "d", Values: map[string]adminapi.Secret{"OTHER": adminapi.NewSecret("x")}})
+	_, err = f.client.PutSecrets(f.ctx, "idem", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-i", DeliveryID: "d", Values: map[string]vocab.Secret{"OTHER": vocab.NewSecret("x")}})
 	require.True(t, selfhost.IsCode(err, adminapi.CodeSecretNames), "%v", err)
-	_, err = f.client.PutSecrets(f.ctx, "idem", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-x", DeliveryID: "d", Values: map[string]adminapi.Secret{"OTHER": adminapi.NewSecret("x")}})
+	_, err = f.client.PutSecrets(f.ctx, "idem", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-x", DeliveryID: "d", Values: map[string]vocab.Secret{"OTHER": vocab.NewSecret("x")}})
 	require.True(t, selfhost.IsCode(err, adminapi.CodeWorkerMismatch), "%v", err)
-	_, err = f.client.PutSecrets(f.ctx, "absent", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-i", DeliveryID: "d", Values: map[string]adminapi.Secret{"A": adminapi.NewSecret("x")}})
+	_, err = f.client.PutSecrets(f.ctx, "absent", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-i", DeliveryID: "d", Values: map[string]vocab.Secret{"A": vocab.NewSecret("x")}})
 	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptAbsent), "%v", err)
 
 	// Bad input changes nothing.
@@ -684,7 +685,7 @@ func TestNewSecretNamesWaitForTheirDeliveryWhileTheIncumbentServes(t *testing.T)
 
 	_, err := f.client.PutSecrets(f.ctx, "names", adminapi.SecretsPut{
 		EffectID: f.effect(), WorkerUID: "uid-n", DeliveryID: "delivery-2",
-		Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret("second"), "EXTRA": adminapi.NewSecret("more")},
+		Values: map[string]vocab.Secret{"TOKEN": vocab.NewSecret("second"), "EXTRA": vocab.NewSecret("more")},
 	})
 	require.NoError(t, err)
 	st = f.waitStatus("generation 2 serving with both secrets", func(s adminapi.ScriptStatus) bool {
@@ -785,7 +786,7 @@ func TestScriptHeldByOneWorkerIsNeverTakenByAnother(t *testing.T) {
 	require.NotContains(t, err.Error(), "org-1")
 
 	_, err = f.client.PutSecrets(f.ctx, script, adminapi.SecretsPut{
-		EffectID: f.effect(), WorkerUID: "uid-attacker", DeliveryID: "delivery-a", Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret("attacker")},
+		EffectID: f.effect(), WorkerUID: "uid-attacker", DeliveryID: "delivery-a", Values: map[string]vocab.Secret{"TOKEN": vocab.NewSecret("attacker")},
 	})
 	require.True(t, selfhost.IsCode(err, adminapi.CodeWorkerMismatch), "%v", err)
 	require.NotContains(t, err.Error(), "uid-victim")
@@ -824,7 +825,7 @@ func TestAReadbackThatFindsADeliveryAbsentRefusesItLater(t *testing.T) {
 	f.h.Restart(t)
 	f.reconnect()
 	_, err = f.client.PutSecrets(f.ctx, "late", adminapi.SecretsPut{
-		EffectID: f.effect(), WorkerUID: "uid-l", DeliveryID: "delivery-late", Values: map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret(canary)},
+		EffectID: f.effect(), WorkerUID: "uid-l", DeliveryID: "delivery-late", Values: map[string]vocab.Secret{"TOKEN": vocab.NewSecret(canary)},
 	})
 	require.True(t, selfhost.IsCode(err, adminapi.CodeDeliveryRefused), "the late copy is refused: %v", err)
 	st, err := f.client.GetScript(f.ctx, "late")

@@ -18,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // Consumer is the worker incarnation consuming a runtime input: proved Ready at its current
@@ -241,7 +242,7 @@ func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer
 // dispatch is the second phase: open the sealed material, then clear it in the compare-and-swap
 // that authorizes delivery, in one transaction. Of several Hosts racing to dispatch one claim,
 // the CAS lets exactly one deliver. Material that cannot be opened fails closed, once.
-func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l *leaseState) (map[string]sealing.Secret, error) {
+func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l *leaseState) (map[string]vocab.Secret, error) {
 	// The pack decides which readback settles its deliveries: a value-free one has its expected
 	// digest recorded by the CAS that authorizes the delivery (SPEC 3.5).
 	var deliveryDigest []byte
@@ -249,7 +250,7 @@ func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sea
 		deliveryDigest = vf.ExpectedDigest(l.Delivery)
 	}
 	org := c.Incarnation.OrganizationID
-	var values map[string]sealing.Secret
+	var values map[string]vocab.Secret
 	var unreadable error
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
@@ -295,21 +296,21 @@ func unreadableReason(err error) string {
 
 var errUnreadable = errors.New("sealed material unreadable")
 
-func decodeMaterial(plain []byte) (map[string]sealing.Secret, error) {
+func decodeMaterial(plain []byte) (map[string]vocab.Secret, error) {
 	var m map[string]string
 	if err := json.Unmarshal(plain, &m); err != nil {
 		return nil, err
 	}
-	out := make(map[string]sealing.Secret, len(m))
+	out := make(map[string]vocab.Secret, len(m))
 	for k, v := range m {
-		out[k] = sealing.NewSecret(v)
+		out[k] = vocab.NewSecret(v)
 	}
 	return out, nil
 }
 
 // deliver is the one backend call that carries values. The delivery is named by the sealed
 // material's id, and the call is idempotent by an effect id derived from the claim.
-func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, l leaseState, claim uuid.UUID, values map[string]sealing.Secret) error {
+func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, l leaseState, claim uuid.UUID, values map[string]vocab.Secret) error {
 	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
 	d := l.Delivery

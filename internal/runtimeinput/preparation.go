@@ -63,11 +63,11 @@ type TargetRequest struct {
 
 // Request is the body of PUT .../worker-runtime-input-preparations/{operationId}.
 type Request struct {
-	Format                string                    `json:"format"`
-	MaterialSetNonce      string                    `json:"materialSetNonce"`
-	RuntimeInputReference string                    `json:"runtimeInputReference"`
-	Target                TargetRequest             `json:"target"`
-	Bindings              map[string]sealing.Secret `json:"bindings"`
+	Format                string                  `json:"format"`
+	MaterialSetNonce      string                  `json:"materialSetNonce"`
+	RuntimeInputReference string                  `json:"runtimeInputReference"`
+	Target                TargetRequest           `json:"target"`
+	Bindings              map[string]vocab.Secret `json:"bindings"`
 }
 
 // HashBody is the body the ownership request hash is taken over: the request with every binding
@@ -261,7 +261,7 @@ func (s *Service) validate(req Request) error {
 
 // material is the canonical JSON of the bindings: what is sealed, and what the readback digest
 // is taken over.
-func material(bindings map[string]sealing.Secret) []byte {
+func material(bindings map[string]vocab.Secret) []byte {
 	plain := make(map[string]string, len(bindings))
 	for k, v := range bindings {
 		plain[k] = v.Reveal()

@@ -4,7 +4,7 @@ package runtimeinput
 
 import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // PreparationFormat is the format of a preparation request body.
@@ -14,7 +14,7 @@ const PreparationFormat = "takoserver.worker-runtime-input-preparation@v1"
 type Target = runtimeref.Target
 
 // Derive computes the reference of SPEC 3.5 over secret bindings (see runtimeref.Derive).
-func Derive(nonce string, t Target, bindings map[string]sealing.Secret) runtimeref.Identity {
+func Derive(nonce string, t Target, bindings map[string]vocab.Secret) runtimeref.Identity {
 	plain := make(map[string]string, len(bindings))
 	for k, v := range bindings {
 		plain[k] = v.Reveal()

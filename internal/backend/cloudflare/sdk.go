@@ -23,7 +23,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // DefaultBaseURL is Cloudflare's API v4.
@@ -34,7 +34,7 @@ type Options struct {
 	// BaseURL of the API (default DefaultBaseURL); tests and Cloudflare-compatible gateways set it.
 	BaseURL string
 	// Token is the installation's API token.
-	Token sealing.Secret
+	Token vocab.Secret
 	// HTTPClient carries the requests (default: a client with a 60 s timeout).
 	HTTPClient *http.Client
 }

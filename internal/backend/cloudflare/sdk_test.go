@@ -21,7 +21,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // These tests drive the Cloudflare stand-in through the official SDK, so that what reaches the
@@ -87,7 +87,7 @@ func setup(t *testing.T, tweak func(*cfstandin.Config)) fixture {
 	s, err := cfstandin.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(token)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(token)})
 	require.NoError(t, err)
 	return fixture{standin: s, sdk: sdk, clock: clk}
 }
@@ -139,7 +139,7 @@ func firstUpload(marker string) cloudflare.Upload {
 		MainModule: "worker.js", CompatibilityDate: "2024-09-23",
 		Modules:   []cloudflare.Module{{Name: "worker.js", Content: echoWorker(marker)}},
 		PlainText: map[string]string{"GREETING": "hello", "TAKOFORM_WORKER_UID": "uid-1"},
-		Secrets:   map[string]sealing.Secret{"API_KEY": sealing.NewSecret("s3cr3t-value")},
+		Secrets:   map[string]vocab.Secret{"API_KEY": vocab.NewSecret("s3cr3t-value")},
 	}
 }
 
@@ -449,7 +449,7 @@ func TestBadTokenIsAnAuthErrorThatNamesNoToken(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *cfstandin.Config) { c.Workerd = "" })
 	const wrong = "wrong-token-that-must-not-leak-42"
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: f.standin.BaseURL(), Token: sealing.NewSecret(wrong)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: f.standin.BaseURL(), Token: vocab.NewSecret(wrong)})
 	require.NoError(t, err)
 	_, err = sdk.Scripts.Update(context.Background(), "tsw-auth", firstUpload("v1").ScriptParams(account))
 	e := apiError(t, err)
@@ -476,7 +476,7 @@ func TestSDKReadsNothingFromCloudflareEnvironmentVariables(t *testing.T) {
 	for k, v := range canaries {
 		t.Setenv(k, v)
 	}
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: f.standin.BaseURL(), Token: sealing.NewSecret(token)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: f.standin.BaseURL(), Token: vocab.NewSecret(token)})
 	require.NoError(t, err)
 	_, err = sdk.Subdomains.Get(context.Background(), params[workers.SubdomainGetParams]())
 	require.NoError(t, err)
@@ -495,7 +495,7 @@ func TestNewRefusesAnEmptyTokenAndABadBaseURL(t *testing.T) {
 	t.Parallel()
 	_, err := cloudflare.New(cloudflare.Options{BaseURL: "http://127.0.0.1:1/client/v4/"})
 	require.Error(t, err)
-	_, err = cloudflare.New(cloudflare.Options{BaseURL: "ftp://x/", Token: sealing.NewSecret("t")})
+	_, err = cloudflare.New(cloudflare.Options{BaseURL: "ftp://x/", Token: vocab.NewSecret("t")})
 	require.Error(t, err)
 	var e *cloudflare.APIError
 	require.False(t, errors.As(err, &e))

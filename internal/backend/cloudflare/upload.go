@@ -10,7 +10,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // ModuleContentType is the content type of an ES module part.
@@ -37,7 +37,7 @@ type Upload struct {
 	PlainText          map[string]string
 	// JSON are json bindings, each value a JSON text sent as it is.
 	JSON          map[string]string
-	Secrets       map[string]sealing.Secret
+	Secrets       map[string]vocab.Secret
 	Inherit       []string
 	StrictInherit bool
 	// Services are service bindings: the callee's script name by binding name.

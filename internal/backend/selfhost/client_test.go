@@ -22,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 const source = `export default { async fetch(req, env) { return new Response("has key: " + (env.KEY !== undefined) + "\n"); } };`
@@ -44,7 +45,7 @@ func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
 	require.True(t, st.Present)
 	require.Equal(t, []string{"KEY"}, st.SecretNames)
 
-	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-2", WorkerUID: "uid-api", DeliveryID: "del-1", Values: map[string]adminapi.Secret{"KEY": adminapi.NewSecret("v")}})
+	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-2", WorkerUID: "uid-api", DeliveryID: "del-1", Values: map[string]vocab.Secret{"KEY": vocab.NewSecret("v")}})
 	require.NoError(t, err)
 	var lastErr error
 	if !assert.Eventually(t, func() bool {
@@ -107,7 +108,7 @@ func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Present)
 
-	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-4", WorkerUID: "uid-api", DeliveryID: "del-2", Values: map[string]adminapi.Secret{"KEY": adminapi.NewSecret("v")}})
+	_, err = c.PutSecrets(ctx, "api-test", adminapi.SecretsPut{EffectID: "e-4", WorkerUID: "uid-api", DeliveryID: "del-2", Values: map[string]vocab.Secret{"KEY": vocab.NewSecret("v")}})
 	var problem *selfhost.ProblemError
 	require.ErrorAs(t, err, &problem)
 	require.Equal(t, 404, problem.StatusCode)

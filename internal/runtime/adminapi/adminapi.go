@@ -116,6 +116,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
@@ -338,7 +339,7 @@ type SecretsPut struct {
 	EffectID   string
 	WorkerUID  string
 	DeliveryID string
-	Values     map[string]Secret
+	Values     map[string]vocab.Secret
 }
 
 type secretsPutWire struct {
@@ -363,9 +364,9 @@ func (p *SecretsPut) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*p = SecretsPut{EffectID: w.EffectID, WorkerUID: w.WorkerUID, DeliveryID: w.DeliveryID, Values: make(map[string]Secret, len(w.Values))}
+	*p = SecretsPut{EffectID: w.EffectID, WorkerUID: w.WorkerUID, DeliveryID: w.DeliveryID, Values: make(map[string]vocab.Secret, len(w.Values))}
 	for k, v := range w.Values {
-		p.Values[k] = NewSecret(v)
+		p.Values[k] = vocab.NewSecret(v)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // The runtime's sealing key is never in the same directory as the sealed deliveries (SPEC 5.1):
@@ -82,7 +82,7 @@ func TestAKeyLeftInTheStateDirectoryIsRefusedOrMovedOnceByDev(t *testing.T) {
 	first := filepath.Join(base, "keys", "first")
 	s, err := Open(dir, SealingKey{File: first, CreateIfAbsent: true})
 	require.NoError(t, err)
-	require.NoError(t, s.SealSecrets("uid-1", "d1", map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret("old-layout-canary")}))
+	require.NoError(t, s.SealSecrets("uid-1", "d1", map[string]vocab.Secret{"TOKEN": vocab.NewSecret("old-layout-canary")}))
 	s.Close()
 	// The layout before SPEC 5.1: the key beside the deliveries.
 	legacy := filepath.Join(dir, LegacyKeyFile)

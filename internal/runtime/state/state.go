@@ -286,12 +286,12 @@ func (s *Store) Save(d *Desired) error {
 func (s *Store) MAC(msg []byte) string { return hex.EncodeToString(mac(s.macKey, msg)) }
 
 // ValuesMAC is the keyed digest of a delivery's values.
-func (s *Store) ValuesMAC(values map[string]adminapi.Secret) string {
+func (s *Store) ValuesMAC(values map[string]vocab.Secret) string {
 	return s.MAC(canonjson.Marshal(Reveal(values)))
 }
 
 // Reveal returns the plain bindings: for workerd's environment, sealing and the readback HMAC only.
-func Reveal(values map[string]adminapi.Secret) map[string]string {
+func Reveal(values map[string]vocab.Secret) map[string]string {
 	plain := make(map[string]string, len(values))
 	for k, v := range values {
 		plain[k] = v.Reveal()
@@ -316,7 +316,7 @@ func sealAAD(workerUID, deliveryID string) []byte {
 
 // SealSecrets writes a worker UID's delivery, sealed with AES-256-GCM under the runtime key (fresh
 // nonce; the worker UID and delivery id are authenticated), replacing any previous one.
-func (s *Store) SealSecrets(workerUID, deliveryID string, values map[string]adminapi.Secret) error {
+func (s *Store) SealSecrets(workerUID, deliveryID string, values map[string]vocab.Secret) error {
 	if !ValidWorkerUID(workerUID) {
 		return fmt.Errorf("worker UID %q cannot name a sealed file", workerUID)
 	}
@@ -339,7 +339,7 @@ func (s *Store) SealSecrets(workerUID, deliveryID string, values map[string]admi
 
 // OpenSecrets reads a worker UID's delivery; it fails closed when the file is missing, unsafe,
 // corrupt or of another delivery.
-func (s *Store) OpenSecrets(workerUID, deliveryID string) (map[string]adminapi.Secret, error) {
+func (s *Store) OpenSecrets(workerUID, deliveryID string) (map[string]vocab.Secret, error) {
 	if !ValidWorkerUID(workerUID) {
 		return nil, fmt.Errorf("worker UID %q cannot name a sealed file", workerUID)
 	}
@@ -366,9 +366,9 @@ func (s *Store) OpenSecrets(workerUID, deliveryID string) (map[string]adminapi.S
 	if err := json.Unmarshal(plain, &m); err != nil {
 		return nil, fmt.Errorf("the delivery of worker %s is corrupt", workerUID)
 	}
-	values := make(map[string]adminapi.Secret, len(m))
+	values := make(map[string]vocab.Secret, len(m))
 	for k, v := range m {
-		values[k] = adminapi.NewSecret(v)
+		values[k] = vocab.NewSecret(v)
 	}
 	return values, nil
 }

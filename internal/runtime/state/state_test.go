@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // testKey writes a fresh sealing key outside any state directory.
@@ -63,7 +63,7 @@ func TestSealedDeliveryRoundTripsAndIsNotPlainText(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	const canary = "canary-sealed-91c2"
-	values := map[string]adminapi.Secret{"TOKEN": adminapi.NewSecret(canary)}
+	values := map[string]vocab.Secret{"TOKEN": vocab.NewSecret(canary)}
 	require.NoError(t, s.SealSecrets("uid-1", "d1", values))
 	raw, err := os.ReadFile(filepath.Join(dir, "secrets", "uid-1"))
 	require.NoError(t, err)

@@ -22,7 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 const (
@@ -104,7 +104,7 @@ func TestInstallDispatchUploadsTheDispatchWorkerWithItsBindingsOnceAndItRoutes(t
 	// What was installed really routes: a tenant script in the namespace, a routing entry for the
 	// dispatch worker's own workers.dev name, and a request through it reaches the tenant.
 	ctx := context.Background()
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(dispatchToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(dispatchToken)})
 	require.NoError(t, err)
 	tenant := cloudflare.Upload{MainModule: "index.js", CompatibilityDate: "2025-01-01",
 		Modules: []cloudflare.Module{{Name: "index.js", Content: []byte(`export default { fetch() { return new Response("tenant-answer") } }`)}}}
@@ -157,7 +157,7 @@ func TestInstallDispatchErrorsNameTheInstallationNeverTheToken(t *testing.T) {
 	require.Contains(t, errOut, "only wfp-managed ones have a dispatch worker")
 
 	// A tenant's worker that happens to hold the name is never overwritten.
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(dispatchToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(dispatchToken)})
 	require.NoError(t, err)
 	tenant := cloudflare.Upload{MainModule: "index.js", CompatibilityDate: "2025-01-01", PlainText: map[string]string{backend.BindingWorkerUID: "7d1c2f0e-0000-4000-8000-000000000001"},
 		Modules: []cloudflare.Module{{Name: "index.js", Content: []byte(`export default { fetch() { return new Response("tenant") } }`)}}}
@@ -192,7 +192,7 @@ func TestInstallDispatchFailsWhenItsUploadDidNotLandEvenIfOnlyTheCacheTTLDiffere
 	sc, _ := s.Script(dispatchName)
 	source, ok := sc.Current.Binding(backend.BindingDispatchSource)
 	require.True(t, ok)
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: sealing.NewSecret(dispatchToken)})
+	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(dispatchToken)})
 	require.NoError(t, err)
 	shorter := cloudflare.Upload{MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
 		Modules:            []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},

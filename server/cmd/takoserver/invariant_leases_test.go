@@ -26,7 +26,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
-	"github.com/takoform/terraform-provider-takoform/internal/sealing"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // The moves of the invariant test that make progress (publishing an endpoint, activating it,
@@ -154,10 +154,10 @@ func (w *world) prepare(org tenant, h host, worker, id string) string {
 	w.mu.Unlock()
 	op := fmt.Sprintf("op-%d", n)
 	nonce := fmt.Sprintf("nonce-%d-%d", w.seed, n)
-	value := sealing.NewSecret(fmt.Sprintf("%s%d", w.canary, n))
+	value := vocab.NewSecret(fmt.Sprintf("%s%d", w.canary, n))
 	target := runtimeinput.Target{Space: invariantSpace, WorkerName: worker, BundleName: "main", EndpointName: endpointOf(worker),
 		OriginReservationID: id, CanonicalPublicOrigin: origin}
-	ref := runtimeinput.Derive(nonce, target, map[string]sealing.Secret{"API_KEY": value}).Reference
+	ref := runtimeinput.Derive(nonce, target, map[string]vocab.Secret{"API_KEY": value}).Reference
 	body, _ := json.Marshal(map[string]any{
 		"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": ref,
 		"target":   map[string]any{"space": invariantSpace, "workerName": worker, "bundleName": "main", "endpointName": endpointOf(worker), "originReservationId": id},

@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 func TestSecretNeverPrints(t *testing.T) {
 	t.Parallel()
 	const canary = "canary-7f3a9c"
-	put := SecretsPut{EffectID: "e1", WorkerUID: "w1", DeliveryID: "d1", Values: map[string]Secret{"TOKEN": NewSecret(canary)}}
+	put := SecretsPut{EffectID: "e1", WorkerUID: "w1", DeliveryID: "d1", Values: map[string]vocab.Secret{"TOKEN": vocab.NewSecret(canary)}}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	log.Info("delivery", "put", put, "value", put.Values["TOKEN"], "values", put.Values)

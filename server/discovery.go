@@ -7,12 +7,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
-	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 func (s *Server) healthz(c echo.Context) error {
@@ -30,16 +30,9 @@ func (s *Server) readyz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// Capabilities is the body of GET /v1/capabilities.
-type Capabilities struct {
-	Ownership           []string `json:"ownership"`
-	ReservationFormats  []string `json:"reservationFormats"`
-	RuntimeInputFormats []string `json:"runtimeInputFormats"`
-	Packs               []string `json:"packs"`
-	// OrganizationID is the key's organization, which the runtime-input routes carry in their
-	// path.
-	OrganizationID string `json:"organizationId"`
-}
+// Capabilities is the body of GET /v1/capabilities. Its OrganizationID is the key's
+// organization, which the runtime-input routes carry in their path.
+type Capabilities = apitypes.Capabilities
 
 func (s *Server) capabilities(c echo.Context) error {
 	return c.JSON(http.StatusOK, Capabilities{
@@ -51,16 +44,9 @@ func (s *Server) capabilities(c echo.Context) error {
 	})
 }
 
-// OfferingView is one entry of GET /v1/offerings.
-type OfferingView struct {
-	ID           string `json:"id"`
-	Kind         string `json:"kind"`
-	Pack         string `json:"pack"`
-	Installation string `json:"installation"`
-	Digest       string `json:"digest"`
-	// Ceilings bound a module-worker's limits on the offering (absent on other kinds).
-	Ceilings *workerconf.Ceilings `json:"ceilings,omitempty"`
-}
+// OfferingView is one entry of GET /v1/offerings. Its Ceilings bound a module-worker's limits on
+// the offering (absent on other kinds).
+type OfferingView = apitypes.Offering
 
 func (s *Server) offerings(c echo.Context) error {
 	p := principal(c)
@@ -68,7 +54,7 @@ func (s *Server) offerings(c echo.Context) error {
 	for _, o := range s.cfg.Catalog.Visible(catalog.Organization{ID: p.Organization.ID, Name: p.Organization.Name}) {
 		v := OfferingView{ID: o.ID, Kind: o.Kind, Pack: o.Pack, Installation: o.Installation, Digest: o.Digest}
 		if o.Kind == catalog.KindWorker {
-			c := o.Ceilings()
+			c := apitypes.OfferingCeilings(o.Ceilings())
 			v.Ceilings = &c
 		}
 		out = append(out, v)

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
@@ -86,9 +87,7 @@ func (s *Server) deleteEndpoint(c echo.Context) error {
 }
 
 // ActivationRequest is the body of PUT .../activation.
-type ActivationRequest struct {
-	EndpointUID string `json:"endpointUid"`
-}
+type ActivationRequest = apitypes.ActivationRequest
 
 const (
 	activationKind         = "worker-endpoint-activation"

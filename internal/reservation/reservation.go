@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -47,13 +48,7 @@ var (
 )
 
 // Request is the body of PUT /v1/worker-endpoint-origin-reservations/{id}.
-type Request struct {
-	Space      string  `json:"space"`
-	WorkerName string  `json:"workerName"`
-	Subdomain  *string `json:"subdomain,omitempty"`
-	TTLSeconds *int    `json:"ttlSeconds,omitempty"`
-	OfferingID *string `json:"offeringId,omitempty"`
-}
+type Request = apitypes.ReservationRequest
 
 // Reservation is one stored row, its Status as of database time.
 type Reservation struct {
@@ -94,27 +89,11 @@ func fromRow(r dbsqlc.WorkerEndpointOriginReservation, status string) Reservatio
 }
 
 // ObjectRef is a {uid, revision} pair in a projection.
-type ObjectRef struct {
-	UID      string `json:"uid"`
-	Revision int64  `json:"revision"`
-}
+type ObjectRef = apitypes.ObjectRef
 
-// Projection is the public view of a reservation. Placement is never projected.
-type Projection struct {
-	Format          string     `json:"format"`
-	ID              string     `json:"id"`
-	Space           string     `json:"space"`
-	WorkerName      string     `json:"workerName"`
-	Subdomain       string     `json:"subdomain"`
-	CanonicalOrigin string     `json:"canonicalOrigin"`
-	Revision        int64      `json:"revision"`
-	ExpiresAt       string     `json:"expiresAt"`
-	Status          string     `json:"status"`
-	HostMinted      bool       `json:"hostMinted"`
-	BoundWorker     *ObjectRef `json:"boundWorker"`
-	Endpoint        *ObjectRef `json:"endpoint"`
-	OwnershipToken  *string    `json:"ownershipToken"`
-}
+// Projection is the public view of a reservation: the document's Reservation (api/apitypes),
+// with the bytes a response carries. Placement is never projected.
+type Projection apitypes.Reservation
 
 // Project renders r with its ownership token (nil for Host-minted rows, which no caller owns).
 func (r Reservation) Project(token string) Projection {
@@ -193,7 +172,7 @@ func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
 		if *req.TTLSeconds < MinTTLSeconds || *req.TTLSeconds > MaxTTLSeconds {
 			return desired{}, apierr.New(apierr.InvalidRequest, "ttlSeconds must be between %d and %d", MinTTLSeconds, MaxTTLSeconds)
 		}
-		d.ttl = *req.TTLSeconds
+		d.ttl = int(*req.TTLSeconds)
 	}
 	offeringID := ""
 	if req.OfferingID != nil {
@@ -385,25 +364,13 @@ func release(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) (R
 func b(v *bool) bool { return v != nil && *v }
 
 // Derivation is the answer of the non-mutating derivation route (SPEC 3.1).
-type Derivation struct {
-	OfferingID          string  `json:"offeringId"`
-	CanonicalOrigin     string  `json:"canonicalOrigin"`
-	Subdomain           string  `json:"subdomain"`
-	HostMintedSubdomain *string `json:"hostMintedSubdomain"`
-	Available           bool    `json:"available"`
-	// HeldBy says who holds an origin that is not available, as far as the caller may know: its
-	// own organization's reservation or endpoint by name, or another organization by nothing more.
-	HeldBy *Holder `json:"heldBy,omitempty"`
-}
+// Its HeldBy says who holds an origin that is not available, as far as the caller may know: its
+// own organization's reservation or endpoint by name, or another organization by nothing more.
+type Derivation = apitypes.Derivation
 
-// Holder is who holds an unavailable origin.
-type Holder struct {
-	// Organization is "self" or "other".
-	Organization string `json:"organization"`
-	// Kind is "reservation" or "endpoint"; Name its id, or space/name, when it is the caller's own.
-	Kind string `json:"kind,omitempty"`
-	Name string `json:"name,omitempty"`
-}
+// Holder is who holds an unavailable origin: Organization "self" or "other"; Kind "reservation"
+// or "endpoint" and Name its id, or space/name, when it is the caller's own.
+type Holder = apitypes.Holder
 
 // holder names who holds an unavailable origin: the caller's own reservation or endpoint, or
 // another organization. Freed between the reads, it says nothing rather than guess.
@@ -434,13 +401,7 @@ func holder(ctx context.Context, q *dbsqlc.Queries, org, origin, reservationID s
 }
 
 // DerivationRequest is the body of POST /v1/worker-endpoint-origin-derivations.
-type DerivationRequest struct {
-	Space               string  `json:"space"`
-	WorkerName          string  `json:"workerName"`
-	Subdomain           *string `json:"subdomain,omitempty"`
-	OfferingID          *string `json:"offeringId,omitempty"`
-	OriginReservationID *string `json:"originReservationId,omitempty"`
-}
+type DerivationRequest = apitypes.DerivationRequest
 
 // Derive answers what a reservation PUT would hold, through the same resolution as the real PUT,
 // and whether that origin is free for the caller. It takes no lock and writes nothing.

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -23,11 +24,7 @@ import (
 )
 
 // EndpointSpec is the body of PUT /v1/spaces/{space}/worker-endpoints/{name}.
-type EndpointSpec struct {
-	Worker              string  `json:"worker"`
-	OriginReservationID *string `json:"originReservationId,omitempty"`
-	OfferingID          *string `json:"offeringId,omitempty"`
-}
+type EndpointSpec = apitypes.EndpointSpec
 
 // Endpoint is one stored endpoint with its derived deployment state.
 type Endpoint struct {
@@ -65,28 +62,11 @@ func (e Endpoint) conditions() []Condition {
 }
 
 // WorkerRef names an endpoint's worker in its projection.
-type WorkerRef struct {
-	UID  string `json:"uid"`
-	Name string `json:"name"`
-}
+type WorkerRef = apitypes.WorkerRef
 
-// EndpointProjection is the public view of an endpoint.
-type EndpointProjection struct {
-	UID                 string      `json:"uid"`
-	Space               string      `json:"space"`
-	Name                string      `json:"name"`
-	Generation          int64       `json:"generation"`
-	Revision            int64       `json:"revision"`
-	Worker              WorkerRef   `json:"worker"`
-	OriginReservationID string      `json:"originReservationId"`
-	HostMinted          bool        `json:"hostMinted"`
-	Hostname            string      `json:"hostname"`
-	URL                 string      `json:"url"`
-	Ready               bool        `json:"ready"`
-	Conditions          []Condition `json:"conditions"`
-	OfferingID          string      `json:"offeringId"`
-	OwnershipToken      *string     `json:"ownershipToken"`
-}
+// EndpointProjection is the public view of an endpoint: the document's Endpoint (api/apitypes),
+// with the bytes a response carries.
+type EndpointProjection apitypes.Endpoint
 
 // Project renders e with its ownership token.
 func (e Endpoint) Project(token string) EndpointProjection {

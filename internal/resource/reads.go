@@ -8,19 +8,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // Attestation is a deletion attestation's projection (GET /v1/deletion-attestations/{uid}).
-type Attestation struct {
-	UID          string  `json:"uid"`
-	ResourceKind string  `json:"resourceKind"`
-	Status       string  `json:"status"`
-	OperationID  *string `json:"operationId"`
-	OpenedAt     string  `json:"openedAt"`
-	ClosedAt     *string `json:"closedAt"`
-}
+type Attestation = apitypes.Attestation
 
 // Attestation reads the organization's deletion attestation uid; another organization's is not
 // found.
@@ -56,29 +50,10 @@ func (s *Service) SettleAttestations(ctx context.Context, db dbsqlc.DBTX) (int64
 }
 
 // Operation is an operation's projection (GET /v1/operations/{id}).
-type Operation struct {
-	ID         string   `json:"id"`
-	Kind       string   `json:"kind"`
-	Key        string   `json:"key"`
-	Method     string   `json:"method"`
-	Status     string   `json:"status"`
-	Code       *string  `json:"code"`
-	Replayed   bool     `json:"replayed"`
-	StartedAt  string   `json:"startedAt"`
-	FinishedAt *string  `json:"finishedAt"`
-	Effects    []Effect `json:"effects"`
-}
+type Operation = apitypes.Operation
 
 // Effect is one backend effect of an operation.
-type Effect struct {
-	ID           string  `json:"id"`
-	DeploymentID string  `json:"deploymentId"`
-	ResourceKind string  `json:"resourceKind"`
-	ResourceUID  string  `json:"resourceUid"`
-	Action       string  `json:"action"`
-	Status       string  `json:"status"`
-	Detail       *string `json:"detail"`
-}
+type Effect = apitypes.Effect
 
 // Operation reads the organization's operation id with its backend effects; another
 // organization's is not found.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -49,13 +50,8 @@ type Service struct {
 	Hooks runtimeinput.Hooks
 }
 
-// Condition is one entry of a resource's conditions.
-type Condition struct {
-	Type    string `json:"type"`
-	Status  string `json:"status"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
+// Condition is one entry of a resource's conditions (the document's Condition).
+type Condition = apitypes.Condition
 
 // txFunc is a phase transaction.
 type txFunc = func(ctx context.Context, fn func(pgx.Tx) error) error

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -128,58 +129,35 @@ func (w Worker) conditions() []Condition {
 	return out
 }
 
-// WorkerProjection is the public view of a worker.
-type WorkerProjection struct {
-	UID               string             `json:"uid"`
-	Space             string             `json:"space"`
-	Name              string             `json:"name"`
-	Generation        int64              `json:"generation"`
-	Revision          int64              `json:"revision"`
-	Ready             bool               `json:"ready"`
-	Conditions        []Condition        `json:"conditions"`
-	ScriptName        string             `json:"scriptName"`
-	RuntimeInputs     *RuntimeInputsView `json:"runtimeInputs"`
-	OwnershipToken    *string            `json:"ownershipToken"`
-	Modules           map[string]string  `json:"modules"`
-	MainModule        string             `json:"mainModule"`
-	CompatibilityDate string             `json:"compatibilityDate"`
-	Vars              map[string]string  `json:"vars"`
-	JSONVars          map[string]string  `json:"jsonVars"`
-	CompatFlags       []string           `json:"compatibilityFlags"`
-	ServiceBindings   map[string]string  `json:"serviceBindings"`
-	Limits            *workerconf.Limits `json:"limits"`
-	RequiredSensitive []string           `json:"requiredSensitiveVars"`
-	OfferingID        string             `json:"offeringId"`
-}
+// WorkerProjection is the public view of a worker: the document's Worker (api/apitypes), with
+// the bytes a response carries.
+type WorkerProjection apitypes.Worker
 
 // RuntimeInputsView is the worker's runtime input: its reference and lease status, never values.
-type RuntimeInputsView struct {
-	Reference string `json:"reference"`
-	Status    string `json:"status"`
-}
+type RuntimeInputsView = apitypes.RuntimeInputs
 
 // Project renders w with its ownership token.
 func (w Worker) Project(token string) WorkerProjection {
 	p := WorkerProjection{
 		UID: w.UID.String(), Space: w.Space, Name: w.Name, Generation: w.Generation, Revision: w.Revision,
 		Ready: w.Ready(), Conditions: w.conditions(), ScriptName: w.ScriptName, Modules: w.Modules,
-		MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, RequiredSensitive: w.RequiredSensitiveVars,
+		MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, RequiredSensitiveVars: w.RequiredSensitiveVars,
 		OfferingID: w.Placement.OfferingID,
 	}
-	if p.RequiredSensitive == nil {
-		p.RequiredSensitive = []string{}
+	if p.RequiredSensitiveVars == nil {
+		p.RequiredSensitiveVars = []string{}
 	}
-	p.Vars, p.JSONVars, p.CompatFlags = w.Settings.Vars, w.Settings.JSONVars, w.Settings.CompatibilityFlags
+	p.Vars, p.JSONVars, p.CompatibilityFlags = w.Settings.Vars, w.Settings.JSONVars, w.Settings.CompatibilityFlags
 	if p.Vars == nil {
 		p.Vars = map[string]string{}
 	}
 	if p.JSONVars == nil {
 		p.JSONVars = map[string]string{}
 	}
-	if p.CompatFlags == nil {
-		p.CompatFlags = []string{}
+	if p.CompatibilityFlags == nil {
+		p.CompatibilityFlags = []string{}
 	}
-	p.ServiceBindings, p.Limits = w.Settings.ServiceBindings, w.Settings.Limits
+	p.ServiceBindings, p.Limits = w.Settings.ServiceBindings, (*apitypes.WorkerLimits)(w.Settings.Limits)
 	if p.ServiceBindings == nil {
 		p.ServiceBindings = map[string]string{}
 	}

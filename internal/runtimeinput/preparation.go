@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -92,36 +93,14 @@ type Preparation struct {
 }
 
 // TargetView is a target in a projection, with the origin the Host took from the reservation.
-type TargetView struct {
-	Space                 string `json:"space"`
-	WorkerName            string `json:"workerName"`
-	BundleName            string `json:"bundleName"`
-	EndpointName          string `json:"endpointName"`
-	OriginReservationID   string `json:"originReservationId"`
-	CanonicalPublicOrigin string `json:"canonicalPublicOrigin"`
-}
+type TargetView = apitypes.PreparationTargetView
 
 // ObjectRef is a {uid, revision} pair in a projection.
-type ObjectRef struct {
-	UID      string `json:"uid"`
-	Revision int64  `json:"revision"`
-}
+type ObjectRef = apitypes.ObjectRef
 
-// Projection is the public view of a preparation (SPEC 3.5): names, never values.
-type Projection struct {
-	Format                string     `json:"format"`
-	OperationID           string     `json:"operationId"`
-	PreparationID         string     `json:"preparationId"`
-	RuntimeInputReference string     `json:"runtimeInputReference"`
-	MaterialSetNonce      string     `json:"materialSetNonce"`
-	Target                TargetView `json:"target"`
-	BindingNames          []string   `json:"bindingNames"`
-	Status                string     `json:"status"`
-	ExpiresAt             string     `json:"expiresAt"`
-	BoundWorker           *ObjectRef `json:"boundWorker"`
-	Failure               *string    `json:"failure"`
-	OwnershipToken        *string    `json:"ownershipToken"`
-}
+// Projection is the public view of a preparation (SPEC 3.5), names, never values: the document's
+// Preparation (api/apitypes), with the bytes a response carries.
+type Projection apitypes.Preparation
 
 // Project renders p with its ownership token.
 func (p Preparation) Project(token string) Projection {

@@ -201,23 +201,9 @@ const codeKVKeyNotFound = 10009
 
 // read reads hostname's entry back; nil when KV answers key not found.
 func (r wfpRoutes) read(ctx context.Context, sdk *cloudflare.Services, hostname string) (*routeEntry, error) {
-	var p kv.NamespaceValueGetParams
-	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
-	var res *http.Response
-	err := r.call(ctx, func() (err error) {
-		res, err = sdk.KVValues.Get(ctx, r.inst.RoutingKVNamespaceID, hostname, p)
-		return err
-	})
-	if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound && e.HasCode(codeKVKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, r.classify(err)
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	if err != nil {
-		return nil, fmt.Errorf("%w: installation %s: the routing entry of %s could not be read", ErrUnreachable, r.inst.Name, hostname)
+	raw, err := r.getRaw(ctx, sdk, hostname)
+	if err != nil || raw == nil {
+		return nil, err
 	}
 	var e routeEntry
 	if json.Unmarshal(raw, &e) != nil {

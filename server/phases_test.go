@@ -170,3 +170,36 @@ func TestACreateRefusedAfterItsPerformIsUndone(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, st.Present, "the undo took the script down")
 }
+
+// A create whose commit transaction refuses after its script landed and was recorded (here a
+// trigger fails the worker's move to live) never exists: the commit's refusal undoes it, so the
+// script is taken down and the row abandoned, instead of a script running for a worker that stays
+// "creating". The retry creates it.
+func TestACreateWhoseCommitRefusesIsUndone(t *testing.T) {
+	t.Parallel()
+	c := &callLog{}
+	h := setup(t, func(o *options) {
+		o.wrap = func(m backend.Mutator) backend.Mutator { c.Mutator = m; return c }
+	})
+	h.exec(`CREATE FUNCTION refuse_live() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'test: the commit refuses'; END $$`)
+	h.exec(`CREATE TRIGGER refuse_live BEFORE UPDATE ON workers FOR EACH ROW
+WHEN (OLD.status = 'creating' AND NEW.status = 'live') EXECUTE FUNCTION refuse_live()`)
+	c.arm(0, 0, 0)
+	r := h.putWorker("prod", "api", workerToken, workerBody())
+	require.GreaterOrEqual(t, r.status, 500, "body: %s", r.body)
+	require.Equal(t, []string{"apply", "observe", "delete", "observe"}, c.seen(),
+		"perform, the wait for it to serve, then the undo's delete, read back")
+
+	op := h.status(`SELECT id::text FROM operations WHERE kind = 'worker' AND external_key = 'prod/api'`)
+	require.Equal(t, "refused", h.status(`SELECT status FROM operations WHERE id = $1`, op))
+	require.Equal(t, "succeeded", h.status(`SELECT status FROM backend_effects WHERE operation_id = $1 AND action = 'delete'`, op),
+		"the refusal recorded the undo")
+	require.Equal(t, "deleted", h.status(`SELECT status FROM workers WHERE name = 'api'`), "the create was abandoned")
+	st, err := h.runtimeClient().GetScript(context.Background(), h.status(`SELECT script_name FROM workers WHERE name = 'api'`))
+	require.NoError(t, err)
+	require.False(t, st.Present, "the undo took the script down")
+
+	h.exec(`DROP TRIGGER refuse_live ON workers`)
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, workerBody()).status, "the retry creates it")
+}

@@ -189,17 +189,10 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 		return ownership.Response{}, err
 	}
 	live := s.observe(ctx, placement, backend.NativeRoute, e.Hostname)
-	resp, err := m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
-			return ownership.Response{}, err
-		}
+	// A route that landed for an endpoint that will not commit is taken down again.
+	return run.commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		return s.commitEndpoint(ctx, tx, m, org, e, live)
 	})
-	if err != nil {
-		// The route landed but the endpoint will not commit: take it down again.
-		run.undo(ctx)
-	}
-	return resp, err
 }
 
 // commitEndpoint is the endpoint put's own part of its commit transaction, after the record: a
@@ -402,12 +395,8 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 	if err := run.perform(ctx, deleteUnconfirmed); err != nil {
 		return ownership.Response{}, err
 	}
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		q := dbsqlc.New(tx)
-		if err := run.record(ctx, q); err != nil {
-			return ownership.Response{}, err
-		}
-		return tombstoneEndpoint(ctx, q, m, org, e)
+	return run.commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		return tombstoneEndpoint(ctx, dbsqlc.New(tx), m, org, e)
 	})
 }
 

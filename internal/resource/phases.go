@@ -165,6 +165,28 @@ func (r *effects) recordOutcomes(ctx context.Context, q *dbsqlc.Queries) error {
 	return nil
 }
 
+// commit is the request's commit transaction: the record, then the resource's own part (fn). When
+// that transaction refuses (record or fn fails, so nothing of it committed), a create that landed
+// on the backend is taken down again (undo): it will never exist. A failure of the COMMIT itself
+// is ambiguous, the create may stand, so it is left alone; recovery settles the operation.
+func (r *effects) commit(ctx context.Context, fn func(tx pgx.Tx) (ownership.Response, error)) (ownership.Response, error) {
+	refused := false
+	resp, err := r.m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
+		refused = false
+		if err := r.record(ctx, dbsqlc.New(tx)); err != nil {
+			refused = true
+			return ownership.Response{}, err
+		}
+		resp, err := fn(tx)
+		refused = err != nil
+		return resp, err
+	})
+	if err != nil && refused {
+		r.undo(ctx)
+	}
+	return resp, err
+}
+
 // undo takes down a create that landed on the backend but will not commit (a later phase refused
 // it): one backend delete per deployment, recorded with what is still pending by the refusal.
 func (r *effects) undo(ctx context.Context) {

@@ -362,10 +362,8 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 		deployment = d
 	}
 	live := s.awaitServing(ctx, w.Placement, w.ScriptName, deployment, 30*time.Second)
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
-			return ownership.Response{}, err
-		}
+	// A script that landed for a worker that will not commit is taken down again.
+	return run.commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		return s.commitWorker(ctx, tx, m, org, w, settle, live)
 	})
 }
@@ -627,10 +625,7 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 	if err := run.perform(ctx, deleteUnconfirmed); err != nil {
 		return ownership.Response{}, err
 	}
-	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		if err := run.record(ctx, dbsqlc.New(tx)); err != nil {
-			return ownership.Response{}, err
-		}
+	return run.commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
 		return s.tombstoneWorker(ctx, tx, m, org, w)
 	})
 }

@@ -92,6 +92,8 @@ type options struct {
 	wrap        func(backend.Mutator) backend.Mutator
 	// cloudflareEdge reaches a Cloudflare stand-in's edge (the wfp-managed Ready probe).
 	cloudflareEdge *http.Client
+	// runtime adjusts the runtime node's configuration.
+	runtime func(*runtime.Config)
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -105,7 +107,11 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	logs := &runtimetest.Buffer{}
-	node := runtimetest.Start(t)
+	var mutate []func(*runtime.Config)
+	if o.runtime != nil {
+		mutate = append(mutate, o.runtime)
+	}
+	node := runtimetest.Start(t, mutate...)
 	cat := catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
 	// The per-key request rate is off unless a test's catalog sets one: the concurrency tests send
 	// one key's requests as fast as they can, which a production rate limit rightly refuses.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 )
 
 // callerBody is a worker body that binds name to the worker callee.
@@ -350,4 +351,25 @@ func TestAFailedUpdateThatMovesABindingKeepsBothCalleesBound(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	h.deleteWorker("prod", "auth2", "token-worker-auth2-0001").problem(t, http.StatusConflict, "worker_has_callers")
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "auth", "token-worker-auth-00001").status)
+}
+
+// An offering whose memory ceiling promises more than its runtime node gives one worker is the
+// operator's misconfiguration: a worker asking for more than the node's ceiling is refused with
+// 502 backend_misconfigured naming both, never run under less than it asked for; within the
+// node's ceiling it runs.
+func TestAMemoryLimitAboveTheRuntimeNodesCeilingIsAMisconfiguration(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.runtime = func(c *runtime.Config) { c.Sandbox.Limits.MemoryBytes = 64 << 20 }
+	})
+	body := workerBody()
+	body["limits"] = map[string]any{"memoryMb": 128}
+	p := h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusBadGateway, "backend_misconfigured")
+	require.Contains(t, p["detail"], "limits.memoryMb 128 is above this runtime node's ceiling of 64 MB")
+	require.Contains(t, p["detail"], "maxMemoryMb")
+	h.get("/v1/spaces/prod/workers/api").problem(t, http.StatusNotFound, "not_found")
+
+	body["limits"] = map[string]any{"memoryMb": 64}
+	r := h.putWorker("prod", "api", workerToken, body)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 }

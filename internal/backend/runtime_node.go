@@ -123,6 +123,10 @@ func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error)
 		if nodeapi.IsCode(err, adminapi.CodeScriptHeld) {
 			return Observation{}, fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
 		}
+		if nodeapi.IsCode(err, adminapi.CodeMemoryAboveNode) {
+			// The offering's maxMemoryMb promises more than the node gives one worker.
+			return Observation{}, fmt.Errorf("%w: installation %s: %v; lower the offering's maxMemoryMb to the node's ceiling, or raise the node's", ErrMisconfigured, n.inst.Name, err)
+		}
 		if err != nil {
 			return Observation{}, n.wrap(err)
 		}

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -24,6 +25,9 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := validateScript(req); err != nil {
 		return nil, err
 	}
+	if err := n.checkMemory(req.Settings.LimitsOrZero().MemoryMB); err != nil {
+		return nil, err
+	}
 	op := desired.PutScript{Effect: n.effect(req.EffectID, req), Script: state.Script{
 		Name: name, WorkerUID: req.WorkerUID, DeploymentID: req.DeploymentID, Generation: req.Generation, Labels: req.Labels,
 		Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Settings: req.Settings.Normalize(),
@@ -41,6 +45,20 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 		n.log.Info("script desired", "script", name, "workerUid", req.WorkerUID, "deploymentId", req.DeploymentID, "generation", req.Generation, "effectId", req.EffectID)
 	}
 	return n.scriptStatusLocked(name), nil
+}
+
+// checkMemory refuses a memory limit above the node's ceiling for one incarnation: the sandbox
+// would cap it there, and the worker would run with less than it was promised. (A node without
+// its sandbox has no ceiling.)
+func (n *Node) checkMemory(mb int64) error {
+	if n.sandbox == nil || mb <= 0 {
+		return nil
+	}
+	if ceiling := n.sandbox.Limits().MemoryBytes; mb<<20 > ceiling {
+		return adminapi.NewProblem(http.StatusUnprocessableEntity, adminapi.CodeMemoryAboveNode, "Memory limit above the node's",
+			fmt.Sprintf("limits.memoryMb %d is above this runtime node's ceiling of %d MB for one worker", mb, ceiling>>20))
+	}
+	return nil
 }
 
 // validateScript refuses a script put that is not well formed, before any state is looked at.

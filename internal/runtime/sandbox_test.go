@@ -24,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // orgScript PUTs a script of one organization.
@@ -281,4 +282,25 @@ func TestAWorkerAllocatingThreeGiBIsKilledAtItsCeilingWhileAnotherKeepsServing(t
 	require.Contains(t, f.h.Logs.String(), "killed at its memory ceiling (256 MiB)")
 	f.answers("hog.workers.localhost", "calm\n")
 	f.answers("calm.workers.localhost", expectReply("calm", ""))
+}
+
+// A worker's memory limit above the node's ceiling for one incarnation is refused, naming the
+// ceiling, instead of running under a lower one than the worker was promised; at the ceiling it
+// runs.
+func TestAMemoryLimitAboveTheNodesCeilingIsRefused(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *runtime.Config) { c.Sandbox.Limits.MemoryBytes = 64 << 20 })
+	put := f.scriptPut("uid-big", 1, "v1")
+	put.Settings = workerconf.Settings{Limits: &workerconf.Limits{MemoryMB: 65}}
+	_, err := f.client.PutScript(f.ctx, "acme-prod-big", put)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeMemoryAboveNode), "%v", err)
+	require.ErrorContains(t, err, "limits.memoryMb 65 is above this runtime node's ceiling of 64 MB")
+	st, err := f.client.GetScript(f.ctx, "acme-prod-big")
+	require.NoError(t, err)
+	require.False(t, st.Present, "nothing of the refused put is kept")
+
+	put.EffectID, put.Settings.Limits.MemoryMB = f.effect(), 64
+	_, err = f.client.PutScript(f.ctx, "acme-prod-big", put)
+	require.NoError(t, err)
+	f.waitReady("acme-prod-big")
 }

@@ -517,6 +517,9 @@ const (
 	CodeScriptAbsent    = "script_absent"
 	CodeSecretNames     = "secret_names_mismatch"
 	CodeRouteConflict   = "route_conflict"
+	// CodeMemoryAboveNode: a script's limits.memoryMb is above the node's ceiling for one
+	// incarnation; the node never starts it under a lower ceiling than it asked for.
+	CodeMemoryAboveNode = "memory_above_node"
 	CodeInternal        = "internal"
 	// Edge answers.
 	CodeUnknownHost   = "unknown_host"

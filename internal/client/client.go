@@ -243,8 +243,9 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 		resp, connected, err := c.attempt(ctx, quiet, req, target, body, out)
 		answered := resp.Status != 0
 		// A try that never got a connection (refused, no route) carried nothing; any other
-		// failure without an answer may have delivered the request.
-		sent = sent || !answered && connected && err != nil && ctx.Err() == nil
+		// failure without an answer may have delivered the request, one cut short by the
+		// caller's own deadline too.
+		sent = sent || !answered && connected && err != nil
 		if answered {
 			quiet.end()
 			quiet = nil
@@ -255,6 +256,10 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 			return resp, nil
 		}
 		if !retryable(ctx, resp.Status, err) {
+			if !answered && ctx.Err() != nil {
+				// The caller's deadline ended the try: a mutation it carried may have landed.
+				return resp, c.giveUp(req, owned, sent, quiet.fail(err))
+			}
 			return resp, err
 		}
 		// Owned mutations are replay-safe: they are retried until the resource's timeout.

@@ -137,6 +137,21 @@ func TestAHangingHostIsBoundedLikeAStoppedOne(t *testing.T) {
 	require.GreaterOrEqual(t, len(at), 3, "warnings come during the one hanging attempt too: %q", msgs)
 }
 
+// A create whose resource timeout ends while its request hangs at the Host (shorter than the
+// unreachable bound) may have landed: its outcome is unknown, as at the bound, never a bare
+// deadline error the provider would take for a create that never happened.
+func TestAResourceTimeoutEndingMidRequestLeavesTheOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	c, err := New(Config{Endpoint: "http://" + blackhole(t), APIKey: "k", Timeout: 30 * time.Second, Unreachable: time.Minute})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err = c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/spaces/s/workers/w", Body: map[string]string{}, OwnershipToken: "token-0123456789abcdef"}, nil)
+	var unknown *OutcomeUnknownError
+	require.ErrorAs(t, err, &unknown, "%v", err)
+	require.Contains(t, err.Error(), "outcome is unknown")
+}
+
 func TestAReadOfAStoppedHostNamesTheEndpoint(t *testing.T) {
 	t.Parallel()
 	addr := refusingAddress(t)

@@ -9,12 +9,9 @@
 package resource
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -52,9 +49,6 @@ type Service struct {
 
 // Condition is one entry of a resource's conditions (the document's Condition).
 type Condition = apitypes.Condition
-
-// txFunc is a phase transaction.
-type txFunc = func(ctx context.Context, fn func(pgx.Tx) error) error
 
 // selectOffering resolves the offering a request names (or the only eligible one).
 func (s *Service) selectOffering(org auth.Organization, kind string, id *string) (catalog.Offering, catalog.Installation, error) {

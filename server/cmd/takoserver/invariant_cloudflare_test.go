@@ -176,21 +176,7 @@ func (w *world) checkStandin() {
 	if w.progress.wdScriptsSeen < len(held) {
 		w.progress.wdScriptsSeen = len(held)
 	}
-	rows, err := w.db.Query(ctx, `SELECT script_name, uid::text, organization_id FROM workers WHERE status = 'live'`)
-	require.NoError(w.t, err)
-	type live struct{ script, uid, org string }
-	var standing []live
-	for rows.Next() {
-		var l live
-		require.NoError(w.t, rows.Scan(&l.script, &l.uid, &l.org))
-		standing = append(standing, l)
-	}
-	require.NoError(w.t, rows.Err())
-	for _, l := range standing {
-		if uid, ok := held[l.script]; ok && uid != l.uid {
-			w.fail("the stand-in holds script %s for worker %s, while worker %s of %s is live under that name", l.script, uid, l.uid, l.org)
-		}
-	}
+	w.checkHeldScriptsAreLiveWorkers(ctx, "stand-in", held)
 	for _, org := range w.orgs {
 		for _, name := range invariantWorkerNames {
 			a, err := w.send(w.hosts[len(w.hosts)-1], org, http.MethodGet, workerPath(name), "", "")

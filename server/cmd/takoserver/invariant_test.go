@@ -580,21 +580,7 @@ func (w *world) checkScripts(st adminapi.Status) {
 			held[s.ScriptName] = s.WorkerUID
 		}
 	}
-	rows, err := w.db.Query(ctx, `SELECT script_name, uid::text, organization_id FROM workers WHERE status = 'live'`)
-	require.NoError(w.t, err)
-	type live struct{ script, uid, org string }
-	var standing []live
-	for rows.Next() {
-		var l live
-		require.NoError(w.t, rows.Scan(&l.script, &l.uid, &l.org))
-		standing = append(standing, l)
-	}
-	require.NoError(w.t, rows.Err())
-	for _, l := range standing {
-		if uid, ok := held[l.script]; ok && uid != l.uid {
-			w.fail("the runtime holds script %s for worker %s, while worker %s of %s is live under that name", l.script, uid, l.uid, l.org)
-		}
-	}
+	w.checkHeldScriptsAreLiveWorkers(ctx, "runtime", held)
 	for _, org := range w.orgs {
 		for _, name := range invariantWorkerNames {
 			a, err := w.send(w.hosts[0], org, http.MethodGet, "/v1/spaces/"+invariantSpace+"/workers/"+name, "", "")
@@ -712,4 +698,25 @@ func (p *progress) add(o progress) {
 	p.midDispatchKills += o.midDispatchKills
 	p.wdEndpointCreated += o.wdEndpointCreated
 	p.wdScriptsSeen += o.wdScriptsSeen
+}
+
+// checkHeldScriptsAreLiveWorkers fails when a backend (named by where) holds a script name for
+// another worker UID than the live worker of that name: a script name is never two workers'.
+func (w *world) checkHeldScriptsAreLiveWorkers(ctx context.Context, where string, held map[string]string) {
+	w.t.Helper()
+	rows, err := w.db.Query(ctx, `SELECT script_name, uid::text, organization_id FROM workers WHERE status = 'live'`)
+	require.NoError(w.t, err)
+	type live struct{ script, uid, org string }
+	var standing []live
+	for rows.Next() {
+		var l live
+		require.NoError(w.t, rows.Scan(&l.script, &l.uid, &l.org))
+		standing = append(standing, l)
+	}
+	require.NoError(w.t, rows.Err())
+	for _, l := range standing {
+		if uid, ok := held[l.script]; ok && uid != l.uid {
+			w.fail("the %s holds script %s for worker %s, while worker %s of %s is live under that name", where, l.script, uid, l.uid, l.org)
+		}
+	}
 }

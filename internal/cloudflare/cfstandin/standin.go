@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
@@ -109,6 +110,9 @@ func (c *Config) defaults() error {
 // Server is a running stand-in.
 type Server struct {
 	cfg Config
+
+	// apiInFlight counts API requests being served, whether or not their client is still there.
+	apiInFlight atomic.Int64
 
 	mu          sync.Mutex
 	scripts     map[scriptKey]*script
@@ -200,7 +204,12 @@ func Listen(cfg Config, apiAddr, edgeAddr string) (*Server, error) {
 		return nil, fmt.Errorf("cfstandin: listen for the dispatch namespace: %w", err)
 	}
 
-	s.apiSrv = &http.Server{Handler: s.apiHandler(), ReadHeaderTimeout: 10 * time.Second}
+	api := s.apiHandler()
+	s.apiSrv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.apiInFlight.Add(1)
+		defer s.apiInFlight.Add(-1)
+		api.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
 	s.edgeSrv = &http.Server{Handler: http.HandlerFunc(s.serveEdge), ReadHeaderTimeout: 10 * time.Second}
 	s.svcSrv = &http.Server{Handler: http.HandlerFunc(s.serveService), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.apiSrv.Serve(s.apiLn) }()
@@ -414,3 +423,9 @@ func (s *Server) SetAccountSubdomain(sub string) {
 	defer s.mu.Unlock()
 	s.cfg.AccountSubdomain = sub
 }
+
+// APIRequestsInFlight is how many API requests the stand-in is serving now. Like Cloudflare, it
+// finishes a request whose client has gone (a killed Host's upload still lands): a test that
+// moves the Host's clock past a killed request's lease waits for none to be in flight first, as
+// the lease's real time would.
+func (s *Server) APIRequestsInFlight() int64 { return s.apiInFlight.Load() }

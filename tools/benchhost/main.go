@@ -1,14 +1,19 @@
 // Command benchhost measures the Host's request path (make bench): reservation PUTs against a Host
 // on real PostgreSQL at 16 concurrent clients, new and replayed, next to the same
 // insert-and-update transaction run straight on the same database, and new PUTs at 64 clients,
-// printed as ratios with p50 and p99 latencies. Each of -runs runs starts its own throwaway
-// PostgreSQL cluster, fills it with -fill reservations, workers and operations of other
-// organizations (generate_series, not the API) and an in-process Host on a loopback listener, and
-// removes both when done; the summary compares the runs, since a request path whose cost depends
-// on the plan a pooled connection happened to cache shows up as runs that differ. It is a benchmark, not a test: run it on a quiet
-// machine and read the figures, not a pass or fail. TAKOFORM_BENCH_ASYNC_COMMIT=1 compares the
-// work per request without the disk; TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent
-// its time (pg_stat_statements).
+// printed as ratios with p50 and p99 latencies and the CPU each request cost the database and this
+// process (the Host and its clients). Each of -runs runs starts its own throwaway PostgreSQL
+// cluster, fills it with -fill reservations, workers and operations of other organizations
+// (generate_series, not the API) and an in-process Host on a loopback listener, and removes both
+// when done; the summary compares the runs, since a request path whose cost depends on the plan a
+// pooled connection happened to cache shows up as runs that differ. It is a benchmark, not a test:
+// run it on a quiet machine and read the figures, not a pass or fail.
+//
+// TAKOFORM_BENCH_ASYNC_COMMIT=1 compares the work per request without the disk;
+// TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent its time during the first run's new
+// PUTs at 16 clients (pg_stat_statements); TAKOFORM_BENCH_SLOW_MS=N keeps each run's cluster log
+// with every statement slower than N ms, lock waits, checkpoints and autovacuum runs, to tell what
+// a tail latency waited on.
 package main
 
 import (
@@ -25,6 +30,8 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +57,9 @@ func main() {
 	flag.Parse()
 	fmt.Printf("reservation PUT against one Host on PostgreSQL: %d fresh clusters, each filled with %d reservations, workers and operations of other organizations; %s per measurement, %d cores\n\n",
 		*runs, *fillRows, *duration, numCPU())
-	fmt.Printf("%-4s %9s %9s %7s %9s %9s %9s %8s %9s %9s\n", "run", "sql/s", "new/s", "new/sql", "new p50", "new p99", "replay/s", "rep/new", "64 new/s", "64 failed")
+	fmt.Printf("%-4s %7s %9s %13s %7s %7s %9s %9s %13s %8s %8s %8s %9s\n", "run", "sql/s", "sql p99", "sql cpu/req", "new/s", "new/sql",
+		"new p50", "new p99", "new cpu/req", "replay/s", "rep/new", "64 new/s", "64 failed")
+	fmt.Printf("%-4s %7s %9s %13s %7s %7s %9s %9s %13s\n", "", "", "", "(db+host µs)", "", "", "", "", "(db+host µs)")
 	var all []runResult
 	for i := range *runs {
 		r, err := run(i+1, *duration, *fillRows)
@@ -59,9 +68,12 @@ func main() {
 			os.Exit(1)
 		}
 		all = append(all, r)
-		fmt.Printf("%-4d %9.0f %9.0f %6.2fx %9s %9s %9.0f %7.2fx %9.0f %9d\n", i+1, r.sql.rate(), r.fresh.rate(), r.fresh.rate()/r.sql.rate(),
-			r.fresh.pct(0.5).Round(10*time.Microsecond), r.fresh.pct(0.99).Round(10*time.Microsecond), r.replay.rate(),
-			r.replay.rate()/r.fresh.rate(), r.wide.rate(), r.wide.failures+r.fresh.failures+r.replay.failures)
+		sqlDB, sqlHost := r.sql.perOp()
+		newDB, newHost := r.fresh.perOp()
+		fmt.Printf("%-4d %7.0f %9s %13s %7.0f %6.2fx %9s %9s %13s %8.0f %7.2fx %8.0f %9d\n", i+1, r.sql.rate(), r.sql.pct(0.99).Round(10*time.Microsecond),
+			fmt.Sprintf("%d+%d", sqlDB.Microseconds(), sqlHost.Microseconds()), r.fresh.rate(), r.fresh.rate()/r.sql.rate(),
+			r.fresh.pct(0.5).Round(10*time.Microsecond), r.fresh.pct(0.99).Round(10*time.Microsecond), fmt.Sprintf("%d+%d", newDB.Microseconds(), newHost.Microseconds()),
+			r.replay.rate(), r.replay.rate()/r.fresh.rate(), r.wide.rate(), r.wide.failures+r.fresh.failures+r.replay.failures)
 	}
 	summarize(all)
 }
@@ -101,6 +113,7 @@ func summarize(all []runResult) {
 
 // result is one measurement.
 type result struct {
+	cpu      cpuUse // CPU the database and this process used during the measurement
 	ops      int
 	failures int
 	elapsed  time.Duration
@@ -108,6 +121,14 @@ type result struct {
 }
 
 func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+// perOp is the CPU the database and this process (the Host and its clients) used per request.
+func (r result) perOp() (db, host time.Duration) {
+	if r.ops == 0 {
+		return 0, 0
+	}
+	return r.cpu.db / time.Duration(r.ops), r.cpu.self / time.Duration(r.ops)
+}
 
 func (r result) pct(p float64) time.Duration {
 	if len(r.lat) == 0 {
@@ -119,6 +140,7 @@ func (r result) pct(p float64) time.Duration {
 
 // measure runs op from clients goroutines for d; op gets the client index and its sequence number.
 func measure(clients int, d time.Duration, op func(client, i int) error) result {
+	before := cpuNow()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	res := result{}
@@ -145,6 +167,7 @@ func measure(clients int, d time.Duration, op func(client, i int) error) result 
 	}
 	wg.Wait()
 	res.elapsed, res.ops, res.failures = time.Since(start), len(res.lat), int(failures.Load())
+	res.cpu = cpuNow().since(before)
 	return res
 }
 
@@ -154,7 +177,11 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 	if err != nil {
 		return runResult{}, err
 	}
-	defer os.RemoveAll(root)
+	if os.Getenv("TAKOFORM_BENCH_SLOW_MS") == "" {
+		defer os.RemoveAll(root)
+	} else {
+		fmt.Printf("run %d keeps its cluster's log: %s\n", n, filepath.Join(root, "pg", "postgres.log"))
+	}
 	if err := os.Chmod(root, 0o755); err != nil {
 		return runResult{}, err
 	}
@@ -170,6 +197,9 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 		return runResult{}, err
 	}
 	defer func() { _ = cluster.Stop(context.Background()) }()
+	if b, err := os.ReadFile(filepath.Join(cluster.Dir, "data", "postmaster.pid")); err == nil {
+		clusterPID, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	}
 	dbURL := cluster.URL("takoform")
 	if err := store.MigrateUp(dbURL); err != nil {
 		return runResult{}, err
@@ -271,26 +301,11 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 		})
 	}
 
-	if os.Getenv("TAKOFORM_BENCH_STATEMENTS") != "" && n == 1 {
+	statements := os.Getenv("TAKOFORM_BENCH_STATEMENTS") != "" && n == 1
+	if statements {
 		if _, err := db.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
 			return runResult{}, err
 		}
-		defer func() {
-			rows, err := db.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round((total_exec_time / calls)::numeric * 1000, 1), left(regexp_replace(query, '\s+', ' ', 'g'), 70)
-				FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25`)
-			if err != nil {
-				fmt.Println(err)
-				return
-			}
-			fmt.Printf("\n%8s %10s %8s  %s\n", "calls", "total ms", "avg µs", "statement")
-			for rows.Next() {
-				var calls int64
-				var total, avg float64
-				var q string
-				_ = rows.Scan(&calls, &total, &avg, &q)
-				fmt.Printf("%8d %10.1f %8.1f  %s\n", calls, total, avg, q)
-			}
-		}()
 	}
 	// Warm-up, not measured: each pool opens its connections, each connection prepares its
 	// statements and compiles the functions it calls, as on a Host that has been serving for a while. Without it the first sixteen requests
@@ -312,12 +327,20 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 			return runResult{}, err
 		}
 	}
+	if statements {
+		if _, err := db.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+			return runResult{}, err
+		}
+	}
 	fresh := measure(16, d, func(c, i int) error {
 		id := fmt.Sprintf("r-16-%d-%d", c, i)
 		ids[c] = append(ids[c], id)
 		return put(id, "token-bench-"+id)
 	})
 	pprof.StopCPUProfile()
+	if statements {
+		printStatements(ctx, db, fresh.ops)
+	}
 	replay := measure(16, d, func(c, i int) error {
 		if len(ids[c]) == 0 {
 			return errors.New("nothing to replay")
@@ -381,6 +404,13 @@ func fill(ctx context.Context, db *pgxpool.Pool, n int) error {
 // TAKOFORM_BENCH_ASYNC_COMMIT is set to compare the work per request without the disk.
 func benchSettings() map[string]string {
 	s := map[string]string{"max_connections": "300"}
+	if v := os.Getenv("TAKOFORM_BENCH_SLOW_MS"); v != "" {
+		s["log_min_duration_statement"] = v
+		s["log_lock_waits"] = "on"
+		s["deadlock_timeout"] = "20ms"
+		s["log_checkpoints"] = "on"
+		s["log_autovacuum_min_duration"] = "0"
+	}
 	if os.Getenv("TAKOFORM_BENCH_ASYNC_COMMIT") != "" {
 		s["synchronous_commit"] = "off"
 	}
@@ -389,4 +419,92 @@ func benchSettings() map[string]string {
 		s["pg_stat_statements.track"] = "all"
 	}
 	return s
+}
+
+// printStatements prints where PostgreSQL spent its time during the new PUTs at 16 clients, per
+// statement and per request.
+func printStatements(ctx context.Context, db *pgxpool.Pool, requests int) {
+	rows, err := db.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round((total_exec_time / calls)::numeric * 1000, 1),
+		left(regexp_replace(query, '\s+', ' ', 'g'), 80)
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 25`)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer rows.Close()
+	fmt.Printf("\nnew PUTs at 16 clients: %d requests\n%8s %8s %10s %8s  %s\n", requests, "calls", "per req", "total ms", "avg µs", "statement")
+	for rows.Next() {
+		var calls int64
+		var total, avg float64
+		var q string
+		if err := rows.Scan(&calls, &total, &avg, &q); err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Printf("%8d %8.2f %10.1f %8.1f  %s\n", calls, float64(calls)/float64(max(requests, 1)), total, avg, q)
+	}
+}
+
+// cpuUse is CPU time used by the database cluster (the postmaster and every backend, live or
+// reaped) and by this process.
+type cpuUse struct{ db, self time.Duration }
+
+func (c cpuUse) since(before cpuUse) cpuUse {
+	return cpuUse{db: c.db - before.db, self: c.self - before.self}
+}
+
+// clusterPID is the running cluster's postmaster, read from its postmaster.pid.
+var clusterPID int
+
+// cpuNow reads /proc: this process's own CPU, and the postmaster's with its children's (the
+// reaped ones through its cutime and cstime, the live ones one by one).
+func cpuNow() cpuUse {
+	var u cpuUse
+	u.self = procCPU(os.Getpid(), false)
+	if clusterPID == 0 {
+		return u
+	}
+	u.db = procCPU(clusterPID, true)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f := procStat(pid); len(f) > 1 && f[1] == strconv.Itoa(clusterPID) {
+			u.db += procCPU(pid, false)
+		}
+	}
+	return u
+}
+
+// procStat is /proc/PID/stat's fields after the command name: state, ppid, and so on.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(string(b[i+1:]))
+}
+
+// procCPU is a process's user and system time, with its reaped children's when asked.
+func procCPU(pid int, children bool) time.Duration {
+	f := procStat(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	ticks := 0
+	fields := []int{11, 12} // utime, stime
+	if children {
+		fields = append(fields, 13, 14) // cutime, cstime
+	}
+	for _, i := range fields {
+		n, _ := strconv.Atoi(f[i])
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }

@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/takoform/terraform-provider-takoform/api"
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
@@ -101,7 +102,7 @@ func TestOpenAPISchemasMatchTheServerTypes(t *testing.T) {
 		"Effect":             resource.Effect{},
 		"PreparationRequest": runtimeinput.Request{},
 		"Preparation":        runtimeinput.Projection{},
-		"LogLine":            server.LogLine{},
+		"LogLine":            apitypes.LogLine{},
 	} {
 		s, ok := doc.Components.Schemas[schema]
 		require.True(t, ok, "schema %s is documented", schema)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/takoform/terraform-provider-takoform/api/apitypes"
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 )
@@ -19,18 +20,6 @@ const NDJSONContentType = "application/x-ndjson"
 // logWriteTimeout bounds each write of a log stream (the server's own write timeout would end a
 // long follow).
 const logWriteTimeout = 30 * time.Second
-
-// LogLine is one line of a worker's log stream: what the worker printed (level and message, with
-// the incarnation that printed it), or how many lines the rate limit dropped (dropped), or how
-// many entries left the bounded buffer before this reader got to them (missed).
-type LogLine struct {
-	Time        time.Time `json:"time"`
-	Incarnation string    `json:"incarnation,omitempty"`
-	Level       string    `json:"level,omitempty"`
-	Message     string    `json:"message,omitempty"`
-	Dropped     int       `json:"dropped,omitempty"`
-	Missed      int       `json:"missed,omitempty"`
-}
 
 // getWorkerLogs streams a worker's log as NDJSON (SPEC 3.6): the entries its backend holds
 // (since, when given), then, with follow=true, each new one until the client leaves or this Host
@@ -71,7 +60,9 @@ func (s *Server) getWorkerLogs(c echo.Context) error {
 	each := func(e backend.LogEntry) error {
 		start()
 		_ = rc.SetWriteDeadline(time.Now().Add(logWriteTimeout))
-		return enc.Encode(LogLine{Time: e.Time, Incarnation: e.Incarnation, Level: e.Level, Message: e.Message, Dropped: e.Dropped, Missed: e.Missed})
+		// RFC 3339 with nanoseconds is what time.Time encodes to in JSON.
+		return enc.Encode(apitypes.LogLine{Time: e.Time.Format(time.RFC3339Nano), Incarnation: e.Incarnation, Level: e.Level, Message: e.Message,
+			Dropped: int64(e.Dropped), Missed: int64(e.Missed)})
 	}
 	flush := func() error {
 		start()

@@ -2,12 +2,14 @@
 // live reservations and pending runtime inputs one organization may hold. The defaults come from
 // the catalog; an operator overrides them per organization (takoserver orgs quota).
 //
-// The ceiling holds in the database, across any number of Host replicas: a create locks its
-// organization's quota row for the resource (quota_lock), then counts what the organization
-// holds in a statement of its own, and inserts in the same transaction. A second create of the
-// same organization waits on the row until the first commits or rolls back, and then counts its
-// row, so two creates at ceiling-1 never both pass. Deletes take no lock: a create that counts
-// before a delete commits refuses, which errs on the safe side.
+// The ceiling holds in the database, across any number of Host replicas. A create takes one of its
+// organization's 16 slots of the resource (a transaction-level advisory lock) and inserts in the
+// same transaction, so at most 16 creates of one organization and resource are in flight. Far
+// below the ceiling the step decides on counters that the tables' row triggers keep (migration
+// 18): what the organization holds, summed from a few shards, whatever it holds; with fewer than
+// 32 to spare it counts its rows, and near the ceiling it takes all 16 slots first, so the count
+// is exact and two creates at ceiling-1 never both pass. Deletes take no slot: a create that
+// counts before a delete commits refuses, which errs on the safe side.
 package quota
 
 import (
@@ -228,4 +230,26 @@ func CheckScripts(ctx context.Context, tx dbsqlc.DBTX, installation string, ceil
 			With("quota", map[string]any{"resource": "installationScripts", "ceiling": ceiling})
 	}
 	return nil
+}
+
+// Drift is an organization's resource whose counter shards (what the quota step reads far below
+// the ceiling) do not sum to what its rows' statuses say it holds.
+type Drift struct {
+	OrganizationID string
+	Resource       Resource
+	Counted, Held  int64
+}
+
+// CheckCounters returns every drift between the counters and the rows, read under one snapshot:
+// none, as long as every write goes through the tables' row triggers (migration 18).
+func CheckCounters(ctx context.Context, db dbsqlc.DBTX) ([]Drift, error) {
+	rows, err := dbsqlc.New(db).QuotaUsageDrift(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("quota: check the counters: %w", err)
+	}
+	out := make([]Drift, len(rows))
+	for i, r := range rows {
+		out[i] = Drift{OrganizationID: r.OrganizationID, Resource: Resource(r.Resource), Counted: r.Counted, Held: r.Held}
+	}
+	return out, nil
 }

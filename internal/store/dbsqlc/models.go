@@ -134,6 +134,13 @@ type OrganizationQuota struct {
 	UpdatedAt      time.Time
 }
 
+type OrganizationUsage struct {
+	OrganizationID string
+	Resource       string
+	Shard          int16
+	Held           int64
+}
+
 type OwnershipBinding struct {
 	OrganizationID string
 	Kind           string

@@ -41,3 +41,24 @@ WHERE organization_id = @organization_id AND ceiling IS NOT NULL;
 INSERT INTO organization_quotas (organization_id, resource, ceiling, updated_at)
 VALUES (@organization_id, @resource, sqlc.narg('ceiling'), now())
 ON CONFLICT (organization_id, resource) DO UPDATE SET ceiling = excluded.ceiling, updated_at = excluded.updated_at;
+
+-- name: QuotaUsageDrift :many
+-- Every organization and resource whose counter shards (migration 18) do not sum to what the
+-- statuses say it holds (without expiry): none, unless a write got past the row triggers. Read
+-- under one snapshot (quota.CheckCounters).
+WITH counted AS (
+    SELECT u.organization_id, u.resource, sum(u.held)::bigint AS held FROM organization_usage u GROUP BY 1, 2
+), actual AS (
+    SELECT w.organization_id, 'workers'::text AS resource, count(*)::bigint AS held FROM workers w WHERE usage_counted('workers', w.status::text) GROUP BY 1
+    UNION ALL
+    SELECT e.organization_id, 'endpoints', count(*) FROM worker_endpoints e WHERE usage_counted('endpoints', e.status::text) GROUP BY 1
+    UNION ALL
+    SELECT r.organization_id, 'reservations', count(*) FROM worker_endpoint_origin_reservations r WHERE usage_counted('reservations', r.status::text) GROUP BY 1
+    UNION ALL
+    SELECT p.organization_id, 'runtime_inputs', count(*) FROM runtime_input_preparations p WHERE usage_counted('runtime_inputs', p.status::text) GROUP BY 1
+)
+SELECT coalesce(c.organization_id, a.organization_id)::text AS organization_id, coalesce(c.resource, a.resource)::text AS resource,
+       coalesce(c.held, 0)::bigint AS counted, coalesce(a.held, 0)::bigint AS held
+FROM counted c FULL JOIN actual a ON a.organization_id = c.organization_id AND a.resource = c.resource
+WHERE coalesce(c.held, 0) <> coalesce(a.held, 0)
+ORDER BY 1, 2;

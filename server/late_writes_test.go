@@ -183,3 +183,73 @@ func TestALateUploadOfAStoppedHostsCreateIsTakenDownByTheRecheckOfAnotherHost(t 
 		})
 	}
 }
+
+// createAgain puts prod/api again (a newer worker under the same name, same script name) on
+// Host A and returns the reply.
+func (l *lateWrites) createAgain(offering, code string) reply {
+	l.t.Helper()
+	body := cfWorkerBody(code)
+	body["offeringId"] = offering
+	return l.putWorker("prod", "api", "token-newer-api-000000000", body)
+}
+
+// newerServes checks the newer worker holds the script and, on workers-dev, serves its own code.
+func (l *lateWrites) newerServes(offering, script string, w map[string]any) {
+	l.t.Helper()
+	require.Equal(l.t, w["uid"], l.holder(offering, script), "the newer worker holds its script")
+	if offering == "cf-worker" {
+		require.Equal(l.t, "newer", l.fetchWorkersDev(script))
+	}
+	require.Equal(l.t, true, l.get("/v1/spaces/prod/workers/api").json(l.t)["ready"])
+}
+
+const newerCode = `export default { fetch() { return new Response("newer") } }`
+
+// TestANewerWorkerUnderTheSameNameIsNeverTouchedByTheOldOnesRecheck: a worker destroyed (here:
+// its create abandoned) and created again under the same space/name has a new UID and the same
+// script name (SPEC 3.4 v2 derives it from tenant, space and name). Whichever comes first, the
+// old create's late upload or the newer worker's create, the newer worker's script is never taken
+// down: while the old one's re-check is pending the name is not taken (retryable witness_open),
+// and once it is taken, a re-check that reads another worker's UID leaves the script alone.
+func TestANewerWorkerUnderTheSameNameIsNeverTouchedByTheOldOnesRecheck(t *testing.T) {
+	t.Parallel()
+	for _, order := range []string{"late upload first", "newer create first"} {
+		t.Run(order, func(t *testing.T) {
+			const offering = "cf-worker"
+			l := setupLateWrites(t)
+			janitor := l.sweeper()
+			script, uid, deployment := l.stopMidCreate(janitor, offering)
+			if order == "late upload first" {
+				l.land(offering, script, uid)
+			}
+			p := l.createAgain(offering, newerCode).problem(t, http.StatusConflict, "witness_open")
+			require.Equal(t, []any{"late_write_recheck"}, p["unmetFences"])
+			if order == "newer create first" {
+				require.Empty(t, l.holder(offering, script), "the refused create wrote nothing")
+				l.land(offering, script, uid)
+			}
+			require.Equal(t, uid.String(), l.holder(offering, script), "the refused create left the late script as it was")
+
+			l.pass(resource.LateWriteDelay)
+			janitor.Sweep(context.Background())
+			require.Equal(t, "removed", l.status(`SELECT status FROM late_write_rechecks WHERE deployment_id = $1`, deployment))
+			r := l.createAgain(offering, newerCode)
+			require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+			newer := r.json(t)
+			require.NotEqual(t, uid.String(), newer["uid"])
+			require.Equal(t, script, newer["scriptName"], "the same script name")
+			l.newerServes(offering, script, newer)
+
+			// The re-check reads whose script it is: one of the old worker, due now, finds the newer
+			// worker's and leaves it; one of the newer (standing) worker keeps its own.
+			l.exec(`INSERT INTO late_write_rechecks (deployment_id, organization_id, installation, script_name, worker_uid, due_at)
+				VALUES ($1, $2, 'cf', $3, $4, db_now()), ($5, $2, 'cf', $3, $6, db_now())`,
+				uuid.New(), l.org.ID, script, uid, uuid.New(), newer["uid"])
+			l.pass(time.Second)
+			janitor.Sweep(context.Background())
+			require.Equal(t, "others", l.status(`SELECT status FROM late_write_rechecks WHERE worker_uid = $1 AND deployment_id <> $2`, uid, deployment))
+			require.Equal(t, "kept", l.status(`SELECT status FROM late_write_rechecks WHERE worker_uid = $1`, newer["uid"]))
+			l.newerServes(offering, script, newer)
+		})
+	}
+}

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -29,6 +30,9 @@ type stopper struct {
 	backend.Mutator
 	script *atomic.Value // the script name whose next apply stops the Host
 	dead   chan struct{}
+	// unanswered: instead of stopping, the Host's call ends without an answer (as a deadline
+	// does) while the upload goes on.
+	unanswered *atomic.Bool
 }
 
 func (s *stopper) Unwrap() backend.Mutator { return s.Mutator }
@@ -39,6 +43,9 @@ func (s *stopper) Apply(ctx context.Context, d backend.Desired) (backend.Observa
 	}
 	s.script.Store("")
 	go func() { _, _ = s.Mutator.Apply(context.Background(), d) }() // the upload outlives its Host
+	if s.unanswered.Load() {
+		return backend.Observation{}, fmt.Errorf("%w: the call's deadline passed", backend.ErrUnreachable)
+	}
 	<-s.dead
 	return backend.Observation{}, errors.New("the Host stopped")
 }
@@ -47,19 +54,20 @@ func (s *stopper) Apply(ctx context.Context, d backend.Desired) (backend.Observa
 // janitors (sweeper) on the same database.
 type lateWrites struct {
 	*cfScripts
-	stopAt *atomic.Value
+	stopAt     *atomic.Value
+	unanswered *atomic.Bool
 }
 
 func setupLateWrites(t *testing.T) *lateWrites {
 	t.Helper()
-	stopAt := &atomic.Value{}
+	stopAt, unanswered := &atomic.Value{}, &atomic.Bool{}
 	dead := make(chan struct{})
 	c := setupCFScripts(t, cfScriptsOptions{wrap: func(m backend.Mutator) backend.Mutator {
-		return &stopper{Mutator: m, script: stopAt, dead: dead}
+		return &stopper{Mutator: m, script: stopAt, dead: dead, unanswered: unanswered}
 	}})
 	// Registered after the harness: runs first, while the stand-in and the database still answer.
 	t.Cleanup(func() { close(dead) })
-	return &lateWrites{cfScripts: c, stopAt: stopAt}
+	return &lateWrites{cfScripts: c, stopAt: stopAt, unanswered: unanswered}
 }
 
 // sweeper is another Host replica on the database, for its janitor (Sweep).
@@ -252,4 +260,30 @@ func TestANewerWorkerUnderTheSameNameIsNeverTouchedByTheOldOnesRecheck(t *testin
 			l.newerServes(offering, script, newer)
 		})
 	}
+}
+
+// TestARefusedCreateWhoseUploadGotNoAnswerIsRecheckedToo: a live Host's create whose upload call
+// ends without an answer (its deadline) reads the script back absent and is refused; the upload
+// Cloudflare still works on lands after that read. The refusal recorded the re-check, and the
+// janitor takes the script down once it is due.
+func TestARefusedCreateWhoseUploadGotNoAnswerIsRecheckedToo(t *testing.T) {
+	t.Parallel()
+	l := setupLateWrites(t)
+	script := l.scriptNameOf("prod", "api")
+	require.NoError(t, l.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultHold, Method: http.MethodPut, PathContains: "/scripts/" + script}))
+	l.stopAt.Store(script)
+	l.unanswered.Store(true)
+	l.createAgain("cf-worker", lateCode).problem(t, http.StatusServiceUnavailable, "backend_unreachable")
+	var uid, deployment uuid.UUID
+	require.NoError(t, l.db.QueryRow(context.Background(), `SELECT worker_uid, deployment_id FROM late_write_rechecks WHERE status = 'pending'`).Scan(&uid, &deployment))
+	require.Equal(t, "deleted", l.status(`SELECT status FROM workers WHERE uid = $1`, uid), "the refused create was abandoned")
+	l.land("cf-worker", script, uid)
+
+	janitor := l.sweeper()
+	janitor.Sweep(context.Background())
+	require.Equal(t, uid.String(), l.holder("cf-worker", script), "not before it is due")
+	l.pass(resource.LateWriteDelay)
+	janitor.Sweep(context.Background())
+	require.Empty(t, l.holder("cf-worker", script))
+	require.Equal(t, "removed", l.status(`SELECT status FROM late_write_rechecks WHERE deployment_id = $1`, deployment))
 }

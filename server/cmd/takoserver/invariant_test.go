@@ -72,6 +72,8 @@ type progress struct {
 	// lateWrites: checks that met a script of a worker that no longer stands in the custody of its
 	// pending late-write re-check (an upload that landed after recovery read it absent).
 	lateWrites int
+	// rechecks: late-write re-checks the sequence's Hosts recorded, and how many took a script down.
+	rechecks, lateRemoved int
 }
 
 // secretWorker is a worker that needs one secret, delivered through a runtime input.
@@ -706,6 +708,8 @@ func (p *progress) add(o progress) {
 	p.wdEndpointCreated += o.wdEndpointCreated
 	p.wdScriptsSeen += o.wdScriptsSeen
 	p.lateWrites += o.lateWrites
+	p.rechecks += o.rechecks
+	p.lateRemoved += o.lateRemoved
 }
 
 // checkHeldScriptsAreLiveWorkers fails when a backend (named by where) holds a script name for

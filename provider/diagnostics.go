@@ -33,10 +33,13 @@ var fenceAdvice = map[string]string{
 	"lease_claimed":    "a runtime input holds an unexpired claim on it: it clears when the delivery settles, is aborted or expires (15 minutes)",
 	"attestation_open": "the deleted endpoint's deletion attestation is still closing: it clears once the backend confirms the route is gone",
 	"deployment_live":  "the deleted endpoint's route may still be live on the backend: it clears once the backend confirms its deletion",
+	// A Cloudflare upload of an earlier worker of this script name may still land; the Host reads
+	// the script again about 75 s after that upload was read back absent.
+	"late_write_recheck": "an interrupted upload of an earlier worker under this script name may still land on Cloudflare: it clears once the Host has read the script again (about two minutes)",
 }
 
 // transientFences clear by themselves; the provider waits on them within the resource's timeout.
-var transientFences = map[string]bool{"lease_claimed": true, "attestation_open": true, "deployment_live": true}
+var transientFences = map[string]bool{"lease_claimed": true, "attestation_open": true, "deployment_live": true, "late_write_recheck": true}
 
 // onlyTransient reports whether every unmet fence of err clears by itself.
 func onlyTransient(err error) bool {

@@ -231,6 +231,8 @@ func (s *Server) Shutdown() { s.shutdownOnce.Do(func() { close(s.shutdown) }) }
 //   - it recovers the operations of leases a stopped Host left to expire (a later request on the
 //     same object would too);
 //   - it takes down what creates that never committed left open on a backend;
+//   - it reads again, once a late upload could have landed, the scripts whose apply a backend
+//     without fences was read back not to hold, and takes down those that landed late;
 //   - it releases, under the four fences, the Host-minted reservations of deleted workers;
 //   - it expires runtime inputs past their window, dropping their sealed material;
 //   - it reclaims expired tombstones, which every lookup already ignores.
@@ -263,6 +265,16 @@ func (s *Server) Sweep(ctx context.Context) {
 		warn("collect orphaned deployments", err)
 	} else if n > 0 {
 		s.log.Info("took down deployments of creates that never committed", "count", n)
+	}
+	late, err := s.resources.RecheckLateWrites(ctx, s.cfg.DB)
+	warn("re-check scripts a late upload may have landed on", err)
+	for _, lw := range late {
+		attrs := []any{"installation", lw.Installation, "script", lw.ScriptName, "worker_uid", lw.WorkerUID.String(), "deployment", lw.Deployment.String(), "status", lw.Status}
+		if lw.Status == "removed" {
+			s.log.Warn("took down a script that landed after its apply was decided lost (late upload)", append(attrs, "held_deployment", lw.Held.String())...)
+		} else {
+			s.log.Info("re-checked a script a late upload may have landed on", attrs...)
+		}
 	}
 	if n, err := s.reservations.ReleaseGone(ctx, s.cfg.DB); err != nil {
 		warn("release Host-minted reservations of deleted workers", err)

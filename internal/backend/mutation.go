@@ -97,6 +97,9 @@ type Desired struct {
 type Observation struct {
 	Present      bool
 	DeploymentID uuid.UUID
+	// WorkerUID is the worker the object says it belongs to, where the backend stamps one into
+	// it (a Cloudflare script's TAKOFORM_WORKER_UID); empty where it does not.
+	WorkerUID string
 	// Admitted: the object serves (or, for a worker with secret bindings, is ready to serve once
 	// its values arrive) at DeploymentID.
 	Admitted bool

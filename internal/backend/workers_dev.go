@@ -449,7 +449,7 @@ func (c *cloudflareScripts) observeScript(ctx context.Context, nativeName string
 	}
 	// A version Cloudflare accepted serves: it refuses a script that does not start. This is the
 	// single control-plane witness of SPEC 8 (weaker than selfhost's two).
-	obs := Observation{Present: true, Admitted: true, Ready: true}
+	obs := Observation{Present: true, Admitted: true, Ready: true, WorkerUID: now.workerUID}
 	obs.DeploymentID, _ = uuid.Parse(now.deployment)
 	return obs, nil
 }

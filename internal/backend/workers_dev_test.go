@@ -103,7 +103,7 @@ func TestWorkersDevUploadCarriesTheWorkerUIDAndReadsBackItsDeployment(t *testing
 	d := workerDesired(uid, "api-prod-0123", "v1")
 	obs, err := f.mut.Apply(ctx, d)
 	require.NoError(t, err)
-	require.Equal(t, backend.Observation{Present: true, DeploymentID: d.DeploymentID, Admitted: true, Ready: true}, obs)
+	require.Equal(t, backend.Observation{Present: true, DeploymentID: d.DeploymentID, WorkerUID: uid.String(), Admitted: true, Ready: true}, obs)
 	sc, ok := f.standin.Script("api-prod-0123")
 	require.True(t, ok)
 	b, _ := sc.Current.Binding(backend.BindingWorkerUID)

@@ -35,8 +35,11 @@ type outcome struct {
 	// unknown: neither the call nor the read-back got an answer, so the backend may hold the
 	// deployment or not. An unknown apply of a create is undone like a present one.
 	unknown bool
-	obs     backend.Observation
-	err     error
+	// late: the apply's call got no answer that it was refused, so on a pack without fences it
+	// may still land after this read (late_writes.go).
+	late bool
+	obs  backend.Observation
+	err  error
 }
 
 // mayHold reports whether the backend may hold what the outcome's apply wrote.
@@ -116,7 +119,7 @@ func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 			}
 		}
 		holds := obs.Holds(pl.deployment)
-		o := outcome{pl: pl, present: holds, unknown: unknown, done: holds && obs.Admitted, obs: obs, err: err}
+		o := outcome{pl: pl, present: holds, unknown: unknown, done: holds && obs.Admitted, obs: obs, err: err, late: backend.MayLandLate(err)}
 		switch {
 		case o.done:
 			o.err = nil // it landed and was admitted, whatever the call said

@@ -199,11 +199,15 @@ func (r *effects) undo(ctx context.Context) {
 // refuse registers what the refusal's transaction records: the outcomes, the compensations, and a
 // create abandoned (a create that never committed leaves the uniqueness constraints).
 func (r *effects) refuse(outs, undone []outcome) {
-	org, op, kind, uid, create := r.org, r.m.Operation, r.kind, r.uid, r.create
+	org, op, kind, uid, create, installation := r.org, r.m.Operation, r.kind, r.uid, r.create, r.p.Installation
 	r.m.OnRefuse(func(ctx context.Context, tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		for _, o := range outs {
 			if err := record(ctx, q, o, uid); err != nil {
+				return err
+			}
+			// An upload that got no answer may land after this refusal (late_writes.go).
+			if err := r.s.openRecheck(ctx, q, org, installation, o); err != nil {
 				return err
 			}
 		}

@@ -41,6 +41,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 	}
 
 	var outs, undone []outcome
+	installations := map[uuid.UUID]string{}
 	var unobservable []uuid.UUID
 	for _, e := range effects {
 		mut, err := s.mutator(Placement{Installation: e.Installation})
@@ -58,6 +59,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 			return fmt.Errorf("recover: read back %s %s: %w", e.ResourceKind, e.NativeName, err)
 		}
 		outs = append(outs, o)
+		installations[e.EffectID] = e.Installation
 		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.mayHold() {
 			// A create that never committed never existed: take what it applied down again.
 			undone = append(undone, s.compensate(ctx, mut, []planned{pl})...)
@@ -74,6 +76,11 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 		q := dbsqlc.New(tx)
 		for _, o := range outs {
 			if err := record(ctx, q, o, o.pl.desired.ResourceUID); err != nil {
+				return err
+			}
+			// Absence read once is not final where a late upload can still land: the janitor
+			// reads the script again once the stopped Host's call could have ended.
+			if err := s.openRecheck(ctx, q, r.OrganizationID, installations[o.pl.effect], o); err != nil {
 				return err
 			}
 		}
@@ -110,7 +117,8 @@ func observe(ctx context.Context, mut backend.Mutator, pl planned) (outcome, err
 		return outcome{}, err
 	}
 	holds := obs.Holds(pl.deployment)
-	o := outcome{pl: pl, done: holds && obs.Admitted, present: holds, obs: obs}
+	// The interrupted call's answer was never recorded: an apply not read back may still land.
+	o := outcome{pl: pl, done: holds && obs.Admitted, present: holds, obs: obs, late: pl.action == "apply" && !holds}
 	if pl.action == "delete" {
 		o.done = !holds
 	}

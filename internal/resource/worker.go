@@ -500,6 +500,9 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			if err != nil {
 				return fmt.Errorf("resource: create worker: %w", err)
 			}
+			if err := checkLateWrites(ctx, q, w); err != nil {
+				return err
+			}
 			if err := addBindings(ctx, q, w.UID, w.callees); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package cfstandin
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"io"
@@ -116,6 +117,20 @@ func (s *Server) guard(h func(http.ResponseWriter, *http.Request) *failure) http
 					rec.Status = 499
 					return
 				}
+			case FaultHold:
+				// The whole request is read first (it reached Cloudflare), then held: it is applied
+				// on Release even if its caller is gone by then.
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					rec.Status = 499
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				gate := s.holdGate(false)
+				s.held.Add(1)
+				<-gate
+				s.held.Add(-1)
+				r = r.WithContext(context.WithoutCancel(r.Context()))
 			case FaultServerError:
 				status := fault.Status
 				if status == 0 {

@@ -24,6 +24,10 @@ const (
 	FaultLostAnswer FaultKind = "lost_answer"
 	// FaultSlow waits Delay before handling the request (or until the caller gives up).
 	FaultSlow FaultKind = "slow"
+	// FaultHold reads the request, then holds it until Release is called, and applies it then
+	// whether or not its caller is still there: a request Cloudflare works on after the Host
+	// that sent it stopped (its upload lands late). Held counts the requests held now.
+	FaultHold FaultKind = "hold"
 )
 
 // Fault is an injected fault for the next Times requests (default 1) that match Method (empty:
@@ -44,9 +48,9 @@ func (f Fault) validate() error {
 		if f.Status != 0 && (f.Status < 500 || f.Status > 599) {
 			return fmt.Errorf("a server_error fault needs a 5xx status, not %d", f.Status)
 		}
-	case FaultRateLimited, FaultLostAnswer, FaultSlow:
+	case FaultRateLimited, FaultLostAnswer, FaultSlow, FaultHold:
 	default:
-		return fmt.Errorf("unknown fault kind %q (server_error, rate_limited, lost_answer, slow)", f.Kind)
+		return fmt.Errorf("unknown fault kind %q (server_error, rate_limited, lost_answer, slow, hold)", f.Kind)
 	}
 	if f.Times < 0 {
 		return fmt.Errorf("times must not be negative")
@@ -62,10 +66,49 @@ func (s *Server) Inject(f Fault) error {
 	if f.Times == 0 {
 		f.Times = 1
 	}
+	if f.Kind == FaultHold {
+		s.holdGate(true)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, &f)
 	return nil
+}
+
+// Release lets every request a FaultHold holds go on (and those it will hold until the next
+// Inject of a FaultHold pass at once).
+func (s *Server) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released == nil {
+		s.released = make(chan struct{})
+	}
+	select {
+	case <-s.released:
+	default:
+		close(s.released)
+	}
+}
+
+// Held is how many requests a FaultHold holds now.
+func (s *Server) Held() int64 { return s.held.Load() }
+
+// holdGate is the channel a held request waits on (made on first use; a FaultHold armed after a
+// Release waits for the next Release).
+func (s *Server) holdGate(arm bool) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released == nil {
+		s.released = make(chan struct{})
+	}
+	if arm {
+		select {
+		case <-s.released:
+			s.released = make(chan struct{})
+		default:
+		}
+	}
+	return s.released
 }
 
 // ClearFaults disarms every fault not yet met.

@@ -113,6 +113,9 @@ type Server struct {
 
 	// apiInFlight counts API requests being served, whether or not their client is still there.
 	apiInFlight atomic.Int64
+	// held counts the requests a FaultHold holds; released lets them go (faults.go).
+	held     atomic.Int64
+	released chan struct{}
 
 	mu          sync.Mutex
 	scripts     map[scriptKey]*script
@@ -232,6 +235,7 @@ func Listen(cfg Config, apiAddr, edgeAddr string) (*Server, error) {
 
 // Close stops the listeners and every workerd process.
 func (s *Server) Close() error {
+	s.Release() // a held request goes on (and ends with the server)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, srv := range []*http.Server{s.apiSrv, s.edgeSrv, s.svcSrv, s.routesSrv, s.namespaceSrv} {

@@ -108,6 +108,20 @@ type EndpointState struct {
 	DeploymentID        uuid.UUID
 }
 
+type LateWriteRecheck struct {
+	DeploymentID   uuid.UUID
+	OrganizationID string
+	Installation   string
+	ScriptName     string
+	WorkerUID      uuid.UUID
+	DueAt          time.Time
+	ClaimedUntil   time.Time
+	Status         string
+	Detail         *string
+	CreatedAt      time.Time
+	SettledAt      *time.Time
+}
+
 type Operation struct {
 	ID             uuid.UUID
 	OrganizationID string

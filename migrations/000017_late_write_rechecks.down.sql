@@ -1,0 +1,1 @@
+DROP TABLE late_write_rechecks;

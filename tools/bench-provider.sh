@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench-provider: times `tofu apply`, a no-op `tofu plan` and `tofu destroy` of STACKS full
 # stacks (reservation, runtime input, worker, endpoint, activation: 5 resources each) against a
-# `takoserver dev` Host at OpenTofu's default parallelism, the same graph on the zero-work provider
+# `takoserver dev` Host at OpenTofu's default parallelism (the no-op plan PLANS times, 5 unless told,
+# in turn with each floor's, and the median ratio kept), the same graph on the zero-work provider
 # (tools/zeroprovider: the Takoform resources' shapes and no work, the floor any framework provider
 # of these shapes pays) and the same graph shape built from terraform_data, and prints the ratios. It also counts intent_in_progress answers: those the
 # provider retried behind the scenes (the Host's 409 answers, from its /metrics) and those that
@@ -151,19 +152,33 @@ run() { # run NAME DIR ARGS...: times one tofu command, keeping its output
   printf '%-18s %6.2f s\n' "$name" "${took[$name]}"
 }
 
+# pair NAME_A NAME_B DIR_A DIR_B: runs a no-op plan in DIR_A and DIR_B in turn, $plans times, and
+# keeps the median of the per-pair ratios (pairing keeps the ratio meaningful when the machine's
+# speed drifts; one noisy run does not move a median).
+pair() {
+  local a="$1" b="$2" da="$3" db="$4" i ratios=()
+  for ((i = 0; i < plans; i++)); do
+    run "$a" "$da" plan -detailed-exitcode >/dev/null
+    run "$b" "$db" plan -detailed-exitcode >/dev/null
+    ratios+=("$(awk -v x="${took[$a]}" -v y="${took[$b]}" 'BEGIN { printf "%.4f", x / y }')")
+  done
+  printf '%s\n' "${ratios[@]}" | sort -n | awk -v n="$plans" '{ r[NR] = $1 } END { printf "%.2f", r[int((n + 1) / 2)] }'
+}
+plans="${PLANS:-5}"
+
 (cd "$work/data" && "$tofu" init -input=false -no-color >/dev/null)
 echo "== $stacks stacks, $((stacks * 5)) resources each side, default parallelism"
 run data-apply "$work/data" apply -auto-approve
-run data-plan "$work/data" plan -detailed-exitcode
-run data-destroy "$work/data" destroy -auto-approve
 run zero-apply "$work/zero" apply -auto-approve
-run zero-plan "$work/zero" plan -detailed-exitcode
-run zero-destroy "$work/zero" destroy -auto-approve
 conflicts() { curl -fsS "http://$listen/metrics" | awk '/^takoserver_http_requests_total/ && /status="409"/ { n += $NF } END { print n + 0 }'; }
 before="$(conflicts)"
 run takoform-apply "$work/takoform" apply -auto-approve
-run takoform-plan "$work/takoform" plan -detailed-exitcode
+echo "-- $plans no-op plans each, in turn"
+plan_zero="$(pair takoform-plan zero-plan "$work/takoform" "$work/zero")"
+plan_data="$(pair takoform-plan data-plan "$work/takoform" "$work/data")"
 run takoform-destroy "$work/takoform" destroy -auto-approve
+run zero-destroy "$work/zero" destroy -auto-approve
+run data-destroy "$work/data" destroy -auto-approve
 
 retried="$(( $(conflicts) - before ))"
 surfaced="$(cat "$work"/takoform-*.out | grep -c 'intent_in_progress' || true)"
@@ -172,9 +187,13 @@ ratio() { # ratio OP FLOOR
 }
 echo
 echo "== ratios to the zero-work provider (takoform / zerowork; targets: apply <= 2x, no-op plan <= 1.2x)"
-for op in apply plan destroy; do ratio "$op" zero; done
+ratio apply zero
+printf '%-8s %6sx  (median of %d paired runs)\n' plan "$plan_zero" "$plans"
+ratio destroy zero
 echo
 echo "== ratios to terraform_data (takoform / terraform_data)"
-for op in apply plan destroy; do ratio "$op" data; done
+ratio apply data
+printf '%-8s %6sx  (median of %d paired runs)\n' plan "$plan_data" "$plans"
+ratio destroy data
 echo "retryable 409s (intent_in_progress, witness_open): $retried answered and retried by the provider, $surfaced surfaced to the user (target 0)"
 [ "$surfaced" -eq 0 ]

@@ -25,7 +25,7 @@ rm -rf "$work"
 mkdir -p "$work"
 
 step "starting takoserver dev on $listen (PostgreSQL cluster in $devdir, a runtime node with workerd)"
-"$root/bin/takoserver" dev --dir "$devdir" --runtime-state-dir "$root/.takoform/runtime" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
+"$root/bin/takoserver" dev --dir "$devdir" --listen "$listen" >"$work/takoserver.out" 2>"$work/takoserver.log" &
 host_pid=$!
 stop_host() {
   if kill -0 "$host_pid" 2>/dev/null; then

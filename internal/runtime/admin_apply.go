@@ -39,7 +39,7 @@ func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (de
 		n.dropLogRingLocked(a.DropLog)
 	}
 	if run := n.scripts[a.Reconcile]; a.RetryFailed && run != nil {
-		run.failed = nil // a new effect asks again for a candidate that failed
+		run.failed, run.unstartable = nil, "" // a new effect asks again for a candidate that failed
 	}
 	var retired []*supervisor.Incarnation
 	if a.Reconcile != "" {

@@ -839,3 +839,44 @@ func TestAReadbackThatFindsADeliveryAbsentRefusesItLater(t *testing.T) {
 	f.waitReady("late")
 	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
 }
+
+// TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge: a new generation whose
+// delivery no longer opens (its sealed file is damaged) cannot start a candidate. While another
+// script's updates nudge the reconciler again and again, the broken one is tried on a capped
+// backoff (a start and a log line each time), not on every nudge; its incumbent keeps serving,
+// and a new delivery (the Host asking again) starts it at once.
+func TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.script("broken", "uid-b", 1, "b1", "TOKEN")
+	f.route("broken.workers.localhost", "broken", "ep-b")
+	f.deliver("broken", "uid-b", "delivery-b", "canary-backoff-1")
+	f.waitReady("broken")
+	require.NoError(t, os.WriteFile(filepath.Join(f.h.StateDir, "secrets", "uid-b"), []byte(`{"format":"damaged"}`), 0o600))
+	f.script("broken", "uid-b", 2, "b2", "TOKEN")
+
+	// Another script's updates: each start, promotion, drain and stop nudges the reconciler.
+	f.script("busy", "uid-n", 1, "n1")
+	f.waitReady("busy")
+	for gen := int64(2); gen <= 4; gen++ {
+		f.script("busy", "uid-n", gen, fmt.Sprintf("n%d", gen))
+		f.waitStatus("busy serving its newest generation", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Generation == gen
+		}, "busy")
+	}
+	attempts := 0
+	for _, line := range strings.Split(f.h.Logs.String(), "\n") {
+		if strings.Contains(line, `"msg":"start candidate"`) && strings.Contains(line, `"script":"broken"`) {
+			attempts++
+		}
+	}
+	require.GreaterOrEqual(t, attempts, 1, "the broken generation was tried")
+	require.LessOrEqual(t, attempts, 4, "tried on a backoff, not on each of the busy script's nudges: %d tries", attempts)
+	f.answers("broken.workers.localhost", expectReply("b1", "canary-backoff-1"))
+
+	f.deliver("broken", "uid-b", "delivery-b2", "canary-backoff-2")
+	f.waitStatus("the new delivery serving", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.Generation == 2 && s.Incarnation.DeliveryID == "delivery-b2"
+	}, "broken")
+	f.answers("broken.workers.localhost", expectReply("b2", "canary-backoff-2"))
+}

@@ -28,6 +28,12 @@ type scriptRun struct {
 	failed    *running
 	// problem explains why no candidate could even be built (a delivery that does not open).
 	problem string
+	// unstartable is the identity whose candidate could not be started, tried again only from
+	// retryAt on (or when the Host asks again), the wait doubling up to maxStartBackoff: a script
+	// that cannot start must not cost the node a start, and its log a line, on every nudge.
+	unstartable string
+	retryAt     time.Time
+	backoff     time.Duration
 	// workerUID is the worker UID the script's entry of n.byUID was made for.
 	workerUID string
 }
@@ -102,13 +108,30 @@ func identity(s *state.Script, deny []string) (desiredIdentity, error) {
 	}, nil
 }
 
+// Waits before a candidate that could not be started is tried again.
+const (
+	minStartBackoff = time.Second
+	maxStartBackoff = time.Minute
+)
+
+// nextStartBackoff is the wait after a failed start: minStartBackoff after the first failure of an
+// identity, then twice the last wait, capped at maxStartBackoff.
+func nextStartBackoff(last time.Duration, again bool) time.Duration {
+	if !again || last <= 0 {
+		return minStartBackoff
+	}
+	return min(2*last, maxStartBackoff)
+}
+
 // reconcileLocked moves one script towards its desired state (n.mu held):
 //   - the serving incarnation already is the desired one: it serves the new deployment, and any
 //     other candidate stops;
 //   - otherwise a candidate for the desired identity starts beside it, and once Ready it becomes the
 //     serving one (the edge switches), is admitted (continuity now keeps exactly it alive), and the
 //     previous one drains and stops;
-//   - a failed candidate stays failed (the incumbent keeps serving) until the Host asks again.
+//   - a failed candidate stays failed (the incumbent keeps serving) until the Host asks again;
+//   - a candidate that could not even be started is tried again after a capped backoff, or at
+//     once when the Host asks again.
 //
 // It returns the incarnations it retired, which finish stopping in the background.
 func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
@@ -166,13 +189,20 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		if r.failed != nil && r.failed.id == want.id {
 			return retired
 		}
+		if r.unstartable == want.id && time.Now().Before(r.retryAt) {
+			return retired
+		}
 		c, err := n.startCandidate(s, want)
 		if err != nil {
 			r.problem = err.Error()
-			n.log.Error("start candidate", "script", name, "error", err)
+			r.backoff = nextStartBackoff(r.backoff, r.unstartable == want.id)
+			r.unstartable, r.retryAt = want.id, time.Now().Add(r.backoff)
+			time.AfterFunc(r.backoff, n.nudge)
+			n.log.Error("start candidate", "script", name, "error", err, "retryIn", r.backoff.String())
 			return retired
 		}
 		r.candidate, r.failed = c, nil
+		r.unstartable, r.backoff = "", 0
 	}
 	// The candidate is the desired identity: a binding to another callee since it started is
 	// taken in place (the serving incarnation keeps its own until the candidate replaces it).

@@ -32,6 +32,8 @@ const (
 	// devRuntimeSealingKeyFile is the embedded runtime node's own sealing key, which dev generates
 	// in its directory: outside the runtime's state directory (SPEC 5.1).
 	devRuntimeSealingKeyFile = "runtime-sealing-key"
+	// devRuntimeStateDir is the embedded runtime node's state directory in dev's directory.
+	devRuntimeStateDir = "runtime"
 )
 
 func devCommand(g *globals) *cobra.Command {
@@ -57,7 +59,7 @@ interrupted. It then stops the runtime node's processes and the cluster if it st
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", filepath.Join(".takoform", "dev"), "private directory for the dev cluster and key")
-	cmd.Flags().StringVar(&rt.StateDir, "runtime-state-dir", runtime.DefaultStateDir, "the embedded runtime node's private state directory")
+	cmd.Flags().StringVar(&rt.StateDir, "runtime-state-dir", "", "the embedded runtime node's private state directory (default <dir>/runtime, beside the key that seals its deliveries)")
 	cmd.Flags().StringVar(&rt.SealingKeyFile, "runtime-sealing-key-file", "", "the embedded runtime node's sealing key (default <dir>/runtime-sealing-key, created when absent)")
 	cmd.Flags().StringVar(&rt.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the embedded runtime node's admin API")
 	cmd.Flags().StringVar(&rt.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the embedded runtime node's edge, where workers answer")
@@ -114,6 +116,12 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 	// The runtime node runs in-process beside the Host; the default catalog's selfhost
 	// installation points at it. Its sealing key is dev's to create, beside dev's other keys and
 	// outside the runtime's state directory (a key an earlier version left there is moved once).
+	// The runtime's state lives in dev's directory by default, with the database whose workers it
+	// runs and the key its deliveries are sealed under: a fresh directory is a fresh node, never
+	// one left holding scripts no database knows and deliveries no key opens.
+	if rt.StateDir == "" {
+		rt.StateDir = filepath.Join(cluster.Dir, devRuntimeStateDir)
+	}
 	if rt.SealingKeyFile == "" {
 		rt.SealingKeyFile = filepath.Join(cluster.Dir, devRuntimeSealingKeyFile)
 	}

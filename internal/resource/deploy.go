@@ -45,7 +45,7 @@ func (o outcome) mayHold() bool { return o.present || o.unknown }
 func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org, kind string, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
 	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: "apply", desired: d, placement: p}
 	var routeScript *string
-	if kind == "endpoint" {
+	if kind == EndpointKind {
 		routeScript = &d.ScriptName
 	}
 	seq, err := q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{
@@ -63,13 +63,23 @@ func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, or
 	return pl, nil
 }
 
-// deployed rebuilds what a recorded deployment wrote, for its delete or its read-back.
+// deployed rebuilds what a recorded deployment of a resource of kind (WorkerKind or EndpointKind)
+// wrote, for its delete or its read-back.
 func deployed(kind string, deployment, resource uuid.UUID, native string, seq int64, routeScript *string) backend.Desired {
-	d := backend.Desired{Kind: kind, NativeName: native, DeploymentID: deployment, ResourceUID: resource, Sequence: seq}
+	d := backend.Desired{Kind: nativeKind(kind), NativeName: native, DeploymentID: deployment, ResourceUID: resource, Sequence: seq}
 	if routeScript != nil {
 		d.ScriptName = *routeScript
 	}
 	return d
+}
+
+// nativeKind is what the backend holds for a resource of kind: a worker's script, an endpoint's
+// route.
+func nativeKind(kind string) string {
+	if kind == EndpointKind {
+		return backend.NativeRoute
+	}
+	return backend.NativeWorker
 }
 
 // planDeletes moves every open deployment of uid to deleting and plans one delete effect each.

@@ -180,7 +180,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	run := s.putEffects(m, org.ID, "endpoint", placement, mut)
+	run := s.putEffects(m, org.ID, EndpointKind, placement, mut)
 	e, err := s.planEndpoint(ctx, m, run, org, space, name, spec, placement, b)
 	if err != nil {
 		return ownership.Response{}, err
@@ -377,7 +377,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		if e, err = readEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
 			return err
 		}
-		run = s.deleteEffects(m, org.ID, "endpoint", e.UID, e.Placement)
+		run = s.deleteEffects(m, org.ID, EndpointKind, e.UID, e.Placement)
 		if err := ownership.CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
 			return err
 		}

@@ -32,7 +32,7 @@ type effects struct {
 	s    *Service
 	m    *ownership.Mutation
 	org  string
-	kind string // the deployments' resource kind: "worker" or "endpoint"
+	kind string // the deployments' resource kind: WorkerKind or EndpointKind
 	p    Placement
 	// mut is the placement's mutator: a put resolves it before planning; a delete when it has
 	// something to perform.
@@ -74,11 +74,7 @@ func (r *effects) remove(ctx context.Context, q *dbsqlc.Queries) error {
 	if err := q.AttestationOpen(ctx, dbsqlc.AttestationOpenParams{UID: r.uid, OrganizationID: r.org, ResourceKind: r.kind, OperationID: &r.m.Operation}); err != nil {
 		return fmt.Errorf("resource: open attestation: %w", err)
 	}
-	native := backend.NativeWorker
-	if r.kind == "endpoint" {
-		native = backend.NativeRoute
-	}
-	work, err := planDeletes(ctx, q, r.m.Operation, native, r.uid, r.p)
+	work, err := planDeletes(ctx, q, r.m.Operation, r.kind, r.uid, r.p)
 	r.work = work
 	return err
 }

@@ -89,7 +89,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 			}
 		}
 		for _, c := range creating {
-			if c.Kind == "worker" {
+			if c.Kind == WorkerKind {
 				if _, err := q.ResourceAbandonCreate(ctx, c.UID); err != nil {
 					return err
 				}

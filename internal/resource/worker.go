@@ -322,7 +322,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	run := s.putEffects(m, org.ID, "worker", placement, mut)
+	run := s.putEffects(m, org.ID, WorkerKind, placement, mut)
 	w, err := s.planWorker(ctx, m, run, org, space, name, spec, placement)
 	if err != nil {
 		return ownership.Response{}, err
@@ -610,7 +610,7 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
-		run = s.deleteEffects(m, org.ID, "worker", w.UID, w.Placement)
+		run = s.deleteEffects(m, org.ID, WorkerKind, w.UID, w.Placement)
 		if w.Status == "deleted" {
 			return nil
 		}

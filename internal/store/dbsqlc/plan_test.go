@@ -126,9 +126,9 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		FROM generate_series(1, $1) i`)
 	exec(`INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name, offering_id,
 		offering_digest, pack, installation, status)
-		SELECT md5('d' || k || i)::uuid, 'org_t00000001', k, md5(left(k, 1) || i)::uuid, 1, 'n' || i, 'o', 'd', 'selfhost', 'selfhost',
+		SELECT md5('d' || k || i)::uuid, 'org_t00000001', k, md5(CASE k WHEN 'worker' THEN 'w' ELSE 'e' END || i)::uuid, 1, 'n' || i, 'o', 'd', 'selfhost', 'selfhost',
 		       CASE WHEN i % 2 = 0 THEN 'active' ELSE 'deleted' END
-		FROM generate_series(1, $1) i, unnest('{worker,endpoint}'::text[]) k`)
+		FROM generate_series(1, $1) i, unnest('{worker,worker-endpoint}'::text[]) k`)
 	exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status)
 		SELECT md5('x' || d.id)::uuid, md5('op' || (1 + abs(hashtext(d.id::text)) % $1))::uuid, d.id, 'apply', 'succeeded'
 		FROM deployments d`)

@@ -655,7 +655,7 @@ func (q *Queries) ResourceAbandonCreate(ctx context.Context, uid uuid.UUID) (int
 const resourcesCreatingByOperation = `-- name: ResourcesCreatingByOperation :many
 SELECT 'worker'::text AS kind, w.uid FROM workers w WHERE w.operation_id = $1::uuid AND w.status = 'creating'
 UNION ALL
-SELECT 'endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = $1::uuid AND e.status = 'creating'
+SELECT 'worker-endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = $1::uuid AND e.status = 'creating'
 `
 
 type ResourcesCreatingByOperationRow struct {

@@ -216,4 +216,4 @@ WHERE uid = @uid AND organization_id = @organization_id;
 -- committed never existed, so recovery takes them down.
 SELECT 'worker'::text AS kind, w.uid FROM workers w WHERE w.operation_id = @operation_id::uuid AND w.status = 'creating'
 UNION ALL
-SELECT 'endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = @operation_id::uuid AND e.status = 'creating';
+SELECT 'worker-endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = @operation_id::uuid AND e.status = 'creating';

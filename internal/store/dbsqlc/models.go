@@ -55,6 +55,13 @@ func (ns NullAttestationStatus) Value() (driver.Value, error) {
 	return string(ns.AttestationStatus), nil
 }
 
+func AllAttestationStatusValues() []AttestationStatus {
+	return []AttestationStatus{
+		AttestationStatusOpen,
+		AttestationStatusClosed,
+	}
+}
+
 type DeploymentStatus string
 
 const (
@@ -100,6 +107,16 @@ func (ns NullDeploymentStatus) Value() (driver.Value, error) {
 	return string(ns.DeploymentStatus), nil
 }
 
+func AllDeploymentStatusValues() []DeploymentStatus {
+	return []DeploymentStatus{
+		DeploymentStatusPending,
+		DeploymentStatusActive,
+		DeploymentStatusDeleting,
+		DeploymentStatusDeleted,
+		DeploymentStatusFailed,
+	}
+}
+
 type EffectAction string
 
 const (
@@ -140,6 +157,13 @@ func (ns NullEffectAction) Value() (driver.Value, error) {
 		return nil, nil
 	}
 	return string(ns.EffectAction), nil
+}
+
+func AllEffectActionValues() []EffectAction {
+	return []EffectAction{
+		EffectActionApply,
+		EffectActionDelete,
+	}
 }
 
 type EffectStatus string
@@ -187,6 +211,16 @@ func (ns NullEffectStatus) Value() (driver.Value, error) {
 	return string(ns.EffectStatus), nil
 }
 
+func AllEffectStatusValues() []EffectStatus {
+	return []EffectStatus{
+		EffectStatusPlanned,
+		EffectStatusDispatched,
+		EffectStatusSucceeded,
+		EffectStatusFailed,
+		EffectStatusUnobservable,
+	}
+}
+
 type OperationStatus string
 
 const (
@@ -228,6 +262,14 @@ func (ns NullOperationStatus) Value() (driver.Value, error) {
 		return nil, nil
 	}
 	return string(ns.OperationStatus), nil
+}
+
+func AllOperationStatusValues() []OperationStatus {
+	return []OperationStatus{
+		OperationStatusRunning,
+		OperationStatusCommitted,
+		OperationStatusRefused,
+	}
 }
 
 type ReservationStatus string
@@ -275,6 +317,16 @@ func (ns NullReservationStatus) Value() (driver.Value, error) {
 	return string(ns.ReservationStatus), nil
 }
 
+func AllReservationStatusValues() []ReservationStatus {
+	return []ReservationStatus{
+		ReservationStatusPrepared,
+		ReservationStatusBound,
+		ReservationStatusActivated,
+		ReservationStatusExpired,
+		ReservationStatusReleased,
+	}
+}
+
 type ResourceKind string
 
 const (
@@ -315,6 +367,13 @@ func (ns NullResourceKind) Value() (driver.Value, error) {
 		return nil, nil
 	}
 	return string(ns.ResourceKind), nil
+}
+
+func AllResourceKindValues() []ResourceKind {
+	return []ResourceKind{
+		ResourceKindWorker,
+		ResourceKindWorkerEndpoint,
+	}
 }
 
 type ResourceStatus string
@@ -359,6 +418,15 @@ func (ns NullResourceStatus) Value() (driver.Value, error) {
 		return nil, nil
 	}
 	return string(ns.ResourceStatus), nil
+}
+
+func AllResourceStatusValues() []ResourceStatus {
+	return []ResourceStatus{
+		ResourceStatusCreating,
+		ResourceStatusLive,
+		ResourceStatusDeleting,
+		ResourceStatusDeleted,
+	}
 }
 
 type RuntimeInputStatus string
@@ -408,6 +476,18 @@ func (ns NullRuntimeInputStatus) Value() (driver.Value, error) {
 	return string(ns.RuntimeInputStatus), nil
 }
 
+func AllRuntimeInputStatusValues() []RuntimeInputStatus {
+	return []RuntimeInputStatus{
+		RuntimeInputStatusPrepared,
+		RuntimeInputStatusClaimed,
+		RuntimeInputStatusDispatched,
+		RuntimeInputStatusSettled,
+		RuntimeInputStatusAborted,
+		RuntimeInputStatusExpired,
+		RuntimeInputStatusFailed,
+	}
+}
+
 type SealingKeyStatus string
 
 const (
@@ -449,6 +529,14 @@ func (ns NullSealingKeyStatus) Value() (driver.Value, error) {
 		return nil, nil
 	}
 	return string(ns.SealingKeyStatus), nil
+}
+
+func AllSealingKeyStatusValues() []SealingKeyStatus {
+	return []SealingKeyStatus{
+		SealingKeyStatusCurrent,
+		SealingKeyStatusPrevious,
+		SealingKeyStatusRetired,
+	}
 }
 
 type APIKey struct {

@@ -32,7 +32,7 @@ type effects struct {
 	s    *Service
 	m    *ownership.Mutation
 	org  string
-	kind dbsqlc.ResourceKind
+	kind dbsqlc.ResourceKind // the deployments' resource kind
 	p    Placement
 	// mut is the placement's mutator: a put resolves it before planning; a delete when it has
 	// something to perform.

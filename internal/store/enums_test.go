@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
@@ -59,4 +60,41 @@ func TestEveryEnumValueHasItsGoConstant(t *testing.T) {
 	for name, labels := range inDB {
 		require.Equal(t, labels, goEnums[name], "enum %s: the migrations' values and the Go constants differ (run make generate)", name)
 	}
+}
+
+// TestMigration16CarriesTheEndpointKindBothWays: the rows an endpoint left say worker-endpoint on
+// the enum, endpoint on the text column migration 15 had, and worker-endpoint again after up.
+func TestMigration16CarriesTheEndpointKindBothWays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.URL(t)
+	db, err := store.OpenSQL(url)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.ExecContext(ctx, `INSERT INTO organizations (id, name) VALUES ('org_aaaaaaaa', 'a')`)
+	require.NoError(t, err)
+	_, err = db.ExecContext(ctx, `INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, closed_at)
+		VALUES (gen_random_uuid(), 'org_aaaaaaaa', 'worker-endpoint', 'open', NULL), (gen_random_uuid(), 'org_aaaaaaaa', 'worker', 'closed', now())`)
+	require.NoError(t, err)
+	kinds := func() []string {
+		rows, err := db.QueryContext(ctx, `SELECT resource_kind::text || '/' || pg_typeof(resource_kind)::text FROM deletion_attestations ORDER BY 1`)
+		require.NoError(t, err)
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			out = append(out, s)
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	require.Equal(t, []string{"worker-endpoint/resource_kind", "worker/resource_kind"}, kinds())
+	m, err := store.Migrator(db)
+	require.NoError(t, err)
+	defer m.Close()
+	require.NoError(t, m.Steps(-1))
+	require.Equal(t, []string{"endpoint/text", "worker/text"}, kinds())
+	require.NoError(t, m.Up())
+	require.Equal(t, []string{"worker-endpoint/resource_kind", "worker/resource_kind"}, kinds())
 }

@@ -1,1 +1,2 @@
 DROP TABLE late_write_rechecks;
+DROP TYPE late_write_status;

@@ -10,6 +10,12 @@
 -- While a re-check of a script name is pending, no new worker takes that name (the create is
 -- refused, retryable): a late upload can then never overwrite a newer worker's script, and the
 -- re-check never has to choose between two workers.
+-- pending, then what the re-check read: absent (nothing landed), removed (it landed for a worker
+-- that no longer stands and was taken down), kept (the worker stands and the script is its own),
+-- others (another worker holds the name; untouched), unobservable (the installation left the
+-- catalog).
+CREATE TYPE late_write_status AS ENUM ('pending', 'absent', 'removed', 'kept', 'others', 'unobservable');
+
 CREATE TABLE late_write_rechecks (
     -- The deployment whose upload may land late: one re-check each (recording it again is a no-op).
     deployment_id   uuid PRIMARY KEY,
@@ -22,12 +28,7 @@ CREATE TABLE late_write_rechecks (
     due_at          timestamptz NOT NULL,
     -- A janitor working on it; another one takes it over only once this has passed.
     claimed_until   timestamptz NOT NULL DEFAULT '-infinity',
-    -- pending, then what the re-check read: absent (nothing landed), removed (it landed for a
-    -- worker that no longer stands and was taken down), kept (the worker stands and the script is
-    -- its own), others (another worker holds the name; untouched), unobservable (the installation
-    -- left the catalog).
-    status          text NOT NULL DEFAULT 'pending'
-                    CHECK (status IN ('pending', 'absent', 'removed', 'kept', 'others', 'unobservable')),
+    status          late_write_status NOT NULL DEFAULT 'pending',
     detail          text,
     created_at      timestamptz NOT NULL DEFAULT db_now(),
     settled_at      timestamptz

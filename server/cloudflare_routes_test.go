@@ -367,7 +367,7 @@ func TestAHostStoppedAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.
 	h.exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status) VALUES ($1, $2, 'worker-endpoint', 'prod/api', 'DELETE', 'running')`, op, h.org.ID)
 	h.exec(`INSERT INTO ownership_intents (organization_id, kind, external_key, operation_id, holder, lease_expires_at) VALUES ($1, 'worker-endpoint', 'prod/api', $2, 'a stopped Host', db_now() - interval '1 second')`, h.org.ID, op)
 	h.exec(`UPDATE worker_endpoints SET status = 'deleting', operation_id = $2 WHERE uid = $1`, uid, op)
-	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id) VALUES ($1, $2, 'endpoint', 'open', $3)`, uid, h.org.ID, op)
+	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id) VALUES ($1, $2, 'worker-endpoint', 'open', $3)`, uid, h.org.ID, op)
 	h.exec(`UPDATE deployments SET status = 'deleting' WHERE resource_uid = $1`, uid)
 	h.exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status) SELECT gen_random_uuid(), $2, id, 'delete', 'dispatched' FROM deployments WHERE resource_uid = $1`, uid, op)
 	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})

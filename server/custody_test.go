@@ -94,7 +94,7 @@ func TestCustodyExpiryKeepsAWitnessedOrigin(t *testing.T) {
 
 	// Even a row whose endpoint went away but may still answer keeps the origin after its TTL.
 	h.exec(`UPDATE worker_endpoints SET status = 'deleted'`)
-	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status) SELECT uid, organization_id, 'endpoint', 'open' FROM worker_endpoints`)
+	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status) SELECT uid, organization_id, 'worker-endpoint', 'open' FROM worker_endpoints`)
 	h.advance("2 days")
 	require.Equal(t, "expired", h.getReservation(h.key, "res-api").json(t)["status"])
 	h.putReservation(otherKey, "res-steal", tokenB, map[string]any{"space": "prod", "workerName": "api", "subdomain": "shop"}).

@@ -172,7 +172,7 @@ func TestReservationExpiredRowWithWitnessStillHoldsTheOrigin(t *testing.T) {
 		problem(t, http.StatusConflict, "reservation_conflict")
 	// Its endpoint's deletion is still open: release is fenced, naming the fence.
 	_, err = h.db.Exec(context.Background(), `INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status)
-		SELECT endpoint_uid, organization_id, 'endpoint', 'open' FROM worker_endpoint_origin_reservations WHERE id = 'res-a'`)
+		SELECT endpoint_uid, organization_id, 'worker-endpoint', 'open' FROM worker_endpoint_origin_reservations WHERE id = 'res-a'`)
 	require.NoError(t, err)
 	p := h.deleteReservation(h.key, "res-a", tokenA).problem(t, http.StatusConflict, "release_fenced")
 	require.Equal(t, []any{"attestation_open"}, p["unmetFences"])

@@ -368,7 +368,7 @@ func TestRuleReleaseReportsEachUnmetFence(t *testing.T) {
 
 	// The endpoint row is gone but its deletion is not confirmed and its deployment still stands.
 	h.exec(`UPDATE worker_endpoints SET status = 'deleted' WHERE uid = $1`, e["uid"])
-	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status) VALUES ($1, $2, 'endpoint', 'open')`, e["uid"], h.org.ID)
+	h.exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status) VALUES ($1, $2, 'worker-endpoint', 'open')`, e["uid"], h.org.ID)
 	p = h.deleteReservation(h.key, "res-api", tokenA).problem(t, http.StatusConflict, "release_fenced")
 	require.ElementsMatch(t, []any{"attestation_open", "deployment_live"}, p["unmetFences"])
 

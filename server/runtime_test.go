@@ -54,7 +54,7 @@ func (w *routeWatcher) Delete(ctx context.Context, d backend.Desired) error {
 func (h *harness) attestation(uid string) string {
 	h.t.Helper()
 	var s string
-	err := h.db.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM deletion_attestations WHERE uid = $1), '')`, uid).Scan(&s)
+	err := h.db.QueryRow(context.Background(), `SELECT coalesce((SELECT status::text FROM deletion_attestations WHERE uid = $1), '')`, uid).Scan(&s)
 	require.NoError(h.t, err)
 	return s
 }
@@ -102,7 +102,7 @@ func TestDestroyedEndpointStopsAnsweringBeforeItsAttestationCloses(t *testing.T)
 		var s seen
 		s.status, _, _, s.err = h.runtime.TryGet(host, "/")
 		if s.err == nil {
-			s.err = h.db.QueryRow(context.Background(), `SELECT coalesce((SELECT status FROM deletion_attestations WHERE uid = $1), '')`, uid).Scan(&s.attestation)
+			s.err = h.db.QueryRow(context.Background(), `SELECT coalesce((SELECT status::text FROM deletion_attestations WHERE uid = $1), '')`, uid).Scan(&s.attestation)
 		}
 		seenAfter <- s
 	}

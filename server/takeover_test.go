@@ -300,4 +300,7 @@ func (h *harness) upgradeFromSharedV1Name(v victimVector, victim, attacker tenan
 	h.exec(`UPDATE workers SET script_name = $1 WHERE organization_id = $2`, v.ScriptName, attacker.id)
 	h.exec(`UPDATE deployments SET native_name = $1 WHERE resource_kind = 'worker'`, v.ScriptName)
 	require.NoError(h.t, m.Up())
+	// Migrating down and up made the enum types and views again: the Host's connections hold
+	// statements prepared on the old ones, which a restarted Host would not.
+	h.db.Reset()
 }

@@ -10,7 +10,10 @@ type ActivationRequest struct {
 
 // Attestation defines model for Attestation.
 type Attestation struct {
-	UID          string  `json:"uid"`
+	UID string `json:"uid"`
+
+	// ResourceKind The resource's kind, as the ownership ledger names it. A wire change of issue 15: an
+	// endpoint's attestation said `endpoint` before; it says `worker-endpoint`.
 	ResourceKind string  `json:"resourceKind"`
 	Status       string  `json:"status"`
 	OperationID  *string `json:"operationId"`
@@ -79,8 +82,11 @@ type DerivationRequest struct {
 
 // Effect defines model for Effect.
 type Effect struct {
-	ID           string  `json:"id"`
-	DeploymentID string  `json:"deploymentId"`
+	ID           string `json:"id"`
+	DeploymentID string `json:"deploymentId"`
+
+	// ResourceKind The kind of the resource the effect deploys: `worker` or `worker-endpoint` (an
+	// endpoint's effects said `endpoint` before issue 15).
 	ResourceKind string  `json:"resourceKind"`
 	ResourceUID  string  `json:"resourceUid"`
 	Action       string  `json:"action"`

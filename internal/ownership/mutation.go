@@ -209,7 +209,7 @@ func (m *Mutation) record(ctx context.Context, q *dbsqlc.Queries, resp *Response
 		return nil
 	}
 	if m.started {
-		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: m.Operation, Status: "committed"}); err != nil {
+		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: m.Operation, Status: dbsqlc.OperationStatusCommitted}); err != nil {
 			return fmt.Errorf("ownership: finish operation: %w", err)
 		}
 		if err := q.OwnershipIntentRelease(ctx, dbsqlc.OwnershipIntentReleaseParams{
@@ -218,7 +218,7 @@ func (m *Mutation) record(ctx context.Context, q *dbsqlc.Queries, resp *Response
 			return fmt.Errorf("ownership: release lease: %w", err)
 		}
 	} else if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-		ID: m.Operation, OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Method: in.Method, Status: "committed",
+		ID: m.Operation, OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Method: in.Method, Status: dbsqlc.OperationStatusCommitted,
 	}); err != nil {
 		return fmt.Errorf("ownership: record operation: %w", err)
 	}
@@ -266,7 +266,7 @@ func (m *Mutation) refuse(ctx context.Context, cause error) error {
 		if !m.started {
 			return q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
 				ID: m.Operation, OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Method: in.Method,
-				Status: "refused", Code: &code,
+				Status: dbsqlc.OperationStatusRefused, Code: &code,
 			})
 		}
 		if err := m.held(ctx, tx); err != nil {
@@ -277,7 +277,7 @@ func (m *Mutation) refuse(ctx context.Context, cause error) error {
 				return err
 			}
 		}
-		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: m.Operation, Status: "refused", Code: &code}); err != nil {
+		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: m.Operation, Status: dbsqlc.OperationStatusRefused, Code: &code}); err != nil {
 			return err
 		}
 		return q.OwnershipIntentRelease(ctx, dbsqlc.OwnershipIntentReleaseParams{

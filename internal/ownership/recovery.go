@@ -46,7 +46,7 @@ func (r *Recovery) Finish(ctx context.Context, fn func(pgx.Tx) error) error {
 		}
 		q := dbsqlc.New(tx)
 		code := "abandoned"
-		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: r.Operation, Status: "refused", Code: &code}); err != nil {
+		if _, err := q.OperationFinish(ctx, dbsqlc.OperationFinishParams{ID: r.Operation, Status: dbsqlc.OperationStatusRefused, Code: &code}); err != nil {
 			return err
 		}
 		return q.OwnershipIntentRelease(ctx, dbsqlc.OwnershipIntentReleaseParams{

@@ -59,10 +59,10 @@ var rows = map[quota.Resource]string{
 		canonical_public_origin, binding_names, material_digest, digest_key_id, status, expires_at, ciphertext, sealing_nonce,
 		sealing_key_id, worker_uid)
 		VALUES ($1, $3, 'prep-' || md5($3), 'rip1.prep-' || md5($3) || '.' || md5($3) || md5($3), 'n', gen_random_uuid(), 'prod',
-		$3, 'main', $3, 'res-' || $3, 'http://' || $3 || '.example', '{}', decode(md5($3) || md5($3), 'hex'), 'k', $2,
-		now() + interval '1 hour', CASE WHEN $2 IN ('prepared', 'claimed') THEN '\x00'::bytea END,
-		CASE WHEN $2 IN ('prepared', 'claimed') THEN '\x00'::bytea END, CASE WHEN $2 IN ('prepared', 'claimed') THEN 'k' END,
-		CASE WHEN $2 IN ('claimed', 'dispatched', 'settled') THEN gen_random_uuid() END)`,
+		$3, 'main', $3, 'res-' || $3, 'http://' || $3 || '.example', '{}', decode(md5($3) || md5($3), 'hex'), 'k', $2::text::runtime_input_status,
+		now() + interval '1 hour', CASE WHEN $2::text IN ('prepared', 'claimed') THEN '\x00'::bytea END,
+		CASE WHEN $2::text IN ('prepared', 'claimed') THEN '\x00'::bytea END, CASE WHEN $2::text IN ('prepared', 'claimed') THEN 'k' END,
+		CASE WHEN $2::text IN ('claimed', 'dispatched', 'settled') THEN gen_random_uuid() END)`,
 }
 
 // statuses are, per resource, a status that counts, one the row moves to and still counts (where
@@ -74,14 +74,15 @@ var statuses = map[quota.Resource][3]string{
 	quota.RuntimeInputs: {"prepared", "claimed", "aborted"},
 }
 
-// moved are the columns a status move sets beside it, where a check ties them to the status.
+// moved are the columns a status move sets beside it, where a check ties them to the status ($4:
+// the status as text; $3, the same, is the column's enum).
 var moved = map[quota.Resource]string{
-	quota.Reservations: `, bound_worker_uid = CASE WHEN $3 = 'bound' THEN gen_random_uuid() END,
-		bound_worker_revision = CASE WHEN $3 = 'bound' THEN 1 END`,
-	quota.RuntimeInputs: `, ciphertext = CASE WHEN $3 IN ('prepared', 'claimed') THEN '\x00'::bytea END,
-		sealing_nonce = CASE WHEN $3 IN ('prepared', 'claimed') THEN '\x00'::bytea END,
-		sealing_key_id = CASE WHEN $3 IN ('prepared', 'claimed') THEN 'k' END,
-		worker_uid = CASE WHEN $3 = 'claimed' THEN gen_random_uuid() END`,
+	quota.Reservations: `, bound_worker_uid = CASE WHEN $4::text = 'bound' THEN gen_random_uuid() END,
+		bound_worker_revision = CASE WHEN $4::text = 'bound' THEN 1 END`,
+	quota.RuntimeInputs: `, ciphertext = CASE WHEN $4::text IN ('prepared', 'claimed') THEN '\x00'::bytea END,
+		sealing_nonce = CASE WHEN $4::text IN ('prepared', 'claimed') THEN '\x00'::bytea END,
+		sealing_key_id = CASE WHEN $4::text IN ('prepared', 'claimed') THEN 'k' END,
+		worker_uid = CASE WHEN $4::text = 'claimed' THEN gen_random_uuid() END`,
 }
 
 // tables name each resource's table.
@@ -125,7 +126,7 @@ func TestTheCountersFollowEveryWriteThatChangesWhatCounts(t *testing.T) {
 		}
 		move := func(name, status string) {
 			t.Helper()
-			exec(`UPDATE `+tables[r]+` SET status = $3`+moved[r]+` WHERE organization_id = $1 AND `+names[r]+` = $2`, c.org, name, status)
+			exec(`UPDATE `+tables[r]+` SET status = $3`+moved[r]+` WHERE organization_id = $1 AND `+names[r]+` = $2 AND $4::text IS NOT NULL`, c.org, name, status, status)
 		}
 		exec(rows[r], c.org, st[0], "row-a")
 		exec(rows[r], c.org, st[0], "row-b")

@@ -82,7 +82,7 @@ func TestQuotaUsageIsServedByIndexesBesideOtherTenantsRows(t *testing.T) {
 	exec(`INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, script_name,
 		offering_id, offering_digest, pack, installation, status, operation_id)
 		SELECT gen_random_uuid(), $1, 'prod', 'w' || i, '{}', 'index.js', '2025-01-01', 'w' || i, 'o', 'd', 'selfhost', 'selfhost',
-		       CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END, '00000000-0000-0000-0000-000000000001'
+		       (CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END)::resource_status, '00000000-0000-0000-0000-000000000001'
 		FROM generate_series(1, 20000) i`, big.ID)
 	exec(`INSERT INTO worker_endpoints (uid, organization_id, space, name, worker_uid, worker_name, origin_reservation_id, host_minted,
 		canonical_origin, hostname, offering_id, offering_digest, pack, installation, status, operation_id)
@@ -92,7 +92,7 @@ func TestQuotaUsageIsServedByIndexesBesideOtherTenantsRows(t *testing.T) {
 	exec(`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
 		canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation)
 		SELECT $1, 'res-' || i, gen_random_uuid(), 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'w' || i, 'w' || i,
-		       'http://w' || i || '.example', 86400, CASE WHEN i % 10 = 0 THEN 'prepared' ELSE 'released' END, now() + interval '1 day',
+		       'http://w' || i || '.example', 86400, (CASE WHEN i % 10 = 0 THEN 'prepared' ELSE 'released' END)::reservation_status, now() + interval '1 day',
 		       'o', 'd', 'selfhost', 'selfhost'
 		FROM generate_series(1, 20000) i`, big.ID)
 	exec(`INSERT INTO runtime_input_preparations (organization_id, operation_id, preparation_id, reference, material_set_nonce,
@@ -218,7 +218,7 @@ func TestTheScriptCountIsServedByAnIndexBesideOtherInstallationsRows(t *testing.
 		offering_id, offering_digest, pack, installation, status, operation_id)
 		SELECT gen_random_uuid(), $1, 'prod', 'w' || i, '{}', 'index.js', '2025-01-01', 'w' || i, 'o', 'd',
 		       CASE WHEN i % 100 = 0 THEN 'workers-dev' ELSE 'selfhost' END, CASE WHEN i % 100 = 0 THEN 'cf' ELSE 'local' END,
-		       CASE WHEN i % 200 = 0 THEN 'deleted' ELSE 'live' END, '00000000-0000-0000-0000-000000000001'
+		       (CASE WHEN i % 200 = 0 THEN 'deleted' ELSE 'live' END)::resource_status, '00000000-0000-0000-0000-000000000001'
 		FROM generate_series(1, 20000) i`, org.ID)
 	exec(`ANALYZE`)
 

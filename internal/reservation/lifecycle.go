@@ -45,7 +45,7 @@ func mustBeLive(r Reservation) error {
 		return apierr.New(apierr.ReservationMismatch, "reservation %q is a migrated %s row; it is readable and never written", r.ID, r.Format)
 	case r.Live():
 		return nil
-	case r.Status == "expired":
+	case r.Status == dbsqlc.ReservationStatusExpired:
 		return apierr.New(apierr.ReservationNotLive, "reservation %q expired; reserve again with a new id (or a new reservation resource)", r.ID)
 	default:
 		return apierr.New(apierr.ReservationNotLive, "reservation %q is %s", r.ID, r.Status)
@@ -73,7 +73,7 @@ func (s *Service) Bind(ctx context.Context, tx pgx.Tx, id string, w WorkerIncarn
 			id, current.OfferingID, current.OfferingDigest, w.Placement.OfferingID, w.Placement.OfferingDigest)
 	}
 	sameWorker := current.BoundWorkerUID != nil && *current.BoundWorkerUID == w.UID
-	if current.Status != "prepared" && sameWorker && *current.BoundWorkerRevision >= w.Revision &&
+	if current.Status != dbsqlc.ReservationStatusPrepared && sameWorker && *current.BoundWorkerRevision >= w.Revision &&
 		(e == nil || (current.EndpointUID != nil && *current.EndpointUID == e.UID && *current.EndpointRevision == e.Revision)) {
 		return current, nil // already bound to this incarnation (and witnessed by this endpoint)
 	}
@@ -136,16 +136,16 @@ func (s *Service) Activate(ctx context.Context, tx pgx.Tx, orgID, id string, e E
 	if err != nil {
 		return Reservation{}, err
 	}
-	if current.Status == "activated" && current.EndpointUID != nil && *current.EndpointUID == e.UID {
+	if current.Status == dbsqlc.ReservationStatusActivated && current.EndpointUID != nil && *current.EndpointUID == e.UID {
 		return current, nil
 	}
 	if err := mustBeLive(current); err != nil {
 		return Reservation{}, err
 	}
 	switch {
-	case current.Status == "activated":
+	case current.Status == dbsqlc.ReservationStatusActivated:
 		return Reservation{}, apierr.New(apierr.ActivationMismatch, "reservation %q is activated with another endpoint (uid %s); delete that activation first", id, current.EndpointUID)
-	case current.Status != "bound":
+	case current.Status != dbsqlc.ReservationStatusBound:
 		return Reservation{}, apierr.New(apierr.ActivationMismatch, "reservation %q is %s; create the endpoint with this reservation first", id, current.Status)
 	case current.EndpointUID == nil || *current.EndpointUID != e.UID:
 		return Reservation{}, apierr.New(apierr.ActivationMismatch, "endpoint %s was not created on reservation %q; activate the endpoint that names it", e.UID, id)
@@ -176,7 +176,7 @@ func (s *Service) Deactivate(ctx context.Context, tx pgx.Tx, orgID, id string) (
 	if err != nil {
 		return Reservation{}, err
 	}
-	if current.Status != "activated" {
+	if current.Status != dbsqlc.ReservationStatusActivated {
 		return current, nil
 	}
 	if current.Format != FormatV2 {

@@ -47,7 +47,7 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 
 	row, err := q.ReservationLock(ctx, dbsqlc.ReservationLockParams{OrganizationID: w.OrganizationID, ID: id})
 	switch {
-	case errors.Is(err, pgx.ErrNoRows), err == nil && row.EffectiveStatus == "released":
+	case errors.Is(err, pgx.ErrNoRows), err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased:
 		// A new row counts toward the organization's reservation ceiling (SPEC 5.1), as a
 		// caller's does: Host-minted reservations hold an origin just the same.
 		if err := quota.Check(ctx, tx, s.Catalog.Quotas, w.OrganizationID, quota.Reservations); err != nil {
@@ -58,7 +58,7 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 		return Reservation{}, fmt.Errorf("reservation: mint: %w", err)
 	}
 	current := fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus)
-	if current.Status == "expired" {
+	if current.Status == dbsqlc.ReservationStatusExpired {
 		if current.EndpointUID != nil {
 			// It published: waiting does not free the address. Repair it by the in-place clear,
 			// under the four fences, then revive it.
@@ -186,7 +186,7 @@ func (s *Service) ReleaseGone(ctx context.Context, db store.Beginner) (int, erro
 			if err := s.releaseIfFree(ctx, tx, r.OrganizationID, r.ID, r.UID); err != nil {
 				return err
 			}
-			if row, err := dbsqlc.New(tx).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: r.OrganizationID, ID: r.ID}); err == nil && row.EffectiveStatus == "released" {
+			if row, err := dbsqlc.New(tx).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: r.OrganizationID, ID: r.ID}); err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased {
 				n = before + 1
 			}
 		}

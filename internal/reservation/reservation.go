@@ -62,7 +62,7 @@ type Reservation struct {
 	CanonicalOrigin     string
 	TTLSeconds          int
 	Revision            int64
-	Status              string
+	Status              dbsqlc.ReservationStatus
 	ExpiresAt           time.Time
 	HostMinted          bool
 	BoundWorkerUID      *uuid.UUID
@@ -75,7 +75,7 @@ type Reservation struct {
 	Installation        string
 }
 
-func fromRow(r dbsqlc.WorkerEndpointOriginReservation, status string) Reservation {
+func fromRow(r dbsqlc.WorkerEndpointOriginReservation, status dbsqlc.ReservationStatus) Reservation {
 	if status == "" {
 		status = r.Status
 	}
@@ -100,7 +100,7 @@ func (r Reservation) Project(token string) Projection {
 	p := Projection{
 		Format: r.Format, ID: r.ID, Space: r.Space, WorkerName: r.WorkerName, Subdomain: r.Subdomain,
 		CanonicalOrigin: r.CanonicalOrigin, Revision: r.Revision, ExpiresAt: r.ExpiresAt.UTC().Format(time.RFC3339),
-		Status: r.Status, HostMinted: r.HostMinted,
+		Status: string(r.Status), HostMinted: r.HostMinted,
 	}
 	if r.BoundWorkerUID != nil {
 		p.BoundWorker = &ObjectRef{UID: r.BoundWorkerUID.String(), Revision: *r.BoundWorkerRevision}
@@ -124,7 +124,7 @@ func (r Reservation) Placement() catalog.Placement {
 
 // Live reports whether the row holds its origin as a live reservation.
 func (r Reservation) Live() bool {
-	return r.Status == "prepared" || r.Status == "bound" || r.Status == "activated"
+	return r.Status == dbsqlc.ReservationStatusPrepared || r.Status == dbsqlc.ReservationStatusBound || r.Status == dbsqlc.ReservationStatusActivated
 }
 
 // Service reads and changes reservations.
@@ -219,7 +219,7 @@ func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization
 		return Reservation{}, err
 	}
 	row, err := dbsqlc.New(db).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: org.ID, ID: id})
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == "released") {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased) {
 		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
 	}
 	if err != nil {
@@ -231,7 +231,7 @@ func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization
 // lock reads and locks one reservation for the rest of tx.
 func lock(ctx context.Context, tx pgx.Tx, orgID, id string) (Reservation, error) {
 	row, err := dbsqlc.New(tx).ReservationLock(ctx, dbsqlc.ReservationLockParams{OrganizationID: orgID, ID: id})
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == "released") {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased) {
 		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
 	}
 	if err != nil {
@@ -341,7 +341,7 @@ func release(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) (R
 	switch {
 	case current.UID != uid:
 		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
-	case current.Status == "released":
+	case current.Status == dbsqlc.ReservationStatusReleased:
 		return current, nil // release is idempotent once terminal
 	}
 	if current.Format != FormatV2 {

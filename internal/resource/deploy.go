@@ -19,7 +19,7 @@ import (
 type planned struct {
 	deployment uuid.UUID
 	effect     uuid.UUID
-	action     string
+	action     dbsqlc.EffectAction
 	desired    backend.Desired
 	placement  Placement
 }
@@ -45,10 +45,10 @@ type outcome struct {
 // mayHold reports whether the backend may hold what the outcome's apply wrote.
 func (o outcome) mayHold() bool { return o.present || o.unknown }
 
-func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org, kind string, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
-	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: "apply", desired: d, placement: p}
+func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, org string, kind dbsqlc.ResourceKind, uid uuid.UUID, generation int64, p Placement, d backend.Desired) (planned, error) {
+	pl := planned{deployment: uuid.New(), effect: uuid.New(), action: dbsqlc.EffectActionApply, desired: d, placement: p}
 	var routeScript *string
-	if kind == "endpoint" {
+	if kind == dbsqlc.ResourceKindWorkerEndpoint {
 		routeScript = &d.ScriptName
 	}
 	seq, err := q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{
@@ -60,36 +60,47 @@ func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, or
 		return planned{}, fmt.Errorf("resource: plan deployment: %w", err)
 	}
 	pl.desired.DeploymentID, pl.desired.EffectID, pl.desired.Sequence = pl.deployment, pl.effect, seq
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: m.Operation, DeploymentID: pl.deployment, Action: "apply", Status: "dispatched"}); err != nil {
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: m.Operation, DeploymentID: pl.deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}); err != nil {
 		return planned{}, fmt.Errorf("resource: plan effect: %w", err)
 	}
 	return pl, nil
 }
 
-// deployed rebuilds what a recorded deployment wrote, for its delete or its read-back.
-func deployed(kind string, deployment, resource uuid.UUID, native string, seq int64, routeScript *string) backend.Desired {
-	d := backend.Desired{Kind: kind, NativeName: native, DeploymentID: deployment, ResourceUID: resource, Sequence: seq}
+// deployed rebuilds what a recorded deployment of a resource of kind wrote, for its delete or its
+// read-back.
+func deployed(kind dbsqlc.ResourceKind, deployment, resource uuid.UUID, native string, seq int64, routeScript *string) backend.Desired {
+	d := backend.Desired{Kind: nativeKind(kind), NativeName: native, DeploymentID: deployment, ResourceUID: resource, Sequence: seq}
 	if routeScript != nil {
 		d.ScriptName = *routeScript
 	}
 	return d
 }
 
+// nativeKind is what the backend holds for a resource of kind: a worker's script, an endpoint's
+// route.
+func nativeKind(kind dbsqlc.ResourceKind) string {
+	if kind == dbsqlc.ResourceKindWorkerEndpoint {
+		return backend.NativeRoute
+	}
+	return backend.NativeWorker
+}
+
 // planDeletes moves every open deployment of uid to deleting and plans one delete effect each.
-func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, kind string, uid uuid.UUID, p Placement) ([]planned, error) {
+func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, kind dbsqlc.ResourceKind, uid uuid.UUID, p Placement) ([]planned, error) {
 	open, err := q.DeploymentsOpen(ctx, uid)
 	if err != nil {
 		return nil, fmt.Errorf("resource: open deployments: %w", err)
 	}
 	var out []planned
 	for _, d := range open {
-		pl := planned{deployment: d.ID, effect: uuid.New(), action: "delete", placement: p,
+		pl := planned{deployment: d.ID, effect: uuid.New(), action: dbsqlc.EffectActionDelete, placement: p,
 			desired: deployed(kind, d.ID, uid, d.NativeName, d.Seq, d.RouteScript)}
 		pl.desired.EffectID = pl.effect
-		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: d.ID, Status: "deleting", FromStatuses: []string{"pending", "active", "deleting"}}); err != nil {
+		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: d.ID, Status: dbsqlc.DeploymentStatusDeleting,
+			FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting)}); err != nil {
 			return nil, fmt.Errorf("resource: mark deployment deleting: %w", err)
 		}
-		if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: operation, DeploymentID: d.ID, Action: "delete", Status: "dispatched"}); err != nil {
+		if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: operation, DeploymentID: d.ID, Action: dbsqlc.EffectActionDelete, Status: dbsqlc.EffectStatusDispatched}); err != nil {
 			return nil, fmt.Errorf("resource: plan effect: %w", err)
 		}
 		out = append(out, pl)
@@ -103,7 +114,7 @@ func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, ki
 func perform(ctx context.Context, mut backend.Mutator, pl planned) outcome {
 	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
-	if pl.action == "apply" {
+	if pl.action == dbsqlc.EffectActionApply {
 		obs, err := mut.Apply(ctx, pl.desired)
 		unknown := false
 		if err != nil {
@@ -157,24 +168,28 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 		d := o.err.Error()
 		detail = &d
 	}
-	status := "failed"
+	status := dbsqlc.EffectStatusFailed
 	if o.done {
-		status = "succeeded"
+		status = dbsqlc.EffectStatusSucceeded
 	}
-	if _, err := q.EffectSetStatus(ctx, dbsqlc.EffectSetStatusParams{ID: o.pl.effect, Status: status, Detail: detail, FromStatuses: []string{"planned", "dispatched"}}); err != nil {
+	if _, err := q.EffectSetStatus(ctx, dbsqlc.EffectSetStatusParams{ID: o.pl.effect, Status: status, Detail: detail,
+		FromStatuses: texts(dbsqlc.EffectStatusPlanned, dbsqlc.EffectStatusDispatched)}); err != nil {
 		return fmt.Errorf("resource: settle effect: %w", err)
 	}
 	switch {
-	case o.pl.action == "apply" && o.done:
-		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "active", FromStatuses: []string{"pending"}}); err != nil {
+	case o.pl.action == dbsqlc.EffectActionApply && o.done:
+		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusActive,
+			FromStatuses: texts(dbsqlc.DeploymentStatusPending)}); err != nil {
 			return fmt.Errorf("resource: activate deployment: %w", err)
 		}
 		return q.DeploymentSupersede(ctx, dbsqlc.DeploymentSupersedeParams{ResourceUID: resourceUID, ID: o.pl.deployment})
-	case o.pl.action == "apply":
-		_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "failed", FromStatuses: []string{"pending"}})
+	case o.pl.action == dbsqlc.EffectActionApply:
+		_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusFailed,
+			FromStatuses: texts(dbsqlc.DeploymentStatusPending)})
 		return err
 	case o.done:
-		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: "deleted", FromStatuses: []string{"deleting", "active", "pending"}}); err != nil {
+		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusDeleted,
+			FromStatuses: texts(dbsqlc.DeploymentStatusDeleting, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusPending)}); err != nil {
 			return err
 		}
 		return recordLingering(ctx, q, o)
@@ -201,22 +216,23 @@ func recordLingering(ctx context.Context, q *dbsqlc.Queries, o outcome) error {
 // so that every fence counts the deployment as live (the refused operation it undoes would not)
 // until the janitor confirms its absence.
 func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
-	status, to := "failed", "deleting"
+	status, to := dbsqlc.EffectStatusFailed, dbsqlc.DeploymentStatusDeleting
 	if o.done {
-		status, to = "succeeded", "deleted"
+		status, to = dbsqlc.EffectStatusSucceeded, dbsqlc.DeploymentStatusDeleted
 	} else {
 		operation = uuid.New()
 		code := "compensation_pending"
 		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: "committed", Code: &code,
+			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,
 		}); err != nil {
 			return fmt.Errorf("resource: record pending compensation: %w", err)
 		}
 	}
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: "delete", Status: status}); err != nil {
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: dbsqlc.EffectActionDelete, Status: status}); err != nil {
 		return err
 	}
-	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to, FromStatuses: []string{"pending", "active", "deleting", "failed"}}); err != nil {
+	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to,
+		FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting, dbsqlc.DeploymentStatusFailed)}); err != nil {
 		return err
 	}
 	return recordLingering(ctx, q, o)
@@ -259,7 +275,7 @@ func (s *Service) compensate(ctx context.Context, mut backend.Mutator, work []pl
 	var out []outcome
 	for _, pl := range work {
 		del := pl
-		del.action = "delete"
+		del.action = dbsqlc.EffectActionDelete
 		del.desired.EffectID = uuid.New()
 		out = append(out, perform(context.WithoutCancel(ctx), mut, del))
 	}
@@ -324,4 +340,14 @@ func (s *Service) awaitServing(ctx context.Context, p Placement, native string, 
 		case <-time.After(pause):
 		}
 	}
+}
+
+// texts is a compare-and-swap's expected statuses as the query takes them (text[], cast to the
+// enum in SQL).
+func texts[S ~string](statuses ...S) []string {
+	out := make([]string, len(statuses))
+	for i, s := range statuses {
+		out[i] = string(s)
+	}
+	return out
 }

@@ -45,13 +45,13 @@ func (e Endpoint) Ready() bool { return e.conditions()[0].Status == "True" }
 func (e Endpoint) conditions() []Condition {
 	c := Condition{Type: "Ready", Status: "False"}
 	switch {
-	case e.Status == "deleted":
+	case e.Status == dbsqlc.ResourceStatusDeleted:
 		c.Reason, c.Message = "Deleted", "the endpoint was deleted"
-	case e.Status == "deleting":
+	case e.Status == dbsqlc.ResourceStatusDeleting:
 		c.Reason, c.Message = "Deleting", "the endpoint is being deleted"
-	case e.DeploymentStatus == "failed":
+	case e.DeploymentStatus == string(dbsqlc.DeploymentStatusFailed):
 		c.Reason, c.Message = "DeploymentFailed", "the backend refused the route; apply again to retry"
-	case e.DeploymentStatus != "active" || e.Status != "live":
+	case e.DeploymentStatus != string(dbsqlc.DeploymentStatusActive) || e.Status != dbsqlc.ResourceStatusLive:
 		c.Reason, c.Message = "DeploymentPending", "the route has no active deployment yet"
 	case !e.Live.serves(e.DeploymentID):
 		c.Reason, c.Message = e.Live.condition(e.DeploymentID)
@@ -120,7 +120,7 @@ func (s *Service) GetEndpoint(ctx context.Context, db dbsqlc.DBTX, org auth.Orga
 	return e, nil
 }
 
-func (e *Endpoint) setStatus(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, status string) error {
+func (e *Endpoint) setStatus(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, status dbsqlc.ResourceStatus) error {
 	revision, err := q.EndpointSetStatus(ctx, dbsqlc.EndpointSetStatusParams{UID: e.UID, Revision: e.Revision, Status: status, OperationID: operation})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return apierr.New(apierr.IntentInProgress, "the endpoint changed during this request; retry")
@@ -180,7 +180,7 @@ func (s *Service) PutEndpoint(ctx context.Context, m *ownership.Mutation, org au
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	run := s.putEffects(m, org.ID, "endpoint", placement, mut)
+	run := s.putEffects(m, org.ID, dbsqlc.ResourceKindWorkerEndpoint, placement, mut)
 	e, err := s.planEndpoint(ctx, m, run, org, space, name, spec, placement, b)
 	if err != nil {
 		return ownership.Response{}, err
@@ -207,7 +207,7 @@ func (s *Service) commitEndpoint(ctx context.Context, tx pgx.Tx, m *ownership.Mu
 			return ownership.Response{}, err
 		}
 		inc := cur.incarnation()
-		inc.Revision = cur.Revision + boolInt(cur.Status == "creating")
+		inc.Revision = cur.Revision + boolInt(cur.Status == dbsqlc.ResourceStatusCreating)
 		if _, err := s.Reservations.Activate(ctx, tx, org.ID, e.OriginReservationID, inc); err != nil {
 			return ownership.Response{}, err
 		}
@@ -216,8 +216,8 @@ func (s *Service) commitEndpoint(ctx context.Context, tx pgx.Tx, m *ownership.Mu
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	if cur.Status == "creating" {
-		if err := cur.setStatus(ctx, q, m.Operation, "live"); err != nil {
+	if cur.Status == dbsqlc.ResourceStatusCreating {
+		if err := cur.setStatus(ctx, q, m.Operation, dbsqlc.ResourceStatusLive); err != nil {
 			return ownership.Response{}, err
 		}
 		if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name); err != nil {
@@ -281,7 +281,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 			if err := m.CheckRevision(e.Revision); err != nil {
 				return err
 			}
-			if e.Status == "deleting" || e.Status == "deleted" {
+			if e.Status == dbsqlc.ResourceStatusDeleting || e.Status == dbsqlc.ResourceStatusDeleted {
 				return apierr.New(apierr.Conflict, "endpoint %s/%s is being deleted; finish the delete first", space, name)
 			}
 			wantReservation := e.OriginReservationID
@@ -291,7 +291,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 			if spec.Worker != e.WorkerName || wantReservation != e.OriginReservationID || (spec.OriginReservationID == nil) != e.HostMinted || placement != e.Placement {
 				return apierr.New(apierr.Immutable, "endpoint %s/%s cannot change its worker, reservation or offering in place: replace it", space, name)
 			}
-			if e.DeploymentStatus == "active" {
+			if e.DeploymentStatus == string(dbsqlc.DeploymentStatusActive) {
 				return nil
 			}
 			st, err := q.WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, UID: &e.WorkerUID})
@@ -341,7 +341,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 		e = Endpoint{Placement: placement}
 		e.UID, e.OrganizationID, e.Space, e.Name, e.Generation, e.Revision = uid, org.ID, space, name, 1, 1
 		e.WorkerUID, e.WorkerName, e.OriginReservationID, e.HostMinted = w.UID, w.Name, r.ID, r.HostMinted
-		e.CanonicalOrigin, e.Hostname, e.Status, e.OperationID = r.CanonicalOrigin, hostOf(r.CanonicalOrigin), "creating", m.Operation
+		e.CanonicalOrigin, e.Hostname, e.Status, e.OperationID = r.CanonicalOrigin, hostOf(r.CanonicalOrigin), dbsqlc.ResourceStatusCreating, m.Operation
 		err = q.EndpointInsert(ctx, dbsqlc.EndpointInsertParams{
 			UID: e.UID, OrganizationID: org.ID, Space: space, Name: name, WorkerUID: w.UID, WorkerName: w.Name,
 			OriginReservationID: r.ID, HostMinted: r.HostMinted, CanonicalOrigin: e.CanonicalOrigin, Hostname: e.Hostname,
@@ -377,11 +377,11 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 		if e, err = readEndpoint(ctx, q, org.ID, &uid, space, name); err != nil {
 			return err
 		}
-		run = s.deleteEffects(m, org.ID, "endpoint", e.UID, e.Placement)
+		run = s.deleteEffects(m, org.ID, dbsqlc.ResourceKindWorkerEndpoint, e.UID, e.Placement)
 		if err := ownership.CheckBrake(ctx, tx, org.ID, space, e.WorkerName); err != nil {
 			return err
 		}
-		if e.Status == "deleted" {
+		if e.Status == dbsqlc.ResourceStatusDeleted {
 			return nil
 		}
 		if e, err = s.markEndpointDeleting(ctx, tx, m, org, e); err != nil {
@@ -410,7 +410,7 @@ func (s *Service) markEndpointDeleting(ctx context.Context, tx pgx.Tx, m *owners
 	if err != nil && !apierr.Is(err, apierr.NotFound) {
 		return Endpoint{}, err
 	}
-	activatedHere := err == nil && r.Status == "activated" && r.EndpointUID != nil && *r.EndpointUID == e.UID
+	activatedHere := err == nil && r.Status == dbsqlc.ReservationStatusActivated && r.EndpointUID != nil && *r.EndpointUID == e.UID
 	if activatedHere && !e.HostMinted {
 		return Endpoint{}, apierr.New(apierr.EndpointActivated, "endpoint %s/%s is activated on reservation %q: destroy the activation (takoform_worker_endpoint_activation) first", e.Space, e.Name, r.ID).
 			With("reservationId", r.ID)
@@ -424,8 +424,8 @@ func (s *Service) markEndpointDeleting(ctx context.Context, tx pgx.Tx, m *owners
 	if err != nil {
 		return Endpoint{}, err
 	}
-	if e.Status != "deleting" {
-		if err := e.setStatus(ctx, q, m.Operation, "deleting"); err != nil {
+	if e.Status != dbsqlc.ResourceStatusDeleting {
+		if err := e.setStatus(ctx, q, m.Operation, dbsqlc.ResourceStatusDeleting); err != nil {
 			return Endpoint{}, err
 		}
 	}
@@ -439,8 +439,8 @@ func tombstoneEndpoint(ctx context.Context, q *dbsqlc.Queries, m *ownership.Muta
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	if cur.Status != "deleted" {
-		if err := cur.setStatus(ctx, q, m.Operation, "deleted"); err != nil {
+	if cur.Status != dbsqlc.ResourceStatusDeleted {
+		if err := cur.setStatus(ctx, q, m.Operation, dbsqlc.ResourceStatusDeleted); err != nil {
 			return ownership.Response{}, err
 		}
 		if cur, err = readEndpoint(ctx, q, org.ID, &e.UID, e.Space, e.Name); err != nil {

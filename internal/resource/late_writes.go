@@ -89,7 +89,7 @@ type LateWrite struct {
 	Deployment uuid.UUID
 	Held       uuid.UUID
 	// Status is the re-check's settled status (migration 17).
-	Status string
+	Status dbsqlc.LateWriteStatus
 }
 
 // RecheckLateWrites runs the due late-write re-checks, for the janitor: each reads its script
@@ -126,7 +126,7 @@ func (s *Service) recheck(ctx context.Context, db store.Beginner, r dbsqlc.LateW
 	lw := &LateWrite{Installation: r.Installation, ScriptName: r.ScriptName, WorkerUID: r.WorkerUID, Deployment: r.DeploymentID}
 	mut, err := s.mutator(Placement{Installation: r.Installation})
 	if apierr.Is(err, apierr.PlacementDrift) {
-		lw.Status = "unobservable"
+		lw.Status = dbsqlc.LateWriteStatusUnobservable
 		return s.settleRecheck(ctx, db, r, lw, "its installation left the catalog; the script cannot be read", false)
 	}
 	if err != nil {
@@ -139,13 +139,13 @@ func (s *Service) recheck(ctx context.Context, db store.Beginner, r dbsqlc.LateW
 	lw.Held = obs.DeploymentID
 	switch {
 	case !obs.Present:
-		lw.Status = "absent"
+		lw.Status = dbsqlc.LateWriteStatusAbsent
 		return s.settleRecheck(ctx, db, r, lw, "nothing landed", false)
 	case obs.WorkerUID != r.WorkerUID.String():
-		lw.Status = "others"
+		lw.Status = dbsqlc.LateWriteStatusOthers
 		return s.settleRecheck(ctx, db, r, lw, "another worker holds the script; left alone", false)
 	case r.WorkerStands:
-		lw.Status = "kept"
+		lw.Status = dbsqlc.LateWriteStatusKept
 		return s.settleRecheck(ctx, db, r, lw, "its worker stands and the script is its own", false)
 	}
 	// The script landed for a worker that no longer stands: take it down. The delete compares
@@ -163,7 +163,7 @@ func (s *Service) recheck(ctx context.Context, db store.Beginner, r dbsqlc.LateW
 	if obs.Present && obs.WorkerUID == r.WorkerUID.String() {
 		return nil, fmt.Errorf("resource: late script %s still reads back after its delete", r.ScriptName)
 	}
-	lw.Status = "removed"
+	lw.Status = dbsqlc.LateWriteStatusRemoved
 	return s.settleRecheck(ctx, db, r, lw, fmt.Sprintf("a script of deployment %s landed after its apply was decided lost; taken down", lw.Held), true)
 }
 
@@ -191,7 +191,7 @@ func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc
 		op := uuid.New()
 		code := "late_write_removed"
 		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-			ID: op, OrganizationID: r.OrganizationID, Kind: "janitor", ExternalKey: r.DeploymentID.String(), Method: "DELETE", Status: "committed", Code: &code,
+			ID: op, OrganizationID: r.OrganizationID, Kind: "janitor", ExternalKey: r.DeploymentID.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,
 		}); err != nil {
 			return err
 		}

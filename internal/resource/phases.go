@@ -32,7 +32,7 @@ type effects struct {
 	s    *Service
 	m    *ownership.Mutation
 	org  string
-	kind string // the deployments' resource kind: "worker" or "endpoint"
+	kind dbsqlc.ResourceKind // the deployments' resource kind
 	p    Placement
 	// mut is the placement's mutator: a put resolves it before planning; a delete when it has
 	// something to perform.
@@ -48,12 +48,12 @@ type effects struct {
 }
 
 // putEffects is the runner of a put's apply on placement p.
-func (s *Service) putEffects(m *ownership.Mutation, org, kind string, p Placement, mut backend.Mutator) *effects {
+func (s *Service) putEffects(m *ownership.Mutation, org string, kind dbsqlc.ResourceKind, p Placement, mut backend.Mutator) *effects {
 	return &effects{s: s, m: m, org: org, kind: kind, p: p, mut: mut}
 }
 
 // deleteEffects is the runner of the delete of resource uid on placement p.
-func (s *Service) deleteEffects(m *ownership.Mutation, org, kind string, uid uuid.UUID, p Placement) *effects {
+func (s *Service) deleteEffects(m *ownership.Mutation, org string, kind dbsqlc.ResourceKind, uid uuid.UUID, p Placement) *effects {
 	return &effects{s: s, m: m, org: org, kind: kind, p: p, uid: uid, removal: true}
 }
 
@@ -74,11 +74,7 @@ func (r *effects) remove(ctx context.Context, q *dbsqlc.Queries) error {
 	if err := q.AttestationOpen(ctx, dbsqlc.AttestationOpenParams{UID: r.uid, OrganizationID: r.org, ResourceKind: r.kind, OperationID: &r.m.Operation}); err != nil {
 		return fmt.Errorf("resource: open attestation: %w", err)
 	}
-	native := backend.NativeWorker
-	if r.kind == "endpoint" {
-		native = backend.NativeRoute
-	}
-	work, err := planDeletes(ctx, q, r.m.Operation, native, r.uid, r.p)
+	work, err := planDeletes(ctx, q, r.m.Operation, r.kind, r.uid, r.p)
 	r.work = work
 	return err
 }
@@ -119,7 +115,7 @@ func (r *effects) perform(ctx context.Context, refused func(outcome) error) erro
 		return nil
 	}
 	var undone []outcome
-	if o := outs[failed]; r.create && o.pl.action == "apply" && o.mayHold() {
+	if o := outs[failed]; r.create && o.pl.action == dbsqlc.EffectActionApply && o.mayHold() {
 		// A create that will not commit never existed: take down what it may have put there (a
 		// script still starting would otherwise run on for ever).
 		undone = r.s.compensate(ctx, r.mut, []planned{o.pl})
@@ -220,7 +216,7 @@ func (r *effects) refuse(outs, undone []outcome) {
 			return nil
 		}
 		var err error
-		if kind == "worker" {
+		if kind == dbsqlc.ResourceKindWorker {
 			_, err = q.ResourceAbandonCreate(ctx, uid)
 		} else {
 			_, err = q.EndpointAbandonCreate(ctx, uid)

@@ -26,14 +26,14 @@ func (s *Service) Attestation(ctx context.Context, db dbsqlc.DBTX, org string, u
 	if err != nil {
 		return Attestation{}, err
 	}
-	a := Attestation{UID: row.UID.String(), ResourceKind: row.ResourceKind, Status: row.Status, OpenedAt: row.OpenedAt.UTC().Format(time.RFC3339)}
+	a := Attestation{UID: row.UID.String(), ResourceKind: string(row.ResourceKind), Status: string(row.Status), OpenedAt: row.OpenedAt.UTC().Format(time.RFC3339)}
 	if row.OperationID != nil {
 		id := row.OperationID.String()
 		a.OperationID = &id
 	}
 	// A route's attestation closes when its propagation window ends (SPEC 8), which the
 	// janitor writes down later: until then the window's end is when it closed.
-	if closed := row.ClosedAt; row.Status == "closed" && (closed != nil || row.ClosesAt != nil) {
+	if closed := row.ClosedAt; row.Status == dbsqlc.AttestationStatusClosed && (closed != nil || row.ClosesAt != nil) {
 		if closed == nil {
 			closed = row.ClosesAt
 		}
@@ -66,7 +66,7 @@ func (s *Service) Operation(ctx context.Context, db dbsqlc.DBTX, org string, id 
 	if err != nil {
 		return Operation{}, err
 	}
-	o := Operation{ID: row.ID.String(), Kind: row.Kind, Key: row.ExternalKey, Method: row.Method, Status: row.Status,
+	o := Operation{ID: row.ID.String(), Kind: row.Kind, Key: row.ExternalKey, Method: row.Method, Status: string(row.Status),
 		Code: row.Code, Replayed: row.Replayed, StartedAt: row.StartedAt.UTC().Format(time.RFC3339Nano), Effects: []Effect{}}
 	if row.FinishedAt != nil {
 		t := row.FinishedAt.UTC().Format(time.RFC3339Nano)
@@ -77,8 +77,8 @@ func (s *Service) Operation(ctx context.Context, db dbsqlc.DBTX, org string, id 
 		return Operation{}, err
 	}
 	for _, e := range effects {
-		o.Effects = append(o.Effects, Effect{ID: e.ID.String(), DeploymentID: e.DeploymentID.String(), ResourceKind: e.ResourceKind,
-			ResourceUID: e.ResourceUID.String(), Action: e.Action, Status: e.Status, Detail: e.Detail})
+		o.Effects = append(o.Effects, Effect{ID: e.ID.String(), DeploymentID: e.DeploymentID.String(), ResourceKind: string(e.ResourceKind),
+			ResourceUID: e.ResourceUID.String(), Action: string(e.Action), Status: string(e.Status), Detail: e.Detail})
 	}
 	return o, nil
 }

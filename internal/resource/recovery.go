@@ -60,7 +60,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 		}
 		outs = append(outs, o)
 		installations[e.EffectID] = e.Installation
-		if abandoned[e.ResourceUID] && o.pl.action == "apply" && o.mayHold() {
+		if abandoned[e.ResourceUID] && o.pl.action == dbsqlc.EffectActionApply && o.mayHold() {
 			// A create that never committed never existed: take what it applied down again.
 			undone = append(undone, s.compensate(ctx, mut, []planned{pl})...)
 		}
@@ -91,12 +91,13 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 		}
 		detail := "its installation left the catalog; the object cannot be observed"
 		for _, id := range unobservable {
-			if _, err := q.EffectSetStatus(ctx, dbsqlc.EffectSetStatusParams{ID: id, Status: "unobservable", Detail: &detail, FromStatuses: []string{"planned", "dispatched"}}); err != nil {
+			if _, err := q.EffectSetStatus(ctx, dbsqlc.EffectSetStatusParams{ID: id, Status: dbsqlc.EffectStatusUnobservable, Detail: &detail,
+				FromStatuses: texts(dbsqlc.EffectStatusPlanned, dbsqlc.EffectStatusDispatched)}); err != nil {
 				return err
 			}
 		}
 		for _, c := range creating {
-			if c.Kind == "worker" {
+			if c.Kind == dbsqlc.ResourceKindWorker {
 				if _, err := q.ResourceAbandonCreate(ctx, c.UID); err != nil {
 					return err
 				}
@@ -118,8 +119,8 @@ func observe(ctx context.Context, mut backend.Mutator, pl planned) (outcome, err
 	}
 	holds := obs.Holds(pl.deployment)
 	// The interrupted call's answer was never recorded: an apply not read back may still land.
-	o := outcome{pl: pl, done: holds && obs.Admitted, present: holds, obs: obs, late: pl.action == "apply" && !holds}
-	if pl.action == "delete" {
+	o := outcome{pl: pl, done: holds && obs.Admitted, present: holds, obs: obs, late: pl.action == dbsqlc.EffectActionApply && !holds}
+	if pl.action == dbsqlc.EffectActionDelete {
 		o.done = !holds
 	}
 	if !o.done {
@@ -145,7 +146,7 @@ func (s *Service) CollectOrphans(ctx context.Context, db interface {
 		if err != nil {
 			continue
 		}
-		pl := planned{deployment: d.ID, action: "delete",
+		pl := planned{deployment: d.ID, action: dbsqlc.EffectActionDelete,
 			desired: deployed(d.ResourceKind, d.ID, d.ResourceUID, d.NativeName, d.Seq, d.RouteScript)}
 		pl.desired.EffectID = uuid.New()
 		o := perform(ctx, mut, pl)
@@ -154,7 +155,7 @@ func (s *Service) CollectOrphans(ctx context.Context, db interface {
 			q := dbsqlc.New(tx)
 			code := "orphan_collected"
 			if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-				ID: op, OrganizationID: d.OrganizationID, Kind: "janitor", ExternalKey: d.ID.String(), Method: "DELETE", Status: "committed", Code: &code,
+				ID: op, OrganizationID: d.OrganizationID, Kind: "janitor", ExternalKey: d.ID.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,
 			}); err != nil {
 				return err
 			}

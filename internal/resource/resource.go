@@ -20,13 +20,15 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
-// Ownership kinds and provider resource types.
+// Ownership kinds and provider resource types. An ownership kind is also the resource kind the
+// deployments and deletion attestations record (dbsqlc.ResourceKind): one name each.
 const (
-	WorkerKind           = "worker"
+	WorkerKind           = string(dbsqlc.ResourceKindWorker)
 	WorkerResourceType   = "takoform_worker"
-	EndpointKind         = "worker-endpoint"
+	EndpointKind         = string(dbsqlc.ResourceKindWorkerEndpoint)
 	EndpointResourceType = "takoform_worker_endpoint"
 )
 

@@ -81,7 +81,7 @@ func workerOf(st dbsqlc.WorkerState) (Worker, error) {
 // Deployed is readiness of the code alone: live (or being created by operation op), and the
 // current generation's deployment active.
 func (w Worker) Deployed(op uuid.UUID) bool {
-	return (w.Status == "live" || (w.Status == "creating" && w.OperationID == op)) && w.DeploymentStatus == "active"
+	return (w.Status == dbsqlc.ResourceStatusLive || (w.Status == dbsqlc.ResourceStatusCreating && w.OperationID == op)) && w.DeploymentStatus == string(dbsqlc.DeploymentStatusActive)
 }
 
 // inputsSettled reports whether the worker's secrets are delivered to it (SPEC 3.5): a worker
@@ -90,7 +90,7 @@ func (w Worker) inputsSettled() bool {
 	if len(w.RequiredSensitiveVars) == 0 && w.RuntimeInputReference == nil {
 		return true
 	}
-	return w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == "settled" &&
+	return w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == dbsqlc.RuntimeInputStatusSettled &&
 		w.RuntimeInputWorkerUID != nil && *w.RuntimeInputWorkerUID == w.UID
 }
 
@@ -102,19 +102,19 @@ func (w Worker) Ready() bool { return w.conditions()[0].Status == "True" }
 func (w Worker) conditions() []Condition {
 	c := Condition{Type: "Ready", Status: "False"}
 	switch {
-	case w.Status == "deleted":
+	case w.Status == dbsqlc.ResourceStatusDeleted:
 		c.Reason, c.Message = "Deleted", "the worker was deleted"
-	case w.Status == "deleting":
+	case w.Status == dbsqlc.ResourceStatusDeleting:
 		c.Reason, c.Message = "Deleting", "the worker is being deleted"
 	case w.ScriptCollision:
 		c.Reason, c.Message = "ScriptNameCollision", "the worker's v1 script name is held by an earlier worker on its backend; replace the worker (a new worker gets a v2 name)"
-	case w.DeploymentStatus == "failed":
+	case w.DeploymentStatus == string(dbsqlc.DeploymentStatusFailed):
 		c.Reason, c.Message = "DeploymentFailed", "the backend refused the current generation; apply again to retry"
-	case w.DeploymentStatus != "active" || w.Status != "live":
+	case w.DeploymentStatus != string(dbsqlc.DeploymentStatusActive) || w.Status != dbsqlc.ResourceStatusLive:
 		c.Reason, c.Message = "DeploymentPending", "the current generation has no active deployment yet"
 	case !w.inputsSettled():
 		c.Reason, c.Message = "RuntimeInputPending", "the worker's runtime input is not delivered to it yet"
-		if w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == "settled" {
+		if w.RuntimeInputStatus != nil && *w.RuntimeInputStatus == dbsqlc.RuntimeInputStatusSettled {
 			c.Message = "the runtime input named is settled for another worker UID: a replaced worker needs a new runtime input (bump bindings_wo_version)"
 		}
 	case !w.Live.serves(w.DeploymentID):
@@ -164,7 +164,7 @@ func (w Worker) Project(token string) WorkerProjection {
 	if w.RuntimeInputReference != nil {
 		status := "missing"
 		if w.RuntimeInputStatus != nil {
-			status = *w.RuntimeInputStatus
+			status = string(*w.RuntimeInputStatus)
 		}
 		p.RuntimeInputs = &RuntimeInputsView{Reference: *w.RuntimeInputReference, Status: status}
 	}
@@ -322,7 +322,7 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	run := s.putEffects(m, org.ID, "worker", placement, mut)
+	run := s.putEffects(m, org.ID, dbsqlc.ResourceKindWorker, placement, mut)
 	w, err := s.planWorker(ctx, m, run, org, space, name, spec, placement)
 	if err != nil {
 		return ownership.Response{}, err
@@ -381,14 +381,14 @@ func (s *Service) commitWorker(ctx context.Context, tx pgx.Tx, m *ownership.Muta
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	if w.Generation == put.Generation && w.DeploymentStatus == "active" {
+	if w.Generation == put.Generation && w.DeploymentStatus == string(dbsqlc.DeploymentStatusActive) {
 		// This generation is deployed: the index drops the bindings of the one it replaced.
 		if err := keepBindings(ctx, q, w.UID, put.callees); err != nil {
 			return ownership.Response{}, err
 		}
 	}
-	if w.Status == "creating" {
-		w.Status = "live"
+	if w.Status == dbsqlc.ResourceStatusCreating {
+		w.Status = dbsqlc.ResourceStatusLive
 		if err := w.save(ctx, q, m.Operation); err != nil {
 			return ownership.Response{}, err
 		}
@@ -473,7 +473,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, callees: bound}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
-			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, "creating", m.Operation
+			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, dbsqlc.ResourceStatusCreating, m.Operation
 			w.ScriptName = backend.ScriptName(backend.WorkerRef{TenantRef: org.ID, Space: space, Name: name})
 			modules, err := json.Marshal(w.Modules)
 			if err != nil {
@@ -520,7 +520,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 		if err := m.CheckRevision(w.Revision); err != nil {
 			return err
 		}
-		if w.Status == "deleting" || w.Status == "deleted" {
+		if w.Status == dbsqlc.ResourceStatusDeleting || w.Status == dbsqlc.ResourceStatusDeleted {
 			return apierr.New(apierr.Conflict, "worker %s/%s is being deleted; finish the delete first", space, name)
 		}
 		if w.ScriptCollision {
@@ -549,7 +549,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			}
 			w.callees = bound
 		}
-		if changed || w.DeploymentStatus != "active" {
+		if changed || w.DeploymentStatus != string(dbsqlc.DeploymentStatusActive) {
 			return run.apply(ctx, q, w.UID, w.Generation, w.desired(org))
 		}
 		return nil
@@ -613,8 +613,8 @@ func (s *Service) DeleteWorker(ctx context.Context, m *ownership.Mutation, org a
 		if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 			return err
 		}
-		run = s.deleteEffects(m, org.ID, "worker", w.UID, w.Placement)
-		if w.Status == "deleted" {
+		run = s.deleteEffects(m, org.ID, dbsqlc.ResourceKindWorker, w.UID, w.Placement)
+		if w.Status == dbsqlc.ResourceStatusDeleted {
 			return nil
 		}
 		if err := w.markDeleting(ctx, q, m.Operation); err != nil {
@@ -663,8 +663,8 @@ func (w *Worker) markDeleting(ctx context.Context, q *dbsqlc.Queries, operation 
 	if len(claims) > 0 {
 		return apierr.New(apierr.LeaseClaimed, "worker %s/%s holds an unexpired runtime-input claim (%s); its deletion waits until the lease settles, is aborted or expires", w.Space, w.Name, strings.Join(claims, ", "))
 	}
-	if w.Status != "deleting" {
-		w.Status = "deleting"
+	if w.Status != dbsqlc.ResourceStatusDeleting {
+		w.Status = dbsqlc.ResourceStatusDeleting
 		if err := w.save(ctx, q, operation); err != nil {
 			return err
 		}
@@ -680,8 +680,8 @@ func (s *Service) tombstoneWorker(ctx context.Context, tx pgx.Tx, m *ownership.M
 	if err != nil {
 		return ownership.Response{}, err
 	}
-	if w.Status != "deleted" {
-		w.Status = "deleted"
+	if w.Status != dbsqlc.ResourceStatusDeleted {
+		w.Status = dbsqlc.ResourceStatusDeleted
 		if err := w.save(ctx, q, m.Operation); err != nil {
 			return ownership.Response{}, err
 		}
@@ -738,7 +738,7 @@ func lockCallees(ctx context.Context, q *dbsqlc.Queries, org string, caller *uui
 		switch {
 		case !ok || !r.Present: // a deleted worker is not present
 			return callees{}, apierr.New(apierr.NotFound, "serviceBindings %s: no worker %s", name, u)
-		case r.Status == "deleting":
+		case r.Status == dbsqlc.ResourceStatusDeleting:
 			return callees{}, apierr.New(apierr.Conflict, "serviceBindings %s: worker %s is being deleted", name, u)
 		case r.Installation != installation:
 			return callees{}, apierr.New(apierr.InvalidRequest, "serviceBindings %s: worker %s runs on installation %s; a service binding reaches only workers on the caller's installation (%s)", name, u, r.Installation, installation)

@@ -204,13 +204,13 @@ func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer
 		}
 		mine := p.WorkerUID != nil && *p.WorkerUID == c.Incarnation.UID
 		switch {
-		case p.Status == "settled" && mine:
+		case p.Status == dbsqlc.RuntimeInputStatusSettled && mine:
 			done = true
 			return nil
-		case p.Status == "settled":
+		case p.Status == dbsqlc.RuntimeInputStatusSettled:
 			return apierr.New(apierr.LeaseUnavailable, "runtime input %s was delivered to another worker (uid %s); a replaced worker needs a new runtime input: replace it too, or bump bindings_wo_version", prepID, p.WorkerUID)
-		case p.Status == "prepared", p.Status == "claimed" && mine:
-		case p.Status == "dispatched":
+		case p.Status == dbsqlc.RuntimeInputStatusPrepared, p.Status == dbsqlc.RuntimeInputStatusClaimed && mine:
+		case p.Status == dbsqlc.RuntimeInputStatusDispatched:
 			return apierr.New(apierr.IntentInProgress, "runtime input %s is being delivered; retry", prepID)
 		default:
 			return apierr.New(apierr.LeaseUnavailable, "runtime input %s is %s; prepare a new one (bump bindings_wo_version)", prepID, p.Status)

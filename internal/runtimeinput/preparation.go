@@ -105,7 +105,7 @@ type Projection apitypes.Preparation
 // Project renders p with its ownership token.
 func (p Preparation) Project(token string) Projection {
 	expires := p.ExpiresAt
-	if p.Status == "claimed" && p.ClaimExpiresAt != nil {
+	if p.Status == dbsqlc.RuntimeInputStatusClaimed && p.ClaimExpiresAt != nil {
 		expires = *p.ClaimExpiresAt
 	}
 	out := Projection{
@@ -113,7 +113,7 @@ func (p Preparation) Project(token string) Projection {
 		RuntimeInputReference: p.Reference, MaterialSetNonce: p.MaterialSetNonce,
 		Target: TargetView{Space: p.Space, WorkerName: p.WorkerName, BundleName: p.BundleName,
 			EndpointName: p.EndpointName, OriginReservationID: p.OriginReservationID, CanonicalPublicOrigin: p.CanonicalPublicOrigin},
-		BindingNames: p.BindingNames, Status: p.Status, ExpiresAt: expires.UTC().Format(time.RFC3339), Failure: p.Failure,
+		BindingNames: p.BindingNames, Status: string(p.Status), ExpiresAt: expires.UTC().Format(time.RFC3339), Failure: p.Failure,
 	}
 	if out.BindingNames == nil {
 		out.BindingNames = []string{}

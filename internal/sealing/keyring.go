@@ -132,7 +132,7 @@ func OpenRing(ctx context.Context, db dbsqlc.DBTX, kek KEK) (*Ring, error) {
 	for _, row := range rows {
 		key, err := r.unwrap(row.ID, row.WrappedKey)
 		if err != nil {
-			if row.Status == "current" {
+			if row.Status == dbsqlc.SealingKeyStatusCurrent {
 				return nil, fmt.Errorf("sealing: this Host's key-encryption key (id %s) cannot unwrap the current data key %s, which was wrapped by key-encryption key %s; give every Host replica the same --sealing-key-file",
 					kek.ID, row.ID, row.KEKID)
 			}

@@ -378,13 +378,13 @@ func fill(ctx context.Context, db *pgxpool.Pool, n int) error {
 		`INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, script_name,
 		 offering_id, offering_digest, pack, installation, status, operation_id)
 		 SELECT md5('w' || i)::uuid, o.organization_id, 'prod', 'w' || i, '{}', 'index.js', '2025-01-01', 'tsw-' || md5('w' || i),
-		        'o', 'd', 'selfhost', 'selfhost', CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END, o.id
+		        'o', 'd', 'selfhost', 'selfhost', (CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END)::resource_status, o.id
 		 FROM generate_series(1, $1) i JOIN operations o ON o.id = md5('op' || i)::uuid`,
 		`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
 		 canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation)
 		 SELECT 'org_f' || lpad((1 + i % greatest($1 / 100, 1))::text, 8, '0'), 'res-' || i, md5('r' || i)::uuid,
 		        'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'w' || i, 'w' || i, 'http://w' || i || '.fill.localhost',
-		        86400, CASE WHEN i % 4 = 0 THEN 'prepared' ELSE 'released' END, now() + interval '1 day', 'o', 'd', 'selfhost', 'selfhost'
+		        86400, (CASE WHEN i % 4 = 0 THEN 'prepared' ELSE 'released' END)::reservation_status, now() + interval '1 day', 'o', 'd', 'selfhost', 'selfhost'
 		 FROM generate_series(1, $1) i`,
 		`ANALYZE`,
 	} {

@@ -12,9 +12,9 @@ import (
 )
 
 const lateWriteRecheckOpen = `-- name: LateWriteRecheckOpen :exec
-INSERT INTO late_write_rechecks (deployment_id, organization_id, installation, script_name, worker_uid, due_at)
+INSERT INTO late_write_rechecks (deployment_id, organization_id, installation, script_name, worker_uid, due_at, created_at)
 VALUES ($1, $2, $3, $4, $5,
-        (SELECT db_now()) + make_interval(secs => $6::double precision))
+        (SELECT db_now()) + make_interval(secs => $6::double precision), (SELECT db_now()))
 ON CONFLICT (deployment_id) DO NOTHING
 `
 
@@ -71,7 +71,7 @@ WHERE deployment_id = $3 AND status = 'pending'
 `
 
 type LateWriteRecheckSettleParams struct {
-	Status       string
+	Status       LateWriteStatus
 	Detail       *string
 	DeploymentID uuid.UUID
 }

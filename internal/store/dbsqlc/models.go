@@ -5,11 +5,596 @@
 package dbsqlc
 
 import (
+	"database/sql/driver"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
+
+type AttestationStatus string
+
+const (
+	AttestationStatusOpen   AttestationStatus = "open"
+	AttestationStatusClosed AttestationStatus = "closed"
+)
+
+func (e *AttestationStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = AttestationStatus(s)
+	case string:
+		*e = AttestationStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for AttestationStatus: %T", src)
+	}
+	return nil
+}
+
+type NullAttestationStatus struct {
+	AttestationStatus AttestationStatus
+	Valid             bool // Valid is true if AttestationStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullAttestationStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.AttestationStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.AttestationStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullAttestationStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.AttestationStatus), nil
+}
+
+func AllAttestationStatusValues() []AttestationStatus {
+	return []AttestationStatus{
+		AttestationStatusOpen,
+		AttestationStatusClosed,
+	}
+}
+
+type DeploymentStatus string
+
+const (
+	DeploymentStatusPending  DeploymentStatus = "pending"
+	DeploymentStatusActive   DeploymentStatus = "active"
+	DeploymentStatusDeleting DeploymentStatus = "deleting"
+	DeploymentStatusDeleted  DeploymentStatus = "deleted"
+	DeploymentStatusFailed   DeploymentStatus = "failed"
+)
+
+func (e *DeploymentStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = DeploymentStatus(s)
+	case string:
+		*e = DeploymentStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for DeploymentStatus: %T", src)
+	}
+	return nil
+}
+
+type NullDeploymentStatus struct {
+	DeploymentStatus DeploymentStatus
+	Valid            bool // Valid is true if DeploymentStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullDeploymentStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.DeploymentStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.DeploymentStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullDeploymentStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.DeploymentStatus), nil
+}
+
+func AllDeploymentStatusValues() []DeploymentStatus {
+	return []DeploymentStatus{
+		DeploymentStatusPending,
+		DeploymentStatusActive,
+		DeploymentStatusDeleting,
+		DeploymentStatusDeleted,
+		DeploymentStatusFailed,
+	}
+}
+
+type EffectAction string
+
+const (
+	EffectActionApply  EffectAction = "apply"
+	EffectActionDelete EffectAction = "delete"
+)
+
+func (e *EffectAction) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = EffectAction(s)
+	case string:
+		*e = EffectAction(s)
+	default:
+		return fmt.Errorf("unsupported scan type for EffectAction: %T", src)
+	}
+	return nil
+}
+
+type NullEffectAction struct {
+	EffectAction EffectAction
+	Valid        bool // Valid is true if EffectAction is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullEffectAction) Scan(value interface{}) error {
+	if value == nil {
+		ns.EffectAction, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.EffectAction.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullEffectAction) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.EffectAction), nil
+}
+
+func AllEffectActionValues() []EffectAction {
+	return []EffectAction{
+		EffectActionApply,
+		EffectActionDelete,
+	}
+}
+
+type EffectStatus string
+
+const (
+	EffectStatusPlanned      EffectStatus = "planned"
+	EffectStatusDispatched   EffectStatus = "dispatched"
+	EffectStatusSucceeded    EffectStatus = "succeeded"
+	EffectStatusFailed       EffectStatus = "failed"
+	EffectStatusUnobservable EffectStatus = "unobservable"
+)
+
+func (e *EffectStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = EffectStatus(s)
+	case string:
+		*e = EffectStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for EffectStatus: %T", src)
+	}
+	return nil
+}
+
+type NullEffectStatus struct {
+	EffectStatus EffectStatus
+	Valid        bool // Valid is true if EffectStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullEffectStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.EffectStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.EffectStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullEffectStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.EffectStatus), nil
+}
+
+func AllEffectStatusValues() []EffectStatus {
+	return []EffectStatus{
+		EffectStatusPlanned,
+		EffectStatusDispatched,
+		EffectStatusSucceeded,
+		EffectStatusFailed,
+		EffectStatusUnobservable,
+	}
+}
+
+type LateWriteStatus string
+
+const (
+	LateWriteStatusPending      LateWriteStatus = "pending"
+	LateWriteStatusAbsent       LateWriteStatus = "absent"
+	LateWriteStatusRemoved      LateWriteStatus = "removed"
+	LateWriteStatusKept         LateWriteStatus = "kept"
+	LateWriteStatusOthers       LateWriteStatus = "others"
+	LateWriteStatusUnobservable LateWriteStatus = "unobservable"
+)
+
+func (e *LateWriteStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = LateWriteStatus(s)
+	case string:
+		*e = LateWriteStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for LateWriteStatus: %T", src)
+	}
+	return nil
+}
+
+type NullLateWriteStatus struct {
+	LateWriteStatus LateWriteStatus
+	Valid           bool // Valid is true if LateWriteStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullLateWriteStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.LateWriteStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.LateWriteStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullLateWriteStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.LateWriteStatus), nil
+}
+
+func AllLateWriteStatusValues() []LateWriteStatus {
+	return []LateWriteStatus{
+		LateWriteStatusPending,
+		LateWriteStatusAbsent,
+		LateWriteStatusRemoved,
+		LateWriteStatusKept,
+		LateWriteStatusOthers,
+		LateWriteStatusUnobservable,
+	}
+}
+
+type OperationStatus string
+
+const (
+	OperationStatusRunning   OperationStatus = "running"
+	OperationStatusCommitted OperationStatus = "committed"
+	OperationStatusRefused   OperationStatus = "refused"
+)
+
+func (e *OperationStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = OperationStatus(s)
+	case string:
+		*e = OperationStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for OperationStatus: %T", src)
+	}
+	return nil
+}
+
+type NullOperationStatus struct {
+	OperationStatus OperationStatus
+	Valid           bool // Valid is true if OperationStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullOperationStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.OperationStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.OperationStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullOperationStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.OperationStatus), nil
+}
+
+func AllOperationStatusValues() []OperationStatus {
+	return []OperationStatus{
+		OperationStatusRunning,
+		OperationStatusCommitted,
+		OperationStatusRefused,
+	}
+}
+
+type ReservationStatus string
+
+const (
+	ReservationStatusPrepared  ReservationStatus = "prepared"
+	ReservationStatusBound     ReservationStatus = "bound"
+	ReservationStatusActivated ReservationStatus = "activated"
+	ReservationStatusExpired   ReservationStatus = "expired"
+	ReservationStatusReleased  ReservationStatus = "released"
+)
+
+func (e *ReservationStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = ReservationStatus(s)
+	case string:
+		*e = ReservationStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for ReservationStatus: %T", src)
+	}
+	return nil
+}
+
+type NullReservationStatus struct {
+	ReservationStatus ReservationStatus
+	Valid             bool // Valid is true if ReservationStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullReservationStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.ReservationStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.ReservationStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullReservationStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.ReservationStatus), nil
+}
+
+func AllReservationStatusValues() []ReservationStatus {
+	return []ReservationStatus{
+		ReservationStatusPrepared,
+		ReservationStatusBound,
+		ReservationStatusActivated,
+		ReservationStatusExpired,
+		ReservationStatusReleased,
+	}
+}
+
+type ResourceKind string
+
+const (
+	ResourceKindWorker         ResourceKind = "worker"
+	ResourceKindWorkerEndpoint ResourceKind = "worker-endpoint"
+)
+
+func (e *ResourceKind) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = ResourceKind(s)
+	case string:
+		*e = ResourceKind(s)
+	default:
+		return fmt.Errorf("unsupported scan type for ResourceKind: %T", src)
+	}
+	return nil
+}
+
+type NullResourceKind struct {
+	ResourceKind ResourceKind
+	Valid        bool // Valid is true if ResourceKind is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullResourceKind) Scan(value interface{}) error {
+	if value == nil {
+		ns.ResourceKind, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.ResourceKind.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullResourceKind) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.ResourceKind), nil
+}
+
+func AllResourceKindValues() []ResourceKind {
+	return []ResourceKind{
+		ResourceKindWorker,
+		ResourceKindWorkerEndpoint,
+	}
+}
+
+type ResourceStatus string
+
+const (
+	ResourceStatusCreating ResourceStatus = "creating"
+	ResourceStatusLive     ResourceStatus = "live"
+	ResourceStatusDeleting ResourceStatus = "deleting"
+	ResourceStatusDeleted  ResourceStatus = "deleted"
+)
+
+func (e *ResourceStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = ResourceStatus(s)
+	case string:
+		*e = ResourceStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for ResourceStatus: %T", src)
+	}
+	return nil
+}
+
+type NullResourceStatus struct {
+	ResourceStatus ResourceStatus
+	Valid          bool // Valid is true if ResourceStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullResourceStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.ResourceStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.ResourceStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullResourceStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.ResourceStatus), nil
+}
+
+func AllResourceStatusValues() []ResourceStatus {
+	return []ResourceStatus{
+		ResourceStatusCreating,
+		ResourceStatusLive,
+		ResourceStatusDeleting,
+		ResourceStatusDeleted,
+	}
+}
+
+type RuntimeInputStatus string
+
+const (
+	RuntimeInputStatusPrepared   RuntimeInputStatus = "prepared"
+	RuntimeInputStatusClaimed    RuntimeInputStatus = "claimed"
+	RuntimeInputStatusDispatched RuntimeInputStatus = "dispatched"
+	RuntimeInputStatusSettled    RuntimeInputStatus = "settled"
+	RuntimeInputStatusAborted    RuntimeInputStatus = "aborted"
+	RuntimeInputStatusExpired    RuntimeInputStatus = "expired"
+	RuntimeInputStatusFailed     RuntimeInputStatus = "failed"
+)
+
+func (e *RuntimeInputStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = RuntimeInputStatus(s)
+	case string:
+		*e = RuntimeInputStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for RuntimeInputStatus: %T", src)
+	}
+	return nil
+}
+
+type NullRuntimeInputStatus struct {
+	RuntimeInputStatus RuntimeInputStatus
+	Valid              bool // Valid is true if RuntimeInputStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullRuntimeInputStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.RuntimeInputStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.RuntimeInputStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullRuntimeInputStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.RuntimeInputStatus), nil
+}
+
+func AllRuntimeInputStatusValues() []RuntimeInputStatus {
+	return []RuntimeInputStatus{
+		RuntimeInputStatusPrepared,
+		RuntimeInputStatusClaimed,
+		RuntimeInputStatusDispatched,
+		RuntimeInputStatusSettled,
+		RuntimeInputStatusAborted,
+		RuntimeInputStatusExpired,
+		RuntimeInputStatusFailed,
+	}
+}
+
+type SealingKeyStatus string
+
+const (
+	SealingKeyStatusCurrent  SealingKeyStatus = "current"
+	SealingKeyStatusPrevious SealingKeyStatus = "previous"
+	SealingKeyStatusRetired  SealingKeyStatus = "retired"
+)
+
+func (e *SealingKeyStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = SealingKeyStatus(s)
+	case string:
+		*e = SealingKeyStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for SealingKeyStatus: %T", src)
+	}
+	return nil
+}
+
+type NullSealingKeyStatus struct {
+	SealingKeyStatus SealingKeyStatus
+	Valid            bool // Valid is true if SealingKeyStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullSealingKeyStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.SealingKeyStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.SealingKeyStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullSealingKeyStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.SealingKeyStatus), nil
+}
+
+func AllSealingKeyStatusValues() []SealingKeyStatus {
+	return []SealingKeyStatus{
+		SealingKeyStatusCurrent,
+		SealingKeyStatusPrevious,
+		SealingKeyStatusRetired,
+	}
+}
 
 type APIKey struct {
 	ID             string
@@ -24,8 +609,8 @@ type BackendEffect struct {
 	ID           uuid.UUID
 	OperationID  uuid.UUID
 	DeploymentID uuid.UUID
-	Action       string
-	Status       string
+	Action       EffectAction
+	Status       EffectStatus
 	Detail       *string
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
@@ -46,8 +631,8 @@ type CloudflareRateBudget struct {
 type DeletionAttestation struct {
 	UID            uuid.UUID
 	OrganizationID string
-	ResourceKind   string
-	Status         string
+	ResourceKind   ResourceKind
+	Status         AttestationStatus
 	OperationID    *uuid.UUID
 	OpenedAt       time.Time
 	ClosedAt       *time.Time
@@ -57,7 +642,7 @@ type DeletionAttestation struct {
 type Deployment struct {
 	ID             uuid.UUID
 	OrganizationID string
-	ResourceKind   string
+	ResourceKind   ResourceKind
 	ResourceUID    uuid.UUID
 	Generation     int64
 	NativeName     string
@@ -65,7 +650,7 @@ type Deployment struct {
 	OfferingDigest string
 	Pack           string
 	Installation   string
-	Status         string
+	Status         DeploymentStatus
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	Seq            int64
@@ -98,7 +683,7 @@ type EndpointState struct {
 	OfferingDigest      string
 	Pack                string
 	Installation        string
-	Status              string
+	Status              ResourceStatus
 	OperationID         uuid.UUID
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
@@ -116,7 +701,7 @@ type LateWriteRecheck struct {
 	WorkerUID      uuid.UUID
 	DueAt          time.Time
 	ClaimedUntil   time.Time
-	Status         string
+	Status         LateWriteStatus
 	Detail         *string
 	CreatedAt      time.Time
 	SettledAt      *time.Time
@@ -128,7 +713,7 @@ type Operation struct {
 	Kind           string
 	ExternalKey    string
 	Method         string
-	Status         string
+	Status         OperationStatus
 	Code           *string
 	Replayed       bool
 	StartedAt      time.Time
@@ -209,7 +794,7 @@ type RuntimeInputPreparation struct {
 	Ciphertext            []byte
 	MaterialDigest        []byte
 	DigestKeyID           string
-	Status                string
+	Status                RuntimeInputStatus
 	Epoch                 int64
 	ExpiresAt             time.Time
 	ClaimOperationID      *uuid.UUID
@@ -233,7 +818,7 @@ type RuntimeInputPreparation struct {
 
 type SealingKey struct {
 	ID         string
-	Status     string
+	Status     SealingKeyStatus
 	KEKID      string
 	WrappedKey []byte
 	CreatedAt  time.Time
@@ -257,7 +842,7 @@ type Worker struct {
 	OfferingDigest        string
 	Pack                  string
 	Installation          string
-	Status                string
+	Status                ResourceStatus
 	OperationID           uuid.UUID
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
@@ -283,7 +868,7 @@ type WorkerEndpoint struct {
 	OfferingDigest      string
 	Pack                string
 	Installation        string
-	Status              string
+	Status              ResourceStatus
 	OperationID         uuid.UUID
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
@@ -301,7 +886,7 @@ type WorkerEndpointOriginReservation struct {
 	CanonicalOrigin     string
 	TTLSeconds          int32
 	Revision            int64
-	Status              string
+	Status              ReservationStatus
 	ExpiresAt           time.Time
 	HostMinted          bool
 	BoundWorkerUID      *uuid.UUID
@@ -340,7 +925,7 @@ type WorkerState struct {
 	OfferingDigest        string
 	Pack                  string
 	Installation          string
-	Status                string
+	Status                ResourceStatus
 	OperationID           uuid.UUID
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
@@ -350,6 +935,6 @@ type WorkerState struct {
 	Present               bool
 	DeploymentStatus      string
 	DeploymentID          uuid.UUID
-	RuntimeInputStatus    *string
+	RuntimeInputStatus    *RuntimeInputStatus
 	RuntimeInputWorkerUID *uuid.UUID
 }

@@ -47,10 +47,10 @@ ORDER BY e.created_at, e.id
 type OperationEffectsRow struct {
 	ID           uuid.UUID
 	DeploymentID uuid.UUID
-	ResourceKind string
+	ResourceKind ResourceKind
 	ResourceUID  uuid.UUID
-	Action       string
-	Status       string
+	Action       EffectAction
+	Status       EffectStatus
 	Detail       *string
 }
 
@@ -89,7 +89,7 @@ WHERE id = $3 AND status = 'running'
 `
 
 type OperationFinishParams struct {
-	Status string
+	Status OperationStatus
 	Code   *string
 	ID     uuid.UUID
 }
@@ -119,7 +119,7 @@ type OperationGetRow struct {
 	Kind        string
 	ExternalKey string
 	Method      string
-	Status      string
+	Status      OperationStatus
 	Code        *string
 	Replayed    bool
 	StartedAt   time.Time
@@ -154,7 +154,7 @@ type OperationRecordParams struct {
 	Kind           string
 	ExternalKey    string
 	Method         string
-	Status         string
+	Status         OperationStatus
 	Code           *string
 }
 
@@ -184,10 +184,10 @@ ORDER BY e.created_at, e.id
 
 type OperationUnsettledEffectsRow struct {
 	EffectID         uuid.UUID
-	Action           string
+	Action           EffectAction
 	DeploymentID     uuid.UUID
-	DeploymentStatus string
-	ResourceKind     string
+	DeploymentStatus DeploymentStatus
+	ResourceKind     ResourceKind
 	ResourceUID      uuid.UUID
 	Generation       int64
 	Seq              int64

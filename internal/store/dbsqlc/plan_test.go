@@ -35,7 +35,7 @@ var offPath = []string{
 	"SealingKeysOpenable", "SealingKeyCurrentID", "SealingKeyInit", "SealingKeyRotate",
 	"BrakeEngage", "BrakeRelease", "QuotaOverrides", "QuotaSet",
 	"DeploymentsOrphaned", "OwnershipIntentsExpired", "OwnershipTombstonePurge", "PreparationSweepAll",
-	"ReservationsOfGoneWorkers", "QuotaUsage",
+	"ReservationsOfGoneWorkers", "QuotaUsage", "QuotaUsageDrift", "LateWriteRechecksClaim", "LateWriteRecheckSettle",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.
@@ -110,30 +110,30 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		SELECT 'org_t' || lpad(i::text, 8, '0'), r FROM generate_series(1, $1 / 10) i, unnest('{endpoints,reservations,runtime_inputs,workers}'::text[]) r`)
 	exec(`INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at, finished_at)
 		SELECT md5('op' || i)::uuid, 'org_t00000001', 'worker', 'prod/w' || i, 'PUT',
-		       CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 7 = 0 THEN 'refused' ELSE 'committed' END, now(),
+		       (CASE WHEN i % 100 = 0 THEN 'running' WHEN i % 7 = 0 THEN 'refused' ELSE 'committed' END)::operation_status, now(),
 		       CASE WHEN i % 100 = 0 THEN NULL ELSE now() END
 		FROM generate_series(1, $1) i`)
 	exec(`INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, script_name,
 		offering_id, offering_digest, pack, installation, status, operation_id)
 		SELECT md5('w' || i)::uuid, 'org_t00000001', 'prod', 'w' || i, '{}', 'index.js', '2025-01-01', 'tsw-' || md5('w' || i),
-		       'o', 'd', 'selfhost', 'selfhost', CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END, md5('op' || i)::uuid
+		       'o', 'd', 'selfhost', 'selfhost', (CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END)::resource_status, md5('op' || i)::uuid
 		FROM generate_series(1, $1) i`)
 	exec(`INSERT INTO worker_endpoints (uid, organization_id, space, name, worker_uid, worker_name, origin_reservation_id, host_minted,
 		canonical_origin, hostname, offering_id, offering_digest, pack, installation, status, operation_id)
 		SELECT md5('e' || i)::uuid, 'org_t00000001', 'prod', 'w' || i, md5('w' || i)::uuid, 'w' || i, 'res-' || i, i % 3 = 0,
 		       'http://w' || i || '.example', 'w' || i || '.example', 'o', 'd', 'selfhost', 'selfhost',
-		       CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END, md5('op' || i)::uuid
+		       (CASE WHEN i % 2 = 0 THEN 'live' ELSE 'deleted' END)::resource_status, md5('op' || i)::uuid
 		FROM generate_series(1, $1) i`)
 	exec(`INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name, offering_id,
 		offering_digest, pack, installation, status)
-		SELECT md5('d' || k || i)::uuid, 'org_t00000001', k, md5(left(k, 1) || i)::uuid, 1, 'n' || i, 'o', 'd', 'selfhost', 'selfhost',
-		       CASE WHEN i % 2 = 0 THEN 'active' ELSE 'deleted' END
-		FROM generate_series(1, $1) i, unnest('{worker,endpoint}'::text[]) k`)
+		SELECT md5('d' || k || i)::uuid, 'org_t00000001', k::resource_kind, md5(CASE k WHEN 'worker' THEN 'w' ELSE 'e' END || i)::uuid, 1, 'n' || i, 'o', 'd', 'selfhost', 'selfhost',
+		       (CASE WHEN i % 2 = 0 THEN 'active' ELSE 'deleted' END)::deployment_status
+		FROM generate_series(1, $1) i, unnest('{worker,worker-endpoint}'::text[]) k`)
 	exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status)
 		SELECT md5('x' || d.id)::uuid, md5('op' || (1 + abs(hashtext(d.id::text)) % $1))::uuid, d.id, 'apply', 'succeeded'
 		FROM deployments d`)
 	exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, closed_at)
-		SELECT md5('w' || i)::uuid, 'org_t00000001', 'worker', CASE WHEN i % 10 = 1 THEN 'open' ELSE 'closed' END,
+		SELECT md5('w' || i)::uuid, 'org_t00000001', 'worker', (CASE WHEN i % 10 = 1 THEN 'open' ELSE 'closed' END)::attestation_status,
 		       CASE WHEN i % 10 = 1 THEN NULL ELSE now() END
 		FROM generate_series(1, $1, 2) i`)
 	exec(`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
@@ -147,7 +147,7 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		       CASE WHEN s.status = 'activated' OR (s.status IN ('bound', 'expired') AND i % 2 = 0) THEN 1 END,
 		       'o', 'd', 'selfhost', 'selfhost'
 		FROM generate_series(1, $1) i,
-		     LATERAL (SELECT (ARRAY['released', 'released', 'released', 'expired', 'prepared', 'bound', 'activated'])[1 + i % 7] AS status) s`)
+		     LATERAL (SELECT (ARRAY['released', 'released', 'released', 'expired', 'prepared', 'bound', 'activated']::reservation_status[])[1 + i % 7] AS status) s`)
 	exec(`INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, response_status, response_body)
 		SELECT 'org_t00000001', 'worker', 'prod/w' || i, 'token-tenant-' || lpad(i::text, 8, '0'), sha256(i::text::bytea),
 		       md5('w' || i)::uuid, 200, '{}'
@@ -173,15 +173,27 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		       CASE WHEN s.status IN ('claimed', 'dispatched', 'settled') THEN md5('op' || i)::uuid END,
 		       CASE WHEN s.status = 'claimed' THEN now() + interval '15 minutes' END
 		FROM generate_series(1, $1) i,
-		     LATERAL (SELECT (ARRAY['settled', 'settled', 'expired', 'aborted', 'prepared', 'claimed', 'dispatched'])[1 + i % 7] AS status) s`)
+		     LATERAL (SELECT (ARRAY['settled', 'settled', 'expired', 'aborted', 'prepared', 'claimed', 'dispatched']::runtime_input_status[])[1 + i % 7] AS status) s`)
 	// Each worker binds to the next one (a chain of callers across the tenant's workers).
 	exec(`INSERT INTO worker_service_bindings (caller_uid, binding, callee_uid)
 		SELECT md5('w' || i)::uuid, 'NEXT', md5('w' || (i + 1))::uuid FROM generate_series(1, $1 - 1) i`)
+	// Late-write re-checks of a Cloudflare installation, nearly all settled long ago.
+	exec(`INSERT INTO late_write_rechecks (deployment_id, organization_id, installation, script_name, worker_uid, due_at, status, settled_at)
+		SELECT md5('lw' || i)::uuid, 'org_t00000001', 'cf', 'tsw-' || md5('w' || i), md5('w' || i)::uuid, now(),
+		       (CASE WHEN i % 100 = 0 THEN 'pending' ELSE 'removed' END)::late_write_status, now()
+		FROM generate_series(1, $1) i`)
 }
 
 // argument is a value of typ for EXECUTE: the small organization for text, so that a custom plan
-// is made for a tenant with next to nothing beside a tenant with everything.
-func argument(typ, org string) string {
+// is made for a tenant with next to nothing beside a tenant with everything; an enum's first value
+// (every value, for an array of one).
+func argument(typ, org string, enum bool) string {
+	if enum {
+		if base, ok := strings.CutSuffix(typ, "[]"); ok {
+			return "enum_range(NULL::" + base + ")"
+		}
+		return "(enum_range(NULL::" + typ + "))[1]"
+	}
 	switch strings.TrimSuffix(typ, "[]") {
 	case "text", "character varying":
 		if strings.HasSuffix(typ, "[]") {
@@ -226,7 +238,9 @@ func problems(t *testing.T, ctx context.Context, conn *pgxpool.Conn, name, query
 	require.NoError(t, conn.QueryRow(ctx, "SELECT parameter_types::text[] FROM pg_prepared_statements WHERE name = 'q'").Scan(&types))
 	args := make([]string, len(types))
 	for i, typ := range types {
-		args[i] = argument(typ, org)
+		var enum bool
+		require.NoError(t, conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_type WHERE typname = $1 AND typtype = 'e')", strings.TrimSuffix(typ, "[]")).Scan(&enum))
+		args[i] = argument(typ, org, enum)
 	}
 	execute := "EXECUTE q"
 	if len(args) > 0 {

@@ -380,7 +380,7 @@ func (q *Queries) ReservationDeactivate(ctx context.Context, arg ReservationDeac
 }
 
 const reservationGet = `-- name: ReservationGet :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = $1 AND r.id = $2
 `
@@ -392,7 +392,7 @@ type ReservationGetParams struct {
 
 type ReservationGetRow struct {
 	WorkerEndpointOriginReservation WorkerEndpointOriginReservation
-	EffectiveStatus                 string
+	EffectiveStatus                 ReservationStatus
 }
 
 // One reservation with its status as of database time. Reads take no lock and write nothing.
@@ -479,7 +479,7 @@ func (q *Queries) ReservationHostMintedSiblings(ctx context.Context, arg Reserva
 }
 
 const reservationLock = `-- name: ReservationLock :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = $1 AND r.id = $2
 FOR UPDATE
@@ -492,7 +492,7 @@ type ReservationLockParams struct {
 
 type ReservationLockRow struct {
 	WorkerEndpointOriginReservation WorkerEndpointOriginReservation
-	EffectiveStatus                 string
+	EffectiveStatus                 ReservationStatus
 }
 
 // The row a mutation decides on, locked for the rest of its transaction, with its status as of
@@ -798,7 +798,7 @@ WITH cur AS (
       AND NOT (f.activation OR f.lease_claimed OR f.endpoint_present OR f.attestation_open OR f.deployment_live)
     RETURNING r.id
 )
-SELECT f.effective::text AS status, f.activation, f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live,
+SELECT f.effective::reservation_status AS status, f.activation, f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live,
        EXISTS (SELECT 1 FROM released) AS released
 FROM fences f
 `
@@ -810,7 +810,7 @@ type ReservationReleaseParams struct {
 }
 
 type ReservationReleaseRow struct {
-	Status          string
+	Status          ReservationStatus
 	Activation      *bool
 	LeaseClaimed    *bool
 	EndpointPresent *bool
@@ -839,7 +839,7 @@ func (q *Queries) ReservationRelease(ctx context.Context, arg ReservationRelease
 
 const reservationRevive = `-- name: ReservationRevive :one
 UPDATE worker_endpoint_origin_reservations
-SET status = CASE WHEN bound_worker_uid IS NULL THEN 'prepared' ELSE 'bound' END,
+SET status = (CASE WHEN bound_worker_uid IS NULL THEN 'prepared' ELSE 'bound' END)::reservation_status,
     expires_at = (SELECT db_now()) + make_interval(secs => ttl_seconds), revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND id = $2 AND host_minted
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'

@@ -19,7 +19,7 @@ WITH t AS (
 )
 UPDATE deletion_attestations a
 SET closes_at = CASE WHEN t.closes_at > t.now THEN t.closes_at END,
-    status = CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END,
+    status = (CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END)::attestation_status,
     closed_at = CASE WHEN t.closes_at > t.now THEN NULL ELSE t.now END
 FROM t
 WHERE a.uid = $1 AND a.status = 'open' AND a.closes_at IS NULL
@@ -35,7 +35,7 @@ func (q *Queries) AttestationClose(ctx context.Context, uid uuid.UUID) error {
 
 const attestationGet = `-- name: AttestationGet :one
 SELECT uid, resource_kind,
-       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::text AS status,
+       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::attestation_status AS status,
        operation_id, opened_at, closed_at, closes_at
 FROM deletion_attestations
 WHERE uid = $1 AND organization_id = $2
@@ -48,8 +48,8 @@ type AttestationGetParams struct {
 
 type AttestationGetRow struct {
 	UID          uuid.UUID
-	ResourceKind string
-	Status       string
+	ResourceKind ResourceKind
+	Status       AttestationStatus
 	OperationID  *uuid.UUID
 	OpenedAt     time.Time
 	ClosedAt     *time.Time
@@ -82,7 +82,7 @@ WHERE deletion_attestations.status = 'open'
 type AttestationOpenParams struct {
 	UID            uuid.UUID
 	OrganizationID string
-	ResourceKind   string
+	ResourceKind   ResourceKind
 	OperationID    *uuid.UUID
 }
 
@@ -211,7 +211,7 @@ RETURNING seq
 type DeploymentInsertParams struct {
 	ID             uuid.UUID
 	OrganizationID string
-	ResourceKind   string
+	ResourceKind   ResourceKind
 	ResourceUID    uuid.UUID
 	Generation     int64
 	NativeName     string
@@ -261,15 +261,17 @@ func (q *Queries) DeploymentRoutedUntil(ctx context.Context, arg DeploymentRoute
 
 const deploymentSetStatus = `-- name: DeploymentSetStatus :execrows
 UPDATE deployments SET status = $1, updated_at = (SELECT db_now())
-WHERE id = $2 AND status = ANY ($3::text[])
+WHERE id = $2 AND status = ANY (($3::text[])::deployment_status[])
 `
 
 type DeploymentSetStatusParams struct {
-	Status       string
+	Status       DeploymentStatus
 	ID           uuid.UUID
 	FromStatuses []string
 }
 
+// from_statuses travels as text[] and is cast here: pgx encodes an array of an enum only once the
+// type is registered on the connection, and the row is found by its key either way.
 func (q *Queries) DeploymentSetStatus(ctx context.Context, arg DeploymentSetStatusParams) (int64, error) {
 	result, err := q.db.Exec(ctx, deploymentSetStatus, arg.Status, arg.ID, arg.FromStatuses)
 	if err != nil {
@@ -349,7 +351,7 @@ LIMIT 50
 
 type DeploymentsOrphanedRow struct {
 	ID             uuid.UUID
-	ResourceKind   string
+	ResourceKind   ResourceKind
 	ResourceUID    uuid.UUID
 	NativeName     string
 	Generation     int64
@@ -404,8 +406,8 @@ type EffectInsertParams struct {
 	ID           uuid.UUID
 	OperationID  uuid.UUID
 	DeploymentID uuid.UUID
-	Action       string
-	Status       string
+	Action       EffectAction
+	Status       EffectStatus
 }
 
 func (q *Queries) EffectInsert(ctx context.Context, arg EffectInsertParams) error {
@@ -421,11 +423,11 @@ func (q *Queries) EffectInsert(ctx context.Context, arg EffectInsertParams) erro
 
 const effectSetStatus = `-- name: EffectSetStatus :execrows
 UPDATE backend_effects SET status = $1, detail = $2, updated_at = (SELECT db_now())
-WHERE id = $3 AND status = ANY ($4::text[])
+WHERE id = $3 AND status = ANY (($4::text[])::effect_status[])
 `
 
 type EffectSetStatusParams struct {
-	Status       string
+	Status       EffectStatus
 	Detail       *string
 	ID           uuid.UUID
 	FromStatuses []string
@@ -613,13 +615,13 @@ func (q *Queries) EndpointLock(ctx context.Context, arg EndpointLockParams) (End
 const endpointSetStatus = `-- name: EndpointSetStatus :one
 UPDATE worker_endpoints
 SET status = $1, revision = revision + 1, operation_id = $2, updated_at = (SELECT db_now()),
-    deleted_at = CASE WHEN $1::text = 'deleted' THEN (SELECT db_now()) END
+    deleted_at = CASE WHEN $1::resource_status = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = $3 AND revision = $4
 RETURNING revision
 `
 
 type EndpointSetStatusParams struct {
-	Status      string
+	Status      ResourceStatus
 	OperationID uuid.UUID
 	UID         uuid.UUID
 	Revision    int64
@@ -653,13 +655,13 @@ func (q *Queries) ResourceAbandonCreate(ctx context.Context, uid uuid.UUID) (int
 }
 
 const resourcesCreatingByOperation = `-- name: ResourcesCreatingByOperation :many
-SELECT 'worker'::text AS kind, w.uid FROM workers w WHERE w.operation_id = $1::uuid AND w.status = 'creating'
+SELECT 'worker'::resource_kind AS kind, w.uid FROM workers w WHERE w.operation_id = $1::uuid AND w.status = 'creating'
 UNION ALL
-SELECT 'endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = $1::uuid AND e.status = 'creating'
+SELECT 'worker-endpoint'::resource_kind, e.uid FROM worker_endpoints e WHERE e.operation_id = $1::uuid AND e.status = 'creating'
 `
 
 type ResourcesCreatingByOperationRow struct {
-	Kind string
+	Kind ResourceKind
 	UID  uuid.UUID
 }
 
@@ -925,7 +927,7 @@ UPDATE workers
 SET generation = $1, revision = revision + 1, modules = $2, main_module = $3,
     compatibility_date = $4, settings = $5, required_sensitive_vars = $6,
     runtime_input_reference = $7, status = $8, operation_id = $9,
-    updated_at = (SELECT db_now()), deleted_at = CASE WHEN $8::text = 'deleted' THEN (SELECT db_now()) END
+    updated_at = (SELECT db_now()), deleted_at = CASE WHEN $8::resource_status = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = $10 AND revision = $11
 RETURNING revision
 `
@@ -938,7 +940,7 @@ type WorkerUpdateParams struct {
 	Settings              []byte
 	RequiredSensitiveVars []string
 	RuntimeInputReference *string
-	Status                string
+	Status                ResourceStatus
 	OperationID           uuid.UUID
 	UID                   uuid.UUID
 	Revision              int64

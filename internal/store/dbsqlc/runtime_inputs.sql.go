@@ -192,7 +192,7 @@ const preparationGet = `-- name: PreparationGet :one
 SELECT organization_id, operation_id, preparation_id, reference, material_set_nonce, material_set_id, space, worker_name,
        bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names,
        (CASE WHEN (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()))
-             THEN 'expired' ELSE status END)::text AS status,
+             THEN 'expired' ELSE status END)::runtime_input_status AS status,
        epoch, expires_at, claim_expires_at, worker_uid, worker_revision, digest_key_id, material_digest, failure
 FROM runtime_input_preparations
 WHERE organization_id = $1
@@ -220,7 +220,7 @@ type PreparationGetRow struct {
 	OriginReservationID   string
 	CanonicalPublicOrigin string
 	BindingNames          []string
-	Status                string
+	Status                RuntimeInputStatus
 	Epoch                 int64
 	ExpiresAt             time.Time
 	ClaimExpiresAt        *time.Time
@@ -355,7 +355,7 @@ type PreparationLockRow struct {
 	OriginReservationID   string
 	CanonicalPublicOrigin string
 	BindingNames          []string
-	Status                string
+	Status                RuntimeInputStatus
 	Epoch                 int64
 	ExpiresAt             time.Time
 	ClaimExpiresAt        *time.Time

@@ -95,7 +95,7 @@ ORDER BY created_at DESC, id
 
 type SealingKeysOpenableRow struct {
 	ID         string
-	Status     string
+	Status     SealingKeyStatus
 	KEKID      string
 	WrappedKey []byte
 }

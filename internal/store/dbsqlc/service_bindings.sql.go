@@ -95,7 +95,7 @@ type WorkersForBindingRow struct {
 	UID             uuid.UUID
 	Installation    string
 	ScriptName      string
-	Status          string
+	Status          ResourceStatus
 	ScriptCollision bool
 	Present         bool
 }

@@ -2,9 +2,9 @@
 -- Records, in the transaction that decides an upload did not land, the re-check of its script on
 -- a backend without fences (migration 17), due after_seconds of database time from now. Recording
 -- the same deployment again changes nothing.
-INSERT INTO late_write_rechecks (deployment_id, organization_id, installation, script_name, worker_uid, due_at)
+INSERT INTO late_write_rechecks (deployment_id, organization_id, installation, script_name, worker_uid, due_at, created_at)
 VALUES (@deployment_id, @organization_id, @installation, @script_name, @worker_uid,
-        (SELECT db_now()) + make_interval(secs => @after_seconds::double precision))
+        (SELECT db_now()) + make_interval(secs => @after_seconds::double precision), (SELECT db_now()))
 ON CONFLICT (deployment_id) DO NOTHING;
 
 -- name: LateWriteRechecksClaim :many

@@ -1,13 +1,13 @@
 -- name: ReservationGet :one
 -- One reservation with its status as of database time. Reads take no lock and write nothing.
-SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
+SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = @organization_id AND r.id = @id;
 
 -- name: ReservationLock :one
 -- The row a mutation decides on, locked for the rest of its transaction, with its status as of
 -- database time.
-SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now()))::text AS effective_status
+SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = @organization_id AND r.id = @id
 FOR UPDATE;
@@ -208,7 +208,7 @@ WITH cur AS (
       AND NOT (f.activation OR f.lease_claimed OR f.endpoint_present OR f.attestation_open OR f.deployment_live)
     RETURNING r.id
 )
-SELECT f.effective::text AS status, f.activation, f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live,
+SELECT f.effective::reservation_status AS status, f.activation, f.lease_claimed, f.endpoint_present, f.attestation_open, f.deployment_live,
        EXISTS (SELECT 1 FROM released) AS released
 FROM fences f;
 
@@ -276,7 +276,7 @@ RETURNING *;
 -- bound worker, if any, is this exact incarnation, goes back to the state the sweep took it from on
 -- a fresh TTL. The unique indexes refuse it if it would displace a live holder.
 UPDATE worker_endpoint_origin_reservations
-SET status = CASE WHEN bound_worker_uid IS NULL THEN 'prepared' ELSE 'bound' END,
+SET status = (CASE WHEN bound_worker_uid IS NULL THEN 'prepared' ELSE 'bound' END)::reservation_status,
     expires_at = (SELECT db_now()) + make_interval(secs => ttl_seconds), revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND id = @id AND host_minted
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'

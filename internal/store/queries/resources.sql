@@ -46,7 +46,7 @@ UPDATE workers
 SET generation = @generation, revision = revision + 1, modules = @modules, main_module = @main_module,
     compatibility_date = @compatibility_date, settings = @settings, required_sensitive_vars = @required_sensitive_vars,
     runtime_input_reference = sqlc.narg('runtime_input_reference'), status = @status, operation_id = @operation_id,
-    updated_at = (SELECT db_now()), deleted_at = CASE WHEN @status::text = 'deleted' THEN (SELECT db_now()) END
+    updated_at = (SELECT db_now()), deleted_at = CASE WHEN @status::resource_status = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
@@ -98,7 +98,7 @@ FOR UPDATE OF e;
 -- Compare-and-swap on revision.
 UPDATE worker_endpoints
 SET status = @status, revision = revision + 1, operation_id = @operation_id, updated_at = (SELECT db_now()),
-    deleted_at = CASE WHEN @status::text = 'deleted' THEN (SELECT db_now()) END
+    deleted_at = CASE WHEN @status::resource_status = 'deleted' THEN (SELECT db_now()) END
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
@@ -125,8 +125,10 @@ WHERE resource_uid = @resource_uid AND status IN ('pending', 'active', 'deleting
 ORDER BY created_at, id;
 
 -- name: DeploymentSetStatus :execrows
+-- from_statuses travels as text[] and is cast here: pgx encodes an array of an enum only once the
+-- type is registered on the connection, and the row is found by its key either way.
 UPDATE deployments SET status = @status, updated_at = (SELECT db_now())
-WHERE id = @id AND status = ANY (@from_statuses::text[]);
+WHERE id = @id AND status = ANY ((sqlc.arg('from_statuses')::text[])::deployment_status[]);
 
 -- name: DeploymentRoutedUntil :exec
 -- A deleted route the backend's edge may still serve for `seconds` after the readback that found
@@ -173,7 +175,7 @@ VALUES (@id, @operation_id, @deployment_id, @action, @status);
 -- name: EffectSetStatus :execrows
 -- Compare-and-swap on the effect's status.
 UPDATE backend_effects SET status = @status, detail = sqlc.narg('detail'), updated_at = (SELECT db_now())
-WHERE id = @id AND status = ANY (@from_statuses::text[]);
+WHERE id = @id AND status = ANY ((sqlc.arg('from_statuses')::text[])::effect_status[]);
 
 -- name: AttestationOpen :exec
 INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, operation_id, opened_at)
@@ -191,7 +193,7 @@ WITH t AS (
 )
 UPDATE deletion_attestations a
 SET closes_at = CASE WHEN t.closes_at > t.now THEN t.closes_at END,
-    status = CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END,
+    status = (CASE WHEN t.closes_at > t.now THEN 'open' ELSE 'closed' END)::attestation_status,
     closed_at = CASE WHEN t.closes_at > t.now THEN NULL ELSE t.now END
 FROM t
 WHERE a.uid = @uid AND a.status = 'open' AND a.closes_at IS NULL;
@@ -206,7 +208,7 @@ WHERE status = 'open' AND closes_at <= (SELECT db_now());
 -- name: AttestationGet :one
 -- The attestation as of now: one whose propagation window (closes_at) has passed reads closed.
 SELECT uid, resource_kind,
-       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::text AS status,
+       (CASE WHEN attestation_open(status, closes_at, (SELECT db_now())) THEN 'open' ELSE 'closed' END)::attestation_status AS status,
        operation_id, opened_at, closed_at, closes_at
 FROM deletion_attestations
 WHERE uid = @uid AND organization_id = @organization_id;
@@ -214,6 +216,6 @@ WHERE uid = @uid AND organization_id = @organization_id;
 -- name: ResourcesCreatingByOperation :many
 -- The workers and endpoints an interrupted operation was creating: a create that never
 -- committed never existed, so recovery takes them down.
-SELECT 'worker'::text AS kind, w.uid FROM workers w WHERE w.operation_id = @operation_id::uuid AND w.status = 'creating'
+SELECT 'worker'::resource_kind AS kind, w.uid FROM workers w WHERE w.operation_id = @operation_id::uuid AND w.status = 'creating'
 UNION ALL
-SELECT 'endpoint'::text, e.uid FROM worker_endpoints e WHERE e.operation_id = @operation_id::uuid AND e.status = 'creating';
+SELECT 'worker-endpoint'::resource_kind, e.uid FROM worker_endpoints e WHERE e.operation_id = @operation_id::uuid AND e.status = 'creating';

@@ -23,7 +23,7 @@ VALUES (@organization_id, @operation_id, @preparation_id, @reference, @material_
 SELECT organization_id, operation_id, preparation_id, reference, material_set_nonce, material_set_id, space, worker_name,
        bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names,
        (CASE WHEN (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()))
-             THEN 'expired' ELSE status END)::text AS status,
+             THEN 'expired' ELSE status END)::runtime_input_status AS status,
        epoch, expires_at, claim_expires_at, worker_uid, worker_revision, digest_key_id, material_digest, failure
 FROM runtime_input_preparations
 WHERE organization_id = @organization_id

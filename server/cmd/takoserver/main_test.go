@@ -121,7 +121,7 @@ func TestMigrateCommands(t *testing.T) {
 	url := testdb.URL(t)
 	require.EqualValues(t, 18, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
 	require.EqualValues(t, 17, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "16", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "17", "--output", "json"))["version"])
 	require.EqualValues(t, 18, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
 	require.Contains(t, run(t, url, "migrate", "version"), "version 18")
 }

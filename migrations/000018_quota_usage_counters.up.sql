@@ -44,11 +44,14 @@ $$;
 
 -- Notes that this transaction writes shard for the organization's resource (the newest note is
 -- the one read) and returns it.
+-- (plpgsql, not sql: a sql function of two statements is planned again on every call.)
 CREATE FUNCTION usage_shard_note(org text, wanted text, shard integer) RETURNS integer
-LANGUAGE sql VOLATILE AS $$
-SELECT set_config('takoform.usage_shards',
-    ';' || org || '/' || wanted || '=' || shard::text || ';' || coalesce(current_setting('takoform.usage_shards', true), ''), true);
-SELECT shard;
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM set_config('takoform.usage_shards',
+        ';' || org || '/' || wanted || '=' || shard::text || ';' || coalesce(current_setting('takoform.usage_shards', true), ''), true);
+    RETURN shard;
+END
 $$;
 
 -- The shard this transaction writes for the organization's resource: the one it noted, else one
@@ -83,6 +86,8 @@ LANGUAGE plpgsql AS $$
 DECLARE
     wanted text := TG_ARGV[0];
     delta integer := 0;
+    org text;
+    n integer;
 BEGIN
     IF TG_OP = 'INSERT' OR TG_OP = 'UPDATE' THEN
         delta := delta + usage_counted(wanted, NEW.status::text)::integer;
@@ -90,10 +95,21 @@ BEGIN
     IF TG_OP = 'UPDATE' OR TG_OP = 'DELETE' THEN
         delta := delta - usage_counted(wanted, OLD.status::text)::integer;
     END IF;
-    IF delta <> 0 THEN
-        INSERT INTO organization_usage AS u (organization_id, resource, shard, held)
-        VALUES (CASE WHEN TG_OP = 'DELETE' THEN OLD.organization_id ELSE NEW.organization_id END, wanted,
-                usage_shard(CASE WHEN TG_OP = 'DELETE' THEN OLD.organization_id ELSE NEW.organization_id END, wanted), delta)
+    IF delta = 0 THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        org := OLD.organization_id;
+    ELSE
+        org := NEW.organization_id;
+    END IF;
+    n := usage_shard(org, wanted);
+    -- An update of the shard's row, which its lock's holder alone writes; the row is made on the
+    -- shard's first use.
+    UPDATE organization_usage u SET held = u.held + delta
+    WHERE u.organization_id = org AND u.resource = wanted AND u.shard = n;
+    IF NOT FOUND THEN
+        INSERT INTO organization_usage AS u (organization_id, resource, shard, held) VALUES (org, wanted, n, delta)
         ON CONFLICT (organization_id, resource, shard) DO UPDATE SET held = u.held + excluded.held;
     END IF;
     RETURN NULL;

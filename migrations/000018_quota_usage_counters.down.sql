@@ -9,6 +9,7 @@ DROP FUNCTION usage_shard_note(text, text, integer);
 DROP FUNCTION usage_shard_key(text, text, integer);
 DROP FUNCTION usage_counted(text, text);
 DROP TABLE organization_usage;
+DROP INDEX worker_endpoint_origin_reservations_lapse_idx;
 
 CREATE OR REPLACE FUNCTION quota_check(org text, wanted text, at timestamptz, default_ceiling integer)
 RETURNS TABLE (overridden boolean, ceiling integer, used bigint)

@@ -281,6 +281,11 @@ func (s *Server) Sweep(ctx context.Context) {
 	} else if n > 0 {
 		s.log.Info("released Host-minted reservations of deleted workers", "count", n)
 	}
+	if n, err := s.reservations.ExpireLapsed(ctx, s.cfg.DB); err != nil {
+		warn("expire lapsed reservations", err)
+	} else if n > 0 {
+		s.log.Info("expired reservations whose TTL passed", "count", n)
+	}
 	if _, err := s.resources.SettleAttestations(ctx, s.cfg.DB); err != nil {
 		warn("close deletion attestations whose route propagation ended", err)
 	}

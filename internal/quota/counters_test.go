@@ -11,6 +11,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
@@ -175,7 +176,7 @@ func TestTheCountersFollowEveryWriteThatChangesWhatCounts(t *testing.T) {
 	require.NoError(t, err)
 	drift, err := quota.CheckCounters(ctx, c.db)
 	require.NoError(t, err)
-	require.Equal(t, []quota.Drift{{OrganizationID: c.org, Resource: quota.Workers, Counted: 2, Held: 3}}, drift)
+	require.Equal(t, []quota.Drift{{OrganizationID: c.org, Resource: quota.Workers, Counters: 2, Rows: 3}}, drift)
 }
 
 // TestAQuotaCheckFarBelowTheCeilingReadsNoneOfTheOrganizationsRows: with 3,000 live reservations
@@ -254,6 +255,59 @@ func TestAWriteThatFreesACountNeverWaitsOnTheCreatesInFlight(t *testing.T) {
 		require.NoError(t, tx.Commit(ctx))
 	}
 	holders = nil
+	drift, err := quota.CheckCounters(ctx, c.db)
+	require.NoError(t, err)
+	require.Empty(t, drift)
+}
+
+// TestTheJanitorStoresLapsedReservationsExpiredSoTheyStopCounting: reservations whose TTL passed
+// without publishing count in the counters until a write stores their expiry; the janitor's step
+// stores it for every one of them, in batches, and leaves a live one and a lapsed one that
+// published (its endpoint stands on it) as they are. The counters then match the rows again.
+func TestTheJanitorStoresLapsedReservationsExpiredSoTheyStopCounting(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := newCounters(t)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := c.db.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	// 1,200 lapsed (three batches), one live, one lapsed that published.
+	exec(`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
+		canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation)
+		SELECT $1, 'lapsed-' || i, gen_random_uuid(), 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'w' || i, 'w' || i,
+		       'http://w' || i || '.example', 60, 'prepared', now() - interval '1 minute', 'o', 'd', 'selfhost', 'selfhost'
+		FROM generate_series(1, 1200) i`, c.org)
+	exec(rows[quota.Reservations], c.org, "prepared", "row-live")
+	exec(`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
+		canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation,
+		bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision)
+		VALUES ($1, 'row-published', gen_random_uuid(), 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'pub', 'pub',
+		       'http://pub.example', 60, 'bound', now() - interval '1 minute', 'o', 'd', 'selfhost', 'selfhost',
+		       gen_random_uuid(), 1, gen_random_uuid(), 1)`, c.org)
+	// Its witness: an endpoint that stands (a live endpoint of a committed operation).
+	exec(rows[quota.Endpoints], c.org, "live", "row-pub-endpoint")
+	exec(`UPDATE worker_endpoint_origin_reservations SET endpoint_uid = (SELECT uid FROM worker_endpoints
+		WHERE organization_id = $1 AND name = 'row-pub-endpoint') WHERE organization_id = $1 AND id = 'row-published'`, c.org)
+	counted := func() (n int64) {
+		t.Helper()
+		require.NoError(t, c.db.QueryRow(ctx, `SELECT coalesce(sum(held), 0) FROM organization_usage WHERE organization_id = $1 AND resource = 'reservations'`, c.org).Scan(&n))
+		return n
+	}
+	require.EqualValues(t, 1202, counted(), "lapsed reservations count until their expiry is stored")
+
+	n, err := (&reservation.Service{}).ExpireLapsed(ctx, c.db)
+	require.NoError(t, err)
+	require.EqualValues(t, 1200, n)
+	require.EqualValues(t, 2, counted())
+	var expired int
+	require.NoError(t, c.db.QueryRow(ctx, `SELECT count(*) FROM worker_endpoint_origin_reservations
+		WHERE organization_id = $1 AND status = 'expired'`, c.org).Scan(&expired))
+	require.Equal(t, 1200, expired, "the live one and the published one are untouched")
+	n, err = (&reservation.Service{}).ExpireLapsed(ctx, c.db)
+	require.NoError(t, err)
+	require.Zero(t, n, "a second pass finds nothing")
 	drift, err := quota.CheckCounters(ctx, c.db)
 	require.NoError(t, err)
 	require.Empty(t, drift)

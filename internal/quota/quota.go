@@ -237,7 +237,8 @@ func CheckScripts(ctx context.Context, tx dbsqlc.DBTX, installation string, ceil
 type Drift struct {
 	OrganizationID string
 	Resource       Resource
-	Counted, Held  int64
+	// Counters is what the counter shards sum to, Rows what the rows' statuses say it holds.
+	Counters, Rows int64
 }
 
 // CheckCounters returns every drift between the counters and the rows, read under one snapshot:
@@ -249,7 +250,7 @@ func CheckCounters(ctx context.Context, db dbsqlc.DBTX) ([]Drift, error) {
 	}
 	out := make([]Drift, len(rows))
 	for i, r := range rows {
-		out[i] = Drift{OrganizationID: r.OrganizationID, Resource: Resource(r.Resource), Counted: r.Counted, Held: r.Held}
+		out[i] = Drift{OrganizationID: r.OrganizationID, Resource: Resource(r.Resource), Counters: r.Counted, Rows: r.Held}
 	}
 	return out, nil
 }

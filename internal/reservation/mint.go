@@ -172,6 +172,14 @@ func (s *Service) releaseIfFree(ctx context.Context, tx pgx.Tx, orgID, id string
 	return nil
 }
 
+// ExpireLapsed stores the lazy expiry of every reservation whose TTL passed without its
+// publishing (SPEC 3.3), in batches (store.Sweep): the janitor's step, so that a lapsed
+// reservation nothing touches again stops counting toward its organization's ceiling in the quota
+// counters as it already does in the exact count. It reports how many it expired.
+func (s *Service) ExpireLapsed(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
+	return store.Sweep(ctx, dbsqlc.New(db).ReservationsExpireLapsed)
+}
+
 // ReleaseGone releases the Host-minted rows of deleted workers that a worker delete's tail could
 // not release yet, for the janitor. It reports how many it released.
 func (s *Service) ReleaseGone(ctx context.Context, db store.Beginner) (int, error) {

@@ -458,7 +458,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			if err != nil {
 				return err
 			}
-			// The organization's worker ceiling (SPEC 5.1), under its quota row's lock until this
+			// The organization's worker ceiling (SPEC 5.1), holding one of its quota slots until this
 			// transaction ends, so that no other create of the organization counts beside it.
 			if err := quota.Check(ctx, tx, s.Catalog.Quotas, org.ID, quota.Workers); err != nil {
 				return err

@@ -364,8 +364,8 @@ func parseReference(ref string) (string, bool) {
 }
 
 // SweepExpired expires every preparation past its window and drops its sealed material, so that
-// no ciphertext outlives it even when nothing touches the row again: the janitor's step. It
-// reports how many it expired.
+// no ciphertext outlives it even when nothing touches the row again: the janitor's step, in
+// batches (store.Sweep). It reports how many it expired.
 func (s *Service) SweepExpired(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
-	return dbsqlc.New(db).PreparationSweepAll(ctx)
+	return store.Sweep(ctx, dbsqlc.New(db).PreparationSweepAll)
 }

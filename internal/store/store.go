@@ -176,3 +176,26 @@ func IsUniqueViolation(err error, constraint string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
 }
+
+// SweepBatch is how many rows one statement of a janitor's sweep changes, and SweepBatches how
+// many statements one pass runs at most (what is left waits for the next pass).
+const (
+	SweepBatch   = 500
+	SweepBatches = 100
+)
+
+// Sweep runs a janitor's batched statement (each call changes at most SweepBatch rows, each in
+// its own transaction) until a call changes fewer, or SweepBatches calls ran, and returns how many
+// rows all of them changed. A statement that changes rows of many organizations at once would take
+// every one's locks in one transaction.
+func Sweep(ctx context.Context, step func(ctx context.Context, batch int32) (int64, error)) (int64, error) {
+	var total int64
+	for range SweepBatches {
+		n, err := step(ctx, SweepBatch)
+		total += n
+		if err != nil || n < SweepBatch {
+			return total, err
+		}
+	}
+	return total, nil
+}

@@ -936,6 +936,32 @@ func (q *Queries) ReservationSweep(ctx context.Context, arg ReservationSweepPara
 	return result.RowsAffected(), nil
 }
 
+const reservationsExpireLapsed = `-- name: ReservationsExpireLapsed :execrows
+UPDATE worker_endpoint_origin_reservations r
+SET status = 'expired', revision = r.revision + 1, updated_at = (SELECT db_now())
+FROM (SELECT x.organization_id, x.id FROM worker_endpoint_origin_reservations x
+      WHERE x.status IN ('prepared', 'bound') AND x.expires_at <= (SELECT db_now())
+        AND x.format = 'takoserver.worker-endpoint-origin-reservation.v2'
+        AND NOT reservation_published(x.status, x.endpoint_uid)
+      ORDER BY x.expires_at
+      LIMIT $1::integer
+      FOR UPDATE SKIP LOCKED) lapsed
+WHERE r.organization_id = lapsed.organization_id AND r.id = lapsed.id
+`
+
+// The janitor's lazy expiry of reservations nothing touched again (ReservationSweep's rule, SPEC
+// 3.3): a prepared or bound row whose TTL passed and that has not published is stored expired, so
+// that it stops counting toward its organization's ceiling in the quota counters too (migration
+// 18). At most batch rows a statement (the caller repeats it); rows another transaction holds are
+// left for the next pass.
+func (q *Queries) ReservationsExpireLapsed(ctx context.Context, batch int32) (int64, error) {
+	result, err := q.db.Exec(ctx, reservationsExpireLapsed, batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const reservationsOfGoneWorkers = `-- name: ReservationsOfGoneWorkers :many
 SELECT r.organization_id, r.id, r.uid
 FROM worker_endpoint_origin_reservations r

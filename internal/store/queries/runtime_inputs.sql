@@ -137,8 +137,14 @@ SELECT operation_id FROM runtime_input_preparations
 WHERE worker_uid = @worker_uid AND status = 'claimed' AND claim_expires_at > (SELECT db_now());
 
 -- name: PreparationSweepAll :execrows
--- The janitor's expiry of every preparation past its window, so that no ciphertext outlives it
--- even when nothing touches the row again.
-UPDATE runtime_input_preparations
-SET status = 'expired', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
-WHERE (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()));
+-- The janitor's expiry of preparations past their window, so that no ciphertext outlives it even
+-- when nothing touches the row again: at most batch rows a statement (the caller repeats it), so
+-- that one statement never holds the locks of thousands of organizations' quota counters; rows
+-- another transaction holds are left for the next pass.
+UPDATE runtime_input_preparations p
+SET status = 'expired', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
+FROM (SELECT x.organization_id, x.operation_id FROM runtime_input_preparations x
+      WHERE (x.status = 'prepared' AND x.expires_at <= (SELECT db_now())) OR (x.status = 'claimed' AND x.claim_expires_at <= (SELECT db_now()))
+      LIMIT @batch::integer
+      FOR UPDATE SKIP LOCKED) due
+WHERE p.organization_id = due.organization_id AND p.operation_id = due.operation_id;

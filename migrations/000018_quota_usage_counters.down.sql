@@ -3,6 +3,7 @@ DROP TRIGGER workers_usage ON workers;
 DROP TRIGGER worker_endpoints_usage ON worker_endpoints;
 DROP TRIGGER worker_endpoint_origin_reservations_usage ON worker_endpoint_origin_reservations;
 DROP TRIGGER runtime_input_preparations_usage ON runtime_input_preparations;
+DROP FUNCTION quota_usage_recount();
 DROP FUNCTION usage_track();
 DROP FUNCTION usage_shard(text, text);
 DROP FUNCTION usage_shard_note(text, text, integer);

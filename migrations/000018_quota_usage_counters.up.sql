@@ -146,6 +146,30 @@ SELECT organization_id, 'reservations', 0, count(*) FROM worker_endpoint_origin_
 UNION ALL
 SELECT organization_id, 'runtime_inputs', 0, count(*) FROM runtime_input_preparations WHERE usage_counted('runtime_inputs', status::text) GROUP BY organization_id;
 
+-- An operator's repair (takoserver orgs counters --recount), should the counters ever drift from
+-- the rows (a write that got past the triggers: a restore without them, a trigger disabled): the
+-- four tables locked against writers while every organization's counters are made again from its
+-- rows, into shard 0. Returns how many counter rows it wrote.
+CREATE FUNCTION quota_usage_recount() RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    n bigint;
+BEGIN
+    LOCK TABLE workers, worker_endpoints, worker_endpoint_origin_reservations, runtime_input_preparations IN SHARE MODE;
+    DELETE FROM organization_usage;
+    INSERT INTO organization_usage (organization_id, resource, shard, held)
+    SELECT organization_id, 'workers', 0, count(*) FROM workers WHERE usage_counted('workers', status::text) GROUP BY organization_id
+    UNION ALL
+    SELECT organization_id, 'endpoints', 0, count(*) FROM worker_endpoints WHERE usage_counted('endpoints', status::text) GROUP BY organization_id
+    UNION ALL
+    SELECT organization_id, 'reservations', 0, count(*) FROM worker_endpoint_origin_reservations WHERE usage_counted('reservations', status::text) GROUP BY organization_id
+    UNION ALL
+    SELECT organization_id, 'runtime_inputs', 0, count(*) FROM runtime_input_preparations WHERE usage_counted('runtime_inputs', status::text) GROUP BY organization_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+
 -- Migration 13's quota step, deciding on the counters far below the ceiling: one slot taken (and
 -- noted as this transaction's shard), the shards' sum read; with 32 to spare it answers with that
 -- bound. Otherwise the exact count decides, with the slot alone when it leaves 32 to spare, and

@@ -235,10 +235,11 @@ func CheckScripts(ctx context.Context, tx dbsqlc.DBTX, installation string, ceil
 // Drift is an organization's resource whose counter shards (what the quota step reads far below
 // the ceiling) do not sum to what its rows' statuses say it holds.
 type Drift struct {
-	OrganizationID string
-	Resource       Resource
+	OrganizationID string   `json:"organizationId"`
+	Resource       Resource `json:"resource"`
 	// Counters is what the counter shards sum to, Rows what the rows' statuses say it holds.
-	Counters, Rows int64
+	Counters int64 `json:"counters"`
+	Rows     int64 `json:"rows"`
 }
 
 // CheckCounters returns every drift between the counters and the rows, read under one snapshot:
@@ -253,4 +254,15 @@ func CheckCounters(ctx context.Context, db dbsqlc.DBTX) ([]Drift, error) {
 		out[i] = Drift{OrganizationID: r.OrganizationID, Resource: Resource(r.Resource), Counters: r.Counted, Rows: r.Held}
 	}
 	return out, nil
+}
+
+// Recount makes every organization's counters again from its rows, holding writers of the four
+// tables off while it runs (an operator's repair, takoserver orgs counters --recount), and
+// returns how many counter rows it wrote.
+func Recount(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
+	n, err := dbsqlc.New(db).QuotaUsageRecount(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("quota: recount the counters: %w", err)
+	}
+	return n, nil
 }

@@ -216,3 +216,16 @@ func (q *Queries) QuotaUsageDrift(ctx context.Context) ([]QuotaUsageDriftRow, er
 	}
 	return items, nil
 }
+
+const quotaUsageRecount = `-- name: QuotaUsageRecount :one
+SELECT quota_usage_recount()::bigint AS written
+`
+
+// Makes every organization's quota counters again from its rows, writers held off meanwhile
+// (quota_usage_recount of migration 18): an operator's repair of a drift CheckCounters found.
+func (q *Queries) QuotaUsageRecount(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, quotaUsageRecount)
+	var written int64
+	err := row.Scan(&written)
+	return written, err
+}

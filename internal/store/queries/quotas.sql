@@ -62,3 +62,8 @@ SELECT coalesce(c.organization_id, a.organization_id)::text AS organization_id, 
 FROM counted c FULL JOIN actual a ON a.organization_id = c.organization_id AND a.resource = c.resource
 WHERE coalesce(c.held, 0) <> coalesce(a.held, 0)
 ORDER BY 1, 2;
+
+-- name: QuotaUsageRecount :one
+-- Makes every organization's quota counters again from its rows, writers held off meanwhile
+-- (quota_usage_recount of migration 18): an operator's repair of a drift CheckCounters found.
+SELECT quota_usage_recount()::bigint AS written;

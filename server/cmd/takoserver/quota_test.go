@@ -1,11 +1,13 @@
 package main_test
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -74,4 +76,39 @@ func TestOrgsQuotaShowsAndChangesTheCeilingsARunningHostApplies(t *testing.T) {
 	_, errOut, err := runRaw(url, "orgs", "quota", "nobody")
 	require.Error(t, err)
 	require.Contains(t, errOut, `no organization named "nobody"`)
+}
+
+// TestOrgsCountersFindsADriftAndRecountRepairsIt: with the counters matching, the command says so;
+// a reservation written past a disabled trigger is a difference it names (and fails on), and
+// --recount makes the counters from the rows again so that it passes.
+func TestOrgsCountersFindsADriftAndRecountRepairsIt(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	run(t, url, "migrate", "up")
+	run(t, url, "orgs", "create", "acme")
+	require.Contains(t, run(t, url, "orgs", "counters"), "the quota counters match every organization's rows")
+
+	db, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, sql := range []string{
+		`ALTER TABLE worker_endpoint_origin_reservations DISABLE TRIGGER worker_endpoint_origin_reservations_usage`,
+		`INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name, subdomain,
+			canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation)
+		 SELECT o.id, 'res-unseen', gen_random_uuid(), 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'w', 'w',
+			'http://w.example', 86400, 'prepared', now() + interval '1 day', 'o', 'd', 'selfhost', 'selfhost'
+		 FROM organizations o WHERE o.name = 'acme'`,
+		`ALTER TABLE worker_endpoint_origin_reservations ENABLE TRIGGER worker_endpoint_origin_reservations_usage`,
+	} {
+		_, err = db.Exec(context.Background(), sql)
+		require.NoError(t, err)
+	}
+	out, _, err := runRaw(url, "orgs", "counters")
+	require.Error(t, err, "a difference fails the command")
+	require.Contains(t, out, "reservations   counters 0, rows 1")
+
+	report := decodeJSON(t, run(t, url, "orgs", "counters", "--recount", "--output", "json"))
+	require.EqualValues(t, 1, report["recounted"])
+	require.Empty(t, report["drift"])
+	require.Contains(t, run(t, url, "orgs", "counters"), "the quota counters match every organization's rows")
 }

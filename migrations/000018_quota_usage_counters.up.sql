@@ -134,18 +134,6 @@ CREATE TRIGGER worker_endpoint_origin_reservations_usage AFTER INSERT OR DELETE 
 CREATE TRIGGER runtime_input_preparations_usage AFTER INSERT OR DELETE OR UPDATE OF status ON runtime_input_preparations
     FOR EACH ROW EXECUTE FUNCTION usage_track('runtime_inputs');
 
--- What the organizations hold now, into shard 0. The triggers above were created first, in this
--- same transaction: their lock keeps every writer out until it commits, so nothing is counted
--- twice or missed.
-INSERT INTO organization_usage (organization_id, resource, shard, held)
-SELECT organization_id, 'workers', 0, count(*) FROM workers WHERE usage_counted('workers', status::text) GROUP BY organization_id
-UNION ALL
-SELECT organization_id, 'endpoints', 0, count(*) FROM worker_endpoints WHERE usage_counted('endpoints', status::text) GROUP BY organization_id
-UNION ALL
-SELECT organization_id, 'reservations', 0, count(*) FROM worker_endpoint_origin_reservations WHERE usage_counted('reservations', status::text) GROUP BY organization_id
-UNION ALL
-SELECT organization_id, 'runtime_inputs', 0, count(*) FROM runtime_input_preparations WHERE usage_counted('runtime_inputs', status::text) GROUP BY organization_id;
-
 -- An operator's repair (takoserver orgs counters --recount), should the counters ever drift from
 -- the rows (a write that got past the triggers: a restore without them, a trigger disabled): the
 -- four tables locked against writers while every organization's counters are made again from its
@@ -169,6 +157,11 @@ BEGIN
     RETURN n;
 END
 $$;
+
+-- What the organizations hold now, into shard 0. The triggers above were created first, in this
+-- same transaction, with the four tables locked against writers: nothing is counted twice or
+-- missed.
+SELECT quota_usage_recount();
 
 -- Migration 13's quota step, deciding on the counters far below the ceiling: one slot taken (and
 -- noted as this transaction's shard), the shards' sum read; with 32 to spare it answers with that

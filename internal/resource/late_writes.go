@@ -43,7 +43,7 @@ const lateWriteClaim = 3*BackendCallTimeout + 15*time.Second
 // its script when the upload may still land: a worker's apply on a pack without fences that the
 // backend did not confirm holding.
 func (s *Service) openRecheck(ctx context.Context, q *dbsqlc.Queries, org, installation string, o outcome) error {
-	if o.pl.action != "apply" || o.pl.desired.Kind != backend.NativeWorker || o.present || !o.late {
+	if o.pl.action != dbsqlc.EffectActionApply || o.pl.desired.Kind != backend.NativeWorker || o.present || !o.late {
 		return nil
 	}
 	inst, ok := s.Catalog.Installations[installation]
@@ -127,7 +127,7 @@ func (s *Service) recheck(ctx context.Context, db store.Beginner, r dbsqlc.LateW
 	mut, err := s.mutator(Placement{Installation: r.Installation})
 	if apierr.Is(err, apierr.PlacementDrift) {
 		lw.Status = dbsqlc.LateWriteStatusUnobservable
-		return s.settleRecheck(ctx, db, r, lw, "its installation left the catalog; the script cannot be read", false)
+		return s.settleRecheck(ctx, db, r, lw, "its installation left the catalog; the script cannot be read")
 	}
 	if err != nil {
 		return nil, err
@@ -140,13 +140,13 @@ func (s *Service) recheck(ctx context.Context, db store.Beginner, r dbsqlc.LateW
 	switch {
 	case !obs.Present:
 		lw.Status = dbsqlc.LateWriteStatusAbsent
-		return s.settleRecheck(ctx, db, r, lw, "nothing landed", false)
+		return s.settleRecheck(ctx, db, r, lw, "nothing landed")
 	case obs.WorkerUID != r.WorkerUID.String():
 		lw.Status = dbsqlc.LateWriteStatusOthers
-		return s.settleRecheck(ctx, db, r, lw, "another worker holds the script; left alone", false)
+		return s.settleRecheck(ctx, db, r, lw, "another worker holds the script; left alone")
 	case r.WorkerStands:
 		lw.Status = dbsqlc.LateWriteStatusKept
-		return s.settleRecheck(ctx, db, r, lw, "its worker stands and the script is its own", false)
+		return s.settleRecheck(ctx, db, r, lw, "its worker stands and the script is its own")
 	}
 	// The script landed for a worker that no longer stands: take it down. The delete compares
 	// the worker UID first, so it never removes another worker's script.
@@ -164,7 +164,7 @@ func (s *Service) recheck(ctx context.Context, db store.Beginner, r dbsqlc.LateW
 		return nil, fmt.Errorf("resource: late script %s still reads back after its delete", r.ScriptName)
 	}
 	lw.Status = dbsqlc.LateWriteStatusRemoved
-	return s.settleRecheck(ctx, db, r, lw, fmt.Sprintf("a script of deployment %s landed after its apply was decided lost; taken down", lw.Held), true)
+	return s.settleRecheck(ctx, db, r, lw, fmt.Sprintf("a script of deployment %s landed after its apply was decided lost; taken down", lw.Held))
 }
 
 func observeFor(ctx context.Context, mut backend.Mutator, script string) (backend.Observation, error) {
@@ -173,10 +173,10 @@ func observeFor(ctx context.Context, mut backend.Mutator, script string) (backen
 	return mut.Observe(ctx, backend.NativeWorker, script)
 }
 
-// settleRecheck records what the re-check found; a removal is also recorded as a janitor
+// settleRecheck records what the re-check found (lw.Status); a removal is also recorded as a janitor
 // operation with a succeeded delete effect of the deployment, so that the operator sees it in the
 // ledger. It answers nil when another replica settled the re-check first.
-func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc.LateWriteRechecksClaimRow, lw *LateWrite, detail string, removed bool) (*LateWrite, error) {
+func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc.LateWriteRechecksClaimRow, lw *LateWrite, detail string) (*LateWrite, error) {
 	first := false
 	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
@@ -185,7 +185,7 @@ func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc
 			return err
 		}
 		first = true
-		if !removed {
+		if lw.Status != dbsqlc.LateWriteStatusRemoved {
 			return nil
 		}
 		op := uuid.New()
@@ -195,7 +195,7 @@ func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc
 		}); err != nil {
 			return err
 		}
-		return recordCompensation(ctx, q, r.OrganizationID, op, outcome{pl: planned{deployment: r.DeploymentID, action: "delete"}, done: true})
+		return recordCompensation(ctx, q, r.OrganizationID, op, outcome{pl: planned{deployment: r.DeploymentID, action: dbsqlc.EffectActionDelete}, done: true})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resource: settle the late-write re-check of %s: %w", r.ScriptName, err)

@@ -68,7 +68,8 @@ func (m *Mutation) Commit(ctx context.Context, fn func(tx pgx.Tx) (Response, err
 		if resp.Status < 200 || resp.Status > 299 {
 			return fmt.Errorf("ownership: effect returned status %d without an error", resp.Status)
 		}
-		return m.record(ctx, dbsqlc.New(tx), &resp)
+		// The outcome's writes are the transaction's last: they travel with its COMMIT.
+		return m.record(ctx, dbsqlc.New(store.Deferred(tx)), &resp)
 	}
 	var err error
 	if !m.started {

@@ -111,8 +111,16 @@ type Beginner interface {
 // context so that a cancelled request never leaves a transaction open. Serialization failures,
 // deadlocks and lock timeouts come back as ErrContention, so that callers answer them as a
 // retryable conflict.
+//
+// On a pool the transaction is a Tx: its BEGIN and COMMIT travel with its statements.
 func WithTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
-	tx, err := db.Begin(ctx)
+	var tx pgx.Tx
+	var err error
+	if pool, ok := db.(*pgxpool.Pool); ok {
+		tx, err = Begin(ctx, pool)
+	} else {
+		tx, err = db.Begin(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", Classify(err))
 	}

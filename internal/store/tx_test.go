@@ -1,0 +1,217 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+// roundTrips counts what a pool sends and waits on: each Exec, Query or QueryRow, and each batch.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// tracedPool is a one-connection pool on a fresh database with a probe table, counting round trips.
+func tracedPool(t *testing.T) (*pgxpool.Pool, *roundTrips) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	trips := &roundTrips{}
+	cfg.ConnConfig.Tracer = trips
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(context.Background(), "CREATE TABLE probe (n integer PRIMARY KEY)")
+	require.NoError(t, err)
+	trips.n.Store(0)
+	return pool, trips
+}
+
+func probeRows(t *testing.T, pool *pgxpool.Pool) []int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT n FROM probe ORDER BY n")
+	require.NoError(t, err)
+	ns, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	return ns
+}
+
+// idle asserts that the pool's connection came back out of any transaction.
+func idle(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	conn, err := pool.Acquire(context.Background())
+	require.NoError(t, err)
+	defer conn.Release()
+	require.Equal(t, byte('I'), conn.Conn().PgConn().TxStatus())
+}
+
+// TestATransactionSpendsNoRoundTripOnBeginOrCommit: BEGIN travels with the first statement and
+// COMMIT with the deferred last one, so three statements are three round trips, and all of them
+// commit, in order.
+func TestATransactionSpendsNoRoundTripOnBeginOrCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, trips := tracedPool(t)
+	var seen int
+	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM probe WHERE n > $1", 0).Scan(&seen); err != nil {
+			return err
+		}
+		_, err := store.Deferred(tx).Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 2)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, int64(3), trips.n.Load(), "the insert with BEGIN, the count, the deferred insert with COMMIT")
+	require.Equal(t, 1, seen)
+	require.Equal(t, []int{1, 2}, probeRows(t, pool))
+	idle(t, pool)
+}
+
+// TestAFailingDeferredStatementFailsTheCommitAndKeepsNothing: the error of a statement deferred to
+// COMMIT is Commit's, no write of the transaction stays, and the connection is idle again.
+func TestAFailingDeferredStatementFailsTheCommitAndKeepsNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1); err != nil {
+			return err
+		}
+		_, err := store.Deferred(tx).Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1) // a duplicate key
+		return err
+	})
+	var pgErr *pgconn.PgError
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Equal(t, "23505", pgErr.Code)
+	require.Empty(t, probeRows(t, pool))
+	idle(t, pool)
+
+	// A deferred statement runs before the next statement, which answers its error.
+	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := store.Deferred(tx).Exec(ctx, "INSERT INTO probe (n) VALUES ($1), ($1)", 5); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 6)
+		return err
+	})
+	require.True(t, errors.As(err, &pgErr), "%v", err)
+	require.Empty(t, probeRows(t, pool))
+	idle(t, pool)
+}
+
+// TestARolledBackTransactionDropsItsDeferredStatements: a transaction that ends in an error keeps
+// neither what it sent nor what it deferred; one that sent nothing spends no round trip at all.
+func TestARolledBackTransactionDropsItsDeferredStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, trips := tracedPool(t)
+	refused := errors.New("refused")
+	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1); err != nil {
+			return err
+		}
+		if _, err := store.Deferred(tx).Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 2); err != nil {
+			return err
+		}
+		return refused
+	})
+	require.ErrorIs(t, err, refused)
+	require.Empty(t, probeRows(t, pool))
+	idle(t, pool)
+
+	trips.n.Store(0)
+	require.NoError(t, store.WithTx(ctx, pool, func(pgx.Tx) error { return nil }))
+	require.Zero(t, trips.n.Load())
+}
+
+// TestASavepointUndoesOnlyItsOwnWrites: a savepoint rolled back undoes what was written since it
+// began, including a failed statement, and the transaction goes on; one released keeps its writes.
+func TestASavepointUndoesOnlyItsOwnWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1); err != nil {
+			return err
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := sp.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 2); err != nil {
+			return err
+		}
+		if _, err := sp.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1); err == nil {
+			return errors.New("a duplicate key was accepted")
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		kept, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := kept.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 3); err != nil {
+			return err
+		}
+		if err := kept.Commit(ctx); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 4)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 3, 4}, probeRows(t, pool))
+	idle(t, pool)
+}
+
+// TestAFailedFirstStatementEndsTheTransaction: the statement sent with BEGIN failing is the
+// transaction's error, and the connection is idle again for the next one.
+func TestAFailedFirstStatementEndsTheTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		var n int
+		return tx.QueryRow(ctx, "SELECT n FROM no_such_table WHERE n = $1", 1).Scan(&n)
+	})
+	require.Error(t, err)
+	idle(t, pool)
+	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "SELECT n FROM probe WHERE n > $1", 0)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 9)
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, []int{9}, probeRows(t, pool))
+}

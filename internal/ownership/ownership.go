@@ -308,7 +308,7 @@ func (mgr *Manager) run(ctx context.Context, in Intent, deleting bool, effect Ef
 	defer cancel()
 	busyUntil := time.Now().Add(mgr.busyWait())
 	for pause := 20 * time.Millisecond; ; pause = min(pause*2, 250*time.Millisecond) {
-		m := &Mutation{Operation: uuid.New(), Intent: in, mgr: mgr, hash: hash, deleting: deleting}
+		m := &Mutation{Operation: uuid.Must(uuid.NewV7()), Intent: in, mgr: mgr, hash: hash, deleting: deleting}
 		resp, err := runEffect(ctx, m, effect)
 		var answered *answeredError
 		switch {

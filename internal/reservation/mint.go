@@ -86,7 +86,7 @@ func (s *Service) Mint(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, b ba
 func (s *Service) insertMinted(ctx context.Context, tx pgx.Tx, w WorkerIncarnation, id, label, origin string) (Reservation, error) {
 	// A unique index refusing the insert refuses the request: the transaction ends with it.
 	row, err := dbsqlc.New(tx).ReservationMint(ctx, dbsqlc.ReservationMintParams{
-		OrganizationID: w.OrganizationID, ID: id, UID: uuid.New(), Space: w.Space, WorkerName: w.Name,
+		OrganizationID: w.OrganizationID, ID: id, UID: uuid.Must(uuid.NewV7()), Space: w.Space, WorkerName: w.Name,
 		Subdomain: label, CanonicalOrigin: origin, TTLSeconds: DefaultTTLSeconds,
 		WorkerUID: &w.UID, WorkerRevision: &w.Revision, OfferingID: w.Placement.OfferingID,
 		OfferingDigest: w.Placement.OfferingDigest, Pack: w.Placement.Pack, Installation: w.Placement.Installation,

@@ -253,7 +253,7 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	// expiry of what the new row could conflict with, and the insert, in one round trip. A refusal
 	// of the quota step ends the transaction, and the sweep and insert with it.
 	params := dbsqlc.ReservationCreateParams{
-		OrganizationID: org.ID, ID: id, UID: uuid.New(), Space: d.space, WorkerName: d.workerName,
+		OrganizationID: org.ID, ID: id, UID: uuid.Must(uuid.NewV7()), Space: d.space, WorkerName: d.workerName,
 		Subdomain: d.subdomain, CanonicalOrigin: d.origin, TTLSeconds: int32(d.ttl),
 		OfferingID: d.offering.ID, OfferingDigest: d.offering.Digest, Pack: d.offering.Pack, Installation: d.inst.Name,
 	}

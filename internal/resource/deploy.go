@@ -220,7 +220,7 @@ func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, oper
 	if o.done {
 		status, to = dbsqlc.EffectStatusSucceeded, dbsqlc.DeploymentStatusDeleted
 	} else {
-		operation = uuid.New()
+		operation = uuid.Must(uuid.NewV7())
 		code := "compensation_pending"
 		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
 			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,

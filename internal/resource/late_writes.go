@@ -188,7 +188,7 @@ func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc
 		if lw.Status != dbsqlc.LateWriteStatusRemoved {
 			return nil
 		}
-		op := uuid.New()
+		op := uuid.Must(uuid.NewV7())
 		code := "late_write_removed"
 		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
 			ID: op, OrganizationID: r.OrganizationID, Kind: "janitor", ExternalKey: r.DeploymentID.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,

@@ -150,7 +150,7 @@ func (s *Service) CollectOrphans(ctx context.Context, db interface {
 			desired: deployed(d.ResourceKind, d.ID, d.ResourceUID, d.NativeName, d.Seq, d.RouteScript)}
 		pl.desired.EffectID = uuid.New()
 		o := perform(ctx, mut, pl)
-		op := uuid.New()
+		op := uuid.Must(uuid.NewV7())
 		err = store.WithTx(ctx, db, func(tx pgx.Tx) error {
 			q := dbsqlc.New(tx)
 			code := "orphan_collected"

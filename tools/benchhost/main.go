@@ -10,8 +10,9 @@
 // run it on a quiet machine and read the figures, not a pass or fail.
 //
 // TAKOFORM_BENCH_ASYNC_COMMIT=1 compares the work per request without the disk;
-// TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent its time during the first run's new
-// PUTs at 16 clients (pg_stat_statements); TAKOFORM_BENCH_SLOW_MS=N keeps each run's cluster log
+// TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent its time during the first run's
+// straight transactions and new PUTs at 16 clients (pg_stat_statements: time, blocks and WAL per
+// call); TAKOFORM_BENCH_SLOW_MS=N keeps each run's cluster log
 // with every statement slower than N ms, lock waits, checkpoints and autovacuum runs, to tell what
 // a tail latency waited on.
 package main
@@ -280,7 +281,8 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 		return nil
 	}
 
-	// The straight transaction: the same row insert and binding upsert, nothing else.
+	// The straight transaction: the same row insert (its uid time-ordered, as the Host makes it) and
+	// binding upsert, nothing else.
 	direct, err := pgxpool.New(ctx, dbURL+"&pool_max_conns=64")
 	if err != nil {
 		return runResult{}, err
@@ -291,7 +293,7 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 			if _, err := tx.Exec(ctx, `INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space,
 				worker_name, subdomain, canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation)
 				VALUES ($1, $2, $3, 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', $2, $2, 'http://' || $2 || '.sql.localhost',
-				86400, 'prepared', now() + interval '1 day', 'o', 'd', 'selfhost', 'selfhost')`, sqlOrg.ID, id, uuid.New()); err != nil {
+				86400, 'prepared', now() + interval '1 day', 'o', 'd', 'selfhost', 'selfhost')`, sqlOrg.ID, id, uuid.Must(uuid.NewV7())); err != nil {
 				return err
 			}
 			_, err := tx.Exec(ctx, `INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, response_status, response_body)
@@ -315,7 +317,15 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 		id := fmt.Sprintf("warm-%d-%d", c, i)
 		return put(id, "token-bench-"+id)
 	})
+	if statements {
+		if _, err := db.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+			return runResult{}, err
+		}
+	}
 	sql := measure(16, d, func(c, i int) error { return straight(fmt.Sprintf("s-%d-%d", c, i)) })
+	if statements {
+		printStatements(ctx, db, "straight transactions at 16 clients", sql.ops)
+	}
 	ids := make([][]string, 64)
 	if cpuProfile != "" && n == 1 {
 		f, err := os.Create(cpuProfile)
@@ -339,7 +349,7 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 	})
 	pprof.StopCPUProfile()
 	if statements {
-		printStatements(ctx, db, fresh.ops)
+		printStatements(ctx, db, "new PUTs at 16 clients", fresh.ops)
 	}
 	replay := measure(16, d, func(c, i int) error {
 		if len(ids[c]) == 0 {
@@ -421,10 +431,11 @@ func benchSettings() map[string]string {
 	return s
 }
 
-// printStatements prints where PostgreSQL spent its time during the new PUTs at 16 clients, per
+// printStatements prints where PostgreSQL spent its time during one measurement (what), per
 // statement and per request.
-func printStatements(ctx context.Context, db *pgxpool.Pool, requests int) {
+func printStatements(ctx context.Context, db *pgxpool.Pool, what string, requests int) {
 	rows, err := db.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round((total_exec_time / calls)::numeric * 1000, 1),
+		(shared_blks_hit + shared_blks_read)::float8 / calls, wal_bytes::float8 / calls,
 		left(regexp_replace(query, '\s+', ' ', 'g'), 80)
 		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 25`)
 	if err != nil {
@@ -432,16 +443,16 @@ func printStatements(ctx context.Context, db *pgxpool.Pool, requests int) {
 		return
 	}
 	defer rows.Close()
-	fmt.Printf("\nnew PUTs at 16 clients: %d requests\n%8s %8s %10s %8s  %s\n", requests, "calls", "per req", "total ms", "avg µs", "statement")
+	fmt.Printf("\n%s: %d requests\n%8s %8s %10s %8s %8s %8s  %s\n", what, requests, "calls", "per req", "total ms", "avg µs", "blks/call", "wal B/call", "statement")
 	for rows.Next() {
 		var calls int64
-		var total, avg float64
+		var total, avg, blocks, wal float64
 		var q string
-		if err := rows.Scan(&calls, &total, &avg, &q); err != nil {
+		if err := rows.Scan(&calls, &total, &avg, &blocks, &wal, &q); err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%8d %8.2f %10.1f %8.1f  %s\n", calls, float64(calls)/float64(max(requests, 1)), total, avg, q)
+		fmt.Printf("%8d %8.2f %10.1f %8.1f %9.1f %10.0f  %s\n", calls, float64(calls)/float64(max(requests, 1)), total, avg, blocks, wal, q)
 	}
 }
 

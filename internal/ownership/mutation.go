@@ -34,6 +34,22 @@ type Mutation struct {
 	finished bool
 	stop     func()
 	refusers []func(context.Context, pgx.Tx) error
+	opened   *openedTx // the first read's transaction, holding the key's lock, for the first phase
+}
+
+// openedTx is the request's first transaction, begun by its first read under the key's lock, and
+// what that read saw.
+type openedTx struct {
+	tx   pgx.Tx
+	rows []entry
+}
+
+// dropOpened ends the first read's transaction when no phase took it.
+func (m *Mutation) dropOpened(ctx context.Context) {
+	if m.opened != nil {
+		_ = m.opened.tx.Rollback(context.WithoutCancel(ctx))
+		m.opened = nil
+	}
 }
 
 // Tx runs one phase of the effect in a transaction. The first phase takes the key's lease.
@@ -111,16 +127,8 @@ func (m *Mutation) CheckRevision(current int64) error {
 func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) error) error {
 	in := m.Intent
 	var abandoned *uuid.UUID
-	err := store.WithTx(ctx, m.mgr.DB, func(tx pgx.Tx) error {
+	phase := func(tx pgx.Tx, rows []entry) error {
 		q := dbsqlc.New(tx)
-		params := dbsqlc.OwnershipLockParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token, LockWait: lockWait}
-		if in.Brake != nil {
-			params.BrakeSpace, params.BrakeWorker = &in.Brake.Space, &in.Brake.Worker
-		}
-		rows, err := q.OwnershipLock(ctx, params)
-		if err != nil {
-			return fmt.Errorf("ownership: lock: %w", err)
-		}
 		rec := readRecord(rows)
 		if rec.intent != nil {
 			if !rec.intentExpired {
@@ -159,7 +167,22 @@ func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) erro
 			return fmt.Errorf("ownership: take lease: %w", err)
 		}
 		return fn(tx)
-	})
+	}
+	var err error
+	if o := m.opened; o != nil {
+		// The first read took the key's lock: the decision under it and this phase run in its
+		// transaction.
+		m.opened = nil
+		err = store.RunTx(ctx, o.tx, func(tx pgx.Tx) error { return phase(tx, o.rows) })
+	} else {
+		err = store.WithTx(ctx, m.mgr.DB, func(tx pgx.Tx) error {
+			rows, err := dbsqlc.New(tx).OwnershipLock(ctx, lockParams(in, false))
+			if err != nil {
+				return fmt.Errorf("ownership: lock: %w", err)
+			}
+			return phase(tx, rows)
+		})
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrContention) {
 			return errBusy

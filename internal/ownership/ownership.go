@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -199,6 +200,7 @@ type record struct {
 	intentExpired bool
 	intentHolder  string
 	braked        bool
+	busy          bool // another request held the key: only the binding and tombstone were read
 }
 
 func readRecord(rows []entry) record {
@@ -215,6 +217,8 @@ func readRecord(rows []entry) record {
 			r.intent, r.intentExpired, r.intentHolder = &op, e.Status == 1, e.Token
 		case "brake":
 			r.braked = true
+		case "busy":
+			r.busy = true
 		}
 	}
 	return r
@@ -282,21 +286,25 @@ func (mgr *Manager) run(ctx context.Context, in Intent, deleting bool, effect Ef
 	if err != nil {
 		return Response{}, apierr.New(apierr.BadRequest, "request body is not valid JSON")
 	}
-	// The fast path: a replay, a tombstone or a conflict is answered from one read.
-	q := dbsqlc.New(mgr.DB)
-	rows, err := q.OwnershipLookup(ctx, dbsqlc.OwnershipLookupParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token})
+	// The first read, one round trip: the key's lock when it is free, so that new work goes on
+	// holding it; when another request holds it, the binding and tombstone read without it. Either
+	// way a replay, a tombstone or a conflict is answered from it, never waiting on anything.
+	first, rows, err := mgr.firstRead(ctx, in)
 	if err != nil {
-		return Response{}, fmt.Errorf("ownership: lookup: %w", store.Classify(err))
+		return Response{}, err
 	}
-	lookup := make([]entry, len(rows))
-	for i, r := range rows {
-		lookup[i] = entry(r)
-	}
-	if resp, err := decide(in, hash, deleting, readRecord(lookup)); resp != nil || err != nil {
+	rec := readRecord(rows)
+	if resp, err := decide(in, hash, deleting, rec); resp != nil || err != nil {
+		_ = first.Rollback(context.WithoutCancel(ctx))
 		if resp != nil {
 			return *resp, nil
 		}
 		return Response{}, err
+	}
+	if rec.busy {
+		// New work waits for the request in flight, in the first phase's own lock step.
+		_ = first.Rollback(context.WithoutCancel(ctx))
+		first = nil
 	}
 
 	// From here the request runs to an outcome even if its caller goes away.
@@ -309,6 +317,10 @@ func (mgr *Manager) run(ctx context.Context, in Intent, deleting bool, effect Ef
 	busyUntil := time.Now().Add(mgr.busyWait())
 	for pause := 20 * time.Millisecond; ; pause = min(pause*2, 250*time.Millisecond) {
 		m := &Mutation{Operation: uuid.Must(uuid.NewV7()), Intent: in, mgr: mgr, hash: hash, deleting: deleting}
+		if first != nil {
+			m.opened = &openedTx{tx: first, rows: rows}
+			first = nil
+		}
 		resp, err := runEffect(ctx, m, effect)
 		var answered *answeredError
 		switch {
@@ -333,9 +345,35 @@ func (mgr *Manager) run(ctx context.Context, in Intent, deleting bool, effect Ef
 
 // runEffect runs effect and stops the lease's renewal however it ends, a panic included: a request
 // that dies mid-way leaves its lease to expire like a stopped Host's, and recovery settles it.
+// An effect that ends before its first phase leaves the first read's transaction: it ends here.
 func runEffect(ctx context.Context, m *Mutation, effect Effect) (Response, error) {
 	defer m.stopHeartbeat()
+	defer m.dropOpened(ctx)
 	return effect(ctx, m)
+}
+
+// firstRead begins the request's first transaction with the lock step in try mode.
+func (mgr *Manager) firstRead(ctx context.Context, in Intent) (pgx.Tx, []entry, error) {
+	tx, err := store.Begin(ctx, mgr.DB)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ownership: lookup: %w", store.Classify(err))
+	}
+	rows, err := dbsqlc.New(tx).OwnershipLock(ctx, lockParams(in, true))
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, nil, fmt.Errorf("ownership: lookup: %w", store.Classify(err))
+	}
+	return tx, rows, nil
+}
+
+// lockParams are the lock step's for in: with try, the key's lock only if it is free.
+func lockParams(in Intent, try bool) dbsqlc.OwnershipLockParams {
+	p := dbsqlc.OwnershipLockParams{OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Token: in.Token,
+		LockWait: lockWait, TryOnly: try}
+	if in.Brake != nil {
+		p.BrakeSpace, p.BrakeWorker = &in.Brake.Space, &in.Brake.Worker
+	}
+	return p
 }
 
 // errBusy means another request holds the key's lease.

@@ -124,6 +124,11 @@ func WithTx(ctx context.Context, db Beginner, fn func(pgx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", Classify(err))
 	}
+	return RunTx(ctx, tx, fn)
+}
+
+// RunTx runs fn in tx, a transaction already begun, and ends it as WithTx does.
+func RunTx(ctx context.Context, tx pgx.Tx, fn func(pgx.Tx) error) error {
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if err := fn(tx); err != nil {
 		return Classify(err)

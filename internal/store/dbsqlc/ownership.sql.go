@@ -283,7 +283,7 @@ const ownershipLock = `-- name: OwnershipLock :many
 SELECT l.entry::text AS entry, l.token::text AS token, l.request_hash::bytea AS request_hash, l.uid::uuid AS uid,
        l.status::integer AS status, l.body::bytea AS body
 FROM ownership_lock($1::text, $2::text, $3::text, $4::text, $5::text,
-                    $6::text, $7::text) AS l
+                    $6::text, $7::text, $8::boolean) AS l
 `
 
 type OwnershipLockParams struct {
@@ -294,6 +294,7 @@ type OwnershipLockParams struct {
 	LockWait       string
 	BrakeSpace     *string
 	BrakeWorker    *string
+	TryOnly        bool
 }
 
 type OwnershipLockRow struct {
@@ -305,8 +306,11 @@ type OwnershipLockRow struct {
 	Body        []byte
 }
 
-// The lock step of an owned mutation (the ownership_lock function of migration 4): the key's
+// The lock step of an owned mutation (the ownership_lock function of migration 19): the key's
 // advisory lock, then its binding, this token's tombstone and any in-flight lease, read under it.
+// With try_only, the first read of every owned request (SPEC 3.2): when another request holds the
+// lock, a 'busy' entry with the binding and tombstone read without it, from which a replay of a
+// finished request is answered without waiting on or taking anything.
 func (q *Queries) OwnershipLock(ctx context.Context, arg OwnershipLockParams) ([]OwnershipLockRow, error) {
 	rows, err := q.db.Query(ctx, ownershipLock,
 		arg.OrganizationID,
@@ -316,6 +320,7 @@ func (q *Queries) OwnershipLock(ctx context.Context, arg OwnershipLockParams) ([
 		arg.LockWait,
 		arg.BrakeSpace,
 		arg.BrakeWorker,
+		arg.TryOnly,
 	)
 	if err != nil {
 		return nil, err
@@ -324,68 +329,6 @@ func (q *Queries) OwnershipLock(ctx context.Context, arg OwnershipLockParams) ([
 	var items []OwnershipLockRow
 	for rows.Next() {
 		var i OwnershipLockRow
-		if err := rows.Scan(
-			&i.Entry,
-			&i.Token,
-			&i.RequestHash,
-			&i.UID,
-			&i.Status,
-			&i.Body,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
-const ownershipLookup = `-- name: OwnershipLookup :many
-SELECT 'binding'::text AS entry, b.token, b.request_hash, b.object_uid AS uid, b.response_status AS status, b.response_body AS body
-FROM ownership_bindings b
-WHERE b.organization_id = $1 AND b.kind = $2 AND b.external_key = $3
-UNION ALL
-SELECT 'tombstone'::text, t.token, t.request_hash, t.object_uid, t.response_status, t.response_body
-FROM ownership_tombstones t
-WHERE t.organization_id = $1 AND t.kind = $2 AND t.external_key = $3
-  AND t.token = $4 AND t.expires_at > (SELECT db_now())
-`
-
-type OwnershipLookupParams struct {
-	OrganizationID string
-	Kind           string
-	ExternalKey    string
-	Token          string
-}
-
-type OwnershipLookupRow struct {
-	Entry       string
-	Token       string
-	RequestHash []byte
-	UID         uuid.UUID
-	Status      int32
-	Body        []byte
-}
-
-// The fast path of every owned request (SPEC 3.2): the key's binding and this token's tombstone,
-// as entries shaped like OwnershipLock's, read without a lock or a write, so that a replay of a
-// finished request is answered from its stored response without waiting on or taking anything.
-func (q *Queries) OwnershipLookup(ctx context.Context, arg OwnershipLookupParams) ([]OwnershipLookupRow, error) {
-	rows, err := q.db.Query(ctx, ownershipLookup,
-		arg.OrganizationID,
-		arg.Kind,
-		arg.ExternalKey,
-		arg.Token,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []OwnershipLookupRow
-	for rows.Next() {
-		var i OwnershipLookupRow
 		if err := rows.Scan(
 			&i.Entry,
 			&i.Token,

@@ -1,23 +1,13 @@
--- name: OwnershipLookup :many
--- The fast path of every owned request (SPEC 3.2): the key's binding and this token's tombstone,
--- as entries shaped like OwnershipLock's, read without a lock or a write, so that a replay of a
--- finished request is answered from its stored response without waiting on or taking anything.
-SELECT 'binding'::text AS entry, b.token, b.request_hash, b.object_uid AS uid, b.response_status AS status, b.response_body AS body
-FROM ownership_bindings b
-WHERE b.organization_id = @organization_id AND b.kind = @kind AND b.external_key = @external_key
-UNION ALL
-SELECT 'tombstone'::text, t.token, t.request_hash, t.object_uid, t.response_status, t.response_body
-FROM ownership_tombstones t
-WHERE t.organization_id = @organization_id AND t.kind = @kind AND t.external_key = @external_key
-  AND t.token = @token AND t.expires_at > (SELECT db_now());
-
 -- name: OwnershipLock :many
--- The lock step of an owned mutation (the ownership_lock function of migration 4): the key's
+-- The lock step of an owned mutation (the ownership_lock function of migration 19): the key's
 -- advisory lock, then its binding, this token's tombstone and any in-flight lease, read under it.
+-- With try_only, the first read of every owned request (SPEC 3.2): when another request holds the
+-- lock, a 'busy' entry with the binding and tombstone read without it, from which a replay of a
+-- finished request is answered without waiting on or taking anything.
 SELECT l.entry::text AS entry, l.token::text AS token, l.request_hash::bytea AS request_hash, l.uid::uuid AS uid,
        l.status::integer AS status, l.body::bytea AS body
 FROM ownership_lock(@organization_id::text, @kind::text, @external_key::text, @token::text, @lock_wait::text,
-                    sqlc.narg('brake_space')::text, sqlc.narg('brake_worker')::text) AS l;
+                    sqlc.narg('brake_space')::text, sqlc.narg('brake_worker')::text, @try_only::boolean) AS l;
 
 -- name: OwnershipIntentAcquire :exec
 -- Takes the key's in-flight lease for a request whose effect spans several transactions. The

@@ -119,11 +119,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 18, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 17, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "17", "--output", "json"))["version"])
-	require.EqualValues(t, 18, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 18")
+	require.EqualValues(t, 19, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 18, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "18", "--output", "json"))["version"])
+	require.EqualValues(t, 19, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 19")
 }
 
 // host is one running `takoserver serve` process.

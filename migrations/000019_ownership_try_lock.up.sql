@@ -22,21 +22,12 @@ BEGIN
         held := true;
     END IF;
     at := db_now();
-    IF NOT held THEN
-        RETURN QUERY
-        SELECT 'busy', ''::text, ''::bytea, '00000000-0000-0000-0000-000000000000'::uuid, 0, ''::bytea
-        UNION ALL
-        SELECT 'binding', b.token, b.request_hash, b.object_uid, b.response_status, b.response_body
-        FROM ownership_bindings b
-        WHERE b.organization_id = org AND b.kind = key_kind AND b.external_key = key
-        UNION ALL
-        SELECT 'tombstone', t.token, t.request_hash, t.object_uid, t.response_status, t.response_body
-        FROM ownership_tombstones t
-        WHERE t.organization_id = org AND t.kind = key_kind AND t.external_key = key
-          AND t.token = caller_token AND t.expires_at > at;
-        RETURN;
-    END IF;
+    -- Without the lock only what a replay is answered from is read; the lease and the brake are
+    -- read under it.
     RETURN QUERY
+    SELECT 'busy', ''::text, ''::bytea, '00000000-0000-0000-0000-000000000000'::uuid, 0, ''::bytea
+    WHERE NOT held
+    UNION ALL
     SELECT 'binding', b.token, b.request_hash, b.object_uid, b.response_status, b.response_body
     FROM ownership_bindings b
     WHERE b.organization_id = org AND b.kind = key_kind AND b.external_key = key
@@ -48,11 +39,11 @@ BEGIN
     UNION ALL
     SELECT 'intent', i.holder, ''::bytea, i.operation_id, CASE WHEN i.lease_expires_at <= at THEN 1 ELSE 0 END, ''::bytea
     FROM ownership_intents i
-    WHERE i.organization_id = org AND i.kind = key_kind AND i.external_key = key
+    WHERE held AND i.organization_id = org AND i.kind = key_kind AND i.external_key = key
     UNION ALL
     SELECT 'brake', b.scope, ''::bytea, '00000000-0000-0000-0000-000000000000'::uuid, 0, ''::bytea
     FROM deployment_brakes b
-    WHERE brake_worker IS NOT NULL
+    WHERE held AND brake_worker IS NOT NULL
       AND (b.organization_id IS NULL
            OR (b.organization_id = org AND (b.space IS NULL OR (b.space = brake_space AND b.worker_name = brake_worker))));
 END

@@ -17,32 +17,11 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// trips counts what a pool sends and waits on: each Exec, Query or QueryRow, and each batch.
-type trips struct{ n atomic.Int64 }
-
-func (r *trips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *trips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *trips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *trips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *trips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // managed is a Manager on a fresh database with one organization, its pool's round trips counted.
-func managed(t *testing.T) (*ownership.Manager, *pgxpool.Pool, *trips) {
+func managed(t *testing.T) (*ownership.Manager, *pgxpool.Pool, *testdb.RoundTrips) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	counted := &trips{}
-	cfg.ConnConfig.Tracer = counted
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(context.Background(), "INSERT INTO organizations (id, name) VALUES ('org_firstread', 'first')")
+	pool, counted := testdb.CountedPool(t, 4)
+	_, err := pool.Exec(context.Background(), "INSERT INTO organizations (id, name) VALUES ('org_firstread', 'first')")
 	require.NoError(t, err)
 	return &ownership.Manager{DB: pool, Holder: "test"}, pool, counted
 }
@@ -77,18 +56,17 @@ func TestANewRequestIsThreeRoundTripsAndAReplayTwo(t *testing.T) {
 	var ran atomic.Int64
 	in := probeIntent(`{"n":1}`)
 
-	counted.n.Store(0)
+	counted.Take()
 	resp, err := mgr.Put(ctx, in, committing(&ran))
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, resp.Status)
-	require.Equal(t, int64(3), counted.n.Load(), "first read with BEGIN, the effect's statement, the outcome with COMMIT")
+	require.Equal(t, int64(3), counted.Take(), "first read with BEGIN, the effect's statement, the outcome with COMMIT")
 
-	counted.n.Store(0)
 	resp, err = mgr.Put(ctx, in, committing(&ran))
 	require.NoError(t, err)
 	require.True(t, resp.Replayed)
 	require.Equal(t, `{"n":1}`, string(resp.Body))
-	require.Equal(t, int64(2), counted.n.Load(), "the first read, and its transaction's end")
+	require.Equal(t, int64(2), counted.Take(), "the first read, and its transaction's end")
 	require.Equal(t, int64(1), ran.Load(), "a replay runs no effect")
 }
 

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -15,35 +14,13 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
-// roundTrips counts what a pool sends and waits on: each Exec, Query or QueryRow, and each batch.
-type roundTrips struct{ n atomic.Int64 }
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	r.n.Add(1)
-	return ctx
-}
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
 // tracedPool is a one-connection pool on a fresh database with a probe table, counting round trips.
-func tracedPool(t *testing.T) (*pgxpool.Pool, *roundTrips) {
+func tracedPool(t *testing.T) (*pgxpool.Pool, *testdb.RoundTrips) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	pool, trips := testdb.CountedPool(t, 1)
+	_, err := pool.Exec(context.Background(), "CREATE TABLE probe (n integer PRIMARY KEY)")
 	require.NoError(t, err)
-	trips := &roundTrips{}
-	cfg.ConnConfig.Tracer = trips
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(context.Background(), "CREATE TABLE probe (n integer PRIMARY KEY)")
-	require.NoError(t, err)
-	trips.n.Store(0)
+	trips.Take()
 	return pool, trips
 }
 
@@ -84,7 +61,7 @@ func TestATransactionSpendsNoRoundTripOnBeginOrCommit(t *testing.T) {
 		return err
 	})
 	require.NoError(t, err)
-	require.Equal(t, int64(3), trips.n.Load(), "the insert with BEGIN, the count, the deferred insert with COMMIT")
+	require.Equal(t, int64(3), trips.Take(), "the insert with BEGIN, the count, the deferred insert with COMMIT")
 	require.Equal(t, 1, seen)
 	require.Equal(t, []int{1, 2}, probeRows(t, pool))
 	idle(t, pool)
@@ -142,9 +119,9 @@ func TestARolledBackTransactionDropsItsDeferredStatements(t *testing.T) {
 	require.Empty(t, probeRows(t, pool))
 	idle(t, pool)
 
-	trips.n.Store(0)
+	trips.Take()
 	require.NoError(t, store.WithTx(ctx, pool, func(pgx.Tx) error { return nil }))
-	require.Zero(t, trips.n.Load())
+	require.Zero(t, trips.Take())
 }
 
 // TestASavepointUndoesOnlyItsOwnWrites: a savepoint rolled back undoes what was written since it

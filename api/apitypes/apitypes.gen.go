@@ -87,11 +87,14 @@ type Effect struct {
 
 	// ResourceKind The kind of the resource the effect deploys: `worker` or `worker-endpoint` (an
 	// endpoint's effects said `endpoint` before issue 15).
-	ResourceKind string  `json:"resourceKind"`
-	ResourceUID  string  `json:"resourceUid"`
-	Action       string  `json:"action"`
-	Status       string  `json:"status"`
-	Detail       *string `json:"detail"`
+	ResourceKind string `json:"resourceKind"`
+	ResourceUID  string `json:"resourceUid"`
+	Action       string `json:"action"`
+
+	// Status `unobservable`: recovery could not read the effect's outcome back because its
+	// installation left the catalog; `detail` says so.
+	Status string  `json:"status"`
+	Detail *string `json:"detail"`
 }
 
 // Endpoint defines model for Endpoint.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/takoform/terraform-provider-takoform/api"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -98,4 +101,37 @@ func TestMigration16CarriesTheEndpointKindBothWays(t *testing.T) {
 	require.Equal(t, []string{"endpoint/text", "worker/text"}, kinds())
 	require.NoError(t, m.Up())
 	require.Equal(t, []string{"worker-endpoint/resource_kind", "worker/resource_kind"}, kinds())
+}
+
+// TestTheAPIListsEveryValueAStatusColumnHolds: each wire field that carries an enum column's value
+// lists every value of that enum in api/openapi.yaml (it may list more, computed by the Host), so a
+// client generated from the document can read whatever the Host answers.
+func TestTheAPIListsEveryValueAStatusColumnHolds(t *testing.T) {
+	t.Parallel()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Enum []string `yaml:"enum"`
+				} `yaml:"properties"`
+			} `yaml:"schemas"`
+		} `yaml:"components"`
+	}
+	require.NoError(t, yaml.Unmarshal(api.OpenAPI, &doc))
+	for field, enum := range map[string]string{
+		"Effect.status":            "effect_status",
+		"Effect.action":            "effect_action",
+		"Operation.status":         "operation_status",
+		"Attestation.status":       "attestation_status",
+		"Attestation.resourceKind": "resource_kind",
+		"Reservation.status":       "reservation_status",
+		"Preparation.status":       "runtime_input_status",
+	} {
+		schema, property, _ := strings.Cut(field, ".")
+		listed := doc.Components.Schemas[schema].Properties[property].Enum
+		require.NotEmpty(t, listed, "%s lists its values", field)
+		for _, v := range goEnums[enum] {
+			require.Contains(t, listed, v, "%s lists %s's value %q", field, enum, v)
+		}
+	}
 }

@@ -76,3 +76,31 @@ func TestRulePreparationsNeedALiveReservation(t *testing.T) {
 	require.Zero(t, h.count(`SELECT count(*) FROM runtime_input_preparations WHERE operation_id <> 'op-live'`), "a refused preparation stores nothing")
 	require.NotContains(t, string(released.reply.body)+string(expired.reply.body), secretCanary)
 }
+
+// TestRuleTheJanitorStoresALapsedReservationExpired: "prepared --TTL--> expired". A reservation
+// whose TTL passed reads expired at once (lazy expiry), and stays stored prepared, counting toward
+// the organization's reservation ceiling in the quota counters, until something writes it: the
+// janitor's sweep stores the expiry, and the counter lets go of it. A live reservation beside it
+// is left alone.
+func TestRuleTheJanitorStoresALapsedReservationExpired(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-lapse", tokenA,
+		map[string]any{"space": "prod", "workerName": "lapse", "ttlSeconds": 60}).status)
+	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-live", tokenB,
+		map[string]any{"space": "prod", "workerName": "live", "ttlSeconds": 86400}).status)
+	held := func() string {
+		return h.status(`SELECT sum(held)::text FROM organization_usage WHERE organization_id = $1 AND resource = 'reservations'`, h.org.ID)
+	}
+	require.Equal(t, "2", held())
+
+	h.advance("2 minutes")
+	require.Equal(t, "expired", h.getReservation(h.key, "res-lapse").json(t)["status"])
+	require.Equal(t, "prepared", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", "res-lapse"))
+	require.Equal(t, "2", held())
+
+	h.srv.Sweep(context.Background())
+	require.Equal(t, "expired", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", "res-lapse"))
+	require.Equal(t, "prepared", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", "res-live"))
+	require.Equal(t, "1", held())
+}

@@ -40,7 +40,10 @@ func call(t *testing.T, method, url, key, token, body string) (int, map[string]a
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	var out map[string]any
-	_ = json.Unmarshal(raw, &out)
+	if err := json.Unmarshal(raw, &out); err != nil || out == nil {
+		// Not a JSON object: what came back is kept for the failure message.
+		out = map[string]any{"rawBody": string(raw), "headers": resp.Header}
+	}
 	return resp.StatusCode, out
 }
 

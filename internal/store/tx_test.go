@@ -100,11 +100,14 @@ func TestAFailingDeferredStatementFailsTheCommitAndKeepsNothing(t *testing.T) {
 }
 
 // TestARolledBackTransactionDropsItsDeferredStatements: a transaction that ends in an error keeps
-// neither what it sent nor what it deferred; one that sent nothing spends no round trip at all.
+// neither what it sent nor what it deferred, and its connection goes back to the pool; one that
+// sent nothing spends no round trip at all.
 func TestARolledBackTransactionDropsItsDeferredStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, trips := tracedPool(t)
+	var backend, after int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend))
 	refused := errors.New("refused")
 	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", 1); err != nil {
@@ -118,6 +121,10 @@ func TestARolledBackTransactionDropsItsDeferredStatements(t *testing.T) {
 	require.ErrorIs(t, err, refused)
 	require.Empty(t, probeRows(t, pool))
 	idle(t, pool)
+	// The rollback was sent: the pool kept the connection rather than closing one left in a
+	// transaction.
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&after))
+	require.Equal(t, backend, after)
 
 	trips.Take()
 	require.NoError(t, store.WithTx(ctx, pool, func(pgx.Tx) error { return nil }))

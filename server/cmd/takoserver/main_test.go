@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
-	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -191,10 +190,7 @@ func sealingKey(t *testing.T) string {
 // its own.
 func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 	t.Helper()
-	port, err := pgcluster.FreePort()
-	require.NoError(t, err)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{"serve", "--listen", addr, "--sealing-key-file", kek}, extra...)
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--sealing-key-file", kek}, extra...)
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = t.TempDir() // every replica its own working directory
 	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
@@ -205,9 +201,30 @@ func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	})
-	h := host{url: "http://" + addr, logs: logs, cmd: cmd}
+	h := host{url: "http://" + listeningAt(t, logs), logs: logs, cmd: cmd}
 	waitReady(t, h.url+"/readyz")
 	return h
+}
+
+// listening is where a Host says it listens: serve's log line, or dev's banner.
+var listening = regexp.MustCompile(`"msg":"takoserver listening"[^\n]*"address":"([^"]+)"|takoserver dev is serving at http://(\S+) `)
+
+// listeningAt waits until a Host started with --listen 127.0.0.1:0 says, in what it has written
+// to logs, where it listens, and returns that address. The tests let the Host pick its port:
+// with a port picked in advance and freed, another test's listener (a workerd socket answers every
+// path) can take it before the Host binds it, and the test then talks to that listener, readiness
+// probe included.
+func listeningAt(t *testing.T, logs *runtimetest.Buffer) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := listening.FindStringSubmatch(logs.String()); m != nil {
+			return m[1] + m[2]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the Host never said where it listens:\n%s", logs.String())
+	return ""
 }
 
 func waitReady(t *testing.T, url string) {
@@ -310,28 +327,26 @@ func devDir(t *testing.T) string {
 
 type devProcess struct {
 	cmd    *exec.Cmd
-	stdout *bytes.Buffer
+	stdout *runtimetest.Buffer
 	url    string
 }
 
 func startDev(t *testing.T, dir string, extra ...string) devProcess {
 	t.Helper()
-	port, err := pgcluster.FreePort()
-	require.NoError(t, err)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := []string{"dev", "--dir", dir, "--listen", addr, "--workerd", workerdtest.Binary(t),
+	args := []string{"dev", "--dir", dir, "--listen", "127.0.0.1:0", "--workerd", workerdtest.Binary(t),
 		"--runtime-state-dir", filepath.Join(filepath.Dir(dir), "runtime"), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0"}
 	cmd := exec.Command(binary, append(args, extra...)...)
 	cmd.Env = os.Environ()
-	stdout := &bytes.Buffer{}
+	stdout := &runtimetest.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, io.Discard
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
 		_ = cmd.Wait()
 	})
-	waitReady(t, "http://"+addr+"/readyz")
-	return devProcess{cmd: cmd, stdout: stdout, url: "http://" + addr}
+	url := "http://" + listeningAt(t, stdout)
+	waitReady(t, url+"/readyz")
+	return devProcess{cmd: cmd, stdout: stdout, url: url}
 }
 
 func (d devProcess) stop(t *testing.T) {

@@ -65,17 +65,14 @@ func TestReplicasShareEverythingThroughTheDatabase(t *testing.T) {
 	dirs := []string{t.TempDir(), t.TempDir()}
 	var hosts []host
 	for _, dir := range dirs {
-		port, err := pgcluster.FreePort()
-		require.NoError(t, err)
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		cmd := exec.Command(binary, "serve", "--listen", addr, "--sealing-key-file", kek, "--config", catalog)
+		cmd := exec.Command(binary, "serve", "--listen", "127.0.0.1:0", "--sealing-key-file", kek, "--config", catalog)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+url)
 		logs := &runtimetest.Buffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
 		require.NoError(t, cmd.Start())
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		h := host{url: "http://" + addr, logs: logs, cmd: cmd}
+		h := host{url: "http://" + listeningAt(t, logs), logs: logs, cmd: cmd}
 		waitReady(t, h.url+"/readyz")
 		hosts = append(hosts, h)
 	}

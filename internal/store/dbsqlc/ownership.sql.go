@@ -48,12 +48,14 @@ func (q *Queries) OwnershipBind(ctx context.Context, arg OwnershipBindParams) er
 }
 
 const ownershipCommitBinding = `-- name: OwnershipCommitBinding :exec
-WITH recorded AS (
+WITH t AS MATERIALIZED (SELECT db_now() AS at), -- the time, read once (not folded into each use)
+recorded AS (
     INSERT INTO operations (id, organization_id, kind, external_key, method, status, replayed, started_at, finished_at)
-    SELECT $9, $1, $2, $3, $10, 'committed', false, (SELECT db_now()), (SELECT db_now())
+    SELECT $9, $1, $2, $3, $10, 'committed', false, t.at, t.at
+    FROM t
     WHERE NOT $11::boolean
 ), finished AS (
-    UPDATE operations SET status = 'committed', finished_at = (SELECT db_now())
+    UPDATE operations SET status = 'committed', finished_at = (SELECT t.at FROM t)
     WHERE $11::boolean AND id = $9 AND status = 'running'
 ), released AS (
     DELETE FROM ownership_intents

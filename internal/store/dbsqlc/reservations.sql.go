@@ -252,12 +252,14 @@ func (q *Queries) ReservationClearWitness(ctx context.Context, arg ReservationCl
 }
 
 const reservationCreate = `-- name: ReservationCreate :one
+WITH t AS MATERIALIZED (SELECT db_now() AS at) -- the time, read once (not folded into each use)
 INSERT INTO worker_endpoint_origin_reservations AS r (
     organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds,
     status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at)
-VALUES ($1, $2, $3, 'takoserver.worker-endpoint-origin-reservation.v2', $4, $5,
-        $6, $7, $8::integer, 'prepared', (SELECT db_now()) + make_interval(secs => $8::integer),
-        false, $9, $10, $11, $12, (SELECT db_now()), (SELECT db_now()))
+SELECT $1, $2, $3, 'takoserver.worker-endpoint-origin-reservation.v2', $4, $5,
+       $6, $7, $8::integer, 'prepared', t.at + make_interval(secs => $8::integer),
+       false, $9, $10, $11, $12, t.at, t.at
+FROM t
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, format = excluded.format, space = excluded.space, worker_name = excluded.worker_name,
     subdomain = excluded.subdomain, canonical_origin = excluded.canonical_origin, ttl_seconds = excluded.ttl_seconds,

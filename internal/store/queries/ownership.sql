@@ -87,12 +87,14 @@ WHERE organization_id = @organization_id AND kind = @kind AND external_key = @ex
 -- The committed outcome of a PUT, in one statement: the operation recorded committed (inserted,
 -- for a request that was one transaction from the start; finished, with its lease released, for
 -- one that held a lease) and the token bound to the object with the stored response.
-WITH recorded AS (
+WITH t AS MATERIALIZED (SELECT db_now() AS at), -- the time, read once (not folded into each use)
+recorded AS (
     INSERT INTO operations (id, organization_id, kind, external_key, method, status, replayed, started_at, finished_at)
-    SELECT @operation_id, @organization_id, @kind, @external_key, @method, 'committed', false, (SELECT db_now()), (SELECT db_now())
+    SELECT @operation_id, @organization_id, @kind, @external_key, @method, 'committed', false, t.at, t.at
+    FROM t
     WHERE NOT @leased::boolean
 ), finished AS (
-    UPDATE operations SET status = 'committed', finished_at = (SELECT db_now())
+    UPDATE operations SET status = 'committed', finished_at = (SELECT t.at FROM t)
     WHERE @leased::boolean AND id = @operation_id AND status = 'running'
 ), released AS (
     DELETE FROM ownership_intents

@@ -104,12 +104,14 @@ WHERE r.organization_id = c.organization_id AND r.id = c.id
 -- A new incarnation (new UID) in state prepared. A released row of the same id, or an expired one
 -- holding no witness, is replaced; any other existing row makes this return no row. The partial
 -- unique indexes refuse a second holder of the worker key or the origin.
+WITH t AS MATERIALIZED (SELECT db_now() AS at) -- the time, read once (not folded into each use)
 INSERT INTO worker_endpoint_origin_reservations AS r (
     organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds,
     status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at)
-VALUES (@organization_id, @id, @uid, 'takoserver.worker-endpoint-origin-reservation.v2', @space, @worker_name,
-        @subdomain, @canonical_origin, @ttl_seconds::integer, 'prepared', (SELECT db_now()) + make_interval(secs => @ttl_seconds::integer),
-        false, @offering_id, @offering_digest, @pack, @installation, (SELECT db_now()), (SELECT db_now()))
+SELECT @organization_id, @id, @uid, 'takoserver.worker-endpoint-origin-reservation.v2', @space, @worker_name,
+       @subdomain, @canonical_origin, @ttl_seconds::integer, 'prepared', t.at + make_interval(secs => @ttl_seconds::integer),
+       false, @offering_id, @offering_digest, @pack, @installation, t.at, t.at
+FROM t
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, format = excluded.format, space = excluded.space, worker_name = excluded.worker_name,
     subdomain = excluded.subdomain, canonical_origin = excluded.canonical_origin, ttl_seconds = excluded.ttl_seconds,

@@ -6,15 +6,18 @@
 // cluster, fills it with -fill reservations, workers and operations of other organizations
 // (generate_series, not the API) and an in-process Host on a loopback listener, and removes both
 // when done; the summary compares the runs, since a request path whose cost depends on the plan a
-// pooled connection happened to cache shows up as runs that differ. It is a benchmark, not a test:
-// run it on a quiet machine and read the figures, not a pass or fail.
+// pooled connection happened to cache shows up as runs that differ. The straight transactions and
+// the new PUTs at 16 clients alternate in -slices slices, so that both are measured on the machine
+// as it is at the time. It is a benchmark, not a test: run it on a quiet machine and read the
+// figures, not a pass or fail.
 //
-// TAKOFORM_BENCH_ASYNC_COMMIT=1 compares the work per request without the disk;
-// TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent its time during the first run's
-// straight transactions and new PUTs at 16 clients (pg_stat_statements: time, blocks and WAL per
-// call); TAKOFORM_BENCH_SLOW_MS=N keeps each run's cluster log
-// with every statement slower than N ms, lock waits, checkpoints and autovacuum runs, to tell what
-// a tail latency waited on.
+// TAKOFORM_BENCH_ASYNC_COMMIT=1 compares the work per request without the disk. Diagnostics of the
+// first run (each measures the two kinds one after the other, not in slices):
+// TAKOFORM_BENCH_STATEMENTS=1 prints where PostgreSQL spent its time (pg_stat_statements: time,
+// planning, blocks and WAL per call); TAKOFORM_BENCH_WAITS=1 samples the backends' wait events;
+// TAKOFORM_BENCH_PERF=FILE records `perf record -a -g` into FILE.straight and FILE.new;
+// TAKOFORM_BENCH_SLOW_MS=N keeps each run's cluster log with every statement slower than N ms,
+// lock waits, checkpoints and autovacuum runs, to tell what a tail latency waited on.
 package main
 
 import (
@@ -28,9 +31,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +59,7 @@ func main() {
 	duration := flag.Duration("duration", 4*time.Second, "how long each measurement runs")
 	runs := flag.Int("runs", 10, "fresh clusters to measure, one after another")
 	fillRows := flag.Int("fill", 100_000, "reservations, workers and operations of other organizations each run starts with")
+	flag.IntVar(&pairSlices, "slices", 8, "straight SQL and new PUTs at 16 clients alternate in this many slices of each measurement (1: one after the other)")
 	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the Host and its clients) during the first run's new PUTs at 16 clients to this file")
 	flag.Parse()
 	fmt.Printf("reservation PUT against one Host on PostgreSQL: %d fresh clusters, each filled with %d reservations, workers and operations of other organizations; %s per measurement, %d cores\n\n",
@@ -74,7 +80,7 @@ func main() {
 		fmt.Printf("%-4d %7.0f %9s %13s %7.0f %6.2fx %9s %9s %13s %8.0f %7.2fx %8.0f %9d\n", i+1, r.sql.rate(), r.sql.pct(0.99).Round(10*time.Microsecond),
 			fmt.Sprintf("%d+%d", sqlDB.Microseconds(), sqlHost.Microseconds()), r.fresh.rate(), r.fresh.rate()/r.sql.rate(),
 			r.fresh.pct(0.5).Round(10*time.Microsecond), r.fresh.pct(0.99).Round(10*time.Microsecond), fmt.Sprintf("%d+%d", newDB.Microseconds(), newHost.Microseconds()),
-			r.replay.rate(), r.replay.rate()/r.fresh.rate(), r.wide.rate(), r.wide.failures+r.fresh.failures+r.replay.failures)
+			r.replay.rate(), r.replay.rate()/r.fresh.rate(), r.wide.rate(), r.wide.failures+r.fresh.failures+r.replay.failures+r.sql.failures)
 	}
 	summarize(all)
 }
@@ -97,7 +103,7 @@ func summarize(all []runResult) {
 		worstRatio = min(worstRatio, r.fresh.rate()/r.sql.rate())
 		worstReplay = min(worstReplay, r.replay.rate()/r.fresh.rate())
 		worstP99 = max(worstP99, r.fresh.pct(0.99))
-		failures += r.wide.failures + r.fresh.failures + r.replay.failures
+		failures += r.wide.failures + r.fresh.failures + r.replay.failures + r.sql.failures
 	}
 	check := func(ok bool) string {
 		if ok {
@@ -119,6 +125,17 @@ type result struct {
 	failures int
 	elapsed  time.Duration
 	lat      []time.Duration
+}
+
+// add is both measurements' requests, time and CPU, as if one.
+func (r result) add(o result) result {
+	return result{
+		cpu:      cpuUse{db: r.cpu.db + o.cpu.db, self: r.cpu.self + o.cpu.self},
+		ops:      r.ops + o.ops,
+		failures: r.failures + o.failures,
+		elapsed:  r.elapsed + o.elapsed,
+		lat:      append(r.lat, o.lat...),
+	}
 }
 
 func (r result) rate() float64 { return float64(r.ops) / r.elapsed.Seconds() }
@@ -322,34 +339,63 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 			return runResult{}, err
 		}
 	}
-	sql := measure(16, d, func(c, i int) error { return straight(fmt.Sprintf("s-%d-%d", c, i)) })
-	if statements {
-		printStatements(ctx, db, "straight transactions at 16 clients", sql.ops)
-	}
 	ids := make([][]string, 64)
-	if cpuProfile != "" && n == 1 {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return runResult{}, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return runResult{}, err
-		}
-	}
-	if statements {
-		if _, err := db.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
-			return runResult{}, err
-		}
-	}
-	fresh := measure(16, d, func(c, i int) error {
-		id := fmt.Sprintf("r-16-%d-%d", c, i)
+	slice := 0 // ids differ from one slice to the next
+	straightOp := func(c, i int) error { return straight(fmt.Sprintf("s-%d-%d-%d", slice, c, i)) }
+	freshOp := func(c, i int) error {
+		id := fmt.Sprintf("r-16-%d-%d-%d", slice, c, i)
 		ids[c] = append(ids[c], id)
 		return put(id, "token-bench-"+id)
-	})
-	pprof.StopCPUProfile()
-	if statements {
-		printStatements(ctx, db, "new PUTs at 16 clients", fresh.ops)
+	}
+	var sql, fresh result
+	diagnostics := n == 1 && (statements || cpuProfile != "" || os.Getenv("TAKOFORM_BENCH_PERF") != "" || os.Getenv("TAKOFORM_BENCH_WAITS") != "")
+	if diagnostics || pairSlices <= 1 {
+		// One measurement after the other, so that each diagnostic sees one kind of request.
+		waits := startWaits(ctx, db, n)
+		perfStop := perfRecord(n, "straight")
+		sql = measure(16, d, straightOp)
+		perfStop()
+		waits()
+		if statements {
+			printStatements(ctx, db, "straight transactions at 16 clients", sql.ops)
+		}
+		if cpuProfile != "" && n == 1 {
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return runResult{}, err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return runResult{}, err
+			}
+		}
+		if statements {
+			if _, err := db.Exec(ctx, "SELECT pg_stat_statements_reset()"); err != nil {
+				return runResult{}, err
+			}
+		}
+		waits = startWaits(ctx, db, n)
+		perfStop = perfRecord(n, "new")
+		fresh = measure(16, d, freshOp)
+		pprof.StopCPUProfile()
+		perfStop()
+		waits()
+		if statements {
+			printStatements(ctx, db, "new PUTs at 16 clients", fresh.ops)
+		}
+	} else {
+		// Paired: the two alternate in short slices, so that a machine whose speed drifts over
+		// seconds (other tenants of its host, its disk) slows both alike and their ratio holds.
+		for k := range pairSlices {
+			slice = k
+			if k%2 == 0 {
+				sql = sql.add(measure(16, d/time.Duration(pairSlices), straightOp))
+				fresh = fresh.add(measure(16, d/time.Duration(pairSlices), freshOp))
+			} else {
+				fresh = fresh.add(measure(16, d/time.Duration(pairSlices), freshOp))
+				sql = sql.add(measure(16, d/time.Duration(pairSlices), straightOp))
+			}
+		}
 	}
 	replay := measure(16, d, func(c, i int) error {
 		if len(ids[c]) == 0 {
@@ -367,6 +413,9 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 
 // cpuProfile is the -cpuprofile file.
 var cpuProfile string
+
+// pairSlices is the -slices flag.
+var pairSlices int
 
 func numCPU() int {
 	n := 0
@@ -427,14 +476,94 @@ func benchSettings() map[string]string {
 	if os.Getenv("TAKOFORM_BENCH_STATEMENTS") != "" {
 		s["shared_preload_libraries"] = "pg_stat_statements"
 		s["pg_stat_statements.track"] = "all"
+		s["pg_stat_statements.track_planning"] = "on"
 	}
 	return s
+}
+
+// perfRecord runs `perf record -a -g` over the whole machine into $TAKOFORM_BENCH_PERF.what during
+// the first run's measurement named what, until the returned function is called. It does nothing
+// unless that variable is set.
+func perfRecord(run int, what string) func() {
+	out := os.Getenv("TAKOFORM_BENCH_PERF")
+	if out == "" || run != 1 {
+		return func() {}
+	}
+	cmd := exec.Command("perf", "record", "-a", "-g", "-F", "499", "-o", out+"."+what)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Println("perf:", err)
+		return func() {}
+	}
+	return func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	}
+}
+
+// startWaits samples what the cluster's other backends are doing every 10 ms, until the returned
+// function is called, which prints the share of samples per state and wait event. It does nothing
+// but in the first run, with TAKOFORM_BENCH_WAITS set (the sampling costs the cluster CPU of its own).
+func startWaits(ctx context.Context, db *pgxpool.Pool, run int) func() {
+	if os.Getenv("TAKOFORM_BENCH_WAITS") == "" || run != 1 {
+		return func() {}
+	}
+	counts := map[string]int{}
+	total := 0
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			rows, err := db.Query(ctx, `SELECT coalesce(state, '') || ' ' || coalesce(wait_event_type || ':' || wait_event, 'cpu')
+				FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+			if err != nil {
+				return
+			}
+			for rows.Next() {
+				var k string
+				if rows.Scan(&k) == nil {
+					counts[k]++
+					total++
+				}
+			}
+			rows.Close()
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		type kv struct {
+			k string
+			n int
+		}
+		var all []kv
+		for k, n := range counts {
+			all = append(all, kv{k, n})
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+		fmt.Printf("\nbackends' states, sampled every 10 ms (%d samples):\n", total)
+		for i, e := range all {
+			if i == 12 {
+				break
+			}
+			fmt.Printf("%7.1f%%  %s\n", 100*float64(e.n)/float64(max(total, 1)), e.k)
+		}
+	}
 }
 
 // printStatements prints where PostgreSQL spent its time during one measurement (what), per
 // statement and per request.
 func printStatements(ctx context.Context, db *pgxpool.Pool, what string, requests int) {
 	rows, err := db.Query(ctx, `SELECT calls, round(total_exec_time::numeric, 1), round((total_exec_time / calls)::numeric * 1000, 1),
+		round((total_plan_time / calls)::numeric * 1000, 1), plans,
 		(shared_blks_hit + shared_blks_read)::float8 / calls, wal_bytes::float8 / calls,
 		left(regexp_replace(query, '\s+', ' ', 'g'), 80)
 		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat_statements%' ORDER BY total_exec_time DESC LIMIT 25`)
@@ -443,16 +572,17 @@ func printStatements(ctx context.Context, db *pgxpool.Pool, what string, request
 		return
 	}
 	defer rows.Close()
-	fmt.Printf("\n%s: %d requests\n%8s %8s %10s %8s %8s %8s  %s\n", what, requests, "calls", "per req", "total ms", "avg µs", "blks/call", "wal B/call", "statement")
+	fmt.Printf("\n%s: %d requests\n%8s %8s %10s %8s %8s %8s %8s %8s  %s\n", what, requests, "calls", "per req", "total ms", "avg µs", "plan µs", "plans", "blks/call", "wal B/call", "statement")
 	for rows.Next() {
 		var calls int64
-		var total, avg, blocks, wal float64
+		var total, avg, plan, blocks, wal float64
+		var plans int64
 		var q string
-		if err := rows.Scan(&calls, &total, &avg, &blocks, &wal, &q); err != nil {
+		if err := rows.Scan(&calls, &total, &avg, &plan, &plans, &blocks, &wal, &q); err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("%8d %8.2f %10.1f %8.1f %9.1f %10.0f  %s\n", calls, float64(calls)/float64(max(requests, 1)), total, avg, blocks, wal, q)
+		fmt.Printf("%8d %8.2f %10.1f %8.1f %8.1f %8d %9.1f %10.0f  %s\n", calls, float64(calls)/float64(max(requests, 1)), total, avg, plan, plans, blocks, wal, q)
 	}
 }
 

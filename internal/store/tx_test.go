@@ -172,18 +172,26 @@ func TestASavepointUndoesOnlyItsOwnWrites(t *testing.T) {
 	idle(t, pool)
 }
 
-// TestAFailedFirstStatementEndsTheTransaction: the statement sent with BEGIN failing is the
-// transaction's error, and the connection is idle again for the next one.
+// TestAFailedFirstStatementEndsTheTransaction: a first statement that fails once it runs (BEGIN,
+// sent with it, has run) leaves the transaction failed; the transaction is rolled back on the same
+// connection, which goes back to the pool and serves the next transaction. (A statement PostgreSQL
+// refuses to parse fails before BEGIN runs, and proves nothing here.)
 func TestAFailedFirstStatementEndsTheTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool, _ := tracedPool(t)
+	var backend, after int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend))
 	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
-		var n int
-		return tx.QueryRow(ctx, "SELECT n FROM no_such_table WHERE n = $1", 1).Scan(&n)
+		_, err := tx.Exec(ctx, "INSERT INTO probe (n) VALUES ($1)", nil) // a NOT NULL column
+		return err
 	})
-	require.Error(t, err)
+	var pgErr *pgconn.PgError
+	require.ErrorAs(t, err, &pgErr)
+	require.Equal(t, "23502", pgErr.Code, "the statement ran and failed: %v", err)
 	idle(t, pool)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&after))
+	require.Equal(t, backend, after, "the failed transaction was rolled back, not left for the pool to close its connection")
 	err = store.WithTx(ctx, pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, "SELECT n FROM probe WHERE n > $1", 0)
 		if err != nil {

@@ -180,7 +180,12 @@ func New(cfg Config) (*Client, error) {
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
-		hc = &http.Client{Timeout: cfg.Timeout}
+		// The CLI calls a provider for up to ten resources at once (-parallelism, more when
+		// raised): keep a warm connection for each, where net/http's default keeps two per host
+		// and dials again, and drops, the rest on every call.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 64
+		hc = &http.Client{Timeout: cfg.Timeout, Transport: t}
 	}
 	ua := cfg.UserAgent
 	if ua == "" {

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -308,4 +309,55 @@ func TestWorkerLogsURL(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, c.WorkerLogsURL("prod", "api"), endpoint)
 	}
+}
+
+// TestTenCallsAtOnceKeepTheirConnections: the CLI calls a provider for ten resources at once; the
+// client keeps a connection warm for each, so that round after round of ten concurrent calls dials
+// ten connections in all, not eight more every round (net/http's default keeps two per host).
+func TestTenCallsAtOnceKeepTheirConnections(t *testing.T) {
+	t.Parallel()
+	const parallel, rounds = 10, 5
+	var mu sync.Mutex
+	arrived := 0
+	all := sync.NewCond(&mu)
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		// Each call waits for the other nine of its round, so that each round needs ten
+		// connections at once.
+		mu.Lock()
+		arrived++
+		round := (arrived - 1) / parallel
+		all.Broadcast()
+		for arrived < (round+1)*parallel {
+			all.Wait()
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	var dialed atomic.Int64
+	ts.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	ts.Start()
+	t.Cleanup(ts.Close)
+	c, err := New(Config{Endpoint: ts.URL, APIKey: "tkf_test", Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	for range rounds {
+		var wg sync.WaitGroup
+		errs := make(chan error, parallel)
+		for range parallel {
+			wg.Go(func() {
+				_, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/v1/x"}, nil)
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	require.Equal(t, int64(parallel), dialed.Load(), "connections dialed over %d rounds of %d calls at once", rounds, parallel)
 }

@@ -132,8 +132,11 @@ const lockWait = "2s"
 // RetryAfterSeconds is what a retryable refusal tells the caller to wait.
 const RetryAfterSeconds = 1
 
-// Effect performs a mutation. It must do nothing visible before its first m.Tx or m.Commit,
-// which is where the request takes its key; a refusal is an error.
+// Effect performs a mutation. It must do nothing visible before its first m.Tx or m.Commit, the
+// phase that takes the key's lease; a refusal is an error. Nor may it wait on the database or a
+// backend before that phase: the request's first read left its transaction open for it, holding
+// the key's lock and a pool connection, so an effect that first asked the pool for another
+// connection could wait on connections that all wait on it.
 type Effect func(ctx context.Context, m *Mutation) (Response, error)
 
 // RequestHash is SHA-256 over the method, the path, the If-Match revision and the canonical JSON

@@ -104,3 +104,41 @@ func TestAReplayIsAnsweredWhileAnotherRequestHoldsTheKey(t *testing.T) {
 	require.ErrorContains(t, err, "still in progress")
 	require.Equal(t, int64(2), ran.Load(), "the first request's effect, and the new work's, which waited")
 }
+
+// TestADeletedKeysTombstoneIsAnsweredWhileAnotherRequestHoldsTheKey: after a delete, with the
+// key's lock held by a request in flight, a replay of the delete gets the tombstone's stored answer
+// and a late replay of the create under the same token its refusal, both without waiting.
+func TestADeletedKeysTombstoneIsAnsweredWhileAnotherRequestHoldsTheKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mgr, pool, _ := managed(t)
+	mgr.BusyWait = 1
+	var ran atomic.Int64
+	in := probeIntent(`{"n":1}`)
+	_, err := mgr.Put(ctx, in, committing(&ran))
+	require.NoError(t, err)
+	del := in
+	del.Method, del.Body = http.MethodDelete, nil
+	deleting := func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+		ran.Add(1)
+		return m.Commit(ctx, func(pgx.Tx) (ownership.Response, error) {
+			return ownership.Response{Status: http.StatusOK, Body: []byte(`{"deleted":true}`)}, nil
+		})
+	}
+	_, err = mgr.Delete(ctx, del, deleting)
+	require.NoError(t, err)
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('org_firstread/probe/k1', 0))")
+	require.NoError(t, err)
+
+	resp, err := mgr.Delete(ctx, del, deleting)
+	require.NoError(t, err)
+	require.True(t, resp.Replayed)
+	require.Equal(t, `{"deleted":true}`, string(resp.Body))
+	_, err = mgr.Put(ctx, in, committing(&ran))
+	require.ErrorContains(t, err, "was deleted")
+	require.Equal(t, int64(2), ran.Load(), "the create and the delete; neither replay ran an effect")
+}

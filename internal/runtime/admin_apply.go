@@ -34,6 +34,7 @@ func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (de
 		return a, nil, fmt.Errorf("persist desired state: %w", err)
 	}
 	n.desired = &next
+	defer n.signalLocked()
 	n.eraseSecrets(a.Erase)
 	if a.DropLog != "" {
 		n.dropLogRingLocked(a.DropLog)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
@@ -88,15 +89,41 @@ func validateScript(req adminapi.ScriptPut) error {
 	return nil
 }
 
-// getScript answers one script's status, present or not.
+// getScript answers one script's status, present or not; with since and wait, once its version
+// differs from since, or when wait has passed (a long poll: the Host awaits an admission with it).
 func (n *Node) getScript(_ http.ResponseWriter, r *http.Request) (any, error) {
 	name, err := scriptName(r)
 	if err != nil {
 		return nil, err
 	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return n.scriptStatusLocked(name), nil
+	q := r.URL.Query()
+	since := q.Get("since")
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 {
+			return nil, invalid("wait must be a duration such as 5s")
+		}
+		wait = min(wait, adminapi.StatusWaitMax)
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		n.mu.RLock()
+		st, changed := n.scriptStatusLocked(name), n.changed
+		n.mu.RUnlock()
+		if since == "" || st.Version != since || wait <= 0 {
+			return st, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return st, nil
+		case <-r.Context().Done():
+			return st, nil
+		case <-n.quitting:
+			return st, nil
+		}
+	}
 }
 
 // deleteScript removes a script only while it belongs to the worker UID the caller names; it waits

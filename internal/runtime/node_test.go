@@ -880,3 +880,47 @@ func TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge(t *testi
 	}, "broken")
 	f.answers("broken.workers.localhost", expectReply("b2", "canary-backoff-2"))
 }
+
+// A status read with since and wait is held while the script's status stays what the caller
+// last read, and answers as soon as it changes: the Host awaits admissions with it.
+func TestAScriptStatusLongPollHoldsUntilTheStatusChanges(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	absent, err := f.client.GetScript(f.ctx, "watched")
+	require.NoError(t, err)
+	require.NotEmpty(t, absent.Version)
+
+	start := time.Now()
+	same, err := f.client.WatchScript(f.ctx, "watched", absent.Version, 300*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, absent.Version, same.Version, "nothing changed, yet the version did")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the read was not held for its wait")
+
+	// A poll held from before the PUT answers with the script present, long before its wait ends.
+	type answer struct {
+		st  adminapi.ScriptStatus
+		err error
+		in  time.Duration
+	}
+	got := make(chan answer, 1)
+	start = time.Now()
+	go func() {
+		st, err := f.client.WatchScript(f.ctx, "watched", absent.Version, adminapi.StatusWaitMax)
+		got <- answer{st, err, time.Since(start)}
+	}()
+	f.script("watched", "uid-w", 1, "v1")
+	a := <-got
+	require.NoError(t, a.err)
+	require.True(t, a.st.Present)
+	require.NotEqual(t, absent.Version, a.st.Version)
+	require.Less(t, a.in, adminapi.StatusWaitMax/2, "the poll was not woken by the change")
+
+	// Long polls alone follow the incarnation to Ready: each answer is a new version.
+	st := a.st
+	for !st.Ready {
+		next, err := f.client.WatchScript(f.ctx, "watched", st.Version, adminapi.StatusWaitMax)
+		require.NoError(t, err)
+		require.NotEqual(t, st.Version, next.Version, "a long poll answered an unchanged status after its whole wait")
+		st = next
+	}
+}

@@ -137,7 +137,10 @@ type Node struct {
 	// dropped with its script.
 	logs map[string]*workerlog.Ring
 
-	kick     chan struct{}
+	kick chan struct{}
+	// changed is closed, and replaced, after every change that may move a script's status (guarded
+	// by mu): status long polls wait on it.
+	changed  chan struct{}
 	retiring sync.WaitGroup
 	admin    *http.Server
 	edge     *edge.Server
@@ -218,7 +221,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1),
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), changed: make(chan struct{}),
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
@@ -406,6 +409,12 @@ func (n *Node) nudge() {
 	}
 }
 
+// signalLocked wakes the status long polls (n.mu held for writing).
+func (n *Node) signalLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
 // denyRefresh is how often the node's addresses are read again for the egress deny list.
 const denyRefresh = 30 * time.Second
 
@@ -425,6 +434,8 @@ func (n *Node) reconciler() {
 					n.reconcileLocked(name)
 				}
 			}
+			// An incarnation's state changed (that is what kicks): its script's status may have too.
+			n.signalLocked()
 			n.mu.Unlock()
 		}
 	}

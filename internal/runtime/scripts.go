@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -431,8 +432,20 @@ func incarnationStatus(x *running) *adminapi.Incarnation {
 	}
 }
 
-// scriptStatusLocked reports one script (n.mu held, read or write).
+// scriptStatusLocked reports one script (n.mu held, read or write), with its version: a digest of
+// the rest, so that any change to what it says changes it.
 func (n *Node) scriptStatusLocked(name string) adminapi.ScriptStatus {
+	out := n.scriptStateLocked(name)
+	b, err := json.Marshal(out)
+	if err != nil {
+		panic(err) // plain strings, numbers and booleans
+	}
+	sum := sha256.Sum256(b)
+	out.Version = hex.EncodeToString(sum[:8])
+	return out
+}
+
+func (n *Node) scriptStateLocked(name string) adminapi.ScriptStatus {
 	s := n.desired.Scripts[name]
 	if s == nil {
 		return adminapi.ScriptStatus{ScriptName: name, SecretNames: []string{}, Secrets: adminapi.SecretsStatus{Names: []string{}}}

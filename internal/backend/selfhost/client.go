@@ -188,6 +188,16 @@ func (c *Client) GetScript(ctx context.Context, scriptName string) (adminapi.Scr
 	return out, c.do(ctx, http.MethodGet, adminapi.ScriptPath(scriptName), nil, &out)
 }
 
+// WatchScript reads a script as a long poll: the answer comes once its status differs from the
+// version since, or when wait (at most adminapi.StatusWaitMax) has passed. A runtime that does not
+// know the long poll answers at once.
+func (c *Client) WatchScript(ctx context.Context, scriptName, since string, wait time.Duration) (adminapi.ScriptStatus, error) {
+	var out adminapi.ScriptStatus
+	ctx, cancel := context.WithTimeout(ctx, wait+30*time.Second)
+	defer cancel()
+	return out, c.do(ctx, http.MethodGet, adminapi.ScriptWatchPath(scriptName, since, wait), nil, &out)
+}
+
 // DeleteScript removes the script if it still belongs to workerUID; the answer says what is there
 // afterwards (present with another worker UID when a successor holds the name).
 func (c *Client) DeleteScript(ctx context.Context, scriptName, workerUID string) (adminapi.ScriptStatus, error) {

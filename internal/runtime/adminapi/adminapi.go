@@ -147,6 +147,15 @@ const (
 // ScriptPath is the path of one script.
 func ScriptPath(scriptName string) string { return "/v1/scripts/" + url.PathEscape(scriptName) }
 
+// ScriptWatchPath reads one script as a long poll: the answer comes once its version differs from
+// since (a version an earlier read answered), or when wait (at most StatusWaitMax) has passed.
+func ScriptWatchPath(scriptName, since string, wait time.Duration) string {
+	return ScriptPath(scriptName) + "?" + url.Values{"since": {since}, "wait": {wait.String()}}.Encode()
+}
+
+// StatusWaitMax bounds the wait of one script status long poll.
+const StatusWaitMax = 10 * time.Second
+
 // ScriptDeletePath is the conditional delete of one script for one worker UID.
 func ScriptDeletePath(scriptName, workerUID string) string {
 	return ScriptPath(scriptName) + "?" + url.Values{queryWorkerUID: {workerUID}}.Encode()
@@ -331,6 +340,9 @@ type ScriptStatus struct {
 	// Incident: the script's incarnation restarted six times within an hour (retries continue).
 	Incident        bool   `json:"incident"`
 	IncidentMessage string `json:"incidentMessage,omitempty"`
+	// Version changes whenever anything else in this status does: a long poll names the one it
+	// last read (ScriptWatchPath).
+	Version string `json:"version"`
 }
 
 // SecretsPut delivers the values of one worker UID's secret bindings. Its String, GoString,

@@ -115,6 +115,9 @@ type Observation struct {
 	// AnyDeployment: the backend cannot tell this object's deployments apart (a workers.dev
 	// route is two flags on its script), so Present means it holds whichever the Host wrote last.
 	AnyDeployment bool
+	// Version identifies what this observation says, where the pack can wait for it to change
+	// (ChangeObserver); empty where it cannot.
+	Version string
 	// Lingers, on an object that reads back absent: the backend's edge may still serve it for this
 	// long after this read (route propagation, KV caches; SPEC 8), so its deletion is certain only
 	// then. Zero: absence is certain at once.
@@ -137,6 +140,14 @@ type Mutator interface {
 	Delete(ctx context.Context, d Desired) error
 	// Observe reads the native object back, changing nothing.
 	Observe(ctx context.Context, kind, nativeName string) (Observation, error)
+}
+
+// ChangeObserver is a Mutator that can hold a read until the object changes: the Host awaits an
+// admission with it instead of polling.
+type ChangeObserver interface {
+	// ObserveChange reads the native object back once it differs from since (an observation this
+	// pack gave, with a Version), or when within has passed, whichever comes first.
+	ObserveChange(ctx context.Context, kind, nativeName string, since Observation, within time.Duration) (Observation, error)
 }
 
 // Delivery names one runtime input's delivery to one worker (SPEC 3.5).

@@ -151,15 +151,24 @@ func (n *runtimeNode) awaitAdmission(ctx context.Context, d Desired) (Observatio
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl.Add(-500 * time.Millisecond)
 	}
+	obs, err := n.Observe(ctx, NativeWorker, d.NativeName)
 	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		obs, err := n.Observe(ctx, NativeWorker, d.NativeName)
 		if err != nil {
 			return obs, err
 		}
 		if obs.Present && obs.DeploymentID != d.DeploymentID {
 			return obs, nil // a later deployment rewrote it: the caller compares
 		}
-		if obs.Admitted || obs.Failed || time.Now().Add(pause).After(deadline) {
+		left := time.Until(deadline)
+		if obs.Admitted || obs.Failed || left <= 0 || ctx.Err() != nil {
+			return obs, nil
+		}
+		if obs.Version != "" {
+			obs, err = n.ObserveChange(ctx, NativeWorker, d.NativeName, obs, left)
+			continue
+		}
+		// A runtime node without the long poll: ask again after a pause.
+		if left < pause {
 			return obs, nil
 		}
 		select {
@@ -167,7 +176,25 @@ func (n *runtimeNode) awaitAdmission(ctx context.Context, d Desired) (Observatio
 			return obs, nil
 		case <-time.After(pause):
 		}
+		obs, err = n.Observe(ctx, NativeWorker, d.NativeName)
 	}
+}
+
+// ObserveChange holds a worker's read on the runtime node until its status changes (or within
+// passes); a route is read at once.
+func (n *runtimeNode) ObserveChange(ctx context.Context, kind, nativeName string, since Observation, within time.Duration) (Observation, error) {
+	if kind != NativeWorker || since.Version == "" {
+		return n.Observe(ctx, kind, nativeName)
+	}
+	c, err := n.api()
+	if err != nil {
+		return Observation{}, err
+	}
+	st, err := c.WatchScript(ctx, nativeName, since.Version, min(within, adminapi.StatusWaitMax))
+	if err != nil {
+		return Observation{}, n.wrap(err)
+	}
+	return scriptObservation(st), nil
 }
 
 func (n *runtimeNode) Delete(ctx context.Context, d Desired) error {
@@ -214,7 +241,7 @@ func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (Obs
 }
 
 func scriptObservation(st adminapi.ScriptStatus) Observation {
-	obs := Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage}
+	obs := Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage, Version: st.Version}
 	obs.DeploymentID, _ = uuid.Parse(st.DeploymentID)
 	obs.Admitted = st.Present && (st.Ready || st.Reason == adminapi.ReasonSecretsPending)
 	obs.Failed = st.Present && st.Reason == adminapi.ReasonFailed

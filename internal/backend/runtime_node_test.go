@@ -1,10 +1,21 @@
 package backend
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
 
@@ -20,4 +31,68 @@ func TestAnUnresponsiveWorkerReadsNotReadyWithItsReasonAndIsNoFailedDeployment(t
 	require.Contains(t, obs.Message, "missed 3 liveness probes")
 	require.False(t, obs.Failed, "a stuck worker is restarted, not a deployment that failed (no 422 for the next apply)")
 	require.False(t, obs.Admitted)
+}
+
+// TestAnAdmissionIsAwaitedWithTheNodesLongPollAndPolledOnAnOlderNode runs Apply against an
+// admin API that admits the deployment some time after the PUT. A node that answers versions is
+// asked to hold the read until the status changes (one plain read, then one long poll); an older
+// node, whose answers carry no version and which ignores a wait, is polled until it admits.
+func TestAnAdmissionIsAwaitedWithTheNodesLongPollAndPolledOnAnOlderNode(t *testing.T) {
+	t.Parallel()
+	for _, longPoll := range []bool{true, false} {
+		t.Run(fmt.Sprintf("long poll %v", longPoll), func(t *testing.T) {
+			t.Parallel()
+			deployment := uuid.New()
+			admitted := make(chan struct{})
+			var reads, waits atomic.Int32
+			status := func() adminapi.ScriptStatus {
+				st := adminapi.ScriptStatus{ScriptName: "s", Present: true, DeploymentID: deployment.String(), Reason: adminapi.ReasonPending}
+				select {
+				case <-admitted:
+					st.Ready, st.Reason = true, adminapi.ReasonReady
+				default:
+				}
+				if longPoll {
+					st.Version = st.Reason
+				}
+				return st
+			}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodGet {
+					reads.Add(1)
+					if since, wait := r.URL.Query().Get("since"), r.URL.Query().Get("wait"); since != "" && wait != "" {
+						waits.Add(1)
+						d, err := time.ParseDuration(wait)
+						if longPoll && err == nil && since == status().Version {
+							select {
+							case <-admitted:
+							case <-time.After(d):
+							}
+						}
+					}
+				}
+				w.Header().Set("Content-Type", "application/json")
+				_ = json.NewEncoder(w).Encode(status())
+			}))
+			t.Cleanup(srv.Close)
+			tokenFile := filepath.Join(t.TempDir(), "admin-token")
+			require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+			n := newRuntimeNode(catalog.Installation{Name: "node", Pack: catalog.PackSelfhost, RuntimeURL: srv.URL, RuntimeTokenFile: tokenFile})
+
+			time.AfterFunc(700*time.Millisecond, func() { close(admitted) })
+			obs, err := n.Apply(context.Background(), Desired{
+				Kind: NativeWorker, NativeName: "s", DeploymentID: deployment, EffectID: uuid.New(), ResourceUID: uuid.New(), Sequence: 1,
+				Bundle: &Bundle{Modules: map[string]string{"main.js": "export default {}"}, MainModule: "main.js", CompatibilityDate: "2025-01-01"},
+			})
+			require.NoError(t, err)
+			require.True(t, obs.Admitted, "Apply answered before the node admitted the deployment")
+			if longPoll {
+				require.Equal(t, int32(2), reads.Load(), "one read, then one long poll held until the admission")
+				require.Equal(t, int32(1), waits.Load())
+			} else {
+				require.Greater(t, reads.Load(), int32(3), "an older node is polled")
+				require.Zero(t, waits.Load(), "an answer without a version is never waited on")
+			}
+		})
+	}
 }

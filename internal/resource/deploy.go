@@ -329,9 +329,17 @@ func (s *Service) observe(ctx context.Context, p Placement, kind, native string)
 // admits a new incarnation through the update path), and reports what it last saw.
 func (s *Service) awaitServing(ctx context.Context, p Placement, native string, deployment uuid.UUID, within time.Duration) *Liveness {
 	deadline := time.Now().Add(within)
+	live := s.observe(ctx, p, backend.NativeWorker, native)
 	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		live := s.observe(ctx, p, backend.NativeWorker, native)
-		if live == nil || live.serves(deployment) || time.Now().Add(pause).After(deadline) {
+		left := time.Until(deadline)
+		if live == nil || live.serves(deployment) || left <= 0 || ctx.Err() != nil {
+			return live
+		}
+		if next := s.observeChange(ctx, p, backend.NativeWorker, native, live, left); next != nil {
+			live = next // the pack held the read until the worker changed
+			continue
+		}
+		if left < pause {
 			return live
 		}
 		select {
@@ -339,7 +347,32 @@ func (s *Service) awaitServing(ctx context.Context, p Placement, native string, 
 			return live
 		case <-time.After(pause):
 		}
+		live = s.observe(ctx, p, backend.NativeWorker, native)
 	}
+}
+
+// observeChange asks a pack that can wait (backend.ChangeObserver) how the object runs once it no
+// longer runs as last observed, or when within has passed. It answers nil where the pack cannot
+// wait, so that the caller polls instead.
+func (s *Service) observeChange(ctx context.Context, p Placement, kind, native string, last *Liveness, within time.Duration) *Liveness {
+	if !last.Reachable || last.Obs.Version == "" {
+		return nil
+	}
+	mut, err := s.mutator(p)
+	if err != nil {
+		return nil
+	}
+	watcher, ok := mut.(backend.ChangeObserver)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, within+5*time.Second)
+	defer cancel()
+	obs, err := watcher.ObserveChange(ctx, kind, native, last.Obs, within)
+	if err != nil {
+		return &Liveness{Reachable: false}
+	}
+	return &Liveness{Reachable: true, Obs: obs}
 }
 
 // texts is a compare-and-swap's expected statuses as the query takes them (text[], cast to the

@@ -7,20 +7,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
-
-// Patterns of SPEC 1.
-var ()
 
 func nameValidators() []validator.String {
 	return []validator.String{stringvalidator.RegexMatches(vocab.Name, "must be 1 to 63 characters of lowercase letters, digits, _ and -, starting with a letter or digit")}
@@ -234,4 +233,30 @@ func (v durationBetween) ValidateString(ctx context.Context, req validator.Strin
 func isUnknownOutcome(err error) bool {
 	var u *client.OutcomeUnknownError
 	return errors.As(err, &u)
+}
+
+// identifyRead sets a resource's identity at the start of a Read where the prior state carries
+// none (state written before identities, or by terraform before 1.12): the framework wants one
+// even from a Read that removes the resource. An identity once set never changes.
+func identifyRead(ctx context.Context, resp *resource.ReadResponse, identity any) diag.Diagnostics {
+	if resp.Identity == nil || !resp.Identity.Raw.IsFullyNull() {
+		return nil
+	}
+	return resp.Identity.Set(ctx, identity)
+}
+
+// writeRead ends a Read: it writes the model the Read found into the new state only when it
+// differs from the prior one, and the identity only when the Read filled it in (an import). The
+// framework starts the new state and identity as copies of the prior ones, and each write is a
+// reflection pass over every attribute, which a refresh of a large configuration pays once per
+// resource.
+func writeRead[M any](ctx context.Context, resp *resource.ReadResponse, prior, read *M, identity func(*M) any) diag.Diagnostics {
+	var diags diag.Diagnostics
+	if !reflect.DeepEqual(prior, read) {
+		diags.Append(resp.State.Set(ctx, read)...)
+	}
+	if id := identity(read); !reflect.DeepEqual(identity(prior), id) && resp.Identity != nil {
+		diags.Append(resp.Identity.Set(ctx, id)...)
+	}
+	return diags
 }

@@ -484,7 +484,8 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 	}
 	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
 	// from a Read that removes the resource.
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
+	prior := state
+	resp.Diagnostics.Append(identifyRead(ctx, resp, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
 	w, err := r.client.GetWorker(ctx, state.Space.ValueString(), state.Name.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)
@@ -495,8 +496,7 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 		return
 	}
 	r.fill(ctx, &state, w, state.MainModule.IsNull())
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
+	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *workerModel) any { return spaceNameIdentityModel{Space: m.Space, Name: m.Name} })...)
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, w.OwnershipToken)...)
 }
 

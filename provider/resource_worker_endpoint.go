@@ -278,7 +278,8 @@ func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, r
 	}
 	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
 	// from a Read that removes the resource.
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
+	prior := state
+	resp.Diagnostics.Append(identifyRead(ctx, resp, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
 	e, err := r.client.GetEndpoint(ctx, state.Space.ValueString(), state.Name.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)
@@ -289,8 +290,7 @@ func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, r
 		return
 	}
 	r.fill(&state, e)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
+	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *endpointModel) any { return spaceNameIdentityModel{Space: m.Space, Name: m.Name} })...)
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, e.OwnershipToken)...)
 }
 

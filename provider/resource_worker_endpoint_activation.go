@@ -165,7 +165,8 @@ func (r *activationResource) Read(ctx context.Context, req resource.ReadRequest,
 	}
 	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
 	// from a Read that removes the resource.
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, activationIdentityModel{ReservationID: state.ReservationID})...)
+	prior := state
+	resp.Diagnostics.Append(identifyRead(ctx, resp, activationIdentityModel{ReservationID: state.ReservationID})...)
 	res, err := r.client.GetReservation(ctx, state.ReservationID.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)
@@ -195,8 +196,7 @@ func (r *activationResource) Read(ctx context.Context, req resource.ReadRequest,
 		}
 		resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, activationIdentityModel{ReservationID: state.ReservationID})...)
+	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *activationModel) any { return activationIdentityModel{ReservationID: m.ReservationID} })...)
 }
 
 // adopt finds the ownership token of an activation this provider created, by replaying its PUT

@@ -286,7 +286,8 @@ func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest
 	}
 	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
 	// from a Read that removes the resource.
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, reservationIdentityModel{ID: state.ID})...)
+	prior := state
+	resp.Diagnostics.Append(identifyRead(ctx, resp, reservationIdentityModel{ID: state.ID})...)
 	res, err := r.client.GetReservation(ctx, state.ID.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)
@@ -316,8 +317,7 @@ func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest
 		state.Subdomain = types.StringValue(res.Subdomain)
 	}
 	r.fill(&state, res)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, reservationIdentityModel{ID: state.ID})...)
+	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *reservationModel) any { return reservationIdentityModel{ID: m.ID} })...)
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, res.OwnershipToken)...)
 }
 

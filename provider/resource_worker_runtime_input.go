@@ -460,7 +460,8 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 	}
 	// The identity is set first: terraform before 1.12 keeps none, and the framework wants one even
 	// from a Read that removes the resource.
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, runtimeInputIdentityModel{OperationID: state.OperationID})...)
+	prior := state
+	resp.Diagnostics.Append(identifyRead(ctx, resp, runtimeInputIdentityModel{OperationID: state.OperationID})...)
 	p, err := r.client.GetPreparation(ctx, state.OperationID.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)
@@ -478,8 +479,7 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 		resp.Diagnostics.AddWarning("Runtime input failed", fmt.Sprintf("Runtime input %s failed: %s", p.OperationID, derefOr(p.Failure, "no detail")))
 	}
 	r.fill(ctx, &state, p)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, runtimeInputIdentityModel{OperationID: state.OperationID})...)
+	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *runtimeInputModel) any { return runtimeInputIdentityModel{OperationID: m.OperationID} })...)
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, p.OwnershipToken)...)
 }
 

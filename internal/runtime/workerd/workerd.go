@@ -140,8 +140,6 @@ const dialerSource = `export default {
 // SecretEnv is the environment variable workerd reads a secret binding from.
 func SecretEnv(binding string) string { return "TAKOFORM_SECRET_" + binding }
 
-var ()
-
 // ValidBindingName reports whether name can be a secret binding (SPEC 1).
 func ValidBindingName(name string) bool { return vocab.BindingName.MatchString(name) }
 

@@ -62,14 +62,21 @@ func (n *Node) getLogs(_ http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		// Entries before since moved the cursor: wait on from there.
 		epoch, after = page.Epoch, page.Next
-		select {
-		case <-changed:
-		case <-timer.C:
-			return page, nil
-		case <-r.Context().Done():
-			return page, nil
-		case <-n.quitting:
+		if !n.awaitChange(r, changed, timer) {
 			return page, nil
 		}
 	}
+}
+
+// awaitChange holds a long poll until changed is closed (true), or until it should answer as it
+// is (false): its wait has passed, its caller has gone or the node is closing.
+func (n *Node) awaitChange(r *http.Request, changed <-chan struct{}, timer *time.Timer) bool {
+	select {
+	case <-changed:
+		return true
+	case <-timer.C:
+	case <-r.Context().Done():
+	case <-n.quitting:
+	}
+	return false
 }

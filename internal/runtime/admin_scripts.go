@@ -114,13 +114,7 @@ func (n *Node) getScript(_ http.ResponseWriter, r *http.Request) (any, error) {
 		if since == "" || st.Version != since || wait <= 0 {
 			return st, nil
 		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return st, nil
-		case <-r.Context().Done():
-			return st, nil
-		case <-n.quitting:
+		if !n.awaitChange(r, changed, timer) {
 			return st, nil
 		}
 	}

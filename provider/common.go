@@ -260,3 +260,13 @@ func writeRead[M any](ctx context.Context, resp *resource.ReadResponse, prior, r
 	}
 	return diags
 }
+
+// writePlan ends a ModifyPlan: it writes the modified model into the plan only when it differs
+// from the proposed one it was read from (as writeRead, for the same reason: a no-op plan would
+// otherwise pay a reflection pass per resource for nothing).
+func writePlan[M any](ctx context.Context, resp *resource.ModifyPlanResponse, proposed, modified *M) diag.Diagnostics {
+	if reflect.DeepEqual(proposed, modified) {
+		return nil
+	}
+	return resp.Plan.Set(ctx, modified)
+}

@@ -273,6 +273,7 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	proposed := plan
 	modules, known, diags := bundle(ctx, plan.Modules, plan.ModuleFiles)
 	if resp.Diagnostics.Append(diags...); resp.Diagnostics.HasError() {
 		return
@@ -291,7 +292,7 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if changed || failed {
 		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
 	}
-	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(writePlan(ctx, resp, &proposed, &plan)...)
 	r.checkCeilings(ctx, plan, &resp.Diagnostics)
 	if r.client == nil || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
 		return

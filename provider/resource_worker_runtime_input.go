@@ -283,6 +283,7 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	proposed := plan
 	creating := req.State.Raw.IsNull()
 	var state runtimeInputModel
 	if !creating {
@@ -358,7 +359,7 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 		plan.Status, plan.ExpiresAt = state.Status, state.ExpiresAt
 	}
 	plan.ID = plan.OperationID // unknown only while the operation id is
-	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(writePlan(ctx, resp, &proposed, &plan)...)
 }
 
 func namesOf(values map[string]types.String) types.Set {

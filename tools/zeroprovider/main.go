@@ -202,7 +202,7 @@ func quietUnlessAsked() {
 			return
 		}
 	}
-	for _, name := range []string{"TF_LOG_PROVIDER", "TF_LOG_SDK", "TF_LOG_SDK_PROTO", "TF_LOG_SDK_FRAMEWORK"} {
+	for _, name := range []string{"TF_LOG_PROVIDER", "TF_LOG_PROVIDER_ZEROWORK", "TF_LOG_SDK", "TF_LOG_SDK_PROTO", "TF_LOG_SDK_FRAMEWORK"} {
 		_ = os.Setenv(name, "OFF")
 	}
 }

@@ -232,7 +232,7 @@ type Registry struct {
 	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
 	EdgeClient *http.Client
 	mu         sync.Mutex
-	made       map[string]Mutator
+	made       map[catalog.Installation]Mutator
 }
 
 // Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
@@ -260,9 +260,9 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// Every setting of the installation is in the key: a changed catalog gets a new mutator.
-	key := fmt.Sprintf("%#v", inst)
-	if m, ok := r.made[key]; ok {
+	// Every setting of the installation is the key (so it stays a comparable struct): a changed
+	// catalog gets a new mutator.
+	if m, ok := r.made[inst]; ok {
 		return m, nil
 	}
 	var m Mutator
@@ -275,9 +275,9 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 		m = r.Wrap(m)
 	}
 	if r.made == nil {
-		r.made = map[string]Mutator{}
+		r.made = map[catalog.Installation]Mutator{}
 	}
-	r.made[key] = m
+	r.made[inst] = m
 	return m, nil
 }
 

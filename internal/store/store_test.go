@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,4 +43,26 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	_, err := store.Open(ctx, "postgres://nobody@127.0.0.1:1/none?connect_timeout=2")
 	require.Error(t, err)
 	require.True(t, errors.Is(store.Classify(err), store.ErrUnavailable), "%v", err)
+}
+
+// TestThePoolIsSizedToTheMachineUnlessTheURLSaysSo: Open's pool holds a few connections per core
+// (more only queue on the database), and pool_max_conns in the URL wins.
+func TestThePoolIsSizedToTheMachineUnlessTheURLSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	require.Equal(t, int32(max(8, 4*runtime.NumCPU())), store.DefaultMaxConns())
+	url := testdb.URL(t)
+	pool, err := store.Open(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	require.Equal(t, store.DefaultMaxConns(), pool.Config().MaxConns)
+
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	sized, err := store.Open(ctx, url+sep+"pool_max_conns=3")
+	require.NoError(t, err)
+	defer sized.Close()
+	require.Equal(t, int32(3), sized.Config().MaxConns)
 }

@@ -36,7 +36,7 @@ func Open(ctx context.Context, databaseURL string) (*pgxpool.Pool, error) {
 	// Each connection is a backend the database runs at once, and past a few per core more of them
 	// only queue on the database's CPUs and locks: requests wait better in the pool. With make bench
 	// on two cores (Host and database on one machine), a new reservation PUT's p99 at 16 clients was
-	// 27-34 ms with 4 to 8 connections, 38-46 ms with 12 and 58-65 ms with 32, and its database CPU
+	// 27-34 ms with 4 to 8 connections, 38-46 ms with 12 and 51-65 ms with 32, and its database CPU
 	// grew with the count. The URL's pool_max_conns wins (size it to the database's cores, shared
 	// among replicas).
 	if !strings.Contains(databaseURL, "pool_max_conns") {

@@ -46,6 +46,31 @@ func committing(ran *atomic.Int64) ownership.Effect {
 	}
 }
 
+// created is a Manager whose new work gives up at once on a held key, with probeIntent's create
+// done; ran counts the effects run.
+func created(t *testing.T) (*ownership.Manager, *pgxpool.Pool, ownership.Intent, *atomic.Int64) {
+	t.Helper()
+	mgr, pool, _ := managed(t)
+	mgr.BusyWait = 1
+	ran := new(atomic.Int64)
+	in := probeIntent(`{"n":1}`)
+	_, err := mgr.Put(context.Background(), in, committing(ran))
+	require.NoError(t, err)
+	return mgr, pool, in, ran
+}
+
+// holdKey takes probeIntent's key lock in a transaction of its own until the test ends, as a
+// request in flight holds it.
+func holdKey(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Rollback(ctx) })
+	_, err = holder.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('org_firstread/probe/k1', 0))")
+	require.NoError(t, err)
+}
+
 // TestANewRequestIsThreeRoundTripsAndAReplayTwo: the first read carries BEGIN and takes the key's
 // lock, the effect's statement follows in the same transaction, and the outcome travels with
 // COMMIT; a replay is the first read and the end of its transaction, and runs no effect.
@@ -76,31 +101,22 @@ func TestANewRequestIsThreeRoundTripsAndAReplayTwo(t *testing.T) {
 func TestAReplayIsAnsweredWhileAnotherRequestHoldsTheKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mgr, pool, _ := managed(t)
-	mgr.BusyWait = 1
-	var ran atomic.Int64
-	in := probeIntent(`{"n":1}`)
-	_, err := mgr.Put(ctx, in, committing(&ran))
-	require.NoError(t, err)
+	mgr, pool, in, ran := created(t)
 
-	holder, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('org_firstread/probe/k1', 0))")
-	require.NoError(t, err)
+	holdKey(t, pool)
 
-	resp, err := mgr.Put(ctx, in, committing(&ran))
+	resp, err := mgr.Put(ctx, in, committing(ran))
 	require.NoError(t, err)
 	require.True(t, resp.Replayed)
 	require.Equal(t, `{"n":1}`, string(resp.Body))
 
 	other := in
 	other.Token = "token-first-read-0002"
-	_, err = mgr.Put(ctx, other, committing(&ran))
+	_, err = mgr.Put(ctx, other, committing(ran))
 	require.ErrorContains(t, err, "owned by another ownership token")
 
 	changed := probeIntent(`{"n":2}`)
-	_, err = mgr.Put(ctx, changed, committing(&ran))
+	_, err = mgr.Put(ctx, changed, committing(ran))
 	require.ErrorContains(t, err, "still in progress")
 	require.Equal(t, int64(2), ran.Load(), "the first request's effect, and the new work's, which waited")
 }
@@ -111,12 +127,7 @@ func TestAReplayIsAnsweredWhileAnotherRequestHoldsTheKey(t *testing.T) {
 func TestADeletedKeysTombstoneIsAnsweredWhileAnotherRequestHoldsTheKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	mgr, pool, _ := managed(t)
-	mgr.BusyWait = 1
-	var ran atomic.Int64
-	in := probeIntent(`{"n":1}`)
-	_, err := mgr.Put(ctx, in, committing(&ran))
-	require.NoError(t, err)
+	mgr, pool, in, ran := created(t)
 	del := in
 	del.Method, del.Body = http.MethodDelete, nil
 	deleting := func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
@@ -125,20 +136,16 @@ func TestADeletedKeysTombstoneIsAnsweredWhileAnotherRequestHoldsTheKey(t *testin
 			return ownership.Response{Status: http.StatusOK, Body: []byte(`{"deleted":true}`)}, nil
 		})
 	}
-	_, err = mgr.Delete(ctx, del, deleting)
+	_, err := mgr.Delete(ctx, del, deleting)
 	require.NoError(t, err)
 
-	holder, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = holder.Rollback(ctx) }()
-	_, err = holder.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('org_firstread/probe/k1', 0))")
-	require.NoError(t, err)
+	holdKey(t, pool)
 
 	resp, err := mgr.Delete(ctx, del, deleting)
 	require.NoError(t, err)
 	require.True(t, resp.Replayed)
 	require.Equal(t, `{"deleted":true}`, string(resp.Body))
-	_, err = mgr.Put(ctx, in, committing(&ran))
+	_, err = mgr.Put(ctx, in, committing(ran))
 	require.ErrorContains(t, err, "was deleted")
 	require.Equal(t, int64(2), ran.Load(), "the create and the delete; neither replay ran an effect")
 }

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"strings"
@@ -896,18 +897,23 @@ func TestAScriptStatusLongPollHoldsUntilTheStatusChanges(t *testing.T) {
 	require.Equal(t, absent.Version, same.Version, "nothing changed, yet the version did")
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the read was not held for its wait")
 
-	// A poll held from before the PUT answers with the script present, long before its wait ends.
-	type answer struct {
-		st  adminapi.ScriptStatus
-		err error
-		in  time.Duration
+	// A poll held from before a PUT answers with the script present, long before its wait ends.
+	// watched starts a poll and returns once its request is written, so that a change made next
+	// reaches the node after it.
+	watched := func(since string) <-chan watchAnswer {
+		got, written, start := make(chan watchAnswer, 1), make(chan struct{}), time.Now()
+		var once sync.Once
+		wrote := func() { once.Do(func() { close(written) }) }
+		ctx := httptrace.WithClientTrace(f.ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote() }})
+		go func() {
+			st, err := f.client.WatchScript(ctx, "watched", since, adminapi.StatusWaitMax)
+			got <- watchAnswer{st, err, time.Since(start)}
+			wrote() // a request that failed before it was written
+		}()
+		<-written
+		return got
 	}
-	got := make(chan answer, 1)
-	start = time.Now()
-	go func() {
-		st, err := f.client.WatchScript(f.ctx, "watched", absent.Version, adminapi.StatusWaitMax)
-		got <- answer{st, err, time.Since(start)}
-	}()
+	got := watched(absent.Version)
 	f.script("watched", "uid-w", 1, "v1")
 	a := <-got
 	require.NoError(t, a.err)
@@ -915,12 +921,21 @@ func TestAScriptStatusLongPollHoldsUntilTheStatusChanges(t *testing.T) {
 	require.NotEqual(t, absent.Version, a.st.Version)
 	require.Less(t, a.in, adminapi.StatusWaitMax/2, "the poll was not woken by the change")
 
-	// Long polls alone follow the incarnation to Ready: each answer is a new version.
+	// Long polls alone follow the incarnation to Ready: each answer is a new version, and comes
+	// when the status changes, not when the wait ends.
 	st := a.st
 	for !st.Ready {
-		next, err := f.client.WatchScript(f.ctx, "watched", st.Version, adminapi.StatusWaitMax)
-		require.NoError(t, err)
-		require.NotEqual(t, st.Version, next.Version, "a long poll answered an unchanged status after its whole wait")
-		st = next
+		a := <-watched(st.Version)
+		require.NoError(t, a.err)
+		require.NotEqual(t, st.Version, a.st.Version, "a long poll answered an unchanged status after its whole wait")
+		require.Less(t, a.in, adminapi.StatusWaitMax, "a long poll was answered by its wait's end, not by the change")
+		st = a.st
 	}
+}
+
+// watchAnswer is one long poll's answer and how long it took.
+type watchAnswer struct {
+	st  adminapi.ScriptStatus
+	err error
+	in  time.Duration
 }

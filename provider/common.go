@@ -242,7 +242,7 @@ func identifyRead(ctx context.Context, resp *resource.ReadResponse, identity any
 	if resp.Identity == nil || !resp.Identity.Raw.IsFullyNull() {
 		return nil
 	}
-	return resp.Identity.Set(ctx, identity)
+	return setIdentity(ctx, resp.Identity, identity)
 }
 
 // writeRead ends a Read: it writes the model the Read found into the new state only when it
@@ -253,10 +253,10 @@ func identifyRead(ctx context.Context, resp *resource.ReadResponse, identity any
 func writeRead[M any](ctx context.Context, resp *resource.ReadResponse, prior, read *M, identity func(*M) any) diag.Diagnostics {
 	var diags diag.Diagnostics
 	if !reflect.DeepEqual(prior, read) {
-		diags.Append(resp.State.Set(ctx, read)...)
+		diags.Append(setState(ctx, &resp.State, read)...)
 	}
 	if id := identity(read); !reflect.DeepEqual(identity(prior), id) && resp.Identity != nil {
-		diags.Append(resp.Identity.Set(ctx, id)...)
+		diags.Append(setIdentity(ctx, resp.Identity, id)...)
 	}
 	return diags
 }
@@ -268,5 +268,5 @@ func writePlan[M any](ctx context.Context, resp *resource.ModifyPlanResponse, pr
 	if reflect.DeepEqual(proposed, modified) {
 		return nil
 	}
-	return resp.Plan.Set(ctx, modified)
+	return setPlan(ctx, &resp.Plan, modified)
 }

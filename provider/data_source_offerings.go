@@ -81,5 +81,5 @@ func (d *offeringsDataSource) Read(ctx context.Context, _ datasource.ReadRequest
 		}
 		state.Offerings = append(state.Offerings, m)
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &state)...)
 }

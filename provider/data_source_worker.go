@@ -69,7 +69,7 @@ func (d *workerDataSource) Configure(_ context.Context, req datasource.Configure
 
 func (d *workerDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m workerDataSourceModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	resp.Diagnostics.Append(getConfig(ctx, req.Config, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -86,5 +86,5 @@ func (d *workerDataSource) Read(ctx context.Context, req datasource.ReadRequest,
 	}
 	m.OfferingID, m.Revision, m.Generation = types.StringValue(w.OfferingID), types.Int64Value(w.Revision), types.Int64Value(w.Generation)
 	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &m)...)
 }

@@ -65,7 +65,7 @@ func (d *reservationDataSource) Configure(_ context.Context, req datasource.Conf
 
 func (d *reservationDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m reservationDataSourceModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	resp.Diagnostics.Append(getConfig(ctx, req.Config, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -84,5 +84,5 @@ func (d *reservationDataSource) Read(ctx context.Context, req datasource.ReadReq
 	if res.Endpoint != nil {
 		m.EndpointID = types.StringValue(res.Endpoint.UID)
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &m)...)
 }

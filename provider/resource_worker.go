@@ -92,7 +92,7 @@ const MaxBundleBytes = 1<<20 - 16<<10
 // is in the future, and a bundle over the request limit.
 func (r *workerResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var m workerModel
-	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	resp.Diagnostics.Append(getConfig(ctx, req.Config, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -265,10 +265,10 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 		return
 	}
 	var plan, state workerModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	creating := req.State.Raw.IsNull()
 	if !creating {
-		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	}
 	if resp.Diagnostics.HasError() {
 		return
@@ -428,7 +428,7 @@ func stuck(w client.Worker) bool {
 
 func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan workerModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -458,16 +458,16 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 			plan.Revision, plan.Generation, plan.Ready = types.Int64Value(w.Revision), types.Int64Value(w.Generation), types.BoolValue(false)
 			plan.OfferingID = nullIfUnknown(plan.OfferingID)
 			plan.LogsURL = types.StringValue(r.client.WorkerLogsURL(space, name))
-			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}
 		addError(&resp.Diagnostics, "Unable to create worker", err)
 		return
 	}
 	r.fill(ctx, &plan, w, false)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
 }
 
 func nonEmpty(s string) *string {
@@ -479,7 +479,7 @@ func nonEmpty(s string) *string {
 
 func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state workerModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -503,8 +503,8 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 
 func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, state workerModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -542,8 +542,8 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 		return
 	}
 	r.fill(ctx, &plan, w, false)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
 }
 
 // requireBound refuses, at plan time, a worker whose required_sensitive_vars differ from the
@@ -596,7 +596,7 @@ func deref(s *string) string {
 // an endpoint still standing on the worker is a diagnostic naming it.
 func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state workerModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -659,7 +659,7 @@ func importSpaceName(ctx context.Context, req resource.ImportStateRequest, resp 
 		space, name = s, n
 	} else {
 		var id spaceNameIdentityModel
-		resp.Diagnostics.Append(req.Identity.Get(ctx, &id)...)
+		resp.Diagnostics.Append(getIdentity(ctx, *req.Identity, &id)...)
 		if resp.Diagnostics.HasError() {
 			return
 		}
@@ -668,6 +668,6 @@ func importSpaceName(ctx context.Context, req resource.ImportStateRequest, resp 
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("space"), space)...)
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
 	if resp.Identity != nil {
-		resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: types.StringValue(space), Name: types.StringValue(name)})...)
+		resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, spaceNameIdentityModel{Space: types.StringValue(space), Name: types.StringValue(name)})...)
 	}
 }

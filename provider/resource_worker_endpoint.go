@@ -166,7 +166,7 @@ func (r *endpointResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		return // a destroy, or an update (every argument but timeouts replaces)
 	}
 	var plan endpointModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() || plan.OriginReservationID.IsNull() || plan.OriginReservationID.IsUnknown() {
 		return
 	}
@@ -183,7 +183,7 @@ func (r *endpointResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		return
 	}
 	plan.URL, plan.Hostname = types.StringValue(origin+"/"), types.StringValue(hostnameOf(origin))
-	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setPlan(ctx, &resp.Plan, &plan)...)
 }
 
 func (r *endpointResource) fill(m *endpointModel, e client.Endpoint) {
@@ -210,7 +210,7 @@ func (r *endpointResource) waitReady(ctx context.Context, space, name string, e 
 
 func (r *endpointResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan endpointModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -254,7 +254,7 @@ func (r *endpointResource) Create(ctx context.Context, req resource.CreateReques
 			}
 			plan.HostMinted = types.BoolValue(e.HostMinted)
 			plan.WorkerID, plan.OfferingID = nullIfUnknown(plan.WorkerID), nullIfUnknown(plan.OfferingID)
-			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}
 		addError(&resp.Diagnostics, "Unable to create endpoint", err)
@@ -265,14 +265,14 @@ func (r *endpointResource) Create(ctx context.Context, req resource.CreateReques
 			fmt.Sprintf("The endpoint was created on worker UID %s, not %s.", e.Worker.UID, plan.WorkerID.ValueString()))
 	}
 	r.fill(&plan, e)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
 }
 
 func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state endpointModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -299,7 +299,7 @@ func (r *endpointResource) Read(ctx context.Context, req resource.ReadRequest, r
 // it.
 func (r *endpointResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan endpointModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -328,8 +328,8 @@ func (r *endpointResource) Update(ctx context.Context, req resource.UpdateReques
 		return
 	}
 	r.fill(&plan, e)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, spaceNameIdentityModel{Space: plan.Space, Name: plan.Name})...)
 }
 
 func reservationOf(e client.Endpoint) *string {
@@ -341,7 +341,7 @@ func reservationOf(e client.Endpoint) *string {
 
 func (r *endpointResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state endpointModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -111,7 +111,7 @@ func (r *activationResource) Configure(_ context.Context, req resource.Configure
 
 func (r *activationResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan activationModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -145,21 +145,21 @@ func (r *activationResource) Create(ctx context.Context, req resource.CreateRequ
 	if err != nil {
 		if isUnknownOutcome(err) {
 			plan.Status, plan.Revision = types.StringNull(), types.Int64Null()
-			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}
 		addError(&resp.Diagnostics, "Unable to activate reservation", err)
 		return
 	}
 	plan.Status, plan.Revision = types.StringValue(res.Status), types.Int64Value(res.Revision)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, activationIdentityModel{ReservationID: plan.ReservationID})...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, activationIdentityModel{ReservationID: plan.ReservationID})...)
 }
 
 func (r *activationResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state activationModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -226,7 +226,7 @@ func (r *activationResource) adopt(ctx context.Context, res client.Reservation) 
 // Update changes nothing on the Host: both arguments replace the activation.
 func (r *activationResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan activationModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -236,13 +236,13 @@ func (r *activationResource) Update(ctx context.Context, req resource.UpdateRequ
 		return
 	}
 	plan.ID, plan.Status, plan.Revision = plan.ReservationID, types.StringValue(res.Status), types.Int64Value(res.Revision)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, activationIdentityModel{ReservationID: plan.ReservationID})...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, activationIdentityModel{ReservationID: plan.ReservationID})...)
 }
 
 func (r *activationResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state activationModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}

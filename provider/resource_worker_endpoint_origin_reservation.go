@@ -161,13 +161,13 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 		return // a destroy, or an update (every argument but timeouts replaces)
 	}
 	var plan reservationModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	if plan.ID.IsUnknown() {
 		var config reservationModel
-		resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
+		resp.Diagnostics.Append(getConfig(ctx, req.Config, &config)...)
 		if config.ID.IsNull() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() && !config.Subdomain.IsUnknown() && !config.OfferingID.IsUnknown() {
 			plan.ID = types.StringValue(defaultReservationID(plan.Space.ValueString(), plan.WorkerName.ValueString(),
 				config.Subdomain.ValueString(), config.OfferingID.ValueString()))
@@ -202,7 +202,7 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 		plan.CanonicalOrigin = types.StringValue(d.CanonicalOrigin)
 		r.origins.record(id, d.CanonicalOrigin) // for the url of an endpoint created on it
 	}
-	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setPlan(ctx, &resp.Plan, &plan)...)
 }
 
 // defaultReservationID is the id of a reservation created without one. It must be known in the
@@ -226,7 +226,7 @@ func defaultReservationID(space, worker, subdomain, offering string) string {
 
 func (r *reservationResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan reservationModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -249,7 +249,7 @@ func (r *reservationResource) Create(ctx context.Context, req resource.CreateReq
 		if isUnknownOutcome(err) {
 			plan.CanonicalOrigin, plan.Status, plan.ExpiresAt = nullIfUnknown(plan.CanonicalOrigin), types.StringNull(), types.StringNull()
 			plan.Revision, plan.BoundWorkerID, plan.EndpointID = types.Int64Null(), types.StringNull(), types.StringNull()
-			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}
 		addError(&resp.Diagnostics, "Unable to create reservation", err)
@@ -260,9 +260,9 @@ func (r *reservationResource) Create(ctx context.Context, req resource.CreateReq
 			fmt.Sprintf("The plan derived %s, but the Host reserved %s (its catalog changed between plan and apply).", plan.CanonicalOrigin.ValueString(), res.CanonicalOrigin))
 	}
 	r.fill(&plan, res)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, reservationIdentityModel{ID: plan.ID})...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, reservationIdentityModel{ID: plan.ID})...)
 }
 
 func (r *reservationResource) fill(m *reservationModel, res client.Reservation) {
@@ -280,7 +280,7 @@ func (r *reservationResource) fill(m *reservationModel, res client.Reservation) 
 
 func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state reservationModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -324,7 +324,7 @@ func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest
 // Update changes nothing on the Host: every argument but timeouts replaces the reservation.
 func (r *reservationResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan reservationModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -334,15 +334,15 @@ func (r *reservationResource) Update(ctx context.Context, req resource.UpdateReq
 		return
 	}
 	r.fill(&plan, res)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, reservationIdentityModel{ID: plan.ID})...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, reservationIdentityModel{ID: plan.ID})...)
 }
 
 // Delete releases the reservation under the four fences. Fences that clear by themselves are
 // waited on within the timeout; the others become a diagnostic naming what to destroy first.
 func (r *reservationResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state reservationModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -277,7 +277,7 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 	}
 	var plan runtimeInputModel
 	var configOperationID, configNonce types.String
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("operation_id"), &configOperationID)...)
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("material_set_nonce"), &configNonce)...)
 	if resp.Diagnostics.HasError() {
@@ -287,7 +287,7 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 	creating := req.State.Raw.IsNull()
 	var state runtimeInputModel
 	if !creating {
-		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	}
 	values, unset, known, diags := configBindings(ctx, req.Config)
 	resp.Diagnostics.Append(diags...)
@@ -374,7 +374,7 @@ func namesOf(values map[string]types.String) types.Set {
 
 func (r *runtimeInputResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan runtimeInputModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	values, unset, known, diags := configBindings(ctx, req.Config)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
@@ -428,16 +428,16 @@ func (r *runtimeInputResource) Create(ctx context.Context, req resource.CreateRe
 			plan.ID = plan.OperationID
 			plan.Reference, plan.PreparationID = types.StringValue(id.Reference), types.StringValue(id.PreparationID)
 			plan.BindingNames, plan.Status, plan.ExpiresAt = namesOf(values), types.StringNull(), types.StringNull()
-			resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+			resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}
 		addError(&resp.Diagnostics, "Unable to create runtime input", err)
 		return
 	}
 	r.fill(ctx, &plan, prep)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 	resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, runtimeInputIdentityModel{OperationID: plan.OperationID})...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, runtimeInputIdentityModel{OperationID: plan.OperationID})...)
 }
 
 func (r *runtimeInputResource) fill(ctx context.Context, m *runtimeInputModel, p client.Preparation) {
@@ -455,7 +455,7 @@ func (r *runtimeInputResource) fill(ctx context.Context, m *runtimeInputModel, p
 
 func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state runtimeInputModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -488,7 +488,7 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 // bindings_wo_version set on an imported object, or new timeouts.
 func (r *runtimeInputResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan runtimeInputModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -500,13 +500,13 @@ func (r *runtimeInputResource) Update(ctx context.Context, req resource.UpdateRe
 	version := plan.BindingsWOVersion
 	r.fill(ctx, &plan, p)
 	plan.BindingsWOVersion = version
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-	resp.Diagnostics.Append(resp.Identity.Set(ctx, runtimeInputIdentityModel{OperationID: plan.OperationID})...)
+	resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
+	resp.Diagnostics.Append(setIdentity(ctx, resp.Identity, runtimeInputIdentityModel{OperationID: plan.OperationID})...)
 }
 
 func (r *runtimeInputResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state runtimeInputModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -88,13 +88,22 @@ func spaceNameIdentitySchema(what string) identityschema.Schema {
 const MaxBundleBytes = 1<<20 - 16<<10
 
 // ValidateConfig checks at plan time, all at once and by HCL name, what the Host would refuse at
-// apply: a main_module that is not one of the modules, a compatibility_date that is not a date or
+// apply: not exactly one of modules and module_files (checked here, on the model already read,
+// rather than by a schema validator that looks both attributes up by path on every plan), a
+// main_module that is not one of the modules, a compatibility_date that is not a date or
 // is in the future, and a bundle over the request limit.
 func (r *workerResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var m workerModel
 	resp.Diagnostics.Append(getConfig(ctx, req.Config, &m)...)
 	if resp.Diagnostics.HasError() {
 		return
+	}
+	if !m.Modules.IsUnknown() && !m.ModuleFiles.IsUnknown() && m.Modules.IsNull() == m.ModuleFiles.IsNull() {
+		detail := "modules and module_files are both set; set exactly one of them: modules holds the sources inline, module_files names their files."
+		if m.Modules.IsNull() {
+			detail = "Neither modules nor module_files is set; set exactly one of them: modules holds the sources inline, module_files names their files."
+		}
+		resp.Diagnostics.AddAttributeError(path.Root("modules"), "Invalid Attribute Combination", detail)
 	}
 	modules, known, diags := bundle(ctx, m.Modules, m.ModuleFiles)
 	resp.Diagnostics.Append(diags...)
@@ -158,8 +167,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 					"Names and sources together may hold at most 1032192 bytes (1 MiB less 16 KiB: the Host takes a request body of at most 1 MiB, and the bundle travels in one); a larger bundle fails at plan. Changes in place (a new generation).",
 				Optional:    true,
 				ElementType: types.StringType,
-				Validators: []validator.Map{mapvalidator.SizeBetween(1, 64),
-					mapvalidator.ExactlyOneOf(path.MatchRoot("modules"), path.MatchRoot("module_files"))},
+				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64)}, // exactly one of the two: ValidateConfig
 			},
 			"module_files": schema.MapAttribute{
 				MarkdownDescription: "The bundle from files: 1 to 64 modules, the path of each module's source by module name (`{ \"index.js\" = \"${path.module}/src/index.js\" }`); exactly one of `modules` and `module_files`. " +

@@ -10,11 +10,8 @@ import (
 )
 
 func (s *Server) getReservation(c echo.Context) error {
-	id := c.Param("reservationId")
-	return s.readOwned(c, reservation.Kind, id, func(ctx context.Context, token string) ([]byte, error) {
-		r, err := s.reservations.Get(ctx, s.cfg.DB, principal(c).Organization, id)
-		return r.Project(token).JSON(), err
-	})
+	r, token, err := s.reservations.Get(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reservationId"))
+	return answerRead(c, r.Project(token).JSON(), err)
 }
 
 // putReservation creates a reservation, or answers its owner's unchanged request, in one

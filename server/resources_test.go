@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
 const helloModule = `export default { async fetch() { return new Response("hello") } }`
@@ -175,6 +177,36 @@ func TestSuppliedReservationSafeDestroyOrder(t *testing.T) {
 	require.Equal(t, http.StatusOK, released.status, "body: %s", released.body)
 	require.Equal(t, "released", released.json(t)["status"])
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+}
+
+// A GET of an owned object (reservation, runtime input, worker, endpoint) reads the object and
+// its owning token in one database round trip, besides the key's: a refresh of a large
+// configuration pays it once per resource.
+func TestAGetReadsItsObjectAndOwningTokenInOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	trips := &testdb.RoundTrips{}
+	h := setup(t, func(o *options) { o.roundTrips = trips })
+	p := h.reservedAndPrepared()
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).status)
+	ep := h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
+	require.Equal(t, http.StatusCreated, ep.status, "body: %s", ep.body)
+
+	for path, token := range map[string]string{
+		"/v1/worker-endpoint-origin-reservations/res-api":    tokenA,
+		prepPath(h.org.ID, "op-1"):                           "token-prepare-00000001",
+		"/v1/worker-runtime-input-references/" + p.reference: "token-prepare-00000001",
+		"/v1/spaces/prod/workers/api":                        workerToken,
+		"/v1/spaces/prod/worker-endpoints/api":               endpointToken,
+	} {
+		trips.Take()
+		got := h.get(path)
+		require.Equal(t, http.StatusOK, got.status, "%s: %s", path, got.body)
+		require.Equal(t, token, got.json(t)["ownershipToken"], path)
+		require.EqualValues(t, 2, trips.Take(), "%s: the key's round trip and the read's", path)
+	}
+	trips.Take()
+	h.get("/v1/spaces/prod/workers/absent").problem(t, http.StatusNotFound, "not_found")
+	require.EqualValues(t, 2, trips.Take())
 }
 
 func TestWorkerAndEndpointBadInputChangesNothing(t *testing.T) {

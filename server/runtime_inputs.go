@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/labstack/echo/v4"
 
@@ -23,27 +22,15 @@ func (s *Server) getPreparation(c echo.Context) error {
 	if err := pathOrganization(c); err != nil {
 		return err
 	}
-	id := c.Param("operationId")
-	return s.readOwned(c, runtimeinput.Kind, id, func(ctx context.Context, token string) ([]byte, error) {
-		p, err := s.runtimeInputs.Get(ctx, s.cfg.DB, principal(c).Organization, id)
-		return p.Project(token).JSON(), err
-	})
+	p, token, err := s.runtimeInputs.Get(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("operationId"))
+	return answerRead(c, p.Project(token).JSON(), err)
 }
 
 // getPreparationByReference answers the status of the runtime input a reference names, within
 // the key's organization only (SPEC 3.5).
 func (s *Server) getPreparationByReference(c echo.Context) error {
-	ctx := c.Request().Context()
-	org := principal(c).Organization
-	p, err := s.runtimeInputs.GetByReference(ctx, s.cfg.DB, org, c.Param("reference"))
-	if err != nil {
-		return err
-	}
-	tokens, err := ownership.Tokens(ctx, s.cfg.DB, org.ID, runtimeinput.Kind, []string{p.OperationID})
-	if err != nil {
-		return err
-	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, p.Project(tokens[p.OperationID]).JSON())
+	p, token, err := s.runtimeInputs.GetByReference(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reference"))
+	return answerRead(c, p.Project(token).JSON(), err)
 }
 
 // putPreparation seals a runtime input, in one transaction (it has no backend effect).

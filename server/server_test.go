@@ -94,6 +94,8 @@ type options struct {
 	cloudflareEdge *http.Client
 	// runtime adjusts the runtime node's configuration.
 	runtime func(*runtime.Config)
+	// roundTrips, when set, counts the Host's database round trips.
+	roundTrips *testdb.RoundTrips
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -103,7 +105,12 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		f(&o)
 	}
 	dbURL := testdb.URL(t)
-	db, err := pgxpool.New(context.Background(), dbURL)
+	poolConfig, err := pgxpool.ParseConfig(dbURL)
+	require.NoError(t, err)
+	if o.roundTrips != nil {
+		poolConfig.ConnConfig.Tracer = o.roundTrips
+	}
+	db, err := pgxpool.NewWithConfig(context.Background(), poolConfig)
 	require.NoError(t, err)
 	t.Cleanup(db.Close)
 	logs := &runtimetest.Buffer{}

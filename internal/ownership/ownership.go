@@ -405,16 +405,3 @@ func (mgr *Manager) PurgeTombstones(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
-
-// Tokens returns the owning token of each key of kind in the organization.
-func Tokens(ctx context.Context, db dbsqlc.DBTX, organizationID, kind string, keys []string) (map[string]string, error) {
-	rows, err := dbsqlc.New(db).OwnershipTokens(ctx, dbsqlc.OwnershipTokensParams{OrganizationID: organizationID, Kind: kind, ExternalKeys: keys})
-	if err != nil {
-		return nil, fmt.Errorf("ownership: tokens: %w", store.Classify(err))
-	}
-	out := make(map[string]string, len(rows))
-	for _, r := range rows {
-		out[r.ExternalKey] = r.Token
-	}
-	return out, nil
-}

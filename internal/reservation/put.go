@@ -31,7 +31,7 @@ func (s *Service) Put(ctx context.Context, m *ownership.Mutation, org auth.Organ
 // unless a deployment brake covers its worker.
 func (s *Service) Delete(ctx context.Context, m *ownership.Mutation, org auth.Organization, id string) (ownership.Response, error) {
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		r, err := s.Get(ctx, tx, org, id)
+		r, _, err := s.Get(ctx, tx, org, id)
 		if err == nil {
 			err = ownership.CheckBrake(ctx, tx, org.ID, r.Space, r.WorkerName)
 		}

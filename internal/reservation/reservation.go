@@ -212,20 +212,21 @@ func sweep(ctx context.Context, q *dbsqlc.Queries, orgID, id, space, worker, ori
 	return nil
 }
 
-// Get reads one reservation of the organization as of database time, taking no lock and writing
-// nothing. Released rows and other organizations' rows are reported as absent.
-func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, id string) (Reservation, error) {
+// Get reads one reservation of the organization as of database time, with the owning token of
+// its ownership key, taking no lock and writing nothing. Released rows and other organizations'
+// rows are reported as absent.
+func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, id string) (Reservation, string, error) {
 	if err := CheckReadableID(id); err != nil {
-		return Reservation{}, err
+		return Reservation{}, "", err
 	}
-	row, err := dbsqlc.New(db).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: org.ID, ID: id})
+	row, err := dbsqlc.New(db).ReservationRead(ctx, dbsqlc.ReservationReadParams{OwnershipKind: Kind, OrganizationID: org.ID, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased) {
-		return Reservation{}, apierr.New(apierr.NotFound, "no reservation %q", id)
+		return Reservation{}, "", apierr.New(apierr.NotFound, "no reservation %q", id)
 	}
 	if err != nil {
-		return Reservation{}, fmt.Errorf("reservation: get: %w", err)
+		return Reservation{}, "", fmt.Errorf("reservation: get: %w", err)
 	}
-	return fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus), nil
+	return fromRow(row.WorkerEndpointOriginReservation, row.EffectiveStatus), row.OwnershipToken, nil
 }
 
 // lock reads and locks one reservation for the rest of tx.

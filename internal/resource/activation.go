@@ -39,7 +39,7 @@ func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.
 // one transaction.
 func (s *Service) Deactivate(ctx context.Context, m *ownership.Mutation, org auth.Organization, reservationID string) (ownership.Response, error) {
 	return m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
-		r, err := s.Reservations.Get(ctx, tx, org, reservationID)
+		r, _, err := s.Reservations.Get(ctx, tx, org, reservationID)
 		if err != nil {
 			return ownership.Response{}, err
 		}

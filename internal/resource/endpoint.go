@@ -107,17 +107,20 @@ func readEndpoint(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.
 	return endpointOf(st), nil
 }
 
-// GetEndpoint reads the present endpoint space/name, taking no lock.
-func (s *Service) GetEndpoint(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Endpoint, error) {
-	e, err := readEndpoint(ctx, dbsqlc.New(db), org.ID, nil, space, name)
+// GetEndpoint reads the present endpoint space/name and the owning token of its ownership key, in
+// one round trip, taking no lock.
+func (s *Service) GetEndpoint(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Endpoint, string, error) {
+	row, err := dbsqlc.New(db).EndpointRead(ctx, dbsqlc.EndpointReadParams{
+		OwnershipKind: EndpointKind, OwnershipKey: space + "/" + name, OrganizationID: org.ID, Space: space, Name: name})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !row.EndpointState.Present) {
+		return Endpoint{}, "", apierr.New(apierr.NotFound, "no endpoint %s/%s", space, name)
+	}
 	if err != nil {
-		return Endpoint{}, err
+		return Endpoint{}, "", fmt.Errorf("resource: get endpoint: %w", err)
 	}
-	if !e.Present {
-		return Endpoint{}, apierr.New(apierr.NotFound, "no endpoint %s/%s", space, name)
-	}
+	e := endpointOf(row.EndpointState)
 	e.Live = s.observe(ctx, e.Placement, backend.NativeRoute, e.Hostname)
-	return e, nil
+	return e, row.OwnershipToken, nil
 }
 
 func (e *Endpoint) setStatus(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, status dbsqlc.ResourceStatus) error {
@@ -406,7 +409,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, m *ownership.Mutation, org
 // marked deleting.
 func (s *Service) markEndpointDeleting(ctx context.Context, tx pgx.Tx, m *ownership.Mutation, org auth.Organization, e Endpoint) (Endpoint, error) {
 	q := dbsqlc.New(tx)
-	r, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
+	r, _, err := s.Reservations.Get(ctx, tx, org, e.OriginReservationID)
 	if err != nil && !apierr.Is(err, apierr.NotFound) {
 		return Endpoint{}, err
 	}

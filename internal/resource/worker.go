@@ -239,22 +239,24 @@ func lockWorker(ctx context.Context, q *dbsqlc.Queries, org string, uid *uuid.UU
 	return workerOf(st)
 }
 
-// GetWorker reads the present worker space/name (one whose create never committed is absent),
-// taking no lock, and asks its backend how it runs now.
-func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Worker, error) {
-	st, err := dbsqlc.New(db).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: name})
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !st.Present) {
-		return Worker{}, apierr.New(apierr.NotFound, "no worker %s/%s", space, name)
+// GetWorker reads the present worker space/name (one whose create never committed is absent) and
+// the owning token of its ownership key, in one round trip, taking no lock, and asks its backend
+// how it runs now.
+func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string) (Worker, string, error) {
+	row, err := dbsqlc.New(db).WorkerRead(ctx, dbsqlc.WorkerReadParams{
+		OwnershipKind: WorkerKind, OwnershipKey: space + "/" + name, OrganizationID: org.ID, Space: space, Name: name})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !row.WorkerState.Present) {
+		return Worker{}, "", apierr.New(apierr.NotFound, "no worker %s/%s", space, name)
 	}
 	if err != nil {
-		return Worker{}, fmt.Errorf("resource: get worker: %w", err)
+		return Worker{}, "", fmt.Errorf("resource: get worker: %w", err)
 	}
-	w, err := workerOf(st)
+	w, err := workerOf(row.WorkerState)
 	if err != nil {
-		return Worker{}, err
+		return Worker{}, "", err
 	}
 	w.Live = s.observe(ctx, w.Placement, backend.NativeWorker, w.ScriptName)
-	return w, nil
+	return w, row.OwnershipToken, nil
 }
 
 func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {

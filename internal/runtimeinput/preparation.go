@@ -146,8 +146,9 @@ func (s *Service) ring() (*sealing.Ring, error) {
 	return s.Ring, nil
 }
 
+// get reads one preparation as of database time, with the owning token of its ownership key.
 func get(ctx context.Context, db dbsqlc.DBTX, org string, params dbsqlc.PreparationGetParams) (Preparation, string, error) {
-	params.OrganizationID = org
+	params.OrganizationID, params.OwnershipKind = org, Kind
 	row, err := dbsqlc.New(db).PreparationGet(ctx, params)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Preparation{}, "", apierr.New(apierr.NotFound, "no runtime-input preparation %s", firstOf(params.OperationID, params.PreparationID, params.Reference))
@@ -155,7 +156,7 @@ func get(ctx context.Context, db dbsqlc.DBTX, org string, params dbsqlc.Preparat
 	if err != nil {
 		return Preparation{}, "", fmt.Errorf("runtime input: get: %w", err)
 	}
-	return Preparation{row}, row.OperationID, nil
+	return Preparation{row}, row.OwnershipToken, nil
 }
 
 func firstOf(vals ...*string) string {
@@ -167,23 +168,23 @@ func firstOf(vals ...*string) string {
 	return ""
 }
 
-// Get reads one preparation of the organization by operation id, writing nothing.
-func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, operationID string) (Preparation, error) {
+// Get reads one preparation of the organization by operation id, and the owning token of its
+// ownership key, writing nothing.
+func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, operationID string) (Preparation, string, error) {
 	if err := CheckOperationID(operationID); err != nil {
-		return Preparation{}, apierr.New(apierr.NotFound, "no runtime-input preparation %q", operationID)
+		return Preparation{}, "", apierr.New(apierr.NotFound, "no runtime-input preparation %q", operationID)
 	}
-	p, _, err := get(ctx, db, org.ID, dbsqlc.PreparationGetParams{OperationID: &operationID})
-	return p, err
+	return get(ctx, db, org.ID, dbsqlc.PreparationGetParams{OperationID: &operationID})
 }
 
 // GetByReference reads the preparation a reference names, within the organization only (a
-// reference is not a bearer credential), writing nothing. It returns its operation id too.
-func (s *Service) GetByReference(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, reference string) (Preparation, error) {
+// reference is not a bearer credential), and the owning token of its ownership key, writing
+// nothing.
+func (s *Service) GetByReference(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, reference string) (Preparation, string, error) {
 	if !referencePattern.MatchString(reference) {
-		return Preparation{}, apierr.New(apierr.NotFound, "no runtime input with reference %q", reference)
+		return Preparation{}, "", apierr.New(apierr.NotFound, "no runtime input with reference %q", reference)
 	}
-	p, _, err := get(ctx, db, org.ID, dbsqlc.PreparationGetParams{Reference: &reference})
-	return p, err
+	return get(ctx, db, org.ID, dbsqlc.PreparationGetParams{Reference: &reference})
 }
 
 // lock sweeps the row's expiry, then reads and locks it.
@@ -278,7 +279,7 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	if err := quota.Check(ctx, tx, s.Quotas, org.ID, quota.RuntimeInputs); err != nil {
 		return Preparation{}, err
 	}
-	r, err := s.Reservations.Get(ctx, tx, org, req.Target.OriginReservationID)
+	r, _, err := s.Reservations.Get(ctx, tx, org, req.Target.OriginReservationID)
 	if err != nil {
 		return Preparation{}, err
 	}
@@ -330,7 +331,7 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 // Reconcile answers a changed request from the preparation's owner: a preparation never changes,
 // so only one that resolves to the same reference succeeds.
 func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string, req Request) (Preparation, error) {
-	p, err := s.Get(ctx, tx, org, operationID)
+	p, _, err := s.Get(ctx, tx, org, operationID)
 	if err != nil {
 		return Preparation{}, err
 	}

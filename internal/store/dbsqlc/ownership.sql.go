@@ -349,44 +349,6 @@ func (q *Queries) OwnershipLock(ctx context.Context, arg OwnershipLockParams) ([
 	return items, nil
 }
 
-const ownershipTokens = `-- name: OwnershipTokens :many
-SELECT external_key, token
-FROM ownership_bindings
-WHERE organization_id = $1 AND kind = $2 AND external_key = ANY ($3::text[])
-`
-
-type OwnershipTokensParams struct {
-	OrganizationID string
-	Kind           string
-	ExternalKeys   []string
-}
-
-type OwnershipTokensRow struct {
-	ExternalKey string
-	Token       string
-}
-
-// The owning tokens of objects of one kind, for read projections.
-func (q *Queries) OwnershipTokens(ctx context.Context, arg OwnershipTokensParams) ([]OwnershipTokensRow, error) {
-	rows, err := q.db.Query(ctx, ownershipTokens, arg.OrganizationID, arg.Kind, arg.ExternalKeys)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []OwnershipTokensRow
-	for rows.Next() {
-		var i OwnershipTokensRow
-		if err := rows.Scan(&i.ExternalKey, &i.Token); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const ownershipTombstoneCreate = `-- name: OwnershipTombstoneCreate :exec
 INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, deleted_at, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8,

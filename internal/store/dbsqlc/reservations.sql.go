@@ -780,6 +780,62 @@ func (q *Queries) ReservationOriginHoldingReservation(ctx context.Context, arg R
 	return i, err
 }
 
+const reservationRead = `-- name: ReservationRead :one
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status,
+       COALESCE((SELECT b.token FROM ownership_bindings b
+                 WHERE b.organization_id = r.organization_id AND b.kind = $1 AND b.external_key = r.id), '')::text AS ownership_token
+FROM worker_endpoint_origin_reservations r
+WHERE r.organization_id = $2 AND r.id = $3
+`
+
+type ReservationReadParams struct {
+	OwnershipKind  string
+	OrganizationID string
+	ID             string
+}
+
+type ReservationReadRow struct {
+	WorkerEndpointOriginReservation WorkerEndpointOriginReservation
+	EffectiveStatus                 ReservationStatus
+	OwnershipToken                  string
+}
+
+// A reservation as its GET answers it: ReservationGet with the owning token of its ownership key,
+// in one round trip.
+func (q *Queries) ReservationRead(ctx context.Context, arg ReservationReadParams) (ReservationReadRow, error) {
+	row := q.db.QueryRow(ctx, reservationRead, arg.OwnershipKind, arg.OrganizationID, arg.ID)
+	var i ReservationReadRow
+	err := row.Scan(
+		&i.WorkerEndpointOriginReservation.OrganizationID,
+		&i.WorkerEndpointOriginReservation.ID,
+		&i.WorkerEndpointOriginReservation.UID,
+		&i.WorkerEndpointOriginReservation.Format,
+		&i.WorkerEndpointOriginReservation.Space,
+		&i.WorkerEndpointOriginReservation.WorkerName,
+		&i.WorkerEndpointOriginReservation.Subdomain,
+		&i.WorkerEndpointOriginReservation.CanonicalOrigin,
+		&i.WorkerEndpointOriginReservation.TTLSeconds,
+		&i.WorkerEndpointOriginReservation.Revision,
+		&i.WorkerEndpointOriginReservation.Status,
+		&i.WorkerEndpointOriginReservation.ExpiresAt,
+		&i.WorkerEndpointOriginReservation.HostMinted,
+		&i.WorkerEndpointOriginReservation.BoundWorkerUID,
+		&i.WorkerEndpointOriginReservation.BoundWorkerRevision,
+		&i.WorkerEndpointOriginReservation.EndpointUID,
+		&i.WorkerEndpointOriginReservation.EndpointRevision,
+		&i.WorkerEndpointOriginReservation.OfferingID,
+		&i.WorkerEndpointOriginReservation.OfferingDigest,
+		&i.WorkerEndpointOriginReservation.Pack,
+		&i.WorkerEndpointOriginReservation.Installation,
+		&i.WorkerEndpointOriginReservation.CreatedAt,
+		&i.WorkerEndpointOriginReservation.UpdatedAt,
+		&i.WorkerEndpointOriginReservation.ReleasedAt,
+		&i.EffectiveStatus,
+		&i.OwnershipToken,
+	)
+	return i, err
+}
+
 const reservationRelease = `-- name: ReservationRelease :one
 WITH cur AS (
     SELECT r.organization_id, r.id, r.status, r.endpoint_uid,

@@ -612,6 +612,68 @@ func (q *Queries) EndpointLock(ctx context.Context, arg EndpointLockParams) (End
 	return i, err
 }
 
+const endpointRead = `-- name: EndpointRead :one
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.worker_uid, v.worker_name, v.origin_reservation_id, v.host_minted, v.canonical_origin, v.hostname, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.present, v.deployment_status, v.deployment_id,
+       COALESCE((SELECT b.token FROM ownership_bindings b
+                 WHERE b.organization_id = v.organization_id AND b.kind = $1 AND b.external_key = $2), '')::text AS ownership_token
+FROM endpoint_states v
+WHERE v.organization_id = $3 AND v.space = $4 AND v.name = $5 AND v.status <> 'deleted'
+`
+
+type EndpointReadParams struct {
+	OwnershipKind  string
+	OwnershipKey   string
+	OrganizationID string
+	Space          string
+	Name           string
+}
+
+type EndpointReadRow struct {
+	EndpointState  EndpointState
+	OwnershipToken string
+}
+
+// The present endpoint space/name as its GET answers it, with the owning token of its ownership
+// key, in one round trip; no lock.
+func (q *Queries) EndpointRead(ctx context.Context, arg EndpointReadParams) (EndpointReadRow, error) {
+	row := q.db.QueryRow(ctx, endpointRead,
+		arg.OwnershipKind,
+		arg.OwnershipKey,
+		arg.OrganizationID,
+		arg.Space,
+		arg.Name,
+	)
+	var i EndpointReadRow
+	err := row.Scan(
+		&i.EndpointState.UID,
+		&i.EndpointState.OrganizationID,
+		&i.EndpointState.Space,
+		&i.EndpointState.Name,
+		&i.EndpointState.Generation,
+		&i.EndpointState.Revision,
+		&i.EndpointState.WorkerUID,
+		&i.EndpointState.WorkerName,
+		&i.EndpointState.OriginReservationID,
+		&i.EndpointState.HostMinted,
+		&i.EndpointState.CanonicalOrigin,
+		&i.EndpointState.Hostname,
+		&i.EndpointState.OfferingID,
+		&i.EndpointState.OfferingDigest,
+		&i.EndpointState.Pack,
+		&i.EndpointState.Installation,
+		&i.EndpointState.Status,
+		&i.EndpointState.OperationID,
+		&i.EndpointState.CreatedAt,
+		&i.EndpointState.UpdatedAt,
+		&i.EndpointState.DeletedAt,
+		&i.EndpointState.Present,
+		&i.EndpointState.DeploymentStatus,
+		&i.EndpointState.DeploymentID,
+		&i.OwnershipToken,
+	)
+	return i, err
+}
+
 const endpointSetStatus = `-- name: EndpointSetStatus :one
 UPDATE worker_endpoints
 SET status = $1, revision = revision + 1, operation_id = $2, updated_at = (SELECT db_now()),
@@ -847,6 +909,72 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 		&i.DeploymentID,
 		&i.RuntimeInputStatus,
 		&i.RuntimeInputWorkerUID,
+	)
+	return i, err
+}
+
+const workerRead = `-- name: WorkerRead :one
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid,
+       COALESCE((SELECT b.token FROM ownership_bindings b
+                 WHERE b.organization_id = v.organization_id AND b.kind = $1 AND b.external_key = $2), '')::text AS ownership_token
+FROM worker_states v
+WHERE v.organization_id = $3 AND v.space = $4 AND v.name = $5 AND v.status <> 'deleted'
+`
+
+type WorkerReadParams struct {
+	OwnershipKind  string
+	OwnershipKey   string
+	OrganizationID string
+	Space          string
+	Name           string
+}
+
+type WorkerReadRow struct {
+	WorkerState    WorkerState
+	OwnershipToken string
+}
+
+// The present worker space/name as its GET answers it, with the owning token of its ownership
+// key, in one round trip; no lock.
+func (q *Queries) WorkerRead(ctx context.Context, arg WorkerReadParams) (WorkerReadRow, error) {
+	row := q.db.QueryRow(ctx, workerRead,
+		arg.OwnershipKind,
+		arg.OwnershipKey,
+		arg.OrganizationID,
+		arg.Space,
+		arg.Name,
+	)
+	var i WorkerReadRow
+	err := row.Scan(
+		&i.WorkerState.UID,
+		&i.WorkerState.OrganizationID,
+		&i.WorkerState.Space,
+		&i.WorkerState.Name,
+		&i.WorkerState.Generation,
+		&i.WorkerState.Revision,
+		&i.WorkerState.Modules,
+		&i.WorkerState.MainModule,
+		&i.WorkerState.CompatibilityDate,
+		&i.WorkerState.RequiredSensitiveVars,
+		&i.WorkerState.RuntimeInputReference,
+		&i.WorkerState.ScriptName,
+		&i.WorkerState.OfferingID,
+		&i.WorkerState.OfferingDigest,
+		&i.WorkerState.Pack,
+		&i.WorkerState.Installation,
+		&i.WorkerState.Status,
+		&i.WorkerState.OperationID,
+		&i.WorkerState.CreatedAt,
+		&i.WorkerState.UpdatedAt,
+		&i.WorkerState.DeletedAt,
+		&i.WorkerState.ScriptCollision,
+		&i.WorkerState.Settings,
+		&i.WorkerState.Present,
+		&i.WorkerState.DeploymentStatus,
+		&i.WorkerState.DeploymentID,
+		&i.WorkerState.RuntimeInputStatus,
+		&i.WorkerState.RuntimeInputWorkerUID,
+		&i.OwnershipToken,
 	)
 	return i, err
 }

@@ -70,12 +70,6 @@ SET object_uid = excluded.object_uid, request_hash = excluded.request_hash, resp
 -- name: OwnershipTombstonePurge :execrows
 DELETE FROM ownership_tombstones WHERE expires_at <= (SELECT db_now());
 
--- name: OwnershipTokens :many
--- The owning tokens of objects of one kind, for read projections.
-SELECT external_key, token
-FROM ownership_bindings
-WHERE organization_id = @organization_id AND kind = @kind AND external_key = ANY (@external_keys::text[]);
-
 -- name: OwnershipIntentExpire :exec
 -- A recovery that could not finish gives the lease back already expired, so that the next request
 -- on the key, or the janitor, tries again.

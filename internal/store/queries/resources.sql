@@ -31,6 +31,15 @@ WHERE organization_id = @organization_id
   AND ((sqlc.narg('uid')::uuid IS NOT NULL AND uid = sqlc.narg('uid')::uuid)
        OR (sqlc.narg('uid')::uuid IS NULL AND space = @space AND name = @name AND status <> 'deleted'));
 
+-- name: WorkerRead :one
+-- The present worker space/name as its GET answers it, with the owning token of its ownership
+-- key, in one round trip; no lock.
+SELECT sqlc.embed(v),
+       COALESCE((SELECT b.token FROM ownership_bindings b
+                 WHERE b.organization_id = v.organization_id AND b.kind = @ownership_kind AND b.external_key = @ownership_key), '')::text AS ownership_token
+FROM worker_states v
+WHERE v.organization_id = @organization_id AND v.space = @space AND v.name = @name AND v.status <> 'deleted';
+
 -- name: WorkerLock :one
 -- The worker a mutation decides on, locked for the rest of its transaction.
 SELECT v.* FROM worker_states v
@@ -85,6 +94,15 @@ SELECT * FROM endpoint_states
 WHERE organization_id = @organization_id
   AND ((sqlc.narg('uid')::uuid IS NOT NULL AND uid = sqlc.narg('uid')::uuid)
        OR (sqlc.narg('uid')::uuid IS NULL AND space = @space AND name = @name AND status <> 'deleted'));
+
+-- name: EndpointRead :one
+-- The present endpoint space/name as its GET answers it, with the owning token of its ownership
+-- key, in one round trip; no lock.
+SELECT sqlc.embed(v),
+       COALESCE((SELECT b.token FROM ownership_bindings b
+                 WHERE b.organization_id = v.organization_id AND b.kind = @ownership_kind AND b.external_key = @ownership_key), '')::text AS ownership_token
+FROM endpoint_states v
+WHERE v.organization_id = @organization_id AND v.space = @space AND v.name = @name AND v.status <> 'deleted';
 
 -- name: EndpointLock :one
 SELECT v.* FROM endpoint_states v

@@ -19,15 +19,18 @@ VALUES (@organization_id, @operation_id, @preparation_id, @reference, @material_
 
 -- name: PreparationGet :one
 -- A preparation as reads see it: its status as of database time, computed, not written. By
--- operation id, by preparation id, or by reference, within one organization.
-SELECT organization_id, operation_id, preparation_id, reference, material_set_nonce, material_set_id, space, worker_name,
-       bundle_name, endpoint_name, origin_reservation_id, canonical_public_origin, binding_names,
-       (CASE WHEN (status = 'prepared' AND expires_at <= (SELECT db_now())) OR (status = 'claimed' AND claim_expires_at <= (SELECT db_now()))
-             THEN 'expired' ELSE status END)::runtime_input_status AS status,
-       epoch, expires_at, claim_expires_at, worker_uid, worker_revision, digest_key_id, material_digest, failure
-FROM runtime_input_preparations
-WHERE organization_id = @organization_id
-  AND (operation_id = sqlc.narg('operation_id') OR preparation_id = sqlc.narg('preparation_id') OR reference = sqlc.narg('reference'));
+-- operation id, by preparation id, or by reference, within one organization; with the owning
+-- token of its ownership key (its operation id), so that a GET is one round trip.
+SELECT p.organization_id, p.operation_id, p.preparation_id, p.reference, p.material_set_nonce, p.material_set_id, p.space, p.worker_name,
+       p.bundle_name, p.endpoint_name, p.origin_reservation_id, p.canonical_public_origin, p.binding_names,
+       (CASE WHEN (p.status = 'prepared' AND p.expires_at <= (SELECT db_now())) OR (p.status = 'claimed' AND p.claim_expires_at <= (SELECT db_now()))
+             THEN 'expired' ELSE p.status END)::runtime_input_status AS status,
+       p.epoch, p.expires_at, p.claim_expires_at, p.worker_uid, p.worker_revision, p.digest_key_id, p.material_digest, p.failure,
+       COALESCE((SELECT b.token FROM ownership_bindings b
+                 WHERE b.organization_id = p.organization_id AND b.kind = @ownership_kind AND b.external_key = p.operation_id), '')::text AS ownership_token
+FROM runtime_input_preparations p
+WHERE p.organization_id = @organization_id
+  AND (p.operation_id = sqlc.narg('operation_id') OR p.preparation_id = sqlc.narg('preparation_id') OR p.reference = sqlc.narg('reference'));
 
 -- name: PreparationLock :one
 -- The row a mutation decides on, locked (the caller swept it first in this transaction).

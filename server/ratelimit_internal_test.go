@@ -35,6 +35,34 @@ func TestBucketSpendsRefillsAndSaysHowLongToWait(t *testing.T) {
 	}
 }
 
+// The default rate throttles no ordinary use of the provider: the refresh of a 1,000-resource
+// configuration at once, then a 100-resource plan (101 requests) every second for a minute. A key
+// in a loop at 1,000 requests a second gets about the sustained rate.
+func TestTheDefaultRateTakesRefreshesOfLargeConfigurations(t *testing.T) {
+	t.Parallel()
+	rates := catalog.Rates{PerSecond: catalog.DefaultRatePerSecond, Burst: catalog.DefaultRateBurst}
+	k := newKeyBuckets(rates)
+	t0 := time.Unix(1000, 0)
+	for i := range 1000 {
+		ok, _ := k.take("key_a", t0)
+		require.True(t, ok, "request %d of the first refresh", i)
+	}
+	for second := range 60 {
+		for i := range 101 {
+			ok, _ := k.take("key_a", t0.Add(time.Duration(second+10)*time.Second+time.Duration(i)*time.Millisecond))
+			require.True(t, ok, "request %d of the plan at %d s", i, second)
+		}
+	}
+
+	admitted := 0
+	for i := range 10_000 { // ten seconds at 1,000 a second
+		if ok, _ := k.take("key_b", t0.Add(time.Duration(i)*time.Millisecond)); ok {
+			admitted++
+		}
+	}
+	require.InDelta(t, rates.Burst+10*int(rates.PerSecond), admitted, 2, "a loop gets the burst and the rate, no more")
+}
+
 // TestBucketsOfIdleKeysAreForgotten: the map holds only keys whose buckets have not refilled.
 func TestBucketsOfIdleKeysAreForgotten(t *testing.T) {
 	t.Parallel()

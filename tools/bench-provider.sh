@@ -6,7 +6,7 @@
 # (tools/zeroprovider: the Takoform resources' shapes and no work, the floor any framework provider
 # of these shapes pays) and the same graph shape built from terraform_data, and prints the ratios. It also counts intent_in_progress answers: those the
 # provider retried behind the scenes (the Host's 409 answers, from its /metrics) and those that
-# surfaced to the user.
+# surfaced to the user, and the requests the per-key rate refused (each a Retry-After wait).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -170,7 +170,8 @@ plans="${PLANS:-5}"
 echo "== $stacks stacks, $((stacks * 5)) resources each side, default parallelism"
 run data-apply "$work/data" apply -auto-approve
 run zero-apply "$work/zero" apply -auto-approve
-conflicts() { curl -fsS "http://$listen/metrics" | awk '/^takoserver_http_requests_total/ && /status="409"/ { n += $NF } END { print n + 0 }'; }
+answered() { curl -fsS "http://$listen/metrics" | awk -v s="status=\"$1\"" '/^takoserver_http_requests_total/ && index($0, s) { n += $NF } END { print n + 0 }'; }
+conflicts() { answered 409; }
 before="$(conflicts)"
 run takoform-apply "$work/takoform" apply -auto-approve
 echo "-- $plans no-op plans each, in turn"
@@ -196,4 +197,5 @@ ratio apply data
 printf '%-8s %6sx  (median of %d paired runs)\n' plan "$plan_data" "$plans"
 ratio destroy data
 echo "retryable 409s (intent_in_progress, witness_open): $retried answered and retried by the provider, $surfaced surfaced to the user (target 0)"
+echo "rate-limited requests (429 rate_limited, waited out by the provider): $(answered 429)"
 [ "$surfaced" -eq 0 ]

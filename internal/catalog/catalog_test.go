@@ -119,12 +119,12 @@ func TestQuotasAndRatesDefaultAndOverride(t *testing.T) {
 	t.Parallel()
 	d := Default()
 	require.Equal(t, quota.Ceilings{Workers: 100, Endpoints: 100, Reservations: 200, RuntimeInputs: 100}, d.Quotas)
-	require.Equal(t, Rates{PerSecond: 50, Burst: 200}, d.Rates)
+	require.Equal(t, Rates{PerSecond: 100, Burst: 1000}, d.Rates)
 
 	c, err := Load(write(t, `{"installations":[],"quotas":{"workers":3,"runtimeInputs":0},"rates":{"perKeyPerSecond":2.5}}`))
 	require.NoError(t, err)
 	require.Equal(t, quota.Ceilings{Workers: 3, Endpoints: 100, Reservations: 200, RuntimeInputs: 0}, c.Quotas, "a key left out keeps its default; 0 is a ceiling")
-	require.Equal(t, Rates{PerSecond: 2.5, Burst: 200}, c.Rates)
+	require.Equal(t, Rates{PerSecond: 2.5, Burst: 1000}, c.Rates)
 }
 
 func TestCloudflareInstallationsNameTheirAccountAndA0600TokenFile(t *testing.T) {

@@ -143,41 +143,19 @@ func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error)
 	return Observation{}, fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
 }
 
-// awaitAdmission polls the script until the runtime admits or refuses d's deployment (its
-// incarnation Ready, or ready and waiting only for its secret values; or failed), or the wait
-// ends. Ready needs the runtime's two witnesses (process running, probe answered).
+// awaitAdmission reads the script until the runtime admits or refuses d's deployment (its
+// incarnation Ready, or ready and waiting only for its secret values; or failed), a later
+// deployment rewrites it, reading it fails, or the wait ends. Ready needs the runtime's two
+// witnesses (process running, probe answered).
 func (n *runtimeNode) awaitAdmission(ctx context.Context, d Desired) (Observation, error) {
 	deadline := time.Now().Add(AdmitWait)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl.Add(-500 * time.Millisecond)
 	}
-	obs, err := n.Observe(ctx, NativeWorker, d.NativeName)
-	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		if err != nil {
-			return obs, err
-		}
-		if obs.Present && obs.DeploymentID != d.DeploymentID {
-			return obs, nil // a later deployment rewrote it: the caller compares
-		}
-		left := time.Until(deadline)
-		if obs.Admitted || obs.Failed || left <= 0 || ctx.Err() != nil {
-			return obs, nil
-		}
-		if obs.Version != "" {
-			obs, err = n.ObserveChange(ctx, NativeWorker, d.NativeName, obs, left)
-			continue
-		}
-		// A runtime node without the long poll: ask again after a pause.
-		if left < pause {
-			return obs, nil
-		}
-		select {
-		case <-ctx.Done():
-			return obs, nil
-		case <-time.After(pause):
-		}
-		obs, err = n.Observe(ctx, NativeWorker, d.NativeName)
-	}
+	return Await(ctx, n, NativeWorker, d.NativeName, deadline, func(obs Observation, err error) bool {
+		// A later deployment's rewrite is answered as it is: the caller compares.
+		return err != nil || (obs.Present && obs.DeploymentID != d.DeploymentID) || obs.Admitted || obs.Failed
+	})
 }
 
 // ObserveChange holds a worker's read on the runtime node until its status changes (or within

@@ -316,9 +316,13 @@ func (s *Service) observe(ctx context.Context, p Placement, kind, native string)
 	if err != nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, backend.ObserveTimeout)
 	defer cancel()
-	obs, err := mut.Observe(ctx, kind, native)
+	return liveness(mut.Observe(ctx, kind, native))
+}
+
+// liveness is what one read of a native object says: unreachable where the read failed.
+func liveness(obs backend.Observation, err error) *Liveness {
 	if err != nil {
 		return &Liveness{Reachable: false}
 	}
@@ -326,53 +330,16 @@ func (s *Service) observe(ctx context.Context, p Placement, kind, native string)
 }
 
 // awaitServing waits, bounded, until the worker's backend serves deployment (a new delivery
-// admits a new incarnation through the update path), and reports what it last saw.
+// admits a new incarnation through the update path), and reports what it last saw. An
+// unreachable backend is asked again until the wait ends.
 func (s *Service) awaitServing(ctx context.Context, p Placement, native string, deployment uuid.UUID, within time.Duration) *Liveness {
-	deadline := time.Now().Add(within)
-	live := s.observe(ctx, p, backend.NativeWorker, native)
-	for pause := 25 * time.Millisecond; ; pause = min(2*pause, 250*time.Millisecond) {
-		left := time.Until(deadline)
-		if live == nil || live.serves(deployment) || left <= 0 || ctx.Err() != nil {
-			return live
-		}
-		if next := s.observeChange(ctx, p, backend.NativeWorker, native, live, left); next != nil {
-			live = next // the pack held the read until the worker changed
-			continue
-		}
-		if left < pause {
-			return live
-		}
-		select {
-		case <-ctx.Done():
-			return live
-		case <-time.After(pause):
-		}
-		live = s.observe(ctx, p, backend.NativeWorker, native)
-	}
-}
-
-// observeChange asks a pack that can wait (backend.ChangeObserver) how the object runs once it no
-// longer runs as last observed, or when within has passed. It answers nil where the pack cannot
-// wait, so that the caller polls instead.
-func (s *Service) observeChange(ctx context.Context, p Placement, kind, native string, last *Liveness, within time.Duration) *Liveness {
-	if !last.Reachable || last.Obs.Version == "" {
-		return nil
-	}
 	mut, err := s.mutator(p)
 	if err != nil {
 		return nil
 	}
-	watcher, ok := mut.(backend.ChangeObserver)
-	if !ok {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, within+5*time.Second)
-	defer cancel()
-	obs, err := watcher.ObserveChange(ctx, kind, native, last.Obs, within)
-	if err != nil {
-		return &Liveness{Reachable: false}
-	}
-	return &Liveness{Reachable: true, Obs: obs}
+	return liveness(backend.Await(ctx, mut, backend.NativeWorker, native, time.Now().Add(within), func(obs backend.Observation, err error) bool {
+		return liveness(obs, err).serves(deployment)
+	}))
 }
 
 // texts is a compare-and-swap's expected statuses as the query takes them (text[], cast to the

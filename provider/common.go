@@ -247,9 +247,8 @@ func identifyRead(ctx context.Context, resp *resource.ReadResponse, identity any
 
 // writeRead ends a Read: it writes the model the Read found into the new state only when it
 // differs from the prior one, and the identity only when the Read filled it in (an import). The
-// framework starts the new state and identity as copies of the prior ones, and each write is a
-// reflection pass over every attribute, which a refresh of a large configuration pays once per
-// resource.
+// framework starts the new state and identity as copies of the prior ones, so a refresh that
+// finds nothing new builds no new value.
 func writeRead[M any](ctx context.Context, resp *resource.ReadResponse, prior, read *M, identity func(*M) any) diag.Diagnostics {
 	var diags diag.Diagnostics
 	if !reflect.DeepEqual(prior, read) {
@@ -262,8 +261,7 @@ func writeRead[M any](ctx context.Context, resp *resource.ReadResponse, prior, r
 }
 
 // writePlan ends a ModifyPlan: it writes the modified model into the plan only when it differs
-// from the proposed one it was read from (as writeRead, for the same reason: a no-op plan would
-// otherwise pay a reflection pass per resource for nothing).
+// from the proposed one it was read from (as writeRead: a no-op plan builds no new value).
 func writePlan[M any](ctx context.Context, resp *resource.ModifyPlanResponse, proposed, modified *M) diag.Diagnostics {
 	if reflect.DeepEqual(proposed, modified) {
 		return nil

@@ -70,9 +70,9 @@ func objectTypes(typ attr.Type) (map[string]attr.Type, bool) {
 	return types, true
 }
 
-// validates answers whether v passes the checks the framework makes of an attribute's value of
-// type t on its way in and out (types.Int64's, that a number is a whole one in range). A value
-// that does not is left to the framework, which reports it.
+// validates answers whether v passes, without a diagnostic, the check the framework makes of an
+// attribute's value of type t on its way in and out (types.Int64's: a whole number in range). A
+// value with any diagnostic, warnings included, is left to the framework, which reports it.
 func validates(ctx context.Context, t attr.Type, v tftypes.Value) bool {
 	//nolint:staticcheck // the framework still calls this deprecated interface, so the same check runs here.
 	if typed, ok := t.(xattr.TypeWithValidate); ok {

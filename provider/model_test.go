@@ -7,9 +7,13 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 	"github.com/hashicorp/terraform-plugin-go/tftypes"
 	"github.com/stretchr/testify/require"
 )
@@ -186,4 +190,37 @@ func BenchmarkReadingAWorkerState(b *testing.B) {
 			_ = getState(ctx, state, &m)
 		}
 	})
+}
+
+// refusingString is a string type whose own check refuses "refused", as types.Int64's refuses a
+// fraction: the framework runs such a check on a value's way in and out, and so does the fast path.
+type refusingString struct{ basetypes.StringType }
+
+func (refusingString) Validate(_ context.Context, v tftypes.Value, at path.Path) diag.Diagnostics {
+	var s string
+	if v.IsKnown() && !v.IsNull() && v.As(&s) == nil && s == "refused" {
+		return diag.Diagnostics{diag.NewAttributeErrorDiagnostic(at, "Refused", "this value is refused")}
+	}
+	return nil
+}
+
+// A value its attribute type's check refuses is left to the framework both ways, which reports it.
+func TestModelsLeaveAValueTheirTypeRefusesToTheFramework(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	typ := basetypes.ObjectType{AttrTypes: map[string]attr.Type{"name": refusingString{}}}
+	type model struct {
+		Name types.String `tfsdk:"name"`
+	}
+	raw := func(s string) tftypes.Value {
+		return tftypes.NewValue(typ.TerraformType(ctx), map[string]tftypes.Value{"name": tftypes.NewValue(tftypes.String, s)})
+	}
+	var m model
+	require.True(t, decodeModel(ctx, typ, raw("kept"), &m))
+	require.Equal(t, "kept", m.Name.ValueString())
+	require.False(t, decodeModel(ctx, typ, raw("refused"), &m), "a refused value was read past its type's check")
+	_, fast := encodeModel(ctx, typ, model{Name: types.StringValue("kept")})
+	require.True(t, fast)
+	_, fast = encodeModel(ctx, typ, model{Name: types.StringValue("refused")})
+	require.False(t, fast, "a refused value was written past its type's check")
 }

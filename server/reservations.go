@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/labstack/echo/v4"
 
@@ -11,7 +12,10 @@ import (
 
 func (s *Server) getReservation(c echo.Context) error {
 	r, token, err := s.reservations.Get(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reservationId"))
-	return answerRead(c, r.Project(token).JSON(), err)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, r.Project(token).JSON())
 }
 
 // putReservation creates a reservation, or answers its owner's unchanged request, in one

@@ -14,18 +14,12 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 )
 
-// answerRead answers a GET with the projection a read made (the owning token in it), or its error.
-// Reads take no lock and write nothing; each reads its object and the token in one round trip.
-func answerRead(c echo.Context, body []byte, err error) error {
+func (s *Server) getWorker(c echo.Context) error {
+	w, token, err := s.resources.GetWorker(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("space"), c.Param("name"))
 	if err != nil {
 		return err
 	}
-	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, body)
-}
-
-func (s *Server) getWorker(c echo.Context) error {
-	w, token, err := s.resources.GetWorker(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("space"), c.Param("name"))
-	return answerRead(c, w.Project(token).JSON(), err)
+	return c.JSONBlob(http.StatusOK, w.Project(token).JSON())
 }
 
 func (s *Server) putWorker(c echo.Context) error {
@@ -51,7 +45,10 @@ func (s *Server) deleteWorker(c echo.Context) error {
 
 func (s *Server) getEndpoint(c echo.Context) error {
 	e, token, err := s.resources.GetEndpoint(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("space"), c.Param("name"))
-	return answerRead(c, e.Project(token).JSON(), err)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, e.Project(token).JSON())
 }
 
 func (s *Server) putEndpoint(c echo.Context) error {

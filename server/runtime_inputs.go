@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/labstack/echo/v4"
 
@@ -23,14 +24,20 @@ func (s *Server) getPreparation(c echo.Context) error {
 		return err
 	}
 	p, token, err := s.runtimeInputs.Get(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("operationId"))
-	return answerRead(c, p.Project(token).JSON(), err)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, p.Project(token).JSON())
 }
 
 // getPreparationByReference answers the status of the runtime input a reference names, within
 // the key's organization only (SPEC 3.5).
 func (s *Server) getPreparationByReference(c echo.Context) error {
 	p, token, err := s.runtimeInputs.GetByReference(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reference"))
-	return answerRead(c, p.Project(token).JSON(), err)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, p.Project(token).JSON())
 }
 
 // putPreparation seals a runtime input, in one transaction (it has no backend effect).

@@ -27,6 +27,9 @@ type stoppableFront struct {
 	mu    sync.Mutex
 	srv   *httptest.Server
 	armed bool
+	// down: the capabilities answer has gone; a request that still reaches the front on a
+	// connection opened before is dropped unanswered, never passed to the Host.
+	down bool
 }
 
 func newStoppableFront(t *testing.T, hostURL string) *stoppableFront {
@@ -43,14 +46,30 @@ func newStoppableFront(t *testing.T, hostURL string) *stoppableFront {
 func (f *stoppableFront) start() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	f.down = false
+	var srv *httptest.Server
+	srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		down := f.down
+		f.mu.Unlock()
+		if down {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
 		f.proxy.ServeHTTP(w, r)
 		f.mu.Lock()
 		stop := f.armed && r.URL.Path == "/v1/capabilities"
 		f.armed = f.armed && !stop
+		f.down = f.down || stop
 		f.mu.Unlock()
 		if stop {
-			go f.stop() // after this answer: the Host stops while the creates are under way
+			// Before this answer reaches the provider: no new connection is taken and this one
+			// closes after the answer, so the creates that follow meet a stopped Host.
+			srv.Config.SetKeepAlivesEnabled(false)
+			_ = srv.Listener.Close()
+			go f.stop()
 		}
 	}))
 	if f.addr != "" {

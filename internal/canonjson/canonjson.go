@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Number is a JSON number written exactly as given (already in its canonical text).
@@ -111,30 +112,50 @@ func LessUTF16(a, b string) bool {
 const hexDigits = "0123456789abcdef"
 
 // AppendString appends s as a JSON string the way JSON.stringify writes it. Invalid UTF-8 is
-// written as U+FFFD, as a JavaScript string cannot hold it.
+// written as U+FFFD, as a JavaScript string cannot hold it. Runs that need no escape are copied
+// whole: configs and bundles of a megabyte go through here.
 func AppendString(dst []byte, s string) []byte {
 	dst = append(dst, '"')
-	for _, r := range s {
-		switch {
-		case r == '"':
-			dst = append(dst, '\\', '"')
-		case r == '\\':
-			dst = append(dst, '\\', '\\')
-		case r == '\b':
-			dst = append(dst, '\\', 'b')
-		case r == '\t':
-			dst = append(dst, '\\', 't')
-		case r == '\n':
-			dst = append(dst, '\\', 'n')
-		case r == '\f':
-			dst = append(dst, '\\', 'f')
-		case r == '\r':
-			dst = append(dst, '\\', 'r')
-		case r < 0x20:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[r>>4], hexDigits[r&0xf])
-		default:
-			dst = append(dst, string(r)...)
+	done := 0 // s[:done] is written
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				dst = append(append(dst, s[done:i]...), string(utf8.RuneError)...)
+				i++
+				done = i
+				continue
+			}
+			i += size
+			continue
 		}
+		if c >= 0x20 && c != '"' && c != '\\' {
+			i++
+			continue
+		}
+		dst = append(dst, s[done:i]...)
+		switch c {
+		case '"':
+			dst = append(dst, '\\', '"')
+		case '\\':
+			dst = append(dst, '\\', '\\')
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		}
+		i++
+		done = i
 	}
+	dst = append(dst, s[done:]...)
 	return append(dst, '"')
 }

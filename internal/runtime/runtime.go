@@ -120,7 +120,9 @@ type Node struct {
 
 	mu sync.RWMutex
 	// deny is the egress deny list every new config carries (package egress); n.mu guards it.
+	// denyGen counts its changes: a script's cached identity is for one generation of it.
 	deny      []string
+	denyGen   uint64
 	published []string // the edge's addresses, denied to workers too
 	desired   *state.Desired
 	scripts   map[string]*scriptRun
@@ -137,7 +139,11 @@ type Node struct {
 	// dropped with its script.
 	logs map[string]*workerlog.Ring
 
-	kick chan struct{}
+	// kick wakes the reconciler for the scripts in dirty: those whose incarnations changed state,
+	// or whose candidate's start backoff ended (dirty guarded by kickMu, never held with mu).
+	kick   chan struct{}
+	kickMu sync.Mutex
+	dirty  map[string]bool
 	// changed is closed, and replaced, after every change that may move a script's status (guarded
 	// by mu): status long polls wait on it.
 	changed  chan struct{}
@@ -221,7 +227,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), changed: make(chan struct{}),
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, changed: make(chan struct{}),
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
@@ -242,7 +248,7 @@ func Start(cfg Config) (*Node, error) {
 		Workerd: bin, Logger: log, Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
 		ProbeDeadline: cfg.ProbeDeadline, LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout,
 		SubrequestLimit: cfg.SubrequestLimit, Local: edgeHandler, Bindings: bindingRouter{n, edgeHandler},
-		Changed:   func(*supervisor.Incarnation) { n.nudge() },
+		Changed:   func(i *supervisor.Incarnation) { n.nudge(i.Script()) },
 		Restarted: func(i *supervisor.Incarnation) { n.metrics.restarts.WithLabelValues(i.Script()).Inc() },
 	}
 	if n.desired, err = store.Load(); err != nil {
@@ -401,8 +407,12 @@ func (n *Node) shutdownIncarnations() {
 	n.retiring.Wait()
 }
 
-// nudge asks the reconciler to look at every script again (an incarnation changed state).
-func (n *Node) nudge() {
+// nudge asks the reconciler to look at one script again (one of its incarnations changed state).
+// It never waits for n.mu: an incarnation may change state, and call it, while n.mu is held.
+func (n *Node) nudge(script string) {
+	n.kickMu.Lock()
+	n.dirty[script] = true
+	n.kickMu.Unlock()
 	select {
 	case n.kick <- struct{}{}:
 	default:
@@ -428,9 +438,15 @@ func (n *Node) reconciler() {
 		case <-refresh.C:
 			n.refreshDeny()
 		case <-n.kick:
+			n.kickMu.Lock()
+			dirty := n.dirty
+			n.dirty = map[string]bool{}
+			n.kickMu.Unlock()
+			// Only the scripts whose incarnations moved: a node's other tenants cost a kick
+			// nothing, however many scripts they hold.
 			n.mu.Lock()
-			if !n.closing {
-				for name := range n.scripts {
+			for name := range dirty {
+				if _, ok := n.scripts[name]; ok && !n.closing {
 					n.reconcileLocked(name)
 				}
 			}
@@ -457,6 +473,7 @@ func (n *Node) refreshDeny() {
 	}
 	n.log.Info("this node's addresses changed: workers move to configs with the new egress deny list", "deny", len(deny))
 	n.deny = deny
+	n.denyGen++
 	for name := range n.scripts {
 		n.reconcileLocked(name)
 	}

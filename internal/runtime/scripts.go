@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
@@ -37,6 +38,37 @@ type scriptRun struct {
 	backoff     time.Duration
 	// workerUID is the worker UID the script's entry of n.byUID was made for.
 	workerUID string
+	// want is the identity of the desired script it was computed for: rendering a config and
+	// digesting a bundle costs about 20 ns a byte, and reconciles and status reads ask for it far
+	// more often than the desired script changes. Written only with n.mu held for writing.
+	want wanted
+	// reconciles and renders count the work this script cost the node (tests read them).
+	reconciles int
+	renders    atomic.Int64
+}
+
+// wanted is a desired script's identity, for that script value (the desired state is copied on
+// write: a changed script is a new value) and that generation of the deny list.
+type wanted struct {
+	of      *state.Script
+	denyGen uint64
+	id      desiredIdentity
+	err     error
+}
+
+// wantLocked is the identity s should run as (n.mu held). With n.mu held for writing it keeps what
+// it computed; a reader (holding it for reading) only uses what is kept, which every reconcile of
+// a changed script has just computed.
+func (n *Node) wantLocked(r *scriptRun, s *state.Script, writing bool) (desiredIdentity, error) {
+	if r.want.of == s && r.want.denyGen == n.denyGen {
+		return r.want.id, r.want.err
+	}
+	r.renders.Add(1)
+	id, err := identity(s, n.deny)
+	if writing {
+		r.want = wanted{of: s, denyGen: n.denyGen, id: id, err: err}
+	}
+	return id, err
 }
 
 // running is one incarnation and the deployment it was started for.
@@ -145,6 +177,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		r = &scriptRun{}
 		n.scripts[name] = r
 	}
+	r.reconciles++
 	n.indexLocked(name, r, s)
 	var retired []*supervisor.Incarnation
 	retire := func(x *running, drain bool) {
@@ -166,7 +199,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 		}
 		return retired
 	}
-	want, err := identity(s, n.deny)
+	want, err := n.wantLocked(r, s, true)
 	if err != nil {
 		r.problem = "the desired deployment cannot be rendered: " + err.Error()
 		return nil
@@ -198,7 +231,7 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 			r.problem = err.Error()
 			r.backoff = nextStartBackoff(r.backoff, r.unstartable == want.id)
 			r.unstartable, r.retryAt = want.id, time.Now().Add(r.backoff)
-			time.AfterFunc(r.backoff, n.nudge)
+			time.AfterFunc(r.backoff, func() { n.nudge(name) })
 			n.log.Error("start candidate", "script", name, "error", err, "retryIn", r.backoff.String())
 			return retired
 		}
@@ -221,6 +254,10 @@ func (n *Node) reconcileLocked(name string) []*supervisor.Incarnation {
 			// It serves whether or not the disk took it: memory goes ahead, and a restarted node
 			// merely treats it as a candidate again.
 			n.desired = &next
+			// Admitting records what serves; what the script should run, its identity, stands.
+			if r.want.of == s {
+				r.want.of = n.desired.Scripts[name]
+			}
 			if err := n.store.Save(n.desired); err != nil {
 				n.log.Error("persist the admitted incarnation", "script", name, "error", err)
 			}
@@ -475,7 +512,7 @@ func (n *Node) scriptStateLocked(name string) adminapi.ScriptStatus {
 	default:
 		out.Incarnation = incarnationStatus(r.failed)
 	}
-	want, err := identity(s, n.deny)
+	want, err := n.wantLocked(r, s, false)
 	current := err == nil && r.serving != nil && r.serving.id == want.id && r.serving.inc.Ready()
 	secretsCurrent := len(s.SecretNames) == 0 ||
 		(secretsCover(s) && r.serving != nil && r.serving.deliveryID == s.Delivery.DeliveryID)

@@ -1,0 +1,14 @@
+package runtime
+
+// ScriptWork is what one script has cost this node so far: the reconciles of it, and the
+// renders of its desired identity (a workerd config and the digests of its bundle). A test reads
+// it to check that other tenants' churn and status reads cost a script nothing.
+func (n *Node) ScriptWork(name string) (reconciles int, renders int64) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	r := n.scripts[name]
+	if r == nil {
+		return 0, 0
+	}
+	return r.reconciles, r.renders.Load()
+}

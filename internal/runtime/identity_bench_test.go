@@ -1,0 +1,32 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
+)
+
+// BenchmarkRenderingADesiredIdentity is what a script's identity costs to compute (its workerd
+// config rendered, its bundle and config digested) by bundle size: the node computes it once per
+// change of the desired script, and keeps it for reconciles and status reads.
+func BenchmarkRenderingADesiredIdentity(b *testing.B) {
+	deny := []string{"10.0.0.1/32", "198.18.0.0/15", "64:ff9b::/96"}
+	for _, size := range []struct {
+		name  string
+		bytes int
+	}{{"2KiB", 2 << 10}, {"100KiB", 100 << 10}, {"1MiB", 1 << 20}} {
+		s := &state.Script{
+			Name: "s-bench", MainModule: "index.js", CompatibilityDate: "2025-01-01",
+			Modules: map[string]string{"index.js": "export default { fetch() { return new Response(\"ok\") } }\n// " + strings.Repeat("padding ", size.bytes/8)},
+		}
+		b.Run(size.name, func(b *testing.B) {
+			b.SetBytes(int64(size.bytes))
+			for b.Loop() {
+				if _, err := identity(s, deny); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -11,6 +11,8 @@
 //	  lock                  held (flock) while a node runs, so two nodes never share the directory
 //	  admin-token           the admin API's bearer token (256 random bits, hex)
 //	  desired.json          scripts, routes, brakes, delivery metadata, recent effect ids
+//	  bundles/<sha256>      one set of modules, named by the digest of its content, for every
+//	                        script (and admitted incumbent) desired.json names it for
 //	  secrets/<workerUid>   one sealed delivery per worker UID (AES-256-GCM)
 //	  incarnations/         one private directory per running incarnation (config and modules)
 package state
@@ -29,8 +31,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -40,11 +44,13 @@ import (
 )
 
 const (
-	desiredFile      = "desired.json"
-	lockFile         = "lock"
-	secretsDir       = "secrets"
-	incarnationsDir  = "incarnations"
-	desiredVersion   = 1
+	desiredFile     = "desired.json"
+	lockFile        = "lock"
+	secretsDir      = "secrets"
+	incarnationsDir = "incarnations"
+	bundlesDir      = "bundles"
+	// desiredVersion 2 keeps modules in bundles/; version 1 (inline) is still read.
+	desiredVersion   = 2
 	sealedFileFormat = "takoform.runtime-sealed-delivery.v1"
 )
 
@@ -140,6 +146,12 @@ type Store struct {
 	lock    *os.File
 	// movedKey is the legacy key file the dev path moved out at Open, if any.
 	movedKey string
+
+	// saveMu orders saves; bundles and onDisk are what they know of bundles/: the file of each
+	// modules map the last save wrote or the load read, and the names of the files there.
+	saveMu  sync.Mutex
+	bundles map[unsafe.Pointer]bundleFile
+	onDisk  map[string]bool
 }
 
 // Open validates (or creates) the state directory and its private subdirectories, takes its lock,
@@ -149,7 +161,7 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: abs, owner: safedir.Current()}
+	s := &Store{dir: abs, owner: safedir.Current(), bundles: map[unsafe.Pointer]bundleFile{}, onDisk: map[string]bool{}}
 	if err := safedir.Ensure(abs, s.owner); err != nil {
 		return nil, err
 	}
@@ -166,7 +178,7 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{secretsDir, incarnationsDir} {
+	for _, sub := range []string{secretsDir, incarnationsDir, bundlesDir} {
 		if err := safedir.Ensure(filepath.Join(abs, sub), s.owner); err != nil {
 			return nil, err
 		}
@@ -245,6 +257,15 @@ func (s *Store) IncarnationsDir() string { return filepath.Join(s.dir, incarnati
 
 // Load reads the desired state; a state directory that has none yet holds nothing.
 func (s *Store) Load() (*Desired, error) {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	entries, err := os.ReadDir(filepath.Join(s.dir, bundlesDir))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		s.onDisk[e.Name()] = true
+	}
 	d := &Desired{Version: desiredVersion}
 	b, err := safedir.ReadFile(s.dir, desiredFile, s.owner)
 	switch {
@@ -252,11 +273,15 @@ func (s *Store) Load() (*Desired, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := json.Unmarshal(b, d); err != nil {
+		var f desiredOnDisk
+		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("read %s: %w", filepath.Join(s.dir, desiredFile), err)
 		}
-		if d.Version != desiredVersion {
-			return nil, fmt.Errorf("%s has version %d; this runtime reads %d", filepath.Join(s.dir, desiredFile), d.Version, desiredVersion)
+		if f.Version != desiredVersion && f.Version != 1 {
+			return nil, fmt.Errorf("%s has version %d; this runtime reads 1 and %d", filepath.Join(s.dir, desiredFile), f.Version, desiredVersion)
+		}
+		if d, err = s.readBundles(&f); err != nil {
+			return nil, err
 		}
 	}
 	if d.Scripts == nil {
@@ -271,14 +296,27 @@ func (s *Store) Load() (*Desired, error) {
 	return d, nil
 }
 
-// Save replaces the desired state atomically.
+// Save replaces the desired state atomically: the modules it names not yet in bundles/ first,
+// then desired.json, then it removes the bundles nothing names any more. A save writes what
+// changed: desired.json names modules by digest, and a bundle already there is not written again.
 func (s *Store) Save(d *Desired) error {
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
 	d.Version = desiredVersion
-	b, err := json.Marshal(d)
+	f, used, err := s.writeBundles(d)
+	if err != nil {
+		return fmt.Errorf("write the bundles: %w", err)
+	}
+	b, err := json.Marshal(f)
 	if err != nil {
 		return err
 	}
-	return safedir.WriteFile(s.dir, desiredFile, b, s.owner)
+	if err := safedir.WriteFile(s.dir, desiredFile, b, s.owner); err != nil {
+		return err
+	}
+	// The state is saved: a bundle that cannot be removed now is removed by a later save.
+	_ = s.collectBundles(used)
+	return nil
 }
 
 // MAC is the runtime's keyed digest (hex HMAC-SHA256 under its own key) of msg. It is never a

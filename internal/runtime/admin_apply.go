@@ -34,7 +34,11 @@ func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (de
 		return a, nil, fmt.Errorf("persist desired state: %w", err)
 	}
 	n.desired = &next
-	defer n.signalLocked()
+	if a.Reconcile != "" {
+		// Only a script's own changes move its status (routes, brakes and the rest are not in it;
+		// what a brake does to an incarnation kicks its script when it happens).
+		defer n.signalLocked(a.Reconcile)
+	}
 	n.eraseSecrets(a.Erase)
 	if a.DropLog != "" {
 		n.dropLogRingLocked(a.DropLog)

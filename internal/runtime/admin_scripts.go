@@ -109,7 +109,7 @@ func (n *Node) getScript(_ http.ResponseWriter, r *http.Request) (any, error) {
 	defer timer.Stop()
 	for {
 		n.mu.RLock()
-		st, changed := n.scriptStatusLocked(name), n.changed
+		st, changed := n.scriptStatusLocked(name), n.changedLocked(name)
 		n.mu.RUnlock()
 		if since == "" || st.Version != since || wait <= 0 {
 			return st, nil
@@ -117,6 +117,7 @@ func (n *Node) getScript(_ http.ResponseWriter, r *http.Request) (any, error) {
 		if !n.awaitChange(r, changed, timer) {
 			return st, nil
 		}
+		n.statusWakes.Add(1)
 	}
 }
 

@@ -12,3 +12,6 @@ func (n *Node) ScriptWork(name string) (reconciles int, renders int64) {
 	}
 	return r.reconciles, r.renders.Load()
 }
+
+// StatusWakes is how many times a status long poll was woken to read its script's status again.
+func (n *Node) StatusWakes() int64 { return n.statusWakes.Load() }

@@ -931,6 +931,15 @@ func TestAScriptStatusLongPollHoldsUntilTheStatusChanges(t *testing.T) {
 		require.Less(t, a.in, adminapi.StatusWaitMax, "a long poll was answered by its wait's end, not by the change")
 		st = a.st
 	}
+
+	// A new deployment of the same code is the same incarnation: nothing starts, so nothing
+	// kicks the reconciler, and the PUT itself wakes the poll.
+	got = watched(st.Version)
+	f.script("watched", "uid-w", 2, "v1")
+	a = <-got
+	require.NoError(t, a.err)
+	require.EqualValues(t, 2, a.st.Generation)
+	require.Less(t, a.in, adminapi.StatusWaitMax/2, "the PUT of a new generation did not wake the poll")
 }
 
 // watchAnswer is one long poll's answer and how long it took.
@@ -941,8 +950,8 @@ type watchAnswer struct {
 }
 
 // What other tenants do on a node costs a serving script nothing: another script's deploys (each
-// start, promotion, drain and stop kicks the reconciler) reconcile only that script, and reads of
-// a status use the identity its last reconcile rendered. Before, every kick reconciled every
+// start, promotion, drain and stop kicks the reconciler) reconcile only that script and wake only
+// its status long polls, and reads of a status use the identity its last reconcile rendered. Before, every kick reconciled every
 // script of the node, with n.mu held for writing (the edge waits on it), and every status read
 // rendered the script's workerd config and digested its bundle again: about 20 ms for a 1 MiB
 // bundle, for each script at each kick and each waiter at each wake.
@@ -955,6 +964,20 @@ func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T
 	reconciles, renders := f.h.Node.ScriptWork("quiet")
 	require.Positive(t, reconciles)
 	require.Positive(t, renders)
+	// A status long poll of the quiet script is held through all of it.
+	quiet, err := f.client.GetScript(f.ctx, "quiet")
+	require.NoError(t, err)
+	polled, written := make(chan watchAnswer, 1), make(chan struct{})
+	var once sync.Once
+	wrote := func() { once.Do(func() { close(written) }) }
+	go func() {
+		ctx := httptrace.WithClientTrace(f.ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote() }})
+		start := time.Now()
+		st, err := f.client.WatchScript(ctx, "quiet", quiet.Version, adminapi.StatusWaitMax)
+		polled <- watchAnswer{st, err, time.Since(start)}
+		wrote() // a request that failed before it was written
+	}()
+	<-written
 
 	f.script("busy", "uid-n", 1, "n1")
 	f.waitReady("busy")
@@ -973,6 +996,16 @@ func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T
 	r, n := f.h.Node.ScriptWork("quiet")
 	require.Equal(t, reconciles, r, "another script's churn reconciled this one")
 	require.Equal(t, renders, n, "status reads rendered this script's identity again")
+	require.Zero(t, f.h.Node.StatusWakes(), "another script's churn woke the quiet script's long poll")
+	// Its own change wakes it at once.
+	f.script("quiet", "uid-q", 2, "q2")
+	a := <-polled
+	require.NoError(t, a.err)
+	require.NotEqual(t, quiet.Version, a.st.Version)
+	require.Less(t, a.in, adminapi.StatusWaitMax, "the quiet script's own change did not wake its long poll")
+	f.waitStatus("quiet serving generation 2", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.Generation == 2 && s.Candidate == nil
+	}, "quiet")
 
 	// The busy script's own reads, once it settled, render nothing either.
 	f.waitStatus("busy's earlier incarnations stopped", func(s adminapi.ScriptStatus) bool {

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -144,14 +145,18 @@ type Node struct {
 	kick   chan struct{}
 	kickMu sync.Mutex
 	dirty  map[string]bool
-	// changed is closed, and replaced, after every change that may move a script's status (guarded
-	// by mu): status long polls wait on it.
-	changed  chan struct{}
-	retiring sync.WaitGroup
-	admin    *http.Server
-	edge     *edge.Server
-	served   chan error
-	stopped  chan struct{}
+	// waits holds, by script name, the channel that script's status long polls wait on: closed,
+	// and removed, when its status may have moved, so that a change wakes only its own script's
+	// polls (guarded by waitMu, taken with mu held).
+	waitMu sync.Mutex
+	waits  map[string]chan struct{}
+	// statusWakes counts the status long polls woken (tests read it).
+	statusWakes atomic.Int64
+	retiring    sync.WaitGroup
+	admin       *http.Server
+	edge        *edge.Server
+	served      chan error
+	stopped     chan struct{}
 	// quitting is closed when Close begins: log long polls answer at once.
 	quitting chan struct{}
 	closeOne sync.Once
@@ -227,7 +232,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, changed: make(chan struct{}),
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]chan struct{}{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
@@ -419,10 +424,38 @@ func (n *Node) nudge(script string) {
 	}
 }
 
-// signalLocked wakes the status long polls (n.mu held for writing).
-func (n *Node) signalLocked() {
-	close(n.changed)
-	n.changed = make(chan struct{})
+// changedLocked is what a status long poll of script waits on (n.mu held, for reading or
+// writing): it is closed by the next signal of that script. Taken with the status it was read
+// with, under the same hold of n.mu, it misses no change.
+func (n *Node) changedLocked(script string) <-chan struct{} {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	ch := n.waits[script]
+	if ch == nil {
+		ch = make(chan struct{})
+		n.waits[script] = ch
+	}
+	return ch
+}
+
+// signalLocked wakes the status long polls of the scripts named, or of every script when none is
+// (n.mu held for writing).
+func (n *Node) signalLocked(scripts ...string) {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	if len(scripts) == 0 {
+		for name, ch := range n.waits {
+			close(ch)
+			delete(n.waits, name)
+		}
+		return
+	}
+	for _, name := range scripts {
+		if ch := n.waits[name]; ch != nil {
+			close(ch)
+			delete(n.waits, name)
+		}
+	}
 }
 
 // denyRefresh is how often the node's addresses are read again for the egress deny list.
@@ -449,9 +482,9 @@ func (n *Node) reconciler() {
 				if _, ok := n.scripts[name]; ok && !n.closing {
 					n.reconcileLocked(name)
 				}
+				// An incarnation of it changed state (that is what kicks): its status may have too.
+				n.signalLocked(name)
 			}
-			// An incarnation's state changed (that is what kicks): its script's status may have too.
-			n.signalLocked()
 			n.mu.Unlock()
 		}
 	}
@@ -477,6 +510,7 @@ func (n *Node) refreshDeny() {
 	for name := range n.scripts {
 		n.reconcileLocked(name)
 	}
+	n.signalLocked()
 }
 
 func clearDir(dir string) error {

@@ -141,6 +141,21 @@ func (f *fixture) waitStatus(what string, cond func(adminapi.ScriptStatus) bool,
 	return st
 }
 
+// churn deploys a script (version n1) and then each generation up to last (version n<gen>),
+// waiting each time until the newest serves: every start, promotion, drain and stop kicks the
+// reconciler.
+func (f *fixture) churn(name, uid string, last int64) {
+	f.t.Helper()
+	f.script(name, uid, 1, "n1")
+	f.waitReady(name)
+	for gen := int64(2); gen <= last; gen++ {
+		f.script(name, uid, gen, fmt.Sprintf("n%d", gen))
+		f.waitStatus(name+" serving its newest generation", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Generation == gen
+		}, name)
+	}
+}
+
 // holds checks every 50 ms for d that check keeps passing; the first failure fails the test.
 // It is for what must stay true (a process that must not come back), never for synchronization.
 func (f *fixture) holds(what string, d time.Duration, check func() error) {
@@ -857,14 +872,7 @@ func TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge(t *testi
 	f.script("broken", "uid-b", 2, "b2", "TOKEN")
 
 	// Another script's updates: each start, promotion, drain and stop nudges the reconciler.
-	f.script("busy", "uid-n", 1, "n1")
-	f.waitReady("busy")
-	for gen := int64(2); gen <= 4; gen++ {
-		f.script("busy", "uid-n", gen, fmt.Sprintf("n%d", gen))
-		f.waitStatus("busy serving its newest generation", func(s adminapi.ScriptStatus) bool {
-			return s.Ready && s.Incarnation.Generation == gen
-		}, "busy")
-	}
+	f.churn("busy", "uid-n", 4)
 	attempts := 0
 	for _, line := range strings.Split(f.h.Logs.String(), "\n") {
 		if strings.Contains(line, `"msg":"start candidate"`) && strings.Contains(line, `"script":"broken"`) {
@@ -979,14 +987,7 @@ func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T
 	}()
 	<-written
 
-	f.script("busy", "uid-n", 1, "n1")
-	f.waitReady("busy")
-	for gen := int64(2); gen <= 3; gen++ {
-		f.script("busy", "uid-n", gen, fmt.Sprintf("n%d", gen))
-		f.waitStatus("busy serving its newest generation", func(s adminapi.ScriptStatus) bool {
-			return s.Ready && s.Incarnation.Generation == gen
-		}, "busy")
-	}
+	f.churn("busy", "uid-n", 3)
 	for range 10 {
 		_, err := f.client.GetScript(f.ctx, "quiet")
 		require.NoError(t, err)

@@ -146,20 +146,29 @@ func ReadFile(dir, name string, owner Owner) ([]byte, error) {
 		return nil, err
 	}
 	target := filepath.Join(dir, name)
-	info, err := os.Lstat(target)
-	if err != nil {
+	if err := CheckFile(target, owner); err != nil {
 		return nil, err
-	}
-	if !info.Mode().IsRegular() {
-		return nil, &UnsafePathError{Path: target, Reason: "it is not a regular file"}
-	}
-	if err := checkOwner(target, info, owner); err != nil {
-		return nil, err
-	}
-	if info.Mode().Perm() != FileMode {
-		return nil, &UnsafePathError{Path: target, Reason: fmt.Sprintf("its mode is %#o, want %#o", info.Mode().Perm(), FileMode)}
 	}
 	return os.ReadFile(target)
+}
+
+// CheckFile reports whether path is a private file: a regular file (not a symlink) of mode 0600
+// owned by owner. An absent path's error wraps fs.ErrNotExist.
+func CheckFile(path string, owner Owner) error {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return &UnsafePathError{Path: path, Reason: "it is not a regular file"}
+	}
+	if err := checkOwner(path, info, owner); err != nil {
+		return err
+	}
+	if info.Mode().Perm() != FileMode {
+		return &UnsafePathError{Path: path, Reason: fmt.Sprintf("its mode is %#o, want %#o", info.Mode().Perm(), FileMode)}
+	}
+	return nil
 }
 
 func checkOwner(path string, info fs.FileInfo, owner Owner) error {

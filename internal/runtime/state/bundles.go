@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"unsafe"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
@@ -63,7 +65,7 @@ func (s *Store) writeBundles(d *Desired) (*desiredOnDisk, map[string]bool, error
 	dir := filepath.Join(s.dir, bundlesDir)
 	used := map[string]bool{}
 	cache := make(map[unsafe.Pointer]bundleFile, len(d.Scripts))
-	wrote := false
+	var wrote []string // written, not yet synced into the directory
 	ref := func(m map[string]string) (string, error) {
 		if m == nil {
 			return "", nil
@@ -74,11 +76,11 @@ func (s *Store) writeBundles(d *Desired) (*desiredOnDisk, map[string]bool, error
 			if b, ok = s.bundles[k]; !ok {
 				content := canonjson.Marshal(m)
 				b = bundleFile{modules: m, ref: bundleRef(content)}
-				if !s.onDisk[b.ref] {
+				if !s.onDisk[b.ref] && !slices.Contains(wrote, b.ref) {
 					if err := safedir.WriteFile(dir, b.ref, content, s.owner); err != nil {
 						return "", err
 					}
-					s.onDisk[b.ref], wrote = true, true
+					wrote = append(wrote, b.ref)
 				}
 			}
 			cache[k] = b
@@ -104,18 +106,23 @@ func (s *Store) writeBundles(d *Desired) (*desiredOnDisk, map[string]bool, error
 		}
 		out.Scripts[name] = f
 	}
-	if wrote {
-		// The files desired.json is about to name are on disk before it is.
+	if len(wrote) > 0 {
+		// The files desired.json is about to name are on disk before it is. A file counts as
+		// there only once this succeeded: a failed save writes it again next time.
 		if err := syncDir(dir); err != nil {
 			return nil, nil, err
+		}
+		for _, ref := range wrote {
+			s.onDisk[ref] = true
 		}
 	}
 	s.bundles = cache
 	return out, used, nil
 }
 
-// collectBundles removes from bundles/ every file the desired state just written does not name
-// (and any a crash left half-written).
+// collectBundles removes from bundles/ every file the desired state just written (and synced)
+// does not name, and any a crash left half-written: the node's own files only (regular, 0600,
+// its owner's); anything else there is left for the operator, never repaired.
 func (s *Store) collectBundles(used map[string]bool) error {
 	dir := filepath.Join(s.dir, bundlesDir)
 	entries, err := os.ReadDir(dir)
@@ -124,7 +131,7 @@ func (s *Store) collectBundles(used map[string]bool) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if used[e.Name()] || !e.Type().IsRegular() {
+		if used[e.Name()] || !s.ownFile(dir, e) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -148,6 +155,9 @@ func (s *Store) readBundles(f *desiredOnDisk) (*Desired, error) {
 		}
 		if m, ok := read[ref]; ok {
 			return m, nil
+		}
+		if !validRef(ref) {
+			return nil, fmt.Errorf("%s names a bundle %q, which is not a SHA-256", filepath.Join(s.dir, desiredFile), ref)
 		}
 		b, err := safedir.ReadFile(dir, ref, s.owner)
 		if err != nil {
@@ -182,6 +192,23 @@ func (s *Store) readBundles(f *desiredOnDisk) (*Desired, error) {
 		d.Scripts[name] = &sc
 	}
 	return &d, nil
+}
+
+// ownFile reports whether e is a file of the node's own in dir: regular, mode 0600, its owner's.
+func (s *Store) ownFile(dir string, e fs.DirEntry) bool {
+	if !e.Type().IsRegular() {
+		return false
+	}
+	return safedir.CheckFile(filepath.Join(dir, e.Name()), s.owner) == nil
+}
+
+// validRef reports whether ref can name a bundle file: a lowercase hex SHA-256.
+func validRef(ref string) bool {
+	if len(ref) != sha256.Size*2 {
+		return false
+	}
+	_, err := hex.DecodeString(ref)
+	return err == nil && strings.ToLower(ref) == ref
 }
 
 func syncDir(dir string) error {

@@ -182,3 +182,27 @@ func TestASaveRemovesWhatACrashLeftInBundles(t *testing.T) {
 	require.Len(t, names, 1)
 	require.NotContains(t, names, "0123abcd")
 }
+
+// desired.json names bundles by digest only: a name that is not one (a path, say) is refused
+// before any file is opened. And a file in bundles/ that is not the node's own (another mode) is
+// never removed or rewritten: the operator decides, as for every unsafe private path.
+func TestABundleNameIsADigestAndForeignFilesAreLeftAlone(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "runtime")
+	s := openStore(t, dir)
+	escape := `{"version":2,"scripts":{"a":{"name":"a","modulesRef":"../secrets/w","mainModule":"index.js"}},"routes":{},"effects":{}}`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, desiredFile), []byte(escape), 0o600))
+	_, err := s.Load()
+	require.ErrorContains(t, err, "not a SHA-256")
+
+	require.NoError(t, os.Remove(filepath.Join(dir, desiredFile)))
+	foreign := filepath.Join(dir, bundlesDir, "left-by-someone")
+	require.NoError(t, os.WriteFile(foreign, []byte("x"), 0o600))
+	require.NoError(t, os.Chmod(foreign, 0o644))
+	d, err := s.Load()
+	require.NoError(t, err)
+	d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: map[string]string{"index.js": "x"}, MainModule: "index.js"}
+	require.NoError(t, s.Save(d))
+	_, err = os.Stat(foreign)
+	require.NoError(t, err, "a file that is not the node's own was removed")
+}

@@ -183,6 +183,11 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 			return nil, err
 		}
 	}
+	// A directory just made (bundles/ on a state directory of an earlier runtime) is in the
+	// state directory before any desired.json names a file in it.
+	if err := syncDir(abs); err != nil {
+		return nil, err
+	}
 	if s.token, err = s.loadOrCreate(adminapi.TokenFileName, func() ([]byte, error) {
 		b, err := randomBytes(32)
 		return []byte(hex.EncodeToString(b) + "\n"), err
@@ -264,7 +269,11 @@ func (s *Store) Load() (*Desired, error) {
 		return nil, err
 	}
 	for _, e := range entries {
-		s.onDisk[e.Name()] = true
+		// A bundle counts as written only as the node writes it; anything else there is
+		// refused if desired.json names it, and is written again (or refused) by a save.
+		if validRef(e.Name()) && s.ownFile(filepath.Join(s.dir, bundlesDir), e) {
+			s.onDisk[e.Name()] = true
+		}
 	}
 	d := &Desired{Version: desiredVersion}
 	b, err := safedir.ReadFile(s.dir, desiredFile, s.owner)
@@ -314,8 +323,12 @@ func (s *Store) Save(d *Desired) error {
 	if err := safedir.WriteFile(s.dir, desiredFile, b, s.owner); err != nil {
 		return err
 	}
-	// The state is saved: a bundle that cannot be removed now is removed by a later save.
-	_ = s.collectBundles(used)
+	// Bundles the previous desired.json named go only once the new one is surely there: on a
+	// crash, whichever of the two the disk holds finds its modules. The state is saved either
+	// way: what cannot be removed now is removed by a later save.
+	if syncDir(s.dir) == nil {
+		_ = s.collectBundles(used)
+	}
 	return nil
 }
 

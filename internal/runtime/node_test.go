@@ -871,16 +871,35 @@ func TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge(t *testi
 	require.NoError(t, os.WriteFile(filepath.Join(f.h.StateDir, "secrets", "uid-b"), []byte(`{"format":"damaged"}`), 0o600))
 	f.script("broken", "uid-b", 2, "b2", "TOKEN")
 
-	// Another script's updates: each start, promotion, drain and stop nudges the reconciler.
+	// Another script's updates: each start, promotion, drain and stop kicks the reconciler.
 	f.churn("busy", "uid-n", 4)
-	attempts := 0
-	for _, line := range strings.Split(f.h.Logs.String(), "\n") {
-		if strings.Contains(line, `"msg":"start candidate"`) && strings.Contains(line, `"script":"broken"`) {
-			attempts++
+	// attempts are the times the broken generation was tried, from the node's log.
+	attempts := func() []time.Time {
+		var at []time.Time
+		for _, line := range strings.Split(f.h.Logs.String(), "\n") {
+			var l struct {
+				Time   time.Time `json:"time"`
+				Msg    string    `json:"msg"`
+				Script string    `json:"script"`
+			}
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "start candidate" && l.Script == "broken" {
+				at = append(at, l.Time)
+			}
 		}
+		return at
 	}
-	require.GreaterOrEqual(t, attempts, 1, "the broken generation was tried")
-	require.LessOrEqual(t, attempts, 4, "tried on a backoff, not on each of the busy script's nudges: %d tries", attempts)
+	// The incumbent's own restart kicks the broken script's reconcile inside its backoff.
+	st, err := f.client.GetScript(f.ctx, "broken")
+	require.NoError(t, err)
+	require.NotNil(t, st.Incarnation)
+	require.NoError(t, syscall.Kill(st.Incarnation.PID, syscall.SIGKILL))
+	// Tried again after its backoff by the node itself (nothing else asks), and never sooner.
+	require.Eventually(t, func() bool { return len(attempts()) >= 3 }, 20*time.Second, 50*time.Millisecond,
+		"the broken generation was not tried again after its backoff")
+	at := attempts()
+	for i := 1; i < len(at); i++ {
+		require.GreaterOrEqual(t, at[i].Sub(at[i-1]), 900*time.Millisecond, "try %d came %v after the one before, inside the backoff", i+1, at[i].Sub(at[i-1]))
+	}
 	f.answers("broken.workers.localhost", expectReply("b1", "canary-backoff-1"))
 
 	f.deliver("broken", "uid-b", "delivery-b2", "canary-backoff-2")

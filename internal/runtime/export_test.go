@@ -1,5 +1,7 @@
 package runtime
 
+import "slices"
+
 // ScriptWork is what one script has cost this node so far: the reconciles of it, and the
 // renders of its desired identity (a workerd config and the digests of its bundle). A test reads
 // it to check that other tenants' churn and status reads cost a script nothing.
@@ -15,3 +17,10 @@ func (n *Node) ScriptWork(name string) (reconciles int, renders int64) {
 
 // StatusWakes is how many times a status long poll was woken to read its script's status again.
 func (n *Node) StatusWakes() int64 { return n.statusWakes.Load() }
+
+// DenyAlso adds cidr to the egress deny list as a change of the node's addresses would.
+func (n *Node) DenyAlso(cidr string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.moveToDenyLocked(append(slices.Clone(n.deny), cidr))
+}

@@ -1039,3 +1039,25 @@ func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T
 	_, after := f.h.Node.ScriptWork("busy")
 	require.Equal(t, before, after, "status reads of a settled script rendered its identity")
 }
+
+// When the node's addresses change, every script moves to an incarnation whose config denies the
+// new list (SPEC 5.1): its kept identity is for the old list, and is not used again.
+func TestAChangedDenyListMovesEveryScriptToANewIncarnation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.script("a", "uid-a", 1, "a1")
+	f.route("a.workers.localhost", "a", "ep-a")
+	before := f.waitReady("a")
+	f.h.Node.DenyAlso("203.0.113.7/32")
+	after := f.waitStatus("a serving a new incarnation alone", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.ID != before.Incarnation.ID && s.Candidate == nil
+	}, "a")
+	require.Equal(t, before.Generation, after.Generation)
+	f.answers("a.workers.localhost", expectReply("a1", ""))
+	dirs, err := filepath.Glob(filepath.Join(f.h.StateDir, "incarnations", "a-"+after.Incarnation.ID[4:16]+"-*", "config.capnp"))
+	require.NoError(t, err)
+	require.Len(t, dirs, 1)
+	config, err := os.ReadFile(dirs[0])
+	require.NoError(t, err)
+	require.Contains(t, string(config), `"203.0.113.7/32"`, "the new incarnation's config does not deny the new address")
+}

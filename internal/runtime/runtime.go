@@ -501,6 +501,12 @@ func (n *Node) refreshDeny() {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.moveToDenyLocked(deny)
+}
+
+// moveToDenyLocked makes deny the list every config carries (n.mu held for writing): each
+// script's desired identity is then new, and its incarnation moves to a config with it.
+func (n *Node) moveToDenyLocked(deny []string) {
 	if slices.Equal(deny, n.deny) || n.closing {
 		return
 	}

@@ -109,12 +109,16 @@ func (n *Node) getScript(_ http.ResponseWriter, r *http.Request) (any, error) {
 	defer timer.Stop()
 	for {
 		n.mu.RLock()
-		st, changed := n.scriptStatusLocked(name), n.changedLocked(name)
-		n.mu.RUnlock()
+		st := n.scriptStatusLocked(name)
 		if since == "" || st.Version != since || wait <= 0 {
+			n.mu.RUnlock()
 			return st, nil
 		}
-		if !n.awaitChange(r, changed, timer) {
+		changed := n.waitLocked(name)
+		n.mu.RUnlock()
+		woken := n.awaitChange(r, changed, timer)
+		n.doneWaiting(name, changed)
+		if !woken {
 			return st, nil
 		}
 		n.statusWakes.Add(1)

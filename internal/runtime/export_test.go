@@ -24,3 +24,10 @@ func (n *Node) DenyAlso(cidr string) {
 	defer n.mu.Unlock()
 	n.moveToDenyLocked(append(slices.Clone(n.deny), cidr))
 }
+
+// PollsWaiting is how many scripts have status long polls waiting on them.
+func (n *Node) PollsWaiting() int {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	return len(n.waits)
+}

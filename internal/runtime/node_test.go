@@ -923,6 +923,7 @@ func TestAScriptStatusLongPollHoldsUntilTheStatusChanges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, absent.Version, same.Version, "nothing changed, yet the version did")
 	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "the read was not held for its wait")
+	require.Zero(t, f.h.Node.PollsWaiting(), "a poll that ended, and plain reads, left a channel behind")
 
 	// A poll held from before a PUT answers with the script present, long before its wait ends.
 	// watched starts a poll and returns once its request is written, so that a change made next

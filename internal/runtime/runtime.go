@@ -147,9 +147,9 @@ type Node struct {
 	dirty  map[string]bool
 	// waits holds, by script name, the channel that script's status long polls wait on: closed,
 	// and removed, when its status may have moved, so that a change wakes only its own script's
-	// polls (guarded by waitMu, taken with mu held).
+	// polls; removed too when its last poll stops waiting (guarded by waitMu, taken with mu held).
 	waitMu sync.Mutex
-	waits  map[string]chan struct{}
+	waits  map[string]*waiters
 	// statusWakes counts the status long polls woken (tests read it).
 	statusWakes atomic.Int64
 	retiring    sync.WaitGroup
@@ -232,7 +232,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]chan struct{}{},
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
@@ -424,18 +424,37 @@ func (n *Node) nudge(script string) {
 	}
 }
 
-// changedLocked is what a status long poll of script waits on (n.mu held, for reading or
-// writing): it is closed by the next signal of that script. Taken with the status it was read
-// with, under the same hold of n.mu, it misses no change.
-func (n *Node) changedLocked(script string) <-chan struct{} {
+// waitLocked is what a status long poll of script waits on (n.mu held, for reading or writing):
+// it is closed by the next signal of that script. Taken under the same hold of n.mu as the status
+// the poll read, it misses no change. The poll says doneWaiting when it stops waiting.
+func (n *Node) waitLocked(script string) <-chan struct{} {
 	n.waitMu.Lock()
 	defer n.waitMu.Unlock()
-	ch := n.waits[script]
-	if ch == nil {
-		ch = make(chan struct{})
-		n.waits[script] = ch
+	w := n.waits[script]
+	if w == nil {
+		w = &waiters{ch: make(chan struct{})}
+		n.waits[script] = w
 	}
-	return ch
+	w.n++
+	return w.ch
+}
+
+// doneWaiting ends one long poll's wait on ch: a script's channel is kept only while polls wait on
+// it, so names polled once (an absent script's, say) leave nothing behind.
+func (n *Node) doneWaiting(script string, ch <-chan struct{}) {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	if w := n.waits[script]; w != nil && w.ch == ch {
+		if w.n--; w.n == 0 {
+			delete(n.waits, script)
+		}
+	}
+}
+
+// waiters is one script's status long polls: the channel they wait on and how many do.
+type waiters struct {
+	ch chan struct{}
+	n  int
 }
 
 // signalLocked wakes the status long polls of the scripts named, or of every script when none is
@@ -444,15 +463,15 @@ func (n *Node) signalLocked(scripts ...string) {
 	n.waitMu.Lock()
 	defer n.waitMu.Unlock()
 	if len(scripts) == 0 {
-		for name, ch := range n.waits {
-			close(ch)
+		for name, w := range n.waits {
+			close(w.ch)
 			delete(n.waits, name)
 		}
 		return
 	}
 	for _, name := range scripts {
-		if ch := n.waits[name]; ch != nil {
-			close(ch)
+		if w := n.waits[name]; w != nil {
+			close(w.ch)
 			delete(n.waits, name)
 		}
 	}

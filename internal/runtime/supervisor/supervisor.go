@@ -445,21 +445,21 @@ func (i *Incarnation) run() {
 				return
 			}
 		}
-		i.mu.Lock()
-		i.restarts = append(i.restarts, time.Now())
-		i.status.Restarts++
-		i.mu.Unlock()
-		if i.opts.Restarted != nil {
-			i.opts.Restarted(i)
-		}
 		reason := adminapi.ReasonRestarting
 		if outcome.reason != "" {
 			reason = outcome.reason
 		}
+		// One change, so that the count alone (a start that fails as the last did) still
+		// tells whoever watches the status.
 		i.set(func(s *Status) {
+			i.restarts = append(i.restarts, time.Now())
+			s.Restarts++
 			s.State, s.Reason, s.PID = adminapi.StatePending, reason, 0
 			s.Message = fmt.Sprintf("%s; restarting in %s", outcome.why, backoff)
 		})
+		if i.opts.Restarted != nil {
+			i.opts.Restarted(i)
+		}
 	}
 }
 

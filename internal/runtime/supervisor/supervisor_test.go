@@ -120,3 +120,32 @@ func TestBrakeHoldsRestartOfAdmittedIncarnation(t *testing.T) {
 	inc.Wake()
 	waitFor(t, "back", inc.Ready)
 }
+
+// Each restart is a change of the status that watchers are told of, also when the process failed
+// to start exactly as the time before (the same message, no PID): its count moved.
+func TestEveryRestartIsAChangeWatchersAreToldOf(t *testing.T) {
+	t.Parallel()
+	sp := spec(t, secretWorker, nil)
+	sp.Admitted = true
+	opts := options(t)
+	opts.Workerd = filepath.Join(t.TempDir(), "no-workerd-here")
+	opts.Backoff, opts.MaxBackoff = 10*time.Millisecond, 10*time.Millisecond
+	told := make(chan int, 1000)
+	opts.Changed = func(i *Incarnation) {
+		select {
+		case told <- i.Status().Restarts:
+		default:
+		}
+	}
+	inc, err := Start(sp, opts)
+	require.NoError(t, err)
+	defer inc.Stop()
+	waitFor(t, "five restarts", func() bool { return inc.Status().Restarts >= 5 })
+	seen := map[int]bool{}
+	for len(told) > 0 {
+		seen[<-told] = true
+	}
+	for n := 1; n <= 4; n++ {
+		require.True(t, seen[n], "restart %d changed nothing a watcher was told of (told of %v)", n, seen)
+	}
+}

@@ -1062,3 +1062,64 @@ func TestAChangedDenyListMovesEveryScriptToANewIncarnation(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(config), `"203.0.113.7/32"`, "the new incarnation's config does not deny the new address")
 }
+
+// A node upgraded in place over a state directory of the earlier format (every script's modules
+// inside desired.json, version 1) serves its workers again, with their secrets, as the same
+// incarnations, and moves the modules into bundles/ at its first change.
+func TestANodeStartedOnAVersion1StateDirectoryServesItsWorkers(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const canary = "canary-upgrade-7730"
+	f.script("kept", "uid-v", 1, "v1", "TOKEN")
+	f.route("kept.workers.localhost", "kept", "ep-v")
+	f.deliver("kept", "uid-v", "delivery-v", canary)
+	before := f.waitReady("kept")
+
+	f.h.RestartAfter(t, func() { writeVersion1(t, f.h.StateDir) })
+	f.reconnect()
+	after := f.waitReady("kept")
+	require.Equal(t, before.Incarnation.ID, after.Incarnation.ID, "the same admitted incarnation")
+	f.answers("kept.workers.localhost", expectReply("v1", canary))
+
+	f.script("other", "uid-o", 1, "o1")
+	desired, err := os.ReadFile(filepath.Join(f.h.StateDir, "desired.json"))
+	require.NoError(t, err)
+	require.NotContains(t, string(desired), "version=v1", "the first change left modules in desired.json")
+	bundles, err := os.ReadDir(filepath.Join(f.h.StateDir, "bundles"))
+	require.NoError(t, err)
+	require.Len(t, bundles, 2, "one bundle for each script's code")
+	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+}
+
+// writeVersion1 rewrites a stopped node's state directory as the runtime before bundles/ left it:
+// each script's (and admitted incumbent's) modules inline in desired.json, version 1.
+func writeVersion1(t *testing.T, stateDir string) {
+	t.Helper()
+	path := filepath.Join(stateDir, "desired.json")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(b, &d))
+	inline := func(entry map[string]any) {
+		ref, _ := entry["modulesRef"].(string)
+		require.NotEmpty(t, ref)
+		m, err := os.ReadFile(filepath.Join(stateDir, "bundles", ref))
+		require.NoError(t, err)
+		var modules map[string]string
+		require.NoError(t, json.Unmarshal(m, &modules))
+		entry["modules"] = modules
+		delete(entry, "modulesRef")
+	}
+	for _, v := range d["scripts"].(map[string]any) {
+		script := v.(map[string]any)
+		inline(script)
+		if serving, ok := script["serving"].(map[string]any); ok {
+			inline(serving)
+		}
+	}
+	d["version"] = 1
+	b, err = json.Marshal(d)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	require.NoError(t, os.RemoveAll(filepath.Join(stateDir, "bundles")))
+}

@@ -95,7 +95,15 @@ func SealingKeyFile(tb testing.TB) string {
 // operator restarting `takoserver runtime` with no Host running would.
 func (h *Harness) Restart(tb testing.TB) {
 	tb.Helper()
+	h.RestartAfter(tb, func() {})
+}
+
+// RestartAfter stops the node, runs between (which may change its state directory, as an
+// operator or an earlier version of the runtime would have left it), and starts it again.
+func (h *Harness) RestartAfter(tb testing.TB, between func()) {
+	tb.Helper()
 	require.NoError(tb, h.Node.Close())
+	between()
 	h.start(tb)
 }
 

@@ -437,22 +437,46 @@ func TestLifecycleBrakeKeepsAKilledProcessDownWhileOthersServe(t *testing.T) {
 	f.answers("braked.workers.localhost", expectReply("b", ""))
 }
 
+// A restarted node serves its workers again, with their secrets, as the same admitted
+// incarnations, from its own state directory alone: as it left it, or as the runtime before
+// bundles/ left it (every script's modules inside desired.json, version 1), which the first change
+// then moves into bundles/.
 func TestRestartedNodeServesItsWorkersAgainWithTheirSecrets(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	const canary = "canary-restart-4411"
-	f.script("keeper", "uid-k", 1, "k", "TOKEN")
-	f.route("keeper.workers.localhost", "keeper", "ep-k")
-	f.deliver("keeper", "uid-k", "delivery-k", canary)
-	before := f.waitReady("keeper")
-	f.answers("keeper.workers.localhost", expectReply("k", canary))
+	for _, tc := range []struct {
+		name    string
+		between func(t *testing.T, stateDir string)
+	}{
+		{"as it left its state directory", func(*testing.T, string) {}},
+		{"upgraded over a version-1 state directory", writeVersion1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := setup(t)
+			const canary = "canary-restart-4411"
+			f.script("keeper", "uid-k", 1, "k", "TOKEN")
+			f.route("keeper.workers.localhost", "keeper", "ep-k")
+			f.deliver("keeper", "uid-k", "delivery-k", canary)
+			before := f.waitReady("keeper")
+			f.answers("keeper.workers.localhost", expectReply("k", canary))
 
-	f.h.Restart(t) // no Host involved: the node reads its own desired state
-	f.reconnect()
-	after := f.waitReady("keeper")
-	require.Equal(t, before.Incarnation.ID, after.Incarnation.ID, "the same admitted incarnation")
-	f.answers("keeper.workers.localhost", expectReply("k", canary))
-	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+			// No Host involved: the node reads its own desired state.
+			f.h.RestartAfter(t, func() { tc.between(t, f.h.StateDir) })
+			f.reconnect()
+			after := f.waitReady("keeper")
+			require.Equal(t, before.Incarnation.ID, after.Incarnation.ID, "the same admitted incarnation")
+			f.answers("keeper.workers.localhost", expectReply("k", canary))
+
+			f.script("other", "uid-o", 1, "o1")
+			desired, err := os.ReadFile(filepath.Join(f.h.StateDir, "desired.json"))
+			require.NoError(t, err)
+			require.NotContains(t, string(desired), "version=k", "modules left in desired.json after a change")
+			bundles, err := os.ReadDir(filepath.Join(f.h.StateDir, "bundles"))
+			require.NoError(t, err)
+			require.Len(t, bundles, 2, "one bundle for each script's code")
+			requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
+		})
+	}
 }
 
 func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
@@ -1061,34 +1085,6 @@ func TestAChangedDenyListMovesEveryScriptToANewIncarnation(t *testing.T) {
 	config, err := os.ReadFile(dirs[0])
 	require.NoError(t, err)
 	require.Contains(t, string(config), `"203.0.113.7/32"`, "the new incarnation's config does not deny the new address")
-}
-
-// A node upgraded in place over a state directory of the earlier format (every script's modules
-// inside desired.json, version 1) serves its workers again, with their secrets, as the same
-// incarnations, and moves the modules into bundles/ at its first change.
-func TestANodeStartedOnAVersion1StateDirectoryServesItsWorkers(t *testing.T) {
-	t.Parallel()
-	f := setup(t)
-	const canary = "canary-upgrade-7730"
-	f.script("kept", "uid-v", 1, "v1", "TOKEN")
-	f.route("kept.workers.localhost", "kept", "ep-v")
-	f.deliver("kept", "uid-v", "delivery-v", canary)
-	before := f.waitReady("kept")
-
-	f.h.RestartAfter(t, func() { writeVersion1(t, f.h.StateDir) })
-	f.reconnect()
-	after := f.waitReady("kept")
-	require.Equal(t, before.Incarnation.ID, after.Incarnation.ID, "the same admitted incarnation")
-	f.answers("kept.workers.localhost", expectReply("v1", canary))
-
-	f.script("other", "uid-o", 1, "o1")
-	desired, err := os.ReadFile(filepath.Join(f.h.StateDir, "desired.json"))
-	require.NoError(t, err)
-	require.NotContains(t, string(desired), "version=v1", "the first change left modules in desired.json")
-	bundles, err := os.ReadDir(filepath.Join(f.h.StateDir, "bundles"))
-	require.NoError(t, err)
-	require.Len(t, bundles, 2, "one bundle for each script's code")
-	requireNowhere(t, canary, f.h.StateDir, f.h.Logs.String())
 }
 
 // writeVersion1 rewrites a stopped node's state directory as the runtime before bundles/ left it:

@@ -141,6 +141,18 @@ func (f *fixture) waitStatus(what string, cond func(adminapi.ScriptStatus) bool,
 	return st
 }
 
+// serveWithSecret deploys generation 1 of a script (version) declaring TOKEN, routes
+// <name>.workers.localhost to it, delivers value as TOKEN and waits until it answers with it.
+func (f *fixture) serveWithSecret(name, uid, version, value string) adminapi.ScriptStatus {
+	f.t.Helper()
+	f.script(name, uid, 1, version, "TOKEN")
+	f.route(name+".workers.localhost", name, "ep-"+name)
+	f.deliver(name, uid, "delivery-"+name, value)
+	st := f.waitReady(name)
+	f.answers(name+".workers.localhost", expectReply(version, value))
+	return st
+}
+
 // churn deploys a script (version n1) and then each generation up to last (version n<gen>),
 // waiting each time until the newest serves: every start, promotion, drain and stop kicks the
 // reconciler.
@@ -454,11 +466,7 @@ func TestRestartedNodeServesItsWorkersAgainWithTheirSecrets(t *testing.T) {
 			t.Parallel()
 			f := setup(t)
 			const canary = "canary-restart-4411"
-			f.script("keeper", "uid-k", 1, "k", "TOKEN")
-			f.route("keeper.workers.localhost", "keeper", "ep-k")
-			f.deliver("keeper", "uid-k", "delivery-k", canary)
-			before := f.waitReady("keeper")
-			f.answers("keeper.workers.localhost", expectReply("k", canary))
+			before := f.serveWithSecret("keeper", "uid-k", "k", canary)
 
 			// No Host involved: the node reads its own desired state.
 			f.h.RestartAfter(t, func() { tc.between(t, f.h.StateDir) })
@@ -483,11 +491,7 @@ func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	const canary = "canary-update-77aa"
-	f.script("rolling", "uid-r", 1, "v1", "TOKEN")
-	f.route("rolling.workers.localhost", "rolling", "ep-r")
-	f.deliver("rolling", "uid-r", "delivery-r", canary)
-	v1 := f.waitReady("rolling")
-	f.answers("rolling.workers.localhost", expectReply("v1", canary))
+	v1 := f.serveWithSecret("rolling", "uid-r", "v1", canary)
 
 	var ok, failed atomic.Int64
 	var lastFailure atomic.Value
@@ -531,7 +535,7 @@ func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
 		return s.Ready && s.Generation == 2 && s.Incarnation.Generation == 2
 	}, "rolling")
 	require.NotEqual(t, v1.Incarnation.ID, v2.Incarnation.ID)
-	require.Equal(t, "delivery-r", v2.Incarnation.DeliveryID)
+	require.Equal(t, "delivery-rolling", v2.Incarnation.DeliveryID)
 	f.answers("rolling.workers.localhost", expectReply("v2", canary))
 	// And keeps flowing after the switch, while the incumbent drains.
 	switched := ok.Load() + failed.Load()
@@ -888,10 +892,7 @@ func TestAReadbackThatFindsADeliveryAbsentRefusesItLater(t *testing.T) {
 func TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.script("broken", "uid-b", 1, "b1", "TOKEN")
-	f.route("broken.workers.localhost", "broken", "ep-b")
-	f.deliver("broken", "uid-b", "delivery-b", "canary-backoff-1")
-	f.waitReady("broken")
+	f.serveWithSecret("broken", "uid-b", "b1", "canary-backoff-1")
 	require.NoError(t, os.WriteFile(filepath.Join(f.h.StateDir, "secrets", "uid-b"), []byte(`{"format":"damaged"}`), 0o600))
 	f.script("broken", "uid-b", 2, "b2", "TOKEN")
 

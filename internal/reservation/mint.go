@@ -194,7 +194,7 @@ func (s *Service) ReleaseGone(ctx context.Context, db store.Beginner) (int, erro
 			if err := s.releaseIfFree(ctx, tx, r.OrganizationID, r.ID, r.UID); err != nil {
 				return err
 			}
-			if row, err := dbsqlc.New(tx).ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: r.OrganizationID, ID: r.ID}); err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased {
+			if row, err := dbsqlc.New(tx).ReservationRead(ctx, dbsqlc.ReservationReadParams{OwnershipKind: Kind, OrganizationID: r.OrganizationID, ID: r.ID}); err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased {
 				n = before + 1
 			}
 		}

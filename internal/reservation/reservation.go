@@ -355,7 +355,7 @@ func release(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) (R
 	if !f.Released {
 		return Reservation{}, fenced(id, b(f.Activation), b(f.LeaseClaimed), b(f.EndpointPresent), b(f.AttestationOpen), b(f.DeploymentLive))
 	}
-	row2, err := q.ReservationGet(ctx, dbsqlc.ReservationGetParams{OrganizationID: orgID, ID: id})
+	row2, err := q.ReservationRead(ctx, dbsqlc.ReservationReadParams{OwnershipKind: Kind, OrganizationID: orgID, ID: id})
 	if err != nil {
 		return Reservation{}, fmt.Errorf("reservation: release: %w", err)
 	}

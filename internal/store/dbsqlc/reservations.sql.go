@@ -381,56 +381,6 @@ func (q *Queries) ReservationDeactivate(ctx context.Context, arg ReservationDeac
 	return i, err
 }
 
-const reservationGet = `-- name: ReservationGet :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
-FROM worker_endpoint_origin_reservations r
-WHERE r.organization_id = $1 AND r.id = $2
-`
-
-type ReservationGetParams struct {
-	OrganizationID string
-	ID             string
-}
-
-type ReservationGetRow struct {
-	WorkerEndpointOriginReservation WorkerEndpointOriginReservation
-	EffectiveStatus                 ReservationStatus
-}
-
-// One reservation with its status as of database time. Reads take no lock and write nothing.
-func (q *Queries) ReservationGet(ctx context.Context, arg ReservationGetParams) (ReservationGetRow, error) {
-	row := q.db.QueryRow(ctx, reservationGet, arg.OrganizationID, arg.ID)
-	var i ReservationGetRow
-	err := row.Scan(
-		&i.WorkerEndpointOriginReservation.OrganizationID,
-		&i.WorkerEndpointOriginReservation.ID,
-		&i.WorkerEndpointOriginReservation.UID,
-		&i.WorkerEndpointOriginReservation.Format,
-		&i.WorkerEndpointOriginReservation.Space,
-		&i.WorkerEndpointOriginReservation.WorkerName,
-		&i.WorkerEndpointOriginReservation.Subdomain,
-		&i.WorkerEndpointOriginReservation.CanonicalOrigin,
-		&i.WorkerEndpointOriginReservation.TTLSeconds,
-		&i.WorkerEndpointOriginReservation.Revision,
-		&i.WorkerEndpointOriginReservation.Status,
-		&i.WorkerEndpointOriginReservation.ExpiresAt,
-		&i.WorkerEndpointOriginReservation.HostMinted,
-		&i.WorkerEndpointOriginReservation.BoundWorkerUID,
-		&i.WorkerEndpointOriginReservation.BoundWorkerRevision,
-		&i.WorkerEndpointOriginReservation.EndpointUID,
-		&i.WorkerEndpointOriginReservation.EndpointRevision,
-		&i.WorkerEndpointOriginReservation.OfferingID,
-		&i.WorkerEndpointOriginReservation.OfferingDigest,
-		&i.WorkerEndpointOriginReservation.Pack,
-		&i.WorkerEndpointOriginReservation.Installation,
-		&i.WorkerEndpointOriginReservation.CreatedAt,
-		&i.WorkerEndpointOriginReservation.UpdatedAt,
-		&i.WorkerEndpointOriginReservation.ReleasedAt,
-		&i.EffectiveStatus,
-	)
-	return i, err
-}
-
 const reservationHostMintedSiblings = `-- name: ReservationHostMintedSiblings :many
 SELECT id, uid
 FROM worker_endpoint_origin_reservations
@@ -800,8 +750,8 @@ type ReservationReadRow struct {
 	OwnershipToken                  string
 }
 
-// A reservation as its GET answers it: ReservationGet with the owning token of its ownership key,
-// in one round trip.
+// One reservation with its status as of database time, and the owning token of its ownership key
+// (so that a GET is one round trip). Reads take no lock and write nothing.
 func (q *Queries) ReservationRead(ctx context.Context, arg ReservationReadParams) (ReservationReadRow, error) {
 	row := q.db.QueryRow(ctx, reservationRead, arg.OwnershipKind, arg.OrganizationID, arg.ID)
 	var i ReservationReadRow

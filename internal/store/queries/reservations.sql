@@ -1,12 +1,6 @@
--- name: ReservationGet :one
--- One reservation with its status as of database time. Reads take no lock and write nothing.
-SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
-FROM worker_endpoint_origin_reservations r
-WHERE r.organization_id = @organization_id AND r.id = @id;
-
 -- name: ReservationRead :one
--- A reservation as its GET answers it: ReservationGet with the owning token of its ownership key,
--- in one round trip.
+-- One reservation with its status as of database time, and the owning token of its ownership key
+-- (so that a GET is one round trip). Reads take no lock and write nothing.
 SELECT sqlc.embed(r), reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status,
        COALESCE((SELECT b.token FROM ownership_bindings b
                  WHERE b.organization_id = r.organization_id AND b.kind = @ownership_kind AND b.external_key = r.id), '')::text AS ownership_token

@@ -316,6 +316,15 @@ func (c *h1conn) serve() {
 		_ = c.raw.SetWriteDeadline(start.Add(s.limits.ResponseTimeout + s.limits.HeaderTimeout))
 		req.RemoteAddr, req.TLS = remote, c.tls
 		w := &h1writer{c: c, req: req, header: make(http.Header, 8)}
+		if req.Method == http.MethodConnect {
+			// Refused unread (connect.go), and the connection closed: what follows is a tunnel's.
+			req.Close = true
+			refuseConnect(w, s.handler)
+			if w.finish() == nil {
+				c.closeWrite()
+			}
+			return
+		}
 		rctx := ctx
 		if h.badFraming {
 			rctx = badFramingCtx

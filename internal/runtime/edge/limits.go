@@ -104,7 +104,7 @@ const headerSlack = 4096
 
 // newH2Server builds the net/http server of the edge's HTTP/2 connections (over TLS; Server hands
 // it those TLSListener negotiated "h2" on) with l's timeouts and header limit. It serves HTTP/2
-// only: HTTP/1.x is the edge's own loop's.
+// only: HTTP/1.x is the edge's own loop's. It refuses CONNECT (connect.go).
 func newH2Server(handler http.Handler, l Limits, errorLog *log.Logger) *http.Server {
 	l = l.WithDefaults()
 	maxHeader := l.MaxHeaderBytes - headerSlack
@@ -114,7 +114,7 @@ func newH2Server(handler http.Handler, l Limits, errorLog *log.Logger) *http.Ser
 	protocols := new(http.Protocols)
 	protocols.SetHTTP2(true)
 	return &http.Server{
-		Handler:           handler,
+		Handler:           noConnect(handler),
 		Protocols:         protocols,
 		ReadHeaderTimeout: l.HeaderTimeout,
 		IdleTimeout:       l.IdleTimeout,

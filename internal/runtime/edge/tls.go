@@ -151,13 +151,18 @@ func (t *TLS) Close() {
 // hostname the edge routes is redirected (308, method and body kept) to the same path over
 // https:// on publicPort, the port clients reach the HTTPS edge on (0 or 443: the scheme's
 // default, left out of the URL); any other host gets the edge's 404 problem, so the listener
-// never redirects to a name this node does not serve. Nothing reaches a worker over plain HTTP.
+// never redirects to a name this node does not serve, and CONNECT is refused as the edge refuses
+// it. Nothing reaches a worker over plain HTTP.
 func Redirect(h *Handler, publicPort int) http.Handler {
 	port := ""
 	if publicPort != 0 && publicPort != 443 {
 		port = strconv.Itoa(publicPort)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			refuseConnect(w, nil)
+			return
+		}
 		host := Hostname(r.Host)
 		if host == "" || !h.Serves(host) {
 			writeProblem(w, problemUnknownHost)

@@ -10,6 +10,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -31,6 +32,7 @@ type Server struct {
 	limits  Limits
 	h2      *http.Server // HTTP/2 over TLS
 	h2conns *connQueue
+	gate    *connGate // client connections' caps, every listener's together
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -46,6 +48,7 @@ type Server struct {
 func NewH1Server(handler http.Handler, l Limits, errorLog *log.Logger) *Server {
 	s := &Server{handler: handler, limits: l.WithDefaults(), listeners: map[net.Listener]struct{}{}, conns: map[*h1conn]struct{}{},
 		errorLog: errorLog}
+	s.gate = newServerGate(s.limits, func(a netip.Addr) bool { return inPrefixes(s.limits.TrustedProxies, a) }, errorLog)
 	s.h2 = newH2Server(handler, l, errorLog)
 	s.h2conns = &connQueue{conns: make(chan net.Conn), done: make(chan struct{})}
 	return s
@@ -75,8 +78,10 @@ func (s *Server) startH2(l net.Listener) {
 }
 
 // Serve accepts connections on l until it is closed or the server shuts down. l may be a plain
-// listener, or a TLSListener (whose connections are *tls.Conn, their handshake done).
+// listener, or a TLSListener (whose connections are *tls.Conn, their handshake done). Its
+// connections are held to the server's caps (Limits.MaxConns, MaxConnsPerSource).
 func (s *Server) Serve(l net.Listener) error {
+	l = s.gateListener(l)
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()

@@ -27,6 +27,13 @@ type Limits struct {
 	MaxHeaderBytes int
 	// MaxBodyBytes bounds a request's body, counted as it streams (413 beyond).
 	MaxBodyBytes int64
+	// MaxConns bounds the client connections the edge holds at once, over all its listeners (TLS
+	// ones from their accept, before their handshake); the server holds it within the process's
+	// descriptor limit too (MaxConnsForDescriptors). A connection beyond it is closed unread.
+	MaxConns int
+	// MaxConnsPerSource bounds those of one source: the peer's IPv4 address, or its IPv6 /64. A
+	// peer in TrustedProxies (a load balancer carries many clients) is held to MaxConns only.
+	MaxConnsPerSource int
 	// TrustedProxies are the peers whose X-Forwarded-*, X-Real-IP and Forwarded headers are
 	// believed (a TLS terminator or load balancer in front of the edge); everyone else's are
 	// replaced by what the edge sees of the connection.
@@ -43,13 +50,24 @@ type Limits struct {
 //     ~15s, so nothing legitimate needs more on this node).
 //   - headers 64 KiB: SPEC 5.1 (Cloudflare accepts 32 KiB of headers; nginx 4x8 KiB lines).
 //   - body 100 MiB: SPEC 5.1, Cloudflare's free and pro plans.
+//   - 16,384 connections in total: an idle HTTP/1.x connection costs about 20 KiB (its goroutine,
+//     buffers, socket), a TLS one twice that, so the edge's connections stay within a few hundred
+//     MiB; on a smaller descriptor limit the server holds fewer (MaxConnsForDescriptors), so the
+//     node keeps descriptors for its probes and admin API (idle keep-alive connections from one
+//     client, 19,900 of them, once took them all and got every tenant's workers killed).
+//   - 256 connections per source: a browser opens at most 6 HTTP/1.1 connections to a host (one
+//     for HTTP/2), so 256 serves a few dozen users behind one NAT (an office, a carrier-grade NAT)
+//     using several of the node's hostnames at once, while one source takes at most 1/64 of the
+//     total.
 const (
-	DefaultIdleTimeout     = 60 * time.Second
-	DefaultHeaderTimeout   = 10 * time.Second
-	DefaultBodyTimeout     = 30 * time.Second
-	DefaultResponseTimeout = 30 * time.Second
-	DefaultMaxHeaderBytes  = 64 << 10
-	DefaultMaxBodyBytes    = 100 << 20
+	DefaultIdleTimeout       = 60 * time.Second
+	DefaultHeaderTimeout     = 10 * time.Second
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultResponseTimeout   = 30 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxBodyBytes      = 100 << 20
+	DefaultMaxConns          = 16384
+	DefaultMaxConnsPerSource = 256
 )
 
 // WithDefaults returns l with every zero value replaced by its default.
@@ -71,6 +89,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if l.MaxConns <= 0 {
+		l.MaxConns = DefaultMaxConns
+	}
+	if l.MaxConnsPerSource <= 0 {
+		l.MaxConnsPerSource = DefaultMaxConnsPerSource
 	}
 	return l
 }

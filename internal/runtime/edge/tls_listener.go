@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,23 +14,28 @@ import (
 // (within handshakeTimeout, never holding up the next Accept) and then hands Server the *tls.Conn,
 // which serves it by its negotiated protocol: HTTP/2 on net/http's server, HTTP/1.x on the edge's
 // own loop. A connection that negotiated another protocol (an ACME tls-alpn-01 validation) is
-// closed once its handshake is done, as net/http does.
+// closed once its handshake is done, as net/http does. Served by Server, its connections are held
+// to the server's caps from their accept, before their handshake (Limits.MaxConns).
 func TLSListener(l net.Listener, config *tls.Config, handshakeTimeout time.Duration) net.Listener {
-	t := &tlsListener{inner: l, config: config, timeout: handshakeTimeout, conns: make(chan net.Conn), done: make(chan struct{})}
-	go t.acceptLoop()
-	return t
+	return &tlsListener{inner: l, config: config, timeout: handshakeTimeout, conns: make(chan net.Conn), done: make(chan struct{})}
 }
 
 type tlsListener struct {
 	inner   net.Listener
 	config  *tls.Config
 	timeout time.Duration
+	gate    atomic.Pointer[connGate] // set by Server.Serve before the first Accept
+	start   sync.Once                // of the accept loop, at the first Accept: none is uncounted
 	conns   chan net.Conn
 	done    chan struct{} // closed when inner's Accept failed for good; err says why
 	err     error
 }
 
+// setGate holds the listener's connections to g's caps from their accept.
+func (t *tlsListener) setGate(g *connGate) { t.gate.Store(g) }
+
 func (t *tlsListener) Accept() (net.Conn, error) {
+	t.start.Do(func() { go t.acceptLoop() })
 	select {
 	case c := <-t.conns:
 		return c, nil
@@ -58,6 +65,12 @@ func (t *tlsListener) acceptLoop() {
 			return
 		}
 		pause = 0
+		if g := t.gate.Load(); g != nil {
+			var ok bool
+			if c, ok = g.admit(c); !ok {
+				continue // closed unread
+			}
+		}
 		go t.handshake(c)
 	}
 }

@@ -88,6 +88,20 @@ func (r *Ring) Admit() bool {
 	return false
 }
 
+// Drop counts n lines refused before they reached the ring (its organization's output budget was
+// spent): their count enters the ring as Admit's refusals do.
+func (r *Ring) Drop(n int) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropped += n
+	if r.report == nil {
+		r.report = time.AfterFunc(DroppedAfter, r.flushDropped)
+	}
+}
+
 // Append adds one admitted line. message must already be scrubbed; it is cut at MaxMessage.
 func (r *Ring) Append(incarnation, level, message string) {
 	if len(message) > MaxMessage {

@@ -149,3 +149,26 @@ func TestParseTellsTheWorkersLinesFromWorkerds(t *testing.T) {
 		require.Equal(t, c.want, Parse(c.raw), c.reason)
 	}
 }
+
+// An organization's output budget is one bucket however many workers and processes take from it:
+// a burst, then a steady rate; a process that restarts (a crash on purpose) gets no fresh burst.
+func TestAnOrganizationsOutputBudgetIsOneBurstThenItsRate(t *testing.T) {
+	t.Parallel()
+	clock := time.Unix(1_700_000_000, 0)
+	b := &Budget{Now: func() time.Time { return clock }}
+	taken := 0
+	for range 3 * OutputLineBurst { // three takers at the same instant
+		if b.Take() {
+			taken++
+		}
+	}
+	require.Equal(t, OutputLineBurst, taken, "one burst, whoever takes from it")
+	clock = clock.Add(100 * time.Millisecond)
+	taken = 0
+	for range OutputLineBurst {
+		if b.Take() {
+			taken++
+		}
+	}
+	require.Equal(t, OutputLinesPerSecond/10, taken, "then the rate: 100 ms bring a tenth of a second's lines")
+}

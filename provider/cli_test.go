@@ -260,7 +260,7 @@ module "plain" {
   modules          = { "index.js" = "export default { async fetch(req, env) { const r = await env.BILLING.fetch('http://billing/'); return new Response('plain+' + await r.text()) } };" }
   vars             = { LEVEL = "info" }
   service_bindings = { BILLING = module.billing.worker_id }
-  limits           = { cpu_ms = 5000 }
+  limits           = { cpu_ms = 2000 }
 }
 
 output "url" {

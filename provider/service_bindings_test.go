@@ -163,7 +163,7 @@ func TestAccServiceBindings(t *testing.T) {
 func TestAccWorkerLimits(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	slow := `export default { async fetch() { await new Promise(r => setTimeout(r, 2000)); return new Response("done"); } };`
+	slow := `export default { async fetch() { await new Promise(r => setTimeout(r, 1000)); return new Response("done"); } };`
 	cfg := func(limits string) string {
 		return f.config(fmt.Sprintf(`
 resource "takoform_worker" "w" {
@@ -202,10 +202,10 @@ resource "takoform_worker_endpoint" "e" {
 				Config: cfg(`{ cpu_ms = 300, memory_mb = 128 }`),
 				Check: resource.ComposeAggregateTestCheckFunc(answers(http.StatusGatewayTimeout),
 					resource.TestCheckTypeSetElemNestedAttrs("data.takoform_offerings.all", "offerings.*",
-						map[string]string{"id": "selfhost-module-worker", "max_cpu_ms": "30000", "max_memory_mb": "256"})),
+						map[string]string{"id": "selfhost-module-worker", "max_cpu_ms": "2000", "max_memory_mb": "128"})),
 			},
 			{
-				Config: cfg(`{ cpu_ms = 10000, memory_mb = 128 }`),
+				Config: cfg(`{ cpu_ms = 2000, memory_mb = 128 }`),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(workerAddr, plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction(endpointAddr, plancheck.ResourceActionNoop),
@@ -213,14 +213,14 @@ resource "takoform_worker_endpoint" "e" {
 				Check: answers(http.StatusOK),
 			},
 			{
-				Config:      cfg(`{ cpu_ms = 30001 }`),
+				Config:      cfg(`{ cpu_ms = 2001 }`),
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)Limit outside the offering's ceilings.*cpu_ms 30001 is above this\s+offering's\s+ceiling\s+of\s+30000\s+\(offering\s+selfhost-module-worker\)`),
+				ExpectError: regexp.MustCompile(`(?s)Limit outside the offering's ceilings.*cpu_ms 2001 is above this\s+offering's\s+ceiling\s+of\s+2000\s+\(offering\s+selfhost-module-worker\)`),
 			},
 			{
-				Config:      cfg(`{ memory_mb = 4096 }`),
+				Config:      cfg(`{ memory_mb = 256 }`),
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)memory_mb 4096 is above this\s+offering's\s+ceiling`),
+				ExpectError: regexp.MustCompile(`(?s)memory_mb\s+must\s+be\s+128\s+on\s+this\s+offering`),
 			},
 		},
 	})

@@ -76,7 +76,7 @@ func TestAccWorkerVarsAndCompatibilityFlags(t *testing.T) {
 			},
 			{
 				Config:      strings.Replace(info, `["nodejs_compat"]`, `["nodejs_compat", "no_such_flag_anywhere"]`, 1),
-				ExpectError: regexp.MustCompile(`(?s)No such compatibility flag:\s+no_such_flag_anywhere.*deployment_failed`),
+				ExpectError: regexp.MustCompile(`(?s)No\s+such\s+compatibility\s+flag:\s+no_such_flag_anywhere.*deployment_failed`),
 				Check:       answers(t, f, "info 5 6f6b 12"),
 			},
 			{Config: info, Check: answers(t, f, "info 5 6f6b 12")},

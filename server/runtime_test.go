@@ -7,14 +7,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
@@ -164,14 +163,26 @@ func TestCodeChangeKeepsTheDeliveredSecretWithoutASecondDelivery(t *testing.T) {
 	require.NotContains(t, h.runtime.Logs.String(), secretCanary)
 }
 
-// A worker whose process keeps dying is restarted as the same incarnation each time, and after
-// the sixth restart within the hour the Host shows the runtime's incident as a worker condition;
-// the worker still answers, since retries continue.
+// A worker whose requests keep holding its process's thread gets the process killed by liveness
+// each time, and is restarted as the same incarnation: implicated twice, it runs alone (the Host
+// shows it quarantined); implicated six times within the hour, the Host shows the runtime's
+// incident as a worker condition. The worker still answers, since retries continue.
 func TestRepeatedCrashesShowAsAnIncidentOnTheWorker(t *testing.T) {
 	t.Parallel()
-	h := setup(t)
+	h := setup(t, func(o *options) {
+		o.runtime = func(c *runtime.Config) {
+			c.LivenessPeriod, c.LivenessTimeout = 200*time.Millisecond, 150*time.Millisecond
+		}
+	})
 	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
-	w := h.putWorker("prod", "api", workerToken, workerBody())
+	body := workerBody()
+	body["modules"] = map[string]string{"index.js": `export default {
+  async fetch(req) {
+    if (new URL(req.url).pathname === "/loop") for (;;) {}
+    return new Response("hello");
+  }
+}`}
+	w := h.putWorker("prod", "api", workerToken, body)
 	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
 	script := w.json(t)["scriptName"].(string)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
@@ -183,18 +194,15 @@ func TestRepeatedCrashesShowAsAnIncidentOnTheWorker(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, first.Incarnation)
 	incarnation := first.Incarnation.ID
-	for i := 0; i < supervisor.IncidentRestarts; i++ {
-		st, err := rt.GetScript(ctx, script)
-		require.NoError(t, err)
-		pid := st.Incarnation.PID
-		require.NotZero(t, pid)
-		require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	for i := 1; i <= 6; i++ {
+		status, _, _ := h.runtime.Get(t, host, "/loop")
+		require.GreaterOrEqual(t, status, 500, "the looping request ends with its process")
 		require.NoError(t, waitFor(30*time.Second, func() error {
 			st, err := rt.GetScript(ctx, script)
 			if err != nil {
 				return err
 			}
-			if st.Incarnation == nil || st.Incarnation.PID == pid || !st.Ready {
+			if st.Incarnation == nil || st.Incarnation.Restarts < i || !st.Ready {
 				return errors.New("not restarted yet")
 			}
 			if st.Incarnation.ID != incarnation {
@@ -205,16 +213,21 @@ func TestRepeatedCrashesShowAsAnIncidentOnTheWorker(t *testing.T) {
 	}
 
 	got := h.get("/v1/spaces/prod/workers/api").json(t)
-	var incident map[string]any
+	conditions := map[string]map[string]any{}
 	for _, c := range got["conditions"].([]any) {
-		if c := c.(map[string]any); c["type"] == "Incident" {
-			incident = c
-		}
+		c := c.(map[string]any)
+		conditions[c["type"].(string)] = c
 	}
+	incident := conditions["Incident"]
 	require.NotNil(t, incident, "worker: %v", got)
 	require.Equal(t, "True", incident["status"])
 	require.Equal(t, "RestartLoop", incident["reason"])
 	require.NotEmpty(t, incident["message"])
+	quarantined := conditions["Quarantined"]
+	require.NotNil(t, quarantined, "worker: %v", got)
+	require.Equal(t, "True", quarantined["status"])
+	require.Equal(t, "RuntimeQuarantined", quarantined["reason"])
+	require.Equal(t, true, got["ready"], "a quarantined worker serves, alone")
 	status, reply, _ := h.runtime.Get(t, host, "/")
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, "hello", reply)

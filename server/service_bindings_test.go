@@ -171,20 +171,22 @@ func TestLimitsAboveTheOfferingsCeilingsAreRefusedAndDiscoveryShowsThem(t *testi
 			ceilings = o["ceilings"].(map[string]any)
 		}
 	}
-	require.Equal(t, map[string]any{"cpuMs": float64(30000), "memoryMb": float64(256)}, ceilings)
+	// A runtime node runs every worker under one heap limit (128 MB) and ends a request that
+	// computes past its liveness bound (2 s) with its organization's process (SPEC 5.1).
+	require.Equal(t, map[string]any{"cpuMs": float64(2000), "memoryMb": float64(128), "fixedMemory": true}, ceilings)
 
 	// Below workerconf.MinMemoryMB workerd cannot start: refused too, as the provider refuses it.
-	for _, limits := range []map[string]any{{"cpuMs": 30001}, {"memoryMb": 257}, {"cpuMs": -1}, {"memoryMb": 15}, {"memoryMb": 1}} {
+	for _, limits := range []map[string]any{{"cpuMs": 2001}, {"memoryMb": 129}, {"memoryMb": 64}, {"cpuMs": -1}, {"memoryMb": 15}, {"memoryMb": 1}} {
 		body := workerBody()
 		body["limits"] = limits
 		p := h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
 		require.Contains(t, p["detail"], "limits")
 	}
 	body := workerBody()
-	body["limits"] = map[string]any{"cpuMs": 100, "memoryMb": 64}
+	body["limits"] = map[string]any{"cpuMs": 100, "memoryMb": 128}
 	r := h.putWorker("prod", "api", workerToken, body)
 	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
-	require.Equal(t, map[string]any{"cpuMs": float64(100), "memoryMb": float64(64)}, r.json(t)["limits"])
+	require.Equal(t, map[string]any{"cpuMs": float64(100), "memoryMb": float64(128)}, r.json(t)["limits"])
 }
 
 // Two workers that come to bind to each other at the same moment both succeed: every put locks
@@ -360,16 +362,17 @@ func TestAFailedUpdateThatMovesABindingKeepsBothCalleesBound(t *testing.T) {
 func TestAMemoryLimitAboveTheRuntimeNodesCeilingIsAMisconfiguration(t *testing.T) {
 	t.Parallel()
 	h := setup(t, func(o *options) {
-		o.runtime = func(c *runtime.Config) { c.Sandbox.Limits.MemoryBytes = 64 << 20 }
+		o.runtime = func(c *runtime.Config) { c.HeapLimitMB = 64 }
 	})
 	body := workerBody()
 	body["limits"] = map[string]any{"memoryMb": 128}
 	p := h.putWorker("prod", "api", workerToken, body).problem(t, http.StatusBadGateway, "backend_misconfigured")
-	require.Contains(t, p["detail"], "limits.memoryMb 128 is above this runtime node's ceiling of 64 MB")
+	require.Contains(t, p["detail"], "limits.memoryMb 128 is above this runtime node's 64 MB per worker")
 	require.Contains(t, p["detail"], "maxMemoryMb")
+	require.Contains(t, p["detail"], "--heap-limit-mb 128")
 	h.get("/v1/spaces/prod/workers/api").problem(t, http.StatusNotFound, "not_found")
 
-	body["limits"] = map[string]any{"memoryMb": 64}
+	delete(body, "limits")
 	r := h.putWorker("prod", "api", workerToken, body)
 	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
 }

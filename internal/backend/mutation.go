@@ -112,6 +112,10 @@ type Observation struct {
 	// Incident: the backend's continuity raised an incident (repeated restarts).
 	Incident        bool
 	IncidentMessage string
+	// Quarantined: the backend runs the worker apart from its organization's other workers,
+	// for its repeated kills of their shared process (or waits to, answering 503).
+	Quarantined       bool
+	QuarantineMessage string
 	// AnyDeployment: the backend cannot tell this object's deployments apart (a workers.dev
 	// route is two flags on its script), so Present means it holds whichever the Host wrote last.
 	AnyDeployment bool

@@ -124,8 +124,8 @@ func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error)
 			return Observation{}, fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
 		}
 		if nodeapi.IsCode(err, adminapi.CodeMemoryAboveNode) {
-			// The offering's maxMemoryMb promises more than the node gives one worker.
-			return Observation{}, fmt.Errorf("%w: installation %s: %v; lower the offering's maxMemoryMb to the node's ceiling, or raise the node's", ErrMisconfigured, n.inst.Name, err)
+			// The offering promises more memory than the node gives one worker.
+			return Observation{}, fmt.Errorf("%w: installation %s: %v; a selfhost offering promises each worker %d MB (maxMemoryMb): run the node with --heap-limit-mb %d", ErrMisconfigured, n.inst.Name, err, catalog.SelfhostMemoryMB, catalog.SelfhostMemoryMB)
 		}
 		if err != nil {
 			return Observation{}, n.wrap(err)
@@ -219,7 +219,8 @@ func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (Obs
 }
 
 func scriptObservation(st adminapi.ScriptStatus) Observation {
-	obs := Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage, Version: st.Version}
+	obs := Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage,
+		Quarantined: st.Quarantined, QuarantineMessage: st.QuarantineMessage, Version: st.Version}
 	obs.DeploymentID, _ = uuid.Parse(st.DeploymentID)
 	obs.Admitted = st.Present && (st.Ready || st.Reason == adminapi.ReasonSecretsPending)
 	obs.Failed = st.Present && st.Reason == adminapi.ReasonFailed

@@ -126,26 +126,30 @@ type Offering struct {
 	Digest      string `json:"-"`
 }
 
-// Default ceilings of a worker's limits. selfhost: the edge's 30 s request time and the node's
-// 256 MiB incarnation ceiling (a node with a lower one applies its own). Cloudflare: 30 s of CPU
-// (Cloudflare's default on paid plans) and its fixed 128 MB isolates.
+// Default ceilings of a worker's limits. Cloudflare: 30 s of CPU (Cloudflare's default on paid
+// plans) and its fixed 128 MB isolates. selfhost (SPEC 5.1): a node runs an organization's workers
+// as isolates of one process, all under V8's heap limit of 128 MB (a node with a lower one refuses
+// more), and ends a request that computes past its liveness bound with its whole process, so a
+// worker may not be promised more than that bound (2 s by default) per request.
 const (
 	DefaultMaxCPUMs              = 30000
-	DefaultSelfhostMaxMemoryMB   = 256
+	SelfhostMemoryMB             = 128
+	SelfhostMaxCPUMs             = 2000
 	CloudflareMemoryMB           = 128
 	cloudflareMaxCPUMsUpperBound = 300000
 )
 
 // Ceilings are the limits a worker on this offering may ask for.
 func (o Offering) Ceilings() workerconf.Ceilings {
-	c := workerconf.Ceilings{CPUMs: o.MaxCPUMs, MemoryMB: o.MaxMemoryMB}
-	if c.CPUMs == 0 {
+	c := workerconf.Ceilings{CPUMs: o.MaxCPUMs, MemoryMB: CloudflareMemoryMB, FixedMemory: true}
+	switch {
+	case o.Pack == PackSelfhost:
+		c.MemoryMB = SelfhostMemoryMB
+		if c.CPUMs == 0 {
+			c.CPUMs = SelfhostMaxCPUMs
+		}
+	case c.CPUMs == 0:
 		c.CPUMs = DefaultMaxCPUMs
-	}
-	if o.Pack != PackSelfhost {
-		c.MemoryMB, c.FixedMemory = CloudflareMemoryMB, true
-	} else if c.MemoryMB == 0 {
-		c.MemoryMB = DefaultSelfhostMaxMemoryMB
 	}
 	return c
 }
@@ -324,6 +328,10 @@ func build(f file) (*Catalog, error) {
 			return nil, fmt.Errorf("offering %q: Cloudflare runs every worker with %d MB; maxMemoryMb must be %d or omitted", o.ID, CloudflareMemoryMB, CloudflareMemoryMB)
 		case o.Pack != PackSelfhost && o.MaxCPUMs > cloudflareMaxCPUMsUpperBound:
 			return nil, fmt.Errorf("offering %q: Cloudflare allows at most %d ms of CPU per request", o.ID, cloudflareMaxCPUMsUpperBound)
+		case o.Pack == PackSelfhost && o.MaxMemoryMB != 0 && o.MaxMemoryMB != SelfhostMemoryMB:
+			return nil, fmt.Errorf("offering %q: a runtime node runs every worker of an organization in one process, under V8's heap limit of %d MB each; maxMemoryMb must be %d or omitted", o.ID, SelfhostMemoryMB, SelfhostMemoryMB)
+		case o.Pack == PackSelfhost && o.MaxCPUMs > SelfhostMaxCPUMs:
+			return nil, fmt.Errorf("offering %q: a runtime node ends a request that computes for longer than its liveness bound (%d ms) with its organization's process; maxCpuMs must be at most %d", o.ID, SelfhostMaxCPUMs, SelfhostMaxCPUMs)
 		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:
 			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below %d: workerd cannot start in it", o.ID, o.MaxMemoryMB, workerconf.MinMemoryMB)
 		}

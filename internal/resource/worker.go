@@ -126,6 +126,9 @@ func (w Worker) conditions() []Condition {
 	if w.Live != nil && w.Live.Obs.Incident {
 		out = append(out, Condition{Type: "Incident", Status: "True", Reason: "RestartLoop", Message: w.Live.Obs.IncidentMessage})
 	}
+	if w.Live != nil && w.Live.Obs.Quarantined {
+		out = append(out, Condition{Type: "Quarantined", Status: "True", Reason: "RuntimeQuarantined", Message: w.Live.Obs.QuarantineMessage})
+	}
 	return out
 }
 

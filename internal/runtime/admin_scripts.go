@@ -8,6 +8,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 )
@@ -48,18 +49,23 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 	return n.scriptStatusLocked(name), nil
 }
 
-// checkMemory refuses a memory limit above the node's ceiling for one incarnation: the sandbox
-// would cap it there, and the worker would run with less than it was promised. (A node without
-// its sandbox has no ceiling.)
+// checkMemory refuses a memory limit above the node's heap limit per isolate: every worker of a
+// process runs with that one limit (SPEC 5.1), and the worker would run with less than it was
+// promised.
 func (n *Node) checkMemory(mb int64) error {
-	if n.sandbox == nil || mb <= 0 {
-		return nil
-	}
-	if ceiling := n.sandbox.Limits().MemoryBytes; mb<<20 > ceiling {
+	if limit := int64(n.heapLimitMB()); mb > limit {
 		return adminapi.NewProblem(http.StatusUnprocessableEntity, adminapi.CodeMemoryAboveNode, "Memory limit above the node's",
-			fmt.Sprintf("limits.memoryMb %d is above this runtime node's ceiling of %d MB for one worker", mb, ceiling>>20))
+			fmt.Sprintf("limits.memoryMb %d is above this runtime node's %d MB per worker (V8's heap limit of each isolate)", mb, limit))
 	}
 	return nil
+}
+
+// heapLimitMB is V8's heap limit of each isolate on this node.
+func (n *Node) heapLimitMB() int {
+	if n.cfg.HeapLimitMB > 0 {
+		return n.cfg.HeapLimitMB
+	}
+	return orgproc.DefaultHeapLimitMB
 }
 
 // validateScript refuses a script put that is not well formed, before any state is looked at.

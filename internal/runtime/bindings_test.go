@@ -3,11 +3,13 @@ package runtime_test
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
@@ -149,40 +151,86 @@ func TestAWorkersCPUMsLimitEndsItsRequestWith504(t *testing.T) {
 	require.Equal(t, "done", body)
 }
 
-// growSource allocates (and touches) 96 MiB on /grow.
-const growSource = `const kept = [];
+// heapSource grows its JavaScript heap without end on /grow, and answers at once otherwise.
+const heapSource = `const kept = [];
 export default {
   async fetch(req) {
     if (new URL(req.url).pathname !== "/grow") return new Response("small");
-    for (let i = 0; i < 6; i++) kept.push(new Uint8Array(16 << 20).fill(1));
-    return new Response("allocated 96 MiB");
+    for (;;) kept.push(new Array(100000).fill({ x: Math.random() }));
   }
 };`
 
-// A worker's limits.memoryMb is its incarnation's cgroup ceiling: 96 MiB kill it at 64, and
-// fit once the limit is 200 (a new incarnation, the node's 256 MiB still above it).
-func TestAWorkersMemoryLimitIsItsIncarnationsCeiling(t *testing.T) {
+// A worker past V8's heap limit ends its whole process (workerd aborts it), never another
+// organization's: its organization's other workers come back at once, and it, implicated twice,
+// runs alone from then on, so that only it pays for its next abort (SPEC 5.1).
+func TestAWorkerPastTheHeapLimitEndsItsOrganizationsProcessAndThenRunsAlone(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	put := func(generation int64, mb int64) {
-		p := f.scriptPut(calleeUID, generation, "grow")
-		p.Labels.Organization = "grower"
-		p.Modules = map[string]string{"main.js": growSource}
-		p.Settings = workerconf.Settings{Limits: &workerconf.Limits{MemoryMB: mb}}
-		_, err := f.client.PutScript(f.ctx, "grow", p)
-		require.NoError(t, err)
-		f.waitStatus("grow Ready", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Generation == generation }, "grow")
+	f := setup(t, func(c *runtime.Config) { c.HeapLimitMB = 64 })
+	f.orgScript("grow", "grower", "uid-grow", heapSource)
+	f.orgScript("sibling", "grower", "uid-sib", workerSource("sib"))
+	f.orgScript("outsider", "other", "uid-out", workerSource("out"))
+	for _, name := range []string{"grow", "sibling", "outsider"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
 	}
-	put(1, 64)
-	f.route("grow.test", "grow", "ep-grow")
 	f.answers("grow.test", "small")
-	code, body, _ := f.h.Get(t, "grow.test", "/grow")
-	require.GreaterOrEqual(t, code, 500, "96 MiB do not fit in 64: %d %s", code, body)
-	require.Eventually(t, func() bool { return strings.Contains(f.h.Logs.String(), "killed at its memory ceiling (64 MiB)") }, 10*time.Second, 50*time.Millisecond)
 
-	put(2, 200)
-	f.answers("grow.test", "small")
-	code, body, _ = f.h.Get(t, "grow.test", "/grow")
-	require.Equal(t, http.StatusOK, code, "body: %s", body)
-	require.Equal(t, "allocated 96 MiB", body)
+	// Another organization is served all the while.
+	var failures []string
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if err := getOK("http://"+f.h.Info.EdgeAddr+"/", "outsider.test"); err != nil {
+				failures = append(failures, err.Error())
+			}
+		}
+	}()
+	for round := 1; round <= 2; round++ {
+		code, body, _ := f.h.Get(t, "grow.test", "/grow")
+		require.GreaterOrEqual(t, code, 500, "round %d: %d %s", round, code, body)
+		f.waitStatus("grow back", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Restarts >= round
+		}, "grow")
+		f.answers("sibling.test", expectReply("sib", ""))
+	}
+	st := f.waitReady("grow")
+	require.True(t, st.Quarantined, "implicated twice within an hour")
+	sibling := f.waitReady("sibling")
+	require.NotEqual(t, st.Incarnation.PID, sibling.Incarnation.PID, "it runs in a process of its own")
+
+	// Now its abort is its own process's alone: its sibling keeps answering throughout.
+	wg.Add(1)
+	var siblingFailures []string
+	stopSibling := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stopSibling:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if err := getOK("http://"+f.h.Info.EdgeAddr+"/", "sibling.test"); err != nil {
+				siblingFailures = append(siblingFailures, err.Error())
+			}
+		}
+	}()
+	code, body, _ := f.h.Get(t, "grow.test", "/grow")
+	require.GreaterOrEqual(t, code, 500, "%d %s", code, body)
+	close(stopSibling)
+	close(stop)
+	wg.Wait()
+	require.Empty(t, siblingFailures, "a quarantined worker's abort stalls its organization no more")
+	require.Empty(t, failures, "another organization's worker failed")
+	after, err := f.client.GetScript(f.ctx, "sibling")
+	require.NoError(t, err)
+	require.Equal(t, sibling.Incarnation.PID, after.Incarnation.PID, "the organization's process was not restarted")
 }

@@ -68,13 +68,15 @@ func TestEdgeLimits(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *runtime.Config) {
 		c.Edge = edgeLimits
-		// The looping worker is killed by liveness (three missed probes, ≥ 6 s) well after the
-		// response time limit, so that its kill can never pass for the limit.
+		// The looping worker's process is killed by liveness (three missed probes, ≥ 6 s) well
+		// after the response time limit, so that its kill can never pass for the limit.
 		c.LivenessPeriod, c.LivenessTimeout = 2*time.Second, time.Second
 	})
 	f.putSource("echo", "uid-echo", echoSource)
 	f.route(echoHost, "echo", "ep-echo")
-	f.putSource("spin", "uid-spin", echoSource)
+	// Its own organization: a worker in a loop holds its organization's process, and the other
+	// subtests go on meanwhile.
+	f.orgScript("spin", "org-spin", "uid-spin", echoSource)
 	f.route(spinHost, "spin", "ep-spin")
 	f.waitReady("echo")
 	f.waitReady("spin")
@@ -134,6 +136,29 @@ func TestEdgeLimits(t *testing.T) {
 		code, body = post(t, f.h.Info.EdgeAddr, io.MultiReader(bytes.NewReader(make([]byte, 2<<20))))
 		require.Equal(t, http.StatusRequestEntityTooLarge, code, "streamed")
 		problem(t, body, adminapi.CodeBodyTooLarge)
+	})
+
+	t.Run("a body that trickles in on a connection the worker's process kept idle is cut at the body time limit too", func(t *testing.T) {
+		// workerd closes a kept-alive connection that brings no request within 15 s: the edge
+		// keeps no connection nearly that long, and sends a request's head before its body, so
+		// that the process is on the request while the body trickles in (it once closed one
+		// under a trickling body, and the client got 502).
+		code, body, _ := get(t, echoHost, "/echo", nil, 5*time.Second, f.h.Info.EdgeAddr)
+		require.Equal(t, http.StatusOK, code, body)
+		time.Sleep(14500 * time.Millisecond) // the kept connection's idle time is what is tested
+		conn := dial(t, f.h.Info.EdgeAddr, "")
+		_, err := fmt.Fprintf(conn, "POST /echo HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\n\r\n", echoHost)
+		require.NoError(t, err)
+		go func() {
+			for range 1000 {
+				if _, err := conn.Write([]byte("x")); err != nil {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+		resp, answer := readResponse(t, conn)
+		require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "%s", answer)
 	})
 
 	t.Run("a body that trickles in is cut at the body time limit and its connection closed", func(t *testing.T) {

@@ -47,7 +47,9 @@ func (n *Node) serveEdge(edgeL net.Listener) error {
 		return n.edge.Serve(edgeL)
 	}
 	if n.edgeHTTP != nil {
-		go func() { n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edgeHTTPL)) }()
+		go func() {
+			n.served <- serveErr("edge plain-HTTP redirect", n.edgeHTTP.Serve(n.edge.LimitListener(n.edgeHTTPL)))
+		}()
 	}
 	// The edge completes each handshake itself so that it serves HTTP/1.1 connections with its own
 	// loop (as on plain HTTP); HTTP/2 connections go to net/http's server, which gets a copy of

@@ -1,7 +1,5 @@
 package runtime
 
-import "slices"
-
 // ScriptWork is what one script has cost this node so far: the reconciles of it, and the
 // renders of its desired identity (a workerd config and the digests of its bundle). A test reads
 // it to check that other tenants' churn and status reads cost a script nothing.
@@ -18,16 +16,26 @@ func (n *Node) ScriptWork(name string) (reconciles int, renders int64) {
 // StatusWakes is how many times a status long poll was woken to read its script's status again.
 func (n *Node) StatusWakes() int64 { return n.statusWakes.Load() }
 
-// DenyAlso adds cidr to the egress deny list as a change of the node's addresses would.
-func (n *Node) DenyAlso(cidr string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.moveToDenyLocked(append(slices.Clone(n.deny), cidr))
-}
-
 // PollsWaiting is how many scripts have status long polls waiting on them.
 func (n *Node) PollsWaiting() int {
 	n.waitMu.Lock()
 	defer n.waitMu.Unlock()
 	return len(n.waits)
+}
+
+// InFlight is the number of requests in flight to a script's serving incarnation.
+func (n *Node) InFlight(name string) int64 {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if r := n.scripts[name]; r != nil && r.serving != nil {
+		return r.serving.inc.InFlight()
+	}
+	return 0
+}
+
+// Stopping is the number of a script's incarnations retired and not yet out of their process.
+func (n *Node) Stopping(name string) int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return len(n.stopping[name])
 }

@@ -31,6 +31,6 @@ func TestTheRuntimeImportsNothingOfTheHost(t *testing.T) {
 			foreign = append(foreign, pkg)
 		}
 	}
-	require.Contains(t, own, module+"internal/runtime/supervisor", "the listing covers the runtime's tree")
+	require.Contains(t, own, module+"internal/runtime/orgproc", "the listing covers the runtime's tree")
 	require.Empty(t, foreign, "the runtime node depends on packages of the Host")
 }

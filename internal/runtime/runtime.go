@@ -1,7 +1,13 @@
 // Package runtime is the runtime node (`takoserver runtime`, SPEC 5): it keeps its own desired
-// state, runs each script's incarnation in workerd under a supervisor, serves workers at their
-// hostnames through its edge, and is driven by the Host's selfhost backend over its admin API
+// state, runs each script's incarnation as an isolate in its organization's workerd process
+// (package orgproc), serves workers at their hostnames through its edge, carries their
+// subrequests through its egress, and is driven by the Host's selfhost backend over its admin API
 // (package adminapi). It imports nothing of the Host's domain or store.
+//
+// The node's parts: runtime.go starts and stops it and owns its listeners; reconcile.go moves each
+// script towards its desired state; identity.go derives an incarnation's identity; status.go
+// answers what a script and a route are doing now; outbound.go serves what workers send out;
+// admin*.go are the admin API's handlers.
 //
 // Run is the whole node; Start returns a running Node for callers that embed it (`takoserver dev`,
 // tests).
@@ -18,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -29,9 +34,9 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/supervisor"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
 )
@@ -43,6 +48,10 @@ var DefaultStateDir = filepath.Join(".takoform", "runtime")
 type Config struct {
 	// StateDir is the private state directory (default .takoform/runtime).
 	StateDir string
+	// ChannelsDir is where each org process gets the directory of its sockets to the node,
+	// bound into its sandbox: the organizations' uids must be able to traverse its path (default
+	// <temporary directory>/takoform-runtime-<digest of the state directory's path>, made 0711).
+	ChannelsDir string
 	// SealingKeyFile is the runtime's own sealing key, outside StateDir (SPEC 5.1); required.
 	// CreateSealingKey is the dev path: a missing key file is created (or the key an earlier
 	// version kept in StateDir is moved there once).
@@ -66,25 +75,37 @@ type Config struct {
 	Logger  *slog.Logger
 	// Ready, when set, is called once both listeners are open.
 	Ready func(Info)
-	// Sandbox configures the OS sandbox and cgroup ceilings of every incarnation (SPEC 5.1).
+	// Sandbox configures the OS sandbox and cgroup ceilings of every org process (SPEC 5.1).
 	Sandbox sandbox.Config
 	// InsecureNoSandbox runs every workerd as the node's own user, without namespaces or
 	// ceilings, instead of refusing to start where the node cannot sandbox.
 	InsecureNoSandbox bool
 
 	// Tuning; tests shorten them.
-	RestartBackoff    time.Duration // first restart delay (default 250ms), doubling
+	RestartBackoff    time.Duration // first restart delay of a process (default 250ms), doubling
 	MaxRestartBackoff time.Duration // restart delay cap (default 30s)
-	ProbeDeadline     time.Duration // how long one start may take to answer a probe (default 30s)
+	ProbeDeadline     time.Duration // how long one process start, and one incarnation's probe, may take (default 30s)
 	DrainTimeout      time.Duration // how long an incumbent may finish its requests (default 30s)
-	LivenessPeriod    time.Duration // how often a Ready incarnation is probed (default 5s; SPEC 5.1)
-	LivenessTimeout   time.Duration // how long one liveness probe may take (default 2s)
+	LivenessPeriod    time.Duration // how often an org process is probed (default 1s; SPEC 5.1)
+	LivenessTimeout   time.Duration // how long one liveness probe may take (default the period)
+	// HeapLimitMB is V8's heap limit per isolate (default 128, Cloudflare's per worker): an
+	// isolate past it ends its process.
+	HeapLimitMB int
+	// RecycleSecretsAfter is how long after a worker's secrets were replaced (or it was deleted)
+	// its process is recycled, so that the values leave memory (default 10 minutes; SPEC 5:
+	// within an hour).
+	RecycleSecretsAfter time.Duration
 
-	// EgressDeny lists networks (CIDR) no worker may reach, beyond workerd's non-public ranges
-	// and this node's own addresses (--egress-deny, SPEC 5.1).
+	// EgressDeny lists networks (CIDR) no worker may reach, beyond the non-public ranges and
+	// this node's own addresses (--egress-deny, SPEC 5.1).
 	EgressDeny []string
-	// SubrequestLimit caps each incarnation's concurrent subrequests (default 50).
-	SubrequestLimit int
+	// SubrequestLimit caps each worker's concurrent subrequests (default 50), and
+	// SubrequestsPerRequest what each request it serves may make (default 1,000).
+	SubrequestLimit       int
+	SubrequestsPerRequest int
+	// WaitUntilAfter is how long after a worker's last response its ctx.waitUntil work may make
+	// subrequests (default 30 s, Cloudflare's; tests shorten it).
+	WaitUntilAfter time.Duration
 	// EdgeTLS serves the edge over HTTPS (--edge-tls-*, --edge-acme-*, --edge-http-listen).
 	EdgeTLS edge.TLSOptions
 	// Edge bounds what one client may take of the edge: timeouts, header and body sizes, and
@@ -104,8 +125,10 @@ type Info struct {
 	EdgeAddr     string
 	EdgeScheme   string
 	EdgeHTTPAddr string
-	// StateDir is the absolute state directory.
-	StateDir string
+	// StateDir is the absolute state directory, and ChannelsDir the directory under which each
+	// org process gets its sockets to the node.
+	StateDir    string
+	ChannelsDir string
 }
 
 // Node is a running runtime node.
@@ -113,27 +136,25 @@ type Node struct {
 	cfg     Config
 	log     *slog.Logger
 	store   *state.Store
-	sup     supervisor.Options
+	procs   *orgproc.Manager
 	sandbox *sandbox.Sandbox // nil: --insecure-no-sandbox
 	reg     *prometheus.Registry
 	metrics *metrics
 	info    Info
+	// policy is what workers' subrequests may reach, egress what carries them.
+	policy *egress.Policy
+	egress *egress.Egress
 
-	mu sync.RWMutex
-	// deny is the egress deny list every new config carries (package egress); n.mu guards it.
-	// denyGen counts its changes: a script's cached identity is for one generation of it.
-	deny      []string
-	denyGen   uint64
-	published []string // the edge's addresses, denied to workers too
-	desired   *state.Desired
-	scripts   map[string]*scriptRun
+	mu      sync.RWMutex
+	desired *state.Desired
+	scripts map[string]*scriptRun
 	// byUID names the script of each worker UID desired (for service bindings), kept by
 	// reconcileLocked; lookups check it against the desired state.
 	byUID   map[string]string
 	closing bool
 
 	// stopping holds, by script, the incarnations retired and not yet stopped (guarded by mu).
-	stopping map[string]map[*supervisor.Incarnation]bool
+	stopping map[string]map[*orgproc.Incarnation]bool
 	// lineBudgets holds each organization's output-line budget, by its label.
 	lineBudgets sync.Map
 	// logs holds each worker UID's log ring (guarded by mu): created with its first incarnation,
@@ -232,7 +253,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*supervisor.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*orgproc.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
@@ -248,24 +269,24 @@ func Start(cfg Config) (*Node, error) {
 	if n.cfg.EgressDeny, err = egress.ParseDeny(cfg.EgressDeny); err != nil {
 		return nil, err
 	}
-	edgeHandler := edge.New(n, n.reg, log, cfg.Edge)
-	n.sup = supervisor.Options{
-		Workerd: bin, Logger: log, Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
-		ProbeDeadline: cfg.ProbeDeadline, LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout,
-		SubrequestLimit: cfg.SubrequestLimit, Local: edgeHandler, Bindings: bindingRouter{n, edgeHandler},
-		Changed:   func(i *supervisor.Incarnation) { n.nudge(i.Script()) },
-		Restarted: func(i *supervisor.Incarnation) { n.metrics.restarts.WithLabelValues(i.Script()).Inc() },
+	if soft, hard, err := edge.RaiseDescriptorLimit(); err != nil {
+		log.Warn("could not raise the descriptor limit", "error", err)
+	} else {
+		log.Info("descriptor limit", "soft", soft, "hard", hard)
 	}
+	edgeHandler := edge.New(n, n.reg, log, cfg.Edge)
+	n.edgeHandler = edgeHandler
 	if n.desired, err = store.Load(); err != nil {
 		return nil, err
 	}
 	if err := n.openSandbox(bin); err != nil {
 		return nil, err
 	}
-	n.sup.Sandbox = n.sandbox
-	// Directories of incarnations a previous run left behind (it was killed) hold nothing that
-	// must survive: every incarnation is started afresh from the desired state.
-	if err := clearDir(store.IncarnationsDir()); err != nil {
+	channels, err := n.channelsDir()
+	if err != nil {
+		return nil, err
+	}
+	if n.procs, err = orgproc.New(n.processOptions(bin, channels)); err != nil {
 		return nil, err
 	}
 	adminL, edgeL, tlsConfig, err := n.listeners()
@@ -277,28 +298,37 @@ func Start(cfg Config) (*Node, error) {
 		edgeL.Close()
 		return nil, err
 	}
-	n.published = []string{edgeL.Addr().String(), n.cfg.EdgeListen}
+	published := []string{edgeL.Addr().String(), n.cfg.EdgeListen}
 	if addr := n.edgeHTTPAddr(); addr != "" {
-		n.published = append(n.published, addr)
+		published = append(published, addr)
 	}
-	if n.deny, err = egress.DenyList(n.published, n.cfg.EgressDeny); err != nil {
+	if n.policy, err = egress.NewPolicy(published, n.cfg.EgressDeny); err != nil {
 		adminL.Close()
 		edgeL.Close()
 		_ = n.closeEdgeTLS(context.Background())
 		return nil, err
 	}
+	n.egress = egress.New(n.policy, edgeHandler)
 	n.mu.Lock()
+	if n.desired.Version < state.IsolateVersion {
+		n.upgradeAdmittedLocked()
+	}
 	for name := range n.desired.Scripts {
 		n.resumeServingLocked(name)
 		n.reconcileLocked(name)
 	}
 	n.mu.Unlock()
 	go n.reconciler()
+	// The edge opens once the processes of what the node served before its restart answer (or
+	// soon, if some do not): its first clients find their workers serving (SPEC 5: a node is
+	// back in about half a second).
+	n.awaitResumed(cfg.ProbeDeadline)
 
 	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: tlsConfig,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	n.edge = edge.NewH1Server(edgeHandler, cfg.Edge, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
-	n.edgeHandler = edgeHandler
+	total, perSource := n.edge.ConnCaps()
+	log.Info("edge connection caps", "total", total, "perSource", perSource)
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"
@@ -306,7 +336,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	go func() { n.served <- serveErr("admin API", n.admin.Serve(adminL)) }()
 	go func() { n.served <- serveErr("edge", n.serveEdge(edgeL)) }()
-	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir(),
+	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir(), ChannelsDir: channels,
 		EdgeScheme: n.edgeScheme(), EdgeHTTPAddr: n.edgeHTTPAddr()}
 	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "edgeScheme", n.info.EdgeScheme, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
 	ok = true
@@ -395,160 +425,15 @@ func (n *Node) Close() error {
 	return err
 }
 
+// shutdownIncarnations stops every org process, and with them every incarnation.
 func (n *Node) shutdownIncarnations() {
 	n.mu.Lock()
 	n.closing = true
-	var all []*supervisor.Incarnation
-	for _, r := range n.scripts {
-		all = append(all, r.incarnations()...)
-	}
 	n.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, inc := range all {
-		wg.Add(1)
-		go func() { defer wg.Done(); inc.Stop() }()
+	if n.procs != nil {
+		n.procs.Close()
 	}
-	wg.Wait()
 	n.retiring.Wait()
-}
-
-// nudge asks the reconciler to look at one script again (one of its incarnations changed state).
-// It never waits for n.mu: an incarnation may change state, and call it, while n.mu is held.
-func (n *Node) nudge(script string) {
-	n.kickMu.Lock()
-	n.dirty[script] = true
-	n.kickMu.Unlock()
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
-}
-
-// waitLocked is what a status long poll of script waits on (n.mu held, for reading or writing):
-// it is closed by the next signal of that script. Taken under the same hold of n.mu as the status
-// the poll read, it misses no change. The poll says doneWaiting when it stops waiting.
-func (n *Node) waitLocked(script string) <-chan struct{} {
-	n.waitMu.Lock()
-	defer n.waitMu.Unlock()
-	w := n.waits[script]
-	if w == nil {
-		w = &waiters{ch: make(chan struct{})}
-		n.waits[script] = w
-	}
-	w.n++
-	return w.ch
-}
-
-// doneWaiting ends one long poll's wait on ch: a script's channel is kept only while polls wait on
-// it, so names polled once (an absent script's, say) leave nothing behind.
-func (n *Node) doneWaiting(script string, ch <-chan struct{}) {
-	n.waitMu.Lock()
-	defer n.waitMu.Unlock()
-	if w := n.waits[script]; w != nil && w.ch == ch {
-		if w.n--; w.n == 0 {
-			delete(n.waits, script)
-		}
-	}
-}
-
-// waiters is one script's status long polls: the channel they wait on and how many do.
-type waiters struct {
-	ch chan struct{}
-	n  int
-}
-
-// signalLocked wakes the status long polls of the scripts named, or of every script when none is
-// (n.mu held for writing).
-func (n *Node) signalLocked(scripts ...string) {
-	n.waitMu.Lock()
-	defer n.waitMu.Unlock()
-	if len(scripts) == 0 {
-		for name, w := range n.waits {
-			close(w.ch)
-			delete(n.waits, name)
-		}
-		return
-	}
-	for _, name := range scripts {
-		if w := n.waits[name]; w != nil {
-			close(w.ch)
-			delete(n.waits, name)
-		}
-	}
-}
-
-// denyRefresh is how often the node's addresses are read again for the egress deny list.
-const denyRefresh = 30 * time.Second
-
-func (n *Node) reconciler() {
-	refresh := time.NewTicker(denyRefresh)
-	defer refresh.Stop()
-	for {
-		select {
-		case <-n.stopped:
-			return
-		case <-refresh.C:
-			n.refreshDeny()
-		case <-n.kick:
-			n.kickMu.Lock()
-			dirty := n.dirty
-			n.dirty = map[string]bool{}
-			n.kickMu.Unlock()
-			// Only the scripts whose incarnations moved: a node's other tenants cost a kick
-			// nothing, however many scripts they hold.
-			n.mu.Lock()
-			for name := range dirty {
-				if _, ok := n.scripts[name]; ok && !n.closing {
-					n.reconcileLocked(name)
-				}
-				// An incarnation of it changed state (that is what kicks): its status may have too.
-				n.signalLocked(name)
-			}
-			n.mu.Unlock()
-		}
-	}
-}
-
-// refreshDeny reads the node's addresses again. When they changed, every script's desired
-// incarnation is a new identity (its config carries the deny list): each starts as a candidate
-// and takes over as an update does, so no worker keeps running with a stale list for long.
-func (n *Node) refreshDeny() {
-	deny, err := egress.DenyList(n.published, n.cfg.EgressDeny)
-	if err != nil {
-		n.log.Error("refresh the egress deny list", "error", err)
-		return
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.moveToDenyLocked(deny)
-}
-
-// moveToDenyLocked makes deny the list every config carries (n.mu held for writing): each
-// script's desired identity is then new, and its incarnation moves to a config with it.
-func (n *Node) moveToDenyLocked(deny []string) {
-	if slices.Equal(deny, n.deny) || n.closing {
-		return
-	}
-	n.log.Info("this node's addresses changed: workers move to configs with the new egress deny list", "deny", len(deny))
-	n.deny = deny
-	n.denyGen++
-	for name := range n.scripts {
-		n.reconcileLocked(name)
-	}
-	n.signalLocked()
-}
-
-func clearDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return fmt.Errorf("remove stale incarnation directory: %w", err)
-		}
-	}
-	return nil
 }
 
 // closeInheritedOnExec marks every descriptor above standard error close-on-exec, so that none the

@@ -6,17 +6,21 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
 // ErrCannotSandbox means the node lacks what its sandbox needs (SPEC 5.1) and was not told
@@ -109,6 +113,43 @@ func accountExists(uid int) bool {
 	var unknown user.UnknownUserIdError
 	return !errors.As(err, &unknown)
 }
+
+// channelsDir makes (or checks) the directory under which each org process gets its socket
+// directory. It holds nothing but those directories, each its organization's uid's and 0700; it
+// is 0711 so that bubblewrap, running as an organization's uid, can reach that organization's
+// directory by its path (it resolves a bound directory by path), and may be in a world-writable
+// place: an existing path that is not the node's own 0711 directory is refused, never repaired.
+func (n *Node) channelsDir() (string, error) {
+	dir := n.cfg.ChannelsDir
+	if dir == "" {
+		sum := sha256.Sum256([]byte(n.store.Dir()))
+		dir = filepath.Join(os.TempDir(), "takoform-runtime-"+hex.EncodeToString(sum[:6]))
+	}
+	if err := os.Mkdir(dir, channelsMode); err == nil {
+		if err := os.Chmod(dir, channelsMode); err != nil {
+			return "", err
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("create the org processes' channels directory: %w", err)
+	}
+	info, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, _ := info.Sys().(*syscall.Stat_t)
+	switch {
+	case !info.IsDir() || info.Mode()&fs.ModeSymlink != 0:
+		return "", &safedir.UnsafePathError{Path: dir, Reason: "it is not a directory"}
+	case st == nil || int(st.Uid) != os.Geteuid():
+		return "", &safedir.UnsafePathError{Path: dir, Reason: "another user owns it"}
+	case info.Mode().Perm() != channelsMode:
+		return "", &safedir.UnsafePathError{Path: dir, Reason: fmt.Sprintf("its mode is %#o, want %#o", info.Mode().Perm(), channelsMode)}
+	}
+	return dir, nil
+}
+
+// channelsMode lets organizations' uids traverse the channels directory, not list it.
+const channelsMode fs.FileMode = 0o711
 
 // closeSandbox removes the node's cgroups once every incarnation has stopped.
 func (n *Node) closeSandbox() {

@@ -1,13 +1,15 @@
 // Command benchdensity measures how many workers one runtime node holds (make bench-density,
 // SPEC 5.1 "Density"): it starts an in-process runtime node with its sandbox and cgroup ceilings
-// on, creates N workers with an endpoint each through the node's admin API (spread over a number
-// of organizations, so over as many sandbox uids), and reports how many became Ready, how fast
-// they were created, and the proportional memory (PSS, from /proc/PID/smaps_rollup: workerd's
-// pages are shared between its processes) of each idle worker, sandbox processes included. It is
-// a benchmark, not a test: run it on a quiet machine and read the figures.
+// on, creates N workers with an endpoint each (spread over a number of organizations, so over as
+// many org processes and sandbox uids), and reports how many became Ready, how fast they were
+// created, the machine's load meanwhile, and the proportional memory (PSS, from
+// /proc/PID/smaps_rollup: workerd's pages are shared between its processes) of each idle worker
+// all-in: every org process with its sandbox, and the runtime node itself. It is a benchmark, not
+// a test: run it on a quiet machine and read the figures.
 //
-// Creation goes straight through the admin API, the way the Host's selfhost backend drives it:
-// the Host's own request path is measured by make bench.
+// Creation goes straight through the node's admin API, the way the Host's selfhost backend drives
+// it, or with -host through a Host on a throwaway PostgreSQL cluster (a worker and its endpoint
+// per worker, through the public API).
 package main
 
 import (
@@ -37,14 +39,15 @@ import (
 )
 
 func main() {
-	n := flag.Int("n", 200, "workers to create")
+	n := flag.Int("n", 3000, "workers to create")
 	orgs := flag.Int("orgs", 20, "organizations the workers belong to (one sandbox uid each)")
-	clients := flag.Int("clients", 8, "concurrent creations")
+	clients := flag.Int("clients", 16, "concurrent creations")
 	insecure := flag.Bool("insecure-no-sandbox", false, "measure without the sandbox, for comparison")
 	settle := flag.Duration("settle", 3*time.Second, "idle time before memory is read")
 	timeout := flag.Duration("timeout", 10*time.Minute, "how long all workers may take to become Ready")
+	host := flag.Bool("host", false, "create the workers through a Host on a throwaway PostgreSQL cluster (a worker and its endpoint each), not the node's admin API")
 	flag.Parse()
-	if err := run(*n, *orgs, *clients, *insecure, *settle, *timeout); err != nil {
+	if err := run(*n, *orgs, *clients, *insecure, *host, *settle, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchdensity:", err)
 		os.Exit(1)
 	}
@@ -54,13 +57,15 @@ const workerSource = `export default {
   async fetch(req) { return new Response("worker %d of organization %d\n"); }
 };`
 
-func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) error {
+func run(n, orgs, clients int, insecure, viaHostAPI bool, settle, timeout time.Duration) error {
 	dir, err := os.MkdirTemp("", "benchdensity-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o700); err != nil {
+	// The PostgreSQL cluster of -host runs as its own user, which must reach its directory; the
+	// node's state directory inside is 0700 either way.
+	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
@@ -93,9 +98,22 @@ func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) err
 	if err != nil {
 		return err
 	}
-	fmt.Printf("runtime node: sandbox %s; %d workers over %d organizations, %d concurrent creations\n", st.Sandbox, n, orgs, clients)
+	how := "the node's admin API"
+	create := func(ctx context.Context, i int) error { return createScript(ctx, c, i, orgs) }
+	hostOf := hostname
+	if viaHostAPI {
+		h, stop, err := startHost(ctx, dir, info, orgs, n)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		how, create = "a Host (worker and endpoint PUTs)", func(ctx context.Context, i int) error { return h.create(ctx, i, orgs) }
+		hostOf = func(i int) string { return h.hosts[i] }
+	}
+	fmt.Printf("runtime node: sandbox %s; %d workers over %d organizations, created through %s, %d concurrent creations\n", st.Sandbox, n, orgs, how, clients)
 
 	// Create: a script and its route per worker, from clients goroutines.
+	load := watchLoad()
 	start := time.Now()
 	var next atomic.Int64
 	var failed atomic.Int64
@@ -111,7 +129,7 @@ func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) err
 				if i >= n {
 					return
 				}
-				if err := create(ctx, c, i, orgs); err != nil {
+				if err := create(ctx, i); err != nil {
 					failed.Add(1)
 					firstErr.Do(func() { createErr = err })
 				}
@@ -144,13 +162,13 @@ func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	fmt.Printf("created: %d requests accepted in %s; %d/%d Ready after %s: %.1f workers/s\n",
-		2*n, accepted.Round(time.Millisecond), ready, n, readyAt.Round(time.Millisecond), float64(ready)/readyAt.Seconds())
+	fmt.Printf("created: %d requests accepted in %s; %d/%d Ready after %s: %.1f workers/s; load average at most %.1f meanwhile\n",
+		2*n, accepted.Round(time.Millisecond), ready, n, readyAt.Round(time.Millisecond), float64(ready)/readyAt.Seconds(), load())
 
 	// Every worker answers once at its hostname, then idles.
 	answered := 0
 	for i := range n {
-		if get(info.EdgeAddr, hostname(i)) == nil {
+		if get(info.EdgeAddr, hostOf(i)) == nil {
 			answered++
 		}
 	}
@@ -167,7 +185,7 @@ func run(n, orgs, clients int, insecure bool, settle, timeout time.Duration) err
 func scriptName(i int) string { return fmt.Sprintf("bench-%05d", i) }
 func hostname(i int) string   { return fmt.Sprintf("w%05d.workers.localhost", i) }
 
-func create(ctx context.Context, c *selfhost.Client, i, orgs int) error {
+func createScript(ctx context.Context, c *selfhost.Client, i, orgs int) error {
 	org := i % orgs
 	_, err := c.PutScript(ctx, scriptName(i), adminapi.ScriptPut{
 		EffectID: fmt.Sprintf("bench-script-%d", i), WorkerUID: fmt.Sprintf("uid-%d", i),
@@ -203,39 +221,78 @@ func get(edgeAddr, host string) error {
 	return nil
 }
 
-// reportMemory sums PSS and RSS over each Ready worker's processes (bwrap, the sandbox's init and
-// workerd; workerd alone without the sandbox).
+// reportMemory sums PSS and RSS over every org process that holds a Ready worker (bwrap, the
+// sandbox's init and workerd; workerd alone without the sandbox), and this process (the runtime
+// node itself), and divides by the Ready workers: memory per worker all-in.
 func reportMemory(st adminapi.Status) error {
 	children, err := proctree.Read()
 	if err != nil {
 		return err
 	}
-	var pss, rss, workerdPss []int64
+	procs := map[int]bool{}
+	workers := 0
 	for _, s := range st.Scripts {
 		if !s.Ready || s.Incarnation == nil || s.Incarnation.PID == 0 {
 			continue
 		}
-		var p, r, w int64
-		procs := children.Descendants(s.Incarnation.PID)
-		for _, pid := range procs {
-			pp, rr, err := rollup(pid)
-			if err != nil {
-				continue
-			}
-			p += pp
-			r += rr
-			if len(children[pid]) == 0 {
-				w = pp // the leaf is workerd
-			}
-		}
-		pss, rss, workerdPss = append(pss, p), append(rss, r), append(workerdPss, w)
+		workers++
+		procs[s.Incarnation.PID] = true
 	}
-	if len(pss) == 0 {
+	if workers == 0 {
 		return errors.New("no Ready worker to measure")
 	}
-	fmt.Printf("idle memory per worker over %d workers: PSS mean %.1f MiB (median %.1f, workerd alone %.1f), RSS mean %.1f MiB; total PSS %.0f MiB\n",
-		len(pss), mb(mean(pss)), mb(median(pss)), mb(mean(workerdPss)), mb(mean(rss)), mb(sum(pss)))
+	var orgPss, orgRss []int64
+	for pid := range procs {
+		var p, r int64
+		for _, d := range children.Descendants(pid) {
+			pp, rr, err := rollup(d)
+			if err == nil {
+				p, r = p+pp, r+rr
+			}
+		}
+		orgPss, orgRss = append(orgPss, p), append(orgRss, r)
+	}
+	self, _, err := rollup(os.Getpid())
+	if err != nil {
+		return err
+	}
+	total := sum(orgPss) + float64(self)
+	fmt.Printf("idle memory: %d org processes (PSS mean %.0f MiB, median %.0f, RSS mean %.0f) and the runtime node (%.0f MiB): total PSS %.0f MiB, %.2f MiB per worker all-in over %d workers\n",
+		len(orgPss), mb(mean(orgPss)), mb(median(orgPss)), mb(mean(orgRss)), mb(float64(self)), mb(total), mb(total/float64(workers)), workers)
 	return nil
+}
+
+// watchLoad samples the one-minute load average every second until the returned function is
+// called, which answers the highest seen.
+func watchLoad() func() float64 {
+	var mu sync.Mutex
+	highest := 0.0
+	done := make(chan struct{})
+	go func() {
+		for {
+			if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+				if f := strings.Fields(string(b)); len(f) > 0 {
+					if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+						mu.Lock()
+						highest = max(highest, v)
+						mu.Unlock()
+					}
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() float64 {
+		once.Do(func() { close(done) })
+		mu.Lock()
+		defer mu.Unlock()
+		return highest
+	}
 }
 
 // rollup reads Pss and Rss (kB) of one process.

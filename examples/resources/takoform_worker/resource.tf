@@ -16,8 +16,8 @@ resource "takoform_worker" "api" {
   # the auth worker replaces this one with it.
   service_bindings = { AUTH = takoform_worker.auth.id }
 
-  # Within the offering's ceilings (data source takoform_offerings): a request ends after 5 s.
-  limits = { cpu_ms = 5000 }
+  # Within the offering's ceilings (data source takoform_offerings): a request ends after 2 s.
+  limits = { cpu_ms = 2000 }
 
   # The worker requires these secrets; its runtime input delivers them.
   required_sensitive_vars = ["STRIPE_KEY"]

@@ -290,6 +290,9 @@ const (
 	ReasonBraked         = "LifecycleBrake"
 	ReasonSecretsPending = "RuntimeInputPending"
 	ReasonReady          = "Ready"
+	// ReasonQuarantined: the worker was implicated in repeated kills of its organization's
+	// process and waits for a process of its own (SPEC 5.1); it answers 503 meanwhile.
+	ReasonQuarantined = "RuntimeQuarantined"
 )
 
 // Incarnation is one running identity of a script: its exact bundle and config (secrets included
@@ -337,9 +340,14 @@ type ScriptStatus struct {
 	// (and, when the script declares secretNames, runs with the current delivery of those names).
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason"`
-	// Incident: the script's incarnation restarted six times within an hour (retries continue).
+	// Incident: the script's incarnation was implicated in six kills or aborts of its process
+	// within an hour (retries continue).
 	Incident        bool   `json:"incident"`
 	IncidentMessage string `json:"incidentMessage,omitempty"`
+	// Quarantined: the script's incarnation was implicated in repeated kills of its
+	// organization's process, and runs in a process of its own (or waits for one, answering 503).
+	Quarantined       bool   `json:"quarantined,omitempty"`
+	QuarantineMessage string `json:"quarantineMessage,omitempty"`
 	// Version changes whenever anything else in this status does: a long poll names the one it
 	// last read (ScriptWatchPath).
 	Version string `json:"version"`

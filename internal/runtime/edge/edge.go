@@ -31,19 +31,23 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
 
-// Target is one incarnation's socket. Acquire counts a request in flight and fails once the target
-// is retired (draining), so the edge looks the route up again and reaches its successor.
+// Target is one incarnation where it serves: its process's socket ("unix:PATH", or host:port),
+// and the id its process's router loads it under (sent as Takoform-Incarnation; "" sends none).
+// Acquire counts a request in flight and fails once the target is retired (draining, or moved to
+// another process), so the edge looks the route up again and reaches its successor.
 type Target interface {
 	Addr() string
 	Script() string
-	Acquire() bool
-	Release()
+	Incarnation() string
+	Acquire() (Flight, bool)
 }
 
-// Progress is a Target that wants to know when its worker answers a request: an answer is a
-// witness of liveness beside the probe (a worker busy answering is not stuck).
-type Progress interface {
+// Flight is one request on a target. Answered says the worker's answer began (a witness of
+// liveness beside the probe: a worker busy answering is not stuck); Done ends the request,
+// answered or not (a request that ends unanswered may have ended with its process).
+type Flight interface {
 	Answered()
+	Done()
 }
 
 // WallLimited is a Target whose worker has a wall-time limit of its own per request (its
@@ -224,17 +228,14 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 				return
 			}
 		}
-		if !target.Acquire() {
+		flight, ok := target.Acquire()
+		if !ok {
 			leave()
 			continue
 		}
 		defer leave()
-		defer target.Release()
-		code = h.forward(w, r, target.Addr(), h.responseTimeout(target), func() {
-			if p, ok := target.(Progress); ok {
-				p.Answered()
-			}
-		})
+		defer flight.Done()
+		code = h.forward(w, r, target, h.responseTimeout(target), flight.Answered)
 		return
 	}
 	code = writeProblem(w, problemSwitching)

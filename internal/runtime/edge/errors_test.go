@@ -18,10 +18,16 @@ import (
 // deadTarget is an incarnation socket nobody listens on any more (its process died).
 type deadTarget struct{ addr string }
 
-func (d deadTarget) Addr() string   { return d.addr }
-func (d deadTarget) Script() string { return "secret-script-name" }
-func (deadTarget) Acquire() bool    { return true }
-func (deadTarget) Release()         {}
+func (d deadTarget) Addr() string               { return d.addr }
+func (d deadTarget) Script() string             { return "secret-script-name" }
+func (deadTarget) Incarnation() string          { return "" }
+func (deadTarget) Acquire() (edge.Flight, bool) { return noFlight{}, true }
+
+// noFlight is a request nobody counts.
+type noFlight struct{}
+
+func (noFlight) Answered() {}
+func (noFlight) Done()     {}
 
 type stubResolver map[string]edge.Target
 
@@ -83,10 +89,10 @@ func TestEdgeErrorsNameNothingInternal(t *testing.T) {
 
 type liveTarget struct{ addr string }
 
-func (l liveTarget) Addr() string { return l.addr }
-func (liveTarget) Script() string { return "s" }
-func (liveTarget) Acquire() bool  { return true }
-func (liveTarget) Release()       {}
+func (l liveTarget) Addr() string               { return l.addr }
+func (liveTarget) Script() string               { return "s" }
+func (liveTarget) Incarnation() string          { return "" }
+func (liveTarget) Acquire() (edge.Flight, bool) { return noFlight{}, true }
 
 // A worker's answer headers are bounded (1 MiB): a worker cannot make the edge hold an endless
 // header in memory; it gets a 502 instead. (workerd stands in for no worker here: it cannot be

@@ -23,13 +23,13 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// forward sends r to the incarnation listening at addr and copies its answer to w, within the
-// edge's limits. It returns the status the client was answered with.
+// forward sends r to target's process, for target's incarnation, and copies its answer to w,
+// within the edge's limits. It returns the status the client was answered with.
 //
 // A request is never replayed on another connection: a request that made the worker's process die
 // (or be killed for looping) would run again in the restarted process and take it down too. An
 // idle connection is checked before it is used instead (upConn.open).
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, limit time.Duration, answered func()) int {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target, limit time.Duration, answered func()) int {
 	start := time.Now()
 	deadline := start.Add(limit)
 	var body *clientBody
@@ -44,7 +44,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 		body = &clientBody{r: http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes), rc: rc}
 	}
 
-	c, err := h.up.get(addr, deadline)
+	c, err := h.up.get(target.Addr(), deadline)
 	if err != nil {
 		return h.failed(w, r, nil, deadline, err)
 	}
@@ -53,7 +53,12 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 	stop := context.AfterFunc(r.Context(), func() { _ = c.conn.SetDeadline(aLongTimeAgo) })
 	reusable := false
 	defer func() {
-		stop()
+		// A client gone as the answer ended (an HTTP/2 stream's context ends with its handler)
+		// moves, or is about to move, the connection's deadline into the past: such a
+		// connection is never kept, or the next request on it would fail at once.
+		if !stop() {
+			reusable = false
+		}
 		if reusable {
 			h.up.put(c)
 		} else {
@@ -61,7 +66,12 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 		}
 	}()
 
-	h.writeHead(c.bw, r, body != nil)
+	h.writeHead(c.bw, r, body != nil, target.Incarnation())
+	// The head goes at once, before any of the body: the worker's process starts on the request
+	// (and does not time out a connection it sees no request on) while the body streams in.
+	if err := c.bw.Flush(); err != nil {
+		return h.failed(w, r, nil, deadline, err)
+	}
 	var sent chan error
 	if body != nil {
 		sent = make(chan error, 1)
@@ -73,8 +83,6 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 			}
 			sent <- err
 		}()
-	} else if err := c.bw.Flush(); err != nil {
-		return h.failed(w, r, nil, deadline, err)
 	}
 	// bodySent waits for the body's writer; when the answer is complete while the client is still
 	// sending, the rest of its body is not read (nor its connection kept).
@@ -110,11 +118,15 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, addr string, l
 			case <-sent:
 				clientErr = body.error()
 			default:
-				// Still sending (the worker broke, or the response time ran out, while the client
-				// was): what the client did so far decides the answer; then its read is ended.
-				clientErr = body.error()
+				// Still sending (the worker broke, or the response time ran out, or the client's
+				// body time did, which ends the exchange too and may be seen here first): its
+				// read is ended, and what the client did decides the answer.
 				_ = body.rc.SetReadDeadline(aLongTimeAgo)
 				<-sent
+				clientErr = body.error()
+				if errors.Is(clientErr, os.ErrDeadlineExceeded) && time.Now().Before(start.Add(h.limits.BodyTimeout)) {
+					clientErr = nil // the read this ended, not the client's body time
+				}
 			}
 		}
 		return h.failed(w, r, clientErr, deadline, err)
@@ -309,8 +321,8 @@ func copyBody(w http.ResponseWriter, body io.Reader, stream bool) error {
 
 // writeHead writes the request line and headers the worker receives: the client's, without
 // hop-by-hop headers nor the runtime's own (Takoform-*), with forwarding headers the edge sets
-// (see forwarded), and the body's framing.
-func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, hasBody bool) {
+// (see forwarded), the incarnation the router is to hand it to, and the body's framing.
+func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, hasBody bool, incarnation string) {
 	uri := r.RequestURI
 	if uri == "" || uri[0] != '/' {
 		uri = r.URL.RequestURI() // absolute form, or "*"
@@ -339,6 +351,9 @@ func (h *Handler) writeHead(bw *bufio.Writer, r *http.Request, hasBody bool) {
 		writeField(bw, "Te", "trailers") // gRPC needs it
 	}
 	h.forwarded(bw, r)
+	if incarnation != "" {
+		writeField(bw, IncarnationHeader, incarnation)
+	}
 	switch {
 	case hasBody && r.ContentLength > 0:
 		bw.WriteString("Content-Length: ")
@@ -368,6 +383,10 @@ func hopByHop(k string) bool {
 	}
 	return false
 }
+
+// IncarnationHeader names the incarnation a request is for, to its process's router (the one
+// header of the runtime's a worker's process receives from the edge; the router removes it).
+const IncarnationHeader = "Takoform-Incarnation"
 
 // internalHeader reports the runtime's own headers (Takoform-*, such as the probe's): a client's
 // copy never reaches a worker, so a worker can trust what it sees of them.

@@ -1,71 +1,158 @@
-// Package egress is the runtime node's outbound path for workers (SPEC 5.1 "Egress"): the deny
-// list every generated config carries, and the per-incarnation egress proxy that a worker's
-// fetch() reaches through workerd's globalOutbound.
+// Package egress is the runtime node's outbound path for workers (SPEC 5.1 "Egress"). An org
+// process has no network of its own: every fetch() of its isolates reaches the runtime over the
+// process's egress socket, stamped by the router with the isolate's identity, and leaves from
+// here, or goes to the edge when the hostname is one this node serves.
 //
-// workerd itself refuses non-public addresses (its "public" rule) and whatever the config's deny
-// list names, before any packet leaves; it has no limit on concurrent subrequests and no loop
-// header. The proxy adds both: it counts one incarnation's subrequests in flight and refuses those
-// beyond the cap, and it hands a subrequest for a hostname this node serves straight to the edge,
-// marked as coming from this node's egress, so that the edge can stop a worker calling itself
-// round and round. Everything else goes back into the same workerd process on its outbound socket,
-// where the network service applies the deny list.
+// Policy decides which addresses a subrequest may reach, after name resolution, on every hop (a
+// redirect is a new subrequest of the worker): public unicast addresses only, never this node's
+// own nor its published edge's, nor the operator's --egress-deny ranges. Meter bounds what one
+// worker's subrequests take: a cap in flight, a budget per request it serves, and nothing from
+// its ctx.waitUntil work more than WaitUntilAfter after its last response.
 package egress
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
-	"sort"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 )
 
-// DefaultSubrequestLimit caps one incarnation's concurrent subrequests (SPEC 5.1).
-const DefaultSubrequestLimit = 50
+// Defaults of Meter (SPEC 5.1; Cloudflare's published limits are the reference).
+const (
+	// DefaultSubrequestLimit caps one worker's subrequests in flight.
+	DefaultSubrequestLimit = 50
+	// DefaultSubrequestsPerRequest is each request's budget of subrequests (Cloudflare: 50 on
+	// Free, 1,000 on paid plans).
+	DefaultSubrequestsPerRequest = 1000
+	// WaitUntilAfter is how long after a worker's last response its ctx.waitUntil work may still
+	// make subrequests (Cloudflare: 30 s).
+	WaitUntilAfter = 30 * time.Second
+)
 
 // ParseDeny checks --egress-deny values and returns them in canonical CIDR form.
 func ParseDeny(values []string) ([]string, error) {
 	out := make([]string, 0, len(values))
 	for _, v := range values {
-		_, network, err := net.ParseCIDR(strings.TrimSpace(v))
+		p, err := netip.ParsePrefix(strings.TrimSpace(v))
 		if err != nil {
 			return nil, fmt.Errorf("--egress-deny %q is not a CIDR (for example 203.0.113.0/24 or 2001:db8::/32)", v)
 		}
-		out = append(out, network.String())
+		out = append(out, p.Masked().String())
 	}
 	return out, nil
 }
 
-// DenyList is what a config denies beyond workerd's own "public" rule and workerd.FixedDeny:
-// every address of this node's interfaces and of its published edge, as /32 or /128 (workerd's
-// "public" admits documentation and other ranges a node may well be numbered in, which is how a
-// worker reached its own node), and the operator's ranges. Sorted, so that the same addresses give
-// the same list.
+// nonPublic are ranges netip's predicates call global unicast although no worker should reach
+// them: shared address space (CGNAT), IETF protocol assignments, the documentation ranges, the
+// benchmark range (often used for internal services), reserved space, the NAT64 and 6to4 and
+// Teredo prefixes (which map any IPv4 address, private ones included, into one that looks
+// public), and the discard prefix.
+var nonPublic = mustPrefixes(
+	"0.0.0.0/8", "100.64.0.0/10", "192.0.0.0/24", "192.0.2.0/24", "198.18.0.0/15", "198.51.100.0/24",
+	"203.0.113.0/24", "240.0.0.0/4", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23",
+	"2001:db8::/32", "2002::/16",
+)
+
+func mustPrefixes(cidrs ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(cidrs))
+	for i, c := range cidrs {
+		out[i] = netip.MustParsePrefix(c)
+	}
+	return out
+}
+
+// Policy is which addresses workers' subrequests may reach. It is safe for concurrent use.
+type Policy struct {
+	published []string
+	operator  []netip.Prefix
+	deny      atomic.Pointer[[]netip.Prefix]
+}
+
+// NewPolicy is the policy of a node whose edge is published at published (host:port listen
+// addresses) with the operator's ranges (ParseDeny's form). Refresh reads the node's addresses
+// again.
+func NewPolicy(published, operator []string) (*Policy, error) {
+	p := &Policy{published: published}
+	for _, c := range operator {
+		pr, err := netip.ParsePrefix(c)
+		if err != nil {
+			return nil, fmt.Errorf("egress deny %q: %w", c, err)
+		}
+		p.operator = append(p.operator, pr.Masked())
+	}
+	return p, p.Refresh()
+}
+
+// Refresh reads this node's addresses again (they are denied as /32 or /128).
+func (p *Policy) Refresh() error {
+	list, err := DenyList(p.published, nil)
+	if err != nil {
+		return err
+	}
+	deny := slices.Clone(p.operator)
+	for _, c := range list {
+		deny = append(deny, netip.MustParsePrefix(c))
+	}
+	p.deny.Store(&deny)
+	return nil
+}
+
+// Allowed reports whether a subrequest may reach ip.
+func (p *Policy) Allowed(ip netip.Addr) bool {
+	ip = ip.Unmap()
+	if !ip.IsValid() || !ip.IsGlobalUnicast() || ip.IsPrivate() || ip.IsLoopback() || ip.IsLinkLocalUnicast() ||
+		ip.IsMulticast() || ip.IsUnspecified() || ip.IsInterfaceLocalMulticast() {
+		return false
+	}
+	for _, n := range nonPublic {
+		if n.Contains(ip) {
+			return false
+		}
+	}
+	for _, n := range *p.deny.Load() {
+		if n.Contains(ip) {
+			return false
+		}
+	}
+	return true
+}
+
+// DenyList is every address of this node's interfaces and of its published edge, as /32 or /128
+// (an address public ranges admit may well be this node's own, which is how a worker once reached
+// its own node), with extra. Sorted, so that the same addresses give the same list.
 func DenyList(published []string, extra []string) ([]string, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, fmt.Errorf("list this node's addresses for the egress deny list: %w", err)
 	}
-	var ips []net.IP
+	var ips []netip.Addr
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
-			ips = append(ips, n.IP)
+			if ip, ok := netip.AddrFromSlice(n.IP); ok {
+				ips = append(ips, ip.Unmap())
+			}
 		}
 	}
-	for _, p := range published {
-		host := p
-		if h, _, err := net.SplitHostPort(p); err == nil {
+	for _, pub := range published {
+		host := pub
+		if h, _, err := net.SplitHostPort(pub); err == nil {
 			host = h
 		}
-		if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
-			ips = append(ips, ip)
+		if ip, err := netip.ParseAddr(host); err == nil && !ip.IsUnspecified() {
+			ips = append(ips, ip.Unmap())
 		}
 	}
 	seen := map[string]bool{}
@@ -77,20 +164,124 @@ func DenyList(published []string, extra []string) ([]string, error) {
 		}
 	}
 	for _, ip := range ips {
-		if v4 := ip.To4(); v4 != nil {
-			add(v4.String() + "/32")
-		} else {
-			add(ip.String() + "/128")
-		}
+		add(netip.PrefixFrom(ip, ip.BitLen()).String())
 	}
 	for _, c := range extra {
 		add(c)
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out, nil
 }
 
-// Local is this node's edge as the egress proxy sees it.
+// errRefused is a subrequest to an address the policy does not allow.
+var errRefused = errors.New("refused")
+
+// Meter bounds one worker's subrequests: at most Limit in flight, at most PerRequest for each
+// request the worker serves (spent while any of its requests is in flight, and for WaitUntilAfter
+// after the last one ended: its ctx.waitUntil work), and none after that. It is safe for
+// concurrent use.
+type Meter struct {
+	limit      int64
+	perRequest int64
+	after      time.Duration
+	now        func() time.Time
+
+	inflight atomic.Int64
+	refused  atomic.Int64
+
+	mu     sync.Mutex
+	active int
+	budget int64
+	quiet  time.Time // when its last request ended (zero: it never served one)
+}
+
+// NewMeter is a meter of limit in flight, perRequest per request, and after since the last
+// response (each ≤ 0: its default).
+func NewMeter(limit, perRequest int, after time.Duration) *Meter {
+	if limit <= 0 {
+		limit = DefaultSubrequestLimit
+	}
+	if perRequest <= 0 {
+		perRequest = DefaultSubrequestsPerRequest
+	}
+	if after <= 0 {
+		after = WaitUntilAfter
+	}
+	return &Meter{limit: int64(limit), perRequest: int64(perRequest), after: after, now: time.Now}
+}
+
+// SetClock replaces the meter's clock (tests move it).
+func (m *Meter) SetClock(now func() time.Time) { m.now = now }
+
+// Begin counts one request the worker serves, adding its budget; end it when its response is
+// complete.
+func (m *Meter) Begin() (end func()) {
+	m.mu.Lock()
+	if m.active == 0 && !m.quiet.IsZero() && m.now().Sub(m.quiet) > m.after {
+		m.budget = 0 // what earlier requests left was theirs, and their time is over
+	}
+	m.active++
+	m.budget += m.perRequest
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			if m.active--; m.active == 0 {
+				m.quiet = m.now()
+			}
+			m.mu.Unlock()
+		})
+	}
+}
+
+// InFlight is the number of subrequests in flight; Refused counts those refused.
+func (m *Meter) InFlight() int64 { return m.inflight.Load() }
+
+// Refused counts the subrequests the meter refused.
+func (m *Meter) Refused() int64 { return m.refused.Load() }
+
+// admit takes one subrequest, or says why not.
+func (m *Meter) admit() *adminapi.Problem {
+	m.mu.Lock()
+	switch {
+	case m.active == 0 && (m.quiet.IsZero() || m.now().Sub(m.quiet) > m.after):
+		m.mu.Unlock()
+		m.refused.Add(1)
+		return adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeSubrequestLimit, "Too Many Requests",
+			fmt.Sprintf("this worker's requests ended more than %s ago: work it left running (ctx.waitUntil) makes no more subrequests", m.after))
+	case m.budget <= 0:
+		m.mu.Unlock()
+		m.refused.Add(1)
+		return adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeSubrequestLimit, "Too Many Requests",
+			fmt.Sprintf("this worker used the %d subrequests each of its requests may make", m.perRequest))
+	}
+	m.budget--
+	m.mu.Unlock()
+	if m.inflight.Add(1) > m.limit {
+		m.inflight.Add(-1)
+		m.refused.Add(1)
+		return adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeSubrequestLimit, "Too Many Requests",
+			fmt.Sprintf("this worker already has %d subrequests in flight, the most a runtime node allows", m.limit))
+	}
+	return nil
+}
+
+// Admitted serves h as one more subrequest of the worker when its meter allows, and refuses it
+// (429) otherwise. Its fetch()es and its service binding calls share the one meter.
+func (m *Meter) Admitted(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	if p := m.admit(); p != nil {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, p)
+		return
+	}
+	// Counted until its response has been copied back whole (or the worker went away), which is
+	// when h returns.
+	defer m.inflight.Add(-1)
+	h.ServeHTTP(w, r)
+}
+
+// Local is this node's edge as the egress sees it.
 type Local interface {
 	// Serves reports whether the edge routes this (normalized) hostname.
 	Serves(hostname string) bool
@@ -98,103 +289,99 @@ type Local interface {
 	ServeEgress(w http.ResponseWriter, r *http.Request)
 }
 
-// Proxy is one incarnation's egress proxy. workerd sends it proxy-style requests (absolute URLs).
-type Proxy struct {
-	// Caller names the script whose incarnation this proxy serves: the edge counts loops per
-	// caller.
-	Caller   string
-	limit    int64
-	local    Local
-	out      *httputil.ReverseProxy
-	inflight atomic.Int64
-	refused  atomic.Int64
+// Egress carries workers' subrequests. It is safe for concurrent use.
+type Egress struct {
+	policy *Policy
+	local  Local
+	out    *httputil.ReverseProxy
 }
 
-// NewProxy returns the proxy of one incarnation whose workerd serves its outbound socket at
-// outboundAddr. limit ≤ 0 takes DefaultSubrequestLimit; local may be nil (nothing is routed
-// in-process).
-func NewProxy(outboundAddr string, limit int, local Local) *Proxy {
-	if limit <= 0 {
-		limit = DefaultSubrequestLimit
+// New is the egress of a node with policy, handing subrequests for hostnames local serves to it
+// (nil: none).
+func New(policy *Policy, local Local) *Egress {
+	e := &Egress{policy: policy, local: local}
+	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
+	transport := &http.Transport{
+		Proxy:                 nil, // never an environment's proxy: the policy is on the address dialled
+		DialContext:           e.dial(dialer),
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       60 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
 	}
-	outbound := &url.URL{Scheme: "http", Host: outboundAddr}
-	p := &Proxy{limit: int64(limit), local: local}
-	p.out = &httputil.ReverseProxy{
+	e.out = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			// The outbound socket speaks plain proxy-style HTTP; the dialer restores https from the
-			// header (a worker's own copy of the header is dropped first).
-			pr.Out.Header.Del(workerd.SchemeHeader)
-			pr.Out.Header.Del(workerd.ProbeHeader)
-			if pr.In.URL.Scheme == "https" {
-				pr.Out.URL.Scheme = "http"
-				pr.Out.Header.Set(workerd.SchemeHeader, "https")
-			}
+			pr.Out.URL = &url.URL{Scheme: pr.In.URL.Scheme, Host: pr.In.URL.Host, Path: pr.In.URL.Path, RawPath: pr.In.URL.RawPath, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = pr.In.URL.Host
 		},
-		Transport: &http.Transport{
-			Proxy:               func(*http.Request) (*url.URL, error) { return outbound, nil },
-			MaxIdleConnsPerHost: limit,
-		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
-			writeProblem(w, adminapi.NewProblem(http.StatusBadGateway, adminapi.CodeEgressRefused, "Bad Gateway",
-				"the runtime node could not complete this subrequest"))
+		Transport: transport,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			detail := "the runtime node could not complete this subrequest"
+			if errors.Is(err, errRefused) {
+				detail = fmt.Sprintf("the runtime node refused this subrequest: %s resolves to no address workers may reach (private, local, reserved, or this node's own)", edge.Hostname(r.URL.Host))
+			}
+			writeProblem(w, adminapi.NewProblem(http.StatusBadGateway, adminapi.CodeEgressRefused, "Bad Gateway", detail))
 		},
 	}
-	return p
+	return e
 }
 
-// InFlight is the number of subrequests being served.
-func (p *Proxy) InFlight() int64 { return p.inflight.Load() }
-
-// Refused counts subrequests refused by the cap.
-func (p *Proxy) Refused() int64 { return p.refused.Load() }
-
-// Admitted serves h as one more subrequest of the incarnation when its cap allows, and refuses it
-// (429) otherwise. The proxy's own requests and those the worker sends through its service
-// bindings share the one cap (SPEC 5.1).
-func (p *Proxy) Admitted(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The cap counts a subrequest until its response has been copied back whole (or the
-		// worker went away), which is when h returns.
-		if p.inflight.Add(1) > p.limit {
-			p.inflight.Add(-1)
-			p.refused.Add(1)
-			w.Header().Set("Retry-After", "1")
-			writeProblem(w, adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeSubrequestLimit, "Too Many Requests",
-				fmt.Sprintf("this worker already has %d subrequests in flight, the most a runtime node allows", p.limit)))
-			return
+// dial connects to the first address of the host that the policy allows, resolved here: a name
+// that resolves to a forbidden address reaches nothing.
+func (e *Egress) dial(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
 		}
-		defer p.inflight.Add(-1)
-		h.ServeHTTP(w, r)
-	})
+		var ips []netip.Addr
+		if ip, err := netip.ParseAddr(host); err == nil {
+			ips = []netip.Addr{ip}
+		} else if ips, err = net.DefaultResolver.LookupNetIP(ctx, "ip", host); err != nil {
+			return nil, err
+		}
+		var lastErr error = errRefused
+		for _, ip := range ips {
+			if !e.policy.Allowed(ip) {
+				continue
+			}
+			c, err := d.DialContext(ctx, network, net.JoinHostPort(ip.String(), port))
+			if err == nil {
+				return c, nil
+			}
+			lastErr = err
+		}
+		return nil, lastErr
+	}
 }
 
-// ServeHTTP serves one subrequest of the incarnation, admitted or refused by the cap.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p.Admitted(http.HandlerFunc(p.forward)).ServeHTTP(w, r)
+// Serve carries one subrequest of caller's worker, metered by m: to the edge when this node
+// serves its hostname, else out to the network under the policy.
+func (e *Egress) Serve(w http.ResponseWriter, r *http.Request, m *Meter, caller string) {
+	m.Admitted(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { e.forward(w, r, caller) }))
 }
 
-// forward serves one admitted subrequest.
-func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
+func (e *Egress) forward(w http.ResponseWriter, r *http.Request, caller string) {
 	if !r.URL.IsAbs() || (r.URL.Scheme != "http" && r.URL.Scheme != "https") {
 		writeProblem(w, adminapi.NewProblem(http.StatusBadRequest, adminapi.CodeEgressRefused, "Bad Request",
 			"the runtime node carries only http and https subrequests"))
 		return
 	}
-	if p.local != nil {
-		if host := edge.Hostname(r.URL.Host); p.local.Serves(host) {
+	if e.local != nil {
+		if host := edge.Hostname(r.URL.Host); e.local.Serves(host) {
 			// A hostname this node serves never leaves it (its own addresses are denied anyway):
 			// the edge serves it, knowing where it came from.
-			in := r.Clone(edge.WithCaller(r.Context(), p.Caller))
+			in := r.Clone(edge.WithCaller(r.Context(), caller))
 			in.Host = r.URL.Host
 			in.URL = &url.URL{Path: r.URL.Path, RawPath: r.URL.RawPath, RawQuery: r.URL.RawQuery}
 			in.RequestURI = in.URL.RequestURI()
-			in.Header.Del(workerd.SchemeHeader)
-			p.local.ServeEgress(w, in)
+			e.local.ServeEgress(w, in)
 			return
 		}
 	}
-	p.out.ServeHTTP(w, r)
+	e.out.ServeHTTP(w, r)
 }
 
 func writeProblem(w http.ResponseWriter, p *adminapi.Problem) {

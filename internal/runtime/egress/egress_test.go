@@ -2,7 +2,13 @@ package egress
 
 import (
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -39,4 +45,128 @@ func TestParseDenyRefusesWhatIsNotACIDR(t *testing.T) {
 		_, err := ParseDeny([]string{bad})
 		require.Error(t, err, bad)
 	}
+}
+
+// A worker's subrequest reaches public unicast addresses only: never a private, local, reserved,
+// documentation or mapping range (which workerd's own "public" admitted), nor this node's own
+// addresses or the operator's ranges.
+func TestPolicyAllowsPublicAddressesOnly(t *testing.T) {
+	t.Parallel()
+	p, err := NewPolicy([]string{"198.51.100.9:443"}, []string{"8.8.4.0/24"})
+	require.NoError(t, err)
+	for addr, want := range map[string]bool{
+		"1.1.1.1": true, "2606:4700:4700::1111": true, "8.8.8.8": true,
+		"8.8.4.4":   false, // the operator's
+		"127.0.0.1": false, "::1": false, "10.1.2.3": false, "172.16.0.9": false, "192.168.7.8": false,
+		"169.254.169.254": false, "fe80::1": false, "fd00::2": false, "0.0.0.0": false, "::": false,
+		"100.64.0.1": false, "192.0.0.8": false, "192.0.2.2": false, "198.51.100.7": false, "203.0.113.7": false,
+		"198.18.0.1": false, "240.0.0.1": false, "255.255.255.255": false, "224.0.0.1": false,
+		"64:ff9b::a00:1": false, "64:ff9b:1::1": false, "2002:a00:1::": false, "2001::1": false, "2001:db8::1": false,
+		"::ffff:10.0.0.1": false, "::ffff:1.1.1.1": true,
+	} {
+		require.Equal(t, want, p.Allowed(netip.MustParseAddr(addr)), addr)
+	}
+	addrs, err := net.InterfaceAddrs()
+	require.NoError(t, err)
+	for _, a := range addrs {
+		ip, _ := netip.AddrFromSlice(a.(*net.IPNet).IP)
+		require.False(t, p.Allowed(ip), "this node's own address %s", ip)
+	}
+}
+
+// The egress dials what the policy allows, after resolving the name itself: a hostname that
+// resolves to a forbidden address reaches nothing, and the worker gets a problem naming only the
+// host it asked for.
+func TestEgressRefusesANameThatResolvesToAForbiddenAddress(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { hits.Add(1) }))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	policy, err := NewPolicy(nil, nil)
+	require.NoError(t, err)
+	e := New(policy, nil)
+	m := NewMeter(0, 0, 0)
+	defer m.Begin()()
+	for _, target := range []string{"http://localhost:" + port + "/", "http://127.0.0.1:" + port + "/", "https://localhost:" + port + "/"} {
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		rec := httptest.NewRecorder()
+		e.Serve(rec, req, m, "caller")
+		require.Equal(t, http.StatusBadGateway, rec.Code, target)
+		require.Contains(t, rec.Body.String(), "egress_refused", target)
+		require.NotContains(t, rec.Body.String(), "127.0.0.1:"+port, "the problem names no resolved address")
+	}
+	require.Zero(t, hits.Load(), "nothing reached the loopback listener")
+}
+
+// A worker's subrequests are bounded per request it serves (its budget is spent across its
+// requests in flight), and its ctx.waitUntil work makes none once WaitUntilAfter has passed
+// since its last response: the review's waitUntil loop made 60,000 in 90 s (SPEC 5.1).
+func TestMeterBoundsSubrequestsPerRequestAndAfterTheLastResponse(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	m := NewMeter(50, 3, 0)
+	m.SetClock(func() time.Time { return now })
+	admitted := func() bool {
+		if p := m.admit(); p != nil {
+			return false
+		}
+		m.inflight.Add(-1)
+		return true
+	}
+	require.False(t, admitted(), "a worker that serves no request makes none")
+	end := m.Begin()
+	for range 3 {
+		require.True(t, admitted())
+	}
+	require.False(t, admitted(), "the request's budget is spent")
+	end2 := m.Begin()
+	require.True(t, admitted(), "a second request brings its own budget")
+	end()
+	end2()
+	now = now.Add(WaitUntilAfter - time.Second)
+	require.True(t, admitted(), "work left running after the response may still go on for a while")
+	now = now.Add(2 * time.Second)
+	require.False(t, admitted(), "waitUntil work makes no subrequest past the bound")
+	require.EqualValues(t, 3, m.Refused())
+	m.Begin()()
+	for range 3 {
+		require.True(t, admitted(), "a new request starts a budget of its own, not what was left")
+	}
+	require.False(t, admitted())
+}
+
+// At most Limit subrequests of one worker are in flight at once.
+func TestMeterCapsSubrequestsInFlight(t *testing.T) {
+	t.Parallel()
+	m := NewMeter(2, 100, 0)
+	defer m.Begin()()
+	hold := make(chan struct{})
+	var wg sync.WaitGroup
+	codes := make(chan int, 3)
+	arrived := make(chan struct{}, 3)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := httptest.NewRecorder()
+			m.Admitted(rec, httptest.NewRequest(http.MethodGet, "http://x/", nil), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				arrived <- struct{}{}
+				<-hold
+			}))
+			codes <- rec.Code
+		}()
+	}
+	<-arrived
+	<-arrived
+	require.Eventually(t, func() bool { return m.Refused() == 1 }, 5*time.Second, time.Millisecond, "the third is refused")
+	require.EqualValues(t, 2, m.InFlight())
+	close(hold)
+	wg.Wait()
+	close(codes)
+	byCode := map[int]int{}
+	for c := range codes {
+		byCode[c]++
+	}
+	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusTooManyRequests: 1}, byCode)
 }

@@ -375,16 +375,13 @@ type group struct {
 func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
 
 // create makes org-<uid>/<name> in every hierarchy with the ceilings written: memory and pids per
-// incarnation, CPU weight per organization (every organization the same, so that an organization
-// gets an equal share however many incarnations it runs), CPU quota per incarnation when set.
+// process, CPU weight per organization (every organization the same, so that an organization
+// gets an equal share however many processes it runs), CPU quota per process when set.
 func (c *cgroups) create(uid int, name string, memory int64) (_ *group, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if memory <= 0 || memory > c.limits.MemoryBytes {
-		// A worker's own ceiling may lower the node's, never raise it (SPEC 3.6).
-		memory = c.limits.MemoryBytes
-	}
-	g := &group{c: c, uid: uid, memory: memory}
+	g := &group{c: c, uid: uid, memory: c.processMemory(memory)}
+	memory = g.memory
 	defer func() {
 		if err != nil {
 			g.removeLocked()
@@ -458,6 +455,43 @@ func (c *cgroups) writeIncarnation(h hierarchy, dir string, memory int64) error 
 		}
 	}
 	return writeAll(dir, files)
+}
+
+// processMemory is the ceiling a process gets for asking memory: Limits.MemoryBytes when it asks
+// none, never more than its organization's.
+func (c *cgroups) processMemory(memory int64) int64 {
+	if memory <= 0 {
+		memory = c.limits.MemoryBytes
+	}
+	if org := c.limits.OrgMemoryBytes; org > 0 && memory > org {
+		memory = org
+	}
+	return memory
+}
+
+// setMemory changes the group's memory ceiling in place. On v1 the limit must never exceed the
+// limit with swap, so a raise writes memsw first and a cut writes it last.
+func (g *group) setMemory(memory int64) error {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	memory = g.c.processMemory(memory)
+	if memory == g.memory || len(g.dirs) == 0 {
+		return nil
+	}
+	for i, h := range g.c.hierarchies {
+		if !h.serves(ctlMemory) {
+			continue
+		}
+		files := memoryFiles(h, memory)
+		if !h.v2 && memory > g.memory {
+			files[0], files[1] = files[1], files[0]
+		}
+		if err := writeAll(g.dirs[i], files); err != nil {
+			return err
+		}
+	}
+	g.memory = memory
+	return nil
 }
 
 // memoryFiles set a memory ceiling with no swap beyond it: v2 memory.max and memory.swap.max; v1

@@ -98,9 +98,10 @@ func TestParseLoaderListNamesTheInterpreterAndEveryLibrary(t *testing.T) {
 
 func TestSetIDCapabilitiesAreReadFromCapEff(t *testing.T) {
 	t.Parallel()
-	require.True(t, hasSetIDCapabilities([]byte("Name:\tx\nCapEff:\t00000000000000c0\n")))
+	require.True(t, hasSetIDCapabilities([]byte("Name:\tx\nCapEff:\t00000000000000c1\n")))
 	require.True(t, hasSetIDCapabilities([]byte("CapEff:\t000001ffffffffff\n")))
 	require.False(t, hasSetIDCapabilities([]byte("CapEff:\t0000000000000080\n")), "CAP_SETUID alone")
+	require.False(t, hasSetIDCapabilities([]byte("CapEff:\t00000000000000c0\n")), "without CAP_CHOWN")
 	require.False(t, hasSetIDCapabilities([]byte("CapEff:\t0000000000000000\n")))
 	require.False(t, hasSetIDCapabilities([]byte("CapPrm:\t00000000000000c0\n")))
 }
@@ -139,13 +140,23 @@ func TestParseUIDRange(t *testing.T) {
 
 func TestBwrapArgsIsolateAndCarryNoEnvironment(t *testing.T) {
 	t.Parallel()
-	args := bwrapArgs([]string{"/lib64/ld.so"}, 4, 5, 6, []string{"config.capnp", "module-000.js"}, []int{7, 8}, []string{"serve", "config.capnp"})
+	p := Program{Files: []string{"config.capnp", "router.js"}, Args: []string{"serve", "config.capnp"}}
+	args := bwrapArgs([]string{"/lib64/ld.so"}, sandboxFDs{bin: 4, status: 5, block: 6, bind: -1}, p, []int{7, 8})
 	for _, flag := range []string{"--unshare-user", "--unshare-pid", "--unshare-ipc", "--disable-userns", "--die-with-parent", "--new-session"} {
 		require.Contains(t, args, flag)
 	}
-	require.NotContains(t, args, "--unshare-net", "workers serve on the handed socket and need outbound network")
+	require.NotContains(t, args, "--unshare-net", "a program keeps the host's network unless told otherwise")
 	require.NotContains(t, args, "--setenv", "argv is world-readable in /proc/<pid>/cmdline")
 	require.NotContains(t, args, "--bind", "nothing of the host is writable inside")
-	require.Contains(t, strings.Join(args, " "), "--ro-bind-data 7 "+WorkDir+"/config.capnp --ro-bind-data 8 "+WorkDir+"/module-000.js")
+	require.NotContains(t, args, "--bind-fd", "nothing of the host is writable inside")
+	require.Contains(t, strings.Join(args, " "), "--ro-bind-data 7 "+WorkDir+"/config.capnp --ro-bind-data 8 "+WorkDir+"/router.js")
 	require.Equal(t, []string{"--json-status-fd", "5", "--block-fd", "6", "/proc/self/fd/4", "serve", "config.capnp"}, args[len(args)-7:])
+
+	// An org process: no network of its own, and its socket directory, bound from a descriptor,
+	// the one writable place (a mount of its own, made before / turns read-only).
+	p.NoNetwork, p.BindAt = true, "/sockets"
+	args = bwrapArgs([]string{"/lib64/ld.so"}, sandboxFDs{bin: 4, status: 5, block: 6, bind: 9}, p, []int{7, 8})
+	require.Contains(t, args, "--unshare-net")
+	joined := strings.Join(args, " ")
+	require.Contains(t, joined, "--bind-fd 9 /sockets --remount-ro /")
 }

@@ -1,4 +1,4 @@
-// Package sandbox runs one program (workerd, for one incarnation) as an organization's own
+// Package sandbox runs one program (workerd, one organization's process) as the organization's own
 // unprivileged uid inside bubblewrap, with cgroup ceilings on its memory, tasks and CPU share
 // (SPEC 5.1). workerd is not a sandbox for code nobody trusts; this is the outer layer.
 //
@@ -8,13 +8,15 @@
 // a private /proc, a minimal /dev, the program and its shared libraries read-only, the name
 // resolution files and CA bundle of /etc read-only, and the program's files, copied in from file descriptors
 // the runtime opened (--ro-bind-data), under WorkDir. Nothing else of the host's file system is
-// there: not the runtime's state directory, its keys, its token, nor other incarnations. The
-// program itself enters as a descriptor too (it is executed as /proc/self/fd/N), so its path on
-// the host need not be reachable by the organization's uid. The network namespace is the host's:
-// the program serves on the loopback socket it is handed and makes outbound requests.
+// there: not the runtime's state directory, its keys, its token, nor other organizations'
+// processes. The program itself enters as a descriptor too (it is executed as /proc/self/fd/N), so
+// its path on the host need not be reachable by the organization's uid. A program may be given one
+// directory of the host, bound from a descriptor the runtime opened (Program.BindDir: the org
+// process's socket directory), and no network of its own (Program.NoNetwork: a new network
+// namespace with nothing in it), so that its only channels are the Unix sockets in that directory.
 //
-// Secret values travel only in the environment bwrap is exec'd with, which the kernel shows to the
-// same uid alone, never in argv (/proc/<pid>/cmdline is world-readable).
+// Nothing secret travels in argv (/proc/<pid>/cmdline is world-readable) nor, for org processes,
+// in the environment: code and secrets reach them over their own sockets.
 //
 // Under the runtime's own cgroup in each hierarchy (v1, v2 or a hybrid of both), each process gets
 // org-<uid>/<name> with its ceilings. bwrap reports the sandbox's first pid (--json-status-fd) and
@@ -42,13 +44,14 @@ const WorkDir = "/incarnation"
 
 // Defaults of Limits (SPEC 5.1).
 const (
-	// DefaultMemoryBytes is Cloudflare's 128 MB isolate limit with room for workerd itself (an
-	// idle workerd holds about 9 MB of its own; the rest is the worker's).
+	// DefaultMemoryBytes is one process's ceiling when its caller names none: Cloudflare's 128 MB
+	// isolate limit with room for workerd itself (an idle workerd holds about 50 MiB of its own).
+	// An org process's ceiling grows with the isolates it holds (see package orgproc).
 	DefaultMemoryBytes = 256 << 20
-	// DefaultPids bounds the tasks (processes and threads) of one incarnation. An idle workerd has
-	// 2 threads and the sandbox 2 processes; kj resolves each outbound hostname on a thread of
-	// its own, so a burst at the subrequest cap (50) needs some 50 more. 256 leaves room for that
-	// and still stops a runaway long before the machine's pid space.
+	// DefaultPids bounds the tasks (processes and threads) of one process. An idle workerd has 2
+	// threads and the sandbox 2 processes; an org process has no network, so workerd resolves no
+	// hostname (each resolution took a thread of its own). 256 still stops a runaway long before
+	// the machine's pid space.
 	DefaultPids = 256
 	// DefaultCPUWeight is the v2 default weight; every organization gets the same.
 	DefaultCPUWeight = 100
@@ -56,19 +59,21 @@ const (
 
 // Limits are the cgroup ceilings of every sandboxed process.
 type Limits struct {
-	// MemoryBytes is each incarnation's memory ceiling (swap included: none is allowed).
+	// MemoryBytes is a process's memory ceiling when its Program names none (swap included:
+	// none is allowed).
 	MemoryBytes int64
-	// Pids is each incarnation's ceiling on tasks.
+	// Pids is each process's ceiling on tasks.
 	Pids int64
 	// CPUWeight is each organization's CPU weight (1-10000, the v2 scale; v1 cpu.shares gets
 	// weight×1024/100). Equal for all, it shares the CPU equally between organizations under
 	// contention, however many workers each runs.
 	CPUWeight int
-	// CPUMax, when above zero, caps each incarnation at that many CPUs (cpu.max, cfs quota).
+	// CPUMax, when above zero, caps each process at that many CPUs (cpu.max, cfs quota).
 	CPUMax float64
-	// OrgMemoryBytes and OrgPids cap all the incarnations of one organization together, so that
-	// one organization's many workers cannot take the machine's memory or tasks from the others
-	// (default: a quarter of the machine's memory, at least 1 GiB; sixteen incarnations' tasks).
+	// OrgMemoryBytes and OrgPids cap all the processes of one organization together, so that one
+	// organization cannot take the machine's memory or tasks from the others, and bound any one
+	// process's ceiling (default: a quarter of the machine's memory, at least 1 GiB; sixteen
+	// processes' tasks).
 	OrgMemoryBytes int64
 	OrgPids        int64
 	// NodeMemoryBytes caps every sandbox of the node together, below the machine's memory, so
@@ -195,7 +200,8 @@ func New(cfg Config) (*Sandbox, error) {
 	return &Sandbox{bwrap: bwrap, uids: cfg.UIDs, limits: cfg.Limits, cg: cg, libs: map[string]libsEntry{}}, nil
 }
 
-// checkPrivilege: switching to another uid needs root or CAP_SETUID and CAP_SETGID.
+// checkPrivilege: switching to another uid needs root or CAP_SETUID and CAP_SETGID, and handing an
+// organization's process its socket directory needs CAP_CHOWN.
 func checkPrivilege() error {
 	if os.Geteuid() == 0 {
 		return nil
@@ -205,17 +211,19 @@ func checkPrivilege() error {
 		return err
 	}
 	if !hasSetIDCapabilities(status) {
-		return fmt.Errorf("running organizations' workers as their own uids needs root or CAP_SETUID and CAP_SETGID; this node runs as uid %d without them", os.Geteuid())
+		return fmt.Errorf("running organizations' workers as their own uids needs root or CAP_SETUID, CAP_SETGID and CAP_CHOWN; this node runs as uid %d without them", os.Geteuid())
 	}
 	return nil
 }
 
-// hasSetIDCapabilities reads CapEff of /proc/self/status for CAP_SETGID (6) and CAP_SETUID (7).
+// hasSetIDCapabilities reads CapEff of /proc/self/status for CAP_CHOWN (0), CAP_SETGID (6) and
+// CAP_SETUID (7).
 func hasSetIDCapabilities(status []byte) bool {
 	for _, line := range strings.Split(string(status), "\n") {
 		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
 			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return err == nil && caps&(1<<6) != 0 && caps&(1<<7) != 0
+			const want = 1<<0 | 1<<6 | 1<<7
+			return err == nil && caps&want == want
 		}
 	}
 	return false
@@ -259,11 +267,19 @@ type Program struct {
 	UID int
 	// Name names the process's cgroups: org-<UID>/<Name>. It must be unique on the node.
 	Name string
-	// MemoryBytes is this program's own memory ceiling (a worker's limits.memoryMb); 0, or more
-	// than the node's per-incarnation ceiling, takes the node's.
+	// MemoryBytes is this program's own memory ceiling; 0 takes Limits.MemoryBytes, and more
+	// than the organization's ceiling takes that (SetMemory changes it while it runs).
 	MemoryBytes int64
 	// ExtraFiles become descriptors 3, 4, … in the sandbox (the listening socket).
-	ExtraFiles     []*os.File
+	ExtraFiles []*os.File
+	// BindDir, when set, is a directory of the host the sandbox sees read-write at BindAt (an
+	// absolute path): bound from this descriptor, so that no path to it need be reachable by the
+	// organization's uid.
+	BindDir *os.File
+	BindAt  string
+	// NoNetwork gives the program a network namespace of its own with nothing in it: it reaches
+	// nothing but the Unix sockets in BindDir.
+	NoNetwork      bool
 	Stdout, Stderr io.Writer
 }
 
@@ -332,6 +348,14 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 		return 2 + len(extra)
 	}
 	binFD, statusFD, blockFD := fd(bin), fd(statusW), fd(blockR)
+	bindFD := -1
+	if p.BindDir != nil {
+		if !filepath.IsAbs(p.BindAt) || filepath.Clean(p.BindAt) != p.BindAt || p.BindAt == "/" {
+			statusR.Close()
+			return nil, fmt.Errorf("bind path %q is not a clean absolute path", p.BindAt)
+		}
+		bindFD = fd(p.BindDir)
+	}
 	var dataFDs []int
 	for _, name := range p.Files {
 		if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
@@ -351,7 +375,7 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 		statusR.Close()
 		return nil, err
 	}
-	cmd := exec.Command(s.bwrap, bwrapArgs(libs, binFD, statusFD, blockFD, p.Files, dataFDs, p.Args)...)
+	cmd := exec.Command(s.bwrap, bwrapArgs(libs, sandboxFDs{bin: binFD, status: statusFD, block: blockFD, bind: bindFD}, p, dataFDs)...)
 	cmd.Env = p.Env
 	if cmd.Env == nil {
 		cmd.Env = []string{}
@@ -436,14 +460,21 @@ var publicFiles = []string{
 	"/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem",
 }
 
+// sandboxFDs are the descriptor numbers, in the sandbox's bwrap, of what the runtime hands it:
+// the program, bwrap's status and block pipes, and the directory to bind (-1: none).
+type sandboxFDs struct{ bin, status, block, bind int }
+
 // bwrapArgs is the bubblewrap command line: namespaces, mounts, the program's files from
 // descriptors, and the program run from its descriptor.
-func bwrapArgs(libs []string, binFD, statusFD, blockFD int, files []string, dataFDs []int, args []string) []string {
+func bwrapArgs(libs []string, fds sandboxFDs, p Program, dataFDs []int) []string {
 	a := []string{
 		"--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-cgroup-try",
 		"--disable-userns", "--die-with-parent", "--new-session",
-		"--proc", "/proc", "--dev", "/dev",
 	}
+	if p.NoNetwork {
+		a = append(a, "--unshare-net")
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
 	for _, lib := range libs {
 		a = append(a, "--ro-bind", lib, lib)
 	}
@@ -451,13 +482,17 @@ func bwrapArgs(libs []string, binFD, statusFD, blockFD int, files []string, data
 		a = append(a, "--ro-bind-try", f, f)
 	}
 	a = append(a, "--dir", WorkDir)
-	for i, name := range files {
+	for i, name := range p.Files {
 		a = append(a, "--ro-bind-data", strconv.Itoa(dataFDs[i]), WorkDir+"/"+name)
 	}
+	if fds.bind >= 0 {
+		// A mount of its own, which the remount of / below leaves as it is.
+		a = append(a, "--bind-fd", strconv.Itoa(fds.bind), p.BindAt)
+	}
 	a = append(a, "--remount-ro", "/", "--chdir", WorkDir,
-		"--json-status-fd", strconv.Itoa(statusFD), "--block-fd", strconv.Itoa(blockFD),
-		fmt.Sprintf("/proc/self/fd/%d", binFD))
-	return append(a, args...)
+		"--json-status-fd", strconv.Itoa(fds.status), "--block-fd", strconv.Itoa(fds.block),
+		fmt.Sprintf("/proc/self/fd/%d", fds.bin))
+	return append(a, p.Args...)
 }
 
 // readChildPid reads the sandbox's first pid from bwrap's JSON status.
@@ -520,6 +555,10 @@ func closeAll(files []*os.File) {
 
 // LimitHit says, after Wait, which ceiling the program ran into ("" when none).
 func (p *Process) LimitHit() string { return p.limitHit }
+
+// SetMemory changes the program's memory ceiling while it runs (capped, as at Start, by the
+// organization's).
+func (p *Process) SetMemory(bytes int64) error { return p.group.setMemory(bytes) }
 
 // libraries lists binary's shared libraries, once per version of the file.
 func (s *Sandbox) libraries(binary string) ([]string, error) {

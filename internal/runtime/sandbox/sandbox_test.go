@@ -87,7 +87,7 @@ func TestASandboxedProcessRunsAsItsOrganizationsUIDAndSeesNothingOfTheNode(t *te
 	st, err := state.Open(filepath.Join(base, "runtime"), state.SealingKey{File: sealingKey})
 	require.NoError(t, err)
 	t.Cleanup(st.Close)
-	inc := filepath.Join(st.IncarnationsDir(), "inc-a")
+	inc := filepath.Join(st.SocketsDir(), "p1.conf")
 	require.NoError(t, safedir.Ensure(inc, st.Owner()))
 	require.NoError(t, safedir.WriteFile(inc, "config.capnp", []byte("the config"), st.Owner()))
 	require.FileExists(t, sealingKey)
@@ -315,7 +315,7 @@ func TestNewRefusesANodeThatCannotSwitchUIDs(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
-	require.Contains(t, string(out), "needs root or CAP_SETUID and CAP_SETGID")
+	require.Contains(t, string(out), "needs root or CAP_SETUID, CAP_SETGID and CAP_CHOWN")
 }
 
 func TestStartRefusesUIDsThatAreNotAnOrganizations(t *testing.T) {

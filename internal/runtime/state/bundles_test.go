@@ -131,7 +131,7 @@ func TestADesiredStateOfVersion1IsReadAndMovedToBundles(t *testing.T) {
 	require.NotContains(t, string(b), "v1 code")
 	var f map[string]any
 	require.NoError(t, json.Unmarshal(b, &f))
-	require.EqualValues(t, 2, f["version"])
+	require.EqualValues(t, desiredVersion, f["version"])
 	require.Len(t, bundleNames(t, dir), 2)
 }
 

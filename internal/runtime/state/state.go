@@ -43,14 +43,23 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
+// IsolateVersion is the first desired-state version whose admitted incarnations are named by
+// their isolate identity: a state of an earlier version has its admissions moved by the runtime.
+const IsolateVersion = 3
+
 const (
-	desiredFile     = "desired.json"
-	lockFile        = "lock"
-	secretsDir      = "secrets"
-	incarnationsDir = "incarnations"
-	bundlesDir      = "bundles"
-	// desiredVersion 2 keeps modules in bundles/; version 1 (inline) is still read.
-	desiredVersion   = 2
+	desiredFile = "desired.json"
+	lockFile    = "lock"
+	secretsDir  = "secrets"
+	socketsDir  = "sockets"
+	bundlesDir  = "bundles"
+	// legacyIncarnationsDir held one directory per running incarnation, in the runtime before org
+	// processes; a start removes it.
+	legacyIncarnationsDir = "incarnations"
+	// desiredVersion 3 names admitted incarnations by their isolate identity; version 2 (the
+	// process-per-incarnation identities, modules in bundles/) and 1 (modules inline) are still
+	// read, and the runtime moves their admitted incarnations to its identities (IsolateVersion).
+	desiredVersion   = 3
 	sealedFileFormat = "takoform.runtime-sealed-delivery.v1"
 )
 
@@ -178,9 +187,15 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{secretsDir, incarnationsDir, bundlesDir} {
+	for _, sub := range []string{secretsDir, socketsDir, bundlesDir} {
 		if err := safedir.Ensure(filepath.Join(abs, sub), s.owner); err != nil {
 			return nil, err
+		}
+	}
+	// The earlier runtime's incarnation directories held nothing that survives its run.
+	if err := safedir.Check(filepath.Join(abs, legacyIncarnationsDir), s.owner); err == nil {
+		if err := os.RemoveAll(filepath.Join(abs, legacyIncarnationsDir)); err != nil {
+			return nil, fmt.Errorf("remove the earlier runtime's incarnations directory: %w", err)
 		}
 	}
 	// A directory just made (bundles/ on a state directory of an earlier runtime) is in the
@@ -257,8 +272,8 @@ func (s *Store) TokenFile() string { return filepath.Join(s.dir, adminapi.TokenF
 // Token is the admin API's bearer token.
 func (s *Store) Token() string { return s.token }
 
-// IncarnationsDir holds the private directory of every running incarnation.
-func (s *Store) IncarnationsDir() string { return filepath.Join(s.dir, incarnationsDir) }
+// SocketsDir holds the sockets and config of every running org process.
+func (s *Store) SocketsDir() string { return filepath.Join(s.dir, socketsDir) }
 
 // Load reads the desired state; a state directory that has none yet holds nothing.
 func (s *Store) Load() (*Desired, error) {
@@ -286,8 +301,8 @@ func (s *Store) Load() (*Desired, error) {
 		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("read %s: %w", filepath.Join(s.dir, desiredFile), err)
 		}
-		if f.Version != desiredVersion && f.Version != 1 {
-			return nil, fmt.Errorf("%s has version %d; this runtime reads 1 and %d", filepath.Join(s.dir, desiredFile), f.Version, desiredVersion)
+		if f.Version < 1 || f.Version > desiredVersion {
+			return nil, fmt.Errorf("%s has version %d; this runtime reads 1 to %d", filepath.Join(s.dir, desiredFile), f.Version, desiredVersion)
 		}
 		if d, err = s.readBundles(&f); err != nil {
 			return nil, err

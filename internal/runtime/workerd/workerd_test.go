@@ -1,29 +1,110 @@
-package workerd
+package workerd_test
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
+	. "github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 )
 
-func TestRenderKeepsSourcesAndSecretsOutOfTheConfig(t *testing.T) {
-	t.Parallel()
-	files, err := Render(Worker{
-		Modules:           map[string]string{"lib/util.js": "export const x = 1;", "main.js": `import {x} from "lib/util.js"; export default {}`, "data.json": `{"a":1}`},
-		MainModule:        "main.js",
-		CompatibilityDate: "2024-09-23",
-		Secrets:           []string{"TOKEN", "API_KEY"},
-	}, "config.capnp", "config", "http")
+func orgFiles(t *testing.T, o Org) (string, map[string][]byte) {
+	t.Helper()
+	files, err := o.Files()
 	require.NoError(t, err)
-	config := string(files["config.capnp"])
-	require.Contains(t, config, `(name = "main.js", esModule = embed "module-000.js")`, "the main module comes first")
-	require.Contains(t, config, `(name = "data.json", json = embed "module-001.json")`)
-	require.Contains(t, config, `(name = "API_KEY", fromEnvironment = "TAKOFORM_SECRET_API_KEY")`)
-	require.NotContains(t, config, "export", "sources are embedded from files, never quoted")
-	require.Equal(t, "export const x = 1;", string(files["module-002.js"]))
+	return string(files[ConfigFile]), files
+}
+
+// An org process's config holds the runtime's router and sockets only: no tenant's code, variable
+// or secret is ever in a file workerd reads (SPEC 5).
+func TestAnOrgProcessConfigHoldsOnlyTheRouterAndItsSockets(t *testing.T) {
+	t.Parallel()
+	config, files := orgFiles(t, Org{SocketDir: "/sockets", ProbeEntrypoint: "takoformProbe_0123abcd", HeapLimitMB: 128})
+	require.Len(t, files, 2, "the config and the router, nothing of a tenant's")
+	require.Contains(t, string(files[RouterFile]), "env.LOADER.get(", "the router loads isolates through the Worker Loader")
+	for _, want := range []string{
+		`(name = "LOADER", workerLoader = ())`,
+		`address = "unix:/sockets/code.sock"`, `address = "unix:/sockets/egress.sock"`,
+		`address = "unix:/sockets/bindings.sock"`, `address = "unix:/sockets/tails.sock"`,
+		`style = proxy`, `"--max-old-space-size=128"`, `text = "takoformProbe_0123abcd"`,
+		`globalOutbound = "nowhere"`, `network = (allow = [])`,
+	} {
+		require.Contains(t, config, want)
+	}
+	require.Contains(t, ServeArgs(), "--experimental", "the pinned workerd refuses a loader without it")
+
+	config, _ = orgFiles(t, Org{ProbeEntrypoint: "takoformProbe_0123abcd", HeapLimitMB: 64})
+	require.Contains(t, config, `address = "unix:code.sock"`, "without a sandbox, the sockets are in its working directory")
+
+	_, err := Org{ProbeEntrypoint: "probe", HeapLimitMB: 128}.Files()
+	require.Error(t, err, "a probe entrypoint a module could guess")
+}
+
+// Every isolate the router loads gets its globalOutbound, tail and service bindings from the router
+// itself, stamped with its loader id: an omitted globalOutbound would inherit the router's network.
+func TestTheRouterNeverOmitsAnIsolatesOutboundAndStripsOurHeaders(t *testing.T) {
+	t.Parallel()
+	_, files := orgFiles(t, Org{ProbeEntrypoint: "takoformProbe_0123abcd", HeapLimitMB: 128})
+	router := string(files[RouterFile])
+	require.Contains(t, router, "globalOutbound: ctx.exports.Egress({ props: { loader: id } })")
+	require.Contains(t, router, "tails: [ctx.exports.Tail({ props: { loader: id } })]")
+	require.NotContains(t, router, "allowExperimental", "a tenant's isolate never gets experimental features")
+	require.Contains(t, router, `name.startsWith("takoform-")`)
+}
+
+// The pinned workerd has the Worker Loader only behind --experimental: the day a new pin drops it
+// (or no longer needs the flag), this fails before any node does. With it, the router serves.
+func TestThePinnedWorkerdLoadsIsolatesOnlyWithExperimental(t *testing.T) {
+	t.Parallel()
+	bin := workerdtest.Binary(t)
+	dir := t.TempDir()
+	_, files := orgFiles(t, Org{ProbeEntrypoint: "takoformProbe_0123abcd", HeapLimitMB: 128})
+	for name, data := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
+	}
+	serve := func(experimental bool) (*exec.Cmd, string, *strings.Builder) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		require.NoError(t, l.Close())
+		args := ServeArgs()
+		if !experimental {
+			args = slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--experimental" })
+		}
+		cmd := exec.Command(bin, append(args, "--socket-addr", IngressSocket+"="+addr)...)
+		cmd.Dir = dir
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd, addr, out
+	}
+	cmd, _, out := serve(false)
+	require.Error(t, cmd.Wait(), "the loader without --experimental")
+	require.Contains(t, out.String(), "--experimental")
+
+	_, addr, _ := serve(true)
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+		req.Header.Set(HeaderLiveness, "1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b) == "alive"
+	}, 10*time.Second, 20*time.Millisecond, "the router answers its liveness probe")
 }
 
 func TestValidateRefusesWhatCannotRun(t *testing.T) {
@@ -44,75 +125,16 @@ func TestValidateRefusesWhatCannotRun(t *testing.T) {
 	}
 }
 
+func TestModuleTypes(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "js", ModuleType("index.js"))
+	require.Equal(t, "js", ModuleType("lib/x.mjs"))
+	require.Equal(t, "json", ModuleType("data.json"))
+	require.Equal(t, "text", ModuleType("a.txt"))
+}
+
 func TestQuote(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, `"a\"b\\c\x0a"`, Quote("a\"b\\c\n"))
 	require.True(t, strings.HasPrefix(Quote("é"), `"é`))
-}
-
-func TestEveryConfigNamesItsOutboundNetworkAndProbe(t *testing.T) {
-	t.Parallel()
-	files, err := Render(Worker{
-		Modules: map[string]string{"main.js": "export default {}"}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
-		Deny: []string{"192.0.2.2/32", "fd00::2/128", "203.0.113.0/24", "192.0.2.2/32"},
-	}, "config.capnp", "config", "http")
-	require.NoError(t, err)
-	config := string(files["config.capnp"])
-	require.Contains(t, config, `allow = ["public"],`)
-	require.Contains(t, config, `deny = ["192.0.2.2/32", "198.18.0.0/15", "203.0.113.0/24", "64:ff9b:1::/48", "64:ff9b::/96", "fd00::2/128"],`,
-		"the node's addresses, the fixed ranges and the operator's, once each, sorted")
-	require.Contains(t, config, `tlsOptions = (trustBrowserCas = true)`)
-	require.Contains(t, config, `globalOutbound = "egress"`, "the user's worker reaches the network only through the egress proxy")
-	require.Contains(t, config, `(name = "outbound", service = "dialer", http = (style = proxy))`)
-	require.Contains(t, config, `(name = "probe", service = "dialer", http = (injectRequestHeaders = [(name = "Takoform-Probe-Socket", value = "1")]))`)
-	require.Equal(t, 2, strings.Count(config, "Workerd.Worker = ("), "the user's worker and one of the runtime's, no more isolates")
-	require.Equal(t, 1, strings.Count(config, `network = (`), "one network service, the one with the deny list")
-	// A public address is allowed: "public" admits it and no deny entry covers it.
-	for _, public := range []string{"8.8.8.8", "1.1.1.1", "2606:4700::1111"} {
-		require.NotContains(t, config, public)
-	}
-	require.Contains(t, string(files["takoform-dialer.js"]), ProbeReply)
-
-	_, err = Render(Worker{Modules: map[string]string{"main.js": ""}, MainModule: "main.js", CompatibilityDate: "2024-09-23",
-		Deny: []string{`1.2.3.4/32"], allow = ["private`}}, "config.capnp", "config", "http")
-	require.Error(t, err, "a deny entry is a CIDR, nothing else")
-}
-
-func TestRenderWritesVarsAndFlagsIntoTheConfig(t *testing.T) {
-	w := Worker{Modules: map[string]string{"index.js": "export default {}"}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
-		Secrets: []string{"API_KEY"}, Settings: workerconf.Settings{
-			Vars: map[string]string{"LOG_LEVEL": `say "hi"`}, JSONVars: map[string]string{"LIMITS": `{"rps":5}`},
-			CompatibilityFlags: []string{"nodejs_compat"},
-		}}
-	files, err := Render(w, "config.capnp", "config", "http")
-	require.NoError(t, err)
-	config := string(files["config.capnp"])
-	require.Contains(t, config, `(name = "LOG_LEVEL", text = "say \"hi\""),`)
-	require.Contains(t, config, `(name = "LIMITS", json = "{\"rps\":5}"),`)
-	require.Contains(t, config, `compatibilityFlags = ["nodejs_compat"],`)
-	require.Contains(t, config, `v8Flags = ["--max-semi-space-size=1"],`, "the young generation is kept small")
-	require.Contains(t, config, `(name = "API_KEY", fromEnvironment = "TAKOFORM_SECRET_API_KEY"),`)
-
-	// A var may not take a secret's name: one binding, one kind.
-	w.Settings.Vars["API_KEY"] = "plain"
-	_, err = Render(w, "config.capnp", "config", "http")
-	require.ErrorContains(t, err, "required sensitive var")
-}
-
-func TestAServiceBindingIsAnExternalServiceNamingNoCallee(t *testing.T) {
-	const callee = "0b9c6f1e-2f53-4d8e-9a3c-3f0f7a1b2c3d"
-	w := Worker{Modules: map[string]string{"index.js": "export default {}"}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
-		Settings: workerconf.Settings{ServiceBindings: map[string]string{"AUTH": callee}}}
-	files, err := Render(w, "config.capnp", "config", "http")
-	require.NoError(t, err)
-	config := string(files["config.capnp"])
-	require.Contains(t, config, `(name = "takoform-binding-AUTH", external = (http = ())),`)
-	require.Contains(t, config, `(name = "AUTH", service = "takoform-binding-AUTH"),`)
-	require.NotContains(t, config, callee, "the node routes by the callee's UID; the config does not name it")
-
-	// Another callee under the same name renders the same config: the caller is not restarted.
-	w.Settings.ServiceBindings["AUTH"] = "1b9c6f1e-2f53-4d8e-9a3c-3f0f7a1b2c3d"
-	again, err := Render(w, "config.capnp", "config", "http")
-	require.NoError(t, err)
-	require.Equal(t, files["config.capnp"], again["config.capnp"])
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
@@ -61,8 +63,12 @@ state stays for the next start.`,
 	cmd.Flags().StringVar(&cfg.AdminTLSCert, "admin-tls-cert", "", "TLS certificate (PEM) of the admin API")
 	cmd.Flags().StringVar(&cfg.AdminTLSKey, "admin-tls-key", "", "TLS key (PEM) of the admin API")
 	cmd.Flags().StringArrayVar(&cfg.EgressDeny, "egress-deny", nil, "a network (CIDR) no worker's fetch() may reach, beyond non-public ranges and this node's own addresses (repeatable)")
-	cmd.Flags().IntVar(&cfg.SubrequestLimit, "subrequest-limit", 50, "concurrent subrequests each incarnation may have in flight")
-	cmd.Flags().DurationVar(&cfg.LivenessPeriod, "liveness-period", 5*time.Second, "how often each Ready incarnation is probed; three missed probes in a row restart it")
+	cmd.Flags().IntVar(&cfg.SubrequestLimit, "subrequest-limit", egress.DefaultSubrequestLimit, "concurrent subrequests each worker may have in flight")
+	cmd.Flags().IntVar(&cfg.SubrequestsPerRequest, "subrequests-per-request", egress.DefaultSubrequestsPerRequest, "subrequests each request a worker serves may make (its ctx.waitUntil work included, which ends 30 s after the response)")
+	cmd.Flags().DurationVar(&cfg.LivenessPeriod, "liveness-period", time.Second, "how often each organization's process is probed; three missed probes in a row kill and restart it, so a worker in a loop stalls its organization's other workers for about three periods")
+	cmd.Flags().IntVar(&cfg.HeapLimitMB, "heap-limit-mb", orgproc.DefaultHeapLimitMB, "V8's heap limit of each worker's isolate in MB; a worker past it ends its organization's process (offerings of this node promise 128)")
+	cmd.Flags().DurationVar(&cfg.RecycleSecretsAfter, "recycle-secrets-after", 10*time.Minute, "how long after a worker's secrets were replaced or it was deleted its organization's process is recycled, so that the values leave memory (at most an hour)")
+	cmd.Flags().StringVar(&cfg.ChannelsDir, "channels-dir", "", "where each organization's process gets the directory of its sockets to the node; every component of its path must be traversable by the organizations' uids (default: a 0711 directory under the temporary directory named after the state directory)")
 	cmd.Flags().StringVar(&cfg.AdminClientCA, "admin-client-ca", "", "CA certificate(s) (PEM): the admin API then requires a client certificate issued by one (mutual TLS; needs --admin-tls-cert)")
 	sandboxFlags(cmd.Flags(), &cfg)
 	edgeTLSFlags(cmd.Flags(), &cfg.EdgeTLS)
@@ -104,12 +110,12 @@ func sandboxFlags(fs *pflag.FlagSet, cfg *runtime.Config) {
 	cfg.Sandbox.UIDs = sandbox.DefaultUIDRange
 	fs.Var(&cfg.Sandbox.UIDs, "sandbox-uid-range", "uids given to organizations, one each, kept across restarts (never root nor the node's own)")
 	fs.StringVar(&cfg.Sandbox.Bwrap, "bwrap", "", "bubblewrap binary (default: bwrap on PATH)")
-	fs.Var(mebibytes{&cfg.Sandbox.Limits.MemoryBytes}, "sandbox-memory-mib", "memory ceiling of each incarnation in MiB, swap included")
-	fs.Int64Var(&cfg.Sandbox.Limits.Pids, "sandbox-pids", sandbox.DefaultPids, "ceiling on the processes and threads of each incarnation")
+	fs.Var(mebibytes{&cfg.Sandbox.Limits.MemoryBytes}, "sandbox-memory-mib", "memory ceiling in MiB of a sandboxed process that names none, swap included (an organization's process has its own: a base and an allowance per worker it holds)")
+	fs.Int64Var(&cfg.Sandbox.Limits.Pids, "sandbox-pids", sandbox.DefaultPids, "ceiling on the processes and threads of each organization's process")
 	fs.IntVar(&cfg.Sandbox.Limits.CPUWeight, "sandbox-cpu-weight", sandbox.DefaultCPUWeight, "CPU weight of every organization (1-10000; equal for all, so organizations share the CPU equally under contention)")
-	fs.Float64Var(&cfg.Sandbox.Limits.CPUMax, "sandbox-cpu-max", 0, "CPUs each incarnation may use at most (0: no ceiling beyond the weight)")
-	fs.Var(mebibytes{&cfg.Sandbox.Limits.OrgMemoryBytes}, "sandbox-org-memory-mib", "memory ceiling in MiB of all of one organization's incarnations together (default: a quarter of the machine's memory, at least 1 GiB)")
-	fs.Int64Var(&cfg.Sandbox.Limits.OrgPids, "sandbox-org-pids", 0, "ceiling on the tasks of all of one organization's incarnations together (default: 16 incarnations' worth)")
+	fs.Float64Var(&cfg.Sandbox.Limits.CPUMax, "sandbox-cpu-max", 0, "CPUs each organization's process may use at most (0: no ceiling beyond the weight)")
+	fs.Var(mebibytes{&cfg.Sandbox.Limits.OrgMemoryBytes}, "sandbox-org-memory-mib", "memory ceiling in MiB of all of one organization's processes together, and of any one of them (default: a quarter of the machine's memory, at least 1 GiB)")
+	fs.Int64Var(&cfg.Sandbox.Limits.OrgPids, "sandbox-org-pids", 0, "ceiling on the tasks of all of one organization's processes together (default: 16 processes' worth)")
 	fs.BoolVar(&cfg.InsecureNoSandbox, "insecure-no-sandbox", false, "run every worker as this node's own user, without namespaces or ceilings, where the node cannot sandbox (never for code you do not trust)")
 }
 
@@ -127,6 +133,8 @@ func (f *edgeLimitFlags) add(fs *pflag.FlagSet, l *edge.Limits) {
 	fs.DurationVar(&l.ResponseTimeout, "edge-response-timeout", edge.DefaultResponseTimeout, "a request's total time: a worker that has not answered by then is answered 504, an answer still streaming is cut off")
 	fs.IntVar(&f.headerKiB, "edge-max-header-kib", edge.DefaultMaxHeaderBytes>>10, "request line and headers, in KiB (431 beyond)")
 	fs.Int64Var(&f.bodyMiB, "edge-max-body-mib", edge.DefaultMaxBodyBytes>>20, "request body, in MiB, counted as it streams (413 beyond)")
+	fs.IntVar(&l.MaxConns, "edge-max-conns", edge.DefaultMaxConns, "client connections the edge holds at once, every listener together (never more than half of what the descriptor limit leaves after 4,096 kept for the node); one more is closed unread")
+	fs.IntVar(&l.MaxConnsPerSource, "edge-max-conns-per-source", edge.DefaultMaxConnsPerSource, "client connections of one source address (an IPv6 /64) the edge holds at once; a --trusted-proxy peer is held to the total only")
 	fs.StringArrayVar(&f.trustedProxies, "trusted-proxy", nil, "a proxy (CIDR or address) in front of the edge whose X-Forwarded-For/-Proto/-Host, X-Real-IP and Forwarded headers are believed; everyone else's are replaced (repeatable)")
 }
 

@@ -100,9 +100,9 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, cmd.Wait(), "SIGTERM is a clean stop")
 	require.Error(t, syscall.Kill(st.Incarnation.PID, 0), "every workerd process stops with the node")
-	entries, err := os.ReadDir(filepath.Join(stateDir, "incarnations"))
+	entries, err := os.ReadDir(filepath.Join(stateDir, "sockets"))
 	require.NoError(t, err)
-	require.Empty(t, entries)
+	require.Empty(t, entries, "every process's sockets go with it")
 	_, err = os.Stat(filepath.Join(stateDir, "desired.json"))
 	require.NoError(t, err, "the desired state stays for the next start")
 

@@ -1,0 +1,135 @@
+package orgproc
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+)
+
+// unit is one incarnation placed in one process, under a loader id of that process: the
+// incarnation id and an attempt number (workerd keeps a failed load cached under its id, so a
+// failure that is not the code's retries under a new one). It is the edge's Target for the
+// incarnation while it is the incarnation's current unit.
+type unit struct {
+	p        *Process
+	inc      *Incarnation
+	loaderID string
+	attempt  int
+
+	// probed: it answered its probe in this process (the second witness); probing: a probe
+	// (a load the runtime asked for) is in progress.
+	probed  atomic.Bool
+	probing atomic.Bool
+	// loaded: its isolate has been loaded in this process at some time (probed, or asked for by
+	// a request): once retired, it still holds memory until the process is recycled.
+	loaded atomic.Bool
+	// held: the lifecycle brake holds its reload after its process restarted.
+	held    atomic.Bool
+	retired atomic.Bool
+
+	inflight atomic.Int64
+	// flights counts its requests in flight by the liveness epoch they began in (p.epoch), to
+	// tell which began before the first probe its process missed; broken are the last ones that
+	// ended unanswered.
+	mu      sync.Mutex
+	flights map[uint64]int
+	broken  []brokenFlight
+}
+
+// Addr is the process's ingress socket, as the edge dials it.
+func (u *unit) Addr() string { return u.p.sock.dialAddr }
+
+// Script is the script the incarnation runs.
+func (u *unit) Script() string { return u.inc.spec.Script }
+
+// Incarnation is the loader id the router loads it under.
+func (u *unit) Incarnation() string { return u.loaderID }
+
+// Acquire counts one request in flight, unless the unit is retired (its incarnation drains, or
+// moved to another process), in which case the caller looks the script up again. The count is
+// taken before the check, so a drain that saw zero can never miss a request that got through.
+func (u *unit) Acquire() (edge.Flight, bool) {
+	u.inflight.Add(1)
+	if u.retired.Load() {
+		u.inflight.Add(-1)
+		return nil, false
+	}
+	u.loaded.Store(true)
+	fl := &flight{u: u, epoch: u.p.epoch.Load(), end: u.inc.spec.Meter.Begin()}
+	u.mu.Lock()
+	u.flights[fl.epoch]++
+	u.mu.Unlock()
+	return fl, true
+}
+
+// flight is one request of a unit.
+type flight struct {
+	u        *unit
+	epoch    uint64
+	end      func()
+	answered bool
+	done     bool
+}
+
+// Answered counts a response the worker began: liveness takes it as a witness that the process
+// is not stuck, however late its probes are answered under load.
+func (f *flight) Answered() {
+	f.answered = true
+	f.u.p.answered.Add(1)
+}
+
+// Done ends the request. One that ends unanswered is remembered a moment: its process may have
+// died under it, and the death implicates it even when its connection broke first.
+func (f *flight) Done() {
+	if f.done {
+		return
+	}
+	f.done = true
+	f.end()
+	u := f.u
+	u.mu.Lock()
+	if u.flights[f.epoch]--; u.flights[f.epoch] <= 0 {
+		delete(u.flights, f.epoch)
+	}
+	if !f.answered {
+		u.broken = append(u.broken, brokenFlight{epoch: f.epoch, at: time.Now()})
+		if len(u.broken) > maxBroken {
+			u.broken = u.broken[len(u.broken)-maxBroken:]
+		}
+	}
+	u.mu.Unlock()
+	u.inflight.Add(-1)
+}
+
+// brokenFlight is a request that ended unanswered: the epoch it began in, and when it ended.
+type brokenFlight struct {
+	epoch uint64
+	at    time.Time
+}
+
+// maxBroken is how many unanswered requests a unit remembers.
+const maxBroken = 16
+
+// WallLimit is the worker's own wall-time limit per request (0: the edge's).
+func (u *unit) WallLimit() time.Duration { return u.inc.WallLimit() }
+
+// inFlightBefore reports whether a request of the unit that began before epoch was in flight at
+// since or later: still in flight, or ended unanswered since (its connection may break before
+// the runtime sees its process's end).
+func (u *unit) inFlightBefore(epoch uint64, since time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for e, n := range u.flights {
+		if e < epoch && n > 0 {
+			return true
+		}
+	}
+	for _, b := range u.broken {
+		if b.epoch < epoch && !b.at.Before(since) {
+			return true
+		}
+	}
+	return false
+}

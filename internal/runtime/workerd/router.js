@@ -1,0 +1,135 @@
+// The Takoform router: the runtime node's own worker in every organization's workerd process
+// (SPEC 5). It never runs a tenant's code itself: it loads each of the organization's incarnations
+// as a dynamic isolate through the Worker Loader, under the loader id the runtime names, with code
+// and secrets fetched from the runtime over the process's own socket, and hands it each request.
+//
+// Every isolate's network goes through the Egress entrypoint (its globalOutbound, never omitted:
+// an omitted one would inherit this worker's), its service bindings through the Binding
+// entrypoint, and its logs through the Tail entrypoint. Each stamps what it forwards with the
+// isolate's loader id from its props, which the router set at load time and the isolate cannot
+// change, after removing every takoform-* header the isolate wrote.
+import { WorkerEntrypoint } from "cloudflare:workers";
+
+const LOADER = "takoform-loader";
+const BINDING = "takoform-binding";
+const INCARNATION = "takoform-incarnation";
+const PROBE = "takoform-probe";
+const LIVENESS = "takoform-liveness";
+// NO_CODE marks a load that failed because the runtime gave no code (a retired or foreign id),
+// which says nothing of the code itself.
+const NO_CODE = "takoform: the runtime node gave no code for ";
+
+// withoutOurs copies headers without the runtime's own (takoform-*): no isolate writes one that
+// the runtime reads, and no client's reaches an isolate.
+function withoutOurs(headers) {
+  const out = new Headers(headers);
+  for (const name of [...out.keys()]) {
+    if (name.startsWith("takoform-")) out.delete(name);
+  }
+  return out;
+}
+
+// forward is request with other headers, never following a redirect (the caller follows, or the
+// client sees it).
+function forward(request, headers) {
+  return new Request(request, { headers, redirect: "manual" });
+}
+
+export class Egress extends WorkerEntrypoint {
+  fetch(request) {
+    const headers = withoutOurs(request.headers);
+    headers.set(LOADER, this.ctx.props.loader);
+    return this.env.EGRESS.fetch(forward(request, headers));
+  }
+}
+
+export class Binding extends WorkerEntrypoint {
+  fetch(request) {
+    const headers = withoutOurs(request.headers);
+    headers.set(LOADER, this.ctx.props.loader);
+    headers.set(BINDING, this.ctx.props.binding);
+    return this.env.BINDINGS.fetch(forward(request, headers));
+  }
+}
+
+export class Tail extends WorkerEntrypoint {
+  async tail(events) {
+    const body = JSON.stringify(events, (_, v) => (typeof v === "bigint" ? v.toString() : v));
+    await this.env.TAILS.fetch("http://tails.takoform.invalid/", {
+      method: "POST", headers: { [LOADER]: this.ctx.props.loader }, body,
+    });
+  }
+}
+
+// module is one module as the Worker Loader takes it.
+function module(m) {
+  switch (m.type) {
+    case "json":
+      return { json: JSON.parse(m.value) };
+    case "text":
+      return { text: m.value };
+    default:
+      return { js: m.value };
+  }
+}
+
+// load is the isolate of loader id `id`, loaded on first use from the code the runtime gives.
+function load(env, ctx, id) {
+  return env.LOADER.get(id, async () => {
+    const r = await env.CODE.fetch("http://code.takoform.invalid/" + encodeURIComponent(id));
+    if (r.status !== 200) throw new Error(NO_CODE + id + " (" + r.status + ")");
+    const c = await r.json();
+    const bindings = { ...c.text };
+    for (const [name, value] of Object.entries(c.json)) bindings[name] = JSON.parse(value);
+    for (const name of c.services) {
+      bindings[name] = ctx.exports.Binding({ props: { loader: id, binding: name } });
+    }
+    const modules = {};
+    for (const m of c.modules) modules[m.name] = module(m);
+    return {
+      compatibilityDate: c.compatibilityDate,
+      compatibilityFlags: c.compatibilityFlags,
+      mainModule: c.mainModule,
+      modules,
+      env: bindings,
+      globalOutbound: ctx.exports.Egress({ props: { loader: id } }),
+      tails: [ctx.exports.Tail({ props: { loader: id } })],
+    };
+  });
+}
+
+// probe loads an incarnation and calls an entrypoint no module exports (its name is chosen per
+// process): loading compiles the modules and evaluates their top level, and "no such
+// entrypoint" then means the code is ready, without running any handler of the tenant's.
+async function probe(env, ctx, id) {
+  try {
+    await load(env, ctx, id).getEntrypoint(env.PROBE_ENTRYPOINT).fetch("http://probe.takoform.invalid/");
+    return { outcome: "failed", message: "the worker answered a probe it should not have been able to" };
+  } catch (e) {
+    const message = String((e && e.message) || e);
+    if (message.startsWith("Worker has no such entrypoint")) return { outcome: "ready" };
+    if (message.includes(NO_CODE)) return { outcome: "unavailable", message };
+    return { outcome: "failed", message };
+  }
+}
+
+export default {
+  async fetch(request, env, ctx) {
+    if (request.headers.has(LIVENESS)) return new Response("alive");
+    const probed = request.headers.get(PROBE);
+    if (probed) return Response.json(await probe(env, ctx, probed));
+    const id = request.headers.get(INCARNATION);
+    if (!id) return new Response("no incarnation named", { status: 404 });
+    const worker = load(env, ctx, id);
+    try {
+      return await worker.getEntrypoint().fetch(new Request(request, { headers: withoutOurs(request.headers), redirect: "manual", cf: {} }));
+    } catch (e) {
+      // The isolate's tail has the exception; nothing of it reaches the client or this
+      // process's output.
+      const gone = String((e && e.message) || e).includes(NO_CODE);
+      return new Response(gone ? "Service Unavailable" : "Internal Server Error", {
+        status: gone ? 503 : 500, headers: { "content-type": "text/plain" },
+      });
+    }
+  },
+};

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -154,4 +156,176 @@ func TestABusyWorkerThatAnswersIsNotKilledForLateProbes(t *testing.T) {
 	f.waitStatus("killed for missed probes", func(s adminapi.ScriptStatus) bool {
 		return s.Reason == adminapi.ReasonUnresponsive || (s.Incarnation != nil && s.Incarnation.Restarts > 0)
 	}, "busy")
+}
+
+// poller calls a host through the edge every 20 ms from its own goroutine and records, for each
+// call, when it began, how long it took and whether it was answered 200.
+type poller struct {
+	mu    sync.Mutex
+	calls []polled
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type polled struct {
+	at   time.Time
+	took time.Duration
+	ok   bool
+}
+
+func (f *fixture) poll(host string) *poller {
+	p := &poller{stop: make(chan struct{}), done: make(chan struct{})}
+	client := &http.Client{Timeout: 15 * time.Second}
+	go func() {
+		defer close(p.done)
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			began := time.Now()
+			ok := false
+			req, _ := http.NewRequest(http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
+			req.Host = host
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				ok = resp.StatusCode == http.StatusOK
+			}
+			p.mu.Lock()
+			p.calls = append(p.calls, polled{at: began, took: time.Since(began), ok: ok})
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+// finish stops the poller and returns its calls.
+func (p *poller) finish() []polled {
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls
+}
+
+// stalled is how long, from since on, the calls went without an answered one: from since to the
+// end of the first answered call that began after since, at least.
+func stalled(calls []polled, since time.Time) time.Duration {
+	for _, c := range calls {
+		if c.ok && !c.at.Before(since) {
+			return c.at.Add(c.took).Sub(since)
+		}
+	}
+	return time.Hour
+}
+
+// slowest is the longest call at or after since, and how many failed.
+func slowest(calls []polled, since time.Time) (time.Duration, int) {
+	var most time.Duration
+	failed := 0
+	for _, c := range calls {
+		if c.at.Before(since) {
+			continue
+		}
+		most = max(most, c.took)
+		if !c.ok {
+			failed++
+		}
+	}
+	return most, failed
+}
+
+// A worker in a loop holds its organization's process's one thread: its organization's other
+// workers on the node stall until liveness kills the process (three missed probes a second
+// apart, about 3 s) and are served again at once; another organization's are not held at all.
+// Implicated twice, the looping worker runs alone, and its next loop stalls no other worker (SPEC
+// 5.1: liveness and quarantine).
+func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("looper", "org-loop", "uid-loop", loopingSource)
+	f.orgScript("sibling", "org-loop", "uid-sib", loopingSource)
+	f.orgScript("other", "org-other", "uid-other", loopingSource)
+	for _, name := range []string{"looper", "sibling", "other"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
+	}
+	sibling, other := f.poll("sibling.test"), f.poll("other.test")
+	var loops []time.Time
+	for round := 1; round <= 3; round++ {
+		loops = append(loops, time.Now())
+		code, _, _, _ := f.h.TryGet("looper.test", "/loop")
+		require.GreaterOrEqual(t, code, 500, "round %d: the looping request ends with its process", round)
+		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Restarts >= round
+		}, "looper")
+		f.servedAny("sibling.test")
+	}
+	siblingCalls, otherCalls := sibling.finish(), other.finish()
+
+	for round, at := range loops[:2] {
+		stall := stalled(siblingCalls, at)
+		t.Logf("round %d: the looper's sibling went %s without an answer", round+1, stall.Round(time.Millisecond))
+		require.Less(t, stall, 6*time.Second, "round %d: its organization stalls for about the liveness bound (3 to 4 s, more on a loaded machine), then is served again", round+1)
+	}
+	st, err := f.client.GetScript(f.ctx, "looper")
+	require.NoError(t, err)
+	require.True(t, st.Quarantined, "implicated twice within an hour: it runs alone")
+	require.Contains(t, st.QuarantineMessage, "a process of its own")
+	// The third loop holds the looper's own process only.
+	most, failed := slowest(siblingCalls, loops[2])
+	t.Logf("round 3, the looper alone: its sibling's slowest call %s, %d failed", most.Round(time.Millisecond), failed)
+	require.Zero(t, failed, "a quarantined worker's loop fails none of its organization's other requests")
+	require.Less(t, most, time.Second, "nor stalls them")
+	most, failed = slowest(otherCalls, loops[0])
+	t.Logf("another organization, throughout: slowest call %s, %d failed", most.Round(time.Millisecond), failed)
+	require.Zero(t, failed, "another organization's requests never fail for the loop")
+	require.Less(t, most, time.Second, "nor stall")
+}
+
+// servedAny waits until host answers 200 and returns its body.
+func (f *fixture) servedAny(host string) string {
+	f.t.Helper()
+	var body string
+	require.Eventually(f.t, func() bool {
+		code, b, _, err := f.h.TryGet(host, "/")
+		body = b
+		return err == nil && code == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond, "%s answers", host)
+	return body
+}
+
+// Readiness never runs a worker's handler (SPEC 5: a worker that sends an email per request must
+// not send one per deploy): the probe loads the isolate and calls an entrypoint no module
+// exports, so the first request after Ready is the handler's first call, in the very isolate the
+// probe loaded. Its top level did run (an error there fails the deployment with workerd's own
+// words, scrubbed, in the status and the worker's log).
+func TestTheProbeNeverRunsTheWorkersHandler(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.putSource("counted", "uid-count", `let calls = 0;
+const loaded = Date.now();
+export default {
+  fetch() {
+    calls++;
+    return new Response("calls=" + calls + " loaded=" + loaded + "\n");
+  }
+};`)
+	f.route("counted.test", "counted", "ep-count")
+	f.waitReady("counted")
+	_, first, _ := f.h.Get(t, "counted.test", "/")
+	require.True(t, strings.HasPrefix(first, "calls=1 "), "the probe called the handler: %s", first)
+	_, second, _ := f.h.Get(t, "counted.test", "/")
+	require.Equal(t, strings.Replace(first, "calls=1", "calls=2", 1), second, "one isolate, loaded once (by the probe)")
+
+	put := f.scriptPut("uid-broken", 1, "x")
+	put.Modules = map[string]string{"main.js": "const x = ; export default {}"}
+	_, err := f.client.PutScript(f.ctx, "broken", put)
+	require.NoError(t, err)
+	st := f.waitStatus("the broken code failed", func(s adminapi.ScriptStatus) bool { return s.Reason == adminapi.ReasonFailed }, "broken")
+	require.Contains(t, st.Incarnation.Message, "SyntaxError", "workerd's own words")
+	lines := f.workerLines("broken", "uid-broken", func(l []string) bool { return len(l) > 0 })
+	require.Contains(t, lines[0], "SyntaxError")
 }

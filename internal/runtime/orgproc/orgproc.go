@@ -83,7 +83,8 @@ type Options struct {
 	// ProbeDeadline bounds how long one incarnation's probe may take.
 	ProbeDeadline time.Duration
 	// LivenessPeriod is how often a process is probed (default 1s), LivenessTimeout how long
-	// one probe may take (default the period).
+	// one probe may take (default three quarters of the period, so that each probe has ended
+	// before the next is due, and three misses take about three periods).
 	LivenessPeriod  time.Duration
 	LivenessTimeout time.Duration
 	// StopGrace is how long a stopping process gets between SIGTERM and SIGKILL.
@@ -139,8 +140,8 @@ func (o *Options) defaults() {
 	if o.LivenessPeriod <= 0 {
 		o.LivenessPeriod = time.Second
 	}
-	if o.LivenessTimeout <= 0 {
-		o.LivenessTimeout = o.LivenessPeriod
+	if o.LivenessTimeout <= 0 || o.LivenessTimeout >= o.LivenessPeriod {
+		o.LivenessTimeout = o.LivenessPeriod * 3 / 4
 	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = 5 * time.Second

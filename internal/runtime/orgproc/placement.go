@@ -153,8 +153,8 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 			continue // it never ran: nothing of a tenant's did either
 		}
 		loading := u.probing.Load()
-		// A request that began after the first missed probe was sent came when the thread was
-		// already held: it did not hold it. An abort has no such probe: any request counts.
+		// A request that began after the first missed probe's result came when the thread was
+		// known held: it did not hold it. An abort has no such probe: any request counts.
 		cutoff := uint64(math.MaxUint64)
 		if out.killed {
 			cutoff = out.cutoff

@@ -59,7 +59,7 @@ type Process struct {
 	probeEntrypoint string
 	client          *http.Client
 
-	// epoch counts the liveness probes sent; answered the responses its workers began (a
+	// epoch counts the liveness probes' results; answered the responses its workers began (a
 	// witness of liveness besides the probe).
 	epoch    atomic.Uint64
 	answered atomic.Int64
@@ -315,7 +315,7 @@ type outcome struct {
 	ran      bool   // it answered a liveness probe before it ended
 	stable   bool   // it stayed up long enough to start the backoff over
 	killed   bool   // liveness killed it
-	cutoff   uint64 // killed: the epoch of the first probe it missed
+	cutoff   uint64 // killed: the epoch its first missed probe's result began
 	reason   string // the status reason while it restarts
 	why      string // what ended it (never output of a worker)
 	limitHit string // the cgroup ceiling it ran into, if any
@@ -548,13 +548,12 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			// What the workers answered since the last probe is this period's witness.
 			before := lastAnswered
 			lastAnswered = p.answered.Load()
-			epoch := p.epoch.Add(1)
 			go func() { answers <- answer{err: p.liveness(ctx, o.LivenessTimeout), before: before} }()
-			if misses == 0 {
-				firstMissed = epoch
-			}
 		case a := <-answers:
 			probing = false
+			// Requests that begin from here on came after this result: once it is a first miss,
+			// the thread was held before they came, and they are not to blame for it.
+			epoch := p.epoch.Add(1)
 			switch {
 			case a.err == nil:
 				misses = 0
@@ -570,7 +569,9 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				misses = 0
 				continue
 			}
-			misses++
+			if misses++; misses == 1 {
+				firstMissed = epoch
+			}
 			p.log.Warn("liveness probe missed", "misses", misses)
 			if misses < LivenessMisses {
 				continue

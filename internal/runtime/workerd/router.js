@@ -54,6 +54,9 @@ export class Binding extends WorkerEntrypoint {
 
 export class Tail extends WorkerEntrypoint {
   async tail(events) {
+    // Only console lines and uncaught exceptions are kept: a request that has neither costs no
+    // delivery (most requests of most workers).
+    if (!events.some((e) => e.logs?.length || e.exceptions?.length)) return;
     const body = JSON.stringify(events, (_, v) => (typeof v === "bigint" ? v.toString() : v));
     await this.env.TAILS.fetch("http://tails.takoform.invalid/", {
       method: "POST", headers: { [LOADER]: this.ctx.props.loader }, body,

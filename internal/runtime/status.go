@@ -16,10 +16,13 @@ func incarnationStatus(x *running) *adminapi.Incarnation {
 		return nil
 	}
 	st := x.inc.Status()
+	if st.Address != "" {
+		st.Address = "unix:" + st.Address
+	}
 	return &adminapi.Incarnation{
 		ID: x.id, DeploymentID: x.deploymentID, Generation: x.generation, DeliveryID: x.deliveryID,
 		State: st.State, Reason: st.Reason, Message: st.Message, Restarts: st.Restarts, Incident: st.Incident,
-		Address: "unix:" + st.Address, PID: st.PID,
+		Address: st.Address, Loader: st.Loader, PID: st.PID,
 	}
 }
 

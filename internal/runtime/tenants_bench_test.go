@@ -309,7 +309,8 @@ func ratio(loaded, idle time.Duration) float64 { return float64(loaded) / float6
 // BenchmarkNoisyNeighbours measures organization A's worker through the edge while the node is
 // otherwise idle, then with four looping workers of organizations B to E beside it (each request
 // to them spins until liveness kills the process; they are poked again as soon as they restart),
-// then idle again, and reports the loaded p50 and p99 against the idle ones (target ≤ 1.5×), the
+// then idle again, and reports the loaded p50 and p99 against the idle ones (targets: p50 ≤ 1.2×,
+// p99 ≤ 2×), the
 // loaded throughput, and how often the loopers were killed and restarted.
 //
 // Each phase is two windows of TAKOFORM_BENCH_WINDOW (default 10s): TAKOFORM_BENCH_CLIENTS clients
@@ -368,7 +369,7 @@ func BenchmarkNoisyNeighbours(b *testing.B) {
 		b.Logf("loopers: %d restarts over %s of poking (%d spinning requests ended with a 5xx, %d requests sent); spinning %.0f%% of the time",
 			restarts, poked.Round(time.Second), ended, pokes, 100*spun.Seconds()/(poked.Seconds()*float64(len(loopers))))
 		b.Logf("closed loop, loaded/idle: p50 %.2fx, p99 %.2fx, throughput %.2fx", sat50, sat99, loaded.saturated.rate()/idle.saturated.rate())
-		b.Logf("paced,       loaded/idle: p50 %.2fx, p99 %.2fx (target for both: <= 1.5x)", pace50, pace99)
+		b.Logf("paced,       loaded/idle: p50 %.2fx, p99 %.2fx (targets for both windows: p50 <= 1.2x, p99 <= 2x)", pace50, pace99)
 		b.ReportMetric(idle.saturated.quantile(0.5).Seconds()*1e3, "idle-p50-ms")
 		b.ReportMetric(idle.saturated.quantile(0.99).Seconds()*1e3, "idle-p99-ms")
 		b.ReportMetric(loaded.saturated.quantile(0.5).Seconds()*1e3, "loaded-p50-ms")

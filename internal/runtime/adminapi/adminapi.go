@@ -309,8 +309,11 @@ type Incarnation struct {
 	// Restarts counts restarts of this incarnation since the runtime node started.
 	Restarts int  `json:"restarts"`
 	Incident bool `json:"incident"`
-	// Address is the loopback address of its workerd socket, and PID its process (0 when down).
+	// Address is its process's ingress socket ("unix:" and a path), Loader the id that process's
+	// router loads it under (a request to Address names it in the Takoform-Incarnation header),
+	// and PID the process (0 when down).
 	Address string `json:"address"`
+	Loader  string `json:"loader"`
 	PID     int    `json:"pid"`
 }
 

@@ -135,13 +135,16 @@ func window() time.Duration {
 // through nginx, over plain HTTP/1.1 or over TLS (HTTP/1.1 by ALPN).
 type benchPath struct {
 	name, addr string
-	tls        *tls.Config // nil: plain
-	nginxPID   int
+	// header is sent with every request: the direct path names the incarnation, as the edge does.
+	header   string
+	tls      *tls.Config // nil: plain
+	nginxPID int
 }
 
 // BenchmarkEdgeVersusDirect measures, in one run, requests per second to one worker (sandbox on)
-// straight to its incarnation's workerd socket, through the edge, and through nginx in front of
-// the same socket when nginx is on PATH (one worker process, upstream keep-alive; skipped with a
+// straight to its organization process's ingress socket (naming the incarnation in the
+// Takoform-Incarnation header, so the process's router is paid on every path), through the
+// edge, and through nginx in front of the same socket when nginx is on PATH (one worker process, upstream keep-alive; skipped with a
 // message otherwise), and reports the ratios (target: edge ≥ 0.8× direct, and above nginx). With
 // TLS too: a second node whose edge serves HTTPS with a certificate the bench makes (its own CA),
 // against nginx terminating TLS with the same certificate in front of that node's workerd
@@ -169,14 +172,15 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 	require.NoError(b, err)
 	status, err := x.c.Status(x.ctx)
 	require.NoError(b, err)
-	paths := []benchPath{{name: "direct", addr: st.Incarnation.Address}, {name: "edge", addr: x.h.Info.EdgeAddr}}
-	if addr, pid, why := startNginx(b, st.Incarnation.Address, nil); addr != "" {
+	direct := edge.IncarnationHeader + ": " + st.Incarnation.Loader + "\r\n"
+	paths := []benchPath{{name: "direct", addr: st.Incarnation.Address, header: direct}, {name: "edge", addr: x.h.Info.EdgeAddr}}
+	if addr, pid, why := startNginx(b, st.Incarnation.Address, st.Incarnation.Loader, nil); addr != "" {
 		paths = append(paths, benchPath{name: "nginx", addr: addr, nginxPID: pid})
 	} else {
 		b.Logf("nginx left out: %s", why)
 	}
 	paths = append(paths, benchPath{name: "edge-tls", addr: xt.h.Info.EdgeAddr, tls: clientTLS})
-	if addr, pid, why := startNginx(b, stt.Incarnation.Address, &pair); addr != "" {
+	if addr, pid, why := startNginx(b, stt.Incarnation.Address, stt.Incarnation.Loader, &pair); addr != "" {
 		paths = append(paths, benchPath{name: "nginx-tls", addr: addr, tls: clientTLS, nginxPID: pid})
 	} else {
 		b.Logf("nginx with TLS left out: %s", why)
@@ -191,7 +195,7 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 	}
 	for b.Loop() {
 		for _, p := range paths {
-			_, _, _ = hammer(p.addr, benchHost, p.tls, workers, 300*time.Millisecond) // warm every path's connections
+			_, _, _ = hammer(p.addr, benchHost, p.header, p.tls, workers, 300*time.Millisecond) // warm every path's connections
 		}
 		rate, cpu, count, dropped := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}, map[string]int64{}
 		nginxCPU := map[string]time.Duration{}
@@ -202,7 +206,7 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 				before, nginxBefore := processCPU(), treeCPU(p.nginxPID)
 				readsBefore, writesBefore := processSyscalls()
 				stopProfile := profile(b, p.name)
-				n, lost, err := hammer(p.addr, benchHost, p.tls, workers, d)
+				n, lost, err := hammer(p.addr, benchHost, p.header, p.tls, workers, d)
 				stopProfile()
 				readsAfter, writesAfter := processSyscalls()
 				reads[p.name] += readsAfter - readsBefore
@@ -348,15 +352,19 @@ func treeCPU(pid int) time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
 const clockTicks = 100
 
-// hammer keeps workers keep-alive connections to addr (over TLS with tlsConfig, when given) busy
-// with GET / for host during d, and returns how many 200 answers came back and how many requests
+// hammer keeps workers keep-alive connections to addr ("unix:" and a path, or host:port; over TLS
+// with tlsConfig, when given) busy with GET / for host, with header (whole lines) added, during d, and returns how many 200 answers came back and how many requests
 // got none (a connection closed or broken under them: the next request opens a new one). Any
 // answer but a 200 is an error.
-func hammer(addr, host string, tlsConfig *tls.Config, workers int, d time.Duration) (ok, dropped int64, err error) {
+func hammer(addr, host, header string, tlsConfig *tls.Config, workers int, d time.Duration) (ok, dropped int64, err error) {
 	var okN, droppedN atomic.Int64
 	errs := make(chan error, workers)
 	deadline := time.Now().Add(d)
-	req := []byte("GET / HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: takoform-bench\r\n\r\n")
+	req := []byte("GET / HTTP/1.1\r\nHost: " + host + "\r\nUser-Agent: takoform-bench\r\n" + header + "\r\n")
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, addr = "unix", path
+	}
 	for range workers {
 		go func() {
 			var c net.Conn
@@ -372,9 +380,9 @@ func hammer(addr, host string, tlsConfig *tls.Config, workers int, d time.Durati
 				if c == nil {
 					var err error
 					if tlsConfig != nil {
-						c, err = tls.Dial("tcp", addr, tlsConfig)
+						c, err = tls.Dial(network, addr, tlsConfig)
 					} else {
-						c, err = net.Dial("tcp", addr)
+						c, err = net.Dial(network, addr)
 					}
 					if err != nil {
 						errs <- err
@@ -472,9 +480,10 @@ func readAnswer(br *bufio.Reader) error {
 }
 
 // startNginx runs nginx (one worker process, upstream keep-alive, no access log) in front of
-// upstream, terminating TLS with pair when given, and returns its address and its master's pid,
+// upstream (a "unix:" socket path, naming loader in the Takoform-Incarnation header, as the edge
+// does), terminating TLS with pair when given, and returns its address and its master's pid,
 // or "" and why not.
-func startNginx(b *testing.B, upstream string, pair *testpki.Pair) (addr string, pid int, why string) {
+func startNginx(b *testing.B, upstream, loader string, pair *testpki.Pair) (addr string, pid int, why string) {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		return "", 0, "not installed (apt install nginx to compare)"
@@ -511,10 +520,11 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_set_header Host $host;
+      proxy_set_header Takoform-Incarnation %[6]s;
     }
   }
 }
-`, user, dir, upstream, addr, ssl)
+`, user, dir, upstream, addr, ssl, loader)
 	require.NoError(b, os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600))
 	cmd := exec.Command(bin, "-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf"))
 	require.NoError(b, cmd.Start())

@@ -77,9 +77,11 @@ type Status struct {
 	Quarantined       bool
 	QuarantineMessage string
 	// PID is its process's workerd (or the bwrap holding it), Address its process's ingress
-	// socket.
+	// socket, and Loader the id its process's router loads it under (the Takoform-Incarnation
+	// header a request to Address names).
 	PID     int
 	Address string
+	Loader  string
 }
 
 // Incarnation is one script identity on the node, in whichever process holds it now.
@@ -335,7 +337,7 @@ func (i *Incarnation) status(now time.Time) (Status, bool) {
 		return st, false
 	}
 	ps := u.p.state()
-	st.PID, st.Address = ps.pid, u.p.sock.ingressPath
+	st.PID, st.Address, st.Loader = ps.pid, u.p.sock.ingressPath, u.loaderID
 	switch {
 	case ps.phase != phaseRunning:
 		st.State, st.Reason, st.Message = adminapi.StatePending, ps.reason, ps.message

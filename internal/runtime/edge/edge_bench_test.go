@@ -139,9 +139,12 @@ type benchPath struct {
 	header   string
 	tls      *tls.Config // nil: plain
 	nginxPID int
+	// workerdPID is the workerd (or the sandbox holding it) that answers this path.
+	workerdPID int
 }
 
 // BenchmarkEdgeVersusDirect measures, in one run, requests per second to one worker (sandbox on)
+// as a static worker on a workerd of its own (no router, no sandbox: what the router costs),
 // straight to its organization process's ingress socket (naming the incarnation in the
 // Takoform-Incarnation header, so the process's router is paid on every path), through the
 // edge, and through nginx in front of the same socket when nginx is on PATH (one worker process, upstream keep-alive; skipped with a
@@ -173,15 +176,21 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 	status, err := x.c.Status(x.ctx)
 	require.NoError(b, err)
 	direct := edge.IncarnationHeader + ": " + st.Incarnation.Loader + "\r\n"
-	paths := []benchPath{{name: "direct", addr: st.Incarnation.Address, header: direct}, {name: "edge", addr: x.h.Info.EdgeAddr}}
+	org, orgTLS := st.Incarnation.PID, stt.Incarnation.PID
+	staticAddr, staticPID := startStatic(b, fmt.Sprintf("generation %d\n", x.gen))
+	paths := []benchPath{
+		{name: "static", addr: staticAddr, workerdPID: staticPID},
+		{name: "direct", addr: st.Incarnation.Address, header: direct, workerdPID: org},
+		{name: "edge", addr: x.h.Info.EdgeAddr, workerdPID: org},
+	}
 	if addr, pid, why := startNginx(b, st.Incarnation.Address, st.Incarnation.Loader, nil); addr != "" {
-		paths = append(paths, benchPath{name: "nginx", addr: addr, nginxPID: pid})
+		paths = append(paths, benchPath{name: "nginx", addr: addr, nginxPID: pid, workerdPID: org})
 	} else {
 		b.Logf("nginx left out: %s", why)
 	}
-	paths = append(paths, benchPath{name: "edge-tls", addr: xt.h.Info.EdgeAddr, tls: clientTLS})
+	paths = append(paths, benchPath{name: "edge-tls", addr: xt.h.Info.EdgeAddr, tls: clientTLS, workerdPID: orgTLS})
 	if addr, pid, why := startNginx(b, stt.Incarnation.Address, stt.Incarnation.Loader, &pair); addr != "" {
-		paths = append(paths, benchPath{name: "nginx-tls", addr: addr, tls: clientTLS, nginxPID: pid})
+		paths = append(paths, benchPath{name: "nginx-tls", addr: addr, tls: clientTLS, nginxPID: pid, workerdPID: orgTLS})
 	} else {
 		b.Logf("nginx with TLS left out: %s", why)
 	}
@@ -198,12 +207,12 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 			_, _, _ = hammer(p.addr, benchHost, p.header, p.tls, workers, 300*time.Millisecond) // warm every path's connections
 		}
 		rate, cpu, count, dropped := map[string]float64{}, map[string]time.Duration{}, map[string]int64{}, map[string]int64{}
-		nginxCPU := map[string]time.Duration{}
+		nginxCPU, workerdCPU := map[string]time.Duration{}, map[string]time.Duration{}
 		reads, writes := map[string]int64{}, map[string]int64{}
 		d := window()
 		for range rounds {
 			for _, p := range paths {
-				before, nginxBefore := processCPU(), treeCPU(p.nginxPID)
+				before, nginxBefore, workerdBefore := processCPU(), treeCPU(p.nginxPID), subtreeCPU(p.workerdPID)
 				readsBefore, writesBefore := processSyscalls()
 				stopProfile := profile(b, p.name)
 				n, lost, err := hammer(p.addr, benchHost, p.header, p.tls, workers, d)
@@ -214,6 +223,7 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 				dropped[p.name] += lost
 				cpu[p.name] += processCPU() - before
 				nginxCPU[p.name] += treeCPU(p.nginxPID) - nginxBefore
+				workerdCPU[p.name] += subtreeCPU(p.workerdPID) - workerdBefore
 				count[p.name] += n
 				if err != nil {
 					for _, h := range []*runtimetest.Harness{x.h, xt.h} {
@@ -254,6 +264,14 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 			line += fmt.Sprintf(", nginx %.0f req/s (%.2fx direct; its own CPU %.1f µs/request): edge/nginx %.2f", n, n/rate["direct"], perNginx, rate["edge"]/n)
 		}
 		b.Log(line)
+		// workerd's CPU per request: the organization process (router, isolate, tail) against the
+		// same code as a static worker on a workerd of its own, without router or sandbox.
+		perWorkerd := func(name string) float64 { return float64(workerdCPU[name].Microseconds()) / float64(count[name]) }
+		b.ReportMetric(rate["static"], "static-req/s")
+		b.ReportMetric(perWorkerd("static"), "static-workerd-µs/req")
+		b.ReportMetric(perWorkerd("direct"), "org-workerd-µs/req")
+		b.Logf("the router's cost: a static worker on its own workerd %.0f req/s (workerd's CPU %.0f µs/request), the same code through the organization process's router %.0f req/s (%.2fx; workerd's CPU %.0f µs/request, %.1fx)",
+			rate["static"], perWorkerd("static"), rate["direct"], rate["direct"]/rate["static"], perWorkerd("direct"), perWorkerd("direct")/perWorkerd("static"))
 		line = fmt.Sprintf("over TLS (HTTP/1.1, kept-alive connections): edge %.0f req/s (%.2fx direct)", rate["edge-tls"], rate["edge-tls"]/rate["direct"])
 		b.ReportMetric(rate["edge-tls"], "edge-tls-req/s")
 		b.ReportMetric(rate["edge-tls"]/rate["direct"], "edge-tls/direct")
@@ -347,6 +365,73 @@ func treeCPU(pid int) time.Duration {
 		}
 	}
 	return total
+}
+
+// subtreeCPU is the CPU time (user and system) process pid and every process below it have used
+// (0 for pid 0).
+func subtreeCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) > 12 {
+		utime, _ := strconv.ParseInt(fields[11], 10, 64)
+		stime, _ := strconv.ParseInt(fields[12], 10, 64)
+		total += time.Duration(utime+stime) * time.Second / clockTicks
+	}
+	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	for _, child := range strings.Fields(string(children)) {
+		n, _ := strconv.Atoi(child)
+		total += subtreeCPU(n)
+	}
+	return total
+}
+
+// startStatic runs body's worker as a static worker on a workerd of its own (the pinned one, the
+// node's V8 flags, no sandbox, no router) listening on a loopback port, and returns its address
+// and process.
+func startStatic(b *testing.B, body string) (addr string, pid int) {
+	bin := os.Getenv("TAKOFORM_WORKERD")
+	if bin == "" {
+		bin = "workerd"
+	}
+	dir := b.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	addr = l.Addr().String()
+	l.Close()
+	source := fmt.Sprintf("export default { fetch() { return new Response(%q); } };", body)
+	require.NoError(b, os.WriteFile(filepath.Join(dir, "main.js"), []byte(source), 0o600))
+	conf := fmt.Sprintf(`using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [ (name = "main", worker = .w) ],
+  sockets = [ (name = "http", address = %q, http = (), service = "main") ],
+  v8Flags = ["--max-semi-space-size=1", "--initial-old-space-size=8", "--max-old-space-size=128"],
+);
+const w :Workerd.Worker = (
+  modules = [ (name = "main.js", esModule = embed "main.js") ],
+  compatibilityDate = "2024-09-23",
+);
+`, addr)
+	require.NoError(b, os.WriteFile(filepath.Join(dir, "config.capnp"), []byte(conf), 0o600))
+	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.capnp"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(b, cmd.Start())
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr, cmd.Process.Pid
+		}
+	}
+	b.Fatalf("the static workerd did not start: %s", out.String())
+	return "", 0
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -1162,6 +1163,39 @@ func writeVersion1(t *testing.T, stateDir string) {
 	require.NoError(t, err)
 	var d map[string]any
 	require.NoError(t, json.Unmarshal(b, &d))
+	// The saves since desired.json are in its journal: version 1 had none, so they go in.
+	if name, _ := d["journal"].(string); name != "" {
+		journal, err := os.ReadFile(filepath.Join(stateDir, name))
+		if err == nil {
+			for _, line := range strings.Split(strings.TrimSpace(string(journal)), "\n") {
+				var changes map[string]any
+				require.NoError(t, json.Unmarshal([]byte(line), &changes))
+				for field, v := range changes {
+					m, ok := v.(map[string]any)
+					if !ok {
+						d[field] = v // brakes: all of them
+						continue
+					}
+					into, _ := d[field].(map[string]any)
+					if into == nil {
+						into = map[string]any{}
+						d[field] = into
+					}
+					for k, entry := range m {
+						if entry == nil {
+							delete(into, k)
+						} else {
+							into[k] = entry
+						}
+					}
+				}
+			}
+		}
+		delete(d, "journal")
+		if err := os.Remove(filepath.Join(stateDir, name)); !errors.Is(err, fs.ErrNotExist) {
+			require.NoError(t, err)
+		}
+	}
 	inline := func(entry map[string]any) {
 		ref, _ := entry["modulesRef"].(string)
 		require.NotEmpty(t, ref)
@@ -1271,7 +1305,7 @@ func TestANodeOfTheProcessPerIncarnationModelMovesItsWorkersIntoOrgProcesses(t *
 	b, err := os.ReadFile(filepath.Join(stateDir, "desired.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &d))
-	require.Equal(t, 3, d.Version, "saved in the new version")
+	require.Equal(t, 4, d.Version, "saved in the current version")
 	a := f.waitReady("acme-a")
 	// globex-b is not Ready: its desired generation 2 failed, while generation 1 serves.
 	b2 := f.waitStatus("globex-b's incumbent serving, its newer generation failed", func(s adminapi.ScriptStatus) bool {

@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,9 +47,23 @@ func main() {
 	settle := flag.Duration("settle", 3*time.Second, "idle time before memory is read")
 	timeout := flag.Duration("timeout", 10*time.Minute, "how long all workers may take to become Ready")
 	host := flag.Bool("host", false, "create the workers through a Host on a throwaway PostgreSQL cluster (a worker and its endpoint each), not the node's admin API")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the runtime node, and the Host with -host) to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchdensity:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*n, *orgs, *clients, *insecure, *host, *settle, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchdensity:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -68,6 +83,10 @@ func run(n, orgs, clients int, insecure, viaHostAPI bool, settle, timeout time.D
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
+	private := filepath.Join(dir, "node")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		return err
+	}
 	admin, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -77,9 +96,9 @@ func run(n, orgs, clients int, insecure, viaHostAPI bool, settle, timeout time.D
 		return err
 	}
 	node, err := runtime.Start(runtime.Config{
-		StateDir: filepath.Join(dir, "runtime"), AdminListener: admin, EdgeListener: edgeL,
+		StateDir: filepath.Join(private, "runtime"), AdminListener: admin, EdgeListener: edgeL,
 		// The node's own sealing key, outside its state directory, made on this first start.
-		SealingKeyFile: filepath.Join(dir, "runtime-sealing-key"), CreateSealingKey: true,
+		SealingKeyFile: filepath.Join(private, "runtime-sealing-key"), CreateSealingKey: true,
 		InsecureNoSandbox: insecure, ProbeDeadline: timeout,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})

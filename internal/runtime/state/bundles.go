@@ -1,18 +1,19 @@
 package state
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"unsafe"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -25,7 +26,53 @@ import (
 // desiredOnDisk is the desired state as desired.json holds it.
 type desiredOnDisk struct {
 	Desired
+	// Journal names the journal of the saves after this snapshot (version 4).
+	Journal string                   `json:"journal,omitempty"`
 	Scripts map[string]*scriptOnDisk `json:"scripts"`
+}
+
+// desiredToDisk is desiredOnDisk as a save writes it: each script's JSON made once for as long as
+// the script is unchanged (a node of thousands of scripts changes one at a time).
+type desiredToDisk struct {
+	Desired // its Scripts nil
+	Journal string
+	Scripts map[string]json.RawMessage
+}
+
+// marshal is desired.json's content. The scripts' JSON goes in as it is: encoding/json would
+// check and compact every byte of it again on every save.
+func (f *desiredToDisk) marshal() ([]byte, error) {
+	rest, err := json.Marshal(&f.Desired)
+	if err != nil {
+		return nil, err
+	}
+	// Version and Scripts are Desired's first two fields, so its JSON begins with them.
+	head := fmt.Sprintf(`{"version":%d,"scripts":null`, f.Version)
+	if !bytes.HasPrefix(rest, []byte(head)) {
+		return nil, fmt.Errorf("the desired state's JSON begins %.40q, not with its version and scripts", rest)
+	}
+	size := len(rest)
+	for name, raw := range f.Scripts {
+		size += len(name) + len(raw) + 8
+	}
+	journal, err := json.Marshal(f.Journal)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, size+len(journal)+16)
+	out = fmt.Appendf(out, `{"version":%d,"journal":%s,"scripts":{`, f.Version, journal)
+	for i, name := range slices.Sorted(maps.Keys(f.Scripts)) {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		key, err := json.Marshal(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(append(out, key...), ':'), f.Scripts[name]...)
+	}
+	out = append(out, '}')
+	return append(out, rest[len(head):]...), nil
 }
 
 // scriptOnDisk is a Script as desired.json holds it: its modules by the digest of their file in
@@ -44,86 +91,153 @@ type servedOnDisk struct {
 	ModulesRef string            `json:"modulesRef,omitempty"`
 }
 
-// bundleFile is one set of modules and the name of its file.
-type bundleFile struct {
-	modules map[string]string // kept, so that its address names no other map while cached
-	ref     string
+// scriptFile is what a save keeps of one script: the files its modules are in, and its JSON in
+// desired.json (nil until a save needs it). It is kept by the script's address from one save to
+// the next: the desired state is copied on write and never changes a script or a modules map in
+// place, so one *Script is one content for as long as it lives (the cache holds it, so its
+// address names no other).
+type scriptFile struct {
+	raw              json.RawMessage
+	modules, serving string // bundle names, "" for none
 }
 
-// mapKey is a modules map's identity. The desired state is copied on write and never changes a
-// modules map in place, so one map is one content for as long as it lives.
-func mapKey(m map[string]string) unsafe.Pointer { return reflect.ValueOf(m).UnsafePointer() }
+// sameMap reports whether a and b are one map. The desired state never changes a modules map in
+// place, so one map is one content for as long as it lives.
+func sameMap(a, b map[string]string) bool {
+	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
 
 func bundleRef(content []byte) string {
 	sum := sha256.Sum256(content)
 	return hex.EncodeToString(sum[:])
 }
 
-// writeBundles puts the modules of every script of d in bundles/ (those not there yet) and
-// returns d in its on-disk form. The caller writes desired.json next, then collects.
-func (s *Store) writeBundles(d *Desired) (*desiredOnDisk, map[string]bool, error) {
-	dir := filepath.Join(s.dir, bundlesDir)
-	used := map[string]bool{}
-	cache := make(map[unsafe.Pointer]bundleFile, len(d.Scripts))
-	var wrote []string // written, not yet synced into the directory
-	ref := func(m map[string]string) (string, error) {
-		if m == nil {
-			return "", nil
-		}
-		k := mapKey(m)
-		b, ok := cache[k]
-		if !ok {
-			if b, ok = s.bundles[k]; !ok {
-				content := canonjson.Marshal(m)
-				b = bundleFile{modules: m, ref: bundleRef(content)}
-				if !s.onDisk[b.ref] && !slices.Contains(wrote, b.ref) {
-					if err := safedir.WriteFile(dir, b.ref, content, s.owner); err != nil {
-						return "", err
-					}
-					wrote = append(wrote, b.ref)
-				}
-			}
-			cache[k] = b
-		}
-		used[b.ref] = true
-		return b.ref, nil
+// bundleWriter writes the bundles one save needs, once each, and syncs bundles/ before the
+// state that names them is written.
+type bundleWriter struct {
+	s     *Store
+	wrote []string
+}
+
+// ref is the bundle of modules m, written unless it is there. old is the script's previous
+// version, whose files are reused for the same map (a promotion, a delivery or a restart keeps
+// the map): neither the code is hashed again nor its file written again.
+func (w *bundleWriter) ref(m map[string]string, old *Script) (string, error) {
+	if m == nil {
+		return "", nil
 	}
-	out := &desiredOnDisk{Desired: *d, Scripts: make(map[string]*scriptOnDisk, len(d.Scripts))}
-	out.Desired.Scripts = nil
-	for name, sc := range d.Scripts {
-		f := &scriptOnDisk{Script: *sc}
-		f.Script.Modules, f.Script.Serving = nil, nil
+	if old != nil {
+		if of := w.s.scripts[old]; of != nil {
+			switch {
+			case sameMap(m, old.Modules):
+				return of.modules, nil
+			case sameMap(m, servedModules(old)):
+				return of.serving, nil
+			}
+		}
+	}
+	content := canonjson.Marshal(m)
+	ref := bundleRef(content)
+	if !w.s.onDisk[ref] && !slices.Contains(w.wrote, ref) {
+		if err := safedir.WriteFile(filepath.Join(w.s.dir, bundlesDir), ref, content, w.s.owner); err != nil {
+			return "", err
+		}
+		w.wrote = append(w.wrote, ref)
+	}
+	return ref, nil
+}
+
+// file is sc's scriptFile, its bundles written where they are not yet; old is its previous
+// version (nil for none).
+func (w *bundleWriter) file(sc, old *Script) (*scriptFile, error) {
+	f := w.s.scripts[sc]
+	if f != nil && f.raw != nil {
+		return f, nil
+	}
+	if f == nil {
+		f = &scriptFile{}
 		var err error
-		if f.ModulesRef, err = ref(sc.Modules); err != nil {
-			return nil, nil, err
+		if f.modules, err = w.ref(sc.Modules, old); err != nil {
+			return nil, err
 		}
-		if sc.Serving != nil {
-			f.Serving = &servedOnDisk{Served: *sc.Serving}
-			f.Serving.Served.Modules = nil
-			if f.Serving.ModulesRef, err = ref(sc.Serving.Modules); err != nil {
-				return nil, nil, err
-			}
-		}
-		out.Scripts[name] = f
-	}
-	if len(wrote) > 0 {
-		// The files desired.json is about to name are on disk before it is. A file counts as
-		// there only once this succeeded: a failed save writes it again next time.
-		if err := syncDir(dir); err != nil {
-			return nil, nil, err
-		}
-		for _, ref := range wrote {
-			s.onDisk[ref] = true
+		if f.serving, err = w.ref(servedModules(sc), old); err != nil {
+			return nil, err
 		}
 	}
-	s.bundles = cache
-	return out, used, nil
+	disk := &scriptOnDisk{Script: *sc, ModulesRef: f.modules}
+	disk.Script.Modules, disk.Script.Serving = nil, nil
+	if sc.Serving != nil {
+		disk.Serving = &servedOnDisk{Served: *sc.Serving, ModulesRef: f.serving}
+		disk.Serving.Served.Modules = nil
+	}
+	raw, err := json.Marshal(disk)
+	if err != nil {
+		return nil, err
+	}
+	return &scriptFile{raw: raw, modules: f.modules, serving: f.serving}, nil
+}
+
+// synced makes the bundles written durable in bundles/, before the state naming them is. A file
+// counts as there only once this succeeded: a failed save writes it again next time.
+func (w *bundleWriter) synced() error {
+	if len(w.wrote) == 0 {
+		return nil
+	}
+	if err := syncDir(filepath.Join(w.s.dir, bundlesDir)); err != nil {
+		return err
+	}
+	for _, ref := range w.wrote {
+		w.s.onDisk[ref] = true
+	}
+	return nil
+}
+
+// count adds n to the uses of f's bundles in refs.
+func (f *scriptFile) count(refs map[string]int, n int) {
+	for _, ref := range []string{f.modules, f.serving} {
+		if ref != "" {
+			refs[ref] += n
+		}
+	}
+}
+
+// snapshot is d in its desired.json form, every script's bundles written, with what the store
+// keeps of it once it is saved: each script's file and the uses of each bundle.
+func (s *Store) snapshot(d *Desired) (*desiredToDisk, map[*Script]*scriptFile, map[string]int, error) {
+	w := &bundleWriter{s: s}
+	out := &desiredToDisk{Desired: *d, Scripts: make(map[string]json.RawMessage, len(d.Scripts))}
+	out.Desired.Scripts = nil
+	files := make(map[*Script]*scriptFile, len(d.Scripts))
+	refs := map[string]int{}
+	for name, sc := range d.Scripts {
+		var old *Script
+		if s.prev != nil {
+			old = s.prev.Scripts[name]
+		}
+		f, err := w.file(sc, old)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		files[sc], out.Scripts[name] = f, f.raw
+		f.count(refs, 1)
+	}
+	if err := w.synced(); err != nil {
+		return nil, nil, nil, err
+	}
+	return out, files, refs, nil
+}
+
+func servedModules(sc *Script) map[string]string {
+	if sc.Serving == nil {
+		return nil
+	}
+	return sc.Serving.Modules
 }
 
 // collectBundles removes from bundles/ every file the desired state just written (and synced)
-// does not name, and any a crash left half-written: the node's own files only (regular, 0600,
-// its owner's); anything else there is left for the operator, never repaired.
-func (s *Store) collectBundles(used map[string]bool) error {
+// does not name (refs), and any a crash left half-written: the node's own files only (regular,
+// 0600, its owner's); anything else there is left for the operator, never repaired.
+func (s *Store) collectBundles(refs map[string]int) error {
 	dir := filepath.Join(s.dir, bundlesDir)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -131,7 +245,7 @@ func (s *Store) collectBundles(used map[string]bool) error {
 	}
 	var errs []error
 	for _, e := range entries {
-		if used[e.Name()] || !s.ownFile(dir, e) {
+		if refs[e.Name()] > 0 || !s.ownFile(dir, e) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -139,6 +253,25 @@ func (s *Store) collectBundles(used map[string]bool) error {
 			continue
 		}
 		delete(s.onDisk, e.Name())
+	}
+	return errors.Join(errs...)
+}
+
+// removeBundles removes the bundles named, which the state just saved no longer names: the
+// node's own files only, as collectBundles.
+func (s *Store) removeBundles(names []string) error {
+	dir := filepath.Join(s.dir, bundlesDir)
+	var errs []error
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		if safedir.CheckFile(path, s.owner) != nil {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		delete(s.onDisk, name)
 	}
 	return errors.Join(errs...)
 }
@@ -171,7 +304,6 @@ func (s *Store) readBundles(f *desiredOnDisk) (*Desired, error) {
 			return nil, fmt.Errorf("read the bundle %s: %w", filepath.Join(dir, ref), err)
 		}
 		read[ref] = m
-		s.bundles[mapKey(m)] = bundleFile{modules: m, ref: ref}
 		return m, nil
 	}
 	d := f.Desired
@@ -190,6 +322,14 @@ func (s *Store) readBundles(f *desiredOnDisk) (*Desired, error) {
 			sc.Serving = &sv
 		}
 		d.Scripts[name] = &sc
+		// Its bundles are known (and were just read and checked): a save need not hash its code.
+		if sf.ModulesRef != "" && (sf.Serving == nil || sf.Serving.ModulesRef != "") {
+			f := &scriptFile{modules: sf.ModulesRef}
+			if sf.Serving != nil {
+				f.serving = sf.Serving.ModulesRef
+			}
+			s.scripts[&sc] = f
+		}
 	}
 	return &d, nil
 }

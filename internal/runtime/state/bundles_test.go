@@ -98,6 +98,8 @@ func TestASaveWritesEachBundleOnceAndDesiredJSONStaysSmall(t *testing.T) {
 	require.NoError(t, err)
 	for name, want := range next.Scripts {
 		require.Equal(t, want.Modules, back.Scripts[name].Modules, name)
+		// A save keeps an unchanged script's JSON from the last one, never a replaced one's.
+		require.Equal(t, want.Generation, back.Scripts[name].Generation, name)
 	}
 	require.Equal(t, shared, back.Scripts["d"].Serving.Modules)
 	require.Equal(t, "a", back.Routes["h.example"].ScriptName)

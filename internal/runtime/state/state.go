@@ -34,7 +34,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -56,10 +55,11 @@ const (
 	// legacyIncarnationsDir held one directory per running incarnation, in the runtime before org
 	// processes; a start removes it.
 	legacyIncarnationsDir = "incarnations"
-	// desiredVersion 3 names admitted incarnations by their isolate identity; version 2 (the
-	// process-per-incarnation identities, modules in bundles/) and 1 (modules inline) are still
-	// read, and the runtime moves their admitted incarnations to its identities (IsolateVersion).
-	desiredVersion   = 3
+	// desiredVersion 4 keeps a journal beside desired.json (journal.go); 3 names admitted
+	// incarnations by their isolate identity; version 2 (the process-per-incarnation identities,
+	// modules in bundles/) and 1 (modules inline) are still read, and the runtime moves their
+	// admitted incarnations to its identities (IsolateVersion).
+	desiredVersion   = 4
 	sealedFileFormat = "takoform.runtime-sealed-delivery.v1"
 )
 
@@ -156,11 +156,19 @@ type Store struct {
 	// movedKey is the legacy key file the dev path moved out at Open, if any.
 	movedKey string
 
-	// saveMu orders saves; bundles and onDisk are what they know of bundles/: the file of each
-	// modules map the last save wrote or the load read, and the names of the files there.
+	// saveMu orders saves. onDisk is the names of the files in bundles/; scripts what the last
+	// save (or the load) knows of each script; refs how many modules of the last save's state
+	// each bundle holds. collect makes the next snapshot look through bundles/ for files no
+	// script names (set at start, and after a save failed part way).
 	saveMu  sync.Mutex
-	bundles map[unsafe.Pointer]bundleFile
 	onDisk  map[string]bool
+	scripts map[*Script]*scriptFile
+	refs    map[string]int
+	collect bool
+	// prev is the desired state the last save wrote (nil before the first), and journal the
+	// file saves append to (nil until the first save's snapshot).
+	prev    *Desired
+	journal *journal
 }
 
 // Open validates (or creates) the state directory and its private subdirectories, takes its lock,
@@ -170,7 +178,7 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: abs, owner: safedir.Current(), bundles: map[unsafe.Pointer]bundleFile{}, onDisk: map[string]bool{}}
+	s := &Store{dir: abs, owner: safedir.Current(), onDisk: map[string]bool{}, scripts: map[*Script]*scriptFile{}, collect: true}
 	if err := safedir.Ensure(abs, s.owner); err != nil {
 		return nil, err
 	}
@@ -235,6 +243,10 @@ func (s *Store) takeLock() error {
 
 // Close releases the state directory's lock.
 func (s *Store) Close() {
+	if s.journal != nil && s.journal.file != nil {
+		s.journal.file.Close()
+		s.journal.file = nil
+	}
 	if s.lock != nil {
 		s.lock.Close()
 		s.lock = nil
@@ -304,6 +316,15 @@ func (s *Store) Load() (*Desired, error) {
 		if f.Version < 1 || f.Version > desiredVersion {
 			return nil, fmt.Errorf("%s has version %d; this runtime reads 1 to %d", filepath.Join(s.dir, desiredFile), f.Version, desiredVersion)
 		}
+		gen, err := s.replay(&f)
+		if err != nil {
+			return nil, err
+		}
+		// The first save writes a snapshot naming the next journal.
+		if s.journal != nil && s.journal.file != nil {
+			s.journal.file.Close()
+		}
+		s.journal = &journal{gen: gen, broken: true}
 		if d, err = s.readBundles(&f); err != nil {
 			return nil, err
 		}
@@ -321,28 +342,97 @@ func (s *Store) Load() (*Desired, error) {
 }
 
 // Save replaces the desired state atomically: the modules it names not yet in bundles/ first,
-// then desired.json, then it removes the bundles nothing names any more. A save writes what
-// changed: desired.json names modules by digest, and a bundle already there is not written again.
+// then the state, then it removes the bundles nothing names any more. A save writes what
+// changed: the state names modules by digest, a bundle already there is not written again, and
+// after the first save of a run, a save appends what changed to the journal (journal.go).
 func (s *Store) Save(d *Desired) error {
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	d.Version = desiredVersion
-	f, used, err := s.writeBundles(d)
+	var err error
+	if s.prev == nil || s.journal == nil || s.journal.due() {
+		err = s.saveSnapshot(d)
+	} else {
+		err = s.saveChanges(d)
+	}
+	if err != nil {
+		// What the store knows may be part way: the next save starts again from the whole state.
+		s.prev, s.collect = nil, true
+		return err
+	}
+	s.prev = saved(d)
+	return nil
+}
+
+// saveSnapshot writes d whole, and then removes from bundles/ what it does not name. Bundles the
+// previous state named go only once the new one is surely there: on a crash, whichever of the two
+// the disk holds finds its modules. The state is saved either way: what cannot be removed now is
+// removed by a later snapshot.
+func (s *Store) saveSnapshot(d *Desired) error {
+	f, files, refs, err := s.snapshot(d)
 	if err != nil {
 		return fmt.Errorf("write the bundles: %w", err)
 	}
-	b, err := json.Marshal(f)
-	if err != nil {
+	if err := s.writeSnapshot(f); err != nil {
 		return err
 	}
-	if err := safedir.WriteFile(s.dir, desiredFile, b, s.owner); err != nil {
-		return err
+	dropped := s.collect
+	for ref := range s.refs {
+		dropped = dropped || refs[ref] == 0
 	}
-	// Bundles the previous desired.json named go only once the new one is surely there: on a
-	// crash, whichever of the two the disk holds finds its modules. The state is saved either
-	// way: what cannot be removed now is removed by a later save.
-	if syncDir(s.dir) == nil {
-		_ = s.collectBundles(used)
+	s.scripts, s.refs = files, refs
+	if dropped {
+		s.collect = s.collectBundles(refs) != nil
+	}
+	return nil
+}
+
+// saveChanges appends to the journal what changed since the last save, and then removes the
+// bundles no script names any more.
+func (s *Store) saveChanges(d *Desired) error {
+	w := &bundleWriter{s: s}
+	changed := diffMap(s.prev.Scripts, d.Scripts, equal[*Script])
+	files := make(map[string]*scriptFile, len(changed))
+	for name, sc := range changed {
+		if sc != nil {
+			f, err := w.file(*sc, s.prev.Scripts[name])
+			if err != nil {
+				return fmt.Errorf("write the bundles: %w", err)
+			}
+			files[name] = f
+		}
+	}
+	if err := w.synced(); err != nil {
+		return fmt.Errorf("write the bundles: %w", err)
+	}
+	if r := record(s.prev, d, changed, files); !r.empty() {
+		if err := s.appendRecord(r); err != nil {
+			return err
+		}
+	}
+	var released []string
+	for name, sc := range changed {
+		if old := s.prev.Scripts[name]; old != nil {
+			if of := s.scripts[old]; of != nil {
+				of.count(s.refs, -1)
+				released = append(released, of.modules, of.serving)
+			}
+			delete(s.scripts, old)
+		}
+		if sc != nil {
+			s.scripts[*sc] = files[name]
+			files[name].count(s.refs, 1)
+		}
+	}
+	var freed []string
+	for _, ref := range released {
+		if n, ok := s.refs[ref]; ok && n <= 0 {
+			delete(s.refs, ref)
+			freed = append(freed, ref)
+		}
+	}
+	if len(freed) > 0 && s.removeBundles(freed) != nil {
+		s.collect = true // the next snapshot looks again
 	}
 	return nil
 }

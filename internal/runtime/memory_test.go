@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 // A busy worker's process levels off well under its memory ceiling. Every request leaves native
@@ -112,4 +111,3 @@ func (m memoryFiles) read(t *testing.T) (peak, limit int64) {
 	}
 	return get(m.peak), get(m.limit)
 }
-

@@ -58,6 +58,10 @@ func setupTenantBench(b *testing.B) *tenantBench {
 	// tests, which this puts back.
 	h := runtimetest.Start(b, func(c *runtime.Config) {
 		c.RestartBackoff, c.MaxRestartBackoff, c.ProbeDeadline, c.DrainTimeout = 0, 0, 0, 0
+		// TAKOFORM_BENCH_CPU_MAX: a CPU ceiling per organization process (--sandbox-cpu-max).
+		if v, err := strconv.ParseFloat(os.Getenv("TAKOFORM_BENCH_CPU_MAX"), 64); err == nil {
+			c.Sandbox.Limits.CPUMax = v
+		}
 	})
 	admin, err := selfhost.New(h.Info.AdminURL, h.Info.TokenFile)
 	require.NoError(b, err)

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	runtimeedge "github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
@@ -19,6 +21,7 @@ const (
 	callerUID  = "0b9c6f1e-2f53-4d8e-9a3c-000000000002"
 	foreignUID = "0b9c6f1e-2f53-4d8e-9a3c-000000000003"
 	spyUID     = "0b9c6f1e-2f53-4d8e-9a3c-000000000004"
+	growUID    = "0b9c6f1e-2f53-4d8e-9a3c-000000000005"
 )
 
 // callerSource answers with what its AUTH binding answered.
@@ -52,6 +55,10 @@ func TestAServiceBindingReachesTheCalleesCurrentIncarnationWithoutRestartingTheC
 	before := f.waitReady("caller")
 	f.route("caller.test", "caller", "ep-caller")
 	f.answers("caller.test", "via binding 200: "+expectReply("v1", ""))
+	// Caller and callee are isolates of one process: the call ran there, never through the edge.
+	metrics := f.metrics()
+	require.Regexp(t, `takoform_runtime_binding_calls_total\{path="process"\} [1-9]`, metrics)
+	require.NotContains(t, metrics, `takoform_runtime_binding_calls_total{path="node"}`)
 
 	f.script("callee", calleeUID, 2, "v2")
 	f.waitStatus("callee at generation 2", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Generation == 2 }, "callee")
@@ -134,6 +141,25 @@ func TestAWorkersCPUMsLimitEndsItsRequestWith504(t *testing.T) {
 	require.Equal(t, http.StatusGatewayTimeout, code, "body: %s", body)
 	require.Less(t, time.Since(start), 2500*time.Millisecond)
 
+	// Called through a service binding, in its caller's process, it is cut at the same limit.
+	c := f.scriptPut(callerUID, 1, "caller")
+	c.Modules = map[string]string{"main.js": `export default {
+  async fetch(req, env) {
+    const r = await env.SLOW.fetch("http://slow.internal/slow");
+    return new Response("via binding " + r.status);
+  }
+};`}
+	c.Settings = workerconf.Settings{ServiceBindings: map[string]string{"SLOW": calleeUID}}
+	_, err = f.client.PutScript(f.ctx, "caller", c)
+	require.NoError(t, err)
+	f.waitReady("caller")
+	f.route("caller.test", "caller", "ep-caller")
+	start = time.Now()
+	code, body, _ = f.h.Get(t, "caller.test", "/")
+	require.Equal(t, http.StatusOK, code, "body: %s", body)
+	require.Equal(t, "via binding 504", body)
+	require.Less(t, time.Since(start), 2500*time.Millisecond)
+
 	// Raised in place: the same request now finishes.
 	p = f.scriptPut(calleeUID, 2, "slow")
 	p.Modules["main.js"] = `export default {
@@ -151,6 +177,57 @@ func TestAWorkersCPUMsLimitEndsItsRequestWith504(t *testing.T) {
 	require.Equal(t, "done", body)
 }
 
+// selfSource calls itself through its SELF binding: /once answers at once; /many makes 120 calls
+// one after another; any other path goes one level deeper on each call, and the level where a
+// call is refused says how and why.
+const selfSource = `export default {
+  async fetch(req, env) {
+    const url = new URL(req.url);
+    if (url.pathname === "/once") return new Response("once");
+    if (url.pathname === "/many") {
+      for (let i = 0; i < 120; i++) {
+        const r = await env.SELF.fetch("http://self.internal/once");
+        const text = await r.text();
+        if (r.status !== 200 || text !== "once") return new Response("call " + i + ": " + r.status + " " + text);
+      }
+      return new Response("120 calls");
+    }
+    const depth = Number(url.searchParams.get("depth") || 0);
+    const r = await env.SELF.fetch("http://self.internal/?depth=" + (depth + 1));
+    if (r.status === 200) return r;
+    return new Response("refused at depth " + depth + ": " + r.status + " " + (await r.json()).code);
+  }
+};`
+
+// A chain of binding calls run in the caller's process is counted as the edge counts its own
+// (SPEC 5.1: call depth 16, then 508), and every call, once ended, is counted no longer: more
+// calls one after another than a worker may have in flight all pass.
+func TestBindingCallsInTheCallersProcessAreCountedUntilTheyEnd(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	p := f.scriptPut(callerUID, 1, "self")
+	p.Modules = map[string]string{"main.js": selfSource}
+	p.Settings = workerconf.Settings{ServiceBindings: map[string]string{"SELF": callerUID}}
+	_, err := f.client.PutScript(f.ctx, "self", p)
+	require.NoError(t, err)
+	f.waitReady("self")
+	f.route("self.test", "self", "ep-self")
+	refused := fmt.Sprintf("refused at depth %d: 508 %s", runtimeedge.MaxEgressLoop, adminapi.CodeLoopDetected)
+	f.answers("self.test", refused)
+
+	// The chain's calls all ended: the worker calls itself again, more times one after another
+	// than it may have calls in flight, and then loops into the same refusal.
+	for range 2 {
+		code, body, _ := f.h.Get(t, "self.test", "/many")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, "120 calls", body)
+		code, body, _ = f.h.Get(t, "self.test", "/")
+		require.Equal(t, http.StatusOK, code)
+		require.Equal(t, refused, body)
+	}
+	require.NotContains(t, f.metrics(), `takoform_runtime_binding_calls_total{path="node"}`)
+}
+
 // heapSource grows its JavaScript heap without end on /grow, and answers at once otherwise.
 const heapSource = `const kept = [];
 export default {
@@ -166,10 +243,11 @@ export default {
 func TestAWorkerPastTheHeapLimitEndsItsOrganizationsProcessAndThenRunsAlone(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *runtime.Config) { c.HeapLimitMB = 64 })
-	f.orgScript("grow", "grower", "uid-grow", heapSource)
+	f.orgScript("grow", "grower", growUID, heapSource)
 	f.orgScript("sibling", "grower", "uid-sib", workerSource("sib"))
 	f.orgScript("outsider", "other", "uid-out", workerSource("out"))
-	for _, name := range []string{"grow", "sibling", "outsider"} {
+	f.caller("front", "uid-front", "grower", 1, map[string]string{"AUTH": growUID})
+	for _, name := range []string{"grow", "sibling", "outsider", "front"} {
 		f.route(name+".test", name, "ep-"+name)
 		f.waitReady(name)
 	}
@@ -205,6 +283,11 @@ func TestAWorkerPastTheHeapLimitEndsItsOrganizationsProcessAndThenRunsAlone(t *t
 	require.True(t, st.Quarantined, "implicated twice within an hour")
 	sibling := f.waitReady("sibling")
 	require.NotEqual(t, st.Incarnation.PID, sibling.Incarnation.PID, "it runs in a process of its own")
+	// Its organization's workers still reach it through their bindings, carried by the node to
+	// its process.
+	require.NotContains(t, f.metrics(), `takoform_runtime_binding_calls_total{path="node"}`)
+	f.answers("front.test", "via binding 200: small")
+	require.Regexp(t, `takoform_runtime_binding_calls_total\{path="node"\} [1-9]`, f.metrics())
 
 	// Now its abort is its own process's alone: its sibling keeps answering throughout.
 	wg.Add(1)

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
@@ -34,14 +35,30 @@ func (n *Node) servingLocked(name string) (edge.Target, int) {
 // serveBinding serves a call a worker made through its service binding: one more subrequest of
 // the caller (its meter admits it), routed through the edge (its limits, loop count and
 // accounting) to the current Ready incarnation of the worker the binding names, never straight to
-// a socket.
-func (n *Node) serveBinding(w http.ResponseWriter, r *http.Request, from *orgproc.Incarnation, binding string) {
+// a socket. With local, the edge only admits it and local runs it in the caller's process; the
+// subrequest stays counted until the call ends there.
+func (n *Node) serveBinding(w http.ResponseWriter, r *http.Request, from *orgproc.Incarnation, binding string, local edge.Local) {
 	caller := from.Script()
-	from.Meter().Admitted(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.edgeHandler.ServeBinding(w, r, caller, func() (edge.Target, int) {
-			return n.resolveBinding(caller, from.Org(), from.Callee(binding))
-		})
-	}))
+	release, ok := from.Meter().Hold(w)
+	if !ok {
+		return
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			release()
+		}
+	}()
+	if local != nil {
+		inner := local
+		local = func(w http.ResponseWriter, t edge.Target, limit time.Duration, end func(bool)) bool {
+			handed = true
+			return inner(w, t, limit, func(answered bool) { end(answered); release() })
+		}
+	}
+	n.edgeHandler.ServeBinding(w, r, caller, func() (edge.Target, int) {
+		return n.resolveBinding(caller, from.Org(), from.Callee(binding))
+	}, local)
 }
 
 // resolveBinding finds the callee a binding of the caller script names, by the worker UID the

@@ -88,6 +88,9 @@ type Handler struct {
 	requests *prometheus.CounterVec
 	byCode   sync.Map // int → prometheus.Counter: one label lookup per status, not per request
 	log      *slog.Logger
+	// bindingCalls counts service binding calls by where they ran: in the caller's process, or
+	// carried by the edge to another.
+	bindingCalls *prometheus.CounterVec
 	// looping counts, per script, requests from this node's egress in flight (string → *atomic.Int64).
 	looping sync.Map
 }
@@ -107,8 +110,12 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger, limits 
 		Name: "takoform_runtime_edge_requests_total",
 		Help: "Requests answered by the runtime node's edge, by HTTP status.",
 	}, []string{"code"})
+	h.bindingCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "takoform_runtime_binding_calls_total",
+		Help: "Service binding calls by where they ran: in the caller's own process, or carried by the edge to another process of the node.",
+	}, []string{"path"})
 	if reg != nil {
-		reg.MustRegister(h.requests)
+		reg.MustRegister(h.requests, h.bindingCalls)
 	}
 	return h
 }
@@ -192,20 +199,36 @@ func (h *Handler) enterLoop(caller, script string) (leave func(), ok bool) {
 // ServeBinding serves one request a worker of this node sent through a service binding: lookup
 // finds the callee's serving incarnation (UnknownHost when the binding reaches no worker). It is
 // counted like any request from this node's own egress, so a chain of bindings that loops ends
-// in 508 like a loop through URLs.
-func (h *Handler) ServeBinding(w http.ResponseWriter, r *http.Request, caller string, lookup func() (Target, int)) {
+// in 508 like a loop through URLs. With local, the edge only admits the call and hands it to
+// local, which runs it in the caller's own process; without, the edge carries it.
+func (h *Handler) ServeBinding(w http.ResponseWriter, r *http.Request, caller string, lookup func() (Target, int), local Local) {
 	ctx := context.WithValue(WithCaller(r.Context(), caller), fromWorkerKey{}, true)
-	h.serveTo(w, r.WithContext(ctx), true, lookup, problemUnboundService)
+	if local == nil {
+		h.bindingCalls.WithLabelValues("node").Inc()
+	}
+	h.serveTo(w, r.WithContext(ctx), true, lookup, problemUnboundService, local)
 }
+
+// Local takes a binding call the edge admitted (its loop count and the callee's flight taken),
+// to run it in the caller's own process. limit is the time the call may take; end ends the call
+// (answered: the callee began its answer) and must be called once however the call ends, also
+// after Local returned. Local reports whether the call runs in the caller's process; when it
+// does not (the callee lives in another process), it has called end and told the caller to send
+// the call whole, which ServeBinding then carries without a Local.
+type Local func(w http.ResponseWriter, target Target, limit time.Duration, end func(answered bool)) (inProcess bool)
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool) {
 	host := Hostname(r.Host)
-	h.serveTo(w, r, fromEgress, func() (Target, int) { return h.resolve.Resolve(host) }, problemUnknownHost)
+	h.serveTo(w, r, fromEgress, func() (Target, int) { return h.resolve.Resolve(host) }, problemUnknownHost, nil)
 }
 
-func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress bool, lookup func() (Target, int), unknown *adminapi.Problem) {
+func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress bool, lookup func() (Target, int), unknown *adminapi.Problem, local Local) {
 	code := http.StatusOK
-	defer func() { h.counter(code).Inc() }()
+	defer func() {
+		if code != 0 {
+			h.counter(code).Inc()
+		}
+	}()
 	host := Hostname(r.Host)
 	// A drain can retire the target between lookup and Acquire; look again, a bounded number of times.
 	for range 5 {
@@ -232,6 +255,25 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 		if !ok {
 			leave()
 			continue
+		}
+		if local != nil {
+			// The call is the caller's process's to run now, and its answer the worker's: the edge
+			// counts only what it carries.
+			code = 0
+			var once sync.Once
+			end := func(answered bool) {
+				once.Do(func() {
+					if answered {
+						flight.Answered()
+					}
+					flight.Done()
+					leave()
+				})
+			}
+			if local(w, target, h.responseTimeout(target), end) {
+				h.bindingCalls.WithLabelValues("process").Inc()
+			}
+			return
 		}
 		defer leave()
 		defer flight.Done()

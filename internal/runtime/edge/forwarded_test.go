@@ -98,7 +98,7 @@ func TestAWorkersSubrequestIsFromNoLocalAddress(t *testing.T) {
 	serves := map[string]func(w http.ResponseWriter, r *http.Request){
 		"egress": h.ServeEgress,
 		"binding": func(w http.ResponseWriter, r *http.Request) {
-			h.ServeBinding(w, r, "caller", func() (edge.Target, int) { return target, edge.Found })
+			h.ServeBinding(w, r, "caller", func() (edge.Target, int) { return target, edge.Found }, nil)
 		},
 	}
 	for name, serve := range serves {

@@ -270,15 +270,26 @@ func (m *Meter) admit() *adminapi.Problem {
 // Admitted serves h as one more subrequest of the worker when its meter allows, and refuses it
 // (429) otherwise. Its fetch()es and its service binding calls share the one meter.
 func (m *Meter) Admitted(w http.ResponseWriter, r *http.Request, h http.Handler) {
-	if p := m.admit(); p != nil {
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, p)
+	release, ok := m.Hold(w)
+	if !ok {
 		return
 	}
 	// Counted until its response has been copied back whole (or the worker went away), which is
 	// when h returns.
-	defer m.inflight.Add(-1)
+	defer release()
 	h.ServeHTTP(w, r)
+}
+
+// Hold takes one subrequest of the worker, counted in flight until release is called (once; a
+// second call does nothing), or refuses it with a 429 written to w.
+func (m *Meter) Hold(w http.ResponseWriter) (release func(), ok bool) {
+	if p := m.admit(); p != nil {
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, p)
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { m.inflight.Add(-1) }) }, true
 }
 
 // Local is this node's edge as the egress sees it.

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 )
 
@@ -76,19 +77,33 @@ func (p *Process) serveEgress(w http.ResponseWriter, r *http.Request) {
 	p.m.opts.Egress(w, r, u.inc)
 }
 
-// serveBinding hands an isolate's service binding call to the node.
+// serveBinding hands an isolate's service binding call to the node: the call whole, to be carried
+// to its callee; or, asked to admit it, only its admission, to be run in this process. Either may
+// report the end of calls this process ran (the router's own requests, which no isolate can
+// forge: the router removes every takoform-* header an isolate writes).
 func (p *Process) serveBinding(w http.ResponseWriter, r *http.Request) {
+	if v := r.Header.Get(workerd.HeaderEnded); v != "" {
+		p.calls.ended(v)
+		if r.Header.Get(workerd.HeaderLoader) == "" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
 	u, r := p.stamped(w, r)
 	if u == nil {
 		return
 	}
 	binding := r.Header.Get(workerd.HeaderBinding)
+	var local edge.Local
+	if r.Header.Get(workerd.HeaderAdmit) != "" {
+		local = p.local
+	}
 	withoutOurs(r.Header)
 	if p.m.opts.Binding == nil {
 		http.Error(w, "service bindings are not served on this node", http.StatusServiceUnavailable)
 		return
 	}
-	p.m.opts.Binding(w, r, u.inc, binding)
+	p.m.opts.Binding(w, r, u.inc, binding, local)
 }
 
 // maxTailBody bounds one tail delivery the runtime reads.

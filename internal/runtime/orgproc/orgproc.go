@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 )
 
@@ -109,9 +110,10 @@ type Options struct {
 	BrakedIncarnation func(labels adminapi.Labels) bool
 	// Egress and Binding serve what an incarnation sends out of its isolate: its fetch() (a
 	// proxy-style request with an absolute URL) and its service binding calls. The requests
-	// carry none of the runtime's headers.
+	// carry none of the runtime's headers. A binding call given a local is only to be admitted,
+	// and handed to local, which runs it in the caller's process.
 	Egress  func(w http.ResponseWriter, r *http.Request, from *Incarnation)
-	Binding func(w http.ResponseWriter, r *http.Request, from *Incarnation, binding string)
+	Binding func(w http.ResponseWriter, r *http.Request, from *Incarnation, binding string, local edge.Local)
 	// Changed is called (without locks held) whenever an incarnation's status may have moved.
 	Changed func(*Incarnation)
 	// Restarted is called once for every incarnation held by a process that restarts.

@@ -87,6 +87,9 @@ type Process struct {
 	current      *sandbox.Process
 	recycleTimer *time.Timer
 
+	// calls are the binding calls it runs from isolate to isolate.
+	calls calls
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	wake     chan struct{}
@@ -386,6 +389,8 @@ func (p *Process) runOnce() outcome {
 	p.log.Info("workerd started", "pid", proc.Pid(), "sandboxed", p.m.opts.Sandbox != nil)
 	exited := make(chan error, 1)
 	go func() { exited <- proc.Wait() }()
+	// Whatever binding calls it was running ended with it.
+	defer p.calls.endAll()
 
 	if res := p.awaitFirstAnswer(exited, proc); res != nil {
 		if !res.stopped && res.why != "" {

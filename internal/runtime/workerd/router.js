@@ -15,6 +15,13 @@ const BINDING = "takoform-binding";
 const INCARNATION = "takoform-incarnation";
 const PROBE = "takoform-probe";
 const LIVENESS = "takoform-liveness";
+const ADMIT = "takoform-admit";
+const CALLEE = "takoform-callee";
+const CALL = "takoform-call";
+const DEADLINE = "takoform-deadline";
+const ELSEWHERE = "takoform-elsewhere";
+const ENDED = "takoform-ended";
+const BINDINGS_URL = "http://bindings.takoform.invalid/";
 // NO_CODE marks a load that failed because the runtime gave no code (a retired or foreign id),
 // which says nothing of the code itself.
 const NO_CODE = "takoform: the runtime node gave no code for ";
@@ -43,13 +50,82 @@ export class Egress extends WorkerEntrypoint {
   }
 }
 
+// Binding runs a service binding call. The runtime admits it first (the caller's subrequest
+// meter, the loop count, the callee's current Ready incarnation), and it then calls the callee's
+// isolate in this process itself; the runtime keeps the call counted until told its end. A callee
+// in another process (one running alone) gets the call sent whole, through the runtime.
 export class Binding extends WorkerEntrypoint {
-  fetch(request) {
+  async fetch(request) {
     const headers = withoutOurs(request.headers);
-    headers.set(LOADER, this.ctx.props.loader);
-    headers.set(BINDING, this.ctx.props.binding);
-    return this.env.BINDINGS.fetch(forward(request, headers));
+    const stamp = { [LOADER]: this.ctx.props.loader, [BINDING]: this.ctx.props.binding };
+    const admit = { ...stamp, [ADMIT]: "1" };
+    if (ended.length) admit[ENDED] = takeEnded();
+    const admitted = await this.env.BINDINGS.fetch(BINDINGS_URL, { headers: admit });
+    const callee = admitted.headers.get(CALLEE);
+    if (!callee) {
+      if (!admitted.headers.has(ELSEWHERE)) return admitted;
+      headers.set(LOADER, stamp[LOADER]);
+      headers.set(BINDING, stamp[BINDING]);
+      return this.env.BINDINGS.fetch(forward(request, headers));
+    }
+    let answered = false;
+    let timer;
+    try {
+      const limit = new Promise((resolve) => {
+        timer = setTimeout(resolve, Number(admitted.headers.get(DEADLINE)));
+      });
+      const answer = load(this.env, this.ctx, callee).getEntrypoint().fetch(forward(request, headers));
+      const response = await Promise.race([answer, limit]);
+      if (!response) return problem(504, "response_timeout", "Gateway Timeout", "the worker did not answer within the runtime node's response time limit");
+      answered = true;
+      return response;
+    } catch (e) {
+      // The callee's tail has the exception; the caller gets no more of it than a client would.
+      return failed(e);
+    } finally {
+      clearTimeout(timer);
+      ended.push(admitted.headers.get(CALL) + (answered ? ":1" : ":0"));
+      if (!reporting) {
+        reporting = true;
+        this.ctx.waitUntil(reportEnded(this.env));
+      }
+    }
   }
+}
+
+// ended are the calls run here whose end the runtime has not been told yet: the next admission
+// carries them, or reportEnded a moment later when none comes.
+let ended = [];
+let reporting = false;
+
+// takeEnded is the calls ended since the last report, as the runtime reads them.
+function takeEnded() {
+  const list = ended.join(",");
+  ended = [];
+  return list;
+}
+
+async function reportEnded(env) {
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  reporting = false;
+  if (ended.length) {
+    await env.BINDINGS.fetch(BINDINGS_URL, { method: "POST", headers: { [ENDED]: takeEnded() } });
+  }
+}
+
+// failed answers a request whose isolate threw, or could not be loaded for want of code (503).
+function failed(e) {
+  const gone = String((e && e.message) || e).includes(NO_CODE);
+  return new Response(gone ? "Service Unavailable" : "Internal Server Error", {
+    status: gone ? 503 : 500, headers: { "content-type": "text/plain" },
+  });
+}
+
+// problem is an answer of the runtime's own, as the edge writes them.
+function problem(status, code, title, detail) {
+  return Response.json({ type: "urn:takoform:problem:runtime:" + code, title, status, detail, code }, {
+    status, headers: { "content-type": "application/problem+json" },
+  });
 }
 
 export class Tail extends WorkerEntrypoint {
@@ -129,10 +205,7 @@ export default {
     } catch (e) {
       // The isolate's tail has the exception; nothing of it reaches the client or this
       // process's output.
-      const gone = String((e && e.message) || e).includes(NO_CODE);
-      return new Response(gone ? "Service Unavailable" : "Internal Server Error", {
-        status: gone ? 503 : 500, headers: { "content-type": "text/plain" },
-      });
+      return failed(e);
     }
   },
 };

@@ -124,6 +124,19 @@ const (
 	HeaderLoader = "Takoform-Loader"
 	// HeaderBinding names the service binding a binding call went through.
 	HeaderBinding = "Takoform-Binding"
+	// HeaderAdmit asks the runtime only to admit a binding call, for the router to run it in the
+	// process. The runtime answers with the callee's loader id (HeaderCallee), the call's number
+	// (HeaderCall) and the milliseconds it may take (HeaderDeadline); or with HeaderElsewhere,
+	// when the callee runs in another process and the call is to be sent whole; or with the
+	// refusal the caller gets.
+	HeaderAdmit     = "Takoform-Admit"
+	HeaderCallee    = "Takoform-Callee"
+	HeaderCall      = "Takoform-Call"
+	HeaderDeadline  = "Takoform-Deadline"
+	HeaderElsewhere = "Takoform-Elsewhere"
+	// HeaderEnded reports the end of calls the router ran, "<call>:<1 when the callee
+	// answered, else 0>", separated by commas: on an admission, or on a request of its own.
+	HeaderEnded = "Takoform-Ended"
 )
 
 // ProbeOutcome is the router's answer to a probe: "ready" (the code loaded and no handler ran),

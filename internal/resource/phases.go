@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -162,9 +163,10 @@ func (r *effects) recordOutcomes(ctx context.Context, q *dbsqlc.Queries) error {
 }
 
 // commit is the request's commit transaction: the record, then the resource's own part (fn). When
-// that transaction refuses (record or fn fails, so nothing of it committed), a create that landed
-// on the backend is taken down again (undo): it will never exist. A failure of the COMMIT itself
-// is ambiguous, the create may stand, so it is left alone; recovery settles the operation.
+// that transaction refuses (record or fn fails, or PostgreSQL answered its COMMIT with an error,
+// a deadlock among its deferred writes for one: nothing of it committed), a create that landed
+// on the backend is taken down again (undo): it will never exist. A COMMIT that got no answer is
+// ambiguous, the create may stand, so it is left alone; recovery settles the operation.
 func (r *effects) commit(ctx context.Context, fn func(tx pgx.Tx) (ownership.Response, error)) (ownership.Response, error) {
 	refused := false
 	resp, err := r.m.Commit(ctx, func(tx pgx.Tx) (ownership.Response, error) {
@@ -177,7 +179,8 @@ func (r *effects) commit(ctx context.Context, fn func(tx pgx.Tx) (ownership.Resp
 		refused = err != nil
 		return resp, err
 	})
-	if err != nil && refused {
+	var answered *pgconn.PgError
+	if err != nil && (refused || errors.As(err, &answered)) {
 		r.undo(ctx)
 	}
 	return resp, err

@@ -433,6 +433,7 @@ func TestTheScriptCeilingHoldsAcrossOrganizationsAndConcurrentCreatesOnTwoReplic
 	const racers = 5
 	var wg sync.WaitGroup
 	replies := make([]reply, racers)
+	errs := make([]error, racers)
 	for i := range racers {
 		wg.Add(1)
 		go func() {
@@ -444,11 +445,13 @@ func TestTheScriptCeilingHoldsAcrossOrganizationsAndConcurrentCreatesOnTwoReplic
 			name := "w" + string(rune('a'+i))
 			rep, err := c.tryAt(base, req{method: http.MethodPut, path: "/v1/spaces/prod/workers/" + name, key: key,
 				token: "token-ceiling-" + name + "-000000000", body: cfWorkerBody(`export default { fetch() { return new Response("x") } }`)})
-			require.NoError(t, err)
-			replies[i] = rep
+			replies[i], errs[i] = rep, err
 		}()
 	}
 	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
 	created := 0
 	for _, rep := range replies {
 		switch rep.status {

@@ -252,8 +252,8 @@ func TestABindingPutLocksTheCallerAndCalleesInUIDOrder(t *testing.T) {
 		go func() { done <- h.tryPutWorker("prod", c.caller.name, c.caller.token, callerBody("PEER", c.held.uid)) }()
 		require.Eventually(t, func() bool {
 			var waiting int
-			require.NoError(t, h.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF w%'`).Scan(&waiting))
-			return waiting > 0
+			err := h.db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF w%'`).Scan(&waiting)
+			return err == nil && waiting > 0
 		}, 10*time.Second, 20*time.Millisecond, "the put waits for the held worker")
 		require.Equal(t, c.callerLocked, lockedElsewhere(c.caller.uid), "caller %s while it waits for %s", c.caller.name, c.held.name)
 		require.NoError(t, tx.Rollback(ctx))

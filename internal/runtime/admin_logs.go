@@ -71,6 +71,8 @@ func (n *Node) getLogs(_ http.ResponseWriter, r *http.Request) (any, error) {
 // awaitChange holds a long poll until changed is closed (true), or until it should answer as it
 // is (false): its wait has passed, its caller has gone or the node is closing.
 func (n *Node) awaitChange(r *http.Request, changed <-chan struct{}, timer *time.Timer) bool {
+	n.logWaits.Add(1)
+	defer n.logWaits.Add(-1)
 	select {
 	case <-changed:
 		return true

@@ -49,6 +49,9 @@ func BenchmarkEdgeBesideAnotherTenantsDeploys(b *testing.B) {
 	for b.Loop() {
 		stop, done := make(chan struct{}), make(chan []time.Duration)
 		failed := 0
+		req, err := http.NewRequest(http.MethodGet, x.edge, nil)
+		require.NoError(b, err)
+		req.Host = hostOf("victim")
 		go func() {
 			var ds []time.Duration
 			for {
@@ -58,9 +61,6 @@ func BenchmarkEdgeBesideAnotherTenantsDeploys(b *testing.B) {
 					return
 				default:
 				}
-				req, err := http.NewRequest(http.MethodGet, x.edge, nil)
-				require.NoError(b, err)
-				req.Host = hostOf("victim")
 				start := time.Now()
 				resp, err := x.victim.Do(req)
 				if err == nil && resp.StatusCode == http.StatusOK {

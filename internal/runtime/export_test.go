@@ -16,6 +16,9 @@ func (n *Node) ScriptWork(name string) (reconciles int, renders int64) {
 // StatusWakes is how many times a status long poll was woken to read its script's status again.
 func (n *Node) StatusWakes() int64 { return n.statusWakes.Load() }
 
+// LogPollsWaiting is how many log long polls are waiting for an entry.
+func (n *Node) LogPollsWaiting() int64 { return n.logWaits.Load() }
+
 // PollsWaiting is how many scripts have status long polls waiting on them.
 func (n *Node) PollsWaiting() int {
 	n.waitMu.Lock()

@@ -54,8 +54,7 @@ func TestWorkerLogSpansIncarnationsAndGoesWithItsWorker(t *testing.T) {
 	var page adminapi.LogPage
 	require.Eventually(t, func() bool {
 		page, err = f.logs("logged", adminapi.LogQuery{WorkerUID: "uid-a"})
-		require.NoError(t, err)
-		return len(page.Entries) > 0
+		return err == nil && len(page.Entries) > 0
 	}, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, "v1 /", page.Entries[0].Message)
 	require.Equal(t, adminapi.LevelLog, page.Entries[0].Level)
@@ -64,23 +63,27 @@ func TestWorkerLogSpansIncarnationsAndGoesWithItsWorker(t *testing.T) {
 	_, err = f.logs("logged", adminapi.LogQuery{WorkerUID: "uid-other"})
 	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptAbsent), "another worker UID reads nothing: %v", err)
 
-	// A long poll from the cursor answers with the next line as soon as it is printed.
-	got := make(chan adminapi.LogPage, 1)
+	// A long poll from the cursor, waiting with nothing to answer, answers with the next line as
+	// soon as it is printed.
+	type polled struct {
+		page adminapi.LogPage
+		err  error
+	}
+	got := make(chan polled, 1)
 	go func() {
 		p, err := f.client.Logs(f.ctx, "logged", adminapi.LogQuery{WorkerUID: "uid-a", Epoch: page.Epoch, After: page.Next, Wait: 20 * time.Second})
-		if err == nil {
-			got <- p
-		}
+		got <- polled{p, err}
 	}()
-	time.Sleep(200 * time.Millisecond)
+	require.Eventually(t, func() bool { return f.h.Node.LogPollsWaiting() == 1 }, 10*time.Second, 5*time.Millisecond, "the long poll waits")
 	started := time.Now()
 	code, _, _ := f.h.Get(t, host, "/polled")
 	require.Equal(t, http.StatusOK, code)
 	select {
 	case p := <-got:
-		require.Equal(t, []string{"v1 /polled"}, messages(p))
+		require.NoError(t, p.err)
+		require.Equal(t, []string{"v1 /polled"}, messages(p.page))
 		require.Less(t, time.Since(started), 10*time.Second)
-		page = p
+		page = p.page
 	case <-time.After(20 * time.Second):
 		t.Fatal("the long poll never answered")
 	}
@@ -95,8 +98,7 @@ func TestWorkerLogSpansIncarnationsAndGoesWithItsWorker(t *testing.T) {
 	f.answers(host, "v2\n")
 	require.Eventually(t, func() bool {
 		page, err = f.logs("logged", adminapi.LogQuery{WorkerUID: "uid-a"})
-		require.NoError(t, err)
-		return strings.Contains(strings.Join(messages(page), "|"), "v2 /")
+		return err == nil && strings.Contains(strings.Join(messages(page), "|"), "v2 /")
 	}, 10*time.Second, 20*time.Millisecond)
 	last := page.Entries[len(page.Entries)-1]
 	require.Equal(t, second.Incarnation.ID, last.Incarnation)
@@ -115,8 +117,7 @@ func TestWorkerLogSpansIncarnationsAndGoesWithItsWorker(t *testing.T) {
 	f.answers(host, "v3\n")
 	require.Eventually(t, func() bool {
 		page, err = f.logs("logged", adminapi.LogQuery{WorkerUID: "uid-b"})
-		require.NoError(t, err)
-		return len(page.Entries) > 0
+		return err == nil && len(page.Entries) > 0
 	}, 10*time.Second, 20*time.Millisecond)
 	for _, m := range messages(page) {
 		require.True(t, strings.HasPrefix(m, "v3 "), "the new worker sees only its own lines, not %q", m)

@@ -171,8 +171,10 @@ type Node struct {
 	// polls; removed too when its last poll stops waiting (guarded by waitMu, taken with mu held).
 	waitMu sync.Mutex
 	waits  map[string]*waiters
-	// statusWakes counts the status long polls woken (tests read it).
+	// statusWakes counts the status long polls woken (tests read it); logWaits the log long
+	// polls waiting now.
 	statusWakes atomic.Int64
+	logWaits    atomic.Int64
 	retiring    sync.WaitGroup
 	admin       *http.Server
 	edge        *edge.Server

@@ -238,8 +238,8 @@ func (w *world) settleLateWrites() {
 	require.NoError(w.t, err)
 	require.Eventually(w.t, func() bool {
 		var n int
-		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM late_write_rechecks WHERE status = 'pending'`).Scan(&n))
-		return n == 0
+		err := w.db.QueryRow(ctx, `SELECT count(*) FROM late_write_rechecks WHERE status = 'pending'`).Scan(&n)
+		return err == nil && n == 0
 	}, 30*time.Second, 50*time.Millisecond, "the janitors settle every late-write re-check")
 	require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'removed') FROM late_write_rechecks`).Scan(&w.progress.rechecks, &w.progress.lateRemoved))
 	w.check()

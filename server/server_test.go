@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -96,6 +97,8 @@ type options struct {
 	runtime func(*runtime.Config)
 	// roundTrips, when set, counts the Host's database round trips.
 	roundTrips *testdb.RoundTrips
+	// tracer, when set, watches the Host's database statements (in place of roundTrips).
+	tracer pgx.QueryTracer
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -109,6 +112,9 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	require.NoError(t, err)
 	if o.roundTrips != nil {
 		poolConfig.ConnConfig.Tracer = o.roundTrips
+	}
+	if o.tracer != nil {
+		poolConfig.ConnConfig.Tracer = o.tracer
 	}
 	db, err := pgxpool.NewWithConfig(context.Background(), poolConfig)
 	require.NoError(t, err)

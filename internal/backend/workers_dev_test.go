@@ -279,13 +279,14 @@ func TestWFPManagedRefusesAnAccountWithoutItsDispatchNamespaceAsPlacementDrift(t
 func TestAStalledFirstCallDoesNotHoldAnotherCallerPastItsDeadline(t *testing.T) {
 	t.Parallel()
 	f := setupWorkersDev(t)
-	require.NoError(t, f.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultSlow, Method: http.MethodGet, PathContains: "/workers/subdomain", Delay: 3 * time.Second}))
+	require.NoError(t, f.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultHold, Method: http.MethodGet, PathContains: "/workers/subdomain"}))
+	t.Cleanup(f.standin.Release)
 	first := make(chan error, 1)
 	go func() {
 		_, err := f.mut.Observe(context.Background(), backend.NativeWorker, "api")
 		first <- err
 	}()
-	time.Sleep(500 * time.Millisecond) // the first call is in its placement check
+	require.Eventually(t, func() bool { return f.standin.Held() == 1 }, 10*time.Second, 5*time.Millisecond, "the first call is in its placement check")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -294,6 +295,7 @@ func TestAStalledFirstCallDoesNotHoldAnotherCallerPastItsDeadline(t *testing.T) 
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Less(t, time.Since(start), 1500*time.Millisecond, "the second caller returned at its deadline")
 
+	f.standin.Release()
 	select {
 	case err := <-first:
 		require.NoError(t, err, "the stalled call completes")
@@ -316,7 +318,8 @@ func TestAStalledFirstCallDoesNotHoldAnotherCallerPastItsDeadline(t *testing.T) 
 func TestACallerWaitingOnAFirstCallThatGaveUpChecksAgainItself(t *testing.T) {
 	t.Parallel()
 	f := setupWorkersDev(t)
-	require.NoError(t, f.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultSlow, Method: http.MethodGet, PathContains: "/workers/subdomain", Delay: 3 * time.Second}))
+	require.NoError(t, f.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultHold, Method: http.MethodGet, PathContains: "/workers/subdomain"}))
+	t.Cleanup(f.standin.Release)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	first := make(chan error, 1)
@@ -324,7 +327,7 @@ func TestACallerWaitingOnAFirstCallThatGaveUpChecksAgainItself(t *testing.T) {
 		_, err := f.mut.Observe(ctx, backend.NativeWorker, "api")
 		first <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // the first call is in its placement check
+	require.Eventually(t, func() bool { return f.standin.Held() == 1 }, 10*time.Second, 5*time.Millisecond, "the first call is in its placement check")
 	_, err := f.mut.Observe(context.Background(), backend.NativeWorker, "api")
 	require.NoError(t, err, "the waiting caller checked again and got through")
 	require.Error(t, <-first, "the first call gave up at its deadline")

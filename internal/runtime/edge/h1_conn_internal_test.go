@@ -124,9 +124,11 @@ func panicInHandler() { panic("a bug in a handler") }
 // whole, and the first request's context stays live (the client did not leave).
 func TestOwnLoopHandsTheBackgroundReadsByteOn(t *testing.T) {
 	t.Parallel()
+	started := make(chan struct{}, 1)
 	_, addr := serveOwn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/first" {
-			time.Sleep(300 * time.Millisecond)
+			started <- struct{}{}
+			time.Sleep(300 * time.Millisecond) // the worker works; the next request comes meanwhile
 		}
 		b, _ := io.ReadAll(r.Body)
 		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(b)+" "+strconv.FormatBool(r.Context().Err() == nil))
@@ -142,7 +144,7 @@ func TestOwnLoopHandsTheBackgroundReadsByteOn(t *testing.T) {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		br := bufio.NewReader(c)
 		_, _ = io.WriteString(c, first)
-		time.Sleep(100 * time.Millisecond) // the handler waits, the background read is pending
+		<-started // the handler works, the background read is pending
 		_, _ = io.WriteString(c, "POST /second HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc")
 		var got []string
 		for range 2 {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
@@ -43,7 +44,7 @@ func TestEdgeEndsTheWorkersRequestWhenTheClientHangsUp(t *testing.T) {
 	upstream, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { upstream.Close() })
-	ended := make(chan time.Time, 8)
+	arrived, ended := make(chan struct{}, 8), make(chan time.Time, 8)
 	go func() {
 		for {
 			c, err := upstream.Accept()
@@ -52,13 +53,17 @@ func TestEdgeEndsTheWorkersRequestWhenTheClientHangsUp(t *testing.T) {
 			}
 			go func() {
 				defer c.Close()
+				if _, err := c.Read(make([]byte, 1)); err == nil {
+					arrived <- struct{}{}
+				}
 				_, _ = io.Copy(io.Discard, c) // until the edge closes its side
 				ended <- time.Now()
 			}()
 		}
 	}()
 	var logged lockedBuffer
-	h := edge.New(stubResolver{"slow.test": liveTarget{upstream.Addr().String()}}, nil,
+	reg := prometheus.NewRegistry()
+	h := edge.New(stubResolver{"slow.test": liveTarget{upstream.Addr().String()}}, reg,
 		slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug})), edge.Limits{})
 	srv := edge.NewH1Server(h, edge.Limits{}, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -78,11 +83,15 @@ func TestEdgeEndsTheWorkersRequestWhenTheClientHangsUp(t *testing.T) {
 		require.NoError(t, err)
 		_, err = io.WriteString(c, tc.raw)
 		require.NoError(t, err)
-		time.Sleep(300 * time.Millisecond) // the request is at the worker, which does not answer
+		select {
+		case <-arrived: // the request is at the worker, which does not answer
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the request never reached the worker", tc.name)
+		}
 		select {
 		case <-ended:
 			t.Fatalf("%s: the worker's request ended before the client left", tc.name)
-		default:
+		case <-time.After(100 * time.Millisecond): // a moment for an early end to show
 		}
 		if tc.reset {
 			require.NoError(t, c.(*net.TCPConn).SetLinger(0))
@@ -96,6 +105,25 @@ func TestEdgeEndsTheWorkersRequestWhenTheClientHangsUp(t *testing.T) {
 			t.Fatalf("%s: the worker's request went on after the client left", tc.name)
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // anything the edge logs for the last one
+	// The edge counts a request once its handler is done, logging included.
+	require.Eventually(t, func() bool { return edgeRequests(reg) == 3 }, 10*time.Second, 5*time.Millisecond, "the edge finished the three requests")
 	require.NotContains(t, logged.String(), "level=WARN", "a client leaving was logged as the worker's fault")
+}
+
+// edgeRequests is the number of requests the edge has finished, by its requests counter.
+func edgeRequests(reg *prometheus.Registry) int {
+	families, err := reg.Gather()
+	if err != nil {
+		return -1
+	}
+	n := 0
+	for _, f := range families {
+		if f.GetName() != "takoform_runtime_edge_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			n += int(m.GetCounter().GetValue())
+		}
+	}
+	return n
 }

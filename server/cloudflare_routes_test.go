@@ -37,6 +37,12 @@ const (
 // with a 2 s route propagation window, and the stand-in's KV edge view stale for as long.
 func setupCloudflare(t *testing.T, opts ...func(*cfstandin.Config)) (*harness, *cfstandin.Server) {
 	t.Helper()
+	return setupCloudflareHost(t, nil, opts...)
+}
+
+// setupCloudflareHost is setupCloudflare whose Host's options host adjusts too (nil: none).
+func setupCloudflareHost(t *testing.T, host func(*options), opts ...func(*cfstandin.Config)) (*harness, *cfstandin.Server) {
+	t.Helper()
 	cfg := cfstandin.Config{Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t),
 		DispatchNamespaces: []string{cfNamespace}, KVNamespaces: []string{cfRoutingKV}, BaseDomain: cfBaseDomain,
 		RoutingKVNamespace: cfRoutingKV, RoutingDispatchNamespace: cfNamespace, KVStale: cfPropagation}
@@ -72,6 +78,9 @@ func setupCloudflare(t *testing.T, opts ...func(*cfstandin.Config)) (*harness, *
 	h := setup(t, func(o *options) {
 		o.catalogJSON = string(cat)
 		o.cloudflareEdge = s.EdgeClient()
+		if host != nil {
+			host(o)
+		}
 	})
 	return h, s
 }

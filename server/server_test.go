@@ -99,6 +99,9 @@ type options struct {
 	roundTrips *testdb.RoundTrips
 	// tracer, when set, watches the Host's database statements (in place of roundTrips).
 	tracer pgx.QueryTracer
+	// runtimeAdmin, when set, stands between the Host and the runtime node's admin API: it gets
+	// the node's admin URL and returns the one the default catalog names instead.
+	runtimeAdmin func(adminURL string) string
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -125,7 +128,11 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		mutate = append(mutate, o.runtime)
 	}
 	node := runtimetest.Start(t, mutate...)
-	cat := catalog.DefaultWithRuntime(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr)
+	adminURL := node.Info.AdminURL
+	if o.runtimeAdmin != nil {
+		adminURL = o.runtimeAdmin(adminURL)
+	}
+	cat := catalog.DefaultWithRuntime(adminURL, node.Info.TokenFile, node.Info.EdgeAddr)
 	// The per-key request rate is off unless a test's catalog sets one: the concurrency tests send
 	// one key's requests as fast as they can, which a production rate limit rightly refuses.
 	cat.Rates = catalog.Rates{}

@@ -158,7 +158,7 @@ func TestAWorkersDevEndpointEnablesTheScriptsRouteAndItsDeletionClosesOnlyAfterP
 	// route's deployment live for the propagation window, then both clear with no further call.
 	require.Equal(t, "open", h.attestationView(uid))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM deployments WHERE resource_uid = $1 AND status = 'deleted' AND routed_until > now()`, uid))
-	require.Eventually(t, func() bool { return h.attestationView(uid) == "closed" }, 10*time.Second, 100*time.Millisecond)
+	pollUntil(t, 10*time.Second, func() bool { return h.attestationView(uid) == "closed" }, "the attestation closes")
 	h.srv.Sweep(context.Background())
 	require.Equal(t, "closed", h.attestation(uid), "the janitor writes the status down")
 
@@ -250,9 +250,9 @@ func TestAWFPEndpointIsNotReadyWhileTheDispatchWorkerDoesNotSeeItsEntry(t *testi
 	require.Equal(t, http.StatusNotFound, status, "the edge does not route it yet")
 
 	time.Sleep(time.Until(written.Add(stale)))
-	require.Eventually(t, func() bool {
+	pollUntil(t, 10*time.Second, func() bool {
 		return h.get("/v1/spaces/prod/worker-endpoints/shop").json(t)["ready"] == true
-	}, 10*time.Second, 200*time.Millisecond, "Ready once the dispatch worker answers the probe")
+	}, "Ready once the dispatch worker answers the probe")
 }
 
 func TestAnotherOrganizationCannotTakeAWFPOriginUntilTheRoutePropagationWindowEnds(t *testing.T) {
@@ -360,7 +360,11 @@ func kvUpdate(value string) kv.NamespaceValueUpdateParams {
 	return p
 }
 
-func TestAHostStoppedAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.T) {
+// TestARecoveredRouteDeleteStartsItsPropagationWindowAtItsReadback: recovery of a route delete
+// that landed on Cloudflare records the propagation window from its own readback. The stopped
+// Host's state is written here in SQL, for speed and precision; a real Host killed at that point
+// is takoserver's TestAHostKilledAfterARouteDeleteLandedLosesNoPropagationWindow.
+func TestARecoveredRouteDeleteStartsItsPropagationWindowAtItsReadback(t *testing.T) {
 	t.Parallel()
 	h, s := setupCloudflare(t)
 	r := h.putWorker("prod", "api", tokenA, cfWorkerBody(`export default { fetch() { return new Response("x") } }`))
@@ -392,5 +396,5 @@ func TestAHostStoppedAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.
 	require.Equal(t, "refused", h.status("SELECT status FROM operations WHERE id = $1", op))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM deployments WHERE resource_uid = $1 AND status = 'deleted' AND routed_until > now()`, uid))
 	require.Equal(t, "open", h.attestationView(uid), "the attestation waits for the window")
-	require.Eventually(t, func() bool { return h.attestationView(uid) == "closed" }, 10*time.Second, 100*time.Millisecond)
+	pollUntil(t, 10*time.Second, func() bool { return h.attestationView(uid) == "closed" }, "the attestation closes")
 }

@@ -100,11 +100,11 @@ func (l *lateWrites) stopMidCreate(janitor *server.Server, offering string) (scr
 
 	// The Host is gone: its lease runs out by the database's clock, and another Host recovers.
 	l.pass(90 * time.Second)
-	require.Eventually(l.t, func() bool {
+	pollUntil(l.t, 20*time.Second, func() bool {
 		l.exec(`UPDATE ownership_intents SET lease_expires_at = db_now() - interval '1 second' WHERE external_key = 'prod/api'`)
 		janitor.Sweep(context.Background())
 		return l.status(`SELECT status FROM workers WHERE uid = $1`, uid) == "deleted"
-	}, 20*time.Second, 50*time.Millisecond, "recovery abandons the create")
+	}, "recovery abandons the create")
 	require.Equal(l.t, "abandoned", l.status(`SELECT o.code FROM operations o JOIN workers w ON w.operation_id = o.id WHERE w.uid = $1`, uid))
 	_, present := l.standin.NamespaceScript(l.namespaceOf(offering), script)
 	require.False(l.t, present, "recovery read the script back absent")

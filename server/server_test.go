@@ -318,3 +318,14 @@ func (h *harness) rowCount(where string, args ...any) int {
 func apiBody(space, worker string) map[string]any {
 	return map[string]any{"space": space, "workerName": worker}
 }
+
+// pollUntil polls cond on the test goroutine (so that cond may use the harness's require-based
+// helpers) until it holds, failing the test with what after timeout.
+func pollUntil(t *testing.T, timeout time.Duration, cond func() bool, what string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never true after %s: "+what, append([]any{timeout}, args...)...)
+		}
+	}
+}

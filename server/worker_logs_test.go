@@ -106,10 +106,10 @@ func (h *harness) readLogs(key, query string) (reply, []logLine) {
 func (h *harness) eventuallyLogs(what string, check func([]logLine) bool) []logLine {
 	h.t.Helper()
 	var lines []logLine
-	require.Eventually(h.t, func() bool {
+	pollUntil(h.t, 15*time.Second, func() bool {
 		_, lines = h.readLogs(h.key, "")
 		return check(lines)
-	}, 15*time.Second, 50*time.Millisecond, "%s; the log held: %+v", what, lines)
+	}, "%s; the log held: %+v", what, &lines)
 	return lines
 }
 

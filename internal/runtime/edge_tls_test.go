@@ -200,7 +200,10 @@ func TestEdgeReloadsItsCertificateWithoutARestart(t *testing.T) {
 				require.Equal(t, before, subject(), "no reload before the signal")
 				require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
 			}
-			require.Eventually(t, func() bool { return subject() == renewed }, 10*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool {
+				cert, err := peerCert(t, h.Info.EdgeAddr, "app.workers.test")
+				return err == nil && cert.Subject.CommonName == renewed
+			}, 10*time.Second, 20*time.Millisecond)
 
 			// A key file others may read is refused: the renewed certificate stays.
 			bad := ca.Server(t, "unsafe-"+how, "*.workers.test")

@@ -7,8 +7,10 @@ package server_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -246,11 +248,16 @@ func TestRuleReservationReplayNeedsTheExactTTLAndPlacement(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
 	h.putReservation(h.key, "res-api", tokenA, body(7200, "worker-a")).problem(t, http.StatusConflict, "reservation_mismatch")
 	h.putReservation(h.key, "res-api", tokenA, body(3600, "worker-b")).problem(t, http.StatusConflict, "reservation_mismatch")
-	// The offering's placement changed under the row (its digest): the same intent, sent again
-	// as a new request, is refused too.
-	h.exec(`UPDATE worker_endpoint_origin_reservations SET offering_digest = 'digest-of-another-placement' WHERE id = 'res-api'`)
+	// The operator moved the installation to another runtime node address (the offering's
+	// digest moves; the derived origin does not): the same intent, sent again as a new request to
+	// a Host with that catalog, is refused too.
+	moved := strings.Replace(twoWorkerOfferings, `"pack": "selfhost"`, fmt.Sprintf(`"pack": "selfhost", "runtimeUrl": %q, "runtimeTokenFile": %q`,
+		strings.Replace(h.runtime.Info.AdminURL, "127.0.0.1", "localhost", 1), h.runtime.Info.TokenFile), 1)
 	rev := strconv.Itoa(int(first.json(t)["revision"].(float64)))
-	h.do(req{method: http.MethodPut, path: resPath + "res-api", key: h.key, token: tokenA, body: body(3600, "worker-a"),
-		headers: map[string]string{"If-Match": rev}}).problem(t, http.StatusConflict, "reservation_mismatch")
+	r, err := h.tryAt(h.replica(func(o *options) { o.catalogJSON = moved }), req{method: http.MethodPut, path: resPath + "res-api", key: h.key,
+		token: tokenA, body: body(3600, "worker-a"), headers: map[string]string{"If-Match": rev}})
+	require.NoError(t, err)
+	p := r.problem(t, http.StatusConflict, "reservation_mismatch")
+	require.Equal(t, []any{"placement"}, p["mismatch"], "refused for the placement (its digest), not for the origin")
 	require.Equal(t, first.json(t)["revision"], h.getReservation(h.key, "res-api").json(t)["revision"], "nothing changed")
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,25 +48,36 @@ func invariantStandin(t *testing.T) *cfstandin.Server {
 }
 
 // invariantCatalog writes a catalog selling the selfhost installation that drives n (reached
-// through adminURL) and a workers-dev one on s, its token file 0600 in a 0700 directory.
+// through adminURL) and a workers-dev one on s.
 func invariantCatalog(t *testing.T, n node, adminURL string, s *cfstandin.Server) string {
+	t.Helper()
+	return workersDevCatalog(t, s, 2,
+		map[string]any{"name": "selfhost", "pack": "selfhost", "runtimeUrl": adminURL, "runtimeTokenFile": n.tokenFile, "edgeListen": n.edgeAddr},
+		map[string]any{"id": offeringLocalWorker, "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}},
+		map[string]any{"id": offeringLocalEndpoint, "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}})
+}
+
+// workersDevCatalog writes a catalog selling a workers-dev installation "wd" on s (its token file
+// 0600 in a 0700 directory, the route propagation window propagation seconds) and, when given,
+// another installation and its offerings.
+func workersDevCatalog(t *testing.T, s *cfstandin.Server, propagation int, other map[string]any, otherOfferings ...map[string]any) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "conf")
 	require.NoError(t, safedir.Ensure(dir, safedir.Current()))
 	require.NoError(t, safedir.WriteFile(dir, "cf-token", []byte(invariantCFToken+"\n"), safedir.Current()))
-	body, err := json.Marshal(map[string]any{
-		"installations": []any{
-			map[string]any{"name": "selfhost", "pack": "selfhost", "runtimeUrl": adminURL, "runtimeTokenFile": n.tokenFile, "edgeListen": n.edgeAddr},
-			map[string]any{"name": "wd", "pack": "workers-dev", "accountSubdomain": invariantCFSubdomain, "accountId": invariantCFAccount,
-				"apiTokenFile": filepath.Join(dir, "cf-token"), "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": 2},
-		},
-		"offerings": []any{
-			map[string]any{"id": offeringLocalWorker, "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}},
-			map[string]any{"id": offeringLocalEndpoint, "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}},
-			map[string]any{"id": offeringWDWorker, "kind": "module-worker", "installation": "wd", "soldTo": []string{"*"}},
-			map[string]any{"id": offeringWDEndpoint, "kind": "worker-endpoint", "installation": "wd", "soldTo": []string{"*"}},
-		},
-	})
+	installations := []any{map[string]any{"name": "wd", "pack": "workers-dev", "accountSubdomain": invariantCFSubdomain, "accountId": invariantCFAccount,
+		"apiTokenFile": filepath.Join(dir, "cf-token"), "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": propagation}}
+	offerings := []any{
+		map[string]any{"id": offeringWDWorker, "kind": "module-worker", "installation": "wd", "soldTo": []string{"*"}},
+		map[string]any{"id": offeringWDEndpoint, "kind": "worker-endpoint", "installation": "wd", "soldTo": []string{"*"}},
+	}
+	if other != nil {
+		installations = append([]any{other}, installations...)
+	}
+	for i, o := range otherOfferings {
+		offerings = slices.Insert(offerings, i, any(o))
+	}
+	body, err := json.Marshal(map[string]any{"installations": installations, "offerings": offerings})
 	require.NoError(t, err)
 	path := filepath.Join(dir, "catalog.json")
 	require.NoError(t, os.WriteFile(path, body, 0o600))

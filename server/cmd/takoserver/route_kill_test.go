@@ -2,10 +2,7 @@ package main_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,33 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
-	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
-
-// workersDevCatalog writes a catalog selling one workers-dev installation on s, with a route
-// propagation window of propagation seconds.
-func workersDevCatalog(t *testing.T, s *cfstandin.Server, propagation int) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "conf")
-	require.NoError(t, safedir.Ensure(dir, safedir.Current()))
-	require.NoError(t, safedir.WriteFile(dir, "cf-token", []byte(invariantCFToken+"\n"), safedir.Current()))
-	body, err := json.Marshal(map[string]any{
-		"installations": []any{
-			map[string]any{"name": "wd", "pack": "workers-dev", "accountSubdomain": invariantCFSubdomain, "accountId": invariantCFAccount,
-				"apiTokenFile": filepath.Join(dir, "cf-token"), "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": propagation},
-		},
-		"offerings": []any{
-			map[string]any{"id": offeringWDWorker, "kind": "module-worker", "installation": "wd", "soldTo": []string{"*"}},
-			map[string]any{"id": offeringWDEndpoint, "kind": "worker-endpoint", "installation": "wd", "soldTo": []string{"*"}},
-		},
-	})
-	require.NoError(t, err)
-	path := filepath.Join(dir, "catalog.json")
-	require.NoError(t, os.WriteFile(path, body, 0o600))
-	return path
-}
 
 // TestAHostKilledAfterARouteDeleteLandedLosesNoPropagationWindow: a `takoserver serve` killed
 // (SIGKILL) in the middle of an endpoint's DELETE, after Cloudflare took the workers.dev route
@@ -56,7 +29,7 @@ func TestAHostKilledAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.T
 	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
 	kek := sealingKey(t)
 	s := invariantStandin(t)
-	catalog := workersDevCatalog(t, s, 3)
+	catalog := workersDevCatalog(t, s, 3, nil)
 	a := startHost(t, url, kek, "--config", catalog, "--janitor-every", "1s")
 
 	status, w := call(t, http.MethodPut, a.url+"/v1/spaces/prod/workers/api", key, "token-killed-worker-001",

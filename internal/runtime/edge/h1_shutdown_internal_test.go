@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -150,12 +152,13 @@ func TestOwnLoopShutdownDoesNotWaitForAnUnreadBody(t *testing.T) {
 	s := NewH1Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "not read")
 	}), Limits{BodyTimeout: 20 * time.Second}, nil)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := &readWatchingListener{Listener: raw}
 	go func() { _ = s.Serve(l) }()
-	c, err := net.Dial("tcp", l.Addr().String())
+	c, err := net.Dial("tcp", raw.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +173,12 @@ func TestOwnLoopShutdownDoesNotWaitForAnUnreadBody(t *testing.T) {
 	if resp.Close {
 		t.Fatal("the answer closes the connection: nothing is drained")
 	}
-	time.Sleep(100 * time.Millisecond) // the loop is reading past the rest of the body
+	// The loop is reading past the rest of the body, which the client never sends.
+	for deadline := time.Now().Add(10 * time.Second); !l.reading(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the loop never read past the unread body")
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	began := time.Now()
@@ -180,4 +188,46 @@ func TestOwnLoopShutdownDoesNotWaitForAnUnreadBody(t *testing.T) {
 	if d := time.Since(began); d > time.Second {
 		t.Fatalf("Shutdown took %v waiting for a body nobody reads", d)
 	}
+}
+
+// readWatchingListener's connections tell whether a Read of the server's is blocked on them now.
+type readWatchingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	conns []*readWatchingConn
+}
+
+func (l *readWatchingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	w := &readWatchingConn{Conn: c}
+	l.mu.Lock()
+	l.conns = append(l.conns, w)
+	l.mu.Unlock()
+	return w, nil
+}
+
+// reading reports whether the server is in a Read of one of its connections.
+func (l *readWatchingListener) reading() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.conns {
+		if c.inRead.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+type readWatchingConn struct {
+	net.Conn
+	inRead atomic.Bool
+}
+
+func (c *readWatchingConn) Read(p []byte) (int, error) {
+	c.inRead.Store(true)
+	defer c.inRead.Store(false)
+	return c.Conn.Read(p)
 }

@@ -36,14 +36,19 @@ func TestTLSListenerNeverWaitsOnAStalledHandshake(t *testing.T) {
 		fmt.Fprintf(w, "%s tls=%v", r.Proto, r.TLS != nil)
 	}), edge.Limits{HeaderTimeout: limit}, nil)
 	srv.SetTLSConfig(config)
-	go func() { _ = srv.Serve(edge.TLSListener(l, config, limit)) }()
+	accepted := make(chan struct{}, 8)
+	go func() { _ = srv.Serve(edge.TLSListener(acceptSignalling{l, accepted}, config, limit)) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := l.Addr().String()
 
 	stalled, err := net.Dial("tcp", addr)
 	require.NoError(t, err)
 	defer stalled.Close()
-	time.Sleep(50 * time.Millisecond) // accepted, its handshake waiting
+	select {
+	case <-accepted: // its handshake waiting
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stalled connection was never accepted")
+	}
 
 	roots := x509.NewCertPool()
 	b, err := os.ReadFile(ca.CertFile)
@@ -86,4 +91,21 @@ func TestTLSListenerNeverWaitsOnAStalledHandshake(t *testing.T) {
 	resp, err := http.ReadResponse(bufio.NewReader(plain), nil)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+}
+
+// acceptSignalling is a listener that signals each connection it accepts.
+type acceptSignalling struct {
+	net.Listener
+	accepted chan<- struct{}
+}
+
+func (l acceptSignalling) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		select {
+		case l.accepted <- struct{}{}:
+		default:
+		}
+	}
+	return c, err
 }

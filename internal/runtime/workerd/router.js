@@ -58,9 +58,19 @@ export class Binding extends WorkerEntrypoint {
   async fetch(request) {
     const headers = withoutOurs(request.headers);
     const stamp = { [LOADER]: this.ctx.props.loader, [BINDING]: this.ctx.props.binding };
+    // The admission carries every end the runtime may not have read yet (one a report is still
+    // carrying too): the runtime reads them first, so no count it checks is stale.
+    const carried = ended;
+    ended = [];
     const admit = { ...stamp, [ADMIT]: "1" };
-    if (ended.length) admit[ENDED] = takeEnded();
-    const admitted = await this.env.BINDINGS.fetch(BINDINGS_URL, { headers: admit });
+    if (carried.length) admit[ENDED] = carried.join(",");
+    let admitted;
+    try {
+      admitted = await this.env.BINDINGS.fetch(BINDINGS_URL, { headers: admit });
+    } catch (e) {
+      ended = carried.concat(ended);
+      throw e;
+    }
     const callee = admitted.headers.get(CALLEE);
     if (!callee) {
       if (!admitted.headers.has(ELSEWHERE)) return admitted;
@@ -93,24 +103,19 @@ export class Binding extends WorkerEntrypoint {
   }
 }
 
-// ended are the calls run here whose end the runtime has not been told yet: the next admission
-// carries them, or reportEnded a moment later when none comes.
+// ended are the calls run here whose end the runtime may not have read yet: the next admission
+// carries them, or reportEnded a moment later when none comes. An end stays listed until the
+// runtime answered the request that carried it (a second reading of one is nothing).
 let ended = [];
 let reporting = false;
-
-// takeEnded is the calls ended since the last report, as the runtime reads them.
-function takeEnded() {
-  const list = ended.join(",");
-  ended = [];
-  return list;
-}
 
 async function reportEnded(env) {
   await new Promise((resolve) => setTimeout(resolve, 20));
   reporting = false;
-  if (ended.length) {
-    await env.BINDINGS.fetch(BINDINGS_URL, { method: "POST", headers: { [ENDED]: takeEnded() } });
-  }
+  if (!ended.length) return;
+  const carried = ended.slice();
+  await env.BINDINGS.fetch(BINDINGS_URL, { method: "POST", headers: { [ENDED]: carried.join(",") } });
+  ended = ended.filter((e) => !carried.includes(e));
 }
 
 // failed answers a request whose isolate threw, or could not be loaded for want of code (503).

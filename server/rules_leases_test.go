@@ -177,3 +177,37 @@ func TestRuleTheClaimStatementAloneRefusesASecondClaim(t *testing.T) {
 	require.NoError(t, acquire(), "every other clause of the statement holds")
 	require.Equal(t, "claimed", h.preparationStatus("op-1"))
 }
+
+// TestRuleAnUpdateRefusedForItsRuntimeInputChangesNothing: a worker put refused for its runtime
+// input changes and deploys nothing (SPEC 3.5; a bad input changes nothing). A standing worker is
+// updated to name the input its deleted predecessor settled: the update is refused with 409
+// lease_unavailable before it writes a generation or deploys one, so the worker keeps its
+// revision, its code, its own input and its Ready, and the plan that reads it back still sees the
+// change to make.
+func TestRuleAnUpdateRefusedForItsRuntimeInputChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	p1 := h.reservedAndPrepared()
+	old := h.putWorker("prod", "api", workerToken, secretWorkerBody(p1.reference))
+	require.Equal(t, http.StatusCreated, old.status, "body: %s", old.body)
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+	p2 := h.prepare("op-2", "token-prepare-00000002", "res-api", "prod", "api", map[string]string{"API_KEY": secretCanary})
+	require.Equal(t, http.StatusCreated, p2.reply.status, "body: %s", p2.reply.body)
+	w := h.putWorker("prod", "api", "token-worker-0000000002", secretWorkerBody(p2.reference))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	before := w.json(t)
+	uid := before["uid"].(string)
+	deployments := h.count(`SELECT count(*) FROM deployments WHERE resource_uid = $1`, uid)
+
+	body := secretWorkerBody(p1.reference)
+	body["modules"] = map[string]string{"index.js": `export default { fetch() { return new Response("v2") } }`}
+	r := h.putWorker("prod", "api", "token-worker-0000000002", body)
+	prob := r.problem(t, http.StatusConflict, "lease_unavailable")
+	require.Contains(t, prob["detail"], "delivered to another worker")
+
+	after := h.get("/v1/spaces/prod/workers/api").json(t)
+	for _, field := range []string{"revision", "generation", "modules", "runtimeInputs", "ready"} {
+		require.Equal(t, before[field], after[field], "%s changed by a refused update", field)
+	}
+	require.Equal(t, deployments, h.count(`SELECT count(*) FROM deployments WHERE resource_uid = $1`, uid), "a refused update deploys nothing")
+}

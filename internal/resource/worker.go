@@ -480,6 +480,9 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, dbsqlc.ResourceStatusCreating, m.Operation
 			w.ScriptName = backend.ScriptName(backend.WorkerRef{TenantRef: org.ID, Space: space, Name: name})
+			if err := s.admitInput(ctx, tx, w, spec); err != nil {
+				return err
+			}
 			modules, err := json.Marshal(w.Modules)
 			if err != nil {
 				return err
@@ -538,6 +541,9 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 				space, name, w.Placement.OfferingID, w.Placement.OfferingDigest, placement.OfferingID, placement.OfferingDigest)
 		}
 		changed := !sameSpec(w, spec)
+		if err := s.admitInput(ctx, tx, w, spec); err != nil {
+			return err
+		}
 		if changed {
 			w.Generation++
 			w.Modules, w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.Modules, spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
@@ -560,6 +566,20 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 		return nil
 	})
 	return w, err
+}
+
+// admitInput refuses, in the put's plan transaction, a runtime input the put's worker w could not
+// take when it consumes it (another target or binding names, delivered to or claimed by another
+// worker): refused there, the put changes and deploys nothing (SPEC 3.5). The claim itself comes
+// after the deployment, where consume checks again (and sweeps an input whose time ran out).
+func (s *Service) admitInput(ctx context.Context, tx pgx.Tx, w Worker, spec WorkerSpec) error {
+	if spec.RuntimeInputReference == nil || s.RuntimeInputs == nil {
+		return nil
+	}
+	return s.RuntimeInputs.Admissible(ctx, tx, runtimeinput.Consumer{
+		Incarnation: reservation.WorkerIncarnation{OrganizationID: w.OrganizationID, UID: w.UID, Revision: w.Revision, Space: w.Space, Name: w.Name},
+		Required:    spec.RequiredSensitiveVars,
+	}, *spec.RuntimeInputReference)
 }
 
 // consume has the worker take its runtime input (SPEC 3.5) up to the readback, and returns the

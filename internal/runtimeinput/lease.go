@@ -191,30 +191,13 @@ func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer
 		if err != nil {
 			return err
 		}
-		if p.Reference != reference {
-			return apierr.New(apierr.ReferenceMismatch, "runtime input %s has another reference", prepID)
-		}
-		if p.Space != c.Incarnation.Space || p.WorkerName != c.Incarnation.Name {
-			return apierr.New(apierr.TargetMismatch, "runtime input %s targets worker %s/%s, not %s/%s", prepID, p.Space, p.WorkerName, c.Incarnation.Space, c.Incarnation.Name)
+		settled, err := takeable(p, c, reference, prepID)
+		if err != nil || settled {
+			done = settled
+			return err
 		}
 		names := slices.Clone(p.BindingNames)
 		slices.Sort(names)
-		if !slices.Equal(names, c.Required) {
-			return apierr.New(apierr.TargetMismatch, "runtime input %s binds %v but the worker requires exactly %v (requiredSensitiveVars)", prepID, names, c.Required)
-		}
-		mine := p.WorkerUID != nil && *p.WorkerUID == c.Incarnation.UID
-		switch {
-		case p.Status == dbsqlc.RuntimeInputStatusSettled && mine:
-			done = true
-			return nil
-		case p.Status == dbsqlc.RuntimeInputStatusSettled:
-			return apierr.New(apierr.LeaseUnavailable, "runtime input %s was delivered to another worker (uid %s); a replaced worker needs a new runtime input: replace it too, or bump bindings_wo_version", prepID, p.WorkerUID)
-		case p.Status == dbsqlc.RuntimeInputStatusPrepared, p.Status == dbsqlc.RuntimeInputStatusClaimed && mine:
-		case p.Status == dbsqlc.RuntimeInputStatusDispatched:
-			return apierr.New(apierr.IntentInProgress, "runtime input %s is being delivered; retry", prepID)
-		default:
-			return apierr.New(apierr.LeaseUnavailable, "runtime input %s is %s; prepare a new one (bump bindings_wo_version)", prepID, p.Status)
-		}
 		// Bind the reservation to this exact worker first: acquisition requires it.
 		if _, err := s.Reservations.Bind(ctx, tx, p.OriginReservationID, c.Incarnation, nil); err != nil {
 			return err
@@ -237,6 +220,58 @@ func (s *Service) acquire(ctx context.Context, m *ownership.Mutation, c Consumer
 		return nil
 	})
 	return l, done, err
+}
+
+// takeable is what acquire checks of preparation p before it claims it for the worker c
+// describes: the refusal (another reference, another target, other binding names, delivered to
+// or claimed by another worker, being delivered), or whether it is settled for this worker already.
+func takeable(p dbsqlc.PreparationLockRow, c Consumer, reference, prepID string) (settled bool, err error) {
+	if p.Reference != reference {
+		return false, apierr.New(apierr.ReferenceMismatch, "runtime input %s has another reference", prepID)
+	}
+	if p.Space != c.Incarnation.Space || p.WorkerName != c.Incarnation.Name {
+		return false, apierr.New(apierr.TargetMismatch, "runtime input %s targets worker %s/%s, not %s/%s", prepID, p.Space, p.WorkerName, c.Incarnation.Space, c.Incarnation.Name)
+	}
+	names := slices.Clone(p.BindingNames)
+	slices.Sort(names)
+	if !slices.Equal(names, c.Required) {
+		return false, apierr.New(apierr.TargetMismatch, "runtime input %s binds %v but the worker requires exactly %v (requiredSensitiveVars)", prepID, names, c.Required)
+	}
+	mine := p.WorkerUID != nil && *p.WorkerUID == c.Incarnation.UID
+	switch {
+	case p.Status == dbsqlc.RuntimeInputStatusSettled && mine:
+		return true, nil
+	case p.Status == dbsqlc.RuntimeInputStatusSettled:
+		return false, apierr.New(apierr.LeaseUnavailable, "runtime input %s was delivered to another worker (uid %s); a replaced worker needs a new runtime input: replace it too, or bump bindings_wo_version", prepID, p.WorkerUID)
+	case p.Status == dbsqlc.RuntimeInputStatusPrepared, p.Status == dbsqlc.RuntimeInputStatusClaimed && mine:
+		return false, nil
+	case p.Status == dbsqlc.RuntimeInputStatusDispatched:
+		return false, apierr.New(apierr.IntentInProgress, "runtime input %s is being delivered; retry", prepID)
+	default:
+		return false, apierr.New(apierr.LeaseUnavailable, "runtime input %s is %s; prepare a new one (bump bindings_wo_version)", prepID, p.Status)
+	}
+}
+
+// Admissible refuses, in tx, a worker put whose runtime input the worker c describes could not
+// take, with the refusal Consume would give before it claims anything, so that a put refused for
+// its runtime input is refused before it changes or deploys anything (a bad input changes
+// nothing). It claims nothing; Consume checks again when it claims.
+func (s *Service) Admissible(ctx context.Context, tx pgx.Tx, c Consumer, reference string) error {
+	prepID, ok := parseReference(reference)
+	if !ok {
+		return apierr.New(apierr.ReferenceMismatch, "runtimeInputReference %q is not a well-formed reference", reference)
+	}
+	// Read as it stands, not swept: a row whose time ran out reads as it was, and Consume, which
+	// sweeps it in a transaction of its own (so that the expiry stands), refuses it.
+	p, err := dbsqlc.New(tx).PreparationLock(ctx, dbsqlc.PreparationLockParams{OrganizationID: c.Incarnation.OrganizationID, PreparationID: &prepID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return apierr.New(apierr.ReferenceMismatch, "no runtime input is prepared for reference %s", reference)
+	}
+	if err != nil {
+		return fmt.Errorf("runtime input: lock: %w", err)
+	}
+	_, err = takeable(p, c, reference, prepID)
+	return err
 }
 
 // dispatch is the second phase: open the sealed material, then clear it in the compare-and-swap

@@ -34,7 +34,8 @@ func TestRuleEndpointPresentAloneFencesRelease(t *testing.T) {
 	res := h.putReservation(h.key, "res-api", tokenA, shop).json(t)
 	h.mustWorker("prod", "api", workerToken)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
-	// Only the endpoint row stands: its route counts as gone.
+	// Only the endpoint row stands: its route counts as gone. (Written in SQL: no request leaves a
+	// present endpoint without its route, and this fence is tested alone.)
 	h.exec(`UPDATE deployments SET status = 'deleted' WHERE resource_uid = $1`, e["uid"])
 	require.Zero(t, h.count(`SELECT count(*) FROM deletion_attestations WHERE uid = $1`, e["uid"]))
 	require.Zero(t, h.count(`SELECT count(*) FROM runtime_input_preparations`))
@@ -215,7 +216,9 @@ func TestRuleAnOldWorkersLiveDeploymentOrClaimedLeaseAnswersWitnessOpen(t *testi
 	h.mustWorker("prod", "api", "token-worker-0000000002")
 	endpoint := map[string]any{"worker": "api", "originReservationId": "res-api"}
 
-	// The old worker's deployment reads live again: its code may still run.
+	// The old worker's deployment reads live again: its code may still run. (Written in SQL, as
+	// the claim below: a real unconfirmed delete keeps the attestation open too, and each fence
+	// here is tested alone.)
 	h.exec(`UPDATE deployments SET status = 'active' WHERE resource_uid = $1`, oldUID)
 	r := h.putEndpoint("prod", "api", endpointToken, endpoint)
 	require.Equal(t, []any{"deployment_live"}, r.problem(t, http.StatusConflict, "witness_open")["unmetFences"])

@@ -22,6 +22,8 @@ func TestRuleTheJanitorReleasesAnExpiredMintedRowOfADeletedWorker(t *testing.T) 
 	id := e["originReservationId"].(string)
 	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
 	// The old endpoint's deletion has not been confirmed: the worker delete's tail leaves the row.
+	// (Written in SQL: a real unconfirmed delete leaves the endpoint row deleting, which fences the
+	// worker's delete itself; the janitor's rule is about an absent endpoint's open attestation.)
 	h.exec("UPDATE deletion_attestations SET status = 'open', closed_at = NULL WHERE uid = $1", e["uid"])
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
 	require.Equal(t, "bound", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", id))

@@ -58,7 +58,8 @@ func TestRuleActivationRefusesAnEndpointThatIsNotReady(t *testing.T) {
 	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenA, apiBody("prod", "api")).status)
 	h.mustWorker("prod", "api", workerToken)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
-	// The backend refused the endpoint's route (the state a refused route deployment leaves).
+	// The backend refused the endpoint's route (the state a refused route deployment leaves;
+	// written in SQL, since a refused create leaves no endpoint and this one must stand).
 	h.exec(`UPDATE deployments SET status = 'failed' WHERE resource_uid = $1`, e["uid"])
 	got := h.get("/v1/spaces/prod/worker-endpoints/api").json(t)
 	require.Equal(t, false, got["ready"])
@@ -83,6 +84,8 @@ func TestRuleActivationRefusesAnotherPlacement(t *testing.T) {
 	h.mustWorker("prod", "api", workerToken)
 	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-api"})
 	require.Equal(t, true, e["ready"])
+	// (Written in SQL: an endpoint create refuses a reservation of another placement, so no
+	// request binds one; the activation's own check is tested alone.)
 	h.exec(`UPDATE worker_endpoint_origin_reservations SET installation = 'another-installation' WHERE id = 'res-api'`)
 
 	p := h.putActivation("res-api", activateToken, e["uid"].(string)).problem(t, http.StatusConflict, "placement_drift")

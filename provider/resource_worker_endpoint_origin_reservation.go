@@ -90,7 +90,7 @@ func (r *reservationResource) Schema(ctx context.Context, _ resource.SchemaReque
 				PlanModifiers:       replace,
 			},
 			"subdomain": schema.StringAttribute{
-				MarkdownDescription: "DNS label of the origin. Omitted, the backend's derived label for the worker is used.",
+				MarkdownDescription: "DNS label of the origin. Omitted, the backend's derived label for the worker is used (that address is only ever the worker's). A chosen label needs an offering that sells chosen labels (`label_not_sold`), may not take a shape the Host derives for workers or one the operator reserved (`label_reserved`), and on `workers-dev` can only be the worker's own script name (`subdomain_not_derivable`): each checked at plan.",
 				Optional:            true,
 				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.Label, "must be one lowercase DNS label")},
 				PlanModifiers:       replace,

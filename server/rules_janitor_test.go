@@ -32,19 +32,27 @@ func TestRuleTheJanitorReleasesAnExpiredMintedRowOfADeletedWorker(t *testing.T) 
 	got := h.getReservation(h.key, id).json(t)
 	require.Equal(t, "expired", got["status"])
 	require.NotNil(t, got["endpoint"], "expired, it keeps its witness and so its origin")
+	// The worker's own address: another organization may never choose it (SPEC 3.3), and the
+	// worker's organization cannot reserve it again while the expired row holds it.
 	_, otherKey := h.newOrg("globex")
-	claim := map[string]any{"space": "prod", "workerName": "api", "subdomain": w["scriptName"]}
-	h.putReservation(otherKey, "res-steal", tokenB, claim).problem(t, http.StatusConflict, "origin_taken")
+	steal := map[string]any{"space": "prod", "workerName": "api", "subdomain": w["scriptName"]}
+	h.putReservation(otherKey, "res-steal", tokenB, steal).problem(t, http.StatusUnprocessableEntity, "label_reserved")
+	again := map[string]any{"space": "prod", "workerName": "api"}
+	require.Equal(t, http.StatusConflict, h.putReservation(h.key, "res-again", tokenB, again).status, "the expired row holds the origin")
 
 	// The janitor runs while the fence is open: nothing is released.
 	h.srv.Sweep(context.Background())
 	require.Equal(t, "expired", h.getReservation(h.key, id).json(t)["status"])
 
-	// The absence is confirmed: the janitor releases the row, and the origin is free.
+	// The absence is confirmed: the janitor releases the row, and the origin is free for its own
+	// worker's next reservation (still never another organization's).
 	h.exec("UPDATE deletion_attestations SET status = 'closed', closed_at = now() WHERE uid = $1", e["uid"])
 	h.srv.Sweep(context.Background())
 	require.Equal(t, "released", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", id))
-	require.Equal(t, http.StatusCreated, h.putReservation(otherKey, "res-steal", tokenB, claim).status)
+	h.putReservation(otherKey, "res-steal", tokenB, steal).problem(t, http.StatusUnprocessableEntity, "label_reserved")
+	r := h.putReservation(h.key, "res-again", "token-res-again-000001", again)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.Equal(t, got["canonicalOrigin"], r.json(t)["canonicalOrigin"], "the same address")
 }
 
 // TestRulePreparationsNeedALiveReservation: "the Host takes the canonical origin from the (live,

@@ -269,13 +269,12 @@ func TestRuleACallersLiveReservationStopsTheMint(t *testing.T) {
 	t.Parallel()
 	h := setup(t)
 	w := h.mustWorker("prod", "api", workerToken)
-	// A caller holds the exact address the Host would mint, for another worker.
-	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-squat", tokenA,
-		map[string]any{"space": "prod", "workerName": "other", "subdomain": w["scriptName"]}).status)
-	h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"}).problem(t, http.StatusConflict, "origin_taken")
-	require.Equal(t, "prepared", h.getReservation(h.key, "res-squat").json(t)["status"], "it is never taken")
+	// No caller can hold the exact address the Host would mint for another worker: a derived
+	// label is only ever its own worker's (SPEC 3.3, label_reserved).
+	h.putReservation(h.key, "res-squat", tokenA, map[string]any{"space": "prod", "workerName": "other", "subdomain": w["scriptName"]}).
+		problem(t, http.StatusUnprocessableEntity, "label_reserved")
 
-	// A caller's live reservation for the worker itself stops it too: use that reservation.
+	// A caller's live reservation for the worker itself stops the mint: use that reservation.
 	require.Equal(t, http.StatusCreated, h.putReservation(h.key, "res-api", tokenB, map[string]any{"space": "prod", "workerName": "api", "subdomain": "mine"}).status)
 	h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api"}).problem(t, http.StatusConflict, "reservation_conflict")
 }

@@ -120,10 +120,23 @@ type Offering struct {
 	// MaxCPUMs and MaxMemoryMB are the ceilings of a module-worker offering's per-worker limits
 	// (0: the pack's default). They bound what a worker may ask for, not where it runs, so they
 	// are not in the digest: raising one moves no worker.
-	MaxCPUMs    int64  `json:"maxCpuMs,omitempty"`
-	MaxMemoryMB int64  `json:"maxMemoryMb,omitempty"`
-	Pack        string `json:"-"`
-	Digest      string `json:"-"`
+	MaxCPUMs    int64 `json:"maxCpuMs,omitempty"`
+	MaxMemoryMB int64 `json:"maxMemoryMb,omitempty"`
+	// ChosenLabels: a reservation on this offering may choose its subdomain (SPEC 3.3; seed 001:
+	// choosing a name is what a reseller lane sells). Unset: true on selfhost and wfp-managed;
+	// workers-dev, whose only labels are script names, refuses it. What is sold, not where it runs:
+	// not in the digest.
+	ChosenLabels *bool  `json:"chosenLabels,omitempty"`
+	Pack         string `json:"-"`
+	Digest       string `json:"-"`
+}
+
+// SellsChosenLabels reports whether a reservation on the offering may choose its subdomain.
+func (o Offering) SellsChosenLabels() bool {
+	if o.ChosenLabels != nil {
+		return *o.ChosenLabels
+	}
+	return o.Pack != PackWorkersDev
 }
 
 // Default ceilings of a worker's limits. Cloudflare: 30 s of CPU (Cloudflare's default on paid
@@ -163,6 +176,8 @@ type Catalog struct {
 	Quotas quota.Ceilings
 	// Rates is the per-API-key request rate.
 	Rates Rates
+	// ReservedLabels are labels no reservation may choose (SPEC 3.3): the operator's own names.
+	ReservedLabels map[string]bool
 }
 
 // Rates is the token bucket each API key gets on each Host replica: PerSecond tokens a second up
@@ -188,6 +203,8 @@ type file struct {
 	Offerings     []Offering     `json:"offerings"`
 	Quotas        *quotasFile    `json:"quotas,omitempty"`
 	Rates         *ratesFile     `json:"rates,omitempty"`
+	// ReservedLabels are labels no reservation may choose.
+	ReservedLabels []string `json:"reservedLabels,omitempty"`
 }
 
 // quotasFile is the config file's top-level "quotas": the default ceilings, each optional.
@@ -276,6 +293,13 @@ func build(f file) (*Catalog, error) {
 	if err := f.Rates.apply(&c.Rates); err != nil {
 		return nil, fmt.Errorf("rates: %w", err)
 	}
+	c.ReservedLabels = map[string]bool{}
+	for _, l := range f.ReservedLabels {
+		if !vocab.Label.MatchString(l) {
+			return nil, fmt.Errorf("reservedLabels: %q is not one lowercase DNS label", l)
+		}
+		c.ReservedLabels[l] = true
+	}
 	namespaces := map[string]string{}
 	for _, inst := range f.Installations {
 		if !idPattern.MatchString(inst.Name) {
@@ -332,6 +356,8 @@ func build(f file) (*Catalog, error) {
 			return nil, fmt.Errorf("offering %q: a runtime node runs every worker of an organization in one process, under V8's heap limit of %d MB each; maxMemoryMb must be %d or omitted", o.ID, SelfhostMemoryMB, SelfhostMemoryMB)
 		case o.Pack == PackSelfhost && o.MaxCPUMs > SelfhostMaxCPUMs:
 			return nil, fmt.Errorf("offering %q: a runtime node ends a request that computes for longer than its liveness bound (%d ms) with its organization's process; maxCpuMs must be at most %d", o.ID, SelfhostMaxCPUMs, SelfhostMaxCPUMs)
+		case o.Pack == PackWorkersDev && o.ChosenLabels != nil && *o.ChosenLabels:
+			return nil, fmt.Errorf("offering %q: workers-dev sells no chosen labels (a worker's only label there is its script name); remove chosenLabels", o.ID)
 		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:
 			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below %d: workerd cannot start in it", o.ID, o.MaxMemoryMB, workerconf.MinMemoryMB)
 		}

@@ -231,3 +231,34 @@ func TestWFPManagedOnCloudflareNeedsAPropagationWindowOfTheKVCache(t *testing.T)
 	require.NotEqual(t, a.Offerings[0].Digest, b.Offerings[0].Digest)
 	require.NotEqual(t, a.Offerings[0].Digest, c.Offerings[0].Digest)
 }
+
+// Chosen labels are sold per offering: by default on selfhost and wfp-managed, never on
+// workers-dev (its labels are script names), and not in the digest; the operator's reserved
+// labels are DNS labels (SPEC 3.3).
+func TestChosenLabelsArePerOfferingAndReservedLabelsAreLabels(t *testing.T) {
+	t.Parallel()
+	c, err := Load(write(t, `{"installations":[{"name":"x","pack":"selfhost"},{"name":"y","pack":"workers-dev","accountSubdomain":"acme"}],
+		"offerings":[{"id":"a","kind":"module-worker","installation":"x","soldTo":["*"]},
+		  {"id":"b","kind":"module-worker","installation":"x","soldTo":["*"],"chosenLabels":false},
+		  {"id":"c","kind":"module-worker","installation":"y","soldTo":["*"]}],
+		"reservedLabels":["admin","www"]}`))
+	require.NoError(t, err)
+	require.True(t, c.Offerings[0].SellsChosenLabels())
+	require.False(t, c.Offerings[1].SellsChosenLabels())
+	require.False(t, c.Offerings[2].SellsChosenLabels(), "workers-dev sells none")
+	require.Equal(t, map[string]bool{"admin": true, "www": true}, c.ReservedLabels)
+
+	_, err = Load(write(t, `{"installations":[{"name":"y","pack":"workers-dev","accountSubdomain":"acme"}],
+		"offerings":[{"id":"c","kind":"module-worker","installation":"y","soldTo":["*"],"chosenLabels":true}]}`))
+	require.ErrorContains(t, err, "workers-dev sells no chosen labels")
+	_, err = Load(write(t, `{"installations":[],"reservedLabels":["Not.A.Label"]}`))
+	require.ErrorContains(t, err, "not one lowercase DNS label")
+
+	digest := func(chosen string) string {
+		c, err := Load(write(t, `{"installations":[{"name":"x","pack":"selfhost"}],
+			"offerings":[{"id":"a","kind":"module-worker","installation":"x","soldTo":["*"]`+chosen+`}]}`))
+		require.NoError(t, err)
+		return c.Offerings[0].Digest
+	}
+	require.Equal(t, digest(""), digest(`,"chosenLabels":false`), "selling labels or not moves no worker")
+}

@@ -158,6 +158,8 @@ type desired struct {
 	offering                             catalog.Offering
 	inst                                 catalog.Installation
 	backend                              backend.Backend
+	// chosen: the subdomain is the caller's choice, not the worker's own derived label.
+	chosen bool
 }
 
 func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
@@ -191,16 +193,63 @@ func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
 	if d.backend, err = backend.For(d.inst); err != nil {
 		return desired{}, err
 	}
+	own := d.backend.DefaultLabel(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName})
+	d.subdomain = own
 	if req.Subdomain != nil {
 		if !backend.ValidLabel(*req.Subdomain) {
 			return desired{}, apierr.New(apierr.InvalidRequest, "subdomain %q is not one lowercase DNS label", *req.Subdomain)
 		}
-		d.subdomain = *req.Subdomain
-	} else {
-		d.subdomain = d.backend.DefaultLabel(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName})
+		if *req.Subdomain != own {
+			if err := s.chosen(d, *req.Subdomain, own); err != nil {
+				return desired{}, err
+			}
+			d.subdomain, d.chosen = *req.Subdomain, true
+		}
 	}
 	d.origin = d.backend.CanonicalOrigin(d.subdomain)
 	return d, nil
+}
+
+// Shapes of the labels the Host derives (SPEC 3.3, 3.4): a v2 script name, a managed default
+// label, and a v1 script name (reserved only while a live script holds it).
+var (
+	derivedV2Label = regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{32}$`)
+	managedLabel   = regexp.MustCompile(`^tsw-[0-9a-f]{24}$`)
+	derivedV1Label = regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{8}$`)
+)
+
+// chosen refuses a chosen label (one that is not the caller's own derived label for the worker)
+// that the offering does not sell or that takes a shape the Host derives for someone, so that a
+// derived address is only ever its own worker's (SPEC 3.3). A v1 script name is checked against
+// the live scripts by checkHeld, in the request's transaction.
+func (s *Service) chosen(d desired, label, own string) error {
+	switch {
+	case d.offering.Pack == catalog.PackWorkersDev:
+		return apierr.New(apierr.SubdomainNotDerivable, "on workers-dev a worker's address is its own script name: leave subdomain out, or give %s", own)
+	case !d.offering.SellsChosenLabels():
+		return apierr.New(apierr.LabelNotSold, "offering %s sells no chosen labels; leave subdomain out to get the worker's derived address", d.offering.ID)
+	case derivedV2Label.MatchString(label), managedLabel.MatchString(label), strings.HasPrefix(label, backend.HostMintedPrefix):
+		return apierr.New(apierr.LabelReserved, "subdomain %q has the shape of a label the Host derives for a worker; such an address is only ever its own worker's (leave subdomain out to get yours)", label)
+	case s.Catalog.ReservedLabels[label]:
+		return apierr.New(apierr.LabelReserved, "subdomain %q is reserved by the operator", label)
+	}
+	return nil
+}
+
+// checkHeld refuses a chosen label that is a v1 script name a live script of the installation
+// holds (its worker's address).
+func checkHeld(ctx context.Context, db dbsqlc.DBTX, d desired) error {
+	if !d.chosen || !derivedV1Label.MatchString(d.subdomain) {
+		return nil
+	}
+	held, err := dbsqlc.New(db).WorkerScriptNameHeld(ctx, dbsqlc.WorkerScriptNameHeldParams{Installation: d.inst.Name, ScriptName: d.subdomain})
+	if err != nil {
+		return fmt.Errorf("reservation: label check: %w", err)
+	}
+	if held {
+		return apierr.New(apierr.LabelReserved, "subdomain %q is a live worker's script name, and so its address", d.subdomain)
+	}
+	return nil
 }
 
 func sweep(ctx context.Context, q *dbsqlc.Queries, orgID, id, space, worker, origin string) error {
@@ -248,6 +297,9 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	}
 	d, err := s.resolve(org, req)
 	if err != nil {
+		return Reservation{}, err
+	}
+	if err := checkHeld(ctx, tx, d); err != nil {
 		return Reservation{}, err
 	}
 	// The organization's reservation ceiling (SPEC 5.1), held until this transaction ends, the lazy
@@ -416,6 +468,9 @@ func (s *Service) Derive(ctx context.Context, db dbsqlc.DBTX, org auth.Organizat
 	}
 	d, err := s.resolve(org, Request{Space: req.Space, WorkerName: req.WorkerName, Subdomain: req.Subdomain, OfferingID: req.OfferingID})
 	if err != nil {
+		return Derivation{}, err
+	}
+	if err := checkHeld(ctx, db, d); err != nil {
 		return Derivation{}, err
 	}
 	out := Derivation{OfferingID: d.offering.ID, CanonicalOrigin: d.origin, Subdomain: d.subdomain}

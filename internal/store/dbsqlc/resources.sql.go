@@ -1021,6 +1021,27 @@ func (q *Queries) WorkerScriptName(ctx context.Context, uid uuid.UUID) (string, 
 	return script_name, err
 }
 
+const workerScriptNameHeld = `-- name: WorkerScriptNameHeld :one
+SELECT EXISTS (
+    SELECT 1 FROM workers
+    WHERE installation = $1 AND script_name = $2 AND status <> 'deleted'
+)::boolean AS held
+`
+
+type WorkerScriptNameHeldParams struct {
+	Installation string
+	ScriptName   string
+}
+
+// Whether a live script of the installation holds script_name (a chosen label may not take a v1
+// script name a live worker answers at, SPEC 3.3).
+func (q *Queries) WorkerScriptNameHeld(ctx context.Context, arg WorkerScriptNameHeldParams) (bool, error) {
+	row := q.db.QueryRow(ctx, workerScriptNameHeld, arg.Installation, arg.ScriptName)
+	var held bool
+	err := row.Scan(&held)
+	return held, err
+}
+
 const workerStandingEndpoints = `-- name: WorkerStandingEndpoints :many
 SELECT e.name
 FROM worker_endpoints e

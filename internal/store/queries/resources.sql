@@ -237,3 +237,11 @@ WHERE uid = @uid AND organization_id = @organization_id;
 SELECT 'worker'::resource_kind AS kind, w.uid FROM workers w WHERE w.operation_id = @operation_id::uuid AND w.status = 'creating'
 UNION ALL
 SELECT 'worker-endpoint'::resource_kind, e.uid FROM worker_endpoints e WHERE e.operation_id = @operation_id::uuid AND e.status = 'creating';
+
+-- name: WorkerScriptNameHeld :one
+-- Whether a live script of the installation holds script_name (a chosen label may not take a v1
+-- script name a live worker answers at, SPEC 3.3).
+SELECT EXISTS (
+    SELECT 1 FROM workers
+    WHERE installation = @installation AND script_name = @script_name AND status <> 'deleted'
+)::boolean AS held;

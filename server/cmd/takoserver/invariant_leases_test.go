@@ -187,7 +187,7 @@ func (w *world) consume(org tenant, h host) {
 		ids = append(ids, id)
 	}
 	if len(ids) == 0 {
-		w.do(mutation{org, http.MethodPut, reservationsPath + w.freeReservationID(org), w.reservationBody()}, h)
+		w.do(mutation{org, http.MethodPut, reservationsPath + w.freeReservationID(org), w.reservationBody(org)}, h)
 		return
 	}
 	sortStrings(ids)

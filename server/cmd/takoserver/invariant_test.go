@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
@@ -316,9 +317,18 @@ func (w *world) endpointName() string  { return endpointOf(w.workerName()) }
 // endpointOf names the endpoint the sequence gives a worker (another worker's now and then).
 func endpointOf(worker string) string { return "e-" + worker }
 
-func (w *world) reservationBody() string {
+func (w *world) reservationBody(org tenant) string {
 	body := map[string]any{"space": invariantSpace, "workerName": w.workerName()}
-	if w.pick(3) > 0 {
+	switch w.pick(6) {
+	case 0:
+		// Another organization's worker's derived address, standing, destroyed or to come: never
+		// this organization's to take (SPEC 3.3), so that its owner always gets it back.
+		other := w.orgs[0]
+		if other.id == org.id {
+			other = w.orgs[1]
+		}
+		body["subdomain"] = backend.ScriptName(backend.WorkerRef{TenantRef: other.id, Space: invariantSpace, Name: w.workerName()})
+	case 1, 2, 3:
 		body["subdomain"] = fmt.Sprintf("shared-%d", 1+w.pick(2)) // both organizations want these
 	}
 	if w.pick(2) == 0 {
@@ -357,7 +367,7 @@ func (w *world) randomMutation() mutation {
 	}
 	switch choice {
 	case 0, 1:
-		return mutation{org, http.MethodPut, res + w.reservationID(), w.reservationBody()}
+		return mutation{org, http.MethodPut, res + w.reservationID(), w.reservationBody(org)}
 	case 2:
 		id := w.reservationID()
 		for known := range w.reservations[org.name] {
@@ -414,6 +424,10 @@ func (w *world) step() {
 	w.steps++
 	switch r := w.pick(20); {
 	case r < 4:
+		if w.pick(3) == 0 {
+			w.steal()
+			break
+		}
 		w.do(w.randomMutation(), w.anyHost())
 	case r < 11:
 		w.publish()
@@ -471,6 +485,25 @@ func (w *world) step() {
 	w.check()
 }
 
+// steal has one organization ask for another's worker's derived label, whether that worker
+// stands, was destroyed or is still to come: it is refused every time (SPEC 3.3), so that the
+// worker's owner gets its address back whenever it applies again.
+func (w *world) steal() {
+	thief, owner := w.orgs[0], w.orgs[1]
+	if w.pick(2) == 0 {
+		thief, owner = owner, thief
+	}
+	worker := w.workerName()
+	label := backend.ScriptName(backend.WorkerRef{TenantRef: owner.id, Space: invariantSpace, Name: worker})
+	path := "/v1/worker-endpoint-origin-reservations/" + w.reservationID()
+	body := fmt.Sprintf(`{"space":%q,"workerName":%q,"subdomain":%q}`, invariantSpace, w.workerName(), label)
+	a, err := w.send(w.anyHost(), thief, http.MethodPut, path, body, "")
+	w.note(thief, http.MethodPut, path, a, err)
+	if err == nil && a.status < 300 {
+		w.fail("%s took %s's worker %s's derived label %s: %d %s", thief.name, owner.name, worker, label, a.status, a.body)
+	}
+}
+
 // restart starts host i again and moves the database's clock past the killed request's lease.
 // The Cloudflare stand-in may still be serving the killed Host's upload when recovery reads the
 // script back: it lands late, and the late-write re-check takes it down (checkStandin allows it
@@ -503,6 +536,24 @@ func (w *world) check() {
 	if bad > 0 {
 		w.fail("in SQL: two endpoints stand on one origin")
 	}
+	// A derived address is only ever its own worker's (SPEC 3.3): no reservation, live or
+	// released, of any organization holds a label derived for another worker.
+	rows, err := w.db.Query(ctx, `SELECT organization_id, space, worker_name, subdomain FROM worker_endpoint_origin_reservations
+		WHERE format = 'takoserver.worker-endpoint-origin-reservation.v2'`)
+	require.NoError(w.t, err)
+	for rows.Next() {
+		var orgID, space, worker, label string
+		require.NoError(w.t, rows.Scan(&orgID, &space, &worker, &label))
+		for _, o := range w.orgs {
+			for _, name := range invariantWorkerNames {
+				if backend.ScriptName(backend.WorkerRef{TenantRef: o.id, Space: invariantSpace, Name: name}) == label &&
+					(o.id != orgID || name != worker || space != invariantSpace) {
+					w.fail("in SQL: %s's reservation of %s/%s holds %s, %s's worker %s's derived label", orgID, space, worker, label, o.name, name)
+				}
+			}
+		}
+	}
+	require.NoError(w.t, rows.Err())
 
 	// The quota counters (migration 18) sum to what the rows hold, across crashes, replicas and
 	// expiry: a create far below its ceiling decides on them alone.

@@ -425,13 +425,16 @@ func retryAfter(err error) time.Duration {
 
 // retryable is SPEC 4's list: connection errors (and a request's own timeout, a lost answer)
 // while the caller still waits, 429 (but quota_exceeded, which clears only when the organization
-// deletes something or an operator raises its ceiling), 5xx (but 501, which never clears), and
-// the retryable 409s intent_in_progress and witness_open.
+// deletes something or an operator raises its ceiling), 5xx (but 501, which never clears, and 502
+// backend_misconfigured, a backend refusing the installation's credentials, which an operator must
+// fix), and the retryable 409s intent_in_progress and witness_open.
 func retryable(ctx context.Context, status int, err error) bool {
 	switch {
 	case status == 0:
 		return ctx.Err() == nil
 	case status == http.StatusNotImplemented:
+		return false
+	case status == http.StatusBadGateway && IsCode(err, "backend_misconfigured"):
 		return false
 	case status == http.StatusTooManyRequests:
 		return !IsCode(err, "quota_exceeded")

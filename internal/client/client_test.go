@@ -361,3 +361,38 @@ func TestTenCallsAtOnceKeepTheirConnections(t *testing.T) {
 	}
 	require.Equal(t, int64(parallel), dialed.Load(), "connections dialed over %d rounds of %d calls at once", rounds, parallel)
 }
+
+// A 502 backend_misconfigured (the backend refused the installation's credentials: a revoked
+// Cloudflare token) is final and fails at once, for an operator to fix; a 502 backend_failed is
+// retried (SPEC 4).
+func TestBackendMisconfiguredFailsAtOnceOtherBadGatewaysAreRetried(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code  string
+		calls int
+	}{{"backend_failed", 3}, {"backend_misconfigured", 1}} {
+		t.Run(tc.code, func(t *testing.T) {
+			t.Parallel()
+			var calls atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) <= 2 {
+					w.Header().Set("Content-Type", "application/problem+json")
+					w.WriteHeader(http.StatusBadGateway)
+					_, _ = w.Write([]byte(`{"code":"` + tc.code + `","detail":"the backend said no"}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{}`))
+			})
+			c := newTestClient(t, h, 4)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
+			require.EqualValues(t, tc.calls, calls.Load())
+			if tc.code == "backend_misconfigured" {
+				require.True(t, IsCode(err, "backend_misconfigured"), "%v", err)
+				return
+			}
+			require.NoError(t, err)
+		})
+	}
+}

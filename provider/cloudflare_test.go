@@ -264,6 +264,8 @@ func TestAccQuickstartOnCloudflare(t *testing.T) {
 					{
 						Config: c.config(cloudGraph(tc.offering, space, tc.subdomain, v1, first, 1)),
 						Check: resource.ComposeTestCheckFunc(c.urlAnswers(http.StatusOK, "v1 "+digest(first)),
+							// The Cloudflare packs keep no worker log: no URL that answers 501.
+							resource.TestCheckNoResourceAttr("takoform_worker.w", "logs_url"),
 							func(s *terraform.State) error {
 								url = s.RootModule().Resources[endpointAddr].Primary.Attributes["url"]
 								return nil

@@ -30,6 +30,7 @@ type offeringModel struct {
 	Digest       types.String `tfsdk:"digest"`
 	MaxCPUMs     types.Int64  `tfsdk:"max_cpu_ms"`
 	MaxMemoryMB  types.Int64  `tfsdk:"max_memory_mb"`
+	KeepsLogs    types.Bool   `tfsdk:"keeps_logs"`
 }
 
 func (d *offeringsDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -52,6 +53,7 @@ func (d *offeringsDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 						"digest":        schema.StringAttribute{Computed: true, MarkdownDescription: "SHA-256 of the offering's canonical JSON; it changes whenever the offering or its installation does."},
 						"max_cpu_ms":    schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.cpu_ms` of a `takoform_worker` may be (null on other kinds)."},
 						"max_memory_mb": schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.memory_mb` may be; on Cloudflare offerings the only value it may take (128). Null on other kinds."},
+						"keeps_logs":    schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the Host keeps a log of the workers of this offering (`logs_url` of a `takoform_worker`): only `selfhost` offerings do."},
 					},
 				},
 			},
@@ -74,7 +76,7 @@ func (d *offeringsDataSource) Read(ctx context.Context, _ datasource.ReadRequest
 		m := offeringModel{
 			ID: types.StringValue(o.ID), Kind: types.StringValue(o.Kind), Pack: types.StringValue(o.Pack),
 			Installation: types.StringValue(o.Installation), Digest: types.StringValue(o.Digest),
-			MaxCPUMs: types.Int64Null(), MaxMemoryMB: types.Int64Null(),
+			MaxCPUMs: types.Int64Null(), MaxMemoryMB: types.Int64Null(), KeepsLogs: types.BoolValue(o.Pack == "selfhost"),
 		}
 		if c := o.Ceilings; c != nil {
 			m.MaxCPUMs, m.MaxMemoryMB = types.Int64Value(c.CPUMs), types.Int64Value(c.MemoryMB)

@@ -242,7 +242,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "Whether the worker is Ready, as the Host derives it now.", Computed: true,
 			},
 			"logs_url": schema.StringAttribute{
-				MarkdownDescription: "The URL of the worker's log on the Host: what its `console.*` calls printed and the exceptions it did not catch, as NDJSON, with the values of its secrets removed. Read it with the organization's API key (scope `resources:read`), for example `curl -N -H \"Authorization: Bearer $TAKOFORM_API_KEY\" \"$URL?follow=true\"`; `follow=true` keeps the stream open, and `since` (an RFC 3339 time or a duration such as `10m`) skips older lines. Only workers on a `selfhost` offering keep a log.",
+				MarkdownDescription: "The URL of the worker's log on the Host: what its `console.*` calls printed and the exceptions it did not catch, as NDJSON, with the values of its secrets removed. Read it with the organization's API key (scope `resources:read`), for example `curl -N -H \"Authorization: Bearer $TAKOFORM_API_KEY\" \"$URL?follow=true\"`; `follow=true` keeps the stream open, and `since` (an RFC 3339 time or a duration such as `10m`) skips older lines. Only workers on a `selfhost` offering keep a log (`keeps_logs` of `takoform_offerings`); elsewhere it is null.",
 				Computed:            true,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
@@ -390,7 +390,17 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	m.OfferingID = types.StringValue(w.OfferingID)
 	m.Revision, m.Generation = types.Int64Value(w.Revision), types.Int64Value(w.Generation)
 	m.ScriptName, m.Ready = types.StringValue(w.ScriptName), types.BoolValue(w.Ready)
-	m.LogsURL = types.StringValue(r.client.WorkerLogsURL(w.Space, w.Name))
+	m.LogsURL = r.logsURL(ctx, w.OfferingID, w.Space, w.Name)
+}
+
+// logsURL is the worker's log route on the Host, or null where its offering keeps no log (the
+// Cloudflare packs, SPEC 4). When the offerings cannot be read, the route is given: reading it
+// then says why.
+func (r *workerResource) logsURL(ctx context.Context, offering, space, name string) types.String {
+	if keeps, ok := r.client.OfferingKeepsLogs(ctx, offering); ok && !keeps {
+		return types.StringNull()
+	}
+	return types.StringValue(r.client.WorkerLogsURL(space, name))
 }
 
 // waitReady polls the worker until it is Ready at generation (or later), or ctx ends.
@@ -465,7 +475,7 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 			plan.ID, plan.ScriptName = stringOrNull(nonEmpty(w.UID)), stringOrNull(nonEmpty(w.ScriptName))
 			plan.Revision, plan.Generation, plan.Ready = types.Int64Value(w.Revision), types.Int64Value(w.Generation), types.BoolValue(false)
 			plan.OfferingID = nullIfUnknown(plan.OfferingID)
-			plan.LogsURL = types.StringValue(r.client.WorkerLogsURL(space, name))
+			plan.LogsURL = r.logsURL(ctx, w.OfferingID, space, name)
 			resp.Diagnostics.Append(setState(ctx, &resp.State, &plan)...)
 			resp.Diagnostics.Append(setToken(ctx, resp.Private, token)...)
 		}

@@ -202,7 +202,7 @@ resource "takoform_worker_endpoint" "e" {
 				Config: cfg(`{ cpu_ms = 300, memory_mb = 128 }`),
 				Check: resource.ComposeAggregateTestCheckFunc(answers(http.StatusGatewayTimeout),
 					resource.TestCheckTypeSetElemNestedAttrs("data.takoform_offerings.all", "offerings.*",
-						map[string]string{"id": "selfhost-module-worker", "max_cpu_ms": "2000", "max_memory_mb": "128"})),
+						map[string]string{"id": "selfhost-module-worker", "max_cpu_ms": "2000", "max_memory_mb": "128", "keeps_logs": "true"})),
 			},
 			{
 				Config: cfg(`{ cpu_ms = 2000, memory_mb = 128 }`),

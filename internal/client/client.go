@@ -97,7 +97,10 @@ type Client struct {
 
 	capsMu sync.Mutex
 	caps   *Capabilities // what the Host said, once it answered
-	orgID  string
+	// packs is each offering's pack, from GET /v1/offerings once it answered (offeringsMu).
+	offeringsMu sync.Mutex
+	packs       map[string]string
+	orgID       string
 }
 
 // Error is a problem answer from the Host.

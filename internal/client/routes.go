@@ -17,6 +17,26 @@ func (c *Client) Offerings(ctx context.Context) ([]Offering, error) {
 	return out.Offerings, err
 }
 
+// OfferingKeepsLogs reports whether the workers of offering id keep a log on the Host: only
+// those of a selfhost offering do (SPEC 4). The offerings are asked once per configuration (a
+// failure is not remembered); ok is false when it cannot tell.
+func (c *Client) OfferingKeepsLogs(ctx context.Context, id string) (keeps, ok bool) {
+	c.offeringsMu.Lock()
+	defer c.offeringsMu.Unlock()
+	if c.packs == nil {
+		offerings, err := c.Offerings(ctx)
+		if err != nil {
+			return false, false
+		}
+		c.packs = map[string]string{}
+		for _, o := range offerings {
+			c.packs[o.ID] = o.Pack
+		}
+	}
+	pack, ok := c.packs[id]
+	return pack == "selfhost", ok
+}
+
 // Derive asks what a reservation would hold and whether the origin is free; it writes nothing.
 func (c *Client) Derive(ctx context.Context, req DerivationRequest) (Derivation, error) {
 	var out Derivation

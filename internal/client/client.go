@@ -244,6 +244,10 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 	// request sent and ends with any answer.
 	var quiet *silence
 	defer func() { quiet.end() }()
+	// refused counts the answers that asked for a retry (a 5xx, a 429, a retryable 409): max_retries
+	// bounds those. A Host that does not answer at all is bounded by unreachable_timeout instead,
+	// the same for every request (SPEC 4).
+	refused := 0
 	for attempt := 0; ; attempt++ {
 		if quiet == nil {
 			quiet = c.startSilence(ctx, req, time.Now())
@@ -271,7 +275,10 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 			return resp, err
 		}
 		// Owned mutations are replay-safe: they are retried until the resource's timeout.
-		if (!owned || !hasDeadline) && attempt >= c.maxRetries {
+		if answered {
+			refused++
+		}
+		if (!owned || !hasDeadline) && answered && refused > c.maxRetries {
 			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
 		}
 		wait := backoff(attempt, retryAfter(err))

@@ -155,7 +155,7 @@ func TestAResourceTimeoutEndingMidRequestLeavesTheOutcomeUnknown(t *testing.T) {
 func TestAReadOfAStoppedHostNamesTheEndpoint(t *testing.T) {
 	t.Parallel()
 	addr := refusingAddress(t)
-	c, err := New(Config{Endpoint: "http://" + addr, APIKey: "k", MaxRetries: 1, Unreachable: time.Minute, EndpointFrom: "the provider's endpoint attribute"})
+	c, err := New(Config{Endpoint: "http://" + addr, APIKey: "k", MaxRetries: 1, Unreachable: 2 * time.Second, EndpointFrom: "the provider's endpoint attribute"})
 	require.NoError(t, err)
 	_, err = c.GetWorker(context.Background(), "s", "w")
 	var unreachable *UnreachableError
@@ -253,4 +253,25 @@ func TestAHostBusyPastHalfTheBoundIsAskedAgainNotGivenUp(t *testing.T) {
 	require.NoError(t, err, "the Host answered the replay")
 	require.Less(t, took, bound, "asked again within the bound")
 	require.EqualValues(t, 2, calls.Load())
+}
+
+// A read of a Host that does not answer is tried again for the whole unreachable bound, however
+// few retries max_retries allows, so that raising unreachable_timeout holds for reads and plans
+// too (SPEC 4): max_retries bounds answers that ask for a retry, not silence.
+func TestAReadOfASilentHostWaitsOutTheUnreachableBound(t *testing.T) {
+	t.Parallel()
+	for name, addr := range map[string]string{"stopped": refusingAddress(t), "hanging": blackhole(t)} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c, err := New(Config{Endpoint: "http://" + addr, APIKey: "k", MaxRetries: 1, Unreachable: 3 * time.Second})
+			require.NoError(t, err)
+			start := time.Now()
+			_, err = c.GetWorker(context.Background(), "s", "w")
+			took := time.Since(start)
+			var unreachable *UnreachableError
+			require.ErrorAs(t, err, &unreachable, "%v", err)
+			require.GreaterOrEqual(t, took, 2500*time.Millisecond, "the read gave up before the bound")
+			require.Less(t, took, 10*time.Second)
+		})
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -254,23 +253,7 @@ func TestAWorkerPastTheHeapLimitEndsItsOrganizationsProcessAndThenRunsAlone(t *t
 	f.answers("grow.test", "small")
 
 	// Another organization is served all the while.
-	var failures []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if err := getOK("http://"+f.h.Info.EdgeAddr+"/", "outsider.test"); err != nil {
-				failures = append(failures, err.Error())
-			}
-		}
-	}()
+	outsider := f.poll("outsider.test")
 	for round := 1; round <= 2; round++ {
 		code, body, _ := f.h.Get(t, "grow.test", "/grow")
 		require.GreaterOrEqual(t, code, 500, "round %d: %d %s", round, code, body)
@@ -290,29 +273,13 @@ func TestAWorkerPastTheHeapLimitEndsItsOrganizationsProcessAndThenRunsAlone(t *t
 	require.Regexp(t, `takoform_runtime_binding_calls_total\{path="node"\} [1-9]`, f.metrics())
 
 	// Now its abort is its own process's alone: its sibling keeps answering throughout.
-	wg.Add(1)
-	var siblingFailures []string
-	stopSibling := make(chan struct{})
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stopSibling:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if err := getOK("http://"+f.h.Info.EdgeAddr+"/", "sibling.test"); err != nil {
-				siblingFailures = append(siblingFailures, err.Error())
-			}
-		}
-	}()
+	siblingPolls := f.poll("sibling.test")
 	code, body, _ := f.h.Get(t, "grow.test", "/grow")
 	require.GreaterOrEqual(t, code, 500, "%d %s", code, body)
-	close(stopSibling)
-	close(stop)
-	wg.Wait()
-	require.Empty(t, siblingFailures, "a quarantined worker's abort stalls its organization no more")
-	require.Empty(t, failures, "another organization's worker failed")
+	siblingCalls, outsiderCalls := siblingPolls.finish(), outsider.finish()
+	require.NotEmpty(t, siblingCalls)
+	require.Empty(t, failures(siblingCalls, time.Time{}), "a quarantined worker's abort stalls its organization no more")
+	require.Empty(t, failures(outsiderCalls, time.Time{}), "another organization's worker failed")
 	after, err := f.client.GetScript(f.ctx, "sibling")
 	require.NoError(t, err)
 	require.Equal(t, sibling.Incarnation.PID, after.Incarnation.PID, "the organization's process was not restarted")

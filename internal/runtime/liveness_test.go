@@ -171,6 +171,7 @@ type polled struct {
 	at   time.Time
 	took time.Duration
 	ok   bool
+	err  string // why it failed
 }
 
 func (f *fixture) poll(host string) *poller {
@@ -185,16 +186,13 @@ func (f *fixture) poll(host string) *poller {
 			case <-time.After(20 * time.Millisecond):
 			}
 			began := time.Now()
-			ok := false
-			req, _ := http.NewRequest(http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
-			req.Host = host
-			if resp, err := client.Do(req); err == nil {
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				ok = resp.StatusCode == http.StatusOK
+			call := polled{at: began, ok: true}
+			if err := getOK(client, "http://"+f.h.Info.EdgeAddr+"/", host); err != nil {
+				call.ok, call.err = false, err.Error()
 			}
+			call.took = time.Since(began)
 			p.mu.Lock()
-			p.calls = append(p.calls, polled{at: began, took: time.Since(began), ok: ok})
+			p.calls = append(p.calls, call)
 			p.mu.Unlock()
 		}
 	}()
@@ -208,6 +206,17 @@ func (p *poller) finish() []polled {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.calls
+}
+
+// failures are why the calls at or after since failed.
+func failures(calls []polled, since time.Time) []string {
+	var out []string
+	for _, c := range calls {
+		if !c.ok && !c.at.Before(since) {
+			out = append(out, c.err)
+		}
+	}
+	return out
 }
 
 // stalled is how long, from since on, the calls went without an answered one: from since to the

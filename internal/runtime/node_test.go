@@ -525,7 +525,7 @@ func TestLifecycleBrakeKeepsAKilledProcessDownWhileOthersServe(t *testing.T) {
 				return fmt.Errorf("%s's process restarted under the brake: ready=%v pid=%d reason=%s", name, st.Ready, st.Incarnation.PID, st.Incarnation.Reason)
 			}
 		}
-		return getOK("http://"+f.h.Info.EdgeAddr+"/", "other.workers.localhost")
+		return getOK(http.DefaultClient, "http://"+f.h.Info.EdgeAddr+"/", "other.workers.localhost")
 	})
 	_, err = f.client.SetLifecycleBrake(f.ctx, false, orgScope)
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -10,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -184,17 +184,18 @@ func TestTheNodeRefusesToStartWithoutASandboxUnlessToldItIsInsecure(t *testing.T
 }
 
 // getOK sends one request through the edge and wants a 200.
-func getOK(url, host string) error {
+func getOK(client *http.Client, url, host string) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
 	req.Host = host
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s answered %d", host, resp.StatusCode)
 	}
@@ -250,29 +251,13 @@ func TestAWorkerAllocatingThreeGiBIsKilledAtItsCeilingWhileAnotherKeepsServing(t
 	f.answers("hog.workers.localhost", "calm\n")
 
 	// The other tenant is served all the while.
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var calmFailures []string
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			if err := getOK("http://"+f.h.Info.EdgeAddr+"/", "calm.workers.localhost"); err != nil {
-				calmFailures = append(calmFailures, err.Error())
-			}
-		}
-	}()
+	calm := f.poll("calm.workers.localhost")
 	code, body, _ := f.h.Get(t, "hog.workers.localhost", "/hog")
-	close(stop)
-	wg.Wait()
+	calmCalls := calm.finish()
 	require.NotContains(t, body, "allocated 3072 MiB")
 	require.GreaterOrEqual(t, code, 500, "the request that hit the ceiling fails: %d %s", code, body)
-	require.Empty(t, calmFailures)
+	require.NotEmpty(t, calmCalls)
+	require.Empty(t, failures(calmCalls, time.Time{}))
 
 	// Continuity restarts it, and counts the restart.
 	st := f.waitStatus("the hog restarted", func(s adminapi.ScriptStatus) bool {

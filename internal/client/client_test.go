@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,30 +262,13 @@ func TestRateLimitsAreWaitedOutButQuotasFailAtOnce(t *testing.T) {
 	}{{"rate_limited", 3}, {"quota_exceeded", 1}} {
 		t.Run(tc.code, func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			var at []time.Time
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				mu.Lock()
-				at = append(at, time.Now())
-				n := len(at)
-				mu.Unlock()
-				if n <= 2 {
-					if tc.code == "rate_limited" {
-						w.Header().Set("Retry-After", "1")
-					}
-					w.Header().Set("Content-Type", "application/problem+json")
-					w.WriteHeader(http.StatusTooManyRequests)
-					_, _ = w.Write([]byte(`{"code":"` + tc.code + `","detail":"slow down"}`))
-					return
-				}
-				_, _ = w.Write([]byte(`{}`))
-			})
-			c := newTestClient(t, h, 4)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
-			mu.Lock()
-			defer mu.Unlock()
+			retryAfter := ""
+			if tc.code == "rate_limited" {
+				retryAfter = "1"
+			}
+			h, sent := twoProblemsThenOK(http.StatusTooManyRequests, tc.code, retryAfter)
+			err := ownedPutWithin(newTestClient(t, h, 4), time.Minute)
+			at := sent()
 			require.Len(t, at, tc.calls)
 			if tc.code == "quota_exceeded" {
 				require.True(t, IsCode(err, "quota_exceeded"), "%v", err)
@@ -294,6 +278,42 @@ func TestRateLimitsAreWaitedOutButQuotasFailAtOnce(t *testing.T) {
 			require.GreaterOrEqual(t, at[1].Sub(at[0]), 900*time.Millisecond, "the retry waits out Retry-After")
 		})
 	}
+}
+
+// twoProblemsThenOK answers its first two requests with status and a problem of code (with
+// Retry-After when retryAfter is set), and 200 after that; sent says when each request came.
+func twoProblemsThenOK(status int, code, retryAfter string) (http.Handler, func() []time.Time) {
+	var mu sync.Mutex
+	var at []time.Time
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		n := len(at)
+		mu.Unlock()
+		if n <= 2 {
+			if retryAfter != "" {
+				w.Header().Set("Retry-After", retryAfter)
+			}
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(`{"code":"` + code + `","detail":"not now"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	})
+	return h, func() []time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(at)
+	}
+}
+
+// ownedPutWithin sends one owned PUT under a resource timeout of d.
+func ownedPutWithin(c *Client, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
+	return err
 }
 
 // A worker's logs URL is the Host's log route under the configured endpoint (a base path kept,
@@ -373,21 +393,9 @@ func TestBackendMisconfiguredFailsAtOnceOtherBadGatewaysAreRetried(t *testing.T)
 	}{{"backend_failed", 3}, {"backend_misconfigured", 1}} {
 		t.Run(tc.code, func(t *testing.T) {
 			t.Parallel()
-			var calls atomic.Int64
-			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if calls.Add(1) <= 2 {
-					w.Header().Set("Content-Type", "application/problem+json")
-					w.WriteHeader(http.StatusBadGateway)
-					_, _ = w.Write([]byte(`{"code":"` + tc.code + `","detail":"the backend said no"}`))
-					return
-				}
-				_, _ = w.Write([]byte(`{}`))
-			})
-			c := newTestClient(t, h, 4)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			_, err := c.Do(ctx, Request{Method: http.MethodPut, Path: "/v1/x", OwnershipToken: "token-0123456789abcdef"}, nil)
-			require.EqualValues(t, tc.calls, calls.Load())
+			h, sent := twoProblemsThenOK(http.StatusBadGateway, tc.code, "")
+			err := ownedPutWithin(newTestClient(t, h, 4), time.Minute)
+			require.Len(t, sent(), tc.calls)
 			if tc.code == "backend_misconfigured" {
 				require.True(t, IsCode(err, "backend_misconfigured"), "%v", err)
 				return

@@ -66,6 +66,15 @@ func runRaw(databaseURL string, args ...string) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
+// migratedWithKey is a fresh migrated database holding organization acme, and an API key of it.
+func migratedWithKey(t *testing.T) (databaseURL, key string) {
+	t.Helper()
+	databaseURL = testdb.URL(t)
+	run(t, databaseURL, "migrate", "up")
+	run(t, databaseURL, "orgs", "create", "acme")
+	return databaseURL, decodeJSON(t, run(t, databaseURL, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+}
+
 func decodeJSON(t *testing.T, s string) map[string]any {
 	t.Helper()
 	var out map[string]any
@@ -257,10 +266,7 @@ func put(url, key, token, body string) (answer, error) {
 // to two Host processes on one database, produce exactly one effect and 50 identical bodies.
 func TestOneTokenFiftyRequestsTwoHostsOneEffect(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
-	run(t, url, "migrate", "up")
-	run(t, url, "orgs", "create", "acme")
-	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+	url, key := migratedWithKey(t)
 	kek := sealingKey(t)
 	hosts := []host{startHost(t, url, kek), startHost(t, url, kek)}
 

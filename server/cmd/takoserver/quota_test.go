@@ -19,10 +19,7 @@ import (
 // gives the catalog's ceiling back.
 func TestOrgsQuotaShowsAndChangesTheCeilingsARunningHostApplies(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
-	run(t, url, "migrate", "up")
-	run(t, url, "orgs", "create", "acme")
-	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+	url, key := migratedWithKey(t)
 	config := filepath.Join(t.TempDir(), "catalog.json")
 	require.NoError(t, os.WriteFile(config, []byte(`{
   "installations": [{"name": "selfhost", "pack": "selfhost"}],

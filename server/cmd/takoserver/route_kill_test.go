@@ -12,7 +12,6 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
-	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
 // TestAHostKilledAfterARouteDeleteLandedLosesNoPropagationWindow: a `takoserver serve` killed
@@ -23,10 +22,7 @@ import (
 // route), then closes.
 func TestAHostKilledAfterARouteDeleteLandedLosesNoPropagationWindow(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
-	run(t, url, "migrate", "up")
-	run(t, url, "orgs", "create", "acme", "--output", "json")
-	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+	url, key := migratedWithKey(t)
 	kek := sealingKey(t)
 	s := invariantStandin(t)
 	catalog := workersDevCatalog(t, s, 3, nil)

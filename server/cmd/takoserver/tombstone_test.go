@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/store"
-	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
 // TestServeKeepsTombstonesThirtyDaysByDefault: `takoserver serve` given no --tombstone-retention
@@ -16,10 +15,7 @@ import (
 // TestRuleTombstonesAreKeptThirtyDaysByDefault's).
 func TestServeKeepsTombstonesThirtyDaysByDefault(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t)
-	run(t, url, "migrate", "up")
-	run(t, url, "orgs", "create", "acme", "--output", "json")
-	key := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
+	url, key := migratedWithKey(t)
 	h := startHost(t, url, sealingKey(t))
 
 	path := h.url + "/v1/worker-endpoint-origin-reservations/res-api"

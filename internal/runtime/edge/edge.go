@@ -88,9 +88,9 @@ type Handler struct {
 	requests *prometheus.CounterVec
 	byCode   sync.Map // int → prometheus.Counter: one label lookup per status, not per request
 	log      *slog.Logger
-	// bindingCalls counts service binding calls by where they ran: in the caller's process, or
-	// carried by the edge to another.
-	bindingCalls *prometheus.CounterVec
+	// inProcess and carried count service binding calls by where they ran: in the caller's
+	// process, or carried by the edge to another (takoform_runtime_binding_calls_total).
+	inProcess, carried prometheus.Counter
 	// looping counts, per script, requests from this node's egress in flight (string → *atomic.Int64).
 	looping sync.Map
 }
@@ -110,12 +110,13 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger, limits 
 		Name: "takoform_runtime_edge_requests_total",
 		Help: "Requests answered by the runtime node's edge, by HTTP status.",
 	}, []string{"code"})
-	h.bindingCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+	bindingCalls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "takoform_runtime_binding_calls_total",
 		Help: "Service binding calls by where they ran: in the caller's own process, or carried by the edge to another process of the node.",
 	}, []string{"path"})
+	h.inProcess, h.carried = bindingCalls.WithLabelValues("process"), bindingCalls.WithLabelValues("node")
 	if reg != nil {
-		reg.MustRegister(h.requests, h.bindingCalls)
+		reg.MustRegister(h.requests, bindingCalls)
 	}
 	return h
 }
@@ -204,7 +205,7 @@ func (h *Handler) enterLoop(caller, script string) (leave func(), ok bool) {
 func (h *Handler) ServeBinding(w http.ResponseWriter, r *http.Request, caller string, lookup func() (Target, int), local Local) {
 	ctx := context.WithValue(WithCaller(r.Context(), caller), fromWorkerKey{}, true)
 	if local == nil {
-		h.bindingCalls.WithLabelValues("node").Inc()
+		h.carried.Inc()
 	}
 	h.serveTo(w, r.WithContext(ctx), true, lookup, problemUnboundService, local)
 }
@@ -271,7 +272,7 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 				})
 			}
 			if local(w, target, h.responseTimeout(target), end) {
-				h.bindingCalls.WithLabelValues("process").Inc()
+				h.inProcess.Inc()
 			}
 			return
 		}

@@ -43,22 +43,22 @@ func (n *Node) serveBinding(w http.ResponseWriter, r *http.Request, from *orgpro
 	if !ok {
 		return
 	}
-	handed := false
-	defer func() {
-		if !handed {
-			release()
-		}
-	}()
-	if local != nil {
-		inner := local
-		local = func(w http.ResponseWriter, t edge.Target, limit time.Duration, end func(bool)) bool {
-			handed = true
-			return inner(w, t, limit, func(answered bool) { end(answered); release() })
-		}
+	lookup := func() (edge.Target, int) { return n.resolveBinding(caller, from.Org(), from.Callee(binding)) }
+	if local == nil {
+		defer release()
+		n.edgeHandler.ServeBinding(w, r, caller, lookup, nil)
+		return
 	}
-	n.edgeHandler.ServeBinding(w, r, caller, func() (edge.Target, int) {
-		return n.resolveBinding(caller, from.Org(), from.Callee(binding))
-	}, local)
+	// Admitted, the call is the caller's process's to run: the subrequest is released when it ends
+	// there. Refused before (no callee, a loop), it is released here.
+	handed := false
+	n.edgeHandler.ServeBinding(w, r, caller, lookup, func(w http.ResponseWriter, t edge.Target, limit time.Duration, end func(bool)) bool {
+		handed = true
+		return local(w, t, limit, func(answered bool) { end(answered); release() })
+	})
+	if !handed {
+		release()
+	}
 }
 
 // resolveBinding finds the callee a binding of the caller script names, by the worker UID the

@@ -191,6 +191,14 @@ const selfSource = `export default {
       }
       return new Response("120 calls");
     }
+    if (url.pathname === "/refused") {
+      for (let i = 0; i < 60; i++) {
+        const r = await env.GONE.fetch("http://gone.internal/");
+        await r.text();
+        if (r.status !== 503) return new Response("call " + i + " to a gone worker: " + r.status);
+      }
+      return new Response("60 refused");
+    }
     const depth = Number(url.searchParams.get("depth") || 0);
     const r = await env.SELF.fetch("http://self.internal/?depth=" + (depth + 1));
     if (r.status === 200) return r;
@@ -206,13 +214,19 @@ func TestBindingCallsInTheCallersProcessAreCountedUntilTheyEnd(t *testing.T) {
 	f := setup(t)
 	p := f.scriptPut(callerUID, 1, "self")
 	p.Modules = map[string]string{"main.js": selfSource}
-	p.Settings = workerconf.Settings{ServiceBindings: map[string]string{"SELF": callerUID}}
+	p.Settings = workerconf.Settings{ServiceBindings: map[string]string{"SELF": callerUID, "GONE": foreignUID}}
 	_, err := f.client.PutScript(f.ctx, "self", p)
 	require.NoError(t, err)
 	f.waitReady("self")
 	f.route("self.test", "self", "ep-self")
 	refused := fmt.Sprintf("refused at depth %d: 508 %s", runtimeedge.MaxEgressLoop, adminapi.CodeLoopDetected)
 	f.answers("self.test", refused)
+
+	// Calls refused before they ran (their callee is gone) count no longer either: more of them
+	// than a worker may have in flight, and then the worker calls itself as before.
+	code, body, _ := f.h.Get(t, "self.test", "/refused")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "60 refused", body)
 
 	// The chain's calls all ended: the worker calls itself again, more times one after another
 	// than it may have calls in flight, and then loops into the same refusal.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 )
 
 // applyLocked decides op on the desired state (n.mu held for writing), persists the state it
@@ -17,7 +16,7 @@ import (
 // script name or hostname of the request). seal, when the answer asks for it, puts the operation's
 // values at rest before the state names them. The incarnations the reconcile retired finish
 // stopping in the background; the caller may wait for them.
-func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (desired.Answer, []*orgproc.Incarnation, error) {
+func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (desired.Answer, []Incarnation, error) {
 	next, a := desired.Apply(*n.desired, op)
 	if a.Refused != nil {
 		return a, nil, n.refusalLocked(a.Refused, subject)
@@ -46,7 +45,7 @@ func (n *Node) applyLocked(op desired.Op, subject string, seal func() error) (de
 	if run := n.scripts[a.Reconcile]; a.RetryFailed && run != nil {
 		run.failed, run.unstartable = nil, "" // a new effect asks again for a candidate that failed
 	}
-	var retired []*orgproc.Incarnation
+	var retired []Incarnation
 	if a.Reconcile != "" {
 		retired = n.reconcileLocked(a.Reconcile)
 	}

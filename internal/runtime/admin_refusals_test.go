@@ -19,7 +19,7 @@ import (
 // organization's), and names nobody; a replay answers 200 marked replayed.
 func TestEveryRefusalOfDesiredApplyIsTheSameProblemOnTheWire(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f, _ := setupWithoutWorkerd(t)
 	f.script("app", "uid-a", 5, "a", "TOKEN")
 	f.route("app.workers.localhost", "app", "ep-a")
 	challenge := make([]byte, 32)

@@ -65,12 +65,12 @@ func (n *Node) wantLocked(r *scriptRun, s *state.Script, writing bool) (desiredI
 
 // running is one incarnation and the deployment it was started for.
 type running struct {
-	inc *orgproc.Incarnation
+	inc Incarnation
 	desiredIdentity
 }
 
-func (r *scriptRun) incarnations() []*orgproc.Incarnation {
-	var out []*orgproc.Incarnation
+func (r *scriptRun) incarnations() []Incarnation {
+	var out []Incarnation
 	for _, x := range []*running{r.serving, r.candidate} {
 		if x != nil {
 			out = append(out, x.inc)

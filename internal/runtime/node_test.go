@@ -70,7 +70,20 @@ type fixture struct {
 
 func setup(t *testing.T, mutate ...func(*runtime.Config)) *fixture {
 	t.Helper()
-	h := runtimetest.Start(t, mutate...)
+	return newFixture(t, runtimetest.Start(t, mutate...))
+}
+
+// setupWithoutWorkerd is setup with incarnations that run no code (runtimetest.Processes), for
+// what the admin API, the reconciler and the edge's routing decide on their own: each answers
+// "<script> <incarnation id>".
+func setupWithoutWorkerd(t *testing.T, mutate ...func(*runtime.Config)) (*fixture, *runtimetest.Processes) {
+	t.Helper()
+	h, p := runtimetest.StartWithoutWorkerd(t, mutate...)
+	return newFixture(t, h), p
+}
+
+func newFixture(t *testing.T, h *runtimetest.Harness) *fixture {
+	t.Helper()
 	c, err := selfhost.New(h.Info.AdminURL, h.Info.TokenFile)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -648,7 +661,7 @@ func TestCodeChangeKeepsTheDeliveredSecretAndDropsNoRequest(t *testing.T) {
 
 func TestEffectsAreIdempotentAndGenerationsMoveForward(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f, _ := setupWithoutWorkerd(t)
 	put := f.scriptPut("uid-i", 2, "i")
 	first, err := f.client.PutScript(f.ctx, "idem", put)
 	require.NoError(t, err)
@@ -710,7 +723,7 @@ func mustJSON(t *testing.T, v any) string {
 
 func TestAdminAPIRefusesWithoutTheToken(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f, _ := setupWithoutWorkerd(t)
 	for _, token := range []string{"", "wrong", f.token() + "x"} {
 		code, body := f.raw(http.MethodGet, adminapi.PathStatus, token, nil)
 		require.Equal(t, http.StatusUnauthorized, code)
@@ -865,7 +878,7 @@ func TestRestartedNodeServesTheIncumbentWhileTheNewerDeploymentFails(t *testing.
 // neither revives the script nor overwrites its successor.
 func TestLatePutsFromAnEarlierWorkerNeverReviveOrOverwrite(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f, _ := setupWithoutWorkerd(t)
 	stale := func(uid string, gen int64) {
 		t.Helper()
 		_, err := f.client.PutScript(f.ctx, "late", f.scriptPut(uid, gen, "v"))
@@ -941,7 +954,7 @@ func TestScriptHeldByOneWorkerIsNeverTakenByAnother(t *testing.T) {
 // the delivery the script holds refuses nothing.
 func TestAReadbackThatFindsADeliveryAbsentRefusesItLater(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f, _ := setupWithoutWorkerd(t)
 	const canary = "canary-late-9c2e"
 	f.script("late", "uid-l", 1, "l", "TOKEN")
 	challenge := make([]byte, 32)
@@ -1026,7 +1039,7 @@ func TestAScriptThatCannotStartIsTriedAgainAfterABackoffNotOnEveryNudge(t *testi
 // last read, and answers as soon as it changes: the Host awaits admissions with it.
 func TestAScriptStatusLongPollHoldsUntilTheStatusChanges(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
+	f, _ := setupWithoutWorkerd(t)
 	absent, err := f.client.GetScript(f.ctx, "watched")
 	require.NoError(t, err)
 	require.NotEmpty(t, absent.Version)
@@ -1099,7 +1112,7 @@ type watchAnswer struct {
 func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T) {
 	t.Parallel()
 	// No liveness probes during the test: a probe's outcome is a change of the quiet script's own.
-	f := setup(t, func(c *runtime.Config) { c.LivenessPeriod = time.Hour })
+	f, _ := setupWithoutWorkerd(t, func(c *runtime.Config) { c.LivenessPeriod = time.Hour })
 	f.script("quiet", "uid-q", 1, "q1")
 	f.waitReady("quiet")
 	reconciles, renders := f.h.Node.ScriptWork("quiet")

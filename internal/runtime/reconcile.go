@@ -106,7 +106,7 @@ func nextStartBackoff(last time.Duration, again bool) time.Duration {
 //     once when the Host asks again.
 //
 // It returns the incarnations it retired, which finish leaving in the background.
-func (n *Node) reconcileLocked(name string) []*orgproc.Incarnation {
+func (n *Node) reconcileLocked(name string) []Incarnation {
 	if n.closing {
 		return nil
 	}
@@ -118,7 +118,7 @@ func (n *Node) reconcileLocked(name string) []*orgproc.Incarnation {
 	}
 	r.reconciles++
 	n.indexLocked(name, r, s)
-	var retired []*orgproc.Incarnation
+	var retired []Incarnation
 	retire := func(x *running, drain bool) {
 		if x != nil {
 			retired = append(retired, x.inc)
@@ -216,7 +216,7 @@ func (n *Node) reconcileLocked(name string) []*orgproc.Incarnation {
 	return retired
 }
 
-func containsInc(list []*orgproc.Incarnation, inc *orgproc.Incarnation) bool {
+func containsInc(list []Incarnation, inc Incarnation) bool {
 	for _, x := range list {
 		if x == inc {
 			return true
@@ -328,7 +328,7 @@ func (n *Node) awaitResumed(timeout time.Duration) {
 	}
 }
 
-func isDone(inc *orgproc.Incarnation) bool {
+func isDone(inc Incarnation) bool {
 	select {
 	case <-inc.Done():
 		return true
@@ -341,10 +341,10 @@ func isDone(inc *orgproc.Incarnation) bool {
 // finish, bounded) when it has served, at once when it never did. Until it has left its process
 // it stays in the script's stopping set, so that a delete of the script waits for it too (n.mu
 // held).
-func (n *Node) retire(inc *orgproc.Incarnation, drain bool) {
+func (n *Node) retire(inc Incarnation, drain bool) {
 	n.retiring.Add(1)
 	if n.stopping[inc.Script()] == nil {
-		n.stopping[inc.Script()] = map[*orgproc.Incarnation]bool{}
+		n.stopping[inc.Script()] = map[Incarnation]bool{}
 	}
 	n.stopping[inc.Script()][inc] = true
 	go func() {

@@ -72,7 +72,10 @@ type Config struct {
 	AdminClientCA string
 	// Workerd is the workerd binary; empty finds it (see workerd.Find).
 	Workerd string
-	Logger  *slog.Logger
+	// Processes, when set, runs the node's incarnations instead of sandboxed workerd (neither
+	// workerd nor the sandbox is then looked for): the admin API's tests run without workerd.
+	Processes NewProcesses
+	Logger    *slog.Logger
 	// Ready, when set, is called once both listeners are open.
 	Ready func(Info)
 	// Sandbox configures the OS sandbox and cgroup ceilings of every org process (SPEC 5.1).
@@ -133,14 +136,17 @@ type Info struct {
 
 // Node is a running runtime node.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	store   *state.Store
-	procs   *orgproc.Manager
-	sandbox *sandbox.Sandbox // nil: --insecure-no-sandbox
-	reg     *prometheus.Registry
-	metrics *metrics
-	info    Info
+	cfg   Config
+	log   *slog.Logger
+	store *state.Store
+	procs Processes
+	// bin is the workerd binary, and channels the org processes' channels directory ("" both
+	// when cfg.Processes runs the incarnations).
+	bin, channels string
+	sandbox       *sandbox.Sandbox // nil: --insecure-no-sandbox
+	reg           *prometheus.Registry
+	metrics       *metrics
+	info          Info
 	// policy is what workers' subrequests may reach, egress what carries them.
 	policy *egress.Policy
 	egress *egress.Egress
@@ -154,7 +160,7 @@ type Node struct {
 	closing bool
 
 	// stopping holds, by script, the incarnations retired and not yet stopped (guarded by mu).
-	stopping map[string]map[*orgproc.Incarnation]bool
+	stopping map[string]map[Incarnation]bool
 	// lineBudgets holds each organization's output-line budget, by its label.
 	lineBudgets sync.Map
 	// logs holds each worker UID's log ring (guarded by mu): created with its first incarnation,
@@ -233,9 +239,13 @@ func Start(cfg Config) (*Node, error) {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
 	log = log.With("component", "runtime")
-	bin, err := workerd.Find(cfg.Workerd)
-	if err != nil {
-		return nil, err
+	// workerd is looked for first: a machine without it is told so before anything else.
+	var bin string
+	if cfg.Processes == nil {
+		var err error
+		if bin, err = workerd.Find(cfg.Workerd); err != nil {
+			return nil, err
+		}
 	}
 	if (cfg.AdminTLSCert == "") != (cfg.AdminTLSKey == "") {
 		return nil, errors.New("--admin-tls-cert and --admin-tls-key go together")
@@ -254,8 +264,8 @@ func Start(cfg Config) (*Node, error) {
 		log.Warn("moved the runtime's sealing key out of its state directory (SPEC 5.1)", "from", moved, "to", cfg.SealingKeyFile)
 	}
 	n := &Node{
-		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(),
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[*orgproc.Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
+		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), bin: bin,
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false
@@ -281,14 +291,7 @@ func Start(cfg Config) (*Node, error) {
 	if n.desired, err = store.Load(); err != nil {
 		return nil, err
 	}
-	if err := n.openSandbox(bin); err != nil {
-		return nil, err
-	}
-	channels, err := n.channelsDir()
-	if err != nil {
-		return nil, err
-	}
-	if n.procs, err = orgproc.New(n.processOptions(bin, channels)); err != nil {
+	if n.procs, err = n.startProcesses(); err != nil {
 		return nil, err
 	}
 	adminL, edgeL, tlsConfig, err := n.listeners()
@@ -338,9 +341,9 @@ func Start(cfg Config) (*Node, error) {
 	}
 	go func() { n.served <- serveErr("admin API", n.admin.Serve(adminL)) }()
 	go func() { n.served <- serveErr("edge", n.serveEdge(edgeL)) }()
-	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir(), ChannelsDir: channels,
+	n.info = Info{AdminURL: scheme + "://" + adminL.Addr().String(), TokenFile: store.TokenFile(), EdgeAddr: edgeL.Addr().String(), StateDir: store.Dir(), ChannelsDir: n.channels,
 		EdgeScheme: n.edgeScheme(), EdgeHTTPAddr: n.edgeHTTPAddr()}
-	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "edgeScheme", n.info.EdgeScheme, "stateDir", n.info.StateDir, "workerd", bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
+	log.Info("runtime node started", "admin", n.info.AdminURL, "edge", n.info.EdgeAddr, "edgeScheme", n.info.EdgeScheme, "stateDir", n.info.StateDir, "workerd", n.bin, "scripts", len(n.desired.Scripts), "routes", len(n.desired.Routes), "sandbox", n.sandboxMode())
 	ok = true
 	return n, nil
 }
@@ -403,6 +406,26 @@ func loopbackAddress(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// startProcesses makes what runs the node's incarnations: cfg.Processes when set, otherwise
+// orgproc's Manager over the pinned workerd, sandboxed unless the operator said not to.
+func (n *Node) startProcesses() (Processes, error) {
+	if n.cfg.Processes != nil {
+		return n.cfg.Processes(n.nudge)
+	}
+	if err := n.openSandbox(n.bin); err != nil {
+		return nil, err
+	}
+	var err error
+	if n.channels, err = n.channelsDir(); err != nil {
+		return nil, err
+	}
+	m, err := orgproc.New(n.processOptions(n.bin, n.channels))
+	if err != nil {
+		return nil, err
+	}
+	return orgProcesses{m}, nil
 }
 
 // Info says how to reach the node.

@@ -34,10 +34,15 @@ type Harness struct {
 // Start runs a node on a fresh state directory. mutate, when given, adjusts the config first.
 func Start(tb testing.TB, mutate ...func(*runtime.Config)) *Harness {
 	tb.Helper()
+	return start(tb, workerdtest.Binary(tb), mutate...)
+}
+
+func start(tb testing.TB, workerd string, mutate ...func(*runtime.Config)) *Harness {
+	tb.Helper()
 	cfg := runtime.Config{
 		StateDir:          filepath.Join(tb.TempDir(), "runtime"),
 		SealingKeyFile:    SealingKeyFile(tb),
-		Workerd:           workerdtest.Binary(tb),
+		Workerd:           workerd,
 		RestartBackoff:    30 * time.Millisecond,
 		MaxRestartBackoff: 300 * time.Millisecond,
 		ProbeDeadline:     15 * time.Second,

@@ -2,7 +2,10 @@ package provider_test
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -14,7 +17,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
 )
 
@@ -168,7 +173,20 @@ variable "greeting" {
 	}
 	step("plan", "-input=false", "-no-color", "-out=tfplan")
 	planJSON := step("show", "-json", "tfplan")
-	require.Contains(t, planJSON, "rip1.prep-", "the plan carries the reference")
+	// What the plan holds lets nobody test guesses of the value (SPEC 3.5, rip2): the guess that
+	// is right matches nothing an attacker without a write key can compute.
+	input := plannedRuntimeInput(t, planJSON)
+	require.Empty(t, guessFromPlan(input, []string{"hunter2", "password", canary, "hello"}), "a guess of the secret was confirmed from the saved plan")
+	require.Contains(t, planJSON, "rip2.", "the plan carries the reference")
+	// The commitment key (which a write key gets) and each value's HMAC under it are nowhere.
+	c, err := client.New(client.Config{Endpoint: h.URL, APIKey: h.Key})
+	require.NoError(t, err)
+	secretID, key, err := c.CommitmentKey(t.Context(), input.nonce)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(input.reference, "rip2."+secretID+"."), input.reference)
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(`{"name":"GREETING","value":"` + canary + `"}`))
+	keyForms := []string{hex.EncodeToString(key), base64.StdEncoding.EncodeToString(key), hex.EncodeToString(mac.Sum(nil))}
 	step("apply", "-input=false", "-no-color", "tfplan")
 	state, err := os.ReadFile(filepath.Join(w.dir, "terraform.tfstate"))
 	require.NoError(t, err)
@@ -191,7 +209,63 @@ variable "greeting" {
 			t.Errorf("the secret leaked into the %s (encoded as %q)", what, chain)
 		}
 		require.NotContains(t, text, h.Key, "the API key leaked into the %s", what)
+		for _, f := range keyForms {
+			require.NotContains(t, text, f, "the commitment key, or a value's HMAC under it, is in the %s", what)
+		}
 	}
+}
+
+// plannedInput is what a saved plan shows of a runtime input: everything its reference is
+// computed from except the values.
+type plannedInput struct {
+	reference, nonce string
+	target           runtimeref.Target
+}
+
+func plannedRuntimeInput(t *testing.T, planJSON string) plannedInput {
+	t.Helper()
+	var plan struct {
+		PlannedValues struct {
+			RootModule struct {
+				Resources []struct {
+					Type   string         `json:"type"`
+					Values map[string]any `json:"values"`
+				} `json:"resources"`
+			} `json:"root_module"`
+		} `json:"planned_values"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(planJSON), &plan))
+	for _, r := range plan.PlannedValues.RootModule.Resources {
+		if r.Type != "takoform_worker_runtime_input" {
+			continue
+		}
+		v := func(k string) string { s, _ := r.Values[k].(string); return s }
+		return plannedInput{reference: v("reference"), nonce: v("material_set_nonce"), target: runtimeref.Target{
+			Space: v("space"), WorkerName: v("worker_name"), BundleName: v("bundle_name"), EndpointName: v("endpoint_name"),
+			OriginReservationID: v("origin_reservation_id"), CanonicalPublicOrigin: v("canonical_public_origin")}}
+	}
+	t.Fatal("the plan has no runtime input")
+	return plannedInput{}
+}
+
+// guessFromPlan is the offline attack of issue 32 item 3: for each guess, every reference one
+// can compute from the plan without a write key (rip1 over the guess; rip2 under keys derivable
+// from what the plan shows). It returns the guess that matched the planned reference, or "".
+func guessFromPlan(in plannedInput, guesses []string) string {
+	nonceKey := sha256.Sum256([]byte(in.nonce))
+	parsed, _ := runtimeref.Parse(in.reference)
+	for _, g := range guesses {
+		bindings := map[string]string{"GREETING": g}
+		if runtimeref.Derive(in.nonce, in.target, bindings).Reference == in.reference {
+			return g
+		}
+		for _, k := range [][]byte{nil, make([]byte, 32), nonceKey[:], []byte(in.nonce)} {
+			if runtimeref.DeriveV2(k, parsed.SecretID, in.nonce, in.target, bindings).Reference == in.reference {
+				return g
+			}
+		}
+	}
+	return ""
 }
 
 // privateStates is every resource instance's private state in a state file, decoded from the
@@ -297,4 +371,39 @@ output "plain_url" {
 	state, err := os.ReadFile(filepath.Join(w.dir, "terraform.tfstate"))
 	require.NoError(t, err)
 	require.NotContains(t, string(state), "module-secret")
+}
+
+// TestAccAReadOnlyKeyPlansWithoutTheCommitmentKey: a plan made with a key that cannot write (a
+// CI plan) gets no commitment key (SPEC 3.5). An applied runtime input plans no change, with a
+// warning that its values were not compared; a new one plans its reference unknown, saying why.
+// Neither fails the plan.
+func TestAccAReadOnlyKeyPlansWithoutTheCommitmentKey(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	const block = `
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+`
+	w := newWorkspace(t, h.URL, h.Key, block+graph("ro", "hello", "s3cret-value", 1), "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	out, err := w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+
+	reader := h.NewKey(t, h.Organization.Name, "resources:read")
+	w.env = append(w.env, "TAKOFORM_API_KEY="+reader)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "a read-only plan of an applied input plans no change: %s", out)
+	require.Contains(t, out, "Runtime input values not compared")
+	require.Contains(t, out, "resources:write")
+
+	fresh := newWorkspace(t, h.URL, reader, block+graph("ro", "other", "s3cret-value", 1), "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	out, err = fresh.run("plan", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "Runtime input reference unknown until apply")
+	require.Contains(t, out, "runtime_input_reference = (known after apply)")
+	require.NotContains(t, out, "s3cret-value")
 }

@@ -72,9 +72,9 @@ func TestAccFullGraph(t *testing.T) {
 					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"),
 						knownvalue.StringRegexp(regexp.MustCompile(`^http://hello-prod-[0-9a-f]{32}\.workers\.localhost:`+f.h.EdgePort()+`$`))),
 					plancheck.ExpectKnownValue(runtimeInputAddr, tfjsonpath.New("reference"),
-						knownvalue.StringRegexp(regexp.MustCompile(`^rip1\.prep-[0-9a-f]{32}\.[0-9a-f]{64}$`))),
+						knownvalue.StringRegexp(regexp.MustCompile(`^rip2\.c[0-9]{14}-[0-9a-f]{8}\.prep-[0-9a-f]{32}\.[0-9a-f]{64}$`))),
 					plancheck.ExpectKnownValue(workerAddr, tfjsonpath.New("runtime_input_reference"),
-						knownvalue.StringRegexp(regexp.MustCompile(`^rip1\.`))),
+						knownvalue.StringRegexp(regexp.MustCompile(`^rip2\.`))),
 				},
 			},
 			ConfigStateChecks: []statecheck.StateCheck{

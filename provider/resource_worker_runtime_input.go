@@ -138,7 +138,7 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 				Optional:            true,
 			},
 			"reference": schema.StringAttribute{
-				MarkdownDescription: "The runtime-input reference, `rip1.<preparation_id>.<sha256>`: a digest of the nonce, the target and the values, known at plan time whenever they are.",
+				MarkdownDescription: "The runtime-input reference, `rip2.<commitment secret id>.<preparation_id>.<sha256>`: a digest of the nonce, the target and each value's HMAC under a commitment key the Host gives only to a key that can write, so a plan or state holding it lets nobody test guesses of a value. Known at plan time whenever the values are and the provider's key can write. An input created by an earlier provider keeps its `rip1.<preparation_id>.<sha256>` reference until its values or `bindings_wo_version` change.",
 				Computed:            true,
 			},
 			"preparation_id": schema.StringAttribute{
@@ -206,6 +206,35 @@ func plainBindings(values map[string]types.String) map[string]string {
 		out[k] = v.ValueString()
 	}
 	return out
+}
+
+// reference computes a runtime input's reference from its values. A new one is rip2: each value
+// committed under the commitment key the Host gives a write key for the nonce, asked for every
+// time and kept nowhere (not in state, private state, plan or logs). A that stands (an input an earlier provider created) is kept while the values,
+// nonce and target still give it. ok is false when the provider's key may not write, so the Host
+// gives no commitment key.
+func (r *runtimeInputResource) reference(ctx context.Context, m runtimeInputModel, values map[string]types.String, standing string) (runtimeref.Identity, bool, error) {
+	nonce, target, plain := m.MaterialSetNonce.ValueString(), m.target(), plainBindings(values)
+	if strings.HasPrefix(standing, "rip1.") {
+		if id := runtimeref.Derive(nonce, target, plain); id.Reference == standing {
+			id.Canonical = nil
+			return id, true, nil
+		}
+	}
+	if r.client == nil {
+		return runtimeref.Identity{}, false, fmt.Errorf("the provider is not configured")
+	}
+	secretID, key, err := r.client.CommitmentKey(ctx, nonce)
+	if client.IsCode(err, "forbidden") {
+		return runtimeref.Identity{}, false, nil
+	}
+	if err != nil {
+		return runtimeref.Identity{}, false, fmt.Errorf("get the commitment key for its reference: %w", err)
+	}
+	id := runtimeref.DeriveV2(key, secretID, nonce, target, plain)
+	clear(key)
+	id.Canonical = nil
+	return id, true, nil
 }
 
 func (m runtimeInputModel) target() runtimeref.Target {
@@ -340,8 +369,32 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 			plan.BindingNames = namesOf(values)
 		}
 	default:
-		id := runtimeref.Derive(plan.MaterialSetNonce.ValueString(), plan.target(), plainBindings(values))
-		plan.Reference, plan.PreparationID, plan.BindingNames = types.StringValue(id.Reference), types.StringValue(id.PreparationID), namesOf(values)
+		// An input made with a rip1 reference keeps it while its values, nonce and target stand
+		// (SPEC 3.5): it is not replaced only to change format.
+		var standing string
+		if !creating && !bumped {
+			standing = state.Reference.ValueString()
+		}
+		id, ok, err := r.reference(ctx, plan, values, standing)
+		switch {
+		case err != nil:
+			addError(&resp.Diagnostics, "Unable to plan runtime input", err)
+			return
+		case !ok && standing != "" && plan.MaterialSetNonce.Equal(state.MaterialSetNonce) && plan.target() == state.target():
+			// A read-only plan cannot tell whether the values changed: it does not plan a
+			// replacement of every runtime input for that, and says so.
+			resp.Diagnostics.AddAttributeWarning(path.Root("bindings_wo"), "Runtime input values not compared",
+				"The provider's API key cannot write (it lacks resources:write), so the Host does not give it the commitment key that a reference is computed with (SPEC 3.5: a reference only a writer can test guesses against). "+
+					"This plan keeps the runtime input as it is; a change to bindings_wo shows only in a plan made with a key that can write.")
+			plan.Reference, plan.PreparationID, plan.BindingNames = state.Reference, state.PreparationID, state.BindingNames
+		case !ok:
+			resp.Diagnostics.AddAttributeWarning(path.Root("reference"), "Runtime input reference unknown until apply",
+				"The provider's API key cannot write (it lacks resources:write), so the Host does not give it the commitment key that a reference is computed with (SPEC 3.5: a reference only a writer can test guesses against). "+
+					"The reference, and the runtime_input_reference of the worker that uses it, are planned as unknown; an apply with a key that can write computes them.")
+			plan.Reference, plan.PreparationID, plan.BindingNames = types.StringUnknown(), types.StringUnknown(), namesOf(values)
+		default:
+			plan.Reference, plan.PreparationID, plan.BindingNames = types.StringValue(id.Reference), types.StringValue(id.PreparationID), namesOf(values)
+		}
 	}
 	if !plan.Reference.IsUnknown() && !plan.BindingNames.IsUnknown() && !plan.BindingNames.IsNull() {
 		var names []string
@@ -389,7 +442,14 @@ func (r *runtimeInputResource) Create(ctx context.Context, req resource.CreateRe
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	id := runtimeref.Derive(plan.MaterialSetNonce.ValueString(), plan.target(), plainBindings(values))
+	id, ok, err := r.reference(ctx, plan, values, plan.Reference.ValueString())
+	if err == nil && !ok {
+		err = fmt.Errorf("the provider's API key cannot write (it lacks resources:write): it can neither get the commitment key nor create a runtime input")
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, "Unable to create runtime input", err)
+		return
+	}
 	if !plan.Reference.IsUnknown() && plan.Reference.ValueString() != id.Reference {
 		// The values are not named: only that they differ from the ones the plan was made with.
 		resp.Diagnostics.AddAttributeError(path.Root("bindings_wo"), "Unable to create runtime input: the bindings changed between plan and apply",

@@ -61,7 +61,7 @@ func TestAccRotation(t *testing.T) {
 					plancheck.ExpectResourceAction(runtimeInputAddr, plancheck.ResourceActionDestroyBeforeCreate),
 					plancheck.ExpectResourceAction(workerAddr, plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction(endpointAddr, plancheck.ResourceActionNoop),
-					plancheck.ExpectKnownValue(workerAddr, tfjsonpath.New("runtime_input_reference"), knownvalue.StringRegexp(regexp.MustCompile(`^rip1\.`))),
+					plancheck.ExpectKnownValue(workerAddr, tfjsonpath.New("runtime_input_reference"), knownvalue.StringRegexp(regexp.MustCompile(`^rip2\.`))),
 				}},
 				ConfigStateChecks: []statecheck.StateCheck{
 					sameWorker.AddStateValue(workerAddr, tfjsonpath.New("id")),

@@ -75,3 +75,18 @@ func (s *Server) deletePreparation(c echo.Context) error {
 			return s.runtimeInputs.Delete(ctx, m, org, id)
 		})
 }
+
+// commitmentKey answers the key a rip2 reference commits values under (SPEC 3.5). It writes
+// nothing, and its answer is never to be cached anywhere on the way.
+func (s *Server) commitmentKey(c echo.Context) error {
+	var req runtimeinput.CommitmentKeyRequest
+	if _, err := s.decodeJSON(c, &req); err != nil {
+		return err
+	}
+	k, err := s.runtimeInputs.CommitmentKey(c.Request().Context(), s.cfg.DB, principal(c).Organization, req)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.JSON(http.StatusOK, k)
+}

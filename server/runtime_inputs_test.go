@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,8 +21,8 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
-	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
@@ -64,8 +63,11 @@ func (h *harness) prepareOn(key, orgID, op, token, reservationID, origin, space,
 		secrets[k] = vocab.NewSecret(v)
 	}
 	nonce := "nonce-" + op
-	id := runtimeinput.Derive(nonce, runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
-		OriginReservationID: reservationID, CanonicalPublicOrigin: origin}, secrets)
+	target := runtimeinput.Target{Space: space, WorkerName: worker, BundleName: "main", EndpointName: worker,
+		OriginReservationID: reservationID, CanonicalPublicOrigin: origin}
+	// As the provider does: a rip2 reference under the commitment key the Host gives a write key.
+	ck := h.commitmentKey(key, nonce)
+	id := runtimeref.DeriveV2(ck.key, ck.secretID, nonce, target, bindings)
 	return prepared{operationID: op, reference: id.Reference, reply: h.do(req{method: http.MethodPut, path: prepPath(orgID, op), key: key, token: token,
 		body: map[string]any{
 			"format": runtimeinput.PreparationFormat, "materialSetNonce": nonce, "runtimeInputReference": id.Reference,
@@ -429,11 +431,8 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 		return err
 	}))
 
-	bin, err := pgcluster.BinDir()
-	require.NoError(t, err)
-	dump, err := exec.Command(filepath.Join(bin, "pg_dump"), "--data-only", "--inserts", h.dbURL).CombinedOutput()
-	require.NoError(t, err, string(dump))
-	require.Contains(t, string(dump), "runtime_input_preparations", "the dump covers the table")
+	dump := h.pgDump()
+	require.Contains(t, dump, "runtime_input_preparations", "the dump covers the table")
 
 	forms := []string{
 		secretCanary,
@@ -443,7 +442,7 @@ func TestRuntimeInputCanaryAppearsNowhere(t *testing.T) {
 		strings.ToUpper(hex.EncodeToString([]byte(secretCanary))),
 		"9d31f7a0c2e4b",
 	}
-	for where, text := range map[string]string{"HTTP responses": h.responses.String(), "logs": h.logs.String(), "pg_dump": string(dump),
+	for where, text := range map[string]string{"HTTP responses": h.responses.String(), "logs": h.logs.String(), "pg_dump": dump,
 		"the runtime's logs": h.runtime.Logs.String(), "the runtime's files": files.String()} {
 		require.NotEmpty(t, text)
 		for _, f := range forms {

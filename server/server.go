@@ -161,6 +161,7 @@ func (s *Server) routes() {
 	v1.PUT("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.putPreparation, write)
 	v1.DELETE("/organizations/:organizationId/worker-runtime-input-preparations/:operationId", s.deletePreparation, write)
 	v1.GET("/worker-runtime-input-references/:reference", s.getPreparationByReference, read)
+	v1.POST("/runtime-input-commitment-keys", s.commitmentKey, write)
 }
 
 // holder names this process in lease rows.

@@ -32,6 +32,22 @@ type Capabilities struct {
 	OrganizationID string `json:"organizationId"`
 }
 
+// CommitmentKey defines model for CommitmentKey.
+type CommitmentKey struct {
+	Format string `json:"format"`
+
+	// CommitmentSecretID The Host secret the key derives from; a rip2 reference carries it.
+	CommitmentSecretID string `json:"commitmentSecretId"`
+
+	// CommitmentKey k of SPEC 3.5, lowercase hex. Use it to compute a reference, then keep it nowhere.
+	CommitmentKey string `json:"commitmentKey"`
+}
+
+// CommitmentKeyRequest defines model for CommitmentKeyRequest.
+type CommitmentKeyRequest struct {
+	MaterialSetNonce string `json:"materialSetNonce"`
+}
+
 // Condition `Ready` is always present, and `ready` is its status. Its reason when False: Deleted,
 // Deleting, ScriptNameCollision (a v1 script name held by an earlier worker), DeploymentFailed,
 // DeploymentPending, RuntimeInputPending (secrets not delivered to this worker UID yet),
@@ -216,8 +232,10 @@ type PreparationTargetView struct {
 
 // PreparationRequest defines model for PreparationRequest.
 type PreparationRequest struct {
-	Format                string            `json:"format"`
-	MaterialSetNonce      string            `json:"materialSetNonce"`
+	Format           string `json:"format"`
+	MaterialSetNonce string `json:"materialSetNonce"`
+
+	// RuntimeInputReference rip2 (SPEC 3.5): each value committed under the commitment key of `POST /v1/runtime-input-commitment-keys`. rip1, which digests the values themselves, is accepted from older providers.
 	RuntimeInputReference string            `json:"runtimeInputReference"`
 	Target                PreparationTarget `json:"target"`
 
@@ -548,6 +566,9 @@ type ActivateReservationParams struct {
 
 // PutPreparationJSONRequestBody defines body for PutPreparation for application/json ContentType.
 type PutPreparationJSONRequestBody = PreparationRequest
+
+// GetCommitmentKeyJSONRequestBody defines body for GetCommitmentKey for application/json ContentType.
+type GetCommitmentKeyJSONRequestBody = CommitmentKeyRequest
 
 // PutEndpointJSONRequestBody defines body for PutEndpoint for application/json ContentType.
 type PutEndpointJSONRequestBody = EndpointSpec

@@ -40,7 +40,7 @@ func TestTypesMatchTheDocument(t *testing.T) {
 		"Reservation": Reservation{}, "ActivationRequest": ActivationRequest{}, "DerivationRequest": DerivationRequest{},
 		"Derivation": Derivation{}, "WorkerSpec": WorkerSpec{}, "Condition": Condition{}, "Worker": Worker{},
 		"EndpointSpec": EndpointSpec{}, "Endpoint": Endpoint{}, "PreparationRequest": PreparationRequest{},
-		"Preparation": Preparation{}, "Attestation": Attestation{},
+		"Preparation": Preparation{}, "Attestation": Attestation{}, "CommitmentKey": CommitmentKey{}, "CommitmentKeyRequest": CommitmentKeyRequest{},
 	} {
 		s, ok := schemas[name]
 		require.True(t, ok, "schema %s is in the document", name)

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
 )
@@ -192,4 +194,19 @@ func (c *Client) GetAttestation(ctx context.Context, uid string) (Attestation, e
 	var out Attestation
 	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: "/v1/deletion-attestations/" + url.PathEscape(uid)}, &out)
 	return out, err
+}
+
+// CommitmentKey asks for the rip2 commitment key of a material-set nonce (SPEC 3.5): the same
+// every time, written nowhere, answered only to a write key. It is retried like a read. Keep what
+// it returns in memory only, for as long as the reference is being computed.
+func (c *Client) CommitmentKey(ctx context.Context, nonce string) (secretID string, key []byte, err error) {
+	var out CommitmentKey
+	if _, err := c.Do(ctx, Request{Method: http.MethodPost, Path: "/v1/runtime-input-commitment-keys", Body: CommitmentKeyRequest{MaterialSetNonce: nonce}}, &out); err != nil {
+		return "", nil, err
+	}
+	key, err = hex.DecodeString(out.CommitmentKey)
+	if err != nil || len(key) != 32 {
+		return "", nil, fmt.Errorf("the Host answered a commitment key that is not 32 bytes of hex")
+	}
+	return out.CommitmentSecretID, key, nil
 }

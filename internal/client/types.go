@@ -18,6 +18,10 @@ type (
 	Reservation        = apitypes.Reservation
 	ActivationRequest  = apitypes.ActivationRequest
 	DerivationRequest  = apitypes.DerivationRequest
+	// CommitmentKey is the answer of POST /v1/runtime-input-commitment-keys: a key to compute a
+	// rip2 reference with, and to keep nowhere.
+	CommitmentKey        = apitypes.CommitmentKey
+	CommitmentKeyRequest = apitypes.CommitmentKeyRequest
 	// Derivation is what a reservation would hold; HeldBy is who holds an origin that is not
 	// available: the caller's own reservation or endpoint by name, or another organization
 	// ("other") and nothing more.

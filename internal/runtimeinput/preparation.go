@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -41,9 +40,11 @@ const (
 	maxValueBytes = 64 << 10
 )
 
-var (
-	referencePattern = regexp.MustCompile(`^rip1\.(prep-[0-9a-f]{32})\.([0-9a-f]{64})$`)
-)
+// wellFormed reports whether a reference is a rip1 or rip2 one.
+func wellFormed(reference string) bool {
+	_, ok := runtimeref.Parse(reference)
+	return ok
+}
 
 // CheckOperationID refuses an operation id that cannot name a preparation.
 func CheckOperationID(id string) error {
@@ -181,7 +182,7 @@ func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization
 // reference is not a bearer credential), and the owning token of its ownership key, writing
 // nothing.
 func (s *Service) GetByReference(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, reference string) (Preparation, string, error) {
-	if !referencePattern.MatchString(reference) {
+	if !wellFormed(reference) {
 		return Preparation{}, "", apierr.New(apierr.NotFound, "no runtime input with reference %q", reference)
 	}
 	return get(ctx, db, org.ID, dbsqlc.PreparationGetParams{Reference: &reference})
@@ -215,10 +216,10 @@ func (s *Service) validate(req Request) error {
 	switch {
 	case req.Format != PreparationFormat:
 		return apierr.New(apierr.InvalidRequest, "format must be %q", PreparationFormat)
-	case req.MaterialSetNonce == "" || len(req.MaterialSetNonce) > 256:
-		return apierr.New(apierr.InvalidRequest, "materialSetNonce must be 1 to 256 characters")
-	case !referencePattern.MatchString(req.RuntimeInputReference):
-		return apierr.New(apierr.InvalidRequest, "runtimeInputReference must look like rip1.prep-<32 hex>.<64 hex>")
+	case checkNonce(req.MaterialSetNonce) != nil:
+		return checkNonce(req.MaterialSetNonce)
+	case !wellFormed(req.RuntimeInputReference):
+		return apierr.New(apierr.InvalidRequest, "runtimeInputReference must look like rip2.<commitment secret id>.prep-<32 hex>.<64 hex> (or, from older providers, rip1.prep-<32 hex>.<64 hex>)")
 	case !vocab.Name.MatchString(req.Target.Space), !vocab.Name.MatchString(req.Target.WorkerName),
 		!vocab.Name.MatchString(req.Target.BundleName), !vocab.Name.MatchString(req.Target.EndpointName):
 		return apierr.New(apierr.InvalidRequest, "target space, workerName, bundleName and endpointName must each match %s", vocab.NamePattern)
@@ -291,7 +292,10 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	}
 	target := Target{Space: req.Target.Space, WorkerName: req.Target.WorkerName, BundleName: req.Target.BundleName,
 		EndpointName: req.Target.EndpointName, OriginReservationID: r.ID, CanonicalPublicOrigin: r.CanonicalOrigin}
-	id := Derive(req.MaterialSetNonce, target, req.Bindings)
+	id, err := s.derive(ctx, tx, ring, org.ID, req.MaterialSetNonce, target, req.Bindings, req.RuntimeInputReference)
+	if err != nil {
+		return Preparation{}, err
+	}
 	if id.Reference != req.RuntimeInputReference {
 		return Preparation{}, apierr.New(apierr.ReferenceMismatch,
 			"runtimeInputReference does not match the nonce, target and bindings as the Host computes them with canonical origin %s (taken from reservation %q)", r.CanonicalOrigin, r.ID)
@@ -357,11 +361,8 @@ func (s *Service) Abort(ctx context.Context, tx pgx.Tx, org auth.Organization, o
 
 // parseReference returns the preparation id a reference names.
 func parseReference(ref string) (string, bool) {
-	m := referencePattern.FindStringSubmatch(ref)
-	if m == nil || !strings.HasPrefix(m[2], m[1][len("prep-"):]) {
-		return "", false
-	}
-	return m[1], true
+	p, ok := runtimeref.Parse(ref)
+	return p.PreparationID, ok
 }
 
 // SweepExpired expires every preparation past its window and drops its sealed material, so that

@@ -15,6 +15,7 @@ import (
 	"encoding/hex"
 	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 )
@@ -45,11 +46,12 @@ type Parsed struct {
 
 // Parse takes a reference apart; ok is false for anything that is not a well-formed rip1 or rip2
 // reference.
+// The preparation id must be the digest's own prefix.
 func Parse(reference string) (p Parsed, ok bool) {
-	if m := rip2Pattern.FindStringSubmatch(reference); m != nil {
+	if m := rip2Pattern.FindStringSubmatch(reference); m != nil && strings.HasPrefix(m[3], m[2][len("prep-"):]) {
 		return Parsed{Version: 2, SecretID: m[1], PreparationID: m[2]}, true
 	}
-	if m := rip1Pattern.FindStringSubmatch(reference); m != nil {
+	if m := rip1Pattern.FindStringSubmatch(reference); m != nil && strings.HasPrefix(m[2], m[1][len("prep-"):]) {
 		return Parsed{Version: 1, PreparationID: m[1]}, true
 	}
 	return Parsed{}, false

@@ -131,6 +131,7 @@ func TestParseTellsTheFormatsApart(t *testing.T) {
 		"rip2.c20261203000000-0a1b2c3d.prep-" + h[:32] + "." + h + "0",
 		"rip3.c20261203000000-0a1b2c3d.prep-" + h[:32] + "." + h,
 		"rip1.prep-" + strings.ToUpper(h[:32]) + "." + h,
+		"rip1.prep-" + strings.Repeat("cd", 16) + "." + h,
 	} {
 		_, ok := Parse(bad)
 		require.False(t, ok, bad)

@@ -109,13 +109,15 @@ type Ring struct {
 	mu  sync.RWMutex
 	// keys caches unwrapped data keys by id; a retired key is dropped when the database says so.
 	keys map[string][]byte
+	// commitments caches unwrapped runtime-input commitment secrets by id (they never retire).
+	commitments map[string][]byte
 }
 
 // OpenRing opens the ring in the database, creating its first data key when it has none. It
 // refuses when kek cannot unwrap the current data key: a replica must never seal under a key
 // nobody else has.
 func OpenRing(ctx context.Context, db dbsqlc.DBTX, kek KEK) (*Ring, error) {
-	r := &Ring{db: db, kek: kek, keys: map[string][]byte{}}
+	r := &Ring{db: db, kek: kek, keys: map[string][]byte{}, commitments: map[string][]byte{}}
 	q := dbsqlc.New(db)
 	id := newKeyID()
 	wrapped, err := r.wrap(id, randomKey())
@@ -139,6 +141,9 @@ func OpenRing(ctx context.Context, db dbsqlc.DBTX, kek KEK) (*Ring, error) {
 			continue // a previous key wrapped elsewhere opens nothing here, and fails closed when asked
 		}
 		r.keys[row.ID] = key
+	}
+	if err := r.initCommitmentSecret(ctx, q); err != nil {
+		return nil, err
 	}
 	return r, nil
 }
@@ -179,7 +184,14 @@ func randomKey() []byte {
 
 func wrapAAD(id string) []byte { return []byte("takoform sealing data key v1\x00" + id) }
 
-func (r *Ring) wrap(id string, key []byte) ([]byte, error) {
+func (r *Ring) wrap(id string, key []byte) ([]byte, error) { return r.wrapAs(wrapAAD(id), key) }
+
+func (r *Ring) unwrap(id string, wrapped []byte) ([]byte, error) {
+	return r.unwrapAs(wrapAAD(id), wrapped)
+}
+
+// wrapAs wraps a 32-byte key under the key-encryption key, bound to aad.
+func (r *Ring) wrapAs(aad, key []byte) ([]byte, error) {
 	aead, err := newGCM(r.kek.key)
 	if err != nil {
 		return nil, err
@@ -188,10 +200,10 @@ func (r *Ring) wrap(id string, key []byte) ([]byte, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, err
 	}
-	return aead.Seal(nonce, nonce, key, wrapAAD(id)), nil
+	return aead.Seal(nonce, nonce, key, aad), nil
 }
 
-func (r *Ring) unwrap(id string, wrapped []byte) ([]byte, error) {
+func (r *Ring) unwrapAs(aad, wrapped []byte) ([]byte, error) {
 	aead, err := newGCM(r.kek.key)
 	if err != nil {
 		return nil, err
@@ -199,7 +211,7 @@ func (r *Ring) unwrap(id string, wrapped []byte) ([]byte, error) {
 	if len(wrapped) < aead.NonceSize() {
 		return nil, ErrOpen
 	}
-	key, err := aead.Open(nil, wrapped[:aead.NonceSize()], wrapped[aead.NonceSize():], wrapAAD(id))
+	key, err := aead.Open(nil, wrapped[:aead.NonceSize()], wrapped[aead.NonceSize():], aad)
 	if err != nil || len(key) != 32 {
 		return nil, ErrOpen
 	}

@@ -775,6 +775,14 @@ type OwnershipTombstone struct {
 	ExpiresAt      time.Time
 }
 
+type RuntimeInputCommitmentSecret struct {
+	ID            string
+	KEKID         string
+	WrappedSecret []byte
+	Current       bool
+	CreatedAt     time.Time
+}
+
 type RuntimeInputPreparation struct {
 	OrganizationID        string
 	OperationID           string

@@ -9,6 +9,62 @@ import (
 	"context"
 )
 
+const commitmentSecretCurrent = `-- name: CommitmentSecretCurrent :one
+SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets WHERE current
+`
+
+type CommitmentSecretCurrentRow struct {
+	ID            string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+func (q *Queries) CommitmentSecretCurrent(ctx context.Context) (CommitmentSecretCurrentRow, error) {
+	row := q.db.QueryRow(ctx, commitmentSecretCurrent)
+	var i CommitmentSecretCurrentRow
+	err := row.Scan(&i.ID, &i.KEKID, &i.WrappedSecret)
+	return i, err
+}
+
+const commitmentSecretGet = `-- name: CommitmentSecretGet :one
+SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets WHERE id = $1
+`
+
+type CommitmentSecretGetRow struct {
+	ID            string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+func (q *Queries) CommitmentSecretGet(ctx context.Context, id string) (CommitmentSecretGetRow, error) {
+	row := q.db.QueryRow(ctx, commitmentSecretGet, id)
+	var i CommitmentSecretGetRow
+	err := row.Scan(&i.ID, &i.KEKID, &i.WrappedSecret)
+	return i, err
+}
+
+const commitmentSecretInit = `-- name: CommitmentSecretInit :execrows
+INSERT INTO runtime_input_commitment_secrets (id, kek_id, wrapped_secret)
+VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+`
+
+type CommitmentSecretInitParams struct {
+	ID            string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+// The first runtime-input commitment secret of a database (SPEC 3.5, rip2). A database that already
+// has a current one keeps it.
+func (q *Queries) CommitmentSecretInit(ctx context.Context, arg CommitmentSecretInitParams) (int64, error) {
+	result, err := q.db.Exec(ctx, commitmentSecretInit, arg.ID, arg.KEKID, arg.WrappedSecret)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const sealingKeyCurrentID = `-- name: SealingKeyCurrentID :one
 SELECT id FROM sealing_keys WHERE status = 'current'
 `

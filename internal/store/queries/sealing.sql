@@ -33,3 +33,16 @@ WITH demoted AS (
     RETURNING id
 )
 SELECT (SELECT count(*) FROM retired)::integer AS retired_count, (SELECT count(*) FROM ranked)::integer AS previous_count;
+
+-- name: CommitmentSecretInit :execrows
+-- The first runtime-input commitment secret of a database (SPEC 3.5, rip2). A database that already
+-- has a current one keeps it.
+INSERT INTO runtime_input_commitment_secrets (id, kek_id, wrapped_secret)
+VALUES (@id, @kek_id, @wrapped_secret)
+ON CONFLICT DO NOTHING;
+
+-- name: CommitmentSecretCurrent :one
+SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets WHERE current;
+
+-- name: CommitmentSecretGet :one
+SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets WHERE id = @id;

@@ -55,9 +55,12 @@ func TestTheDocumentsSpellTheSameShapes(t *testing.T) {
 		`^prep-[0-9a-f]{32}$`:                     true, // preparation ids
 		`^rip1\.prep-[0-9a-f]{32}\.[0-9a-f]{64}$`: true, // runtime input references
 		`^k[0-9]{14}-[0-9a-f]{8}$`:                true, // sealing key ids
-		`^"?[1-9][0-9]*"?$`:                       true, // If-Match revisions
-		`^[a-z][a-z0-9_]{0,63}$`:                  true, // compatibility flags
-		`^hostmint-[0-9a-f]{40}$`:                 true, // minted reservation ids
+		`^c[0-9]{14}-[0-9a-f]{8}$`:                true, // runtime-input commitment secret ids
+		`^(rip2\.c[0-9]{14}-[0-9a-f]{8}|rip1)\.prep-[0-9a-f]{32}\.[0-9a-f]{64}$`: true, // rip2 and rip1 references
+		`^[0-9a-f]{64}$`:          true, // commitment keys
+		`^"?[1-9][0-9]*"?$`:       true, // If-Match revisions
+		`^[a-z][a-z0-9_]{0,63}$`:  true, // compatibility flags
+		`^hostmint-[0-9a-f]{40}$`: true, // minted reservation ids
 	}
 	ours := map[string]bool{vocab.NamePattern: true, vocab.ReservationIDPattern: true, vocab.LabelPattern: true,
 		vocab.HostnamePattern: true, vocab.BindingNamePattern: true, vocab.OperationIDPattern: true,

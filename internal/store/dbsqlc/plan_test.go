@@ -39,7 +39,7 @@ var offPath = []string{
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.
-var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "schema_migrations"}
+var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations"}
 
 // extra are statements that run inside the plpgsql functions of the request path (a plan of a
 // function call does not show them), written as the functions run them.

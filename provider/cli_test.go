@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -406,4 +407,120 @@ provider "takoform" {}
 	require.Contains(t, out, "Runtime input reference unknown until apply")
 	require.Contains(t, out, "runtime_input_reference = (known after apply)")
 	require.NotContains(t, out, "s3cret-value")
+}
+
+// TestAccReplacementNeverStrandsASecret (SPEC 4, issue 32 items 1 and 2), through the shipped
+// module, with secrets on both sides of a service binding:
+//   - one flag replaces the callee (`-replace=module.billing.terraform_data.replace_worker`): its
+//     runtime input with it, and the caller and the caller's runtime input because the callee's
+//     id changes; the caller's URL answers again afterwards, and how long it did not is logged;
+//   - `destroy -target` of the callee's worker (which takes the caller with it) leaves runtime
+//     inputs delivered to workers that are gone: the next apply replaces them and converges, and a
+//     full destroy works.
+func TestAccReplacementNeverStrandsASecret(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	config := fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+module "billing" {
+  source = %[1]q
+
+  space   = "prod"
+  name    = "billing"
+  modules = { "index.js" = "export default { fetch(req, env) { return new Response('billing' + env.TOKEN.length) } };" }
+  secrets = { TOKEN = "billing-secret" }
+}
+
+module "gateway" {
+  source = %[1]q
+
+  space            = "prod"
+  name             = "gateway"
+  modules          = { "index.js" = "export default { async fetch(req, env) { const r = await env.BILLING.fetch('http://billing/'); return new Response('gateway' + env.KEY.length + '+' + await r.text()) } };" }
+  secrets          = { KEY = "gateway-secret-1" }
+  service_bindings = { BILLING = module.billing.worker_id }
+}
+
+output "gateway_host" {
+  value = trimsuffix(trimprefix(module.gateway.url, "http://"), ":%[2]s/")
+}
+`, module, h.EdgePort())
+	w := newWorkspace(t, h.URL, h.Key, config)
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := w.run(args...)
+		require.NoError(t, err, "%v:\n%s", args, out)
+		return out
+	}
+	run("get", "-no-color")
+	run("apply", "-auto-approve", "-input=false", "-no-color")
+	host := strings.TrimSpace(run("output", "-raw", "gateway_host"))
+	const answer = "gateway16+billing14"
+	status, body, _ := h.Runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, answer, body)
+
+	// One flag: the callee and everything that must go with it. The caller's URL is watched the
+	// whole time.
+	stop := make(chan struct{})
+	var longest time.Duration
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		var since time.Time
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			code, got, _, err := h.Runtime.TryGet(host, "/")
+			switch {
+			case err == nil && code == http.StatusOK && got == answer:
+				if !since.IsZero() {
+					longest = max(longest, time.Since(since))
+				}
+				since = time.Time{}
+			case since.IsZero():
+				since = time.Now()
+			}
+		}
+	}()
+	out := run("apply", "-auto-approve", "-input=false", "-no-color", "-replace=module.billing.terraform_data.replace_worker")
+	close(stop)
+	<-watched
+	require.Contains(t, out, "module.gateway.takoform_worker_runtime_input.this[0]", "the caller's runtime input is replaced with the caller")
+	t.Logf("the caller's URL did not answer for at most %s during the callee's replacement", longest.Round(10*time.Millisecond))
+	status, body, _ = h.Runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, answer, body)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+
+	// The worker alone fails at plan, naming what to use instead.
+	out, err = w.run("plan", "-input=false", "-no-color", "-replace=module.billing.takoform_worker.this")
+	require.Error(t, err, out)
+	require.Contains(t, out, "Runtime input delivered to another worker")
+	require.Contains(t, out, "terraform_data.replace_worker")
+
+	// destroy -target takes the callee's worker, and the caller that binds it, away from their
+	// runtime inputs; the next apply seals them again, and a full destroy works.
+	run("destroy", "-auto-approve", "-input=false", "-no-color", "-target=module.billing.takoform_worker.this")
+	out = run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.Contains(t, out, "Runtime input replaced: its worker is gone")
+	status, body, _ = h.Runtime.Get(t, host, "/")
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, answer, body)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+	run("destroy", "-auto-approve", "-input=false", "-no-color")
 }

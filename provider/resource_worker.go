@@ -328,7 +328,8 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 		resp.Diagnostics.AddAttributeError(path.Root("runtime_input_reference"), "Runtime input delivered to another worker",
 			fmt.Sprintf("The runtime input %s (operation id %s) was delivered to worker UID %s. A runtime input is delivered once, to one worker UID, "+
 				"so a new or replaced worker needs a new runtime input: replace the takoform_worker_runtime_input too "+
-				"(`terraform apply -replace=<its address>` or `tofu apply -replace=<its address>`, together with the worker's), or bump its bindings_wo_version.",
+				"(`terraform apply -replace=<its address>` or `tofu apply -replace=<its address>`, together with the worker's), or bump its bindings_wo_version. "+
+				"Through the shipped module (examples/modules/worker), replace the worker with its runtime input in one flag: `-replace=module.<name>.terraform_data.replace_worker`.",
 				p.RuntimeInputReference, p.OperationID, p.BoundWorker.UID))
 	}
 }

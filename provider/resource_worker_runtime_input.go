@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -82,7 +83,9 @@ func (r *runtimeInputResource) Schema(ctx context.Context, _ resource.SchemaRequ
 		MarkdownDescription: "A sealed set of secret bindings for one worker. The values are given in the write-only `bindings_wo`: " +
 			"they travel once to the Host, which seals them, and never enter the plan, the state or a log. The worker consumes the " +
 			"runtime input through `takoform_worker.runtime_input_reference`, which is known at plan time. A runtime input never " +
-			"changes in place: new values, or a bump of `bindings_wo_version`, replace it and update the worker in place.",
+			"changes in place: new values, or a bump of `bindings_wo_version`, replace it and update the worker in place. " +
+			"It is delivered once, to one worker UID: a replaced worker needs it replaced too (the plan says so), and one whose " +
+			"worker is gone from the Host (`destroy -target`, a deletion outside the configuration) is replaced by the next plan.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				MarkdownDescription: "The runtime input's id: its `operation_id`, known in the plan whenever that is (so the CLI prints `[id=…]`).",
@@ -327,6 +330,18 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 	// A bump of bindings_wo_version (from one set value to another) draws a new nonce, so the same
 	// values re-seal under a new reference. Setting it on an imported object is no bump.
 	bumped := !creating && !state.BindingsWOVersion.IsNull() && !plan.BindingsWOVersion.Equal(state.BindingsWOVersion)
+	// An input delivered to a worker that is gone can serve no other: it is replaced like a bump,
+	// the values in the configuration sealed again under a new nonce (SPEC 4).
+	stranded := ""
+	if !creating {
+		stranded = getStranded(ctx, req.Private)
+	}
+	if stranded != "" && !bumped {
+		bumped = true
+		resp.Diagnostics.AddAttributeWarning(path.Root("reference"), "Runtime input replaced: its worker is gone",
+			fmt.Sprintf("This runtime input was delivered to worker UID %s, which is no longer on the Host (destroyed with -target, or deleted outside this configuration). "+
+				"A runtime input is delivered once, to one worker UID, so this plan replaces it: the values in bindings_wo are sealed again for the worker that will use them.", stranded))
+	}
 	switch {
 	case creating && plan.targetKnownExceptNonce() && !plan.BindingsWOVersion.IsUnknown() && !configOperationID.IsUnknown():
 		op, nonce, err := r.draw(ctx, plan, configOperationID)
@@ -542,6 +557,62 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 	r.fill(ctx, &state, p)
 	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *runtimeInputModel) any { return runtimeInputIdentityModel{OperationID: m.OperationID} })...)
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, p.OwnershipToken)...)
+	gone, err := r.boundWorkerGone(ctx, p)
+	if err != nil {
+		addError(&resp.Diagnostics, "Unable to read runtime input", err)
+		return
+	}
+	resp.Diagnostics.Append(setStranded(ctx, resp.Private, gone)...)
+}
+
+// boundWorkerGone answers, for an input delivered to a worker, that worker's UID when it is gone
+// from the Host: deleted (destroy -target, a deletion outside the configuration) or replaced by
+// another worker under its name. Such an input can serve no worker again (SPEC 3.5: a delivered
+// input belongs to one worker UID), so it plans its own replacement (SPEC 4).
+func (r *runtimeInputResource) boundWorkerGone(ctx context.Context, p client.Preparation) (string, error) {
+	if p.BoundWorker == nil || p.Status != "settled" {
+		return "", nil
+	}
+	w, err := r.client.GetWorker(ctx, p.Target.Space, p.Target.WorkerName)
+	if client.IsNotFound(err) {
+		return p.BoundWorker.UID, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the worker it was delivered to: %w", err)
+	}
+	if w.UID != p.BoundWorker.UID {
+		return p.BoundWorker.UID, nil
+	}
+	for _, c := range w.Conditions {
+		if c.Type == "Ready" && (c.Reason == "Deleted" || c.Reason == "Deleting") {
+			return p.BoundWorker.UID, nil
+		}
+	}
+	return "", nil
+}
+
+// The UID of a gone worker an input was delivered to lives in private state under this key,
+// from the Read that found it gone to the plan that replaces the input.
+const strandedKey = "stranded"
+
+func setStranded(ctx context.Context, p privateWriter, workerUID string) diag.Diagnostics {
+	if workerUID == "" {
+		return p.SetKey(ctx, strandedKey, nil)
+	}
+	raw, _ := json.Marshal(map[string]string{"workerUid": workerUID})
+	return p.SetKey(ctx, strandedKey, raw)
+}
+
+func getStranded(ctx context.Context, p privateReader) string {
+	if p == nil {
+		return ""
+	}
+	raw, _ := p.GetKey(ctx, strandedKey)
+	var v map[string]string
+	if len(raw) == 0 || json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	return v["workerUid"]
 }
 
 // Update changes nothing on the Host (a runtime input never changes in place): it records a

@@ -18,15 +18,22 @@ resource "takoform_worker_endpoint_origin_reservation" "this" {
   offering_id = var.offering_id
 }
 
-# Everything that replaces the worker (space, name, offering) replaces its runtime input too: a
-# delivered runtime input belongs to one worker UID.
+# Everything that replaces the worker replaces its runtime input too, since a delivered runtime
+# input belongs to one worker UID: its space, name and offering, and the ids of the workers it binds
+# to (the provider replaces a caller whose callee is replaced, so `-replace` of a callee is one flag).
 resource "terraform_data" "worker_identity" {
   input = {
-    space       = var.space
-    name        = var.name
-    offering_id = var.offering_id
+    space            = var.space
+    name             = var.name
+    offering_id      = var.offering_id
+    service_bindings = var.service_bindings
   }
 }
+
+# The one handle that replaces this worker on demand, with its runtime input:
+# `tofu apply -replace=module.<name>.terraform_data.replace_worker`. (`-replace` of the worker
+# alone fails at plan: its runtime input was delivered to the worker being replaced.)
+resource "terraform_data" "replace_worker" {}
 
 resource "takoform_worker_runtime_input" "this" {
   count = local.has_secrets ? 1 : 0
@@ -40,7 +47,7 @@ resource "takoform_worker_runtime_input" "this" {
   bindings_wo_version     = var.secrets_version
 
   lifecycle {
-    replace_triggered_by = [terraform_data.worker_identity]
+    replace_triggered_by = [terraform_data.worker_identity, terraform_data.replace_worker]
   }
 }
 
@@ -61,6 +68,7 @@ resource "takoform_worker" "this" {
   runtime_input_reference = local.has_secrets ? takoform_worker_runtime_input.this[0].reference : null
 
   lifecycle {
+    replace_triggered_by = [terraform_data.replace_worker]
     # Checked on the worker, which always exists: ephemeral_secrets given without their names
     # would otherwise be dropped without a word.
     precondition {

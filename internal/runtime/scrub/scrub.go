@@ -1,7 +1,7 @@
 // Package scrub removes a worker's delivered secret values from what the runtime node keeps or
 // logs of its output (SPEC 5.1: scrubbing also covers the base64 and hex forms of each value), in
 // every form a worker naturally prints one: as it is, as JSON writes it inside a string, line by
-// line when it has several, and encoded.
+// line when it has several, percent-encoded in a URL or a form body, and encoded.
 package scrub
 
 import (
@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+
+	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 )
 
 // Redacted replaces every form of a value.
@@ -58,8 +60,15 @@ func Forms(values []string) []string {
 	}
 	for _, v := range values {
 		add(v)
+		// Inside a JSON string as JavaScript writes one (JSON.stringify escapes only ", \ and
+		// controls) and as Go's encoder does (it escapes <, >, &, U+2028 and U+2029 too).
+		stringified := canonjson.AppendString(nil, v)
+		add(string(stringified[1 : len(stringified)-1]))
 		if raw, err := json.Marshal(v); err == nil {
 			add(string(raw[1 : len(raw)-1]))
+		}
+		for _, form := range urlForms(v) {
+			add(form)
 		}
 		if strings.ContainsAny(v, "\r\n") {
 			for _, piece := range strings.FieldsFunc(v, func(r rune) bool { return r == '\n' || r == '\r' }) {
@@ -101,6 +110,59 @@ func encodedForms(v string) []string {
 		forms = append(forms, run, strings.NewReplacer("+", "-", "/", "_").Replace(run))
 	}
 	return forms
+}
+
+// urlForms lists v percent-encoded as a worker's URL code writes it: encodeURIComponent (which
+// leaves A-Z a-z 0-9 - _ . ! ~ * ' ( ) as they are), URLSearchParams and form bodies
+// (application/x-www-form-urlencoded: A-Z a-z 0-9 * - . _ kept, a space as +), and encodeURI
+// (which also keeps the URI's reserved characters). Percent escapes are upper-case, as
+// JavaScript writes them, and lower-case too.
+func urlForms(v string) []string {
+	component := percentEncode(v, "-_.!~*'()", false)
+	form := percentEncode(v, "*-._", true)
+	uri := percentEncode(v, "-_.!~*'();/?:@&=+$,#", false)
+	out := []string{component, form, uri}
+	for _, f := range []string{component, form, uri} {
+		out = append(out, lowerEscapes(f))
+	}
+	return out
+}
+
+// percentEncode escapes every UTF-8 byte of v but ASCII letters, digits and keep; with plus, a
+// space is written +.
+func percentEncode(v, keep string, plus bool) string {
+	const digits = "0123456789ABCDEF"
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c < 0x80 && strings.IndexByte(keep, c) >= 0:
+			b.WriteByte(c)
+		case c == ' ' && plus:
+			b.WriteByte('+')
+		default:
+			b.WriteByte('%')
+			b.WriteByte(digits[c>>4])
+			b.WriteByte(digits[c&15])
+		}
+	}
+	return b.String()
+}
+
+// lowerEscapes writes the hex digits of every percent escape in lower case.
+func lowerEscapes(s string) string {
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			for j := i + 1; j <= i+2; j++ {
+				if 'A' <= b[j] && b[j] <= 'F' {
+					b[j] += 'a' - 'A'
+				}
+			}
+			i += 2
+		}
+	}
+	return string(b)
 }
 
 // Merge is a scrubber of both s's values and t's.

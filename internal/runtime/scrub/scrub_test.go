@@ -114,3 +114,26 @@ func recoverable(text, secret string, n int) []string {
 	}
 	return found
 }
+
+// A worker that prints its secret inside JSON.stringify's output, or percent-encoded by
+// encodeURIComponent, URLSearchParams or encodeURI, gets none of it past the scrubber. The
+// expected forms were written by node (v20) from the same value; Go's own JSON encoder escapes
+// <, > and & where JSON.stringify does not.
+func TestAValueIsRemovedAsJavaScriptEncodesIt(t *testing.T) {
+	t.Parallel()
+	const value = "p\"<w>&d s/é+~*\u2028"
+	s := New([]string{value})
+	for name, printed := range map[string]string{
+		"JSON.stringify":     `{"TOKEN":"p\"<w>&d s/é+~*` + "\u2028" + `"}`,
+		"encodeURIComponent": "https://api.example/?t=p%22%3Cw%3E%26d%20s%2F%C3%A9%2B~*%E2%80%A8&x=1",
+		"URLSearchParams":    "t=p%22%3Cw%3E%26d+s%2F%C3%A9%2B%7E*%E2%80%A8&x=1",
+		"encodeURI":          "https://api.example/p%22%3Cw%3E&d%20s/%C3%A9+~*%E2%80%A8",
+		"lower-case escapes": "t=p%22%3cw%3e%26d+s%2f%c3%a9%2b%7e*%e2%80%a8",
+	} {
+		out := s.Apply(printed)
+		require.Contains(t, out, Redacted, "%s: %s", name, out)
+		for _, piece := range []string{"<w>", "%3Cw%3E", "%3cw%3e", "s%2F%C3%A9", "s%2f%c3%a9"} {
+			require.NotContains(t, out, piece, "%s kept a piece of the value: %s", name, out)
+		}
+	}
+}

@@ -66,6 +66,13 @@ type Config struct {
 	// CloudflareEdge reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
 	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
 	CloudflareEdge *http.Client
+	// LogStreamsPerKey and LogStreamsPerOrganization cap the log follow streams open at once on
+	// this replica (DefaultLogStreamsPerKey and DefaultLogStreamsPerOrganization when zero), and
+	// LogStreamMaxAge ends a follow stream that has lasted that long (DefaultLogStreamMaxAge when
+	// zero): its client reconnects with since.
+	LogStreamsPerKey          int
+	LogStreamsPerOrganization int
+	LogStreamMaxAge           time.Duration
 }
 
 // Server is one Host process's HTTP API.
@@ -81,6 +88,8 @@ type Server struct {
 	runtimeInputs *runtimeinput.Service
 	keys          *auth.Cache
 	rates         *keyBuckets
+	// streams bounds the open log follow streams.
+	streams *streamGate
 	// shutdown is closed when Serve begins to shut down: open log streams end.
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
@@ -111,6 +120,7 @@ func New(cfg Config) *Server {
 		keys:         &auth.Cache{TTL: cfg.KeyCacheTTL},
 		rates:        newKeyBuckets(cfg.Catalog.Rates),
 		shutdown:     make(chan struct{}),
+		streams:      newStreamGate(cfg.LogStreamsPerKey, cfg.LogStreamsPerOrganization),
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge}
 	if cfg.DB != nil {

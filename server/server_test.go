@@ -102,6 +102,9 @@ type options struct {
 	// runtimeAdmin, when set, stands between the Host and the runtime node's admin API: it gets
 	// the node's admin URL and returns the one the default catalog names instead.
 	runtimeAdmin func(adminURL string) string
+	// logStreams and logStreamAge bound log follow streams (the server's defaults when zero).
+	logStreamsPerKey, logStreamsPerOrg int
+	logStreamAge                       time.Duration
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -147,15 +150,18 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	ring, err := sealing.OpenRing(context.Background(), db, kek)
 	require.NoError(t, err)
 	srv := server.New(server.Config{
-		DB:                db,
-		Catalog:           cat,
-		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		OwnershipBusyWait: o.busyWait,
-		KeyCacheTTL:       o.keyCacheTTL,
-		SealingRing:       ring,
-		RuntimeInputHooks: o.hooks,
-		WrapBackend:       o.wrap,
-		CloudflareEdge:    o.cloudflareEdge,
+		DB:                        db,
+		Catalog:                   cat,
+		Logger:                    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OwnershipBusyWait:         o.busyWait,
+		KeyCacheTTL:               o.keyCacheTTL,
+		SealingRing:               ring,
+		RuntimeInputHooks:         o.hooks,
+		WrapBackend:               o.wrap,
+		CloudflareEdge:            o.cloudflareEdge,
+		LogStreamsPerKey:          o.logStreamsPerKey,
+		LogStreamsPerOrganization: o.logStreamsPerOrg,
+		LogStreamMaxAge:           o.logStreamAge,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

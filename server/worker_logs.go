@@ -21,6 +21,16 @@ const NDJSONContentType = "application/x-ndjson"
 // long follow).
 const logWriteTimeout = 30 * time.Second
 
+// DefaultLogStreamMaxAge is how long a log follow stream lasts before the Host ends it.
+const DefaultLogStreamMaxAge = time.Hour
+
+func (s *Server) logStreamMaxAge() time.Duration {
+	if s.cfg.LogStreamMaxAge > 0 {
+		return s.cfg.LogStreamMaxAge
+	}
+	return DefaultLogStreamMaxAge
+}
+
 // getWorkerLogs streams a worker's log as NDJSON (SPEC 3.6): the entries its backend holds
 // (since, when given), then, with follow=true, each new one until the client leaves or this Host
 // shuts down. Only the worker's organization finds it.
@@ -35,6 +45,18 @@ func (s *Server) getWorkerLogs(c echo.Context) error {
 	read, err := s.resources.WorkerLogs(ctx, s.cfg.DB, principal(c).Organization, space, name)
 	if err != nil {
 		return err
+	}
+	if q.Follow {
+		// Bounded in number per key and organization, and in age: a client that follows for
+		// longer reconnects with since.
+		release, err := s.streams.open(principal(c).KeyID, principal(c).Organization.ID)
+		if err != nil {
+			return err
+		}
+		defer release()
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, s.logStreamMaxAge())
+		defer stop()
 	}
 	go func() {
 		select {

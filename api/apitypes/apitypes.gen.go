@@ -520,7 +520,7 @@ type GetWorkerLogsParams struct {
 	// Since Only entries received at or after this time: an RFC 3339 time, or a duration back from now such as `10m`.
 	Since *string `form:"since,omitempty" json:"since,omitempty"`
 
-	// Follow Keep the stream open and send each new entry as it arrives, until the client leaves or the Host shuts down.
+	// Follow Keep the stream open and send each new entry as it arrives, until the client leaves, the worker is deleted, the stream has lasted an hour (reconnect with `since`) or the Host shuts down. A replica holds at most 4 follow streams per API key and 16 per organization at once; one more is `429 rate_limited`.
 	Follow *bool `form:"follow,omitempty" json:"follow,omitempty"`
 }
 

@@ -280,7 +280,9 @@ func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerU
 	// Without follow, the pages that hold the ring now: it holds at most a few, and a worker that
 	// keeps printing must not keep a one-shot read going.
 	for round := 0; q.Follow || round < 8; round++ {
-		if q.Follow {
+		if q.Follow && round > 0 {
+			// The first page answers at once (the stream's client sees it open, with what the
+			// ring holds); the later ones wait for new entries.
 			cursor.Wait = logPoll
 		}
 		call, cancel := context.WithTimeout(ctx, cursor.Wait+15*time.Second)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -40,10 +42,45 @@ func (s *Service) WorkerLogs(ctx context.Context, db dbsqlc.DBTX, org auth.Organ
 	}
 	script, uid := st.ScriptName, st.UID
 	return func(ctx context.Context, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
+		if q.Follow {
+			flush = endsWithItsWorker(ctx, db, org, space, name, uid, flush)
+		}
 		err := src.WorkerLogs(ctx, script, uid, q, each, flush)
+		if errors.Is(err, errWorkerGone) {
+			return nil // a follow stream ends with its worker
+		}
 		if errors.Is(err, backend.ErrUnreachable) {
 			return apierr.New(apierr.BackendUnreachable, "the worker's runtime node could not be reached for its logs; try again")
 		}
 		return err
 	}, nil
+}
+
+// workerCheckEvery is how often a follow stream looks whether its worker is still there.
+var workerCheckEvery = 5 * time.Second
+
+// errWorkerGone ends a follow stream whose worker was deleted (or replaced under its name).
+var errWorkerGone = errors.New("resource: the worker of this log is gone")
+
+// endsWithItsWorker wraps a follow stream's flush (called after each page, at least every long
+// poll) so that the stream ends once its worker UID is no longer the present worker of its name:
+// otherwise it would wait for entries that never come, holding a connection here and a long poll
+// on the node. A failed read of the database ends nothing.
+func endsWithItsWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, space, name string, uid uuid.UUID, flush func() error) func() error {
+	checked := time.Now()
+	return func() error {
+		if err := flush(); err != nil {
+			return err
+		}
+		if time.Since(checked) < workerCheckEvery {
+			return nil
+		}
+		checked = time.Now()
+		st, err := dbsqlc.New(db).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, Space: space, Name: name})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows), err == nil && (!st.Present || st.UID != uid):
+			return errWorkerGone
+		}
+		return nil
+	}
 }

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -52,6 +53,15 @@ func (n *Node) getLogs(_ http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	ring := n.logRingLocked(uid)
 	n.mu.Unlock()
+	if wait > 0 {
+		// One long poll more, within the bound: the connections it holds are the Host's too.
+		if n.logWaits.Add(1) > adminapi.MaxLogWaits {
+			n.logWaits.Add(-1)
+			return nil, adminapi.NewProblem(http.StatusTooManyRequests, adminapi.CodeLogWaitsFull, "Too many requests",
+				fmt.Sprintf("this node already holds %d log long polls; retry shortly", adminapi.MaxLogWaits))
+		}
+		defer n.logWaits.Add(-1)
+	}
 
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
@@ -62,8 +72,8 @@ func (n *Node) getLogs(_ http.ResponseWriter, r *http.Request) (any, error) {
 		}
 		// Entries before since moved the cursor: wait on from there.
 		epoch, after = page.Epoch, page.Next
-		if !n.awaitChange(r, changed, timer) {
-			return page, nil
+		if !n.awaitChange(r, changed, timer) || !n.holds(name, uid) {
+			return page, nil // its wait is over, or its worker left (the ring was closed)
 		}
 	}
 }
@@ -71,8 +81,6 @@ func (n *Node) getLogs(_ http.ResponseWriter, r *http.Request) (any, error) {
 // awaitChange holds a long poll until changed is closed (true), or until it should answer as it
 // is (false): its wait has passed, its caller has gone or the node is closing.
 func (n *Node) awaitChange(r *http.Request, changed <-chan struct{}, timer *time.Timer) bool {
-	n.logWaits.Add(1)
-	defer n.logWaits.Add(-1)
 	select {
 	case <-changed:
 		return true
@@ -81,4 +89,12 @@ func (n *Node) awaitChange(r *http.Request, changed <-chan struct{}, timer *time
 	case <-n.quitting:
 	}
 	return false
+}
+
+// holds reports whether the node still desires script name for worker UID uid.
+func (n *Node) holds(name, uid string) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	cur := n.desired.Scripts[name]
+	return cur != nil && cur.WorkerUID == uid
 }

@@ -1,8 +1,10 @@
 package runtime_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,4 +124,39 @@ func TestWorkerLogSpansIncarnationsAndGoesWithItsWorker(t *testing.T) {
 	for _, m := range messages(page) {
 		require.True(t, strings.HasPrefix(m, "v3 "), "the new worker sees only its own lines, not %q", m)
 	}
+}
+
+// TestRuleTheNodeHoldsABoundedNumberOfLogLongPolls: at most adminapi.MaxLogWaits log long polls
+// wait at once; one more is 429 log_waits_full at once, so that log streams never take the admin
+// API's connections (nor the node's descriptors) from everything else. A poll that ends gives
+// its place back.
+func TestRuleTheNodeHoldsABoundedNumberOfLogLongPolls(t *testing.T) {
+	t.Parallel()
+	f, _ := setupWithoutWorkerd(t)
+	f.script("logged", "uid-a", 1, "v1")
+	f.waitReady("logged")
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	var polls sync.WaitGroup
+	for range adminapi.MaxLogWaits {
+		polls.Add(1)
+		go func() {
+			defer polls.Done()
+			_, _ = f.client.Logs(ctx, "logged", adminapi.LogQuery{WorkerUID: "uid-a", Wait: 25 * time.Second})
+		}()
+	}
+	require.Eventually(t, func() bool { return f.h.Node.LogPollsWaiting() == adminapi.MaxLogWaits }, 20*time.Second, 10*time.Millisecond,
+		"every long poll waits: %d", f.h.Node.LogPollsWaiting())
+	started := time.Now()
+	_, err := f.client.Logs(f.ctx, "logged", adminapi.LogQuery{WorkerUID: "uid-a", Wait: 25 * time.Second})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeLogWaitsFull), "one more: %v", err)
+	require.Less(t, time.Since(started), 5*time.Second, "refused at once, not after a wait")
+	_, err = f.client.Logs(f.ctx, "logged", adminapi.LogQuery{WorkerUID: "uid-a"})
+	require.NoError(t, err, "a read that does not wait is never refused")
+
+	cancel()
+	polls.Wait()
+	require.Eventually(t, func() bool { return f.h.Node.LogPollsWaiting() == 0 }, 10*time.Second, 10*time.Millisecond)
+	_, err = f.client.Logs(f.ctx, "logged", adminapi.LogQuery{WorkerUID: "uid-a", Wait: 10 * time.Millisecond})
+	require.NoError(t, err, "the places came back")
 }

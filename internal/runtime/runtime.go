@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/netutil"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
@@ -334,6 +335,9 @@ func Start(cfg Config) (*Node, error) {
 	n.edge = edge.NewH1Server(edgeHandler, cfg.Edge, slog.NewLogLogger(log.Handler(), slog.LevelWarn))
 	total, perSource := n.edge.ConnCaps()
 	log.Info("edge connection caps", "total", total, "perSource", perSource)
+	// The admin API's connections are bounded (the Host holds one per log stream besides its
+	// calls), so that it never takes the descriptors the node keeps for its probes.
+	adminL = netutil.LimitListener(adminL, adminapi.MaxAdminConns)
 	scheme := "http"
 	if tlsConfig != nil {
 		scheme = "https"

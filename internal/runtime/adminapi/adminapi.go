@@ -83,6 +83,8 @@
 // cursor from another epoch, such as one from before the node restarted, starts over), at or
 // after `since` (RFC 3339) when given. `wait` (a Go duration, at most LogWaitMax) makes the call a
 // long poll: with no entry to answer it returns as soon as one arrives, or empty when wait ends.
+// At most MaxLogWaits long polls wait at once; one more is `429 log_waits_full`, so that log
+// streams never take the connections the Host's other calls need.
 // `missed` counts entries that left the ring between the cursor and the first one answered. A
 // script that is absent, or another worker UID's, is `404 script_absent`.
 //
@@ -186,6 +188,14 @@ type LogQuery struct {
 
 // LogWaitMax bounds the wait of one log long poll.
 const LogWaitMax = 30 * time.Second
+
+// MaxLogWaits bounds the log long polls a node holds at once, and MaxAdminConns the admin API's
+// connections: both well inside the descriptors the node keeps for its own use, its probes first
+// (edge.DescriptorReserve).
+const (
+	MaxLogWaits   = 512
+	MaxAdminConns = 1024
+)
 
 // LogsPath is the log read of one script for one worker UID.
 func LogsPath(scriptName string, q LogQuery) string {
@@ -538,8 +548,10 @@ const (
 	// CodeDeliveryRefused: a readback concluded this delivery absent; it never lands now.
 	CodeDeliveryRefused = "delivery_refused"
 	CodeScriptAbsent    = "script_absent"
-	CodeSecretNames     = "secret_names_mismatch"
-	CodeRouteConflict   = "route_conflict"
+	// CodeLogWaitsFull: the node already holds MaxLogWaits log long polls.
+	CodeLogWaitsFull  = "log_waits_full"
+	CodeSecretNames   = "secret_names_mismatch"
+	CodeRouteConflict = "route_conflict"
 	// CodeMemoryAboveNode: a script's limits.memoryMb is above the node's ceiling for one
 	// incarnation; the node never starts it under a lower ceiling than it asked for.
 	CodeMemoryAboveNode = "memory_above_node"

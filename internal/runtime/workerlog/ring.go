@@ -188,7 +188,7 @@ func (r *Ring) Read(epoch string, after uint64, since time.Time, max int) (page 
 	return page, r.changed
 }
 
-// Close stops the dropped-count timer.
+// Close stops the dropped-count timer and wakes the long polls waiting on the ring.
 func (r *Ring) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -196,4 +196,7 @@ func (r *Ring) Close() {
 		r.report.Stop()
 		r.report = nil
 	}
+	// Long polls waiting on it answer now: its worker is gone, and nothing more will come.
+	close(r.changed)
+	r.changed = make(chan struct{})
 }

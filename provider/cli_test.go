@@ -524,3 +524,65 @@ output "gateway_host" {
 	require.NoError(t, err, "re-plan is empty:\n%s", out)
 	run("destroy", "-auto-approve", "-input=false", "-no-color")
 }
+
+// TestAccAnActivationMadeElsewhereIsAdoptedByReading (issue 32 item 13): an activation created
+// through the API under a token this provider never derived is imported by reading its token
+// from the Host (GET .../activation), plans no change, and is destroyed with it.
+func TestAccAnActivationMadeElsewhereIsAdoptedByReading(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	const block = `
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+`
+	full := block + graph("adopt", "hello", "s3cret-value", 1)
+	cut := strings.Index(full, `resource "takoform_worker_endpoint_activation" "a"`)
+	require.Positive(t, cut)
+	w := newWorkspace(t, h.URL, h.Key, full[:cut], "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	out, err := w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+
+	c, err := client.New(client.Config{Endpoint: h.URL, APIKey: h.Key})
+	require.NoError(t, err)
+	state, err := os.ReadFile(filepath.Join(w.dir, "terraform.tfstate"))
+	require.NoError(t, err)
+	var st struct {
+		Resources []struct {
+			Type      string `json:"type"`
+			Instances []struct {
+				Attributes map[string]any `json:"attributes"`
+			} `json:"instances"`
+		} `json:"resources"`
+	}
+	require.NoError(t, json.Unmarshal(state, &st))
+	var reservationID, endpointID string
+	for _, r := range st.Resources {
+		switch r.Type {
+		case "takoform_worker_endpoint_origin_reservation":
+			reservationID = r.Instances[0].Attributes["id"].(string)
+		case "takoform_worker_endpoint":
+			endpointID = r.Instances[0].Attributes["id"].(string)
+		}
+	}
+	_, _, err = c.PutActivation(t.Context(), reservationID, "token-made-elsewhere-0001", endpointID)
+	require.NoError(t, err)
+
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(full+`
+import {
+  to = takoform_worker_endpoint_activation.a
+  id = takoform_worker_endpoint_origin_reservation.r.id
+}
+`), 0o600))
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "1 imported")
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+}

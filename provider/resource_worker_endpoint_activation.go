@@ -203,6 +203,13 @@ func (r *activationResource) Read(ctx context.Context, req resource.ReadRequest,
 // with each derived token: a replay answers from storage and changes nothing, a tombstoned token
 // answers 410, another owner's 409.
 func (r *activationResource) adopt(ctx context.Context, res client.Reservation) (string, error) {
+	// The Host tells an activation's token (GET .../activation); a Host from before that route
+	// answers 404 for it, and the tokens this provider derives are tried instead.
+	if got, err := r.client.GetActivation(ctx, res.ID); err == nil && got.OwnershipToken != nil && *got.OwnershipToken != "" {
+		return *got.OwnershipToken, nil
+	} else if err != nil && !client.IsNotFound(err) {
+		return "", err
+	}
 	if res.OwnershipToken == nil {
 		return "", fmt.Errorf("reservation %q has no owner to derive its activation's token from", res.ID)
 	}
@@ -215,7 +222,7 @@ func (r *activationResource) adopt(ctx context.Context, res client.Reservation) 
 		case client.IsCode(err, "tombstoned"):
 			continue
 		case err != nil:
-			return "", fmt.Errorf("%w\n\nThe Host does not tell an activation's ownership token, and this one was not created by this provider, so it cannot be adopted", err)
+			return "", fmt.Errorf("%w\n\nThis Host does not tell an activation's ownership token, and this one was not created by this provider, so it cannot be adopted", err)
 		default:
 			return token, nil
 		}

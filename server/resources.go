@@ -75,7 +75,7 @@ func (s *Server) deleteEndpoint(c echo.Context) error {
 type ActivationRequest = apitypes.ActivationRequest
 
 const (
-	activationKind         = "worker-endpoint-activation"
+	activationKind         = reservation.ActivationKind
 	activationResourceType = "takoform_worker_endpoint_activation"
 )
 
@@ -94,6 +94,15 @@ func (s *Server) putActivation(c echo.Context) error {
 			}
 			return s.resources.Activate(ctx, m, org, id, endpointUID)
 		})
+}
+
+// getActivation reads an activated reservation with its activation's ownership token.
+func (s *Server) getActivation(c echo.Context) error {
+	r, token, err := s.reservations.GetActivation(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reservationId"))
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, r.Project(token).JSON())
 }
 
 func (s *Server) deleteActivation(c echo.Context) error {

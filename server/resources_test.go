@@ -159,9 +159,17 @@ func TestSuppliedReservationSafeDestroyOrder(t *testing.T) {
 	require.Equal(t, res.json(t)["canonicalOrigin"].(string)+"/", e["url"])
 	require.Equal(t, "bound", h.getReservation(h.key, "res-api").json(t)["status"])
 
+	activationPath := resPath + "res-api/activation"
+	h.do(req{method: http.MethodGet, path: activationPath, key: h.key}).problem(t, http.StatusNotFound, "not_found")
 	act := h.putActivation("res-api", activateToken, e["uid"].(string))
 	require.Equal(t, http.StatusCreated, act.status, "body: %s", act.body)
 	require.Equal(t, "activated", act.json(t)["status"])
+	// Describe returns the token (seed 000): the activation's own, not the reservation's.
+	got := h.get(activationPath).json(t)
+	require.Equal(t, activateToken, got["ownershipToken"])
+	require.Equal(t, e["uid"], got["endpoint"].(map[string]any)["uid"])
+	_, otherKey := h.newOrg("globex")
+	h.do(req{method: http.MethodGet, path: activationPath, key: otherKey}).problem(t, http.StatusNotFound, "not_found")
 
 	// Out of order deletes are refused with typed 409s.
 	p := h.deleteReservation(h.key, "res-api", tokenA).problem(t, http.StatusConflict, "release_fenced")
@@ -172,6 +180,7 @@ func TestSuppliedReservationSafeDestroyOrder(t *testing.T) {
 	// The safe order succeeds.
 	require.Equal(t, http.StatusOK, h.deleteActivation("res-api", activateToken).status)
 	require.Equal(t, "bound", h.getReservation(h.key, "res-api").json(t)["status"])
+	h.do(req{method: http.MethodGet, path: activationPath, key: h.key}).problem(t, http.StatusNotFound, "not_found")
 	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
 	released := h.deleteReservation(h.key, "res-api", tokenA)
 	require.Equal(t, http.StatusOK, released.status, "body: %s", released.body)

@@ -155,6 +155,7 @@ func (s *Server) routes() {
 	v1.GET("/worker-endpoint-origin-reservations/:reservationId", s.getReservation, read)
 	v1.PUT("/worker-endpoint-origin-reservations/:reservationId", s.putReservation, write)
 	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation, write)
+	v1.GET("/worker-endpoint-origin-reservations/:reservationId/activation", s.getActivation, read)
 	v1.PUT("/worker-endpoint-origin-reservations/:reservationId/activation", s.putActivation, write)
 	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId/activation", s.deleteActivation, write)
 	v1.POST("/worker-endpoint-origin-derivations", s.derive, read)

@@ -71,6 +71,13 @@ func (c *Client) DeleteReservation(ctx context.Context, id, token string) (Reser
 	return out, err
 }
 
+// GetActivation reads an activated reservation with its activation's ownership token.
+func (c *Client) GetActivation(ctx context.Context, reservationID string) (Reservation, error) {
+	var out Reservation
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: reservationPath(reservationID) + "/activation"}, &out)
+	return out, err
+}
+
 // PutActivation activates a reservation with the endpoint recorded on it.
 func (c *Client) PutActivation(ctx context.Context, reservationID, token, endpointUID string) (Reservation, Response, error) {
 	var out Reservation

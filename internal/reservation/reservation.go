@@ -265,10 +265,32 @@ func sweep(ctx context.Context, q *dbsqlc.Queries, orgID, id, space, worker, ori
 // its ownership key, taking no lock and writing nothing. Released rows and other organizations'
 // rows are reported as absent.
 func (s *Service) Get(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, id string) (Reservation, string, error) {
+	return s.getOwnedAs(ctx, db, org, id, Kind)
+}
+
+// GetActivation reads an activated reservation with its activation's ownership token (seed 000:
+// Describe returns the token), so that an activation made elsewhere can be adopted by reading.
+// A reservation that is not activated has no activation: 404.
+func (s *Service) GetActivation(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, id string) (Reservation, string, error) {
+	r, token, err := s.getOwnedAs(ctx, db, org, id, ActivationKind)
+	if err != nil {
+		return r, "", err
+	}
+	if r.Status != dbsqlc.ReservationStatusActivated {
+		return Reservation{}, "", apierr.New(apierr.NotFound, "reservation %q is %s: it has no activation", id, r.Status)
+	}
+	return r, token, nil
+}
+
+// ActivationKind is the ownership kind of activations.
+const ActivationKind = "worker-endpoint-activation"
+
+// getOwnedAs reads a reservation with the ownership token its kind's key holds.
+func (s *Service) getOwnedAs(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, id, kind string) (Reservation, string, error) {
 	if err := CheckReadableID(id); err != nil {
 		return Reservation{}, "", err
 	}
-	row, err := dbsqlc.New(db).ReservationRead(ctx, dbsqlc.ReservationReadParams{OwnershipKind: Kind, OrganizationID: org.ID, ID: id})
+	row, err := dbsqlc.New(db).ReservationRead(ctx, dbsqlc.ReservationReadParams{OwnershipKind: kind, OrganizationID: org.ID, ID: id})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && row.EffectiveStatus == dbsqlc.ReservationStatusReleased) {
 		return Reservation{}, "", apierr.New(apierr.NotFound, "no reservation %q", id)
 	}

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,11 +45,13 @@ func devCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the Host and a runtime node on a private PostgreSQL cluster in .takoform/dev (no server needed)",
-		Long: `dev is the embedded default (SPEC 6.1). It starts (or reuses) a PostgreSQL cluster from this
-machine's PostgreSQL binaries in the dev directory, migrates it, generates the sealing
-key-encryption key once, makes sure organization "dev" and an API key exist (the key goes to a 0600
-file), starts a runtime node (workerd, its admin API and its edge) and serves the API until
-interrupted. It then stops the runtime node's processes and the cluster if it started it.`,
+		Long: `dev runs everything on one machine with nothing to install beyond PostgreSQL's binaries and
+workerd. It starts a PostgreSQL cluster from this machine's PostgreSQL binaries in the dev directory
+(created on first use, kept between runs), migrates it, generates the sealing key-encryption key
+once, makes sure organization "dev" and an API key exist (the key goes to a 0600 file), starts a
+runtime node (workerd, its admin API and its edge) and serves the API until interrupted. It then
+stops the runtime node's processes and the cluster. One dev runs per directory at a time; a cluster
+that an earlier dev left running when it was killed is taken over and stopped like its own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -80,12 +84,21 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 	if err != nil {
 		return err
 	}
-	wasRunning := cluster.Running(ctx)
+	// One dev per directory: its lock is held until this process ends, however it ends, so a
+	// cluster found running with the lock free was left by a dev that was killed.
+	unlock, err := lockDevDir(cluster.Dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if cluster.Running(ctx) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "takoserver dev: the PostgreSQL cluster in %s was left running by an earlier takoserver dev that did not stop; using it, and stopping it when this one stops\n", cluster.Dir)
+	}
 	if err := cluster.Start(ctx, devDatabase); err != nil {
 		return err
 	}
-	if !wasRunning {
-		// Stop the cluster we started, even when interrupted: a fresh context, bounded.
+	{
+		// Stop the cluster, even when interrupted: a fresh context, bounded.
 		defer func() {
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			defer cancel()
@@ -134,7 +147,7 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 		node, err = runtime.Start(rt)
 	}
 	if err != nil {
-		return err
+		return listenHint(err)
 	}
 	defer func() {
 		if err := node.Close(); err != nil {
@@ -162,14 +175,51 @@ or by hand:
     export TAKOFORM_ENDPOINT=%s
     export TAKOFORM_API_KEY="$(cat %s)"
 
-Press Ctrl-C to stop; the PostgreSQL cluster in %s is kept for the next run.
+Press Ctrl-C to stop; the PostgreSQL cluster in %s stops too, its data kept for the next run.
 
 `, endpoint, devOrganization, info.EdgeAddr, info.EdgeScheme, keyPath, filepath.Join(cluster.Dir, devEnvFile), endpoint, keyPath, cluster.Dir)
 	})
 	if errors.Is(serveErr, context.Canceled) {
 		return nil
 	}
+	if errors.Is(serveErr, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: another program listens there; pick another address with --listen", serveErr)
+	}
 	return serveErr
+}
+
+// listenHint names the flag that moves a listener whose address is taken.
+func listenHint(err error) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	switch msg := err.Error(); {
+	case strings.Contains(msg, "admin API"):
+		return fmt.Errorf("%w: another program listens there; pick another address with --admin-listen", err)
+	case strings.Contains(msg, "edge"):
+		return fmt.Errorf("%w: another program listens there; pick another address with --edge-listen (or --edge-http-listen)", err)
+	}
+	return err
+}
+
+// devLockFile is held (flock) by the takoserver dev using a directory.
+const devLockFile = "dev.lock"
+
+// lockDevDir takes dir's dev lock, or says which process holds it.
+func lockDevDir(dir string) (func(), error) {
+	path := filepath.Join(dir, devLockFile)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("another takoserver dev (pid %s) is using %s: stop it first, or give this one another --dir", strings.TrimSpace(string(holder)), dir)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { f.Close() }, nil
 }
 
 // ensureDevKey makes sure organization dev exists and the key file holds a working key, issuing

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -332,9 +333,9 @@ func devDir(t *testing.T) string {
 }
 
 type devProcess struct {
-	cmd    *exec.Cmd
-	stdout *runtimetest.Buffer
-	url    string
+	cmd            *exec.Cmd
+	stdout, stderr *runtimetest.Buffer
+	url            string
 }
 
 func startDev(t *testing.T, dir string, extra ...string) devProcess {
@@ -343,8 +344,8 @@ func startDev(t *testing.T, dir string, extra ...string) devProcess {
 		"--runtime-state-dir", filepath.Join(filepath.Dir(dir), "runtime"), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0"}
 	cmd := exec.Command(binary, append(args, extra...)...)
 	cmd.Env = os.Environ()
-	stdout := &runtimetest.Buffer{}
-	cmd.Stdout, cmd.Stderr = stdout, io.Discard
+	stdout, stderr := &runtimetest.Buffer{}, &runtimetest.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGINT)
@@ -352,7 +353,7 @@ func startDev(t *testing.T, dir string, extra ...string) devProcess {
 	})
 	url := "http://" + listeningAt(t, stdout)
 	waitReady(t, url+"/readyz")
-	return devProcess{cmd: cmd, stdout: stdout, url: url}
+	return devProcess{cmd: cmd, stdout: stdout, stderr: stderr, url: url}
 }
 
 func (d devProcess) stop(t *testing.T) {
@@ -450,6 +451,44 @@ func devServesAWorker(t *testing.T, d devProcess, key string) {
 		return resp.StatusCode == http.StatusOK && string(body) == "hello from dev"
 	}, 30*time.Second, 100*time.Millisecond)
 	require.True(t, served, "dev's edge serves the worker at %s: last answer %s", endpoint.Hostname, last)
+}
+
+// TestADevKilledLeavesNoClusterRunningPastTheNext (issue 32 item 9): one dev runs per directory
+// (a second is refused, naming the first); a dev killed with SIGKILL leaves its cluster running,
+// and the next dev says so, uses it and stops it when it stops; a busy address names the flag
+// that moves it.
+func TestADevKilledLeavesNoClusterRunningPastTheNext(t *testing.T) {
+	t.Parallel()
+	dir := devDir(t)
+	first := startDev(t, dir)
+	_, errOut, err := runRaw("", "dev", "--dir", dir, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
+	require.Error(t, err)
+	require.Contains(t, errOut, fmt.Sprintf("another takoserver dev (pid %d) is using", first.cmd.Process.Pid))
+
+	require.NoError(t, first.cmd.Process.Kill())
+	_ = first.cmd.Wait()
+	_, err = os.Stat(filepath.Join(dir, "data", "postmaster.pid"))
+	require.NoError(t, err, "a killed dev leaves its cluster running")
+
+	second := startDev(t, dir)
+	require.Contains(t, second.stderr.String(), "left running by an earlier takoserver dev")
+	second.stop(t)
+	_, err = os.Stat(filepath.Join(dir, "data", "postmaster.pid"))
+	require.ErrorIs(t, err, os.ErrNotExist, "the next dev stops the cluster the killed one left")
+
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	for flag, args := range map[string][]string{
+		"--listen":       {"--listen", busy.Addr().String(), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0"},
+		"--admin-listen": {"--listen", "127.0.0.1:0", "--admin-listen", busy.Addr().String(), "--edge-listen", "127.0.0.1:0"},
+		"--edge-listen":  {"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--edge-listen", busy.Addr().String()},
+	} {
+		_, errOut, err := runRaw("", append([]string{"dev", "--dir", dir, "--workerd", workerdtest.Binary(t),
+			"--runtime-state-dir", filepath.Join(filepath.Dir(dir), "runtime")}, args...)...)
+		require.Error(t, err, flag)
+		require.Contains(t, errOut, "pick another address with "+flag, "a busy %s names its flag: %s", flag, errOut)
+	}
 }
 
 func TestDevRefusesUnsafeDirectory(t *testing.T) {

@@ -154,3 +154,45 @@ func TestAccAStoppedHostIsSaidAndBounded(t *testing.T) {
 	require.Equal(t, 3, n, "each worker once: the re-run neither orphaned nor duplicated any")
 	require.Equal(t, 3, strings.Count(out, "Creation complete"), out)
 }
+
+// TestAccASilentHostDoesNotTaintASentCreate (SPEC 4, issue 32 item 5): the Host receives a
+// worker's create and gives no answer for longer than unreachable_timeout (8 s) before it
+// answers again. The create, which may have landed, is sent again with its token until the
+// resource's timeout instead of being failed at the bound: the apply succeeds, nothing is
+// tainted, and the re-plan is empty.
+func TestAccASilentHostDoesNotTaintASentCreate(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	u, err := url.Parse(h.URL)
+	require.NoError(t, err)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	var mu sync.Mutex
+	var silentUntil time.Time
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		if silentUntil.IsZero() && r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/workers/") {
+			silentUntil = time.Now().Add(14 * time.Second) // past the 8 s bound
+		}
+		until := silentUntil
+		mu.Unlock()
+		if time.Now().Before(until) {
+			select { // received, never answered
+			case <-time.After(time.Until(until)):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	config := strings.Replace(hostDownConfig, "count              = 3", "count              = 1", 1)
+	w := newWorkspace(t, front.URL, h.Key, config, "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID, "TF_LOG=WARN")
+	start := time.Now()
+	out, err := w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, "a sent create outlives the unreachable bound:\n%s", out)
+	require.Greater(t, time.Since(start), 14*time.Second, "the Host was silent that long")
+	require.Contains(t, out, "sent again with its ownership token")
+	require.NotContains(t, out, "tainted")
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+}

@@ -252,12 +252,18 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 		if quiet == nil {
 			quiet = c.startSilence(ctx, req, time.Now())
 		}
-		resp, connected, err := c.attempt(ctx, quiet, req, target, body, out)
+		// A mutation that was sent (or may have reached the Host) is bounded only by the
+		// resource's timeout, replayed with its token: unreachable_timeout alone never makes its
+		// outcome unknown (SPEC 4). Reads, plans and tries that never connected keep the bound.
+		replaying := owned && sent && hasDeadline
+		quiet.replaying.Store(replaying)
+		resp, connected, err := c.attempt(ctx, quiet, replaying, req, target, body, out)
 		answered := resp.Status != 0
 		// A try that never got a connection (refused, no route) carried nothing; any other
 		// failure without an answer may have delivered the request, one cut short by the
 		// caller's own deadline too.
 		sent = sent || !answered && connected && err != nil
+		replaying = owned && sent && hasDeadline
 		if answered {
 			quiet.end()
 			quiet = nil
@@ -282,7 +288,7 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
 		}
 		wait := backoff(attempt, retryAfter(err))
-		if quiet != nil {
+		if quiet != nil && !replaying {
 			// A Host that has not answered for the whole bound is reported now, not at the
 			// resource's timeout; until then it is tried again, the last time at the bound.
 			left := time.Until(quiet.since.Add(c.unreachable))
@@ -309,9 +315,12 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 // Host busy with a long call (a deploy waits up to a minute for its worker) is asked again
 // within the bound and answers that (a replay, or 409 intent_in_progress) instead of reading as
 // silent. The effective timeout of one try is the shortest of Timeout and those two.
-func (c *Client) attempt(ctx context.Context, quiet *silence, req Request, target string, body []byte, out any) (Response, bool, error) {
+//
+// A replay (a sent mutation, see Do) is not held to the silence's bound: each of its tries still
+// ends after half the bound, so that it asks again.
+func (c *Client) attempt(ctx context.Context, quiet *silence, replaying bool, req Request, target string, body []byte, out any) (Response, bool, error) {
 	deadline := quiet.since.Add(c.unreachable)
-	if half := time.Now().Add(c.unreachable / 2); half.Before(deadline) {
+	if half := time.Now().Add(c.unreachable / 2); half.Before(deadline) || replaying {
 		deadline = half
 	}
 	limit := time.Until(deadline)
@@ -355,6 +364,9 @@ type silence struct {
 	done  chan struct{}
 	// cause is the last failure that says more than a deadline (connection refused, reset).
 	cause error
+	// replaying: the request may have reached the Host, and is asked again until the resource's
+	// timeout rather than the bound (the warnings say so).
+	replaying atomic.Bool
 }
 
 func (c *Client) startSilence(ctx context.Context, req Request, since time.Time) *silence {
@@ -374,6 +386,11 @@ func (c *Client) startSilence(ctx context.Context, req Request, since time.Time)
 					continue
 				}
 				quietFor := now.Sub(since).Round(time.Second)
+				if s.replaying.Load() {
+					c.warn(ctx, fmt.Sprintf("the Takoform Host at %s (from %s) has not answered for %s; the request may have reached it, so it is sent again with its ownership token (a replay, never a second object) until the resource's timeout",
+						c.base.Redacted(), c.endpointFrom, quietFor), map[string]any{"method": req.Method, "path": req.Path})
+					continue
+				}
 				c.warn(ctx, fmt.Sprintf("the Takoform Host at %s (from %s) has not answered for %s; retrying until %s without an answer, then failing (the apply can be re-run safely once the Host is back)",
 					c.base.Redacted(), c.endpointFrom, quietFor, c.unreachable), map[string]any{"method": req.Method, "path": req.Path})
 			}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,14 +129,44 @@ func TestAHangingHostIsBoundedLikeAStoppedOne(t *testing.T) {
 	var w warnings
 	c, err := New(Config{Endpoint: "http://" + blackhole(t), APIKey: "k", Timeout: 30 * time.Second, Unreachable: bound, Warn: w.log})
 	require.NoError(t, err)
-	took, err := ownedPut(t, c)
+	start := time.Now()
+	_, err = c.GetWorker(context.Background(), "s", "w")
+	took := time.Since(start)
 	var unreachable *UnreachableError
 	require.ErrorAs(t, err, &unreachable, "%v", err)
-	var unknown *OutcomeUnknownError
-	require.ErrorAs(t, err, &unknown, "the request reached a Host that never answered: it may have landed")
 	require.Less(t, took, bound+time.Second, "the 30 s request timeout does not stretch the bound")
 	at, msgs := w.snapshot()
 	require.GreaterOrEqual(t, len(at), 3, "warnings come during the one hanging attempt too: %q", msgs)
+}
+
+// TestRuleASentMutationIsBoundedOnlyByItsResourceTimeout (SPEC 4): a create that reached a Host
+// that does not answer may have landed, so unreachable_timeout alone never makes its outcome
+// unknown. It is sent again with its token until the resource's timeout; a Host that answers
+// after the bound (here three times the bound) completes it, and the warnings say it is replayed.
+func TestRuleASentMutationIsBoundedOnlyByItsResourceTimeout(t *testing.T) {
+	t.Parallel()
+	back := make(chan struct{})
+	var tries atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tries.Add(1)
+		select {
+		case <-back:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{}`))
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	time.AfterFunc(3*bound, func() { close(back) })
+	var w warnings
+	c, err := New(Config{Endpoint: srv.URL, APIKey: "k", Timeout: 30 * time.Second, Unreachable: bound, Warn: w.log})
+	require.NoError(t, err)
+	took, err := ownedPut(t, c)
+	require.NoError(t, err, "answered after the bound, within the resource's timeout")
+	require.Greater(t, took, 3*bound-100*time.Millisecond)
+	require.Greater(t, tries.Load(), int64(2), "asked again while the Host was silent")
+	_, msgs := w.snapshot()
+	require.Contains(t, strings.Join(msgs, "\n"), "sent again with its ownership token")
 }
 
 // A create whose resource timeout ends while its request hangs at the Host (shorter than the

@@ -586,3 +586,54 @@ import {
 	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
 	require.NoError(t, err, out)
 }
+
+// TestAccAPlanNamesTheWorkerABindingReaches (issue 32 item 8): a binding moved to another worker
+// shows in the plan as the workers' space/name, not only their UIDs; an unchanged configuration
+// plans nothing.
+func TestAccAPlanNamesTheWorkerABindingReaches(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	config := func(callee string) string {
+		return fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+resource "takoform_worker" "catalog" {
+  for_each           = toset(["catalog-a", "catalog-b"])
+  space              = "prod"
+  name               = each.key
+  main_module        = "index.js"
+  modules            = { "index.js" = "export default { fetch() { return new Response('${each.key}') } };" }
+  compatibility_date = "2025-01-01"
+}
+
+resource "takoform_worker" "shop" {
+  space              = "prod"
+  name               = "shop"
+  main_module        = "index.js"
+  modules            = { "index.js" = "export default { fetch(r, env) { return env.CATALOG.fetch(r) } };" }
+  compatibility_date = "2025-01-01"
+  service_bindings   = { CATALOG = takoform_worker.catalog[%q].id }
+}
+`, callee)
+	}
+	w := newWorkspace(t, h.URL, h.Key, config("catalog-a"))
+	out, err := w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, "first apply: %s", out)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(config("catalog-b")), 0o600))
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.Contains(t, out, `"CATALOG" = "prod/catalog-a" -> "prod/catalog-b"`, out)
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, "apply of the moved binding: %s", out)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan is empty:\n%s", out)
+}

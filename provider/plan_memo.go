@@ -16,6 +16,9 @@ type planMemo struct {
 	bindings *planned[[]string]
 	// offerings are the Host's offerings, read by the first worker plan that checks its limits.
 	offerings *offeringsMemo
+	// workers is each worker's space/name by UID, as this configuration planned, read or created
+	// it: what a binding to it is shown as.
+	workers *planned[string]
 }
 
 // planned is one kind of value of a planMemo, by key. A nil one records nothing and finds nothing.

@@ -152,7 +152,7 @@ func (p *takoformProvider) Configure(ctx context.Context, req provider.Configure
 		return
 	}
 	// One client per configuration: OpenTofu's provider for_each makes several in one process.
-	data := &providerData{client: c, memo: planMemo{origins: &planned[string]{}, bindings: &planned[[]string]{}, offerings: &offeringsMemo{}}}
+	data := &providerData{client: c, memo: planMemo{origins: &planned[string]{}, bindings: &planned[[]string]{}, offerings: &offeringsMemo{}, workers: &planned[string]{}}}
 	resp.DataSourceData = data
 	resp.ResourceData = data
 }

@@ -41,6 +41,7 @@ type workerResource struct {
 	client    *client.Client
 	bindings  *planned[[]string]
 	offerings *offeringsMemo
+	workers   *planned[string]
 }
 
 type workerModel struct {
@@ -57,6 +58,7 @@ type workerModel struct {
 	JSONVars              types.Map      `tfsdk:"json_vars"`
 	CompatibilityFlags    types.Set      `tfsdk:"compatibility_flags"`
 	ServiceBindings       types.Map      `tfsdk:"service_bindings"`
+	ServiceBindingWorkers types.Map      `tfsdk:"service_binding_workers"`
 	Limits                types.Object   `tfsdk:"limits"`
 	RequiredSensitiveVars types.Set      `tfsdk:"required_sensitive_vars"`
 	RuntimeInputReference types.String   `tfsdk:"runtime_input_reference"`
@@ -209,7 +211,13 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				ElementType:         types.StringType,
 			},
 			"service_bindings": serviceBindingsAttribute(),
-			"limits":           limitsAttribute(),
+			"service_binding_workers": schema.MapAttribute{
+				MarkdownDescription: "The worker each service binding reaches, as `space/name`, so that a plan shows which worker a changed binding names (a UID alone says little). " +
+					"Read from the workers this configuration plans and, for others, from the Host by UID; null for one the Host no longer holds.",
+				Computed:    true,
+				ElementType: types.StringType,
+			},
+			"limits": limitsAttribute(),
 			"required_sensitive_vars": schema.SetAttribute{
 				MarkdownDescription: "Names of the secret bindings the worker requires. They must equal the `binding_names` of the runtime input it names. Changes in place.",
 				Optional:            true,
@@ -261,6 +269,7 @@ func (r *workerResource) Configure(_ context.Context, req resource.ConfigureRequ
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
 	r.bindings = memoOf(req.ProviderData).bindings
 	r.offerings = memoOf(req.ProviderData).offerings
+	r.workers = memoOf(req.ProviderData).workers
 }
 
 // ModifyPlan plans an update of a worker that does not serve what the state says (its last deploy
@@ -300,6 +309,11 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if changed || failed {
 		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
 	}
+	if !creating && !state.ID.IsNull() && !state.ID.IsUnknown() {
+		r.workers.record(state.ID.ValueString(), state.Space.ValueString()+"/"+state.Name.ValueString())
+	}
+	r.learnCallees(ctx, plan.ServiceBindings, state.ServiceBindings)
+	plan.ServiceBindingWorkers = r.bindingWorkers(plan.ServiceBindings, state.ServiceBindings, state.ServiceBindingWorkers, true)
 	resp.Diagnostics.Append(writePlan(ctx, resp, &proposed, &plan)...)
 	r.checkCeilings(ctx, plan, &resp.Diagnostics)
 	if r.client == nil || plan.RuntimeInputReference.IsNull() || plan.RuntimeInputReference.IsUnknown() {
@@ -383,7 +397,10 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	} else {
 		m.CompatibilityFlags, _ = types.SetValueFrom(ctx, types.StringType, w.CompatibilityFlags)
 	}
+	priorBindings, priorWorkers := m.ServiceBindings, m.ServiceBindingWorkers
 	fillBindings(ctx, m, w, importing)
+	r.workers.record(w.UID, w.Space+"/"+w.Name)
+	m.ServiceBindingWorkers = r.bindingWorkers(m.ServiceBindings, priorBindings, priorWorkers, false)
 	m.RuntimeInputReference = types.StringNull()
 	if w.RuntimeInputs != nil {
 		m.RuntimeInputReference = types.StringValue(w.RuntimeInputs.Reference)

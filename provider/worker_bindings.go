@@ -215,3 +215,79 @@ func (m *offeringsMemo) get(ctx context.Context, c *client.Client) ([]client.Off
 	}
 	return m.got, nil
 }
+
+// bindingWorkers names the worker each binding reaches, space/name: from the workers this
+// configuration planned, read or created, else as it was named before for the same UID. A binding
+// whose worker is not known yet is unknown in a plan; in state, one this configuration does not
+// hold is null.
+func (r *workerResource) bindingWorkers(bindings, priorBindings, priorWorkers types.Map, planning bool) types.Map {
+	switch {
+	case bindings.IsNull():
+		return types.MapNull(types.StringType)
+	case bindings.IsUnknown():
+		return types.MapUnknown(types.StringType)
+	}
+	// What each UID was shown as (null: a worker this configuration does not hold), when known.
+	before := map[string]types.String{}
+	if !priorBindings.IsNull() && !priorBindings.IsUnknown() && !priorWorkers.IsNull() && !priorWorkers.IsUnknown() {
+		names := priorWorkers.Elements()
+		for k, v := range priorBindings.Elements() {
+			uid, ok1 := v.(types.String)
+			name, ok2 := names[k].(types.String)
+			if ok1 && ok2 && !uid.IsUnknown() && !name.IsUnknown() {
+				before[uid.ValueString()] = name
+			}
+		}
+	}
+	out := make(map[string]attr.Value, len(bindings.Elements()))
+	for k, v := range bindings.Elements() {
+		uid, ok := v.(types.String)
+		switch {
+		case !ok || uid.IsNull():
+			out[k] = types.StringNull()
+		case uid.IsUnknown():
+			out[k] = types.StringUnknown()
+		default:
+			if name, ok := r.workers.lookup(uid.ValueString()); ok {
+				out[k] = types.StringValue(name)
+			} else if name, ok := before[uid.ValueString()]; ok {
+				out[k] = name
+			} else if planning {
+				out[k] = types.StringUnknown()
+			} else {
+				out[k] = types.StringNull()
+			}
+		}
+	}
+	return types.MapValueMust(types.StringType, out)
+}
+
+// learnCallees asks the Host for the workers a binding newly names that this configuration did
+// not plan or read (a worker of another configuration, or one an apply does not plan again), so
+// that the plan can name them. A UID the state already binds needs nothing; a failed read leaves
+// the name unknown.
+func (r *workerResource) learnCallees(ctx context.Context, bindings, priorBindings types.Map) {
+	if r.client == nil || bindings.IsNull() || bindings.IsUnknown() {
+		return
+	}
+	bound := map[string]bool{}
+	if !priorBindings.IsNull() && !priorBindings.IsUnknown() {
+		for _, v := range priorBindings.Elements() {
+			if s, ok := v.(types.String); ok && !s.IsUnknown() && !s.IsNull() {
+				bound[s.ValueString()] = true
+			}
+		}
+	}
+	for _, v := range bindings.Elements() {
+		s, ok := v.(types.String)
+		if !ok || s.IsUnknown() || s.IsNull() || bound[s.ValueString()] {
+			continue
+		}
+		if _, known := r.workers.lookup(s.ValueString()); known {
+			continue
+		}
+		if w, err := r.client.GetWorkerByUID(ctx, s.ValueString()); err == nil {
+			r.workers.record(w.UID, w.Space+"/"+w.Name)
+		}
+	}
+}

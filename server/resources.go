@@ -22,6 +22,19 @@ func (s *Server) getWorker(c echo.Context) error {
 	return c.JSONBlob(http.StatusOK, w.Project(token).JSON())
 }
 
+// getWorkerByUID reads a worker by its UID (what a service binding names).
+func (s *Server) getWorkerByUID(c echo.Context) error {
+	uid, err := uuid.Parse(c.Param("uid"))
+	if err != nil {
+		return apierr.New(apierr.NotFound, "no worker with uid %q", c.Param("uid"))
+	}
+	w, err := s.resources.GetWorkerByUID(c.Request().Context(), s.cfg.DB, principal(c).Organization, uid)
+	if err != nil {
+		return err
+	}
+	return c.JSONBlob(http.StatusOK, w.Project("").JSON())
+}
+
 func (s *Server) putWorker(c echo.Context) error {
 	space, name := c.Param("space"), c.Param("name")
 	org := principal(c).Organization

@@ -146,6 +146,27 @@ func TestHostMintedEndpointPublishesAndLetsGoInPlace(t *testing.T) {
 	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
 }
 
+// TestAWorkerReadsByItsUIDWithinItsOrganizationOnly: GET /v1/workers/{uid} answers the present
+// worker as its read by name does, without an ownership token; another organization's key, a
+// malformed UID and a deleted worker find nothing.
+func TestAWorkerReadsByItsUIDWithinItsOrganizationOnly(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	w := h.putWorker("prod", "api", workerToken, workerBody())
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	uid := w.json(t)["uid"].(string)
+	got := h.get("/v1/workers/" + uid).json(t)
+	require.Equal(t, uid, got["uid"])
+	require.Equal(t, "prod", got["space"])
+	require.Equal(t, "api", got["name"])
+	require.Nil(t, got["ownershipToken"], "the UID names the worker, not its owner's key")
+	_, otherKey := h.newOrg("globex")
+	h.do(req{method: http.MethodGet, path: "/v1/workers/" + uid, key: otherKey}).problem(t, http.StatusNotFound, "not_found")
+	h.do(req{method: http.MethodGet, path: "/v1/workers/not-a-uid", key: h.key}).problem(t, http.StatusNotFound, "not_found")
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "api", workerToken).status)
+	h.do(req{method: http.MethodGet, path: "/v1/workers/" + uid, key: h.key}).problem(t, http.StatusNotFound, "not_found")
+}
+
 func TestSuppliedReservationSafeDestroyOrder(t *testing.T) {
 	t.Parallel()
 	h := setup(t)

@@ -160,6 +160,7 @@ func (s *Server) routes() {
 	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId/activation", s.deleteActivation, write)
 	v1.POST("/worker-endpoint-origin-derivations", s.derive, read)
 	v1.GET("/spaces/:space/workers/:name", s.getWorker, read)
+	v1.GET("/workers/:uid", s.getWorkerByUID, read)
 	v1.PUT("/spaces/:space/workers/:name", s.putWorker, write)
 	v1.DELETE("/spaces/:space/workers/:name", s.deleteWorker, write)
 	v1.GET("/spaces/:space/workers/:name/logs", s.getWorkerLogs, read)

@@ -71,6 +71,13 @@ func (c *Client) DeleteReservation(ctx context.Context, id, token string) (Reser
 	return out, err
 }
 
+// GetWorkerByUID reads the present worker with that UID (without its ownership token).
+func (c *Client) GetWorkerByUID(ctx context.Context, uid string) (Worker, error) {
+	var out Worker
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: "/v1/workers/" + url.PathEscape(uid)}, &out)
+	return out, err
+}
+
 // GetActivation reads an activated reservation with its activation's ownership token.
 func (c *Client) GetActivation(ctx context.Context, reservationID string) (Reservation, error) {
 	var out Reservation

@@ -262,6 +262,25 @@ func (s *Service) GetWorker(ctx context.Context, db dbsqlc.DBTX, org auth.Organi
 	return w, row.OwnershipToken, nil
 }
 
+// GetWorkerByUID reads the present worker of the organization with that UID, as GetWorker does
+// (without its ownership token: the UID names the worker, not its owner's key). A deleted or
+// replaced worker, or another organization's, is not found.
+func (s *Service) GetWorkerByUID(ctx context.Context, db dbsqlc.DBTX, org auth.Organization, uid uuid.UUID) (Worker, error) {
+	st, err := dbsqlc.New(db).WorkerGet(ctx, dbsqlc.WorkerGetParams{OrganizationID: org.ID, UID: &uid})
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !st.Present) {
+		return Worker{}, apierr.New(apierr.NotFound, "no worker with uid %s", uid)
+	}
+	if err != nil {
+		return Worker{}, fmt.Errorf("resource: get worker by uid: %w", err)
+	}
+	w, err := workerOf(st)
+	if err != nil {
+		return Worker{}, err
+	}
+	w.Live = s.observe(ctx, w.Placement, backend.NativeWorker, w.ScriptName)
+	return w, nil
+}
+
 func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID) error {
 	modules, err := json.Marshal(w.Modules)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -53,6 +54,7 @@ type cfScriptsOptions struct {
 	ceiling int
 	hooks   runtimeinput.Hooks
 	wrap    func(backend.Mutator) backend.Mutator
+	budget  ratebudget.Budget
 }
 
 func setupCFScripts(t *testing.T, o cfScriptsOptions) *cfScripts {
@@ -88,7 +90,9 @@ func setupCFScripts(t *testing.T, o cfScriptsOptions) *cfScripts {
 		},
 	})
 	require.NoError(t, err)
-	h := setup(t, func(opt *options) { opt.catalogJSON, opt.hooks, opt.wrap = string(cat), o.hooks, o.wrap })
+	h := setup(t, func(opt *options) {
+		opt.catalogJSON, opt.hooks, opt.wrap, opt.cfBudget = string(cat), o.hooks, o.wrap, o.budget
+	})
 	c.harness, c.standin, c.catalog = h, s, string(cat)
 	return c
 }

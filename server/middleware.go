@@ -14,6 +14,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 )
 
 // RequestIDHeader carries the request id in and out.
@@ -125,6 +126,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxPrincipal, p)
+		// The backend calls this request makes are the organization's: each takes from its share
+		// of an installation's API budget too.
+		c.SetRequest(c.Request().WithContext(ratebudget.WithOrganization(c.Request().Context(), p.Organization.ID)))
 		return next(c)
 	}
 }

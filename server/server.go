@@ -73,6 +73,9 @@ type Config struct {
 	LogStreamsPerKey          int
 	LogStreamsPerOrganization int
 	LogStreamMaxAge           time.Duration
+	// CloudflareBudget overrides the Cloudflare API budget's capacity, rate and organization share
+	// (ratebudget's defaults where zero; tests make it small).
+	CloudflareBudget ratebudget.Budget
 }
 
 // Server is one Host process's HTTP API.
@@ -124,7 +127,14 @@ func New(cfg Config) *Server {
 	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge}
 	if cfg.DB != nil {
-		backends.Budget = ratebudget.New(cfg.DB)
+		b := ratebudget.New(cfg.DB)
+		if o := cfg.CloudflareBudget; o.Capacity > 0 && o.PerSecond > 0 {
+			b.Capacity, b.PerSecond = o.Capacity, o.PerSecond
+		}
+		if cfg.CloudflareBudget.Share > 0 {
+			b.Share = cfg.CloudflareBudget.Share
+		}
+		backends.Budget = b
 	}
 	s.runtimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: s.reservations}
 	s.resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: s.reservations,

@@ -22,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
@@ -105,6 +106,8 @@ type options struct {
 	// logStreams and logStreamAge bound log follow streams (the server's defaults when zero).
 	logStreamsPerKey, logStreamsPerOrg int
 	logStreamAge                       time.Duration
+	// cfBudget overrides the Cloudflare API budget (defaults where zero).
+	cfBudget ratebudget.Budget
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -162,6 +165,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		LogStreamsPerKey:          o.logStreamsPerKey,
 		LogStreamsPerOrganization: o.logStreamsPerOrg,
 		LogStreamMaxAge:           o.logStreamAge,
+		CloudflareBudget:          o.cfBudget,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)

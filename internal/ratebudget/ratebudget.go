@@ -16,10 +16,12 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
-// Defaults: 200 + 300 × 3 = 1,100 calls in any 5 minutes at most.
+// Defaults: 200 + 300 × 3 = 1,100 calls in any 5 minutes at most, and no organization takes more
+// than half of that.
 const (
 	DefaultCapacity  = 200
 	DefaultPerSecond = 3
+	DefaultShare     = 0.5
 )
 
 // Budget is the budget of every installation, in one database.
@@ -27,19 +29,40 @@ type Budget struct {
 	DB        dbsqlc.DBTX
 	Capacity  float64
 	PerSecond float64
+	// Share is the part of an installation's capacity and rate one organization may take: a
+	// call made for an organization takes from its share too, so that one organization's loop
+	// slows itself and leaves the rest to the others.
+	Share float64
 }
 
 // New returns the budget kept in db, with the default rates.
 func New(db dbsqlc.DBTX) *Budget {
-	return &Budget{DB: db, Capacity: DefaultCapacity, PerSecond: DefaultPerSecond}
+	return &Budget{DB: db, Capacity: DefaultCapacity, PerSecond: DefaultPerSecond, Share: DefaultShare}
 }
 
-// Take takes n calls of installation's budget, or takes nothing and answers how long until it
-// could.
+type organizationKey struct{}
+
+// WithOrganization marks ctx as carrying calls made for an organization's request: Take charges
+// them to its share as well.
+func WithOrganization(ctx context.Context, organization string) context.Context {
+	return context.WithValue(ctx, organizationKey{}, organization)
+}
+
+// Take takes n calls of installation's budget (and, for an organization's request, of its share),
+// or takes nothing and answers how long until it could.
 func (b *Budget) Take(ctx context.Context, installation string, n int) (time.Duration, error) {
-	wait, err := dbsqlc.New(b.DB).RateBudgetTake(ctx, dbsqlc.RateBudgetTakeParams{
-		Installation: installation, N: int32(n), Capacity: b.Capacity, PerSecond: b.PerSecond,
-	})
+	q := dbsqlc.New(b.DB)
+	var wait float64
+	var err error
+	if org, _ := ctx.Value(organizationKey{}).(string); org != "" && b.Share > 0 && b.Share < 1 {
+		wait, err = q.RateBudgetTakeShared(ctx, dbsqlc.RateBudgetTakeSharedParams{
+			Installation: installation, Organization: org, N: int32(n), Capacity: b.Capacity, PerSecond: b.PerSecond, Share: b.Share,
+		})
+	} else {
+		wait, err = q.RateBudgetTake(ctx, dbsqlc.RateBudgetTakeParams{
+			Installation: installation, N: int32(n), Capacity: b.Capacity, PerSecond: b.PerSecond,
+		})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("ratebudget: take: %w", err)
 	}

@@ -69,3 +69,33 @@ func (q *Queries) RateBudgetTake(ctx context.Context, arg RateBudgetTakeParams) 
 	err := row.Scan(&wait_seconds)
 	return wait_seconds, err
 }
+
+const rateBudgetTakeShared = `-- name: RateBudgetTakeShared :one
+SELECT rate_budget_take_shared($1::text, $2::text, $3::integer, $4::double precision,
+       $5::double precision, $6::double precision, (SELECT db_now()))::double precision AS wait_seconds
+`
+
+type RateBudgetTakeSharedParams struct {
+	Installation string
+	Organization string
+	N            int32
+	Capacity     float64
+	PerSecond    float64
+	Share        float64
+}
+
+// Takes n calls of the installation's budget and of the organization's share of it (migration
+// 21); answers the seconds to wait, 0 when taken from both.
+func (q *Queries) RateBudgetTakeShared(ctx context.Context, arg RateBudgetTakeSharedParams) (float64, error) {
+	row := q.db.QueryRow(ctx, rateBudgetTakeShared,
+		arg.Installation,
+		arg.Organization,
+		arg.N,
+		arg.Capacity,
+		arg.PerSecond,
+		arg.Share,
+	)
+	var wait_seconds float64
+	err := row.Scan(&wait_seconds)
+	return wait_seconds, err
+}

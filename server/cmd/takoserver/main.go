@@ -24,10 +24,10 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
-	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/server"
 )
 
@@ -600,24 +600,15 @@ to the runtime node: takoserver runtime brake lifecycle on|off.`,
 				return err
 			}
 			defer db.Close()
-			params := dbsqlc.BrakeEngageParams{Scope: "*"}
+			brake := ownership.DeploymentBrake{Space: space, Worker: worker}
 			if org != "" {
 				o, err := auth.OrganizationByName(cmd.Context(), db, org)
 				if err != nil {
 					return err
 				}
-				params.Scope, params.OrganizationID = o.ID, &o.ID
-				if space != "" {
-					params.Scope, params.Space, params.WorkerName = o.ID+"/"+space+"/"+worker, &space, &worker
-				}
+				brake.OrganizationID = o.ID
 			}
-			q := dbsqlc.New(db)
-			if state == "on" {
-				err = q.BrakeEngage(cmd.Context(), params)
-			} else {
-				_, err = q.BrakeRelease(cmd.Context(), params.Scope)
-			}
-			if err != nil {
+			if err := ownership.SetDeploymentBrake(cmd.Context(), db, brake, state == "on"); err != nil {
 				return fmt.Errorf("set brake: %w", err)
 			}
 			scope := "the whole Host"
@@ -627,7 +618,7 @@ to the runtime node: takoserver runtime brake lifecycle on|off.`,
 					scope = fmt.Sprintf("worker %s/%s of organization %s", space, worker, org)
 				}
 			}
-			return g.print(cmd.OutOrStdout(), map[string]any{"brake": name, "engaged": state == "on", "scope": params.Scope},
+			return g.print(cmd.OutOrStdout(), map[string]any{"brake": name, "engaged": state == "on", "scope": brake.Scope()},
 				fmt.Sprintf("deployment brake %s for %s", state, scope))
 		},
 	}

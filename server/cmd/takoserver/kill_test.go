@@ -357,3 +357,45 @@ func TestAHostDrainingOnSIGTERMFinishesItsRequestInFlight(t *testing.T) {
 	got := p.must(1, http.MethodGet, workerPath("api"), "", "", http.StatusOK)
 	require.Equal(t, true, got["ready"], "%v", got)
 }
+
+// TestAHostKilledBeforeItClaimedANewRuntimeInputLeavesItToTheRetry (issue 34 item 1): a Host
+// process updating a worker to consume a new runtime input is killed (SIGKILL) while its
+// deployment is held at the runtime node, before it claimed the input; the deployment then lands.
+// The other Host's recovery ends the request and delivers nothing, leaving the input prepared. The
+// owner's retry of the same request, through the other Host, consumes it: settled, delivered
+// once, Ready.
+func TestAHostKilledBeforeItClaimedANewRuntimeInputLeavesItToTheRetry(t *testing.T) {
+	t.Parallel()
+	p := newPair(t)
+	worker := p.prepared()
+	p.must(0, http.MethodPut, workerPath("api"), "token-kill-worker-00001", invariantWorker, http.StatusCreated)
+
+	held := p.admin.armFor(func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/scripts/") && !strings.HasSuffix(r.URL.Path, "/secrets")
+	})
+	done := make(chan answer, 1)
+	go func() {
+		a, _ := p.send(0, http.MethodPut, workerPath("api"), "token-kill-worker-00001", worker)
+		done <- a
+	}()
+	p.waitHeld(held, done, "the deployment")
+	require.Equal(t, "prepared", p.preparationStatus("op-1"), "nothing is claimed before the deployment")
+	p.kill(0)
+	<-done
+	p.admin.release(true)
+	p.advance("2 minutes") // the killed Host's lease runs out by database time
+	require.Eventually(t, func() bool {
+		var open int
+		require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM ownership_intents`).Scan(&open))
+		return open == 0
+	}, 60*time.Second, 100*time.Millisecond, "recovery ends the killed Host's request")
+	require.Equal(t, "prepared", p.preparationStatus("op-1"), "recovery delivers nothing")
+	// (The proxy counts the held deployment with the deliveries it forwards.)
+	before := p.admin.deliveries.Load()
+
+	got := p.must(1, http.MethodPut, workerPath("api"), "token-kill-worker-00001", worker, http.StatusOK, http.StatusCreated)
+	require.Equal(t, "settled", p.preparationStatus("op-1"))
+	require.Equal(t, "settled", got["runtimeInputs"].(map[string]any)["status"], "%v", got)
+	require.Equal(t, true, got["ready"], "%v", got)
+	require.EqualValues(t, before+1, p.admin.deliveries.Load(), "the values went to the runtime once")
+}

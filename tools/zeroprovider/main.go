@@ -139,6 +139,7 @@ var Shapes = []shape{
 			{name: "revision", kind: num, mode: computed},
 			{name: "runtime_input_reference", kind: str, mode: optional},
 			{name: "script_name", kind: str, mode: computed},
+			{name: "service_binding_workers", kind: strMap, mode: computed},
 			{name: "service_bindings", kind: strMap, mode: optional},
 			{name: "space", kind: str, mode: required},
 			{name: "vars", kind: strMap, mode: optional},

@@ -84,6 +84,18 @@ func (w *workspace) run(args ...string) (string, error) {
 	return out.String(), err
 }
 
+// cliProviderBlock is a configuration's provider requirement and an empty provider block: the
+// provider takes its endpoint and key from the workspace's environment.
+const cliProviderBlock = `
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+`
+
 const offeringsConfig = `
 terraform {
   required_providers {
@@ -303,15 +315,7 @@ func TestAccWorkerModule(t *testing.T) {
 	h := testhost.Start(t, testhost.Options{})
 	module, err := filepath.Abs("../examples/modules/worker")
 	require.NoError(t, err)
-	config := fmt.Sprintf(`
-terraform {
-  required_providers {
-    takoform = { source = "takoform/takoform" }
-  }
-}
-
-provider "takoform" {}
-
+	config := cliProviderBlock + fmt.Sprintf(`
 variable "token" {
   type      = string
   sensitive = true
@@ -381,16 +385,7 @@ output "plain_url" {
 func TestAccAReadOnlyKeyPlansWithoutTheCommitmentKey(t *testing.T) {
 	t.Parallel()
 	h := testhost.Start(t, testhost.Options{})
-	const block = `
-terraform {
-  required_providers {
-    takoform = { source = "takoform/takoform" }
-  }
-}
-
-provider "takoform" {}
-`
-	w := newWorkspace(t, h.URL, h.Key, block+graph("ro", "hello", "s3cret-value", 1), "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	w := newWorkspace(t, h.URL, h.Key, cliProviderBlock+graph("ro", "hello", "s3cret-value", 1), "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
 	out, err := w.run("apply", "-auto-approve", "-input=false", "-no-color")
 	require.NoError(t, err, out)
 
@@ -401,7 +396,7 @@ provider "takoform" {}
 	require.Contains(t, out, "Runtime input values not compared")
 	require.Contains(t, out, "resources:write")
 
-	fresh := newWorkspace(t, h.URL, reader, block+graph("ro", "other", "s3cret-value", 1), "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
+	fresh := newWorkspace(t, h.URL, reader, cliProviderBlock+graph("ro", "other", "s3cret-value", 1), "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
 	out, err = fresh.run("plan", "-input=false", "-no-color")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "Runtime input reference unknown until apply")
@@ -422,15 +417,7 @@ func TestAccReplacementNeverStrandsASecret(t *testing.T) {
 	h := testhost.Start(t, testhost.Options{})
 	module, err := filepath.Abs("../examples/modules/worker")
 	require.NoError(t, err)
-	config := fmt.Sprintf(`
-terraform {
-  required_providers {
-    takoform = { source = "takoform/takoform" }
-  }
-}
-
-provider "takoform" {}
-
+	config := cliProviderBlock + fmt.Sprintf(`
 module "billing" {
   source = %[1]q
 
@@ -531,16 +518,7 @@ output "gateway_host" {
 func TestAccAnActivationMadeElsewhereIsAdoptedByReading(t *testing.T) {
 	t.Parallel()
 	h := testhost.Start(t, testhost.Options{})
-	const block = `
-terraform {
-  required_providers {
-    takoform = { source = "takoform/takoform" }
-  }
-}
-
-provider "takoform" {}
-`
-	full := block + graph("adopt", "hello", "s3cret-value", 1)
+	full := cliProviderBlock + graph("adopt", "hello", "s3cret-value", 1)
 	cut := strings.Index(full, `resource "takoform_worker_endpoint_activation" "a"`)
 	require.Positive(t, cut)
 	w := newWorkspace(t, h.URL, h.Key, full[:cut], "TAKOFORM_ORGANIZATION_ID="+h.Organization.ID)
@@ -594,15 +572,7 @@ func TestAccAPlanNamesTheWorkerABindingReaches(t *testing.T) {
 	t.Parallel()
 	h := testhost.Start(t, testhost.Options{})
 	config := func(callee string) string {
-		return fmt.Sprintf(`
-terraform {
-  required_providers {
-    takoform = { source = "takoform/takoform" }
-  }
-}
-
-provider "takoform" {}
-
+		return cliProviderBlock + fmt.Sprintf(`
 resource "takoform_worker" "catalog" {
   for_each           = toset(["catalog-a", "catalog-b"])
   space              = "prod"

@@ -566,29 +566,23 @@ func (r *runtimeInputResource) Read(ctx context.Context, req resource.ReadReques
 }
 
 // boundWorkerGone answers, for an input delivered to a worker, that worker's UID when it is gone
-// from the Host: deleted (destroy -target, a deletion outside the configuration) or replaced by
-// another worker under its name. Such an input can serve no worker again (SPEC 3.5: a delivered
-// input belongs to one worker UID), so it plans its own replacement (SPEC 4).
+// from the Host: deleted (destroy -target, a deletion outside the configuration, or a replacement
+// under its name). Such an input can serve no worker again (SPEC 3.5: a delivered input belongs to
+// one worker UID), so it plans its own replacement (SPEC 4). A deleted worker is known by its
+// deletion attestation, which the Host keeps for good: a read of the ledger alone, where a read of
+// the worker would also ask its backend how it runs.
 func (r *runtimeInputResource) boundWorkerGone(ctx context.Context, p client.Preparation) (string, error) {
 	if p.BoundWorker == nil || p.Status != "settled" {
 		return "", nil
 	}
-	w, err := r.client.GetWorker(ctx, p.Target.Space, p.Target.WorkerName)
-	if client.IsNotFound(err) {
-		return p.BoundWorker.UID, nil
+	_, err := r.client.GetAttestation(ctx, p.BoundWorker.UID)
+	switch {
+	case client.IsNotFound(err):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("read the deletion attestation of the worker it was delivered to: %w", err)
 	}
-	if err != nil {
-		return "", fmt.Errorf("read the worker it was delivered to: %w", err)
-	}
-	if w.UID != p.BoundWorker.UID {
-		return p.BoundWorker.UID, nil
-	}
-	for _, c := range w.Conditions {
-		if c.Type == "Ready" && (c.Reason == "Deleted" || c.Reason == "Deleting") {
-			return p.BoundWorker.UID, nil
-		}
-	}
-	return "", nil
+	return p.BoundWorker.UID, nil
 }
 
 // The UID of a gone worker an input was delivered to lives in private state under this key,

@@ -243,11 +243,7 @@ func (s *Service) validate(req Request) error {
 // material is the canonical JSON of the bindings: what is sealed, and what the readback digest
 // is taken over.
 func material(bindings map[string]vocab.Secret) []byte {
-	plain := make(map[string]string, len(bindings))
-	for k, v := range bindings {
-		plain[k] = v.Reveal()
-	}
-	return canonjson.Marshal(plain)
+	return canonjson.Marshal(reveal(bindings))
 }
 
 // aad binds a ciphertext to its row: opened anywhere else, it fails.

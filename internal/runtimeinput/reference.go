@@ -61,10 +61,6 @@ func (s *Service) derive(ctx context.Context, db dbsqlc.DBTX, ring *sealing.Ring
 	if p.Version != 2 {
 		return Derive(nonce, t, bindings), nil
 	}
-	plain := make(map[string]string, len(bindings))
-	for k, v := range bindings {
-		plain[k] = v.Reveal()
-	}
 	key, err := ring.CommitmentKeyUnder(ctx, db, p.SecretID, org, nonce)
 	if errors.Is(err, sealing.ErrUnknownCommitmentSecret) {
 		return runtimeref.Identity{}, apierr.New(apierr.ReferenceMismatch, "runtimeInputReference names commitment secret %s, which this Host does not hold", p.SecretID)
@@ -72,15 +68,20 @@ func (s *Service) derive(ctx context.Context, db dbsqlc.DBTX, ring *sealing.Ring
 	if err != nil {
 		return runtimeref.Identity{}, err
 	}
-	return runtimeref.DeriveV2(key, p.SecretID, nonce, t, plain), nil
+	return runtimeref.DeriveV2(key, p.SecretID, nonce, t, reveal(bindings)), nil
 }
 
 // Derive computes a rip1 reference over secret bindings (see runtimeref.Derive): what providers
 // before rip2 send, still accepted.
 func Derive(nonce string, t Target, bindings map[string]vocab.Secret) runtimeref.Identity {
+	return runtimeref.Derive(nonce, t, reveal(bindings))
+}
+
+// reveal is the bindings' plain values, for a derivation that commits to them.
+func reveal(bindings map[string]vocab.Secret) map[string]string {
 	plain := make(map[string]string, len(bindings))
 	for k, v := range bindings {
 		plain[k] = v.Reveal()
 	}
-	return runtimeref.Derive(nonce, t, plain)
+	return plain
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,7 +83,21 @@ func TestReplicasShareEverythingThroughTheDatabase(t *testing.T) {
 		`{"space":"prod","workerName":"api"}`)
 	require.Equal(t, http.StatusCreated, status, "%v", res)
 	nonce := "nonce-replica-1"
-	id := runtimeref.Derive(nonce, runtimeref.Target{Space: "prod", WorkerName: "api", BundleName: "main", EndpointName: "api",
+	// The rip2 commitment key is the same from either replica: one commitment secret in the
+	// database, whichever replica created it. The reference is computed under B's and sealed
+	// through A.
+	commitment := func(h host) (string, []byte) {
+		status, k := call(t, http.MethodPost, h.url+"/v1/runtime-input-commitment-keys", key, "", fmt.Sprintf(`{"materialSetNonce":%q}`, nonce))
+		require.Equal(t, http.StatusOK, status, "%v", k)
+		raw, err := hex.DecodeString(k["commitmentKey"].(string))
+		require.NoError(t, err)
+		return k["commitmentSecretId"].(string), raw
+	}
+	secretID, commitKey := commitment(b)
+	otherID, otherKey := commitment(a)
+	require.Equal(t, secretID, otherID)
+	require.Equal(t, commitKey, otherKey)
+	id := runtimeref.DeriveV2(commitKey, secretID, nonce, runtimeref.Target{Space: "prod", WorkerName: "api", BundleName: "main", EndpointName: "api",
 		OriginReservationID: "res-api", CanonicalPublicOrigin: res["canonicalOrigin"].(string)}, map[string]string{"API_KEY": replicaCanary})
 	prep := fmt.Sprintf(`{"format":"takoserver.worker-runtime-input-preparation@v1","materialSetNonce":%q,"runtimeInputReference":%q,
 		"target":{"space":"prod","workerName":"api","bundleName":"main","endpointName":"api","originReservationId":"res-api"},

@@ -55,21 +55,30 @@ func CheckOperationID(id string) error {
 }
 
 // TargetRequest is the target a caller names; the origin is not part of it.
-type TargetRequest struct {
-	Space               string `json:"space"`
-	WorkerName          string `json:"workerName"`
-	BundleName          string `json:"bundleName"`
-	EndpointName        string `json:"endpointName"`
-	OriginReservationID string `json:"originReservationId"`
+type TargetRequest = apitypes.PreparationTarget
+
+// Request is the body of PUT .../worker-runtime-input-preparations/{operationId}, as the document
+// types it. Its binding values are plain strings only between the decoder and Put, which wraps
+// them at once (inputOf) and clears the map.
+type Request = apitypes.PreparationRequest
+
+// input is a Request with its values wrapped, so that no log or error can print them: what a
+// preparation is sealed from.
+type input struct {
+	Request // Bindings nil: the values are in Values
+	// Values are the bindings' values, wrapped. Exported, so that fmt formats them as Secrets.
+	Values map[string]vocab.Secret
 }
 
-// Request is the body of PUT .../worker-runtime-input-preparations/{operationId}.
-type Request struct {
-	Format                string                  `json:"format"`
-	MaterialSetNonce      string                  `json:"materialSetNonce"`
-	RuntimeInputReference string                  `json:"runtimeInputReference"`
-	Target                TargetRequest           `json:"target"`
-	Bindings              map[string]vocab.Secret `json:"bindings"`
+// inputOf wraps req's values and clears req's own map of them.
+func inputOf(req Request) input {
+	bindings := make(map[string]vocab.Secret, len(req.Bindings))
+	for name, v := range req.Bindings {
+		bindings[name] = vocab.NewSecret(v)
+	}
+	clear(req.Bindings)
+	req.Bindings = nil
+	return input{Request: req, Values: bindings}
 }
 
 // HashBody is the body the ownership request hash is taken over: the request with every binding
@@ -212,7 +221,7 @@ func lock(ctx context.Context, tx pgx.Tx, org string, operationID, preparationID
 	return row, nil
 }
 
-func (s *Service) validate(req Request) error {
+func (s *Service) validate(req input) error {
 	switch {
 	case req.Format != PreparationFormat:
 		return apierr.New(apierr.InvalidRequest, "format must be %q", PreparationFormat)
@@ -223,13 +232,13 @@ func (s *Service) validate(req Request) error {
 	case !vocab.Name.MatchString(req.Target.Space), !vocab.Name.MatchString(req.Target.WorkerName),
 		!vocab.Name.MatchString(req.Target.BundleName), !vocab.Name.MatchString(req.Target.EndpointName):
 		return apierr.New(apierr.InvalidRequest, "target space, workerName, bundleName and endpointName must each match %s", vocab.NamePattern)
-	case len(req.Bindings) > maxBindings:
+	case len(req.Values) > maxBindings:
 		return apierr.New(apierr.InvalidRequest, "at most %d bindings", maxBindings)
 	}
 	if err := reservation.CheckID(req.Target.OriginReservationID); err != nil {
 		return err
 	}
-	for name, v := range req.Bindings {
+	for name, v := range req.Values {
 		if !vocab.BindingName.MatchString(name) {
 			return apierr.New(apierr.InvalidRequest, "binding name %q must match %s", name, vocab.BindingNamePattern)
 		}
@@ -256,11 +265,11 @@ func aad(org, preparationID, reference string) []byte {
 	})
 }
 
-// Prepare seals a new preparation. The canonical origin is taken only from the live same-org
+// prepare seals a new preparation. The canonical origin is taken only from the live same-org
 // reservation the target names; the reference is recomputed and must match (SPEC 3.5). Only the
 // readback digest under a challenge derived from the ring (and never stored) is kept beside the
 // ciphertext.
-func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string, req Request) (Preparation, error) {
+func (s *Service) prepare(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string, req input) (Preparation, error) {
 	if err := CheckOperationID(operationID); err != nil {
 		return Preparation{}, err
 	}
@@ -288,7 +297,7 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	}
 	target := Target{Space: req.Target.Space, WorkerName: req.Target.WorkerName, BundleName: req.Target.BundleName,
 		EndpointName: req.Target.EndpointName, OriginReservationID: r.ID, CanonicalPublicOrigin: r.CanonicalOrigin}
-	id, err := s.derive(ctx, tx, ring, org.ID, req.MaterialSetNonce, target, req.Bindings, req.RuntimeInputReference)
+	id, err := s.derive(ctx, tx, ring, org.ID, req.MaterialSetNonce, target, req.Values, req.RuntimeInputReference)
 	if err != nil {
 		return Preparation{}, err
 	}
@@ -296,7 +305,7 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 		return Preparation{}, apierr.New(apierr.ReferenceMismatch,
 			"runtimeInputReference does not match the nonce, target and bindings as the Host computes them with canonical origin %s (taken from reservation %q)", r.CanonicalOrigin, r.ID)
 	}
-	plain := material(req.Bindings)
+	plain := material(req.Values)
 	sealed, err := ring.Seal(ctx, tx, plain, aad(org.ID, id.PreparationID, id.Reference))
 	if err != nil {
 		return Preparation{}, fmt.Errorf("runtime input: seal: %w", err)
@@ -306,8 +315,8 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	if err != nil {
 		return Preparation{}, fmt.Errorf("runtime input: challenge: %w", err)
 	}
-	names := make([]string, 0, len(req.Bindings))
-	for n := range req.Bindings {
+	names := make([]string, 0, len(req.Values))
+	for n := range req.Values {
 		names = append(names, n)
 	}
 	slices.Sort(names)
@@ -328,9 +337,9 @@ func (s *Service) Prepare(ctx context.Context, tx pgx.Tx, org auth.Organization,
 	return p, err
 }
 
-// Reconcile answers a changed request from the preparation's owner: a preparation never changes,
+// reconcile answers a changed request from the preparation's owner: a preparation never changes,
 // so only one that resolves to the same reference succeeds.
-func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string, req Request) (Preparation, error) {
+func (s *Service) reconcile(ctx context.Context, tx pgx.Tx, org auth.Organization, operationID string, req input) (Preparation, error) {
 	p, _, err := s.Get(ctx, tx, org, operationID)
 	if err != nil {
 		return Preparation{}, err

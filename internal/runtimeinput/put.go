@@ -13,9 +13,10 @@ import (
 // mutation's one transaction: a preparation has no backend effect. token is the owner's, shown
 // in the projection.
 func (s *Service) Put(ctx context.Context, m *ownership.Mutation, org auth.Organization, operationID string, req Request, token string) (ownership.Response, error) {
+	in := inputOf(req)
 	return ownership.CommitObject(ctx, m,
-		func(tx pgx.Tx) (Preparation, error) { return s.Prepare(ctx, tx, org, operationID, req) },
-		func(tx pgx.Tx) (Preparation, error) { return s.Reconcile(ctx, tx, org, operationID, req) },
+		func(tx pgx.Tx) (Preparation, error) { return s.prepare(ctx, tx, org, operationID, in) },
+		func(tx pgx.Tx) (Preparation, error) { return s.reconcile(ctx, tx, org, operationID, in) },
 		func(p Preparation, created bool) ownership.Response {
 			return ownership.Answer(created, p.Project(token).JSON(), p.MaterialSetID)
 		})

@@ -1,13 +1,13 @@
 package runtimeinput
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
-	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // A request is refused on its shape before anything is read: the format, the nonce, a reference
@@ -21,13 +21,13 @@ func TestARequestIsRefusedOnItsShapeAlone(t *testing.T) {
 	good := func() Request {
 		return Request{Format: PreparationFormat, MaterialSetNonce: "n-1", RuntimeInputReference: rip2,
 			Target:   TargetRequest{Space: "prod", WorkerName: "api", BundleName: "main", EndpointName: "api", OriginReservationID: "res-api"},
-			Bindings: map[string]vocab.Secret{"API_KEY": vocab.NewSecret("v")}}
+			Bindings: map[string]string{"API_KEY": "v"}}
 	}
 	var s Service
-	require.NoError(t, s.validate(good()))
+	require.NoError(t, s.validate(inputOf(good())))
 	legacy := good()
 	legacy.RuntimeInputReference = rip1
-	require.NoError(t, s.validate(legacy), "rip1 from older providers")
+	require.NoError(t, s.validate(inputOf(legacy)), "rip1 from older providers")
 
 	for name, spoil := range map[string]func(*Request){
 		"format":              func(r *Request) { r.Format = "other" },
@@ -37,17 +37,28 @@ func TestARequestIsRefusedOnItsShapeAlone(t *testing.T) {
 		"prep not the prefix": func(r *Request) { r.RuntimeInputReference = "rip1.prep-" + strings.Repeat("cd", 16) + "." + h },
 		"rip2 without secret": func(r *Request) { r.RuntimeInputReference = "rip2.prep-" + h[:32] + "." + h },
 		"space":               func(r *Request) { r.Target.Space = "Prod!" },
-		"binding name":        func(r *Request) { r.Bindings = map[string]vocab.Secret{"api-key": vocab.NewSecret("v")} },
+		"binding name":        func(r *Request) { r.Bindings = map[string]string{"api-key": "v"} },
 		"binding size": func(r *Request) {
-			r.Bindings = map[string]vocab.Secret{"API_KEY": vocab.NewSecret(strings.Repeat("x", maxValueBytes+1))}
+			r.Bindings = map[string]string{"API_KEY": strings.Repeat("x", maxValueBytes+1)}
 		},
 	} {
 		r := good()
 		spoil(&r)
-		err := s.validate(r)
+		err := s.validate(inputOf(r))
 		require.Error(t, err, name)
 		require.True(t, apierr.Is(err, apierr.InvalidRequest), "%s: %v", name, err)
 	}
+}
+
+// A request's values are wrapped once it reaches the package: the caller's map is cleared, and
+// printing the input shows no value.
+func TestARequestsValuesAreWrappedAndTheCallersMapCleared(t *testing.T) {
+	t.Parallel()
+	req := Request{Format: PreparationFormat, Bindings: map[string]string{"API_KEY": "hunter2-canary"}}
+	in := inputOf(req)
+	require.Empty(t, req.Bindings, "the decoded map holds no value after inputOf")
+	require.Equal(t, "hunter2-canary", in.Values["API_KEY"].Reveal())
+	require.NotContains(t, fmt.Sprintf("%v %+v %#v", in, in, in), "hunter2-canary")
 }
 
 // The ownership request hash is taken over the body with every value blanked, so that no digest

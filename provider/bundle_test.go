@@ -94,6 +94,44 @@ func TestAccModuleFilesShowDigestsNotSources(t *testing.T) {
 
 	w.apply(fileWorker(t))
 	answersAt(t, w, h, fmt.Sprintf("three %d", len(pad)))
+
+	// Imported into the same configuration (issue 32 item 4): the Host kept the paths, so the
+	// import plans no change and prints no source. -generate-config-out writes the paths too.
+	out, err = w.run("state", "rm", "module.w.takoform_worker.this")
+	require.NoError(t, err, out)
+	importing := fileWorker(t) + `
+import {
+  to = module.w.takoform_worker.this
+  id = "files/big"
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(importing), 0o600))
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "1 to import, 0 to add, 0 to change, 0 to destroy", "the import plans no change:\n%s", out)
+	require.NotContains(t, out, marker)
+	generating := importing + `
+import {
+  to = takoform_worker.generated
+  id = "files/big"
+}
+`
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(generating), 0o600))
+	out, err = w.run("plan", "-input=false", "-no-color", "-generate-config-out=generated.tf")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, marker)
+	generated, err := os.ReadFile(filepath.Join(w.dir, "generated.tf"))
+	require.NoError(t, err)
+	require.Contains(t, string(generated), "./src/pad.txt", "the generated configuration names the files")
+	require.NotContains(t, string(generated), marker, "and holds no source")
+	require.NoError(t, os.Remove(filepath.Join(w.dir, "generated.tf")))
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(importing), 0o600))
+	out, err = w.run("apply", "-auto-approve", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.NotContains(t, out, marker)
+	out, err = w.run("plan", "-input=false", "-no-color", "-detailed-exitcode")
+	require.NoError(t, err, "re-plan after the import is empty:\n%s", out)
+
 	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
 	require.NoError(t, err, out)
 }

@@ -174,10 +174,11 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"module_files": schema.MapAttribute{
 				MarkdownDescription: "The bundle from files: 1 to 64 modules, the path of each module's source by module name (`{ \"index.js\" = \"${path.module}/src/index.js\" }`); exactly one of `modules` and `module_files`. " +
 					"The provider reads the files at plan and again at apply: a file changed in between fails the apply (the CLI reports module_sha256 inconsistent with the plan), and nothing is deployed; plan again. The plan shows the paths and `module_sha256`, never the sources. " +
-					"Module types and the size limit are those of `modules`. Changes in place (a new generation) when a file's content changes.",
+					"Module types and the size limit are those of `modules`. Changes in place (a new generation) when a file's content changes. " +
+					"The Host keeps the paths as given (at most 1024 bytes each) and never reads them, so that importing the worker into a `module_files` configuration plans no change; a change of paths alone updates them in place and deploys nothing.",
 				Optional:    true,
 				ElementType: types.StringType,
-				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64)},
+				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64), mapvalidator.ValueStringsAre(stringvalidator.LengthBetween(1, 1024))},
 			},
 			"module_sha256": schema.MapAttribute{
 				MarkdownDescription: "Each module's source digest by module name (hex SHA-256, what `filesha256()` gives for a module file), known at plan: the plan shows which module changed.",
@@ -359,6 +360,13 @@ func (r *workerResource) spec(ctx context.Context, m workerModel) (client.Worker
 		return spec, fmt.Errorf("a module file changed after the plan was made (module_sha256 no longer matches what the plan showed); run plan again")
 	}
 	spec.Modules = modules
+	if !m.ModuleFiles.IsNull() {
+		// The Host keeps the paths and shows them, so that an import into this configuration
+		// plans no change; it never reads them.
+		if d := m.ModuleFiles.ElementsAs(ctx, &spec.ModuleFiles, false); d.HasError() {
+			return spec, fmt.Errorf("module_files: %v", d)
+		}
+	}
 	if !m.RequiredSensitiveVars.IsNull() {
 		if d := m.RequiredSensitiveVars.ElementsAs(ctx, &spec.RequiredSensitiveVars, false); d.HasError() {
 			return spec, fmt.Errorf("required_sensitive_vars: %v", d)
@@ -380,9 +388,17 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 	m.ID, m.Space, m.Name = types.StringValue(w.UID), types.StringValue(w.Space), types.StringValue(w.Name)
 	m.MainModule, m.CompatibilityDate = types.StringValue(w.MainModule), types.StringValue(w.CompatibilityDate)
 	if m.ModuleFiles.IsNull() || m.ModuleFiles.IsUnknown() {
-		// From files, the state keeps the paths; the digests say what the Host holds.
-		m.Modules, _ = types.MapValueFrom(ctx, types.StringType, w.Modules)
-		m.ModuleFiles = types.MapNull(types.StringType)
+		// From files, the state keeps the paths; the digests say what the Host holds. Where the
+		// state has no paths (an import, or inline modules), the Host's say how the worker was
+		// last put: from files, the state takes the paths and not the sources, so that an import
+		// into a module_files configuration plans no change and prints no source.
+		if len(w.ModuleFiles) > 0 {
+			m.ModuleFiles, _ = types.MapValueFrom(ctx, types.StringType, w.ModuleFiles)
+			m.Modules = types.MapNull(types.StringType)
+		} else {
+			m.Modules, _ = types.MapValueFrom(ctx, types.StringType, w.Modules)
+			m.ModuleFiles = types.MapNull(types.StringType)
+		}
 	}
 	m.ModuleSHA256, m.BundleBytes = digests(w.Modules), types.Int64Value(int64(bundleSize(w.Modules)))
 	if len(w.RequiredSensitiveVars) == 0 && (importing || m.RequiredSensitiveVars.IsNull() || m.RequiredSensitiveVars.IsUnknown()) {
@@ -616,7 +632,7 @@ func landed(w client.Worker, spec client.WorkerSpec) bool {
 	}
 	names := slices.Sorted(slices.Values(w.RequiredSensitiveVars))
 	flags := slices.Sorted(slices.Values(spec.CompatibilityFlags))
-	return maps.Equal(w.Modules, spec.Modules) && w.MainModule == spec.MainModule && w.CompatibilityDate == spec.CompatibilityDate &&
+	return maps.Equal(w.Modules, spec.Modules) && maps.Equal(w.ModuleFiles, spec.ModuleFiles) && w.MainModule == spec.MainModule && w.CompatibilityDate == spec.CompatibilityDate &&
 		maps.Equal(w.Vars, spec.Vars) && maps.Equal(w.JSONVars, spec.JSONVars) && slices.Equal(w.CompatibilityFlags, slices.Compact(flags)) &&
 		slices.Equal(names, spec.RequiredSensitiveVars) && ref == deref(spec.RuntimeInputReference)
 }

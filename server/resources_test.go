@@ -305,3 +305,46 @@ func TestWorkerWithAFutureCompatibilityDateIsRefused(t *testing.T) {
 	require.Contains(t, p["detail"], "in the future")
 	require.Zero(t, h.count(`SELECT count(*) FROM workers`))
 }
+
+// A worker's module file paths (issue 32 item 4) are kept as given and shown on reads; a change of
+// paths alone moves the revision and deploys nothing; paths that do not match the modules are
+// refused and change nothing.
+func TestModuleFilePathsAreKeptAndMoveTheRevisionAlone(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	body := workerBody()
+	body["moduleFiles"] = map[string]string{"index.js": "./src/index.js"}
+	created := h.putWorker("prod", "files", workerToken, body)
+	require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
+	w := created.json(t)
+	require.Equal(t, map[string]any{"index.js": "./src/index.js"}, w["moduleFiles"])
+
+	body["moduleFiles"] = map[string]string{"index.js": "./moved/index.js"}
+	moved := h.putWorker("prod", "files", workerToken, body)
+	require.Equal(t, http.StatusOK, moved.status, "body: %s", moved.body)
+	m := moved.json(t)
+	require.Equal(t, map[string]any{"index.js": "./moved/index.js"}, m["moduleFiles"])
+	require.Equal(t, w["generation"], m["generation"], "the same code: no new generation")
+	require.Greater(t, m["revision"].(float64), w["revision"].(float64), "the revision moves")
+	op := h.get("/v1/operations/" + moved.header.Get("Takoform-Operation-Id")).json(t)
+	require.Empty(t, op["effects"], "nothing deployed")
+
+	for name, files := range map[string]map[string]string{
+		"another module":   {"index.js": "./a.js", "other.js": "./b.js"},
+		"a module missing": {"other.js": "./b.js"},
+		"empty path":       {"index.js": ""},
+		"control":          {"index.js": "./a\n.js"},
+		"long":             {"index.js": strings.Repeat("a", 1025)},
+	} {
+		bad := workerBody()
+		bad["moduleFiles"] = files
+		h.putWorker("prod", "files", workerToken, bad).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+		require.Equal(t, m["moduleFiles"], h.get("/v1/spaces/prod/workers/files").json(t)["moduleFiles"], name)
+	}
+
+	// Without paths (inline modules) they are cleared; the read shows none.
+	delete(body, "moduleFiles")
+	inline := h.putWorker("prod", "files", workerToken, body)
+	require.Equal(t, http.StatusOK, inline.status, "body: %s", inline.body)
+	require.Equal(t, map[string]any{}, inline.json(t)["moduleFiles"])
+}

@@ -336,6 +336,9 @@ type Worker struct {
 	Limits                *WorkerLimits `json:"limits"`
 	RequiredSensitiveVars []string      `json:"requiredSensitiveVars"`
 	OfferingID            string        `json:"offeringId"`
+
+	// ModuleFiles The modules' file paths as the last put gave them (empty when it sent none).
+	ModuleFiles map[string]string `json:"moduleFiles"`
 }
 
 // RuntimeInputs The worker's runtime input, its reference and lease status; never values.
@@ -390,6 +393,14 @@ type WorkerSpec struct {
 	// Cloudflare. `memoryMb` is the memory ceiling of each of the worker's processes on selfhost;
 	// on Cloudflare offerings it must be 128.
 	Limits *WorkerLimits `json:"limits,omitempty"`
+
+	// ModuleFiles Where the modules came from: the path of each module's file by module name, as the
+	// provider's `module_files` named them (relative to where the CLI ran). Kept as given and
+	// shown on reads so that an import into a `module_files` configuration plans no change;
+	// never read or interpreted by the Host. Empty, or exactly the modules' names; each path
+	// 1 to 1024 bytes without control characters. A change of paths alone moves the revision,
+	// not the generation: nothing is deployed.
+	ModuleFiles map[string]string `json:"moduleFiles,omitempty"`
 }
 
 // IfMatch defines model for IfMatch.

@@ -37,24 +37,32 @@ var (
 	moduleName = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_./-]{0,127}$`)
 )
 
-// WorkerSpec is the body of PUT /v1/spaces/{space}/workers/{name}.
-type WorkerSpec struct {
-	Modules               map[string]string `json:"modules"`
-	MainModule            string            `json:"mainModule"`
-	CompatibilityDate     string            `json:"compatibilityDate"`
-	RequiredSensitiveVars []string          `json:"requiredSensitiveVars"`
-	RuntimeInputReference *string           `json:"runtimeInputReference,omitempty"`
-	OfferingID            *string           `json:"offeringId,omitempty"`
-	// Settings: vars, jsonVars and compatibilityFlags, inline in the body.
-	workerconf.Settings
+// WorkerSpec is the body of PUT /v1/spaces/{space}/workers/{name}, as the document types it.
+type WorkerSpec = apitypes.WorkerSpec
+
+// workerPut is a WorkerSpec validated and normalized: its settings in the runtime's own shape.
+type workerPut struct {
+	Modules               map[string]string
+	ModuleFiles           map[string]string
+	MainModule            string
+	CompatibilityDate     string
+	RequiredSensitiveVars []string
+	RuntimeInputReference *string
+	OfferingID            *string
+	Settings              workerconf.Settings
 }
+
+// maxModulePath bounds one module_files path, which the Host keeps and shows but never reads.
+const maxModulePath = 1024
 
 // Worker is one stored worker with its derived deployment state.
 type Worker struct {
 	dbsqlc.WorkerState
-	Modules   map[string]string
-	Settings  workerconf.Settings
-	Placement Placement
+	Modules map[string]string
+	// ModuleFiles are the modules' file paths as the last put named them (empty without).
+	ModuleFiles map[string]string
+	Settings    workerconf.Settings
+	Placement   Placement
 	// Live is how its backend runs it now, when a read asked (nil: not asked).
 	Live *Liveness
 	// callees are its service bindings' callees, as the put that locked them found them (only a
@@ -73,6 +81,9 @@ type callees struct {
 func workerOf(st dbsqlc.WorkerState) (Worker, error) {
 	w := Worker{WorkerState: st, Placement: Placement{OfferingID: st.OfferingID, OfferingDigest: st.OfferingDigest, Pack: st.Pack, Installation: st.Installation}}
 	if err := json.Unmarshal(st.Settings, &w.Settings); err != nil {
+		return w, err
+	}
+	if err := json.Unmarshal(st.ModuleFiles, &w.ModuleFiles); err != nil {
 		return w, err
 	}
 	return w, json.Unmarshal(st.Modules, &w.Modules)
@@ -145,7 +156,7 @@ func (w Worker) Project(token string) WorkerProjection {
 		UID: w.UID.String(), Space: w.Space, Name: w.Name, Generation: w.Generation, Revision: w.Revision,
 		Ready: w.Ready(), Conditions: w.conditions(), ScriptName: w.ScriptName, Modules: w.Modules,
 		MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate, RequiredSensitiveVars: w.RequiredSensitiveVars,
-		OfferingID: w.Placement.OfferingID,
+		OfferingID: w.Placement.OfferingID, ModuleFiles: w.moduleFiles(),
 	}
 	if p.RequiredSensitiveVars == nil {
 		p.RequiredSensitiveVars = []string{}
@@ -180,39 +191,53 @@ func (w Worker) Project(token string) WorkerProjection {
 // JSON is the projection's bytes.
 func (p WorkerProjection) JSON() []byte { return wire.JSON(p) }
 
-func validateWorker(space, name string, spec *WorkerSpec) error {
+// validateWorker checks a put's body and gives it normalized: required vars sorted without
+// repeats, an empty reference as none, the settings in the runtime's shape.
+func validateWorker(space, name string, body WorkerSpec) (workerPut, error) {
+	spec := workerPut{Modules: body.Modules, ModuleFiles: body.ModuleFiles, MainModule: body.MainModule, CompatibilityDate: body.CompatibilityDate,
+		RuntimeInputReference: body.RuntimeInputReference, OfferingID: body.OfferingID,
+		Settings: workerconf.Settings{Vars: body.Vars, JSONVars: body.JSONVars, CompatibilityFlags: body.CompatibilityFlags, ServiceBindings: body.ServiceBindings}}
+	if body.Limits != nil {
+		spec.Settings.Limits = &workerconf.Limits{CPUMs: body.Limits.CPUMs, MemoryMB: body.Limits.MemoryMB}
+	}
 	if !vocab.Name.MatchString(space) {
-		return apierr.New(apierr.InvalidRequest, "space %q must match %s", space, vocab.NamePattern)
+		return spec, apierr.New(apierr.InvalidRequest, "space %q must match %s", space, vocab.NamePattern)
 	}
 	if !vocab.Name.MatchString(name) {
-		return apierr.New(apierr.InvalidRequest, "worker name %q must match %s", name, vocab.NamePattern)
+		return spec, apierr.New(apierr.InvalidRequest, "worker name %q must match %s", name, vocab.NamePattern)
 	}
 	if len(spec.Modules) == 0 || len(spec.Modules) > maxModules {
-		return apierr.New(apierr.InvalidRequest, "modules must hold 1 to %d modules", maxModules)
+		return spec, apierr.New(apierr.InvalidRequest, "modules must hold 1 to %d modules", maxModules)
 	}
 	for n := range spec.Modules {
 		if !moduleName.MatchString(n) || strings.Contains(n, "..") {
-			return apierr.New(apierr.InvalidRequest, "module name %q must match %s", n, moduleName)
+			return spec, apierr.New(apierr.InvalidRequest, "module name %q must match %s", n, moduleName)
 		}
 	}
 	if _, ok := spec.Modules[spec.MainModule]; !ok {
-		return apierr.New(apierr.InvalidRequest, "mainModule %q must name one of the modules", spec.MainModule)
+		return spec, apierr.New(apierr.InvalidRequest, "mainModule %q must name one of the modules", spec.MainModule)
+	}
+	if err := validateModuleFiles(spec.Modules, spec.ModuleFiles); err != nil {
+		return spec, err
+	}
+	if spec.ModuleFiles == nil {
+		spec.ModuleFiles = map[string]string{}
 	}
 	date, err := time.Parse(time.DateOnly, spec.CompatibilityDate)
 	if err != nil {
-		return apierr.New(apierr.InvalidRequest, "compatibilityDate %q must be a date such as 2025-01-01", spec.CompatibilityDate)
+		return spec, apierr.New(apierr.InvalidRequest, "compatibilityDate %q must be a date such as 2025-01-01", spec.CompatibilityDate)
 	}
 	if date.After(time.Now().UTC().AddDate(0, 0, 1)) {
 		// No runtime knows the behaviour of a date that has not come yet.
-		return apierr.New(apierr.InvalidRequest, "compatibilityDate %s is in the future", spec.CompatibilityDate)
+		return spec, apierr.New(apierr.InvalidRequest, "compatibilityDate %s is in the future", spec.CompatibilityDate)
 	}
 	seen := map[string]bool{}
-	for _, v := range spec.RequiredSensitiveVars {
+	for _, v := range body.RequiredSensitiveVars {
 		if !vocab.BindingName.MatchString(v) {
-			return apierr.New(apierr.InvalidRequest, "requiredSensitiveVars entry %q must match %s", v, vocab.BindingNamePattern)
+			return spec, apierr.New(apierr.InvalidRequest, "requiredSensitiveVars entry %q must match %s", v, vocab.BindingNamePattern)
 		}
 		if seen[v] {
-			return apierr.New(apierr.InvalidRequest, "requiredSensitiveVars names %q twice", v)
+			return spec, apierr.New(apierr.InvalidRequest, "requiredSensitiveVars names %q twice", v)
 		}
 		seen[v] = true
 	}
@@ -221,11 +246,33 @@ func validateWorker(space, name string, spec *WorkerSpec) error {
 		spec.RuntimeInputReference = nil
 	}
 	if len(spec.RequiredSensitiveVars) > 0 && spec.RuntimeInputReference == nil {
-		return apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
+		return spec, apierr.New(apierr.InvalidRequest, "the worker requires sensitive vars %s but names no runtimeInputReference", strings.Join(spec.RequiredSensitiveVars, ", "))
 	}
 	spec.Settings = spec.Settings.Normalize()
 	if err := spec.Settings.Validate(spec.RequiredSensitiveVars); err != nil {
-		return apierr.New(apierr.InvalidRequest, "%v", err)
+		return spec, apierr.New(apierr.InvalidRequest, "%v", err)
+	}
+	return spec, nil
+}
+
+// validateModuleFiles checks moduleFiles: none, or one path for each module and no other.
+func validateModuleFiles(modules, files map[string]string) error {
+	if len(files) == 0 {
+		return nil
+	}
+	for n := range files {
+		if _, ok := modules[n]; !ok {
+			return apierr.New(apierr.InvalidRequest, "moduleFiles names %q, which is not one of the modules", n)
+		}
+	}
+	for n := range modules {
+		path, ok := files[n]
+		if !ok {
+			return apierr.New(apierr.InvalidRequest, "moduleFiles gives no path for module %q: give one for every module, or leave moduleFiles out", n)
+		}
+		if path == "" || len(path) > maxModulePath || strings.ContainsFunc(path, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return apierr.New(apierr.InvalidRequest, "moduleFiles path of module %q must be 1 to %d bytes without control characters", n, maxModulePath)
+		}
 	}
 	return nil
 }
@@ -286,12 +333,16 @@ func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUI
 	if err != nil {
 		return err
 	}
+	files, err := json.Marshal(w.moduleFiles())
+	if err != nil {
+		return err
+	}
 	settings, err := json.Marshal(w.Settings)
 	if err != nil {
 		return err
 	}
 	revision, err := q.WorkerUpdate(ctx, dbsqlc.WorkerUpdateParams{
-		UID: w.UID, Revision: w.Revision, Generation: w.Generation, Modules: modules, MainModule: w.MainModule,
+		UID: w.UID, Revision: w.Revision, Generation: w.Generation, Modules: modules, ModuleFiles: files, MainModule: w.MainModule,
 		CompatibilityDate: w.CompatibilityDate, Settings: settings, RequiredSensitiveVars: w.RequiredSensitiveVars,
 		RuntimeInputReference: w.RuntimeInputReference, Status: w.Status, OperationID: operation,
 	})
@@ -316,7 +367,17 @@ func (w Worker) desired(org auth.Organization) backend.Desired {
 	}
 }
 
-func sameSpec(w Worker, spec WorkerSpec) bool {
+// moduleFiles is never null in the row.
+func (w Worker) moduleFiles() map[string]string {
+	if w.ModuleFiles == nil {
+		return map[string]string{}
+	}
+	return w.ModuleFiles
+}
+
+// sameSpec is whether spec deploys what w deploys. Module file paths are not part of it: they
+// change the revision alone.
+func sameSpec(w Worker, spec workerPut) bool {
 	return maps.Equal(w.Modules, spec.Modules) && w.MainModule == spec.MainModule &&
 		w.CompatibilityDate == spec.CompatibilityDate && w.Settings.Equal(spec.Settings) && slices.Equal(w.RequiredSensitiveVars, spec.RequiredSensitiveVars) &&
 		equalPtr(w.RuntimeInputReference, spec.RuntimeInputReference)
@@ -330,8 +391,9 @@ func equalPtr(a, b *string) bool {
 // its runtime input. Its phases: plan (one transaction, which takes the key), apply (one backend
 // call), consume (the lease's own phases), commit (one transaction that records the outcome, the
 // settle, the worker's state and the binding).
-func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, spec WorkerSpec) (ownership.Response, error) {
-	if err := validateWorker(space, name, &spec); err != nil {
+func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth.Organization, space, name string, body WorkerSpec) (ownership.Response, error) {
+	spec, err := validateWorker(space, name, body)
+	if err != nil {
 		return ownership.Response{}, err
 	}
 	offering, inst, err := s.selectOffering(org, catalog.KindWorker, spec.OfferingID)
@@ -470,7 +532,7 @@ func (s *Service) scriptHeld(ctx context.Context, m *ownership.Mutation, w Worke
 
 // planWorker is the first phase: it takes the key and, in one transaction, creates the worker's
 // row or writes its new generation, and plans the deployment with run (none when nothing changes).
-func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *effects, org auth.Organization, space, name string, spec WorkerSpec, placement Placement) (Worker, error) {
+func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *effects, org auth.Organization, space, name string, spec workerPut, placement Placement) (Worker, error) {
 	var w Worker
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
@@ -494,7 +556,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 					return err
 				}
 			}
-			w = Worker{Modules: spec.Modules, Settings: spec.Settings, Placement: placement, callees: bound}
+			w = Worker{Modules: spec.Modules, ModuleFiles: spec.ModuleFiles, Settings: spec.Settings, Placement: placement, callees: bound}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.RuntimeInputReference, w.Status, w.OperationID = spec.RuntimeInputReference, dbsqlc.ResourceStatusCreating, m.Operation
@@ -506,12 +568,16 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			if err != nil {
 				return err
 			}
+			files, err := json.Marshal(w.moduleFiles())
+			if err != nil {
+				return err
+			}
 			settings, err := json.Marshal(w.Settings)
 			if err != nil {
 				return err
 			}
 			err = q.WorkerInsert(ctx, dbsqlc.WorkerInsertParams{
-				UID: w.UID, OrganizationID: org.ID, Space: space, Name: name, Modules: modules, MainModule: w.MainModule,
+				UID: w.UID, OrganizationID: org.ID, Space: space, Name: name, Modules: modules, ModuleFiles: files, MainModule: w.MainModule,
 				CompatibilityDate: w.CompatibilityDate, Settings: settings, RequiredSensitiveVars: w.RequiredSensitiveVars,
 				RuntimeInputReference: w.RuntimeInputReference, ScriptName: w.ScriptName,
 				OfferingID: placement.OfferingID, OfferingDigest: placement.OfferingDigest, Pack: placement.Pack,
@@ -563,9 +629,20 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 		if err := s.admitInput(ctx, tx, w, spec); err != nil {
 			return err
 		}
+		if !changed && !maps.Equal(w.moduleFiles(), spec.ModuleFiles) {
+			// The paths alone: a new revision of the same generation, nothing to deploy.
+			w.ModuleFiles = spec.ModuleFiles
+			if err := w.save(ctx, q, m.Operation); err != nil {
+				return err
+			}
+			if w, err = lockWorker(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
+				return err
+			}
+			w.callees = bound
+		}
 		if changed {
 			w.Generation++
-			w.Modules, w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.Modules, spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
+			w.Modules, w.ModuleFiles, w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.Modules, spec.ModuleFiles, spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
 			w.Settings, w.RuntimeInputReference = spec.Settings, spec.RuntimeInputReference
 			if err := w.save(ctx, q, m.Operation); err != nil {
 				return err
@@ -591,7 +668,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 // take when it consumes it (another target or binding names, delivered to or claimed by another
 // worker): refused there, the put changes and deploys nothing (SPEC 3.5). The claim itself comes
 // after the deployment, where consume checks again (and sweeps an input whose time ran out).
-func (s *Service) admitInput(ctx context.Context, tx pgx.Tx, w Worker, spec WorkerSpec) error {
+func (s *Service) admitInput(ctx context.Context, tx pgx.Tx, w Worker, spec workerPut) error {
 	if spec.RuntimeInputReference == nil || s.RuntimeInputs == nil {
 		return nil
 	}

@@ -857,6 +857,7 @@ type Worker struct {
 	DeletedAt             *time.Time
 	ScriptCollision       bool
 	Settings              []byte
+	ModuleFiles           []byte
 }
 
 type WorkerEndpoint struct {
@@ -940,6 +941,7 @@ type WorkerState struct {
 	DeletedAt             *time.Time
 	ScriptCollision       bool
 	Settings              []byte
+	ModuleFiles           []byte
 	Present               bool
 	DeploymentStatus      string
 	DeploymentID          uuid.UUID

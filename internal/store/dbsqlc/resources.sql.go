@@ -750,7 +750,7 @@ func (q *Queries) ResourcesCreatingByOperation(ctx context.Context, operationID 
 }
 
 const workerGet = `-- name: WorkerGet :one
-SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, script_collision, settings, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
+SELECT uid, organization_id, space, name, generation, revision, modules, main_module, compatibility_date, required_sensitive_vars, runtime_input_reference, script_name, offering_id, offering_digest, pack, installation, status, operation_id, created_at, updated_at, deleted_at, script_collision, settings, module_files, present, deployment_status, deployment_id, runtime_input_status, runtime_input_worker_uid FROM worker_states
 WHERE organization_id = $1
   AND (($2::uuid IS NOT NULL AND uid = $2::uuid)
        OR ($2::uuid IS NULL AND space = $3 AND name = $4 AND status <> 'deleted'))
@@ -796,6 +796,7 @@ func (q *Queries) WorkerGet(ctx context.Context, arg WorkerGetParams) (WorkerSta
 		&i.DeletedAt,
 		&i.ScriptCollision,
 		&i.Settings,
+		&i.ModuleFiles,
 		&i.Present,
 		&i.DeploymentStatus,
 		&i.DeploymentID,
@@ -806,12 +807,12 @@ func (q *Queries) WorkerGet(ctx context.Context, arg WorkerGetParams) (WorkerSta
 }
 
 const workerInsert = `-- name: WorkerInsert :exec
-INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, settings,
+INSERT INTO workers (uid, organization_id, space, name, modules, module_files, main_module, compatibility_date, settings,
                      required_sensitive_vars, runtime_input_reference, script_name,
                      offering_id, offering_digest, pack, installation, status, operation_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        $9, $10, $11,
-        $12, $13, $14, $15, 'creating', $16)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+        $10, $11, $12,
+        $13, $14, $15, $16, 'creating', $17)
 `
 
 type WorkerInsertParams struct {
@@ -820,6 +821,7 @@ type WorkerInsertParams struct {
 	Space                 string
 	Name                  string
 	Modules               []byte
+	ModuleFiles           []byte
 	MainModule            string
 	CompatibilityDate     string
 	Settings              []byte
@@ -840,6 +842,7 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 		arg.Space,
 		arg.Name,
 		arg.Modules,
+		arg.ModuleFiles,
 		arg.MainModule,
 		arg.CompatibilityDate,
 		arg.Settings,
@@ -856,7 +859,7 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 }
 
 const workerLock = `-- name: WorkerLock :one
-SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.module_files, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
 JOIN workers w ON w.uid = v.uid
 WHERE v.organization_id = $1
   AND (($2::uuid IS NOT NULL AND v.uid = $2::uuid)
@@ -904,6 +907,7 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 		&i.DeletedAt,
 		&i.ScriptCollision,
 		&i.Settings,
+		&i.ModuleFiles,
 		&i.Present,
 		&i.DeploymentStatus,
 		&i.DeploymentID,
@@ -914,7 +918,7 @@ func (q *Queries) WorkerLock(ctx context.Context, arg WorkerLockParams) (WorkerS
 }
 
 const workerRead = `-- name: WorkerRead :one
-SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid,
+SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.module_files, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid,
        COALESCE((SELECT b.token FROM ownership_bindings b
                  WHERE b.organization_id = v.organization_id AND b.kind = $1 AND b.external_key = $2), '')::text AS ownership_token
 FROM worker_states v
@@ -969,6 +973,7 @@ func (q *Queries) WorkerRead(ctx context.Context, arg WorkerReadParams) (WorkerR
 		&i.WorkerState.DeletedAt,
 		&i.WorkerState.ScriptCollision,
 		&i.WorkerState.Settings,
+		&i.WorkerState.ModuleFiles,
 		&i.WorkerState.Present,
 		&i.WorkerState.DeploymentStatus,
 		&i.WorkerState.DeploymentID,
@@ -1073,17 +1078,18 @@ func (q *Queries) WorkerStandingEndpoints(ctx context.Context, workerUid uuid.UU
 
 const workerUpdate = `-- name: WorkerUpdate :one
 UPDATE workers
-SET generation = $1, revision = revision + 1, modules = $2, main_module = $3,
-    compatibility_date = $4, settings = $5, required_sensitive_vars = $6,
-    runtime_input_reference = $7, status = $8, operation_id = $9,
-    updated_at = (SELECT db_now()), deleted_at = CASE WHEN $8::resource_status = 'deleted' THEN (SELECT db_now()) END
-WHERE uid = $10 AND revision = $11
+SET generation = $1, revision = revision + 1, modules = $2, module_files = $3, main_module = $4,
+    compatibility_date = $5, settings = $6, required_sensitive_vars = $7,
+    runtime_input_reference = $8, status = $9, operation_id = $10,
+    updated_at = (SELECT db_now()), deleted_at = CASE WHEN $9::resource_status = 'deleted' THEN (SELECT db_now()) END
+WHERE uid = $11 AND revision = $12
 RETURNING revision
 `
 
 type WorkerUpdateParams struct {
 	Generation            int64
 	Modules               []byte
+	ModuleFiles           []byte
 	MainModule            string
 	CompatibilityDate     string
 	Settings              []byte
@@ -1100,6 +1106,7 @@ func (q *Queries) WorkerUpdate(ctx context.Context, arg WorkerUpdateParams) (int
 	row := q.db.QueryRow(ctx, workerUpdate,
 		arg.Generation,
 		arg.Modules,
+		arg.ModuleFiles,
 		arg.MainModule,
 		arg.CompatibilityDate,
 		arg.Settings,

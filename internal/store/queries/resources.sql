@@ -17,10 +17,10 @@ ON CONFLICT (scope) DO NOTHING;
 DELETE FROM deployment_brakes WHERE scope = @scope;
 
 -- name: WorkerInsert :exec
-INSERT INTO workers (uid, organization_id, space, name, modules, main_module, compatibility_date, settings,
+INSERT INTO workers (uid, organization_id, space, name, modules, module_files, main_module, compatibility_date, settings,
                      required_sensitive_vars, runtime_input_reference, script_name,
                      offering_id, offering_digest, pack, installation, status, operation_id)
-VALUES (@uid, @organization_id, @space, @name, @modules, @main_module, @compatibility_date, @settings,
+VALUES (@uid, @organization_id, @space, @name, @modules, @module_files, @main_module, @compatibility_date, @settings,
         @required_sensitive_vars, sqlc.narg('runtime_input_reference'), @script_name,
         @offering_id, @offering_digest, @pack, @installation, 'creating', @operation_id);
 
@@ -52,7 +52,7 @@ FOR UPDATE OF w;
 -- name: WorkerUpdate :one
 -- Compare-and-swap on revision: no row means someone else changed the worker.
 UPDATE workers
-SET generation = @generation, revision = revision + 1, modules = @modules, main_module = @main_module,
+SET generation = @generation, revision = revision + 1, modules = @modules, module_files = @module_files, main_module = @main_module,
     compatibility_date = @compatibility_date, settings = @settings, required_sensitive_vars = @required_sensitive_vars,
     runtime_input_reference = sqlc.narg('runtime_input_reference'), status = @status, operation_id = @operation_id,
     updated_at = (SELECT db_now()), deleted_at = CASE WHEN @status::resource_status = 'deleted' THEN (SELECT db_now()) END

@@ -159,7 +159,7 @@ func TestAWorkersDevEndpointEnablesTheScriptsRouteAndItsDeletionClosesOnlyAfterP
 	require.Equal(t, "open", h.attestationView(uid))
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM deployments WHERE resource_uid = $1 AND status = 'deleted' AND routed_until > now()`, uid))
 	pollUntil(t, 10*time.Second, func() bool { return h.attestationView(uid) == "closed" }, "the attestation closes")
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "closed", h.attestation(uid), "the janitor writes the status down")
 
 	// The worker goes too: nothing is left on the account.

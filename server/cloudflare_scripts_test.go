@@ -558,7 +558,7 @@ func TestRecoveryOfAStoppedCloudflareDeliverySettlesByTheValueFreeReadbackOrFail
 			require.Equal(t, "dispatched", c.preparationStatus("op-1"))
 
 			c.advance("2 minutes") // the stopped Host's lease runs out
-			c.srv.Sweep(context.Background())
+			c.host.Sweep(context.Background())
 			require.Equal(t, tc.status, c.preparationStatus("op-1"))
 			require.Equal(t, tc.uploads, c.scriptUploads(c.scriptNameOf("prod", "api")), "recovery never sends the values")
 		})

@@ -19,7 +19,7 @@ func (s *Server) derive(c echo.Context) error {
 	if _, err := s.decodeJSON(c, &req); err != nil {
 		return err
 	}
-	d, err := s.reservations.Derive(c.Request().Context(), s.cfg.DB, principal(c).Organization, req)
+	d, err := s.reservations.Derive(c.Request().Context(), s.db, principal(c).Organization, req)
 	if err != nil {
 		return err
 	}

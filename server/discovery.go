@@ -23,7 +23,7 @@ func (s *Server) healthz(c echo.Context) error {
 func (s *Server) readyz(c echo.Context) error {
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
-	if err := s.cfg.DB.Ping(ctx); err != nil {
+	if err := s.db.Ping(ctx); err != nil {
 		s.log.WarnContext(ctx, "readiness check failed", "request_id", requestID(c), "error", err.Error())
 		return apierr.New(apierr.Unavailable, "the database is not answering")
 	}
@@ -39,7 +39,7 @@ func (s *Server) capabilities(c echo.Context) error {
 		Ownership:           []string{ownership.Protocol},
 		ReservationFormats:  []string{reservation.FormatV2},
 		RuntimeInputFormats: s.runtimeInputFormats(),
-		Packs:               s.cfg.Catalog.Packs(),
+		Packs:               s.catalog.Packs(),
 		OrganizationID:      principal(c).Organization.ID,
 	})
 }
@@ -51,7 +51,7 @@ type OfferingView = apitypes.Offering
 func (s *Server) offerings(c echo.Context) error {
 	p := principal(c)
 	out := []OfferingView{}
-	for _, o := range s.cfg.Catalog.Visible(catalog.Organization{ID: p.Organization.ID, Name: p.Organization.Name}) {
+	for _, o := range s.catalog.Visible(catalog.Organization{ID: p.Organization.ID, Name: p.Organization.Name}) {
 		v := OfferingView{ID: o.ID, Kind: o.Kind, Pack: o.Pack, Installation: o.Installation, Digest: o.Digest}
 		if o.Kind == catalog.KindWorker {
 			c := apitypes.OfferingCeilings(o.Ceilings())
@@ -63,7 +63,7 @@ func (s *Server) offerings(c echo.Context) error {
 }
 
 func (s *Server) runtimeInputFormats() []string {
-	if s.cfg.SealingRing == nil {
+	if s.host.Ring == nil {
 		return []string{} // nothing to seal with: advertising a format would promise what cannot be done
 	}
 	return []string{runtimeinput.PreparationFormat}

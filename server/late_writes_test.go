@@ -17,9 +17,9 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
-	"github.com/takoform/terraform-provider-takoform/server"
 )
 
 // stopper stops its Host in the middle of one worker's apply: the upload goes out (and the
@@ -71,12 +71,12 @@ func setupLateWrites(t *testing.T) *lateWrites {
 }
 
 // sweeper is another Host replica on the database, for its janitor (Sweep).
-func (l *lateWrites) sweeper() *server.Server {
+func (l *lateWrites) sweeper() *host.Host {
 	l.t.Helper()
 	db, err := pgxpool.New(context.Background(), l.dbURL)
 	require.NoError(l.t, err)
 	l.t.Cleanup(db.Close)
-	return server.New(server.Config{DB: db, Catalog: loadCatalog(l.t, l.catalog, l.runtime.Info), SealingRing: l.ring, KeyCacheTTL: -1,
+	return host.New(host.Config{DB: db, Catalog: loadCatalog(l.t, l.catalog, l.runtime.Info), SealingRing: l.ring,
 		Logger: slog.New(slog.NewJSONHandler(&runtimetest.Buffer{}, nil))})
 }
 
@@ -87,7 +87,7 @@ const lateCode = `export default { fetch() { return new Response("late") } }`
 // recovers the request after its lease runs out: it reads the script back absent, abandons the
 // create and records the re-check. It returns the script name, the abandoned worker's UID and
 // the re-check's deployment.
-func (l *lateWrites) stopMidCreate(janitor *server.Server, offering string) (script string, uid, deployment uuid.UUID) {
+func (l *lateWrites) stopMidCreate(janitor *host.Host, offering string) (script string, uid, deployment uuid.UUID) {
 	l.t.Helper()
 	script = l.scriptNameOf("prod", "api")
 	require.NoError(l.t, l.standin.Inject(cfstandin.Fault{Kind: cfstandin.FaultHold, Method: http.MethodPut, PathContains: "/scripts/" + script}))
@@ -174,7 +174,7 @@ func TestALateUploadOfAStoppedHostsCreateIsTakenDownByTheRecheckOfAnotherHost(t 
 			l.pass(resource.LateWriteDelay)
 			a, b := l.sweeper(), l.sweeper()
 			var wg sync.WaitGroup
-			for _, s := range []*server.Server{a, b} {
+			for _, s := range []*host.Host{a, b} {
 				wg.Add(1)
 				go func() { defer wg.Done(); s.Sweep(context.Background()) }()
 			}

@@ -118,7 +118,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok || !strings.EqualFold(scheme, "Bearer") {
 			return apierr.New(apierr.Unauthenticated, "the Authorization header must use the Bearer scheme")
 		}
-		p, err := s.keys.Authenticate(c.Request().Context(), s.cfg.DB, strings.TrimSpace(key))
+		p, err := s.keys.Authenticate(c.Request().Context(), s.db, strings.TrimSpace(key))
 		if err == auth.ErrUnknownKey {
 			return apierr.New(apierr.Unauthenticated, "the API key is unknown or revoked")
 		}

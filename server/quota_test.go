@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/server"
@@ -207,8 +208,8 @@ func (h *harness) replica(opt func(*options)) string {
 	db, err := pgxpool.New(context.Background(), h.dbURL)
 	require.NoError(h.t, err)
 	h.t.Cleanup(db.Close)
-	srv := server.New(server.Config{DB: db, Catalog: cat, SealingRing: h.ring, KeyCacheTTL: -1,
-		Logger: slog.New(slog.NewJSONHandler(&runtimetest.Buffer{}, nil))})
+	srv := server.New(server.Config{KeyCacheTTL: -1, Host: host.New(host.Config{DB: db, Catalog: cat, SealingRing: h.ring,
+		Logger: slog.New(slog.NewJSONHandler(&runtimetest.Buffer{}, nil))})})
 	ts := httptest.NewServer(srv.Handler())
 	h.t.Cleanup(ts.Close)
 	return ts.URL

@@ -88,7 +88,7 @@ func (k *keyBuckets) take(key string, now time.Time) (bool, time.Duration) {
 // limitRate refuses a request of a key whose bucket is empty: 429 rate_limited, with Retry-After
 // in whole seconds until the bucket holds a token again.
 func (s *Server) limitRate(next echo.HandlerFunc) echo.HandlerFunc {
-	if s.cfg.Catalog.Rates.PerSecond <= 0 {
+	if s.catalog.Rates.PerSecond <= 0 {
 		return next
 	}
 	return func(c echo.Context) error {
@@ -97,7 +97,7 @@ func (s *Server) limitRate(next echo.HandlerFunc) echo.HandlerFunc {
 			secs := max(1, int(math.Ceil(wait.Seconds())))
 			c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 			return apierr.New(apierr.RateLimited, "this API key sent more than %g requests a second (burst %d); retry after %d s",
-				s.cfg.Catalog.Rates.PerSecond, s.cfg.Catalog.Rates.Burst, secs)
+				s.catalog.Rates.PerSecond, s.catalog.Rates.Burst, secs)
 		}
 		return next(c)
 	}

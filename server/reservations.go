@@ -11,7 +11,7 @@ import (
 )
 
 func (s *Server) getReservation(c echo.Context) error {
-	r, token, err := s.reservations.Get(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reservationId"))
+	r, token, err := s.reservations.Get(c.Request().Context(), s.db, principal(c).Organization, c.Param("reservationId"))
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 func (s *Server) getWorker(c echo.Context) error {
-	w, token, err := s.resources.GetWorker(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("space"), c.Param("name"))
+	w, token, err := s.resources.GetWorker(c.Request().Context(), s.db, principal(c).Organization, c.Param("space"), c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -28,7 +28,7 @@ func (s *Server) getWorkerByUID(c echo.Context) error {
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no worker with uid %q", c.Param("uid"))
 	}
-	w, err := s.resources.GetWorkerByUID(c.Request().Context(), s.cfg.DB, principal(c).Organization, uid)
+	w, err := s.resources.GetWorkerByUID(c.Request().Context(), s.db, principal(c).Organization, uid)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func (s *Server) deleteWorker(c echo.Context) error {
 }
 
 func (s *Server) getEndpoint(c echo.Context) error {
-	e, token, err := s.resources.GetEndpoint(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("space"), c.Param("name"))
+	e, token, err := s.resources.GetEndpoint(c.Request().Context(), s.db, principal(c).Organization, c.Param("space"), c.Param("name"))
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func (s *Server) putActivation(c echo.Context) error {
 
 // getActivation reads an activated reservation with its activation's ownership token.
 func (s *Server) getActivation(c echo.Context) error {
-	r, token, err := s.reservations.GetActivation(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reservationId"))
+	r, token, err := s.reservations.GetActivation(c.Request().Context(), s.db, principal(c).Organization, c.Param("reservationId"))
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (s *Server) getAttestation(c echo.Context) error {
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no deletion attestation %q", c.Param("uid"))
 	}
-	a, err := s.resources.Attestation(c.Request().Context(), s.cfg.DB, principal(c).Organization.ID, uid)
+	a, err := s.resources.Attestation(c.Request().Context(), s.db, principal(c).Organization.ID, uid)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (s *Server) getOperation(c echo.Context) error {
 	if err != nil {
 		return apierr.New(apierr.NotFound, "no operation %q", c.Param("id"))
 	}
-	o, err := s.resources.Operation(c.Request().Context(), s.cfg.DB, principal(c).Organization.ID, id)
+	o, err := s.resources.Operation(c.Request().Context(), s.db, principal(c).Organization.ID, id)
 	if err != nil {
 		return err
 	}

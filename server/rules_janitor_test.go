@@ -41,13 +41,13 @@ func TestRuleTheJanitorReleasesAnExpiredMintedRowOfADeletedWorker(t *testing.T) 
 	require.Equal(t, http.StatusConflict, h.putReservation(h.key, "res-again", tokenB, again).status, "the expired row holds the origin")
 
 	// The janitor runs while the fence is open: nothing is released.
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "expired", h.getReservation(h.key, id).json(t)["status"])
 
 	// The absence is confirmed: the janitor releases the row, and the origin is free for its own
 	// worker's next reservation (still never another organization's).
 	h.exec("UPDATE deletion_attestations SET status = 'closed', closed_at = now() WHERE uid = $1", e["uid"])
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "released", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", id))
 	h.putReservation(otherKey, "res-steal", tokenB, steal).problem(t, http.StatusUnprocessableEntity, "label_reserved")
 	r := h.putReservation(h.key, "res-again", "token-res-again-000001", again)
@@ -109,7 +109,7 @@ func TestRuleTheJanitorStoresALapsedReservationExpired(t *testing.T) {
 	require.Equal(t, "prepared", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", "res-lapse"))
 	require.Equal(t, "2", held())
 
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "expired", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", "res-lapse"))
 	require.Equal(t, "prepared", h.status("SELECT status FROM worker_endpoint_origin_reservations WHERE id = $1", "res-live"))
 	require.Equal(t, "1", held())

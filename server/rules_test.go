@@ -344,7 +344,7 @@ func TestRuleACreateRefusedAfterDispatchDoesNotWedgeTheWitnessClear(t *testing.T
 
 	// The janitor takes the route that never committed down (its create was refused), and a new
 	// declaration of the endpoint clears that witness in place and publishes.
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	again := h.putEndpoint("prod", "api-2", "token-endpoint-00000002", map[string]any{"worker": "api"})
 	require.Equal(t, http.StatusCreated, again.status, "body: %s", again.body)
 	got := h.getReservation(h.key, id).json(t)

@@ -23,7 +23,7 @@ func (s *Server) getPreparation(c echo.Context) error {
 	if err := pathOrganization(c); err != nil {
 		return err
 	}
-	p, token, err := s.runtimeInputs.Get(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("operationId"))
+	p, token, err := s.runtimeInputs.Get(c.Request().Context(), s.db, principal(c).Organization, c.Param("operationId"))
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func (s *Server) getPreparation(c echo.Context) error {
 // getPreparationByReference answers the status of the runtime input a reference names, within
 // the key's organization only (SPEC 3.5).
 func (s *Server) getPreparationByReference(c echo.Context) error {
-	p, token, err := s.runtimeInputs.GetByReference(c.Request().Context(), s.cfg.DB, principal(c).Organization, c.Param("reference"))
+	p, token, err := s.runtimeInputs.GetByReference(c.Request().Context(), s.db, principal(c).Organization, c.Param("reference"))
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (s *Server) commitmentKey(c echo.Context) error {
 	if _, err := s.decodeJSON(c, &req); err != nil {
 		return err
 	}
-	k, err := s.runtimeInputs.CommitmentKey(c.Request().Context(), s.cfg.DB, principal(c).Organization, req)
+	k, err := s.runtimeInputs.CommitmentKey(c.Request().Context(), s.db, principal(c).Organization, req)
 	if err != nil {
 		return err
 	}

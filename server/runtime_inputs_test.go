@@ -338,7 +338,7 @@ func TestRuntimeInputRequestStoppedBetweenDispatchAndDeliveryIsNeverRedispatched
 	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "dispatch cleared the ciphertext")
 
 	h.advance("2 minutes") // the stopped Host's lease runs out
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "failed", h.preparationStatus("op-1"), "nothing was delivered, so recovery fails it")
 	st, err := h.runtimeClient().GetScript(context.Background(), h.status("SELECT script_name FROM workers"))
 	require.NoError(t, err)
@@ -356,7 +356,7 @@ func TestRuntimeInputRequestStoppedAfterTheBackendAppliedSettlesByReadback(t *te
 	require.Equal(t, "dispatched", h.preparationStatus("op-1"))
 
 	h.advance("2 minutes") // the stopped Host's lease runs out
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "settled", h.preparationStatus("op-1"), "the readback matches what was sealed")
 }
 
@@ -462,7 +462,7 @@ func TestRuntimeInputClaimExpiresAfterItsWindow(t *testing.T) {
 	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
 	require.Equal(t, "expired", got["status"], "a read computes the expiry")
 	require.Equal(t, "claimed", h.preparationStatus("op-1"), "and writes nothing")
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	require.Equal(t, "expired", h.preparationStatus("op-1"))
 	require.Equal(t, "t", h.status("SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations")[:1], "the janitor drops the sealed material")
 	// An expired claim no longer fences the reservation.
@@ -560,7 +560,7 @@ func TestRuntimeInputStuckAfterDispatchFailsSayingToBumpTheVersion(t *testing.T)
 	p := h.reservedAndPrepared()
 	h.putWorker("prod", "api", workerToken, secretWorkerBody(p.reference)).problem(t, http.StatusInternalServerError, "internal")
 	h.advance("2 minutes")
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	got := h.get(prepPath(h.org.ID, "op-1")).json(t)
 	require.Equal(t, "failed", got["status"])
 	require.Contains(t, got["failure"], "bump bindings_wo_version")

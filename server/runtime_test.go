@@ -341,7 +341,7 @@ func TestCreatesWhoseOutcomeIsUnknownAreTakenDownAndFenceTheOrigin(t *testing.T)
 
 	// The runtime is back: the janitor takes both down, and then the release goes through.
 	o.down.Store(false)
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	status, _, _ = h.runtime.Get(t, host, "/")
 	require.Equal(t, http.StatusNotFound, status)
 	st, err = h.runtimeClient().GetScript(context.Background(), otherScript)

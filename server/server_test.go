@@ -22,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
@@ -45,6 +46,7 @@ type harness struct {
 	kek     sealing.KEK
 	dbURL   string
 	srv     *server.Server
+	host    *host.Host
 	// responses records every response the Host sent, headers and body, for canary searches.
 	responses *runtimetest.Buffer
 }
@@ -152,24 +154,27 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 	require.NoError(t, err)
 	ring, err := sealing.OpenRing(context.Background(), db, kek)
 	require.NoError(t, err)
+	hst := host.New(host.Config{
+		DB:                db,
+		Catalog:           cat,
+		Logger:            slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		OwnershipBusyWait: o.busyWait,
+		SealingRing:       ring,
+		RuntimeInputHooks: o.hooks,
+		WrapBackend:       o.wrap,
+		CloudflareEdge:    o.cloudflareEdge,
+		CloudflareBudget:  o.cfBudget,
+	})
 	srv := server.New(server.Config{
-		DB:                        db,
-		Catalog:                   cat,
-		Logger:                    slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		OwnershipBusyWait:         o.busyWait,
+		Host:                      hst,
 		KeyCacheTTL:               o.keyCacheTTL,
-		SealingRing:               ring,
-		RuntimeInputHooks:         o.hooks,
-		WrapBackend:               o.wrap,
-		CloudflareEdge:            o.cloudflareEdge,
 		LogStreamsPerKey:          o.logStreamsPerKey,
 		LogStreamsPerOrganization: o.logStreamsPerOrg,
 		LogStreamMaxAge:           o.logStreamAge,
-		CloudflareBudget:          o.cfBudget,
 	})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, db: db, url: ts.URL, logs: logs, ring: ring, kek: kek, dbURL: dbURL, responses: &runtimetest.Buffer{}, srv: srv, runtime: node}
+	h := &harness{t: t, db: db, url: ts.URL, logs: logs, ring: ring, kek: kek, dbURL: dbURL, responses: &runtimetest.Buffer{}, srv: srv, host: hst, runtime: node}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, line := range strings.Split(logs.String(), "\n") {

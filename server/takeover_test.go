@@ -180,7 +180,7 @@ func TestScriptHeldByOwnUnconfirmedDeleteIsRetryable(t *testing.T) {
 	require.NotEmpty(t, r.header.Get("Retry-After"))
 	require.Equal(t, []any{"deployment_live"}, p["unmetFences"])
 
-	h.srv.Sweep(context.Background())
+	h.host.Sweep(context.Background())
 	again := h.putWorker("prod", "api", "token-worker-0000000002", workerBody())
 	require.Equal(t, http.StatusCreated, again.status, "body: %s", again.body)
 	require.NotEqual(t, first["uid"], again.json(t)["uid"])
@@ -270,7 +270,7 @@ func TestATakeoverFromBeforeTheUpgradeIsUndone(t *testing.T) {
 	// The janitor takes the attacker's script down; the victim's next update deploys the
 	// victim's code under the name again (an identical request would be answered from its stored
 	// response: the next change is what deploys).
-	h.srv.Sweep(ctx)
+	h.host.Sweep(ctx)
 	st, err := rc.GetScript(ctx, v.ScriptName)
 	require.NoError(t, err)
 	require.False(t, st.Present, "the attacker's script is still on the node: %+v", st)

@@ -42,7 +42,7 @@ func (s *Server) getWorkerLogs(c echo.Context) error {
 	}
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
-	read, err := s.resources.WorkerLogs(ctx, s.cfg.DB, principal(c).Organization, space, name)
+	read, err := s.resources.WorkerLogs(ctx, s.db, principal(c).Organization, space, name)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -85,10 +86,10 @@ func Start(t testing.TB, opts Options) *Host {
 		cat = catalog.DefaultWithEdge(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr, node.Info.EdgeScheme)
 	}
 	logs := &runtimetest.Buffer{}
-	srv := server.New(server.Config{
+	srv := server.New(server.Config{Host: host.New(host.Config{
 		DB: db, Catalog: cat, SealingRing: ring, CloudflareEdge: opts.CloudflareEdge,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	})})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	name := opts.Organization

@@ -13,6 +13,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
@@ -95,7 +96,7 @@ func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int) 
 		}
 		h.keys = append(h.keys, key.Key)
 	}
-	srv := server.New(server.Config{DB: db, SealingRing: ring, Catalog: cat, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := server.New(server.Config{Host: host.New(host.Config{DB: db, SealingRing: ring, Catalog: cat, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, stop, err

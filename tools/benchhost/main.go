@@ -48,6 +48,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -266,7 +267,7 @@ func run(n int, d time.Duration, fillRows int) (runResult, error) {
 	// not the limiter in front of it.
 	cat := catalog.Default()
 	cat.Rates = catalog.Rates{}
-	srv := server.New(server.Config{DB: db, SealingRing: ring, Catalog: cat, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := server.New(server.Config{Host: host.New(host.Config{DB: db, SealingRing: ring, Catalog: cat, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return runResult{}, err

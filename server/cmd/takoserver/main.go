@@ -24,6 +24,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -182,8 +183,8 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if err != nil {
 		return err
 	}
-	srv := server.New(server.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, JanitorEvery: o.janitorEvery,
-		CloudflareEdge: edge})
+	h := host.New(host.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, CloudflareEdge: edge})
+	srv := server.New(server.Config{Host: h, JanitorEvery: o.janitorEvery})
 	return srv.Serve(ctx, l)
 }
 

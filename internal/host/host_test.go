@@ -1,0 +1,123 @@
+package host_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/host"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// logBuffer collects a Host's JSON log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines are the messages logged at level, in order.
+func (b *logBuffer) lines(t *testing.T, level string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		if m["level"] == level {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A step that fails is logged under its own message and the janitor goes on to the next: with
+// the database gone, every step fails and each says so, in the janitor's order.
+func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
+	t.Parallel()
+	db := testdb.Pool(t)
+	logs := &logBuffer{}
+	h := host.New(host.Config{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	db.Close()
+	h.Sweep(context.Background())
+	var got []string
+	for _, l := range logs.lines(t, "WARN") {
+		got = append(got, l["msg"].(string))
+		require.NotEmpty(t, l["error"])
+	}
+	require.Equal(t, []string{
+		"recover operations of expired leases",
+		"collect orphaned deployments",
+		"re-check scripts a late upload may have landed on",
+		"release Host-minted reservations of deleted workers",
+		"expire lapsed reservations",
+		"close deletion attestations whose route propagation ended",
+		"expire runtime inputs",
+		"purge tombstones",
+	}, got)
+}
+
+// A sweep whose context has ended logs nothing: a stopping Host is not a failing one.
+func TestASweepStoppedByItsContextLogsNoFailure(t *testing.T) {
+	t.Parallel()
+	logs := &logBuffer{}
+	h := host.New(host.Config{DB: testdb.Pool(t), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.Sweep(ctx)
+	require.Empty(t, logs.lines(t, "WARN"))
+}
+
+// The tombstone step purges the tombstones whose retention ended and keeps the others, and says
+// how many it purged.
+func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
+	t.Parallel()
+	db := testdb.Pool(t)
+	ctx := context.Background()
+	org, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	for key, expires := range map[string]string{"prod/old": "now() - interval '1 second'", "prod/new": "now() + interval '1 day'"} {
+		_, err := db.Exec(ctx, `INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, expires_at)
+			VALUES ($1, 'worker', $2, 'token-0000000000000001', gen_random_uuid(), '\x00', 200, '\x7b7d', `+expires+`)`, org.ID, key)
+		require.NoError(t, err)
+	}
+	logs := &logBuffer{}
+	h := host.New(host.Config{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	h.Sweep(ctx)
+	var left []string
+	rows, err := db.Query(ctx, `SELECT external_key FROM ownership_tombstones WHERE organization_id = $1`, org.ID)
+	require.NoError(t, err)
+	for rows.Next() {
+		var k string
+		require.NoError(t, rows.Scan(&k))
+		left = append(left, k)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"prod/new"}, left)
+	var purged bool
+	for _, l := range logs.lines(t, "INFO") {
+		if l["msg"] == "purged expired tombstones" {
+			purged = true
+			require.EqualValues(t, 1, l["count"])
+		}
+	}
+	require.True(t, purged, "the step says what it purged")
+	require.Empty(t, logs.lines(t, "WARN"))
+}

@@ -1,0 +1,99 @@
+package host
+
+import (
+	"context"
+	"time"
+)
+
+// step is one of the janitor's steps: run does it once and says how many rows it settled, done
+// is what the log says when it settled some (nothing when empty), fails what it says on an error.
+type step struct {
+	name  string
+	run   func(context.Context) (int64, error)
+	done  string
+	fails string
+}
+
+// steps are the janitor's steps, in the order it runs them. Every one is a database statement or
+// a compare-and-swap, so any number of replicas may run them at once.
+func (h *Host) steps() []step {
+	return []step{{
+		// The operations of leases a stopped Host left to expire (a later request on the same
+		// object would recover them too).
+		name: "recover", run: func(ctx context.Context) (int64, error) { return count(h.Owners.RecoverExpired(ctx)) },
+		done: "recovered operations left by a stopped Host", fails: "recover operations of expired leases",
+	}, {
+		// What creates that never committed left open on a backend.
+		name: "orphans", run: func(ctx context.Context) (int64, error) { return count(h.Resources.CollectOrphans(ctx, h.DB)) },
+		done: "took down deployments of creates that never committed", fails: "collect orphaned deployments",
+	}, {
+		// Scripts a backend without fences was read back not to hold, read again once a late
+		// upload could have landed; those that landed late are taken down (logged one by one).
+		name: "late-writes", run: h.recheckLateWrites,
+		fails: "re-check scripts a late upload may have landed on",
+	}, {
+		// Host-minted reservations of deleted workers, under the four fences.
+		name: "release-minted", run: func(ctx context.Context) (int64, error) { return count(h.Reservations.ReleaseGone(ctx, h.DB)) },
+		done: "released Host-minted reservations of deleted workers", fails: "release Host-minted reservations of deleted workers",
+	}, {
+		// Reservations whose TTL passed, stored expired.
+		name: "expire-reservations", run: func(ctx context.Context) (int64, error) { return h.Reservations.ExpireLapsed(ctx, h.DB) },
+		done: "expired reservations whose TTL passed", fails: "expire lapsed reservations",
+	}, {
+		// Deletion attestations whose route propagation ended.
+		name: "attestations", run: func(ctx context.Context) (int64, error) { return h.Resources.SettleAttestations(ctx, h.DB) },
+		fails: "close deletion attestations whose route propagation ended",
+	}, {
+		// Runtime inputs past their window, their sealed material dropped.
+		name: "expire-runtime-inputs", run: func(ctx context.Context) (int64, error) { return h.RuntimeInputs.SweepExpired(ctx, h.DB) },
+		done: "expired runtime inputs and dropped their sealed material", fails: "expire runtime inputs",
+	}, {
+		// Expired tombstones, which every lookup already ignores.
+		name: "tombstones", run: h.Owners.PurgeTombstones,
+		done: "purged expired tombstones", fails: "purge tombstones",
+	}}
+}
+
+// count is a step's count as int64.
+func count[N int | int64](n N, err error) (int64, error) { return int64(n), err }
+
+// Janitor does the Host's periodic housekeeping every interval until ctx ends.
+func (h *Host) Janitor(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		h.Sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Sweep runs the janitor's steps once. A step that fails is logged and the next one runs.
+func (h *Host) Sweep(ctx context.Context) {
+	for _, s := range h.steps() {
+		n, err := s.run(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			h.Log.Warn(s.fails, "error", err.Error())
+		case err == nil && n > 0 && s.done != "":
+			h.Log.Info(s.done, "count", n)
+		}
+	}
+}
+
+// recheckLateWrites is the late-write step, which logs each script it re-checked.
+func (h *Host) recheckLateWrites(ctx context.Context) (int64, error) {
+	late, err := h.Resources.RecheckLateWrites(ctx, h.DB)
+	for _, lw := range late {
+		attrs := []any{"installation", lw.Installation, "script", lw.ScriptName, "worker_uid", lw.WorkerUID.String(), "deployment", lw.Deployment.String(), "status", lw.Status}
+		if lw.Status == "removed" {
+			h.Log.Warn("took down a script that landed after its apply was decided lost (late upload)", append(attrs, "held_deployment", lw.Held.String())...)
+		} else {
+			h.Log.Info("re-checked a script a late upload may have landed on", attrs...)
+		}
+	}
+	return int64(len(late)), err
+}

@@ -1,0 +1,102 @@
+package auth_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// A key is shown once and only its hash is stored: the secret is nowhere in the database. It
+// authenticates as its organization with its scopes, sorted and without repeats; an unknown scope
+// is refused and issues nothing.
+func TestAKeyIsStoredAsItsHashAndCarriesItsScopes(t *testing.T) {
+	t.Parallel()
+	db := testdb.Pool(t)
+	ctx := context.Background()
+	org, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	k, err := auth.CreateKey(ctx, db, "acme", []string{auth.ScopeWrite, auth.ScopeRead, auth.ScopeWrite})
+	require.NoError(t, err)
+	require.Regexp(t, `^tkf_[a-z2-7]{52}$`, k.Key)
+	require.Equal(t, []string{auth.ScopeRead, auth.ScopeWrite}, k.Scopes)
+
+	var dump string
+	require.NoError(t, db.QueryRow(ctx, `SELECT string_agg(t::text, '|') FROM api_keys t`).Scan(&dump))
+	require.NotContains(t, dump, strings.TrimPrefix(k.Key, auth.KeyPrefix), "the secret is not stored")
+
+	p, err := auth.Authenticate(ctx, db, k.Key)
+	require.NoError(t, err)
+	require.Equal(t, org, p.Organization)
+	require.True(t, p.Has(auth.ScopeWrite))
+
+	_, err = auth.CreateKey(ctx, db, "acme", []string{"resources:admin"})
+	require.ErrorContains(t, err, `unknown scope "resources:admin"`)
+	var keys int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM api_keys`).Scan(&keys))
+	require.Equal(t, 1, keys, "a refused key issues nothing")
+
+	readOnly, err := auth.CreateKey(ctx, db, "acme", []string{auth.ScopeRead})
+	require.NoError(t, err)
+	p, err = auth.Authenticate(ctx, db, readOnly.Key)
+	require.NoError(t, err)
+	require.False(t, p.Has(auth.ScopeWrite))
+}
+
+// Malformed, unknown and revoked keys are all the same error, which names no key.
+func TestMalformedUnknownAndRevokedKeysAreOneError(t *testing.T) {
+	t.Parallel()
+	db := testdb.Pool(t)
+	ctx := context.Background()
+	_, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	k, err := auth.CreateKey(ctx, db, "acme", nil)
+	require.NoError(t, err)
+	unknown := auth.KeyPrefix + strings.Repeat("a", 52)
+	for name, key := range map[string]string{"empty": "", "malformed": "tkf_short", "upper case": strings.ToUpper(k.Key), "unknown": unknown} {
+		_, err := auth.Authenticate(ctx, db, key)
+		require.ErrorIs(t, err, auth.ErrUnknownKey, name)
+	}
+	require.NoError(t, auth.RevokeKey(ctx, db, k.ID))
+	require.NoError(t, auth.RevokeKey(ctx, db, k.ID), "revoking twice succeeds")
+	_, err = auth.Authenticate(ctx, db, k.Key)
+	require.ErrorIs(t, err, auth.ErrUnknownKey)
+	require.ErrorContains(t, auth.RevokeKey(ctx, db, "key_nothing"), `no API key "key_nothing"`)
+}
+
+// The cache trusts a key that authenticated for its TTL and no longer: a revocation is seen once
+// the TTL has passed, and at once with caching off.
+func TestTheCacheSeesARevocationWithinItsTTL(t *testing.T) {
+	t.Parallel()
+	db := testdb.Pool(t)
+	ctx := context.Background()
+	_, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	k, err := auth.CreateKey(ctx, db, "acme", nil)
+	require.NoError(t, err)
+
+	cached := &auth.Cache{TTL: 300 * time.Millisecond}
+	uncached := &auth.Cache{TTL: -1}
+	_, err = cached.Authenticate(ctx, db, k.Key)
+	require.NoError(t, err)
+	require.NoError(t, auth.RevokeKey(ctx, db, k.ID))
+	_, err = cached.Authenticate(ctx, db, k.Key)
+	require.NoError(t, err, "within its TTL the cache still trusts the key")
+	_, err = uncached.Authenticate(ctx, db, k.Key)
+	require.ErrorIs(t, err, auth.ErrUnknownKey, "without a cache the revocation is seen at once")
+	require.Eventually(t, func() bool {
+		_, err := cached.Authenticate(ctx, db, k.Key)
+		return err != nil
+	}, 5*time.Second, 50*time.Millisecond, "past its TTL the revocation is seen")
+
+	// A malformed key is refused before any lookup, cached or not.
+	_, err = cached.Authenticate(ctx, db, "not-a-key")
+	require.ErrorIs(t, err, auth.ErrUnknownKey)
+}

@@ -300,14 +300,7 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if known {
 		plan.ModuleSHA256, plan.BundleBytes = digests(modules), types.Int64Value(int64(bundleSize(modules)))
 	}
-	// A module file whose content changed leaves the configuration as it was: only the digests say
-	// so, and the update they plan moves the revision and generation.
-	changed := !creating && !plan.ModuleSHA256.Equal(state.ModuleSHA256)
-	// The Host keeps a failed generation's code as the worker's, with the previous deployment still
-	// serving: the state would match the configuration while the configuration does not serve.
-	// Planning Ready as unknown makes the plan show the update, and the apply redeploys.
-	failed := !creating && !state.Ready.IsNull() && !state.Ready.IsUnknown() && !state.Ready.ValueBool()
-	if changed || failed {
+	if redeploys(creating, plan.ModuleSHA256, state.ModuleSHA256, state.Ready) {
 		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()
 	}
 	if !creating && !state.ID.IsNull() && !state.ID.IsUnknown() {
@@ -347,6 +340,23 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 				"Through the shipped module (examples/modules/worker), replace the worker with its runtime input in one flag: `-replace=module.<name>.terraform_data.replace_worker`.",
 				p.RuntimeInputReference, p.OperationID, p.BoundWorker.UID))
 	}
+}
+
+// redeploys is whether an update of a worker plans a new generation although its configuration
+// may read the same, so that Ready, revision and generation are planned unknown and the plan shows
+// the update:
+//   - a module file whose content changed leaves the configuration as it was; only the digests
+//     (planned from the files) say so;
+//   - the Host keeps a failed generation's code as the worker's, with the previous deployment
+//     still serving: the state would match the configuration while it does not serve, and the
+//     apply redeploys it.
+func redeploys(creating bool, planned, prior types.Map, ready types.Bool) bool {
+	if creating {
+		return false
+	}
+	changed := !planned.Equal(prior)
+	failed := !ready.IsNull() && !ready.IsUnknown() && !ready.ValueBool()
+	return changed || failed
 }
 
 func (r *workerResource) spec(ctx context.Context, m workerModel) (client.WorkerSpec, error) {

@@ -174,9 +174,8 @@ func (r *endpointResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	origin, ok := r.origins.lookup(id)
 	if !ok && r.client != nil {
 		// A failed read leaves url unknown: the plan does not fail on what only decorates it.
-		res, err := r.client.GetReservation(ctx, id)
-		if err == nil && res.Status != "expired" && res.Status != "released" && res.CanonicalOrigin != "" {
-			origin, ok = res.CanonicalOrigin, true
+		if res, err := r.client.GetReservation(ctx, id); err == nil {
+			origin, ok = plannedOrigin(res)
 		}
 	}
 	if !ok {
@@ -184,6 +183,15 @@ func (r *endpointResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 	plan.URL, plan.Hostname = types.StringValue(origin+"/"), types.StringValue(hostnameOf(origin))
 	resp.Diagnostics.Append(setPlan(ctx, &resp.Plan, &plan)...)
+}
+
+// plannedOrigin is the origin a new endpoint on reservation res is planned to serve, when the
+// reservation still holds one it can publish: not one that expired or was released.
+func plannedOrigin(res client.Reservation) (string, bool) {
+	if res.Status == "expired" || res.Status == "released" || res.CanonicalOrigin == "" {
+		return "", false
+	}
+	return res.CanonicalOrigin, true
 }
 
 func (r *endpointResource) fill(m *endpointModel, e client.Endpoint) {

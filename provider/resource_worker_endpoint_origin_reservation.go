@@ -182,27 +182,46 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 			addError(&resp.Diagnostics, "Unable to derive the reservation's origin", err)
 			return
 		}
-		if !d.Available {
-			if d.HeldBy != nil && d.HeldBy.Organization == "self" {
-				// Most often this configuration's own reservation, which this plan replaces (a
-				// rename or move that keeps the subdomain): the apply releases it before creating
-				// this one. A plan cannot see that, and a destroy plans creates too (its
-				// pre-destroy refresh), so this is said, not refused; the Host still refuses a
-				// taken origin at apply.
-				resp.Diagnostics.AddAttributeWarning(path.Root("subdomain"), "Origin held by this organization",
-					fmt.Sprintf("The origin %s is held by this organization's %s %s. If this plan replaces it (a rename or move that keeps the subdomain), "+
-						"the apply releases it first and then creates this reservation. If it is not part of this plan, the apply will fail with origin_taken: "+
-						"destroy or release it first.", d.CanonicalOrigin, d.HeldBy.Kind, d.HeldBy.Name))
-			} else {
-				resp.Diagnostics.AddAttributeError(path.Root("subdomain"), "Origin not available",
-					fmt.Sprintf("The origin %s is held by another organization; the Host never hands out an origin that is held. Choose another subdomain.", d.CanonicalOrigin))
-				return
-			}
+		switch originVerdict(d) {
+		case heldBySelf:
+			resp.Diagnostics.AddAttributeWarning(path.Root("subdomain"), "Origin held by this organization",
+				fmt.Sprintf("The origin %s is held by this organization's %s %s. If this plan replaces it (a rename or move that keeps the subdomain), "+
+					"the apply releases it first and then creates this reservation. If it is not part of this plan, the apply will fail with origin_taken: "+
+					"destroy or release it first.", d.CanonicalOrigin, d.HeldBy.Kind, d.HeldBy.Name))
+		case heldByOther:
+			resp.Diagnostics.AddAttributeError(path.Root("subdomain"), "Origin not available",
+				fmt.Sprintf("The origin %s is held by another organization; the Host never hands out an origin that is held. Choose another subdomain.", d.CanonicalOrigin))
+			return
 		}
 		plan.CanonicalOrigin = types.StringValue(d.CanonicalOrigin)
 		r.origins.record(id, d.CanonicalOrigin) // for the url of an endpoint created on it
 	}
 	resp.Diagnostics.Append(setPlan(ctx, &resp.Plan, &plan)...)
+}
+
+// What a plan does with a derived origin.
+type verdict int
+
+const (
+	available   verdict = iota
+	heldBySelf          // said, not refused: see originVerdict
+	heldByOther         // refused at plan
+)
+
+// originVerdict judges a derivation. An origin this organization holds is most often this
+// configuration's own reservation, which this plan replaces (a rename or move that keeps the
+// subdomain): the apply releases it before creating the new one. A plan cannot see that, and a
+// destroy plans creates too (its pre-destroy refresh), so that is a warning; the Host still
+// refuses a taken origin at apply. An origin another organization holds fails the plan.
+func originVerdict(d client.Derivation) verdict {
+	switch {
+	case d.Available:
+		return available
+	case d.HeldBy != nil && d.HeldBy.Organization == "self":
+		return heldBySelf
+	default:
+		return heldByOther
+	}
 }
 
 // defaultReservationID is the id of a reservation created without one. It must be known in the

@@ -303,6 +303,20 @@ func (m runtimeInputModel) targetKnown() bool {
 // ModifyPlan computes the reference and preparation id from the configuration, bindings_wo
 // included (SPEC 4), so that the worker's runtime_input_reference is known in the plan whenever
 // the inputs are. Only the digest goes into the plan.
+// replacement is whether an update of a runtime input replaces it, sealing the configuration's
+// values again under a new nonce, and whether that is for its stranding alone (said in a warning):
+//   - a bump of bindings_wo_version, from one set value to another, re-seals the same values under
+//     a new reference; setting it on an imported object (from null) is no bump;
+//   - an input delivered to a worker that is gone (stranded names it) can serve no other: it is
+//     replaced like a bump (SPEC 4).
+func replacement(creating bool, prior, planned types.Int64, stranded string) (replace, strandedAlone bool) {
+	if creating {
+		return false, false
+	}
+	bumped := !prior.IsNull() && !planned.Equal(prior)
+	return bumped || stranded != "", stranded != "" && !bumped
+}
+
 func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
 		return
@@ -327,17 +341,12 @@ func (r *runtimeInputResource) ModifyPlan(ctx context.Context, req resource.Modi
 		return
 	}
 
-	// A bump of bindings_wo_version (from one set value to another) draws a new nonce, so the same
-	// values re-seal under a new reference. Setting it on an imported object is no bump.
-	bumped := !creating && !state.BindingsWOVersion.IsNull() && !plan.BindingsWOVersion.Equal(state.BindingsWOVersion)
-	// An input delivered to a worker that is gone can serve no other: it is replaced like a bump,
-	// the values in the configuration sealed again under a new nonce (SPEC 4).
 	stranded := ""
 	if !creating {
 		stranded = getStranded(ctx, req.Private)
 	}
-	if stranded != "" && !bumped {
-		bumped = true
+	bumped, strandedAlone := replacement(creating, state.BindingsWOVersion, plan.BindingsWOVersion, stranded)
+	if strandedAlone {
 		resp.Diagnostics.AddAttributeWarning(path.Root("reference"), "Runtime input replaced: its worker is gone",
 			fmt.Sprintf("This runtime input was delivered to worker UID %s, which is no longer on the Host (destroyed with -target, or deleted outside this configuration). "+
 				"A runtime input is delivered once, to one worker UID, so this plan replaces it: the values in bindings_wo are sealed again for the worker that will use them.", stranded))

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
@@ -13,6 +14,17 @@ import (
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
+
+// acme is a database with organization acme and one key of every scope.
+func acme(t *testing.T) (*pgxpool.Pool, auth.CreatedKey) {
+	t.Helper()
+	db := testdb.Pool(t)
+	_, err := auth.CreateOrganization(context.Background(), db, "acme")
+	require.NoError(t, err)
+	k, err := auth.CreateKey(context.Background(), db, "acme", nil)
+	require.NoError(t, err)
+	return db, k
+}
 
 // A key is shown once and only its hash is stored: the secret is nowhere in the database. It
 // authenticates as its organization with its scopes, sorted and without repeats; an unknown scope
@@ -53,12 +65,8 @@ func TestAKeyIsStoredAsItsHashAndCarriesItsScopes(t *testing.T) {
 // Malformed, unknown and revoked keys are all the same error, which names no key.
 func TestMalformedUnknownAndRevokedKeysAreOneError(t *testing.T) {
 	t.Parallel()
-	db := testdb.Pool(t)
+	db, k := acme(t)
 	ctx := context.Background()
-	_, err := auth.CreateOrganization(ctx, db, "acme")
-	require.NoError(t, err)
-	k, err := auth.CreateKey(ctx, db, "acme", nil)
-	require.NoError(t, err)
 	unknown := auth.KeyPrefix + strings.Repeat("a", 52)
 	for name, key := range map[string]string{"empty": "", "malformed": "tkf_short", "upper case": strings.ToUpper(k.Key), "unknown": unknown} {
 		_, err := auth.Authenticate(ctx, db, key)
@@ -66,7 +74,7 @@ func TestMalformedUnknownAndRevokedKeysAreOneError(t *testing.T) {
 	}
 	require.NoError(t, auth.RevokeKey(ctx, db, k.ID))
 	require.NoError(t, auth.RevokeKey(ctx, db, k.ID), "revoking twice succeeds")
-	_, err = auth.Authenticate(ctx, db, k.Key)
+	_, err := auth.Authenticate(ctx, db, k.Key)
 	require.ErrorIs(t, err, auth.ErrUnknownKey)
 	require.ErrorContains(t, auth.RevokeKey(ctx, db, "key_nothing"), `no API key "key_nothing"`)
 }
@@ -75,16 +83,12 @@ func TestMalformedUnknownAndRevokedKeysAreOneError(t *testing.T) {
 // the TTL has passed, and at once with caching off.
 func TestTheCacheSeesARevocationWithinItsTTL(t *testing.T) {
 	t.Parallel()
-	db := testdb.Pool(t)
+	db, k := acme(t)
 	ctx := context.Background()
-	_, err := auth.CreateOrganization(ctx, db, "acme")
-	require.NoError(t, err)
-	k, err := auth.CreateKey(ctx, db, "acme", nil)
-	require.NoError(t, err)
 
 	cached := &auth.Cache{TTL: 300 * time.Millisecond}
 	uncached := &auth.Cache{TTL: -1}
-	_, err = cached.Authenticate(ctx, db, k.Key)
+	_, err := cached.Authenticate(ctx, db, k.Key)
 	require.NoError(t, err)
 	require.NoError(t, auth.RevokeKey(ctx, db, k.ID))
 	_, err = cached.Authenticate(ctx, db, k.Key)

@@ -1,41 +1,26 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// logBuffer collects a Host's JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines are the messages logged at level, in order.
-func (b *logBuffer) lines(t *testing.T, level string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// logged are the messages a Host logged into b at level, in order.
+func logged(t *testing.T, b *runtimetest.Buffer, level string) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		if line == "" {
 			continue
 		}
@@ -53,12 +38,12 @@ func (b *logBuffer) lines(t *testing.T, level string) []map[string]any {
 func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 	t.Parallel()
 	db := testdb.Pool(t)
-	logs := &logBuffer{}
+	logs := &runtimetest.Buffer{}
 	h := host.New(host.Config{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	db.Close()
 	h.Sweep(context.Background())
 	var got []string
-	for _, l := range logs.lines(t, "WARN") {
+	for _, l := range logged(t, logs, "WARN") {
 		got = append(got, l["msg"].(string))
 		require.NotEmpty(t, l["error"])
 	}
@@ -77,12 +62,12 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 // A sweep whose context has ended logs nothing: a stopping Host is not a failing one.
 func TestASweepStoppedByItsContextLogsNoFailure(t *testing.T) {
 	t.Parallel()
-	logs := &logBuffer{}
+	logs := &runtimetest.Buffer{}
 	h := host.New(host.Config{DB: testdb.Pool(t), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	h.Sweep(ctx)
-	require.Empty(t, logs.lines(t, "WARN"))
+	require.Empty(t, logged(t, logs, "WARN"))
 }
 
 // The tombstone step purges the tombstones whose retention ended and keeps the others, and says
@@ -98,7 +83,7 @@ func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
 			VALUES ($1, 'worker', $2, 'token-0000000000000001', gen_random_uuid(), '\x00', 200, '\x7b7d', `+expires+`)`, org.ID, key)
 		require.NoError(t, err)
 	}
-	logs := &logBuffer{}
+	logs := &runtimetest.Buffer{}
 	h := host.New(host.Config{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	h.Sweep(ctx)
 	var left []string
@@ -112,12 +97,12 @@ func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"prod/new"}, left)
 	var purged bool
-	for _, l := range logs.lines(t, "INFO") {
+	for _, l := range logged(t, logs, "INFO") {
 		if l["msg"] == "purged expired tombstones" {
 			purged = true
 			require.EqualValues(t, 1, l["count"])
 		}
 	}
 	require.True(t, purged, "the step says what it purged")
-	require.Empty(t, logs.lines(t, "WARN"))
+	require.Empty(t, logged(t, logs, "WARN"))
 }

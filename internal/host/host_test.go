@@ -17,6 +17,9 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
+// slogTo is a JSON logger into b.
+func slogTo(b *runtimetest.Buffer) *slog.Logger { return slog.New(slog.NewJSONHandler(b, nil)) }
+
 // logged are the messages a Host logged into b at level, in order.
 func logged(t *testing.T, b *runtimetest.Buffer, level string) []map[string]any {
 	var out []map[string]any
@@ -39,7 +42,7 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 	t.Parallel()
 	db := testdb.Pool(t)
 	logs := &runtimetest.Buffer{}
-	h := host.New(host.Config{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	h := host.New(host.Config{DB: db, Logger: slogTo(logs)})
 	db.Close()
 	h.Sweep(context.Background())
 	var got []string
@@ -63,7 +66,7 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 func TestASweepStoppedByItsContextLogsNoFailure(t *testing.T) {
 	t.Parallel()
 	logs := &runtimetest.Buffer{}
-	h := host.New(host.Config{DB: testdb.Pool(t), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	h := host.New(host.Config{DB: testdb.Pool(t), Logger: slogTo(logs)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	h.Sweep(ctx)
@@ -84,7 +87,7 @@ func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
 		require.NoError(t, err)
 	}
 	logs := &runtimetest.Buffer{}
-	h := host.New(host.Config{DB: db, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	h := host.New(host.Config{DB: db, Logger: slogTo(logs)})
 	h.Sweep(ctx)
 	var left []string
 	rows, err := db.Query(ctx, `SELECT external_key FROM ownership_tombstones WHERE organization_id = $1`, org.ID)

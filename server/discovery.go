@@ -27,6 +27,9 @@ func (s *Server) readyz(c echo.Context) error {
 		s.log.WarnContext(ctx, "readiness check failed", "request_id", requestID(c), "error", err.Error())
 		return apierr.New(apierr.Unavailable, "the database is not answering")
 	}
+	if newer := s.checkSchema(ctx); newer != nil {
+		return schemaRefusal(newer)
+	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }
 

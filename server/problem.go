@@ -115,6 +115,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	reqID := requestID(c)
 	var ae *apierr.Error
 	var he *echo.HTTPError
+	if refusal := s.schemaMismatch(c, err); refusal != nil {
+		err = refusal
+	}
 	switch {
 	case errors.As(err, &ae):
 	case errors.Is(err, store.ErrContention):

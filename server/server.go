@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
 // DefaultBodyLimit bounds every request body.
@@ -73,6 +75,10 @@ type Server struct {
 	rates         *keyBuckets
 	// streams bounds the open log follow streams.
 	streams *streamGate
+	// schemaNewer is set once the database is found migrated past this binary (checkSchema).
+	schemaNewer atomic.Pointer[store.SchemaNewer]
+	// schemaChecked is when checkSchema last read the version (Unix nanoseconds).
+	schemaChecked atomic.Int64
 	// shutdown is closed when Serve begins to shut down: open log streams end.
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
@@ -128,7 +134,7 @@ func (s *Server) routes() {
 
 	// Every route names the scope it needs: reads, and the non-mutating derivation, need only
 	// resources:read. Every request of a key spends from its rate (limitRate).
-	v1 := e.Group("/v1", s.authenticate, s.limitRate)
+	v1 := e.Group("/v1", s.refuseWhenSchemaNewer, s.authenticate, s.limitRate)
 	read, write := requireScope(auth.ScopeRead), requireScope(auth.ScopeWrite)
 	v1.GET("/capabilities", s.capabilities, read)
 	v1.GET("/offerings", s.offerings, read)

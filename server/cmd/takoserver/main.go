@@ -157,14 +157,18 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if err != nil {
 		return err
 	}
-	if err := store.MigrateUp(databaseURL); err != nil {
-		return err
-	}
 	db, err := store.Open(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	// A binary older than the database's schema refuses before it touches anything.
+	if err := store.CheckSchema(ctx, db); err != nil {
+		return err
+	}
+	if err := store.MigrateUp(databaseURL); err != nil {
+		return err
+	}
 	// A replica whose key-encryption key cannot unwrap the current data key refuses to start.
 	ring, err := sealing.OpenRing(ctx, db, kek)
 	if err != nil {

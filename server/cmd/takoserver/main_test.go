@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -319,6 +320,25 @@ func TestServeRefusesBadCatalog(t *testing.T) {
 	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--config", path, "--sealing-key-file", sealingKey(t))
 	require.Error(t, err)
 	require.Contains(t, errOut, `unknown field "colour"`)
+}
+
+// A takoserver older than its database (another release migrated it further) refuses to start,
+// naming both schema versions, and changes nothing.
+func TestServeRefusesADatabaseNewerThanItself(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t)
+	db, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec(context.Background(), `UPDATE schema_migrations SET version = version + 1`)
+	require.NoError(t, err)
+	_, errOut, err := runRaw(url, "serve", "--listen", "127.0.0.1:0", "--sealing-key-file", sealingKey(t))
+	require.Error(t, err)
+	newer, mine := store.SchemaVersion()+1, store.SchemaVersion()
+	require.Contains(t, errOut, fmt.Sprintf("the database is at schema version %d, newer than this takoserver's %d", newer, mine))
+	var version int64
+	require.NoError(t, db.QueryRow(context.Background(), `SELECT version FROM schema_migrations`).Scan(&version))
+	require.EqualValues(t, newer, version, "nothing migrated")
 }
 
 // devDir returns a path for a dev directory whose parent the cluster's user can traverse (the

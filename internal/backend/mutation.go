@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sync"
@@ -235,8 +236,11 @@ type Registry struct {
 	// EdgeClient reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
 	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
 	EdgeClient *http.Client
-	mu         sync.Mutex
-	made       map[catalog.Installation]Mutator
+	// Log, when set, is where the backends say what an operator must know (a runtime node that
+	// refuses the Host's token).
+	Log  *slog.Logger
+	mu   sync.Mutex
+	made map[catalog.Installation]Mutator
 }
 
 // Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
@@ -273,7 +277,9 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	if inst.Pack == catalog.PackWorkersDev || inst.Pack == catalog.PackWFPManaged {
 		m = newCloudflareScripts(inst, r.Budget, r.EdgeClient)
 	} else {
-		m = newRuntimeNode(inst)
+		n := newRuntimeNode(inst)
+		n.log = r.Log
+		m = n
 	}
 	if r.Wrap != nil {
 		m = r.Wrap(m)

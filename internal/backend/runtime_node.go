@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"sort"
@@ -30,6 +31,7 @@ var AdmitWait = 40 * time.Second
 // workers-dev backend will be a client of Cloudflare's. The Host keeps no runtime files.
 type runtimeNode struct {
 	inst   catalog.Installation
+	log    *slog.Logger
 	mu     sync.Mutex
 	client *nodeapi.Client
 }
@@ -51,6 +53,7 @@ func (n *runtimeNode) api() (*nodeapi.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", ErrUnreachable, n.inst.RuntimeURL, err)
 	}
+	c.Log = n.log
 	n.client = c
 	return c, nil
 }

@@ -77,7 +77,7 @@ func New(cfg Config) *Host {
 			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		Reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
-	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge}
+	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger}
 	if cfg.DB != nil {
 		backends.Budget = budget(cfg.DB, cfg.CloudflareBudget)
 	}

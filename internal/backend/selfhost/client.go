@@ -18,11 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -53,8 +55,14 @@ func IsCode(err error, code string) bool {
 // Client talks to one runtime node.
 type Client struct {
 	baseURL string
-	token   string
-	http    *http.Client
+	// tokenFile is where the token was read from ("" for NewWithToken): read again after a 401,
+	// so that a node's new token reaches a running Host without a restart.
+	tokenFile string
+	mu        sync.Mutex
+	token     string
+	http      *http.Client
+	// Log, when set, is told when the node refuses the token (never the token itself).
+	Log *slog.Logger
 	// Attempts bounds the tries of one call that cannot reach the runtime (default 4); the call's
 	// context bounds them too.
 	Attempts int
@@ -91,17 +99,56 @@ func NewFromConfig(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(cfg.TokenFile)
+	token, err := readToken(cfg.TokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("read the runtime's admin token: %w", err)
+		return nil, err
+	}
+	c := NewWithToken(cfg.URL, token)
+	c.tokenFile = cfg.TokenFile
+	c.http.Transport.(*http.Transport).TLSClientConfig = tlsConfig
+	return c, nil
+}
+
+// readToken reads the token file again.
+func readToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read the runtime's admin token: %w", err)
 	}
 	token := strings.TrimSpace(string(b))
 	if token == "" {
-		return nil, fmt.Errorf("the runtime's admin token file %s is empty", cfg.TokenFile)
+		return "", fmt.Errorf("the runtime's admin token file %s is empty", file)
 	}
-	c := NewWithToken(cfg.URL, token)
-	c.http.Transport.(*http.Transport).TLSClientConfig = tlsConfig
-	return c, nil
+	return token, nil
+}
+
+// refused answers a 401 from the node: when the token file now holds another token (the node's
+// token was rotated), the client takes it and says to try again; otherwise the refusal is logged,
+// naming the node and the file, and stands.
+func (c *Client) refused(ctx context.Context, method, path string, sent string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.token != sent {
+		return true // another call already took a new token
+	}
+	if c.tokenFile != "" {
+		if token, err := readToken(c.tokenFile); err == nil && token != c.token {
+			c.token = token
+			c.logger().InfoContext(ctx, "runtime node refused the admin token; read the token file again and took its new token",
+				"runtime_url", c.baseURL, "token_file", c.tokenFile)
+			return true
+		}
+	}
+	c.logger().ErrorContext(ctx, "runtime node refused the Host's admin token (401): the node's token and the installation's runtimeTokenFile differ",
+		"runtime_url", c.baseURL, "token_file", c.tokenFile, "method", method, "path", path)
+	return false
+}
+
+func (c *Client) logger() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
 }
 
 // clientTLS checks the URL against the TLS settings and builds the TLS configuration (nil for
@@ -286,8 +333,20 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	backoff := c.Backoff
 	var lastErr error
+	reread := false
 	for attempt := 1; ; attempt++ {
-		err := c.once(ctx, method, path, payload, out)
+		c.mu.Lock()
+		token := c.token
+		c.mu.Unlock()
+		err := c.once(ctx, method, path, token, payload, out)
+		var pe *ProblemError
+		if errors.As(err, &pe) && pe.StatusCode == http.StatusUnauthorized && !reread {
+			reread = true
+			if c.refused(ctx, method, path, token) {
+				attempt--
+				continue
+			}
+		}
 		if err == nil || !errors.Is(err, ErrUnreachable) {
 			return err
 		}
@@ -304,7 +363,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 }
 
-func (c *Client) once(ctx context.Context, method, path string, payload []byte, out any) error {
+func (c *Client) once(ctx context.Context, method, path, token string, payload []byte, out any) error {
 	var body io.Reader
 	if payload != nil {
 		body = bytes.NewReader(payload)
@@ -313,7 +372,7 @@ func (c *Client) once(ctx context.Context, method, path string, payload []byte, 
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Accept", "application/json")
 	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")

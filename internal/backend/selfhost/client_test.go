@@ -6,7 +6,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -221,4 +224,52 @@ func (h *handover) Accept() (net.Conn, error) {
 		return nil, net.ErrClosed
 	}
 	return conn, nil
+}
+
+// A node's new admin token reaches a running Host without a restart (issue 34 item 3): after a
+// 401 the client reads its token file again and, when it holds another token, tries once more
+// with it. A token the file does not fix is logged as the node's refusal (naming the node and the
+// file, never a token) and the call fails with the 401.
+func TestARefusedTokenIsReadAgainFromItsFileAndARealRefusalIsLogged(t *testing.T) {
+	t.Parallel()
+	var want atomic.Value
+	want.Store("token-one")
+	var refusals atomic.Int32
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+want.Load().(string) {
+			refusals.Add(1)
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"type":"about:blank","title":"Unauthorized","status":401,"code":"unauthorized","detail":"bad token"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer node.Close()
+	file := filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(file, []byte("token-one\n"), 0o600))
+	c, err := selfhost.New(node.URL, file)
+	require.NoError(t, err)
+	logs := &runtimetest.Buffer{}
+	c.Log = slog.New(slog.NewJSONHandler(logs, nil))
+	ctx := context.Background()
+	_, err = c.Brakes(ctx)
+	require.NoError(t, err)
+
+	// The node's token is rotated and the file with it: one refusal, then the new token.
+	want.Store("token-two")
+	require.NoError(t, os.WriteFile(file, []byte("token-two\n"), 0o600))
+	_, err = c.Brakes(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, refusals.Load())
+	require.Contains(t, logs.String(), "read the token file again and took its new token")
+
+	// The node's token moved and the file did not: the refusal stands and is logged.
+	want.Store("token-three")
+	_, err = c.Brakes(ctx)
+	require.True(t, selfhost.IsCode(err, "unauthorized"), "%v", err)
+	require.Contains(t, logs.String(), `"level":"ERROR","msg":"runtime node refused the Host's admin token (401)`)
+	require.Contains(t, logs.String(), file)
+	require.NotContains(t, logs.String(), "token-two")
+	require.NotContains(t, logs.String(), "token-three")
 }

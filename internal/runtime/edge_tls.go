@@ -21,7 +21,7 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 	}
 	httpL := opts.HTTPListener
 	if httpL == nil && opts.HTTPListen != "" {
-		if httpL, err = net.Listen("tcp", opts.HTTPListen); err != nil {
+		if httpL, err = n.listen(opts.HTTPListen, "edge (plain HTTP)"); err != nil {
 			t.Close()
 			return fmt.Errorf("edge: plain-HTTP listen on %s: %w", opts.HTTPListen, err)
 		}

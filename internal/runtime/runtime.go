@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/netutil"
 
+	"github.com/takoform/terraform-provider-takoform/internal/netlisten"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
@@ -65,6 +66,9 @@ type Config struct {
 	EdgeListen    string
 	AdminListener net.Listener
 	EdgeListener  net.Listener
+	// ListenWait is how long a listen address that is in use (the node's previous process still
+	// holding it while it stops) is tried again before the start fails (zero: once).
+	ListenWait time.Duration
 	// AdminTLSCert and AdminTLSKey serve the admin API over TLS; a non-loopback admin address
 	// requires them. AdminClientCA (PEM), with them, makes the admin API require a client
 	// certificate issued by that CA (mutual TLS) before any request is read.
@@ -384,7 +388,7 @@ func (n *Node) listeners() (admin, edgeL net.Listener, tlsConfig *tls.Config, er
 		if tlsConfig == nil && !loopbackAddress(n.cfg.AdminListen) {
 			return nil, nil, nil, fmt.Errorf("admin address %s is not loopback: serving the admin API there needs --admin-tls-cert and --admin-tls-key", n.cfg.AdminListen)
 		}
-		if admin, err = net.Listen("tcp", n.cfg.AdminListen); err != nil {
+		if admin, err = n.listen(n.cfg.AdminListen, "admin API"); err != nil {
 			return nil, nil, nil, fmt.Errorf("admin API: listen on %s: %w", n.cfg.AdminListen, err)
 		}
 	} else if tlsConfig == nil && !loopbackAddress(admin.Addr().String()) {
@@ -392,12 +396,19 @@ func (n *Node) listeners() (admin, edgeL net.Listener, tlsConfig *tls.Config, er
 	}
 	edgeL = n.cfg.EdgeListener
 	if edgeL == nil {
-		if edgeL, err = net.Listen("tcp", n.cfg.EdgeListen); err != nil {
+		if edgeL, err = n.listen(n.cfg.EdgeListen, "edge"); err != nil {
 			admin.Close()
 			return nil, nil, nil, fmt.Errorf("edge: listen on %s: %w", n.cfg.EdgeListen, err)
 		}
 	}
 	return admin, edgeL, tlsConfig, nil
+}
+
+// listen opens addr, trying a busy address again for ListenWait, said once in the log.
+func (n *Node) listen(addr, what string) (net.Listener, error) {
+	return netlisten.Listen(context.Background(), addr, n.cfg.ListenWait, func(err error) {
+		n.log.Warn("listen address in use; trying again", "listener", what, "address", addr, "for", n.cfg.ListenWait.String(), "error", err.Error())
+	})
 }
 
 func loopbackAddress(addr string) bool {

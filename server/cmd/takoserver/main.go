@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -25,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
+	"github.com/takoform/terraform-provider-takoform/internal/netlisten"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -101,6 +101,8 @@ type serveOptions struct {
 	sealingKeyFile     string
 	tombstoneRetention time.Duration
 	janitorEvery       time.Duration
+	// listenWait is how long a busy --listen address is tried again (zero: once).
+	listenWait time.Duration
 	// cloudflareEdge, cloudflareEdgeCA: where the wfp-managed Ready probe reaches Cloudflare's
 	// edge instead of DNS (a stand-in's edge, for demos), and the CA its certificate is from.
 	cloudflareEdge, cloudflareEdgeCA string
@@ -115,6 +117,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.cloudflareEdge, "cloudflare-edge", "", "send the wfp-managed Ready probe to this address instead of resolving the hostname (a Cloudflare stand-in's edge, for demos and tests)")
 	cmd.Flags().StringVar(&o.cloudflareEdgeCA, "cloudflare-edge-ca", "", "PEM file of the CA the --cloudflare-edge address's certificate is from")
 	cmd.Flags().DurationVar(&o.janitorEvery, "janitor-every", time.Minute, "how often the janitor recovers abandoned requests, collects orphans, releases Host-minted reservations of deleted workers and purges tombstones")
+	cmd.Flags().DurationVar(&o.listenWait, "listen-wait", 30*time.Second, "how long a --listen address in use (the previous process still stopping) is tried again before the start fails")
 }
 
 func serveCommand(g *globals) *cobra.Command {
@@ -174,7 +177,9 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", o.listen)
+	l, err := netlisten.Listen(ctx, o.listen, o.listenWait, func(err error) {
+		log.Warn("listen address in use; trying again", "address", o.listen, "for", o.listenWait.String(), "error", err.Error())
+	})
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}

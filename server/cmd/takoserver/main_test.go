@@ -341,6 +341,30 @@ func TestServeRefusesADatabaseNewerThanItself(t *testing.T) {
 	require.EqualValues(t, newer, version, "nothing migrated")
 }
 
+// A restarted Host whose previous process still holds its address waits for it (--listen-wait)
+// instead of exiting on EADDRINUSE, says so once, and serves as soon as the address is let go.
+func TestServeWaitsForItsBusyListenAddress(t *testing.T) {
+	t.Parallel()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := held.Addr().String()
+	cmd := exec.Command(binary, "serve", "--listen", addr, "--listen-wait", "60s", "--sealing-key-file", sealingKey(t))
+	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+testdb.URL(t))
+	logs := &runtimetest.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "listen address in use; trying again") },
+		60*time.Second, 20*time.Millisecond, "it says it waits:\n%s", logs.String())
+	require.NoError(t, held.Close())
+	require.Equal(t, addr, listeningAt(t, logs))
+	waitReady(t, "http://"+addr+"/readyz")
+	require.Equal(t, 1, strings.Count(logs.String(), "listen address in use"), "said once")
+}
+
 // devDir returns a path for a dev directory whose parent the cluster's user can traverse (the
 // cluster runs as an unprivileged user when the tests run as root).
 func devDir(t *testing.T) string {

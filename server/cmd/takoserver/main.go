@@ -110,7 +110,7 @@ type serveOptions struct {
 
 func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the API listens on")
-	cmd.Flags().StringVar(&o.config, "config", "", "catalog file (JSON); the default catalog is one selfhost installation")
+	cmd.Flags().StringVar(&o.config, "config", os.Getenv("TAKOSERVER_CONFIG"), "catalog file (JSON; env TAKOSERVER_CONFIG); the default catalog is one selfhost installation")
 	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
 		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with: takoserver keys init-sealing --out FILE)")
 	cmd.Flags().DurationVar(&o.tombstoneRetention, "tombstone-retention", 30*24*time.Hour, "how long ownership tombstones are kept (a late replay of a deleted object's request is refused while its tombstone lasts)")
@@ -452,16 +452,19 @@ change on the next create.`,
 			text := "organization " + org.Name
 			for _, u := range usage {
 				out.Quotas[u.Resource.Name()] = u
-				source := "default"
-				if u.Override {
+				source := "the catalog's default"
+				switch {
+				case u.Override:
 					source = "set for this organization"
+				case config == "":
+					source = "built-in default: pass --config or set TAKOSERVER_CONFIG to show the catalog's"
 				}
 				text += fmt.Sprintf("\n  %-14s %d of %d (%s)", u.Resource.Name(), u.Used, u.Ceiling, source)
 			}
 			return g.print(cmd.OutOrStdout(), out, text)
 		},
 	}
-	cmd.Flags().StringVar(&config, "config", "", "the catalog file the Host replicas run with (its quotas are the defaults)")
+	cmd.Flags().StringVar(&config, "config", os.Getenv("TAKOSERVER_CONFIG"), "the catalog file the Host replicas run with, whose quotas are the defaults (env TAKOSERVER_CONFIG)")
 	for _, f := range []struct {
 		r    quota.Resource
 		flag string

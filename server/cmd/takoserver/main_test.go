@@ -365,6 +365,17 @@ func TestServeWaitsForItsBusyListenAddress(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "listen address in use"), "said once")
 }
 
+// A flag whose default the machine decides says so in its help, with no "(default …)" figure
+// beside it that is not the default.
+func TestRuntimeHelpShowsNoFalseDefault(t *testing.T) {
+	t.Parallel()
+	help := run(t, "", "runtime", "--help")
+	line := regexp.MustCompile(`--sandbox-org-memory-mib[^\n]*`).FindString(help)
+	require.Contains(t, line, "a quarter of the machine's memory")
+	require.NotContains(t, line, "(default 256)")
+	require.Regexp(t, `--sandbox-memory-mib[^\n]*\(default 256\)`, help, "a real default is still shown")
+}
+
 // devDir returns a path for a dev directory whose parent the cluster's user can traverse (the
 // cluster runs as an unprivileged user when the tests run as root).
 func devDir(t *testing.T) string {

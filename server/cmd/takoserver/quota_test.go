@@ -63,7 +63,9 @@ func TestOrgsQuotaShowsAndChangesTheCeilingsARunningHostApplies(t *testing.T) {
 	got = quotas("--reservations", "default")
 	require.Equal(t, map[string]any{"resource": "reservations", "ceiling": 1.0, "override": false, "used": 2.0}, got["reservations"], "default gives the catalog's back; what stands stays")
 	require.Equal(t, 0.0, got["workers"].(map[string]any)["ceiling"], "the other override stays")
-	require.Contains(t, run(t, url, "orgs", "quota", "acme", "--config", config), "reservations   2 of 1 (default)")
+	require.Contains(t, run(t, url, "orgs", "quota", "acme", "--config", config), "reservations   2 of 1 (the catalog's default)")
+	// Without the catalog the defaults shown are the built-in ones, and the text says so.
+	require.Contains(t, run(t, url, "orgs", "quota", "acme"), "(built-in default: pass --config or set TAKOSERVER_CONFIG to show the catalog's)")
 
 	for _, bad := range [][]string{{"--workers", "-1"}, {"--workers", "many"}} {
 		_, errOut, err := runRaw(url, append([]string{"orgs", "quota", "acme"}, bad...)...)

@@ -111,11 +111,11 @@ func sandboxFlags(fs *pflag.FlagSet, cfg *runtime.Config) {
 	cfg.Sandbox.UIDs = sandbox.DefaultUIDRange
 	fs.Var(&cfg.Sandbox.UIDs, "sandbox-uid-range", "uids given to organizations, one each, kept across restarts (never root nor the node's own)")
 	fs.StringVar(&cfg.Sandbox.Bwrap, "bwrap", "", "bubblewrap binary (default: bwrap on PATH)")
-	fs.Var(mebibytes{&cfg.Sandbox.Limits.MemoryBytes}, "sandbox-memory-mib", "memory ceiling in MiB of a sandboxed process that names none, swap included (an organization's process has its own: a base and an allowance per worker it holds)")
+	fs.Var(mebibytes{bytes: &cfg.Sandbox.Limits.MemoryBytes, def: sandbox.DefaultMemoryBytes}, "sandbox-memory-mib", "memory ceiling in MiB of a sandboxed process that names none, swap included (an organization's process has its own: a base and an allowance per worker it holds)")
 	fs.Int64Var(&cfg.Sandbox.Limits.Pids, "sandbox-pids", sandbox.DefaultPids, "ceiling on the processes and threads of each organization's process")
 	fs.IntVar(&cfg.Sandbox.Limits.CPUWeight, "sandbox-cpu-weight", sandbox.DefaultCPUWeight, "CPU weight of every organization (1-10000; equal for all, so organizations share the CPU equally under contention)")
 	fs.Float64Var(&cfg.Sandbox.Limits.CPUMax, "sandbox-cpu-max", 0, "CPUs each organization's process may use at most (0: no ceiling beyond the weight)")
-	fs.Var(mebibytes{&cfg.Sandbox.Limits.OrgMemoryBytes}, "sandbox-org-memory-mib", "memory ceiling in MiB of all of one organization's processes together, and of any one of them (default: a quarter of the machine's memory, at least 1 GiB)")
+	fs.Var(mebibytes{bytes: &cfg.Sandbox.Limits.OrgMemoryBytes}, "sandbox-org-memory-mib", "memory ceiling in MiB of all of one organization's processes together, and of any one of them (default: a quarter of the machine's memory, at least 1 GiB)")
 	fs.Int64Var(&cfg.Sandbox.Limits.OrgPids, "sandbox-org-pids", 0, "ceiling on the tasks of all of one organization's processes together (default: 16 processes' worth)")
 	fs.BoolVar(&cfg.InsecureNoSandbox, "insecure-no-sandbox", false, "run every worker as this node's own user, without namespaces or ceilings, where the node cannot sandbox (never for code you do not trust)")
 }
@@ -140,13 +140,21 @@ func (f *edgeLimitFlags) add(fs *pflag.FlagSet, l *edge.Limits) {
 }
 
 // mebibytes is a flag in MiB kept in bytes.
-type mebibytes struct{ bytes *int64 }
+// mebibytes is a flag of a byte count given in MiB. Its default, when it has one, is the flag's
+// own (def); zero means its help text says what happens instead.
+type mebibytes struct {
+	bytes *int64
+	def   int64
+}
 
 func (m mebibytes) String() string {
-	if m.bytes == nil || *m.bytes == 0 {
-		return strconv.Itoa(sandbox.DefaultMemoryBytes >> 20)
+	switch {
+	case m.bytes != nil && *m.bytes != 0:
+		return strconv.FormatInt(*m.bytes>>20, 10)
+	case m.def != 0:
+		return strconv.FormatInt(m.def>>20, 10)
 	}
-	return strconv.FormatInt(*m.bytes>>20, 10)
+	return "" // no "(default …)" beside a help text that says what it is
 }
 
 func (m mebibytes) Set(s string) error {

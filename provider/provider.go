@@ -77,7 +77,7 @@ func (p *takoformProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Validators:          []validator.String{durationValidator{}},
 			},
 			"max_retries": schema.Int64Attribute{
-				MarkdownDescription: "How many times a read answered with 429, a 5xx status or a retryable 409 is retried, with backoff and `Retry-After`. Defaults to `4`. A Host that gives no answer at all is retried until `unreachable_timeout`, for reads as for everything else. Creates, updates and deletes are replay-safe (they always resend the same ownership token) and are retried until the resource's timeout instead (or, while the Host gives no answer at all and the request never reached it, until `unreachable_timeout`).",
+				MarkdownDescription: "How many times a read answered with 429, a 5xx status or a retryable 409 is retried, with backoff and `Retry-After`. Defaults to `4`. A Host that gives no answer at all is retried until `unreachable_timeout`, for reads as for everything else; one that answers `503 unavailable` (its database is down, as during a managed PostgreSQL failover) is retried for 2 minutes, or `unreachable_timeout` when longer, without counting against `max_retries`. Creates, updates and deletes are replay-safe (they always resend the same ownership token) and are retried until the resource's timeout instead (or, while the Host gives no answer at all and the request never reached it, until `unreachable_timeout`).",
 				Optional:            true,
 				Validators:          []validator.Int64{int64validator.Between(0, 20)},
 			},

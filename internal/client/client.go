@@ -75,6 +75,11 @@ type Config struct {
 // 30 seconds of the silence starting.
 const DefaultUnreachable = 30 * time.Second
 
+// Outage bounds how long a request keeps being retried while the Host answers `503 unavailable`
+// (it is up, its database is not: a managed PostgreSQL failing over takes 30 s to 2 minutes), when
+// that is longer than the unreachable bound. Those answers do not count toward max_retries.
+const Outage = 2 * time.Minute
+
 // WarnInterval is how often a request says that the Host has not answered: every 30 s, or more
 // often when the bound is short, so that a few warnings come before the failure.
 func WarnInterval(unreachable time.Duration) time.Duration {
@@ -86,6 +91,8 @@ type Client struct {
 	base       *url.URL
 	apiKey     string
 	maxRetries int
+	// outage is Outage (tests shorten it).
+	outage time.Duration
 	userAgent  string
 	http       *http.Client
 	log        LogFunc
@@ -204,7 +211,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.EndpointFrom = "the provider's endpoint or TAKOFORM_ENDPOINT"
 	}
 	return &Client{
-		base: base, apiKey: cfg.APIKey, maxRetries: cfg.MaxRetries, userAgent: ua, http: hc, log: cfg.Log, warn: cfg.Warn,
+		base: base, apiKey: cfg.APIKey, maxRetries: cfg.MaxRetries, outage: Outage, userAgent: ua, http: hc, log: cfg.Log, warn: cfg.Warn,
 		unreachable: cfg.Unreachable, endpointFrom: cfg.EndpointFrom, orgID: cfg.OrganizationID,
 	}, nil
 }
@@ -248,6 +255,8 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 	// bounds those. A Host that does not answer at all is bounded by unreachable_timeout instead,
 	// the same for every request (SPEC 4).
 	refused := 0
+	// outage is when the current run of `503 unavailable` answers began (zero: none).
+	var outage time.Time
 	for attempt := 0; ; attempt++ {
 		if quiet == nil {
 			quiet = c.startSilence(ctx, req, time.Now())
@@ -280,11 +289,21 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 			}
 			return resp, err
 		}
-		// Owned mutations are replay-safe: they are retried until the resource's timeout.
-		if answered {
+		// Owned mutations are replay-safe: they are retried until the resource's timeout. A Host
+		// whose database is down answers 503 unavailable: that is waited out for the outage
+		// bound, not counted as a refusal.
+		down := resp.Status == http.StatusServiceUnavailable && IsCode(err, "unavailable")
+		switch {
+		case down && outage.IsZero():
+			outage = time.Now()
+		case answered && !down:
+			outage = time.Time{}
 			refused++
 		}
 		if (!owned || !hasDeadline) && answered && refused > c.maxRetries {
+			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
+		}
+		if (!owned || !hasDeadline) && down && time.Since(outage) > max(c.outage, c.unreachable) {
 			return resp, c.giveUp(req, owned, sent, quiet.fail(err))
 		}
 		wait := backoff(attempt, retryAfter(err))

@@ -404,3 +404,43 @@ func TestBackendMisconfiguredFailsAtOnceOtherBadGatewaysAreRetried(t *testing.T)
 		})
 	}
 }
+
+// down answers 503 unavailable (a Host whose database is failing over) until up, then 200.
+type down struct {
+	up       atomic.Int64 // Unix nanoseconds
+	answered atomic.Int32
+}
+
+func (d *down) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	d.answered.Add(1)
+	if time.Now().UnixNano() < d.up.Load() {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"type":"urn:takoform:problem:unavailable","title":"t","status":503,"code":"unavailable","detail":"the Host cannot reach its database; retry shortly"}`))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(`{}`))
+}
+
+// A read waits out a Host whose database is down (503 unavailable) for the outage bound, however
+// many answers that takes, not max_retries of them: a managed database's failover does not fail
+// a plan. Past the bound it fails, naming the Host's answer.
+func TestAReadWaitsOutADatabaseOutageNotMaxRetries(t *testing.T) {
+	t.Parallel()
+	d := &down{}
+	d.up.Store(time.Now().Add(1500 * time.Millisecond).UnixNano())
+	c := newTestClient(t, d, 1)
+	c.outage, c.unreachable = 5*time.Second, time.Second
+	_, err := c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/v1/x"}, nil)
+	require.NoError(t, err, "the outage ended within the bound")
+	require.Greater(t, d.answered.Load(), int32(3), "more 503s than max_retries allows for other answers")
+
+	d.up.Store(time.Now().Add(time.Hour).UnixNano())
+	c.outage = 800 * time.Millisecond
+	start := time.Now()
+	_, err = c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/v1/x"}, nil)
+	require.True(t, IsCode(err, "unavailable"), "%v", err)
+	require.GreaterOrEqual(t, time.Since(start), time.Second, "the bound is the longer of the outage and unreachable bounds")
+}

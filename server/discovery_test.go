@@ -81,6 +81,14 @@ func TestMetricsCountRequestsByRouteAndStatus(t *testing.T) {
 	require.Contains(t, m, `takoserver_http_requests_total{method="GET",route="/v1/capabilities",status="200"} 1`)
 	require.Contains(t, m, `takoserver_http_requests_total{method="GET",route="/v1/worker-endpoint-origin-reservations/:reservationId",status="404"} 1`)
 	require.Contains(t, m, `takoserver_http_request_duration_seconds_bucket{method="GET",route="/v1/capabilities",status="200"`)
+	// A problem's code is counted and logged with its request: 429s of a quota and of a rate
+	// limit look alike by status alone.
+	require.Contains(t, m, `takoserver_http_problems_total{code="not_found",route="/v1/worker-endpoint-origin-reservations/:reservationId"} 1`)
+	require.Regexp(t, `"msg":"request"[^\n]*"status":404[^\n]*"code":"not_found"`, h.logs.String())
+	// The Host's own measures are on the same page.
+	for _, name := range []string{"takoserver_janitor_settled_total", "takoserver_janitor_failures_total", "go_goroutines"} {
+		require.Contains(t, m, name)
+	}
 }
 
 func TestLogsNeverCarryKeysHeadersOrBodies(t *testing.T) {

@@ -23,6 +23,8 @@ const RequestIDHeader = "X-Request-Id"
 const (
 	ctxRequestID = "takoform.request_id"
 	ctxPrincipal = "takoform.principal"
+	// ctxProblemCode is the problem code a failed request answered, for its log line.
+	ctxProblemCode = "takoform.problem_code"
 )
 
 var requestIDShape = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
@@ -57,6 +59,7 @@ func withRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	problems *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -70,8 +73,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "Time to answer an HTTP request, by method, route and status.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"method", "route", "status"}),
+		problems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "takoserver_http_problems_total",
+			Help: "Problem documents answered, by route and problem code (quota_exceeded and rate_limited are both 429; the code tells them apart).",
+		}, []string{"route", "code"}),
 	}
-	reg.MustRegister(m.requests, m.latency)
+	reg.MustRegister(m.requests, m.latency, m.problems)
 	return m
 }
 
@@ -97,6 +104,10 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			slog.Int("status", status),
 			slog.Int64("bytes", c.Response().Size),
 			slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+		}
+		if code, ok := c.Get(ctxProblemCode).(string); ok {
+			attrs = append(attrs, slog.String("code", code))
+			s.metrics.problems.WithLabelValues(route, code).Inc()
 		}
 		if p, ok := c.Get(ctxPrincipal).(auth.Principal); ok {
 			attrs = append(attrs, slog.String("organization_id", p.Organization.ID), slog.String("key_id", p.KeyID))

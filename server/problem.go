@@ -162,6 +162,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	body["detail"] = ae.Detail
 	body["code"] = string(ae.Code)
 	body["requestId"] = reqID
+	c.Set(ctxProblemCode, string(ae.Code)) // for the request's log line and metrics
 	raw, mErr := json.Marshal(body)
 	if mErr != nil {
 		raw = []byte(`{"type":"urn:takoform:problem:internal","title":"Internal error","status":500,"code":"internal"}`)

@@ -17,7 +17,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
@@ -96,8 +95,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = cfg.Host.Log
 	}
 	h := cfg.Host
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := h.Registry
 	s := &Server{
 		cfg:           cfg,
 		host:          h,

@@ -238,7 +238,9 @@ type Registry struct {
 	EdgeClient *http.Client
 	// Log, when set, is where the backends say what an operator must know (a runtime node that
 	// refuses the Host's token).
-	Log  *slog.Logger
+	Log *slog.Logger
+	// Seen, when set, is told of every mutator call (the Host's metrics).
+	Seen Seen
 	mu   sync.Mutex
 	made map[catalog.Installation]Mutator
 }
@@ -280,6 +282,9 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 		n := newRuntimeNode(inst)
 		n.log = r.Log
 		m = n
+	}
+	if r.Seen != nil {
+		m = observe(m, inst.Name, r.Seen)
 	}
 	if r.Wrap != nil {
 		m = r.Wrap(m)

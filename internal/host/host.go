@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
@@ -53,6 +54,9 @@ type Config struct {
 
 // Host is one Host process's domain: the services every route and the janitor work through.
 type Host struct {
+	// Registry holds the process's metrics: the Host's own, and those its HTTP layer adds.
+	Registry      *prometheus.Registry
+	metrics       *metrics
 	DB            *pgxpool.Pool
 	Catalog       *catalog.Catalog
 	Log           *slog.Logger
@@ -61,6 +65,7 @@ type Host struct {
 	Reservations  *reservation.Service
 	Resources     *resource.Service
 	RuntimeInputs *runtimeinput.Service
+	backends      *backend.Registry
 }
 
 // New builds the domain over cfg. Without a database it builds what needs none (the route table
@@ -72,15 +77,17 @@ func New(cfg Config) *Host {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	h := &Host{DB: cfg.DB, Catalog: cfg.Catalog, Log: cfg.Logger, Ring: cfg.SealingRing,
+	reg := newRegistry()
+	h := &Host{Registry: reg, metrics: newMetrics(reg), DB: cfg.DB, Catalog: cfg.Catalog, Log: cfg.Logger, Ring: cfg.SealingRing,
 		Owners: &ownership.Manager{DB: cfg.DB, TombstoneRetention: cfg.TombstoneRetention, BusyWait: cfg.OwnershipBusyWait,
 			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		Reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
-	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger}
+	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger, Seen: h.metrics.seen}
 	if cfg.DB != nil {
 		backends.Budget = budget(cfg.DB, cfg.CloudflareBudget)
 	}
+	h.backends = backends
 	h.RuntimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: h.Reservations}
 	h.Resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: h.Reservations,
 		RuntimeInputs: h.RuntimeInputs, Hooks: cfg.RuntimeInputHooks}

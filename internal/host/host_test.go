@@ -59,6 +59,7 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 		"close deletion attestations whose route propagation ended",
 		"expire runtime inputs",
 		"purge tombstones",
+		"a runtime node does not answer the Host", // the default catalog's node, which no test runs
 	}, got)
 }
 
@@ -107,5 +108,7 @@ func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
 		}
 	}
 	require.True(t, purged, "the step says what it purged")
-	require.Empty(t, logged(t, logs, "WARN"))
+	for _, l := range logged(t, logs, "WARN") {
+		require.Equal(t, "reach", l["step"], "only the default catalog's absent node is missing: %v", l)
+	}
 }

@@ -2,7 +2,14 @@ package host
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
 
 // step is one of the janitor's steps: run does it once and says how many rows it settled, done
@@ -51,7 +58,46 @@ func (h *Host) steps() []step {
 		// Expired tombstones, which every lookup already ignores.
 		name: "tombstones", run: h.Owners.PurgeTombstones,
 		done: "purged expired tombstones", fails: "purge tombstones",
+	}, {
+		// Whether each runtime node answers the Host (takoserver_backend_reachable).
+		name: "reach", run: h.reach,
+		fails: "a runtime node does not answer the Host",
 	}}
+}
+
+// probeScript is a script name no worker has: reading it asks a node for nothing that exists.
+const probeScript = "takoform-probe-00000000000000000000000000000000"
+
+// reach asks the node of each selfhost installation for a script no worker has. A node that
+// answers, whatever it says, is reachable; one that cannot be asked is not, and the step fails
+// naming it. (Cloudflare's installations are not asked: each call spends their API budget, and
+// their calls are counted as they happen.) It counts the nodes asked.
+func (h *Host) reach(ctx context.Context) (int64, error) {
+	var asked int64
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(h.Catalog.Installations)) {
+		inst := h.Catalog.Installations[name]
+		if inst.Pack != catalog.PackSelfhost {
+			continue
+		}
+		mut, err := h.backends.Mutator(inst)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = mut.Observe(cctx, backend.NativeWorker, probeScript)
+		cancel()
+		if ctx.Err() != nil {
+			return asked, ctx.Err()
+		}
+		asked++
+		up := !errors.Is(err, backend.ErrUnreachable)
+		h.metrics.reachable.WithLabelValues(name).Set(map[bool]float64{true: 1, false: 0}[up])
+		if !up {
+			errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+		}
+	}
+	return asked, errors.Join(errs...)
 }
 
 // count is a step's count as int64.
@@ -75,11 +121,17 @@ func (h *Host) Janitor(ctx context.Context, every time.Duration) {
 func (h *Host) Sweep(ctx context.Context) {
 	for _, s := range h.steps() {
 		n, err := s.run(ctx)
+		if h.metrics != nil && n > 0 {
+			h.metrics.settled.WithLabelValues(s.name).Add(float64(n))
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
-			h.Log.Warn(s.fails, "error", err.Error())
+			h.Log.Warn(s.fails, "step", s.name, "error", err.Error())
+			if h.metrics != nil {
+				h.metrics.stepFailures.WithLabelValues(s.name).Inc()
+			}
 		case err == nil && n > 0 && s.done != "":
-			h.Log.Info(s.done, "count", n)
+			h.Log.Info(s.done, "step", s.name, "count", n)
 		}
 	}
 }

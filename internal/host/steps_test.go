@@ -125,6 +125,7 @@ func TestTheRecoveryStepFinishesAStoppedHostsRequest(t *testing.T) {
 	require.Equal(t, "running", f.text(`SELECT status::text FROM operations WHERE id = $1`, op))
 	f.advance("2 minutes")
 	require.Equal(t, 1, f.sweep("recovered operations left by a stopped Host"))
+	require.Equal(t, 1.0, metric(t, f.host, "takoserver_janitor_settled_total", map[string]string{"step": "recover"}))
 	require.NotEqual(t, "running", f.text(`SELECT status::text FROM operations WHERE id = $1`, op))
 	require.NotEqual(t, "pending", f.text(`SELECT status::text FROM deployments WHERE id = $1`, deployment), "its effect is decided")
 }
@@ -220,4 +221,58 @@ func TestTheRuntimeInputStepExpiresAnUnconsumedInputAndDropsItsSeal(t *testing.T
 	require.Equal(t, 1, f.sweep("expired runtime inputs and dropped their sealed material"))
 	require.Equal(t, "expired", f.text(`SELECT status::text FROM runtime_input_preparations WHERE operation_id = 'op-1'`))
 	require.Equal(t, "true", f.text(`SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations WHERE operation_id = 'op-1'`))
+}
+
+// metric is the value of the sample of name with labels in a Host's registry (0 when absent).
+func metric(t *testing.T, h *host.Host, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := h.Registry.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// The reach step says, per installation, whether its runtime node answers the Host: 1 for a node
+// that answers, 0 and a warning naming the installation for one that cannot be asked. Every call
+// to a backend is counted by outcome, and the janitor's settled rows by step.
+func TestTheReachStepAndTheBackendMetrics(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.worker("api")
+	require.Zero(t, f.sweep(""))
+	require.Equal(t, 1.0, metric(t, f.host, "takoserver_backend_reachable", map[string]string{"installation": "selfhost"}))
+	require.GreaterOrEqual(t, metric(t, f.host, "takoserver_backend_calls_total", map[string]string{"installation": "selfhost", "call": "apply", "outcome": "ok"}), 1.0)
+
+	logs := &runtimetest.Buffer{}
+	gone := host.New(host.Config{DB: f.db, Logger: slogTo(logs),
+		Catalog: catalog.DefaultWithEdge("http://127.0.0.1:1", "/nonexistent/admin-token", "127.0.0.1:1", "http")})
+	gone.Sweep(context.Background())
+	require.Equal(t, 0.0, metric(t, gone, "takoserver_backend_reachable", map[string]string{"installation": "selfhost"}))
+	warned := false
+	for _, l := range logged(t, logs, "WARN") {
+		if l["step"] == "reach" {
+			warned = true
+			require.Contains(t, l["error"], "installation selfhost")
+		}
+	}
+	require.True(t, warned, "the unreachable node is named")
+	require.Equal(t, 1.0, metric(t, gone, "takoserver_janitor_failures_total", map[string]string{"step": "reach"}))
 }

@@ -1,0 +1,66 @@
+package host
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the Host's own measures beside its HTTP layer's, for the alerts an on-call needs
+// (README, "Alerts"): what the janitor settled or failed, and every call to a backend.
+type metrics struct {
+	settled      *prometheus.CounterVec
+	stepFailures *prometheus.CounterVec
+	calls        *prometheus.CounterVec
+	callTime     *prometheus.HistogramVec
+	reachable    *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "takoserver_janitor_settled_total",
+			Help: "Rows each janitor step settled: recover counts operations of stopped Hosts it finished, orphans deployments it took down, and so on.",
+		}, []string{"step"}),
+		stepFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "takoserver_janitor_failures_total",
+			Help: "Janitor steps that failed, by step.",
+		}, []string{"step"}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "takoserver_backend_calls_total",
+			Help: "Calls from this Host to a backend (a runtime node, Cloudflare), by installation, call (apply, delete, observe, observe_change) and outcome (ok, unreachable, refused). A refused apply is a failed deploy.",
+		}, []string{"installation", "call", "outcome"}),
+		callTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "takoserver_backend_call_duration_seconds",
+			Help:    "Time of the calls from this Host to a backend, by installation and call (held reads excluded).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"installation", "call"}),
+		reachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "takoserver_backend_reachable",
+			Help: "1 when the runtime node of a selfhost installation answered the janitor's last probe, 0 when it could not be asked.",
+		}, []string{"installation"}),
+	}
+	reg.MustRegister(m.settled, m.stepFailures, m.calls, m.callTime, m.reachable)
+	for _, s := range (&Host{}).steps() {
+		m.settled.WithLabelValues(s.name)
+		m.stepFailures.WithLabelValues(s.name)
+	}
+	return m
+}
+
+// seen is the backends' Seen: one call counted and timed.
+func (m *metrics) seen(installation, call string, took time.Duration, outcome string) {
+	m.calls.WithLabelValues(installation, call, outcome).Inc()
+	if took > 0 {
+		m.callTime.WithLabelValues(installation, call).Observe(took.Seconds())
+	}
+}
+
+// newRegistry is a Host process's one registry: the Go runtime's and the process's collectors,
+// then each layer's own.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}

@@ -92,11 +92,11 @@ type Client struct {
 	apiKey     string
 	maxRetries int
 	// outage is Outage (tests shorten it).
-	outage time.Duration
-	userAgent  string
-	http       *http.Client
-	log        LogFunc
-	warn       LogFunc
+	outage    time.Duration
+	userAgent string
+	http      *http.Client
+	log       LogFunc
+	warn      LogFunc
 	// unreachable bounds the retries while the Host does not answer; endpointFrom names the
 	// endpoint's source in what is said about it.
 	unreachable  time.Duration

@@ -27,6 +27,9 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 		}
 	}
 	n.edgeTLS, n.edgeHTTPL = t, httpL
+	if c := t.Collector(); c != nil {
+		n.reg.MustRegister(c)
+	}
 	if httpL != nil {
 		// The redirect names the port clients reach the HTTPS edge on, not the one it listens on
 		// (a port mapping or a load balancer may stand between).

@@ -204,11 +204,15 @@ func TestEdgeReloadsItsCertificateWithoutARestart(t *testing.T) {
 				cert, err := peerCert(t, h.Info.EdgeAddr, "app.workers.test")
 				return err == nil && cert.Subject.CommonName == renewed
 			}, 10*time.Second, 20*time.Millisecond)
+			// The expiry the alert watches is the certificate served now.
+			served, err := peerCert(t, h.Info.EdgeAddr, "app.workers.test")
+			require.NoError(t, err)
+			require.Contains(t, adminMetrics(t, h), fmt.Sprintf("takoform_runtime_edge_certificate_expiry_timestamp_seconds %g", float64(served.NotAfter.Unix())))
 
 			// A key file others may read is refused: the renewed certificate stays.
 			bad := ca.Server(t, "unsafe-"+how, "*.workers.test")
 			replacePair(t, live, bad, 0o644)
-			err := h.Node.ReloadEdgeCertificate()
+			err = h.Node.ReloadEdgeCertificate()
 			var unsafe *safedir.UnsafePathError
 			require.ErrorAs(t, err, &unsafe)
 			require.Equal(t, renewed, subject())
@@ -323,4 +327,21 @@ func TestEdgeRefusesAmbiguousFramingOverHTTPS(t *testing.T) {
 		require.Equal(t, "https:", e.Scheme, "the worker sees the request came over HTTPS")
 		require.Equal(t, "for=127.0.0.1;proto=https", e.Headers["forwarded"])
 	}
+}
+
+// adminMetrics is the node's /metrics page, read with its admin token.
+func adminMetrics(t *testing.T, h *runtimetest.Harness) string {
+	t.Helper()
+	token, err := os.ReadFile(h.Info.TokenFile)
+	require.NoError(t, err)
+	req, err := http.NewRequest(http.MethodGet, h.Info.AdminURL+adminapi.PathMetrics, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(b))
+	return string(b)
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -123,6 +125,23 @@ func NewTLS(opts TLSOptions, h *Handler, edgeAddr net.Addr, stateDir string, own
 	// HTTP/2 first: the server picks the first protocol of its own list the client offers.
 	t.config.NextProtos = append([]string{"h2", "http/1.1"}, t.config.NextProtos...)
 	return t, nil
+}
+
+// Collector exports the expiry of a certificate read from files, for the alert that a renewal
+// did not happen (ACME renews its own certificates): nil with ACME.
+func (t *TLS) Collector() prometheus.Collector {
+	if t.files == nil {
+		return nil
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "takoform_runtime_edge_certificate_expiry_timestamp_seconds",
+		Help: "When the edge's certificate (--edge-tls-cert) stops being valid, in Unix seconds.",
+	}, func() float64 {
+		if c := t.files.current.Load(); c != nil && c.Leaf != nil {
+			return float64(c.Leaf.NotAfter.Unix())
+		}
+		return 0
+	})
 }
 
 // Config is the tls.Config of the edge's server (HTTP/2 and HTTP/1.1 by ALPN).

@@ -138,7 +138,7 @@ type lyingSink struct {
 
 func (l *lyingSink) Unwrap() backend.Mutator { return l.Mutator }
 
-func (l *lyingSink) sink() backend.SecretSink { return l.Mutator.(backend.SecretSink) }
+func (l *lyingSink) sink() backend.SecretSink { s, _ := backend.SinkOf(l.Mutator); return s }
 
 func (l *lyingSink) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
 	return l.sink().DeliverSecrets(ctx, d, values)

@@ -359,14 +359,16 @@ type flakyReadback struct {
 func (f *flakyReadback) Unwrap() backend.Mutator { return f.Mutator }
 
 func (f *flakyReadback) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
-	return f.Mutator.(backend.SecretSink).DeliverSecrets(ctx, d, values)
+	sink, _ := backend.SinkOf(f.Mutator)
+	return sink.DeliverSecrets(ctx, d, values)
 }
 
 func (f *flakyReadback) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
 	if f.lose.Add(-1) >= 0 {
 		return nil, false, backend.ErrUnreachable
 	}
-	return f.Mutator.(backend.SecretSink).ReadbackSecrets(ctx, d, challenge)
+	sink, _ := backend.SinkOf(f.Mutator)
+	return sink.ReadbackSecrets(ctx, d, challenge)
 }
 
 // A readback whose answer is lost once is asked again: the delivered values settle instead of

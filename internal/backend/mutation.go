@@ -302,12 +302,18 @@ func (r *Registry) SecretSink(inst catalog.Installation) (SecretSink, error) {
 	if err != nil {
 		return nil, err
 	}
-	sink, ok := m.(SecretSink)
-	for u, wrapped := m.(interface{ Unwrap() Mutator }); !ok && wrapped; u, wrapped = u.Unwrap().(interface{ Unwrap() Mutator }) {
-		sink, ok = u.Unwrap().(SecretSink)
-	}
+	sink, ok := SinkOf(m)
 	if !ok {
 		return nil, fmt.Errorf("%w (pack %s cannot receive runtime inputs)", ErrNotImplemented, inst.Pack)
 	}
 	return sink, nil
+}
+
+// SinkOf finds the SecretSink m is, or wraps (through Unwrap).
+func SinkOf(m Mutator) (SecretSink, bool) {
+	sink, ok := m.(SecretSink)
+	for u, wrapped := m.(interface{ Unwrap() Mutator }); !ok && wrapped; u, wrapped = u.Unwrap().(interface{ Unwrap() Mutator }) {
+		sink, ok = u.Unwrap().(SecretSink)
+	}
+	return sink, ok
 }

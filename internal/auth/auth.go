@@ -61,6 +61,20 @@ type CreatedKey struct {
 	Key            string   `json:"key"`
 	OrganizationID string   `json:"organizationId"`
 	Scopes         []string `json:"scopes"`
+	// ExpiresAt is when the key stops working (RFC 3339), when it was given a lifetime.
+	ExpiresAt *string `json:"expiresAt,omitempty"`
+}
+
+// KeyInfo is what keys list shows of a key: never its secret nor the secret's hash.
+type KeyInfo struct {
+	ID           string   `json:"id"`
+	Organization string   `json:"organization"`
+	Scopes       []string `json:"scopes"`
+	CreatedAt    string   `json:"createdAt"`
+	RevokedAt    *string  `json:"revokedAt"`
+	ExpiresAt    *string  `json:"expiresAt"`
+	// LastUsedAt is the last request the key authenticated, to the minute (null: never used).
+	LastUsedAt *string `json:"lastUsedAt"`
 }
 
 // ErrUnknownKey means the presented key is malformed, unknown or revoked.
@@ -107,8 +121,18 @@ func OrganizationByName(ctx context.Context, db dbsqlc.DBTX, name string) (Organ
 	return Organization{ID: row.ID, Name: row.Name}, nil
 }
 
-// CreateKey issues a key for the organization named orgName with scopes (all scopes when empty).
+// CreateKey issues a key for the organization named orgName with scopes (all scopes when empty)
+// that never expires.
 func CreateKey(ctx context.Context, db dbsqlc.DBTX, orgName string, scopes []string) (CreatedKey, error) {
+	return CreateExpiringKey(ctx, db, orgName, scopes, 0)
+}
+
+// CreateExpiringKey is CreateKey with a lifetime: the key stops working that long after its
+// creation (zero: never).
+func CreateExpiringKey(ctx context.Context, db dbsqlc.DBTX, orgName string, scopes []string, lifetime time.Duration) (CreatedKey, error) {
+	if lifetime < 0 {
+		return CreatedKey{}, errors.New("a key's lifetime must be positive")
+	}
 	org, err := OrganizationByName(ctx, db, orgName)
 	if err != nil {
 		return CreatedKey{}, err
@@ -126,12 +150,44 @@ func CreateKey(ctx context.Context, db dbsqlc.DBTX, orgName string, scopes []str
 	}
 	key := KeyPrefix + randomToken(32)
 	out := CreatedKey{ID: NewID("key_"), Key: key, OrganizationID: org.ID}
-	row, err := dbsqlc.New(db).APIKeyCreate(ctx, dbsqlc.APIKeyCreateParams{ID: out.ID, OrganizationID: org.ID, SecretHash: hashSecret(key), Scopes: scopes})
+	var expires *time.Time
+	if lifetime > 0 {
+		at := time.Now().Add(lifetime).UTC().Truncate(time.Second)
+		expires = &at
+	}
+	row, err := dbsqlc.New(db).APIKeyCreate(ctx, dbsqlc.APIKeyCreateParams{ID: out.ID, OrganizationID: org.ID, SecretHash: hashSecret(key), Scopes: scopes, ExpiresAt: expires})
 	if err != nil {
 		return CreatedKey{}, fmt.Errorf("create key: %w", store.Classify(err))
 	}
-	out.ID, out.OrganizationID, out.Scopes = row.ID, row.OrganizationID, row.Scopes
+	out.ID, out.OrganizationID, out.Scopes, out.ExpiresAt = row.ID, row.OrganizationID, row.Scopes, stamp(row.ExpiresAt)
 	return out, nil
+}
+
+// ListKeys lists every key, or those of the organization named orgName, oldest first.
+func ListKeys(ctx context.Context, db dbsqlc.DBTX, orgName string) ([]KeyInfo, error) {
+	var org *string
+	if orgName != "" {
+		org = &orgName
+	}
+	rows, err := dbsqlc.New(db).APIKeyList(ctx, org)
+	if err != nil {
+		return nil, fmt.Errorf("list keys: %w", store.Classify(err))
+	}
+	out := make([]KeyInfo, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, KeyInfo{ID: r.ID, Organization: r.OrganizationName, Scopes: r.Scopes, CreatedAt: *stamp(&r.CreatedAt),
+			RevokedAt: stamp(r.RevokedAt), ExpiresAt: stamp(r.ExpiresAt), LastUsedAt: stamp(r.LastUsedAt)})
+	}
+	return out, nil
+}
+
+// stamp is t in RFC 3339 (UTC), or nil.
+func stamp(t *time.Time) *string {
+	if t == nil {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339)
+	return &s
 }
 
 // RevokeKey revokes the key with id. Revoking a revoked key succeeds.

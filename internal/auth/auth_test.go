@@ -2,6 +2,7 @@ package auth_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,44 @@ func TestTheCacheSeesARevocationWithinItsTTL(t *testing.T) {
 	// A malformed key is refused before any lookup, cached or not.
 	_, err = cached.Authenticate(ctx, db, "not-a-key")
 	require.ErrorIs(t, err, auth.ErrUnknownKey)
+}
+
+// A key given a lifetime stops working once it has passed (by the database's clock, as every
+// replica's); keys list shows each key's expiry and last use, and never a secret or its hash.
+func TestKeysExpireAndListTheirLastUse(t *testing.T) {
+	t.Parallel()
+	db, forever := acme(t)
+	ctx := context.Background()
+	brief, err := auth.CreateExpiringKey(ctx, db, "acme", []string{auth.ScopeRead}, time.Hour)
+	require.NoError(t, err)
+	require.NotNil(t, brief.ExpiresAt)
+	_, err = auth.CreateExpiringKey(ctx, db, "acme", nil, -time.Hour)
+	require.Error(t, err)
+
+	_, err = auth.Authenticate(ctx, db, brief.Key)
+	require.NoError(t, err, "within its lifetime")
+	keys, err := auth.ListKeys(ctx, db, "acme")
+	require.NoError(t, err)
+	require.Len(t, keys, 2)
+	byID := map[string]auth.KeyInfo{}
+	for _, k := range keys {
+		byID[k.ID] = k
+	}
+	require.Nil(t, byID[forever.ID].LastUsedAt, "never used")
+	require.Nil(t, byID[forever.ID].ExpiresAt)
+	require.NotNil(t, byID[brief.ID].LastUsedAt, "its use is recorded")
+	require.Equal(t, brief.ExpiresAt, byID[brief.ID].ExpiresAt)
+	dump := fmt.Sprintf("%+v", keys)
+	require.NotContains(t, dump, strings.TrimPrefix(brief.Key, auth.KeyPrefix))
+
+	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ('2 hours') ON CONFLICT (singleton) DO UPDATE SET skew = excluded.skew`)
+	require.NoError(t, err)
+	_, err = auth.Authenticate(ctx, db, brief.Key)
+	require.ErrorIs(t, err, auth.ErrUnknownKey, "past its lifetime")
+	_, err = auth.Authenticate(ctx, db, forever.Key)
+	require.NoError(t, err)
+
+	other, err := auth.ListKeys(ctx, db, "globex")
+	require.NoError(t, err)
+	require.Empty(t, other, "another organization's list")
 }

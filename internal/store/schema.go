@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/migrations"
 )
 
@@ -48,7 +47,9 @@ func (e *SchemaNewer) Error() string {
 
 // CheckSchema reads the database's schema version and answers a *SchemaNewer when it is past
 // this binary's. A database with no version yet, or one at or below this binary's, is nil.
-func CheckSchema(ctx context.Context, db dbsqlc.DBTX) error {
+func CheckSchema(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
 	var version int64
 	var dirty bool
 	err := db.QueryRow(ctx, `SELECT version, dirty FROM schema_migrations LIMIT 1`).Scan(&version, &dirty)

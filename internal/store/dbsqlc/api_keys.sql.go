@@ -11,11 +11,19 @@ import (
 )
 
 const aPIKeyAuthenticate = `-- name: APIKeyAuthenticate :one
-SELECT k.id, k.organization_id, o.name AS organization_name, k.scopes
-FROM api_keys k
-JOIN organizations o ON o.id = k.organization_id
-WHERE k.secret_hash = $1
-  AND k.revoked_at IS NULL
+WITH k AS (
+    SELECT k.id, k.organization_id, o.name AS organization_name, k.scopes, k.last_used_at
+    FROM api_keys k
+    JOIN organizations o ON o.id = k.organization_id
+    WHERE k.secret_hash = $1
+      AND k.revoked_at IS NULL
+      AND (k.expires_at IS NULL OR k.expires_at > (SELECT db_now()))
+), touched AS (
+    UPDATE api_keys a SET last_used_at = (SELECT db_now())
+    FROM k
+    WHERE a.id = k.id AND (k.last_used_at IS NULL OR k.last_used_at < (SELECT db_now()) - interval '1 minute')
+)
+SELECT k.id, k.organization_id, k.organization_name, k.scopes FROM k
 `
 
 type APIKeyAuthenticateRow struct {
@@ -25,7 +33,8 @@ type APIKeyAuthenticateRow struct {
 	Scopes           []string
 }
 
-// Revoked keys never match, so revocation takes effect on the next request.
+// Revoked and expired keys never match, so revocation takes effect on the next request. The
+// key's last use is written in the same statement, at most once a minute.
 func (q *Queries) APIKeyAuthenticate(ctx context.Context, secretHash []byte) (APIKeyAuthenticateRow, error) {
 	row := q.db.QueryRow(ctx, aPIKeyAuthenticate, secretHash)
 	var i APIKeyAuthenticateRow
@@ -39,9 +48,9 @@ func (q *Queries) APIKeyAuthenticate(ctx context.Context, secretHash []byte) (AP
 }
 
 const aPIKeyCreate = `-- name: APIKeyCreate :one
-INSERT INTO api_keys (id, organization_id, secret_hash, scopes)
-VALUES ($1, $2, $3, $4)
-RETURNING id, organization_id, scopes
+INSERT INTO api_keys (id, organization_id, secret_hash, scopes, expires_at)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id, organization_id, scopes, expires_at
 `
 
 type APIKeyCreateParams struct {
@@ -49,12 +58,14 @@ type APIKeyCreateParams struct {
 	OrganizationID string
 	SecretHash     []byte
 	Scopes         []string
+	ExpiresAt      *time.Time
 }
 
 type APIKeyCreateRow struct {
 	ID             string
 	OrganizationID string
 	Scopes         []string
+	ExpiresAt      *time.Time
 }
 
 func (q *Queries) APIKeyCreate(ctx context.Context, arg APIKeyCreateParams) (APIKeyCreateRow, error) {
@@ -63,10 +74,63 @@ func (q *Queries) APIKeyCreate(ctx context.Context, arg APIKeyCreateParams) (API
 		arg.OrganizationID,
 		arg.SecretHash,
 		arg.Scopes,
+		arg.ExpiresAt,
 	)
 	var i APIKeyCreateRow
-	err := row.Scan(&i.ID, &i.OrganizationID, &i.Scopes)
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.Scopes,
+		&i.ExpiresAt,
+	)
 	return i, err
+}
+
+const aPIKeyList = `-- name: APIKeyList :many
+SELECT k.id, o.name AS organization_name, k.scopes, k.created_at, k.revoked_at, k.expires_at, k.last_used_at
+FROM api_keys k
+JOIN organizations o ON o.id = k.organization_id
+WHERE $1::text IS NULL OR o.name = $1::text
+ORDER BY o.name, k.created_at, k.id
+`
+
+type APIKeyListRow struct {
+	ID               string
+	OrganizationName string
+	Scopes           []string
+	CreatedAt        time.Time
+	RevokedAt        *time.Time
+	ExpiresAt        *time.Time
+	LastUsedAt       *time.Time
+}
+
+// Every key, or one organization's, without its secret's hash: for keys list.
+func (q *Queries) APIKeyList(ctx context.Context, organization *string) ([]APIKeyListRow, error) {
+	rows, err := q.db.Query(ctx, aPIKeyList, organization)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []APIKeyListRow
+	for rows.Next() {
+		var i APIKeyListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrganizationName,
+			&i.Scopes,
+			&i.CreatedAt,
+			&i.RevokedAt,
+			&i.ExpiresAt,
+			&i.LastUsedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const aPIKeyRevoke = `-- name: APIKeyRevoke :one

@@ -603,6 +603,8 @@ type APIKey struct {
 	Scopes         []string
 	CreatedAt      time.Time
 	RevokedAt      *time.Time
+	ExpiresAt      *time.Time
+	LastUsedAt     *time.Time
 }
 
 type BackendEffect struct {

@@ -485,6 +485,7 @@ func keysCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "keys", Short: "Manage organization API keys"}
 	var org string
 	var scopes []string
+	var expiresIn time.Duration
 	create := &cobra.Command{
 		Use: "create", Short: "Issue an API key (shown once)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -499,17 +500,52 @@ func keysCommand(g *globals) *cobra.Command {
 				return err
 			}
 			defer db.Close()
-			key, err := auth.CreateKey(cmd.Context(), db, org, scopes)
+			key, err := auth.CreateExpiringKey(cmd.Context(), db, org, scopes, expiresIn)
 			if err != nil {
 				return err
 			}
 			text := fmt.Sprintf("created key %s for organization %s with scopes %s\n%s\nThis is the only time the key is shown.",
 				key.ID, org, strings.Join(key.Scopes, ","), key.Key)
+			if key.ExpiresAt != nil {
+				text += "\nIt stops working at " + *key.ExpiresAt + "."
+			}
 			return g.print(cmd.OutOrStdout(), key, text)
 		},
 	}
 	create.Flags().StringVar(&org, "org", "", "organization name")
 	create.Flags().StringSliceVar(&scopes, "scope", nil, "scope to grant (repeatable): resources:read, resources:write; default both")
+	create.Flags().DurationVar(&expiresIn, "expires-in", 0, "the key stops working this long after its creation (for example 2160h); default never")
+	var listOrg string
+	list := &cobra.Command{
+		Use: "list [--org ORG]", Short: "List API keys: id, organization, scopes, creation, revocation, expiry and last use (never a secret)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			db, err := g.pool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			keys, err := auth.ListKeys(cmd.Context(), db, listOrg)
+			if err != nil {
+				return err
+			}
+			text := fmt.Sprintf("%-22s %-16s %-32s %-21s %-21s %-21s %s", "ID", "ORGANIZATION", "SCOPES", "CREATED", "LAST USED", "EXPIRES", "REVOKED")
+			or := func(s *string, none string) string {
+				if s == nil {
+					return none
+				}
+				return *s
+			}
+			for _, k := range keys {
+				text += fmt.Sprintf("\n%-22s %-16s %-32s %-21s %-21s %-21s %s", k.ID, k.Organization, strings.Join(k.Scopes, ","), k.CreatedAt,
+					or(k.LastUsedAt, "never"), or(k.ExpiresAt, "never"), or(k.RevokedAt, "-"))
+			}
+			return g.print(cmd.OutOrStdout(), keys, text)
+		},
+	}
+	list.Flags().StringVar(&listOrg, "org", "", "only this organization's keys")
 	var out string
 	initSealing := &cobra.Command{
 		Use:   "init-sealing --out FILE",
@@ -561,7 +597,7 @@ Every Host replica seals with it from its next seal on; no restart is needed. Th
 		},
 	}
 	rotate.Flags().StringVar(&keyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"), "the sealing key-encryption key (env TAKOSERVER_SEALING_KEY_FILE)")
-	cmd.AddCommand(create, initSealing, rotate, &cobra.Command{
+	cmd.AddCommand(create, list, initSealing, rotate, &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key: every Host refuses it within a second", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {

@@ -118,6 +118,20 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 	revoked := decodeJSON(t, run(t, url, "keys", "revoke", key["id"].(string), "--output", "json"))
 	require.Equal(t, true, revoked["revoked"])
 
+	// keys list: every key with its expiry and last use, never its secret.
+	brief := decodeJSON(t, run(t, url, "keys", "create", "--org", "acme", "--expires-in", "720h", "--output", "json"))
+	require.NotEmpty(t, brief["expiresAt"])
+	var listed []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(run(t, url, "keys", "list", "--org", "acme", "--output", "json")), &listed))
+	require.Len(t, listed, 2)
+	require.Equal(t, key["id"], listed[0]["id"])
+	require.NotNil(t, listed[0]["revokedAt"])
+	require.Equal(t, brief["expiresAt"], listed[1]["expiresAt"])
+	require.Nil(t, listed[1]["lastUsedAt"], "never used")
+	text := run(t, url, "keys", "list")
+	require.Contains(t, text, "LAST USED")
+	require.NotContains(t, text, brief["key"])
+
 	_, errOut, err := runRaw(url, "orgs", "create", "acme")
 	require.Error(t, err)
 	require.Contains(t, errOut, "already exists")
@@ -129,11 +143,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 22, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 21, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "21", "--output", "json"))["version"])
-	require.EqualValues(t, 22, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 22")
+	require.EqualValues(t, 23, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 22, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "22", "--output", "json"))["version"])
+	require.EqualValues(t, 23, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 23")
 }
 
 // host is one running `takoserver serve` process.

@@ -1,0 +1,1 @@
+ALTER TABLE api_keys DROP COLUMN expires_at, DROP COLUMN last_used_at;

@@ -57,8 +57,11 @@ type Config struct {
 	// SealingKeyFile is the runtime's own sealing key, outside StateDir (SPEC 5.1); required.
 	// CreateSealingKey is the dev path: a missing key file is created (or the key an earlier
 	// version kept in StateDir is moved there once).
-	SealingKeyFile   string
-	CreateSealingKey bool
+	SealingKeyFile string
+	// PreviousSealingKeyFile is the key SealingKeyFile replaces: deliveries sealed under it are
+	// sealed again under the new key at start (a rotation that takes no worker down).
+	PreviousSealingKeyFile string
+	CreateSealingKey       bool
 	// AdminListen and EdgeListen are the listen addresses (defaults 127.0.0.1:8788 and
 	// 127.0.0.1:8787). AdminListener and EdgeListener, when set, are used instead (tests pass
 	// port-0 listeners).
@@ -261,12 +264,16 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.EdgeTLS.Validate(); err != nil {
 		return nil, err
 	}
-	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey})
+	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey, Previous: cfg.PreviousSealingKeyFile})
 	if err != nil {
 		return nil, err
 	}
 	if moved := store.MovedLegacyKey(); moved != "" {
 		log.Warn("moved the runtime's sealing key out of its state directory (SPEC 5.1)", "from", moved, "to", cfg.SealingKeyFile)
+	}
+	if cfg.PreviousSealingKeyFile != "" {
+		log.Info("sealed the deliveries of the previous sealing key again under the new one; the previous key may now be dropped",
+			"resealed", store.Resealed, "previous", cfg.PreviousSealingKeyFile, "current", cfg.SealingKeyFile)
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), bin: bin,

@@ -27,6 +27,10 @@ type SealingKey struct {
 	// CreateIfAbsent is the dev path (`takoserver dev`): a missing File is created, or adopted from
 	// LegacyKeyFile of the state directory by moving it there once.
 	CreateIfAbsent bool
+	// Previous, when set, is the key File replaces (a rotation): deliveries sealed under it are
+	// sealed again under File when the store opens, and opened under it until then. Once the
+	// node has started with both, Previous may be dropped.
+	Previous string
 }
 
 // LegacyKeyError reports a sealing key found inside the state directory.

@@ -108,3 +108,42 @@ func TestAKeyLeftInTheStateDirectoryIsRefusedOrMovedOnceByDev(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "old-layout-canary", values["TOKEN"].Reveal())
 }
+
+// A node given a new sealing key with the one it replaces (--previous-sealing-key-file) keeps
+// every delivery: at start each is sealed again under the new key, so that the next start needs
+// the new key alone. Without the previous key, a delivery under another key does not open.
+func TestANewSealingKeyWithItsPreviousKeepsEveryDelivery(t *testing.T) {
+	t.Parallel()
+	dir, keys := filepath.Join(t.TempDir(), "runtime"), t.TempDir()
+	oldKey, newKey := filepath.Join(keys, "old"), filepath.Join(keys, "new")
+	require.NoError(t, WriteSealingKeyFile(oldKey))
+	require.NoError(t, WriteSealingKeyFile(newKey))
+	s, err := Open(dir, SealingKey{File: oldKey})
+	require.NoError(t, err)
+	require.NoError(t, s.SealSecrets("uid-1", "d1", map[string]vocab.Secret{"TOKEN": vocab.NewSecret("rotation-canary")}))
+	s.Close()
+
+	s, err = Open(dir, SealingKey{File: newKey})
+	require.NoError(t, err)
+	_, err = s.OpenSecrets("uid-1", "d1")
+	require.Error(t, err, "a new key alone opens nothing sealed under the old one")
+	s.Close()
+
+	s, err = Open(dir, SealingKey{File: newKey, Previous: oldKey})
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Resealed)
+	values, err := s.OpenSecrets("uid-1", "d1")
+	require.NoError(t, err)
+	require.Equal(t, "rotation-canary", values["TOKEN"].Reveal())
+	s.Close()
+
+	s, err = Open(dir, SealingKey{File: newKey})
+	require.NoError(t, err)
+	values, err = s.OpenSecrets("uid-1", "d1")
+	require.NoError(t, err, "sealed again: the new key alone opens it")
+	require.Equal(t, "rotation-canary", values["TOKEN"].Reveal())
+	s.Close()
+
+	_, err = Open(dir, SealingKey{File: newKey, Previous: filepath.Join(dir, "inside")})
+	require.ErrorContains(t, err, "is inside the state directory", "the previous key obeys the key's rules")
+}

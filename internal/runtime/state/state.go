@@ -151,8 +151,12 @@ type Store struct {
 	owner   safedir.Owner
 	token   string
 	sealKey []byte
-	macKey  []byte
-	lock    *os.File
+	// previousSealKey opens deliveries sealed before a rotation (nil: none).
+	previousSealKey []byte
+	// Resealed counts the deliveries Open sealed again under a new key.
+	Resealed int
+	macKey   []byte
+	lock     *os.File
 	// movedKey is the legacy key file the dev path moved out at Open, if any.
 	movedKey string
 
@@ -195,6 +199,19 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	var previous []byte
+	if sealingKey.Previous != "" {
+		path, err := filepath.Abs(sealingKey.Previous)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.refuseInside(path); err != nil {
+			return nil, err
+		}
+		if previous, err = readSealingKey(path, s.owner); err != nil {
+			return nil, fmt.Errorf("previous sealing key: %w", err)
+		}
+	}
 	for _, sub := range []string{secretsDir, socketsDir, bundlesDir} {
 		if err := safedir.Ensure(filepath.Join(abs, sub), s.owner); err != nil {
 			return nil, err
@@ -220,8 +237,42 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	// Separate keys for sealing and for digests, so neither use can be turned against the other.
 	s.sealKey = mac(key, []byte("takoform runtime seal v1"))
 	s.macKey = mac(key, []byte("takoform runtime digest v1"))
+	if previous != nil {
+		s.previousSealKey = mac(previous, []byte("takoform runtime seal v1"))
+		if s.Resealed, err = s.resealPrevious(); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return s, nil
+}
+
+// resealPrevious seals again under the current key every delivery that opens only under the
+// previous one. A delivery that opens under neither is left as it is (OpenSecrets refuses it).
+func (s *Store) resealPrevious() (int, error) {
+	entries, err := os.ReadDir(filepath.Join(s.dir, secretsDir))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		f, err := s.readSealed(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, err := s.openWith(s.sealKey, f); err == nil {
+			continue
+		}
+		values, err := s.openWith(s.previousSealKey, f)
+		if err != nil {
+			continue
+		}
+		if err := s.SealSecrets(f.WorkerUID, f.DeliveryID, values); err != nil {
+			return n, fmt.Errorf("seal the delivery of worker %s again under the new key: %w", f.WorkerUID, err)
+		}
+		n++
+	}
+	return n, nil
 }
 
 func (s *Store) takeLock() error {
@@ -499,28 +550,50 @@ func (s *Store) OpenSecrets(workerUID, deliveryID string) (map[string]vocab.Secr
 	if !ValidWorkerUID(workerUID) {
 		return nil, fmt.Errorf("worker UID %q cannot name a sealed file", workerUID)
 	}
-	b, err := safedir.ReadFile(filepath.Join(s.dir, secretsDir), workerUID, s.owner)
+	f, err := s.readSealed(workerUID)
 	if err != nil {
-		return nil, fmt.Errorf("open the delivery of worker %s: %w", workerUID, err)
-	}
-	var f sealedFile
-	if err := json.Unmarshal(b, &f); err != nil || f.Format != sealedFileFormat {
-		return nil, fmt.Errorf("the delivery of worker %s is not a sealed delivery", workerUID)
+		return nil, err
 	}
 	if f.WorkerUID != workerUID || f.DeliveryID != deliveryID {
 		return nil, fmt.Errorf("the sealed file of worker %s holds delivery %s, want %s", workerUID, f.DeliveryID, deliveryID)
 	}
-	aead, err := s.aead()
+	values, err := s.openWith(s.sealKey, f)
+	if err != nil && s.previousSealKey != nil {
+		values, err = s.openWith(s.previousSealKey, f)
+	}
+	return values, err
+}
+
+// readSealed reads and parses the sealed file of workerUID.
+func (s *Store) readSealed(workerUID string) (sealedFile, error) {
+	var f sealedFile
+	b, err := safedir.ReadFile(filepath.Join(s.dir, secretsDir), workerUID, s.owner)
+	if err != nil {
+		return f, fmt.Errorf("open the delivery of worker %s: %w", workerUID, err)
+	}
+	if err := json.Unmarshal(b, &f); err != nil || f.Format != sealedFileFormat || f.WorkerUID != workerUID {
+		return f, fmt.Errorf("the delivery of worker %s is not a sealed delivery", workerUID)
+	}
+	return f, nil
+}
+
+// openWith opens f under the seal key key.
+func (s *Store) openWith(key []byte, f sealedFile) (map[string]vocab.Secret, error) {
+	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err
 	}
-	plain, err := aead.Open(nil, f.Nonce, f.Ciphertext, sealAAD(workerUID, deliveryID))
+	aead, err := cipher.NewGCM(block)
 	if err != nil {
-		return nil, fmt.Errorf("the delivery of worker %s does not open under this runtime's key", workerUID)
+		return nil, err
+	}
+	plain, err := aead.Open(nil, f.Nonce, f.Ciphertext, sealAAD(f.WorkerUID, f.DeliveryID))
+	if err != nil {
+		return nil, fmt.Errorf("the delivery of worker %s does not open under this runtime's key", f.WorkerUID)
 	}
 	var m map[string]string
 	if err := json.Unmarshal(plain, &m); err != nil {
-		return nil, fmt.Errorf("the delivery of worker %s is corrupt", workerUID)
+		return nil, fmt.Errorf("the delivery of worker %s is corrupt", f.WorkerUID)
 	}
 	values := make(map[string]vocab.Secret, len(m))
 	for k, v := range m {

@@ -83,7 +83,7 @@ func (n *Node) refusalLocked(r *desired.Refusal, subject string) error {
 // effect names one request's effect for Apply: its id, the keyed digest of its body, and now.
 func (n *Node) effect(id string, body any) desired.Effect {
 	b, _ := json.Marshal(body)
-	return desired.Effect{ID: id, RequestMAC: n.store.MAC(b), At: time.Now().UTC()}
+	return desired.Effect{ID: id, RequestMAC: n.store.MAC(b), PreviousMAC: n.store.PreviousMAC(b), At: time.Now().UTC()}
 }
 
 func replayed(w http.ResponseWriter) { w.Header().Set(adminapi.HeaderReplayed, "true") }

@@ -459,3 +459,18 @@ func TestTheOldestEffectsAreForgottenBeyondMaxEffects(t *testing.T) {
 	require.Contains(t, got.Effects, "e-00001")
 	require.Len(t, s.Effects, MaxEffects, "the state given keeps its effects")
 }
+
+// An effect recorded before a sealing-key rotation is recognised as a replay by its digest under
+// the previous key; another request under the same id is still refused.
+func TestAnEffectFromBeforeARotationIsStillAReplay(t *testing.T) {
+	t.Parallel()
+	e := Effect{ID: "e-route", RequestMAC: "mac-under-the-new-key", PreviousMAC: "mac-route", At: now}
+	s := fixture()
+	replayed, refused := replay(&s, e, "route:app.example")
+	require.Nil(t, refused)
+	require.True(t, replayed)
+	e.PreviousMAC = "mac-of-another-request"
+	_, refused = replay(&s, e, "route:app.example")
+	require.NotNil(t, refused)
+	require.Equal(t, adminapi.CodeEffectConflict, refused.Code)
+}

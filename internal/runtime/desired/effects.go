@@ -18,7 +18,10 @@ const MaxEffects = 10000
 type Effect struct {
 	ID         string
 	RequestMAC string
-	At         time.Time
+	// PreviousMAC is the request's digest under the node's previous sealing key, while it has one
+	// (a rotation): an effect recorded before the rotation is still recognised as a replay.
+	PreviousMAC string
+	At          time.Time
 }
 
 // replay recognises an effect id: the same request on the same target again is a replay (true);
@@ -28,7 +31,7 @@ func replay(s *state.Desired, e Effect, target string) (bool, *Refusal) {
 	if !ok {
 		return false, nil
 	}
-	if seen.Target == target && seen.RequestMAC == e.RequestMAC {
+	if seen.Target == target && (seen.RequestMAC == e.RequestMAC || (e.PreviousMAC != "" && seen.RequestMAC == e.PreviousMAC)) {
 		return true, nil
 	}
 	return false, refusal(adminapi.CodeEffectConflict, ShowsNothing, "effect %s was already applied with another request", e.ID)

@@ -153,6 +153,8 @@ type Store struct {
 	sealKey []byte
 	// previousSealKey opens deliveries sealed before a rotation (nil: none).
 	previousSealKey []byte
+	// previousMacKey recognises the effects recorded before a rotation (nil: none).
+	previousMacKey []byte
 	// Resealed counts the deliveries Open sealed again under a new key.
 	Resealed int
 	macKey   []byte
@@ -239,6 +241,7 @@ func Open(dir string, sealingKey SealingKey) (*Store, error) {
 	s.macKey = mac(key, []byte("takoform runtime digest v1"))
 	if previous != nil {
 		s.previousSealKey = mac(previous, []byte("takoform runtime seal v1"))
+		s.previousMacKey = mac(previous, []byte("takoform runtime digest v1"))
 		if s.Resealed, err = s.resealPrevious(); err != nil {
 			return nil, err
 		}
@@ -491,6 +494,14 @@ func (s *Store) saveChanges(d *Desired) error {
 // MAC is the runtime's keyed digest (hex HMAC-SHA256 under its own key) of msg. It is never a
 // reusable digest of a secret: without the key it opens nothing.
 func (s *Store) MAC(msg []byte) string { return hex.EncodeToString(mac(s.macKey, msg)) }
+
+// PreviousMAC is MAC under the previous sealing key, while the node has one ("" otherwise).
+func (s *Store) PreviousMAC(msg []byte) string {
+	if s.previousMacKey == nil {
+		return ""
+	}
+	return hex.EncodeToString(mac(s.previousMacKey, msg))
+}
 
 // ValuesMAC is the keyed digest of a delivery's values.
 func (s *Store) ValuesMAC(values map[string]vocab.Secret) string {

@@ -38,7 +38,9 @@ func (r *Ring) initCommitmentSecret(ctx context.Context, q *dbsqlc.Queries) erro
 	if err != nil {
 		return fmt.Errorf("sealing: read the runtime-input commitment secret: %w", store.Classify(err))
 	}
-	if _, err := r.unwrapAs(commitmentAAD(cur.ID), cur.WrappedSecret); err != nil {
+	if _, err := r.commitmentSecret(cur.ID, cur.WrappedSecret); err != nil {
+		// Unwrapped once here and kept: a replica keeps answering through a re-wrap under
+		// another key-encryption key (keys rewrap) until it restarts with that key.
 		return fmt.Errorf("sealing: this Host's key-encryption key (id %s) cannot unwrap the runtime-input commitment secret %s, which was wrapped by key-encryption key %s; give every Host replica the same --sealing-key-file",
 			r.kek.ID, cur.ID, cur.KEKID)
 	}

@@ -178,3 +178,59 @@ func TestReadbackDigestIsKeyedByTheChallenge(t *testing.T) {
 	require.NotEqual(t, d, Digest(c2, []byte(canary)), "another challenge gives another digest")
 	require.NotEqual(t, d, Digest(c1, []byte("other")))
 }
+
+// A re-wrap under a new key-encryption key (a leaked one retired) keeps everything sealed
+// openable: a replica started with the new key opens what was sealed before and answers the
+// same commitment keys, one still running with the old key keeps serving from what it unwrapped
+// at start, one started with the old key afterwards is refused, a second re-wrap changes nothing,
+// and a key wrapped under a third key-encryption key refuses the whole re-wrap.
+func TestARewrapUnderANewKEKKeepsEverythingOpenable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	old, next := kek(t), kek(t)
+	running, err := OpenRing(ctx, db, old)
+	require.NoError(t, err)
+	aad := []byte(`{"org":"a","prep":"p1"}`)
+	sealed, err := running.Seal(ctx, db, []byte(canary), aad)
+	require.NoError(t, err)
+	secretID, before, err := running.CommitmentKey(ctx, db, "org_a", "n-1")
+	require.NoError(t, err)
+	_, _, err = Rotate(ctx, db, old) // two data keys: the current and a previous one
+	require.NoError(t, err)
+
+	n, err := Rewrap(ctx, db, old, next)
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "two data keys and the commitment secret")
+	var under int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM sealing_keys WHERE wrapped_key IS NOT NULL AND kek_id <> $1`, next.ID).Scan(&under))
+	require.Zero(t, under)
+
+	fresh, err := OpenRing(ctx, db, next)
+	require.NoError(t, err)
+	got, err := fresh.Open(ctx, db, sealed, aad)
+	require.NoError(t, err)
+	require.Equal(t, canary, string(got))
+	id, after, err := fresh.CommitmentKey(ctx, db, "org_a", "n-1")
+	require.NoError(t, err)
+	require.Equal(t, secretID, id)
+	require.Equal(t, before, after, "the commitment keys are the same: references computed before still check")
+
+	got, err = running.Open(ctx, db, sealed, aad)
+	require.NoError(t, err, "a replica still on the old key keeps serving")
+	require.Equal(t, canary, string(got))
+	_, err = OpenRing(ctx, db, old)
+	require.ErrorContains(t, err, "cannot unwrap", "a replica started on the old key is refused")
+
+	n, err = Rewrap(ctx, db, old, next)
+	require.NoError(t, err)
+	require.Zero(t, n, "a second run changes nothing")
+
+	third := kek(t)
+	_, err = Rewrap(ctx, db, next, third)
+	require.NoError(t, err)
+	_, err = Rewrap(ctx, db, old, next)
+	require.ErrorContains(t, err, "neither the current")
+	_, err = Rewrap(ctx, db, next, next)
+	require.ErrorContains(t, err, "is the current one")
+}

@@ -65,6 +65,52 @@ func (q *Queries) CommitmentSecretInit(ctx context.Context, arg CommitmentSecret
 	return result.RowsAffected(), nil
 }
 
+const commitmentSecretRewrap = `-- name: CommitmentSecretRewrap :exec
+UPDATE runtime_input_commitment_secrets SET kek_id = $1, wrapped_secret = $2 WHERE id = $3
+`
+
+type CommitmentSecretRewrapParams struct {
+	KEKID         string
+	WrappedSecret []byte
+	ID            string
+}
+
+func (q *Queries) CommitmentSecretRewrap(ctx context.Context, arg CommitmentSecretRewrapParams) error {
+	_, err := q.db.Exec(ctx, commitmentSecretRewrap, arg.KEKID, arg.WrappedSecret, arg.ID)
+	return err
+}
+
+const commitmentSecretsForRewrap = `-- name: CommitmentSecretsForRewrap :many
+SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets ORDER BY id FOR UPDATE
+`
+
+type CommitmentSecretsForRewrapRow struct {
+	ID            string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+// Every runtime-input commitment secret, locked for a re-wrap under another key-encryption key.
+func (q *Queries) CommitmentSecretsForRewrap(ctx context.Context) ([]CommitmentSecretsForRewrapRow, error) {
+	rows, err := q.db.Query(ctx, commitmentSecretsForRewrap)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CommitmentSecretsForRewrapRow
+	for rows.Next() {
+		var i CommitmentSecretsForRewrapRow
+		if err := rows.Scan(&i.ID, &i.KEKID, &i.WrappedSecret); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sealingKeyCurrentID = `-- name: SealingKeyCurrentID :one
 SELECT id FROM sealing_keys WHERE status = 'current'
 `
@@ -96,6 +142,21 @@ func (q *Queries) SealingKeyInit(ctx context.Context, arg SealingKeyInitParams) 
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const sealingKeyRewrap = `-- name: SealingKeyRewrap :exec
+UPDATE sealing_keys SET kek_id = $1, wrapped_key = $2 WHERE id = $3
+`
+
+type SealingKeyRewrapParams struct {
+	KEKID      string
+	WrappedKey []byte
+	ID         string
+}
+
+func (q *Queries) SealingKeyRewrap(ctx context.Context, arg SealingKeyRewrapParams) error {
+	_, err := q.db.Exec(ctx, sealingKeyRewrap, arg.KEKID, arg.WrappedKey, arg.ID)
+	return err
 }
 
 const sealingKeyRotate = `-- name: SealingKeyRotate :one
@@ -141,6 +202,37 @@ func (q *Queries) SealingKeyRotate(ctx context.Context, arg SealingKeyRotatePara
 	var i SealingKeyRotateRow
 	err := row.Scan(&i.RetiredCount, &i.PreviousCount)
 	return i, err
+}
+
+const sealingKeysForRewrap = `-- name: SealingKeysForRewrap :many
+SELECT id, kek_id, wrapped_key FROM sealing_keys WHERE wrapped_key IS NOT NULL ORDER BY id FOR UPDATE
+`
+
+type SealingKeysForRewrapRow struct {
+	ID         string
+	KEKID      string
+	WrappedKey []byte
+}
+
+// Every data key that still has material, locked for a re-wrap under another key-encryption key.
+func (q *Queries) SealingKeysForRewrap(ctx context.Context) ([]SealingKeysForRewrapRow, error) {
+	rows, err := q.db.Query(ctx, sealingKeysForRewrap)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SealingKeysForRewrapRow
+	for rows.Next() {
+		var i SealingKeysForRewrapRow
+		if err := rows.Scan(&i.ID, &i.KEKID, &i.WrappedKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const sealingKeysOpenable = `-- name: SealingKeysOpenable :many

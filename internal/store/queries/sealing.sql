@@ -46,3 +46,17 @@ SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets WHERE cu
 
 -- name: CommitmentSecretGet :one
 SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets WHERE id = @id;
+
+-- name: SealingKeysForRewrap :many
+-- Every data key that still has material, locked for a re-wrap under another key-encryption key.
+SELECT id, kek_id, wrapped_key FROM sealing_keys WHERE wrapped_key IS NOT NULL ORDER BY id FOR UPDATE;
+
+-- name: SealingKeyRewrap :exec
+UPDATE sealing_keys SET kek_id = @kek_id, wrapped_key = @wrapped_key WHERE id = @id;
+
+-- name: CommitmentSecretsForRewrap :many
+-- Every runtime-input commitment secret, locked for a re-wrap under another key-encryption key.
+SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets ORDER BY id FOR UPDATE;
+
+-- name: CommitmentSecretRewrap :exec
+UPDATE runtime_input_commitment_secrets SET kek_id = @kek_id, wrapped_secret = @wrapped_secret WHERE id = @id;

@@ -597,7 +597,48 @@ Every Host replica seals with it from its next seal on; no restart is needed. Th
 		},
 	}
 	rotate.Flags().StringVar(&keyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"), "the sealing key-encryption key (env TAKOSERVER_SEALING_KEY_FILE)")
-	cmd.AddCommand(create, list, initSealing, rotate, &cobra.Command{
+	var newKEKFile string
+	rewrap := &cobra.Command{
+		Use:   "rewrap --new-kek FILE",
+		Short: "Wrap every sealing data key under a new key-encryption key, in one transaction (retires a leaked one)",
+		Long: `rewrap unwraps every sealing data key and runtime-input commitment secret with the current
+key-encryption key (--sealing-key-file) and wraps it under the new one (--new-kek, written by
+keys init-sealing), in one transaction. Nothing sealed changes, and replicas still running with the
+current key keep serving from the keys they unwrapped at start; restart each with --sealing-key-file
+set to the new file, then destroy the old one. Do not rotate the data key (rotate-sealing) until
+every replica runs with the new file. Running it again changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			current, err := sealing.LoadKEK(keyFile)
+			if err != nil {
+				return err
+			}
+			if newKEKFile == "" {
+				return errors.New("--new-kek is required (create it with: takoserver keys init-sealing --out FILE)")
+			}
+			next, err := sealing.LoadKEK(newKEKFile)
+			if err != nil {
+				return err
+			}
+			db, err := g.pool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := sealing.Rewrap(cmd.Context(), db, current, next)
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"rewrapped": n, "kekId": next.ID},
+				fmt.Sprintf("%d key(s) re-wrapped under key-encryption key %s; restart every Host replica with --sealing-key-file %s, then destroy the old file", n, next.ID, newKEKFile))
+		},
+	}
+	rewrap.Flags().StringVar(&keyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"), "the current key-encryption key (env TAKOSERVER_SEALING_KEY_FILE)")
+	rewrap.Flags().StringVar(&newKEKFile, "new-kek", "", "the new key-encryption key file (keys init-sealing --out FILE)")
+	cmd.AddCommand(create, list, rewrap, initSealing, rotate, &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key: every Host refuses it within a second", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := g.checkOutput(); err != nil {

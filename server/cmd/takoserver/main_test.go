@@ -775,4 +775,13 @@ func TestSealingKeyFileAndRotation(t *testing.T) {
 	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0")
 	require.Error(t, err)
 	require.Contains(t, errOut, "keys init-sealing")
+
+	// A leaked key-encryption key is retired: re-wrapped under a new one, a Host starts with the
+	// new file, and no longer with the old one.
+	rewrapped := decodeJSON(t, run(t, url, "keys", "rewrap", "--sealing-key-file", kek, "--new-kek", other, "--output", "json"))
+	require.EqualValues(t, 5, rewrapped["rewrapped"], "four data keys (the current and three previous) and the commitment secret")
+	startHost(t, url, other)
+	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--sealing-key-file", kek)
+	require.Error(t, err)
+	require.Contains(t, errOut, "cannot unwrap the current data key")
 }

@@ -1115,7 +1115,16 @@ func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T
 	f, _ := setupWithoutWorkerd(t, func(c *runtime.Config) { c.LivenessPeriod = time.Hour })
 	f.script("quiet", "uid-q", 1, "q1")
 	f.waitReady("quiet")
-	reconciles, renders := f.h.Node.ScriptWork("quiet")
+	// Ready is reported before the reconcile that follows its own promotion may have run: wait
+	// until the quiet script's own work has settled, so that only the other script's churn counts.
+	var reconciles int
+	var renders int64
+	require.Eventually(t, func() bool {
+		r1, n1 := f.h.Node.ScriptWork("quiet")
+		time.Sleep(200 * time.Millisecond)
+		reconciles, renders = f.h.Node.ScriptWork("quiet")
+		return r1 == reconciles && n1 == renders
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Positive(t, reconciles)
 	require.Positive(t, renders)
 	// A status long poll of the quiet script is held through all of it.

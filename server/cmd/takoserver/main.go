@@ -85,6 +85,15 @@ func (g *globals) pool(ctx context.Context) (*pgxpool.Pool, error) {
 	return store.Open(ctx, g.databaseURL)
 }
 
+// outputAndPool checks --output, then opens the database: what every admin command that reads or
+// writes the database does first.
+func (g *globals) outputAndPool(ctx context.Context) (*pgxpool.Pool, error) {
+	if err := g.checkOutput(); err != nil {
+		return nil, err
+	}
+	return g.pool(ctx)
+}
+
 // print writes v as JSON with --output json, or text otherwise.
 func (g *globals) print(w io.Writer, v any, text string) error {
 	if g.output == "json" {
@@ -279,10 +288,7 @@ func orgsCommand(g *globals) *cobra.Command {
 	cmd.AddCommand(&cobra.Command{
 		Use: "create NAME", Short: "Create an organization", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.checkOutput(); err != nil {
-				return err
-			}
-			db, err := g.pool(cmd.Context())
+			db, err := g.outputAndPool(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -519,10 +525,7 @@ func keysCommand(g *globals) *cobra.Command {
 	list := &cobra.Command{
 		Use: "list [--org ORG]", Short: "List API keys: id, organization, scopes, creation, revocation, expiry and last use (never a secret)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := g.checkOutput(); err != nil {
-				return err
-			}
-			db, err := g.pool(cmd.Context())
+			db, err := g.outputAndPool(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -641,10 +644,7 @@ every replica runs with the new file. Running it again changes nothing.`,
 	cmd.AddCommand(create, list, rewrap, initSealing, rotate, &cobra.Command{
 		Use: "revoke ID", Short: "Revoke an API key: every Host refuses it within a second", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := g.checkOutput(); err != nil {
-				return err
-			}
-			db, err := g.pool(cmd.Context())
+			db, err := g.outputAndPool(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -277,8 +277,9 @@ func (i *Incarnation) isAdmitted() bool {
 }
 
 // implicate records that it was implicated in its process's kill or abort, and answers whether
-// it must now run alone (SPEC 5.1: twice within an hour).
-func (i *Incarnation) implicate(now time.Time) (alone bool) {
+// it must now run alone (SPEC 5.1: twice within an hour) and whether this implication opened an
+// incident (the IncidentImplications-th within IncidentWindow).
+func (i *Incarnation) implicate(now time.Time) (alone, incident bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.implications = append(slices.DeleteFunc(i.implications, func(t time.Time) bool { return now.Sub(t) >= IncidentWindow }), now)
@@ -288,7 +289,7 @@ func (i *Incarnation) implicate(now time.Time) (alone bool) {
 			n++
 		}
 	}
-	return n >= QuarantineImplications
+	return n >= QuarantineImplications, len(i.implications) == IncidentImplications
 }
 
 // Status returns a snapshot.

@@ -218,8 +218,13 @@ func (m *Manager) implicate(u *unit, loading bool, why string) {
 		inc.fail("its code held or ended its organization's process while it loaded (" + why + "); it is not loaded again")
 		return
 	}
-	alone := inc.implicate(time.Now()) || loading
+	alone, incident := inc.implicate(time.Now())
+	alone = alone || loading
 	inc.log.Warn("implicated in the end of its organization's process", "reason", why, "loading", loading, "quarantine", alone)
+	if incident {
+		inc.log.Error(fmt.Sprintf("incident: implicated in the end of its organization's process %d times within %s; restarts continue (takoform_runtime_incident)",
+			IncidentImplications, IncidentWindow), "implications", IncidentImplications)
+	}
 	if alone {
 		m.quarantine(inc, u)
 	}

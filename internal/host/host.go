@@ -83,6 +83,9 @@ func New(cfg Config) *Host {
 			LeaseTTL: cfg.OwnershipLeaseTTL, Holder: holder(cfg.Holder)},
 		Reservations: &reservation.Service{Catalog: cfg.Catalog},
 	}
+	if cfg.DB != nil {
+		reg.MustRegister(newLeases(cfg.DB))
+	}
 	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger, Seen: h.metrics.seen}
 	if cfg.DB != nil {
 		backends.Budget = budget(cfg.DB, cfg.CloudflareBudget)

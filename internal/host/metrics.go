@@ -1,10 +1,15 @@
 package host
 
 import (
+	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // metrics are the Host's own measures beside its HTTP layer's, for the alerts an on-call needs
@@ -63,4 +68,30 @@ func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// leases counts the requests in flight by the state of their leases, read at each scrape: a
+// growing count of expired ones is a Host that stopped mid-request and that nothing recovers.
+type leases struct {
+	db   *pgxpool.Pool
+	desc *prometheus.Desc
+}
+
+func newLeases(db *pgxpool.Pool) *leases {
+	return &leases{db: db, desc: prometheus.NewDesc("takoserver_ownership_leases",
+		"Requests in flight on every replica, by the state of their lease: live (being worked on) or expired (their Host stopped; the next request on the object or the janitor recovers them).",
+		[]string{"state"}, nil)}
+}
+
+func (l *leases) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+
+func (l *leases) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c, err := dbsqlc.New(l.db).OwnershipLeaseCounts(ctx)
+	if err != nil {
+		return // the database does not answer: /readyz and the request metrics say so
+	}
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(c.Live), "live")
+	ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(c.Expired), "expired")
 }

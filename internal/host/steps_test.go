@@ -123,8 +123,11 @@ func TestTheRecoveryStepFinishesAStoppedHostsRequest(t *testing.T) {
 
 	require.Zero(t, f.sweep("recovered operations left by a stopped Host"), "a live lease is left alone")
 	require.Equal(t, "running", f.text(`SELECT status::text FROM operations WHERE id = $1`, op))
+	require.Equal(t, 1.0, metric(t, f.host, "takoserver_ownership_leases", map[string]string{"state": "live"}))
 	f.advance("2 minutes")
+	require.Equal(t, 1.0, metric(t, f.host, "takoserver_ownership_leases", map[string]string{"state": "expired"}), "the stopped Host's lease, as a metric")
 	require.Equal(t, 1, f.sweep("recovered operations left by a stopped Host"))
+	require.Equal(t, 0.0, metric(t, f.host, "takoserver_ownership_leases", map[string]string{"state": "expired"}))
 	require.Equal(t, 1.0, metric(t, f.host, "takoserver_janitor_settled_total", map[string]string{"step": "recover"}))
 	require.NotEqual(t, "running", f.text(`SELECT status::text FROM operations WHERE id = $1`, op))
 	require.NotEqual(t, "pending", f.text(`SELECT status::text FROM deployments WHERE id = $1`, deployment), "its effect is decided")

@@ -281,6 +281,26 @@ func (q *Queries) OwnershipIntentsExpired(ctx context.Context) ([]OwnershipInten
 	return items, nil
 }
 
+const ownershipLeaseCounts = `-- name: OwnershipLeaseCounts :one
+SELECT count(*) FILTER (WHERE lease_expires_at > (SELECT db_now()))::bigint AS live,
+       count(*) FILTER (WHERE lease_expires_at <= (SELECT db_now()))::bigint AS expired
+FROM ownership_intents
+`
+
+type OwnershipLeaseCountsRow struct {
+	Live    int64
+	Expired int64
+}
+
+// The requests in flight by the state of their leases, for the Host's metrics: live ones are being
+// worked on; expired ones belong to a Host that stopped, until a request or the janitor recovers them.
+func (q *Queries) OwnershipLeaseCounts(ctx context.Context) (OwnershipLeaseCountsRow, error) {
+	row := q.db.QueryRow(ctx, ownershipLeaseCounts)
+	var i OwnershipLeaseCountsRow
+	err := row.Scan(&i.Live, &i.Expired)
+	return i, err
+}
+
 const ownershipLock = `-- name: OwnershipLock :many
 SELECT l.entry::text AS entry, l.token::text AS token, l.request_hash::bytea AS request_hash, l.uid::uuid AS uid,
        l.status::integer AS status, l.body::bytea AS body

@@ -33,7 +33,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 var offPath = []string{
 	"APIKeyCreate", "APIKeyRevoke", "APIKeyList", "OrganizationCreate", "OrganizationGetByName",
 	"SealingKeysOpenable", "SealingKeyCurrentID", "SealingKeyInit", "SealingKeyRotate",
-	"BrakeEngage", "BrakeRelease", "QuotaOverrides", "QuotaSet",
+	"BrakeEngage", "BrakeRelease", "QuotaOverrides", "QuotaSet", "OwnershipLeaseCounts",
 	"DeploymentsOrphaned", "OwnershipIntentsExpired", "OwnershipTombstonePurge", "PreparationSweepAll",
 	"ReservationsOfGoneWorkers", "QuotaUsage", "QuotaUsageDrift", "LateWriteRechecksClaim", "LateWriteRecheckSettle",
 }

@@ -101,3 +101,10 @@ ON CONFLICT (organization_id, kind, external_key) DO UPDATE
 SET request_hash = excluded.request_hash, object_uid = excluded.object_uid,
     response_status = excluded.response_status, response_body = excluded.response_body, updated_at = now()
 WHERE ownership_bindings.token = excluded.token;
+
+-- name: OwnershipLeaseCounts :one
+-- The requests in flight by the state of their leases, for the Host's metrics: live ones are being
+-- worked on; expired ones belong to a Host that stopped, until a request or the janitor recovers them.
+SELECT count(*) FILTER (WHERE lease_expires_at > (SELECT db_now()))::bigint AS live,
+       count(*) FILTER (WHERE lease_expires_at <= (SELECT db_now()))::bigint AS expired
+FROM ownership_intents;

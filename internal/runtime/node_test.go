@@ -1433,3 +1433,30 @@ func TestAWorkerUpdated200TimesUnderLoadDropsNothingAndItsProcessIsRecycled(t *t
 	// Without recycling, 200 retired isolates hold about 300 MiB more.
 	require.Less(t, after, before+48<<10, "the retired versions' memory was given back")
 }
+
+// The edge measures each organization's answers by status class and their time, so that an
+// operator sees which tenant's workers fail or slow down (issue 34 item 5); a host no worker is
+// routed at is counted by status alone, under no organization.
+func TestTheEdgeMeasuresEachOrganizationsAnswers(t *testing.T) {
+	t.Parallel()
+	f, _ := setupWithoutWorkerd(t)
+	f.script("app", "uid-a", 1, "a1")
+	f.waitReady("app")
+	f.route("app.example.test", "app", "ep-a")
+	require.Eventually(t, func() bool {
+		code, _, _, err := f.h.TryGet("app.example.test", "/")
+		return err == nil && code == http.StatusOK
+	}, 30*time.Second, 20*time.Millisecond)
+	for range 3 {
+		code, _, _, err := f.h.TryGet("app.example.test", "/")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+	}
+	code, _, _, err := f.h.TryGet("nobody.example.test", "/")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusNotFound, code)
+	m := f.metrics()
+	require.Regexp(t, `takoform_runtime_edge_organization_requests_total\{class="2xx",organization="org-1"\} ([4-9]|\d\d+)\n`, m)
+	require.Contains(t, m, `takoform_runtime_edge_organization_request_duration_seconds_count{organization="org-1"}`)
+	require.Contains(t, m, `takoform_runtime_edge_organization_requests_total{class="4xx",organization="org-1"} 0`, "the unknown host is no organization's")
+}

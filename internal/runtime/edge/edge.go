@@ -93,6 +93,43 @@ type Handler struct {
 	inProcess, carried prometheus.Counter
 	// looping counts, per script, requests from this node's egress in flight (string → *atomic.Int64).
 	looping sync.Map
+	// orgRequests and orgLatency measure each organization's answers, by status class, and their
+	// time (takoform_runtime_edge_organization_*), with one label lookup per organization (orgs).
+	orgRequests *prometheus.CounterVec
+	orgLatency  *prometheus.HistogramVec
+	orgs        sync.Map // organization → *orgMeasures
+}
+
+// Owned is a Target that knows its organization, so the edge measures per organization.
+type Owned interface {
+	Organization() string
+}
+
+// orgMeasures are one organization's counters by status class (1xx to 5xx) and its latency.
+type orgMeasures struct {
+	classes [5]prometheus.Counter
+	latency prometheus.Observer
+}
+
+func (h *Handler) measures(org string) *orgMeasures {
+	if m, ok := h.orgs.Load(org); ok {
+		return m.(*orgMeasures)
+	}
+	m := &orgMeasures{latency: h.orgLatency.WithLabelValues(org)}
+	for i := range m.classes {
+		m.classes[i] = h.orgRequests.WithLabelValues(org, strconv.Itoa(i+1)+"xx")
+	}
+	got, _ := h.orgs.LoadOrStore(org, m)
+	return got.(*orgMeasures)
+}
+
+// measure counts one answer of an organization's worker.
+func (h *Handler) measure(org string, code int, took time.Duration) {
+	m := h.measures(org)
+	if class := code / 100; class >= 1 && class <= 5 {
+		m.classes[class-1].Inc()
+	}
+	m.latency.Observe(took.Seconds())
 }
 
 // MaxEgressLoop is how many requests from this node's own egress one script may have in flight; the
@@ -115,8 +152,17 @@ func New(resolver Resolver, reg prometheus.Registerer, log *slog.Logger, limits 
 		Help: "Service binding calls by where they ran: in the caller's own process, or carried by the edge to another process of the node.",
 	}, []string{"path"})
 	h.inProcess, h.carried = bindingCalls.WithLabelValues("process"), bindingCalls.WithLabelValues("node")
+	h.orgRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "takoform_runtime_edge_organization_requests_total",
+		Help: "Requests the edge carried to an organization's workers, by organization and status class (2xx … 5xx).",
+	}, []string{"organization", "class"})
+	h.orgLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "takoform_runtime_edge_organization_request_duration_seconds",
+		Help:    "Time from the request's arrival at the edge to the end of the worker's answer, by organization.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"organization"})
 	if reg != nil {
-		reg.MustRegister(h.requests, bindingCalls)
+		reg.MustRegister(h.requests, bindingCalls, h.orgRequests, h.orgLatency)
 	}
 	return h
 }
@@ -225,15 +271,23 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool)
 
 func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress bool, lookup func() (Target, int), unknown *adminapi.Problem, local Local) {
 	code := http.StatusOK
+	start := time.Now()
+	org := ""
 	defer func() {
 		if code != 0 {
 			h.counter(code).Inc()
+			if org != "" {
+				h.measure(org, code, time.Since(start))
+			}
 		}
 	}()
 	host := Hostname(r.Host)
 	// A drain can retire the target between lookup and Acquire; look again, a bounded number of times.
 	for range 5 {
 		target, outcome := lookup()
+		if o, ok := target.(Owned); ok && outcome != UnknownHost {
+			org = o.Organization()
+		}
 		switch outcome {
 		case UnknownHost:
 			code = writeProblem(w, unknown)

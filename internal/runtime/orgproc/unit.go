@@ -47,6 +47,9 @@ func (u *unit) Script() string { return u.inc.spec.Script }
 // Incarnation is the loader id the router loads it under.
 func (u *unit) Incarnation() string { return u.loaderID }
 
+// Organization is the organization whose worker it is, for the edge's measures.
+func (u *unit) Organization() string { return u.inc.spec.Org }
+
 // Acquire counts one request in flight, unless the unit is retired (its incarnation drains, or
 // moved to another process), in which case the caller looks the script up again. The count is
 // taken before the check, so a drain that saw zero can never miss a request that got through.

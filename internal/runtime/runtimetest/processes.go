@@ -240,9 +240,10 @@ func (i *incarnation) finish() { i.doneOnce.Do(func() { close(i.done) }) }
 // target is an incarnation as the edge reaches it.
 type target struct{ i *incarnation }
 
-func (t target) Addr() string        { return t.i.p.srv.Listener.Addr().String() }
-func (t target) Script() string      { return t.i.spec.Script }
-func (t target) Incarnation() string { return t.i.spec.ID }
+func (t target) Addr() string         { return t.i.p.srv.Listener.Addr().String() }
+func (t target) Script() string       { return t.i.spec.Script }
+func (t target) Incarnation() string  { return t.i.spec.ID }
+func (t target) Organization() string { return t.i.spec.Org }
 
 func (t target) Acquire() (edge.Flight, bool) {
 	t.i.inflight.Add(1)

@@ -59,7 +59,7 @@ type TargetRequest = apitypes.PreparationTarget
 
 // Request is the body of PUT .../worker-runtime-input-preparations/{operationId}, as the document
 // types it. Its binding values are plain strings only between the decoder and Put, which wraps
-// them at once (inputOf) and clears the map.
+// them at once (inputOf).
 type Request = apitypes.PreparationRequest
 
 // input is a Request with its values wrapped, so that no log or error can print them: what a
@@ -70,13 +70,13 @@ type input struct {
 	Values map[string]vocab.Secret
 }
 
-// inputOf wraps req's values and clears req's own map of them.
+// inputOf wraps req's values; the input holds no plain copy of them. The caller's map is left as
+// it is: the ownership loop may run Put again with the same request (a retry after a busy key).
 func inputOf(req Request) input {
 	bindings := make(map[string]vocab.Secret, len(req.Bindings))
 	for name, v := range req.Bindings {
 		bindings[name] = vocab.NewSecret(v)
 	}
-	clear(req.Bindings)
 	req.Bindings = nil
 	return input{Request: req, Values: bindings}
 }

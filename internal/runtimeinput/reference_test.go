@@ -50,14 +50,17 @@ func TestARequestIsRefusedOnItsShapeAlone(t *testing.T) {
 	}
 }
 
-// A request's values are wrapped once it reaches the package: the caller's map is cleared, and
-// printing the input shows no value.
-func TestARequestsValuesAreWrappedAndTheCallersMapCleared(t *testing.T) {
+// A request's values are wrapped once it reaches the package: printing the input shows no value.
+// The caller's request keeps its values, so that a second run of Put on the same request (the
+// ownership loop's retry after a busy key) seals the same values.
+func TestARequestsValuesAreWrappedAndTheRequestCanBeTakenAgain(t *testing.T) {
 	t.Parallel()
 	req := Request{Format: PreparationFormat, Bindings: map[string]string{"API_KEY": "hunter2-canary"}}
 	in := inputOf(req)
-	require.Empty(t, req.Bindings, "the decoded map holds no value after inputOf")
+	require.Nil(t, in.Request.Bindings, "the input holds no plain copy")
 	require.Equal(t, "hunter2-canary", in.Values["API_KEY"].Reveal())
+	again := inputOf(req)
+	require.Equal(t, "hunter2-canary", again.Values["API_KEY"].Reveal(), "taken again, the same values")
 	require.NotContains(t, fmt.Sprintf("%v %+v %#v", in, in, in), "hunter2-canary")
 }
 

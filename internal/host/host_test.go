@@ -112,3 +112,27 @@ func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
 		require.Equal(t, "reach", l["step"], "only the default catalog's absent node is missing: %v", l)
 	}
 }
+
+// A replica left running after a newer release migrated the database runs no janitor step: its
+// rules are the older ones. It says so, and leaves the rows to the newer replicas.
+func TestTheJanitorPausesOnADatabaseNewerThanItself(t *testing.T) {
+	t.Parallel()
+	db := testdb.Pool(t)
+	ctx := context.Background()
+	org, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, expires_at)
+		VALUES ($1, 'worker', 'prod/old', 'token-0000000000000001', gen_random_uuid(), '\x00', 200, '\x7b7d', now() - interval '1 second')`, org.ID)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `UPDATE schema_migrations SET version = version + 1`)
+	require.NoError(t, err)
+	logs := &runtimetest.Buffer{}
+	h := host.New(host.Config{DB: db, Logger: slogTo(logs)})
+	h.Sweep(ctx)
+	warns := logged(t, logs, "WARN")
+	require.Len(t, warns, 1, "one warning, no step run")
+	require.Equal(t, "janitor paused: the database's schema is newer than this takoserver", warns[0]["msg"])
+	var left int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM ownership_tombstones`).Scan(&left))
+	require.Equal(t, 1, left, "the expired tombstone is left to a newer replica")
+}

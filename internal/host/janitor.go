@@ -10,6 +10,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
 
 // step is one of the janitor's steps: run does it once and says how many rows it settled, done
@@ -117,8 +118,14 @@ func (h *Host) Janitor(ctx context.Context, every time.Duration) {
 	}
 }
 
-// Sweep runs the janitor's steps once. A step that fails is logged and the next one runs.
+// Sweep runs the janitor's steps once. A step that fails is logged and the next one runs. A
+// replica whose database a newer release has migrated runs none: its steps are the older rules.
 func (h *Host) Sweep(ctx context.Context) {
+	var newer *store.SchemaNewer
+	if err := store.CheckSchema(ctx, h.DB); errors.As(err, &newer) {
+		h.Log.Warn("janitor paused: the database's schema is newer than this takoserver", "database_schema_version", newer.Database, "binary_schema_version", newer.Binary)
+		return
+	}
 	for _, s := range h.steps() {
 		n, err := s.run(ctx)
 		if h.metrics != nil && n > 0 {

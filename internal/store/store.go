@@ -180,6 +180,8 @@ func Classify(err error) error {
 			return &classified{kind: ErrContention, cause: err}
 		case "57P01", "57P02", "57P03", "53300": // shutdown, crash, cannot connect now, too many connections
 			return &classified{kind: ErrUnavailable, cause: err}
+		case "25006": // read_only_sql_transaction: a primary demoted, or a standby, mid-failover
+			return &classified{kind: ErrUnavailable, cause: err}
 		}
 		return err
 	}

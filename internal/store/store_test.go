@@ -45,6 +45,23 @@ func TestUnreachableDatabaseIsUnavailable(t *testing.T) {
 	require.True(t, errors.Is(store.Classify(err), store.ErrUnavailable), "%v", err)
 }
 
+// A write refused because the database is read-only (a primary demoted, or a standby, during a
+// failover) is ErrUnavailable, so the Host answers 503 and clients wait it out, not a 500.
+func TestAReadOnlyDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.Pool(t)
+	err := store.WithTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION READ ONLY"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, dirty) VALUES (0, false)")
+		return err
+	})
+	require.Error(t, err)
+	require.True(t, errors.Is(store.Classify(err), store.ErrUnavailable), "%v", err)
+}
+
 // TestThePoolIsSizedToTheMachineUnlessTheURLSaysSo: Open's pool holds a few connections per core
 // (more only queue on the database), and pool_max_conns in the URL wins.
 func TestThePoolIsSizedToTheMachineUnlessTheURLSaysSo(t *testing.T) {

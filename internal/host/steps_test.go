@@ -226,7 +226,8 @@ func TestTheRuntimeInputStepExpiresAnUnconsumedInputAndDropsItsSeal(t *testing.T
 	require.Equal(t, "true", f.text(`SELECT (ciphertext IS NULL)::text FROM runtime_input_preparations WHERE operation_id = 'op-1'`))
 }
 
-// metric is the value of the sample of name with labels in a Host's registry (0 when absent).
+// metric is the value of the sample of name with labels in a Host's registry; the test fails when
+// there is none.
 func metric(t *testing.T, h *host.Host, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := h.Registry.Gather()
@@ -250,6 +251,7 @@ func metric(t *testing.T, h *host.Host, name string, labels map[string]string) f
 			}
 		}
 	}
+	t.Fatalf("no sample %s%v", name, labels)
 	return 0
 }
 

@@ -1121,7 +1121,7 @@ func TestAnotherScriptsChurnAndStatusReadsCostAServingScriptNothing(t *testing.T
 	var renders int64
 	require.Eventually(t, func() bool {
 		r1, n1 := f.h.Node.ScriptWork("quiet")
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		reconciles, renders = f.h.Node.ScriptWork("quiet")
 		return r1 == reconciles && n1 == renders
 	}, 10*time.Second, 10*time.Millisecond)

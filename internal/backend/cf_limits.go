@@ -39,16 +39,10 @@ type LimitRouter interface {
 // ConvergeLimits has m's pack converge w's limits into its routing, when the pack routes them; a
 // pack whose scripts carry their own limits answers nil.
 func ConvergeLimits(ctx context.Context, m Mutator, w WorkerLimits) error {
-	for {
-		if r, ok := m.(LimitRouter); ok {
-			return r.ConvergeLimits(ctx, w)
-		}
-		u, ok := m.(interface{ Unwrap() Mutator })
-		if !ok {
-			return nil
-		}
-		m = u.Unwrap()
+	if r, ok := As[LimitRouter](m); ok {
+		return r.ConvergeLimits(ctx, w)
 	}
+	return nil
 }
 
 // ConvergeLimits writes the worker's script entry: read, compared, written, read back.

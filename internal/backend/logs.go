@@ -49,10 +49,7 @@ func (r *Registry) LogSource(inst catalog.Installation) (LogSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, ok := m.(LogSource)
-	for u, wrapped := m.(interface{ Unwrap() Mutator }); !ok && wrapped; u, wrapped = u.Unwrap().(interface{ Unwrap() Mutator }) {
-		src, ok = u.Unwrap().(LogSource)
-	}
+	src, ok := As[LogSource](m)
 	if !ok {
 		return nil, fmt.Errorf("%w (pack %s does not offer worker logs)", ErrNotImplemented, inst.Pack)
 	}

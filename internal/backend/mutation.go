@@ -249,13 +249,23 @@ type Registry struct {
 // for some kinds only says so (a Supports method), and the Host answers not_implemented for the
 // others before it plans anything.
 func Supports(m Mutator, kind string) bool {
+	if s, ok := As[interface{ Supports(string) bool }](m); ok {
+		return s.Supports(kind)
+	}
+	return true
+}
+
+// As finds the T that m is, or wraps: a mutator handed out by the Registry may be wrapped (the
+// Host's call metrics, tests' fault injection), and each wrapper answers Unwrap.
+func As[T any](m Mutator) (T, bool) {
 	for {
-		if s, ok := m.(interface{ Supports(string) bool }); ok {
-			return s.Supports(kind)
+		if t, ok := m.(T); ok {
+			return t, true
 		}
 		u, ok := m.(interface{ Unwrap() Mutator })
 		if !ok {
-			return true
+			var zero T
+			return zero, false
 		}
 		m = u.Unwrap()
 	}
@@ -309,11 +319,5 @@ func (r *Registry) SecretSink(inst catalog.Installation) (SecretSink, error) {
 	return sink, nil
 }
 
-// SinkOf finds the SecretSink m is, or wraps (through Unwrap).
-func SinkOf(m Mutator) (SecretSink, bool) {
-	sink, ok := m.(SecretSink)
-	for u, wrapped := m.(interface{ Unwrap() Mutator }); !ok && wrapped; u, wrapped = u.Unwrap().(interface{ Unwrap() Mutator }) {
-		sink, ok = u.Unwrap().(SecretSink)
-	}
-	return sink, ok
-}
+// SinkOf finds the SecretSink m is, or wraps.
+func SinkOf(m Mutator) (SecretSink, bool) { return As[SecretSink](m) }

@@ -538,7 +538,7 @@ func (s *Store) SealSecrets(workerUID, deliveryID string, values map[string]voca
 	if !ValidWorkerUID(workerUID) {
 		return fmt.Errorf("worker UID %q cannot name a sealed file", workerUID)
 	}
-	aead, err := s.aead()
+	aead, err := aeadOf(s.sealKey)
 	if err != nil {
 		return err
 	}
@@ -590,11 +590,7 @@ func (s *Store) readSealed(workerUID string) (sealedFile, error) {
 
 // openWith opens f under the seal key key.
 func (s *Store) openWith(key []byte, f sealedFile) (map[string]vocab.Secret, error) {
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, err
-	}
-	aead, err := cipher.NewGCM(block)
+	aead, err := aeadOf(key)
 	if err != nil {
 		return nil, err
 	}
@@ -625,8 +621,9 @@ func (s *Store) EraseSecrets(workerUID string) error {
 	return nil
 }
 
-func (s *Store) aead() (cipher.AEAD, error) {
-	block, err := aes.NewCipher(s.sealKey)
+// aeadOf is AES-256-GCM under a seal key.
+func aeadOf(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err
 	}

@@ -165,6 +165,9 @@ func Rotate(ctx context.Context, db dbsqlc.DBTX, kek KEK) (string, int, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("sealing: rotate: %w", store.Classify(err))
 	}
+	if row.DemotedCount == 0 {
+		return "", 0, fmt.Errorf("sealing: the current data key is no longer wrapped by this key-encryption key (id %s): the ring was re-wrapped meanwhile (keys rewrap); rotate with the new key file. Nothing was written", kek.ID)
+	}
 	return id, int(row.RetiredCount), nil
 }
 

@@ -234,3 +234,32 @@ func TestARewrapUnderANewKEKKeepsEverythingOpenable(t *testing.T) {
 	_, err = Rewrap(ctx, db, next, next)
 	require.ErrorContains(t, err, "is the current one")
 }
+
+// A rotation is a compare-and-swap on the key-encryption key, in the database: a rotation that
+// opened the ring under a key-encryption key a re-wrap has since retired (the race the help text
+// warns of) demotes nothing and writes no key, rather than leaving a new data key under the
+// retired key-encryption key.
+func TestARotationRacingARewrapWritesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.Pool(t)
+	old, next := kek(t), kek(t)
+	_, err := OpenRing(ctx, db, old)
+	require.NoError(t, err)
+	_, err = Rewrap(ctx, db, old, next)
+	require.NoError(t, err)
+	// What Rotate sends once it has opened the ring under old, after the re-wrap committed.
+	r := &Ring{kek: old}
+	id := newKeyID()
+	wrapped, err := r.wrap(id, randomKey())
+	require.NoError(t, err)
+	row, err := dbsqlc.New(db).SealingKeyRotate(ctx, dbsqlc.SealingKeyRotateParams{ID: id, KEKID: old.ID, WrappedKey: wrapped, MaxPrevious: MaxPreviousKeys})
+	require.NoError(t, err)
+	require.Zero(t, row.DemotedCount)
+	var keys, underOld int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE kek_id = $1) FROM sealing_keys`, old.ID).Scan(&keys, &underOld))
+	require.Equal(t, 1, keys, "no key was added")
+	require.Zero(t, underOld, "none is under the retired key-encryption key")
+	_, err = OpenRing(ctx, db, next)
+	require.NoError(t, err, "the ring still opens under the new key-encryption key")
+}

@@ -161,46 +161,52 @@ func (q *Queries) SealingKeyRewrap(ctx context.Context, arg SealingKeyRewrapPara
 
 const sealingKeyRotate = `-- name: SealingKeyRotate :one
 WITH demoted AS (
-    UPDATE sealing_keys SET status = 'previous' WHERE status = 'current' RETURNING id, created_at
+    UPDATE sealing_keys SET status = 'previous' WHERE status = 'current' AND sealing_keys.kek_id = $1::text RETURNING id, created_at
 ), ranked AS (
     SELECT id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS n
     FROM (SELECT id, created_at FROM sealing_keys WHERE status = 'previous'
           UNION SELECT id, created_at FROM demoted) k
 ), retired AS (
     UPDATE sealing_keys s SET status = 'retired', wrapped_key = NULL, retired_at = (SELECT db_now())
-    FROM ranked WHERE s.id = ranked.id AND ranked.n > $1::integer
+    FROM ranked WHERE s.id = ranked.id AND ranked.n > $2::integer AND EXISTS (SELECT 1 FROM demoted)
     RETURNING s.id
 ), inserted AS (
-    INSERT INTO sealing_keys (id, status, kek_id, wrapped_key) VALUES ($2, 'current', $3, $4)
+    INSERT INTO sealing_keys (id, status, kek_id, wrapped_key)
+    SELECT $3, 'current', $1, $4 WHERE EXISTS (SELECT 1 FROM demoted)
     RETURNING id
 )
-SELECT (SELECT count(*) FROM retired)::integer AS retired_count, (SELECT count(*) FROM ranked)::integer AS previous_count
+SELECT (SELECT count(*) FROM retired)::integer AS retired_count, (SELECT count(*) FROM ranked)::integer AS previous_count,
+       (SELECT count(*) FROM demoted)::integer AS demoted_count
 `
 
 type SealingKeyRotateParams struct {
+	KEKID       string
 	MaxPrevious int32
 	ID          string
-	KEKID       string
 	WrappedKey  []byte
 }
 
 type SealingKeyRotateRow struct {
 	RetiredCount  int32
 	PreviousCount int32
+	DemotedCount  int32
 }
 
 // Rotation is one write (SPEC 3.5): the new key becomes current, the old current becomes
 // previous, and previous keys beyond the bound are retired, their material destroyed. Every
-// replica sees the new key on its next seal.
+// replica sees the new key on its next seal. It is a compare-and-swap on the key-encryption key:
+// only a current key wrapped by @kek_id is demoted, and nothing else is written otherwise, so a
+// rotation racing a re-wrap (keys rewrap) never leaves a new key under the key-encryption key
+// being retired (demoted_count 0).
 func (q *Queries) SealingKeyRotate(ctx context.Context, arg SealingKeyRotateParams) (SealingKeyRotateRow, error) {
 	row := q.db.QueryRow(ctx, sealingKeyRotate,
+		arg.KEKID,
 		arg.MaxPrevious,
 		arg.ID,
-		arg.KEKID,
 		arg.WrappedKey,
 	)
 	var i SealingKeyRotateRow
-	err := row.Scan(&i.RetiredCount, &i.PreviousCount)
+	err := row.Scan(&i.RetiredCount, &i.PreviousCount, &i.DemotedCount)
 	return i, err
 }
 

@@ -17,22 +17,27 @@ ON CONFLICT DO NOTHING;
 -- name: SealingKeyRotate :one
 -- Rotation is one write (SPEC 3.5): the new key becomes current, the old current becomes
 -- previous, and previous keys beyond the bound are retired, their material destroyed. Every
--- replica sees the new key on its next seal.
+-- replica sees the new key on its next seal. It is a compare-and-swap on the key-encryption key:
+-- only a current key wrapped by @kek_id is demoted, and nothing else is written otherwise, so a
+-- rotation racing a re-wrap (keys rewrap) never leaves a new key under the key-encryption key
+-- being retired (demoted_count 0).
 WITH demoted AS (
-    UPDATE sealing_keys SET status = 'previous' WHERE status = 'current' RETURNING id, created_at
+    UPDATE sealing_keys SET status = 'previous' WHERE status = 'current' AND sealing_keys.kek_id = @kek_id::text RETURNING id, created_at
 ), ranked AS (
     SELECT id, row_number() OVER (ORDER BY created_at DESC, id DESC) AS n
     FROM (SELECT id, created_at FROM sealing_keys WHERE status = 'previous'
           UNION SELECT id, created_at FROM demoted) k
 ), retired AS (
     UPDATE sealing_keys s SET status = 'retired', wrapped_key = NULL, retired_at = (SELECT db_now())
-    FROM ranked WHERE s.id = ranked.id AND ranked.n > @max_previous::integer
+    FROM ranked WHERE s.id = ranked.id AND ranked.n > @max_previous::integer AND EXISTS (SELECT 1 FROM demoted)
     RETURNING s.id
 ), inserted AS (
-    INSERT INTO sealing_keys (id, status, kek_id, wrapped_key) VALUES (@id, 'current', @kek_id, @wrapped_key)
+    INSERT INTO sealing_keys (id, status, kek_id, wrapped_key)
+    SELECT @id, 'current', @kek_id, @wrapped_key WHERE EXISTS (SELECT 1 FROM demoted)
     RETURNING id
 )
-SELECT (SELECT count(*) FROM retired)::integer AS retired_count, (SELECT count(*) FROM ranked)::integer AS previous_count;
+SELECT (SELECT count(*) FROM retired)::integer AS retired_count, (SELECT count(*) FROM ranked)::integer AS previous_count,
+       (SELECT count(*) FROM demoted)::integer AS demoted_count;
 
 -- name: CommitmentSecretInit :execrows
 -- The first runtime-input commitment secret of a database (SPEC 3.5, rip2). A database that already

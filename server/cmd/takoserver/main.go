@@ -608,8 +608,9 @@ Every Host replica seals with it from its next seal on; no restart is needed. Th
 key-encryption key (--sealing-key-file) and wraps it under the new one (--new-kek, written by
 keys init-sealing), in one transaction. Nothing sealed changes, and replicas still running with the
 current key keep serving from the keys they unwrapped at start; restart each with --sealing-key-file
-set to the new file, then destroy the old one. Do not rotate the data key (rotate-sealing) until
-every replica runs with the new file. Running it again changes nothing.`,
+set to the new file, then destroy the old one. A rotate-sealing with the old file after it writes
+nothing and says so (the rotation is a compare-and-swap on the key-encryption key). Running it
+again changes nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := g.checkOutput(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
@@ -34,6 +35,14 @@ func logged(t *testing.T, b *runtimetest.Buffer, level string) []map[string]any 
 		}
 	}
 	return out
+}
+
+// tombstone writes an ownership tombstone of org's worker key that expires at expires (SQL).
+func tombstone(t *testing.T, db *pgxpool.Pool, org, key, expires string) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, expires_at)
+		VALUES ($1, 'worker', $2, 'token-0000000000000001', gen_random_uuid(), '\x00', 200, '\x7b7d', `+expires+`)`, org, key)
+	require.NoError(t, err)
 }
 
 // A step that fails is logged under its own message and the janitor goes on to the next: with
@@ -82,11 +91,8 @@ func TestTheTombstoneStepPurgesOnlyExpiredTombstones(t *testing.T) {
 	ctx := context.Background()
 	org, err := auth.CreateOrganization(ctx, db, "acme")
 	require.NoError(t, err)
-	for key, expires := range map[string]string{"prod/old": "now() - interval '1 second'", "prod/new": "now() + interval '1 day'"} {
-		_, err := db.Exec(ctx, `INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, expires_at)
-			VALUES ($1, 'worker', $2, 'token-0000000000000001', gen_random_uuid(), '\x00', 200, '\x7b7d', `+expires+`)`, org.ID, key)
-		require.NoError(t, err)
-	}
+	tombstone(t, db, org.ID, "prod/old", "now() - interval '1 second'")
+	tombstone(t, db, org.ID, "prod/new", "now() + interval '1 day'")
 	logs := &runtimetest.Buffer{}
 	h := host.New(host.Config{DB: db, Logger: slogTo(logs)})
 	h.Sweep(ctx)
@@ -121,9 +127,7 @@ func TestTheJanitorPausesOnADatabaseNewerThanItself(t *testing.T) {
 	ctx := context.Background()
 	org, err := auth.CreateOrganization(ctx, db, "acme")
 	require.NoError(t, err)
-	_, err = db.Exec(ctx, `INSERT INTO ownership_tombstones (organization_id, kind, external_key, token, object_uid, request_hash, response_status, response_body, expires_at)
-		VALUES ($1, 'worker', 'prod/old', 'token-0000000000000001', gen_random_uuid(), '\x00', 200, '\x7b7d', now() - interval '1 second')`, org.ID)
-	require.NoError(t, err)
+	tombstone(t, db, org.ID, "prod/old", "now() - interval '1 second'")
 	_, err = db.Exec(ctx, `UPDATE schema_migrations SET version = version + 1`)
 	require.NoError(t, err)
 	logs := &runtimetest.Buffer{}

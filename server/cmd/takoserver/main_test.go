@@ -215,9 +215,18 @@ func sealingKey(t *testing.T) string {
 // its own.
 func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 	t.Helper()
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--sealing-key-file", kek}, extra...)
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = t.TempDir() // every replica its own working directory
+	cmd, logs := startServe(t, databaseURL, append([]string{"--listen", "127.0.0.1:0", "--sealing-key-file", kek}, extra...)...)
+	h := host{url: "http://" + listeningAt(t, logs), logs: logs, cmd: cmd}
+	waitReady(t, h.url+"/readyz")
+	return h
+}
+
+// startServe starts `takoserver serve args…` on databaseURL in a working directory of its own
+// (every replica its own), stopped with SIGTERM when the test ends.
+func startServe(t *testing.T, databaseURL string, args ...string) (*exec.Cmd, *runtimetest.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
+	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+databaseURL)
 	logs := &runtimetest.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -226,9 +235,7 @@ func startHost(t *testing.T, databaseURL, kek string, extra ...string) host {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	})
-	h := host{url: "http://" + listeningAt(t, logs), logs: logs, cmd: cmd}
-	waitReady(t, h.url+"/readyz")
-	return h
+	return cmd, logs
 }
 
 // listening is where a Host says it listens: serve's log line, or dev's banner.
@@ -362,15 +369,7 @@ func TestServeWaitsForItsBusyListenAddress(t *testing.T) {
 	held, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := held.Addr().String()
-	cmd := exec.Command(binary, "serve", "--listen", addr, "--listen-wait", "60s", "--sealing-key-file", sealingKey(t))
-	cmd.Env = append(os.Environ(), "TAKOSERVER_DATABASE_URL="+testdb.URL(t))
-	logs := &runtimetest.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	})
+	_, logs := startServe(t, testdb.URL(t), "--listen", addr, "--listen-wait", "60s", "--sealing-key-file", sealingKey(t))
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "listen address in use; trying again") },
 		60*time.Second, 20*time.Millisecond, "it says it waits:\n%s", logs.String())
 	require.NoError(t, held.Close())

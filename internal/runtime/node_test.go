@@ -1430,8 +1430,10 @@ func TestAWorkerUpdated200TimesUnderLoadDropsNothingAndItsProcessIsRecycled(t *t
 	time.Sleep(time.Second)
 	after := pss(t, last.Incarnation.PID)
 	t.Logf("the process's memory: %d MiB at the first version, %d MiB after 200 updates (%d processes in all)", before>>10, after>>10, len(pids))
-	// Without recycling, 200 retired isolates hold about 300 MiB more.
-	require.Less(t, after, before+48<<10, "the retired versions' memory was given back")
+	// The last process may legitimately hold up to 15 retired isolates (a process recycles at 16)
+	// at up to 4 MiB each under load: 60 MiB, and 20 of slack. Without recycling, 200 retired
+	// isolates hold about 300 MiB more. (48 MiB was too tight: 49 MiB was measured once in CI.)
+	require.Less(t, after, before+80<<10, "the retired versions' memory was given back")
 }
 
 // The edge measures each organization's answers by status class and their time, so that an

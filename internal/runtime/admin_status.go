@@ -16,6 +16,10 @@ func (n *Node) status(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	out := adminapi.Status{Scripts: []adminapi.ScriptStatus{}, Routes: []adminapi.RouteStatus{}, Brakes: n.brakesLocked(), Sandbox: n.sandboxMode()}
 	for _, name := range slices.Sorted(maps.Keys(n.desired.Scripts)) {
 		out.Scripts = append(out.Scripts, n.scriptStatusLocked(name))
+		out.GenerationFloor = max(out.GenerationFloor, n.desired.Scripts[name].Generation)
+	}
+	for _, floor := range n.desired.Floors {
+		out.GenerationFloor = max(out.GenerationFloor, floor)
 	}
 	for _, host := range slices.Sorted(maps.Keys(n.desired.Routes)) {
 		out.Routes = append(out.Routes, n.routeStatusLocked(host))

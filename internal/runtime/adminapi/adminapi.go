@@ -497,7 +497,11 @@ type Brakes struct {
 type Status struct {
 	Scripts []ScriptStatus `json:"scripts"`
 	Routes  []RouteStatus  `json:"routes"`
-	Brakes  Brakes         `json:"brakes"`
+	// GenerationFloor is the highest generation the node has held or deleted under any script
+	// name: a PUT at or below it may be refused as stale, so a Host whose database was restored to
+	// an earlier point moves its generations past it before it deploys again.
+	GenerationFloor int64  `json:"generationFloor"`
+	Brakes          Brakes `json:"brakes"`
 	// Sandbox says how workers run (SPEC 5.1): SandboxBwrap, or SandboxOff when the node was
 	// started with --insecure-no-sandbox.
 	Sandbox string `json:"sandbox"`

@@ -112,6 +112,21 @@ func (h *Harness) RestartAfter(tb testing.TB, between func()) {
 	h.start(tb)
 }
 
+// RestartInPlace is RestartAfter on the node's own admin and edge addresses, as an operator
+// restarting a node where a Host and clients know it (between may empty its state directory).
+func (h *Harness) RestartInPlace(tb testing.TB, between func()) {
+	tb.Helper()
+	admin, edge := strings.TrimPrefix(strings.TrimPrefix(h.Info.AdminURL, "http://"), "https://"), h.Info.EdgeAddr
+	h.RestartAfter(tb, func() {
+		between()
+		var err error
+		h.cfg.AdminListener, err = net.Listen("tcp", admin)
+		require.NoError(tb, err)
+		h.cfg.EdgeListener, err = net.Listen("tcp", edge)
+		require.NoError(tb, err)
+	})
+}
+
 // Config is the node's configuration (listeners aside).
 func (h *Harness) Config() runtime.Config { return h.cfg }
 

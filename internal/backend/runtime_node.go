@@ -107,14 +107,25 @@ func settingsObject(s workerconf.Settings) canonjson.Object {
 }
 
 func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error) {
+	if err := n.Rewrite(ctx, d); err != nil {
+		return Observation{}, err
+	}
+	if d.Kind == NativeWorker {
+		return n.awaitAdmission(ctx, d)
+	}
+	return n.Observe(ctx, NativeRoute, d.NativeName)
+}
+
+// Rewrite writes d on the node as Apply does, without waiting for the node to admit it.
+func (n *runtimeNode) Rewrite(ctx context.Context, d Desired) error {
 	c, err := n.api()
 	if err != nil {
-		return Observation{}, err
+		return err
 	}
 	switch d.Kind {
 	case NativeWorker:
 		if d.Bundle == nil {
-			return Observation{}, errors.New("selfhost backend: a worker deployment needs its bundle")
+			return errors.New("selfhost backend: a worker deployment needs its bundle")
 		}
 		names := append([]string{}, d.SecretNames...)
 		_, err := c.PutScript(ctx, d.NativeName, adminapi.ScriptPut{
@@ -124,26 +135,20 @@ func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error)
 			Settings: d.Bundle.Settings, SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
 		})
 		if nodeapi.IsCode(err, adminapi.CodeScriptHeld) {
-			return Observation{}, fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
+			return fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
 		}
 		if nodeapi.IsCode(err, adminapi.CodeMemoryAboveNode) {
 			// The offering promises more memory than the node gives one worker.
-			return Observation{}, fmt.Errorf("%w: installation %s: %v; a selfhost offering promises each worker %d MB (maxMemoryMb): run the node with --heap-limit-mb %d", ErrMisconfigured, n.inst.Name, err, catalog.SelfhostMemoryMB, catalog.SelfhostMemoryMB)
+			return fmt.Errorf("%w: installation %s: %v; a selfhost offering promises each worker %d MB (maxMemoryMb): run the node with --heap-limit-mb %d", ErrMisconfigured, n.inst.Name, err, catalog.SelfhostMemoryMB, catalog.SelfhostMemoryMB)
 		}
-		if err != nil {
-			return Observation{}, n.wrap(err)
-		}
-		return n.awaitAdmission(ctx, d)
+		return n.wrap(err)
 	case NativeRoute:
 		_, err := c.PutRoute(ctx, d.NativeName, adminapi.RoutePut{
 			EffectID: d.EffectID.String(), ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), DeploymentID: d.DeploymentID.String(),
 		})
-		if err != nil {
-			return Observation{}, n.wrap(err)
-		}
-		return n.Observe(ctx, NativeRoute, d.NativeName)
+		return n.wrap(err)
 	}
-	return Observation{}, fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
+	return fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
 }
 
 // awaitAdmission reads the script until the runtime admits or refuses d's deployment (its

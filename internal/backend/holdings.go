@@ -1,0 +1,77 @@
+package backend
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+)
+
+// Held is one native object a backend holds, as it says: the deployment that wrote it, whose it
+// says it is, and its generation.
+type Held struct {
+	Kind       string
+	NativeName string
+	// DeploymentID is uuid.Nil when the backend's record does not parse as one.
+	DeploymentID uuid.UUID
+	// ResourceUID is the worker's (a script) or the endpoint's (a route) UID, as the backend
+	// recorded it.
+	ResourceUID string
+	// ScriptName is the script a route sends to.
+	ScriptName string
+	// Organization is the organization's label the script was written with.
+	Organization string
+	Generation   int64
+}
+
+// Holdings is everything one backend holds, read at once.
+type Holdings struct {
+	Objects []Held
+	// GenerationFloor: a worker write at or below it may be refused as stale on some name.
+	GenerationFloor int64
+}
+
+// Inventory is a Mutator whose backend the Host's reconciler puts back to what the ledger says:
+// it lists what it holds, and writes one object again (a runtime node; Cloudflare's accounts are
+// not listed, each call spends their budget, and they do not lose state).
+type Inventory interface {
+	// Holdings lists every native object the backend holds.
+	Holdings(ctx context.Context) (Holdings, error)
+	// Rewrite writes d as Apply does, without waiting for the backend to admit it.
+	Rewrite(ctx context.Context, d Desired) error
+}
+
+// Holdings lists every script and route the node holds.
+func (n *runtimeNode) Holdings(ctx context.Context) (Holdings, error) {
+	c, err := n.api()
+	if err != nil {
+		return Holdings{}, err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return Holdings{}, n.wrap(err)
+	}
+	out := Holdings{GenerationFloor: st.GenerationFloor}
+	for _, s := range st.Scripts {
+		if s.Present {
+			out.Objects = append(out.Objects, Held{Kind: NativeWorker, NativeName: s.ScriptName, DeploymentID: parseID(s.DeploymentID),
+				ResourceUID: s.WorkerUID, Organization: s.Labels.Organization, Generation: s.Generation})
+		}
+	}
+	for _, r := range st.Routes {
+		if r.Present {
+			out.Objects = append(out.Objects, Held{Kind: NativeRoute, NativeName: r.Hostname, DeploymentID: parseID(r.DeploymentID),
+				ResourceUID: r.EndpointUID, ScriptName: r.ScriptName})
+		}
+	}
+	return out, nil
+}
+
+var _ Inventory = (*runtimeNode)(nil)
+
+func parseID(s string) uuid.UUID {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil
+	}
+	return id
+}

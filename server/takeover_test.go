@@ -267,13 +267,13 @@ func TestATakeoverFromBeforeTheUpgradeIsUndone(t *testing.T) {
 	h.do(req{method: http.MethodPut, path: "/v1/spaces/prod/workers/" + a.WorkerName, key: attacker.key, token: workerToken, body: attackerBody}).
 		problem(t, http.StatusConflict, "script_held")
 
-	// The janitor takes the attacker's script down; the victim's next update deploys the
-	// victim's code under the name again (an identical request would be answered from its stored
-	// response: the next change is what deploys).
+	// The janitor takes the attacker's script down, and its node reconciler writes the victim's
+	// current deployment back under the name; the victim's next update deploys as usual.
 	h.host.Sweep(ctx)
 	st, err := rc.GetScript(ctx, v.ScriptName)
 	require.NoError(t, err)
-	require.False(t, st.Present, "the attacker's script is still on the node: %+v", st)
+	require.Equal(t, h.status(`SELECT uid::text FROM workers WHERE organization_id = $1`, victim.id), st.WorkerUID,
+		"the attacker's script is still on the node: %+v", st)
 	victimBody["modules"] = map[string]string{"index.js": `export default { async fetch() { return new Response("victim v2") } }`}
 	again := put(victim, v.WorkerName, workerToken, victimBody)
 	require.Equal(t, http.StatusOK, again.status, "body: %s", again.body)

@@ -11,6 +11,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // step is one of the janitor's steps: run does it once and says how many rows it settled, done
@@ -63,6 +64,11 @@ func (h *Host) steps() []step {
 		// Whether each runtime node answers the Host (takoserver_backend_reachable).
 		name: "reach", run: h.reach,
 		fails: "a runtime node does not answer the Host",
+	}, {
+		// Each runtime node put back to what the ledger says (a node that lost its state or came
+		// back from a backup, a database restored to an earlier point); logged one by one.
+		name: "reconcile-nodes", run: h.reconcileNodes,
+		fails: "could not put a runtime node back to what the ledger says",
 	}}
 }
 
@@ -141,6 +147,33 @@ func (h *Host) Sweep(ctx context.Context) {
 			h.Log.Info(s.done, "step", s.name, "count", n)
 		}
 	}
+}
+
+// reconcileNodes is the node reconciler's step: each change is logged and counted, and a fenced
+// object (one the ledger has no record of) is a warning, since only a database restored to an
+// earlier point (or a node shared with another Host) leaves one.
+func (h *Host) reconcileNodes(ctx context.Context) (int64, error) {
+	done, err := h.Resources.ReconcileNodes(ctx, h.DB)
+	for _, r := range done {
+		attrs := []any{"installation", r.Installation, "kind", r.Kind, "name", r.NativeName, "deployment", r.DeploymentID,
+			"resource_uid", r.ResourceUID, "organization", r.Organization, "action", string(r.Action), "detail", r.Detail}
+		switch r.Action {
+		case dbsqlc.NodeReconciliationActionFenced:
+			h.Log.Warn("took down an object the ledger has no record of from a runtime node", attrs...)
+		case dbsqlc.NodeReconciliationActionRemoved:
+			h.Log.Warn("took down an object the ledger deleted from a runtime node", attrs...)
+		default:
+			h.Log.Info("wrote an object the runtime node lacked again", attrs...)
+		}
+		if h.metrics != nil {
+			kind := "worker"
+			if r.Kind == backend.NativeRoute {
+				kind = "endpoint"
+			}
+			h.metrics.reconciled.WithLabelValues(r.Installation, kind, string(r.Action)).Inc()
+		}
+	}
+	return int64(len(done)), err
 }
 
 // recheckLateWrites is the late-write step, which logs each script it re-checked.

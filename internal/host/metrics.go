@@ -20,6 +20,7 @@ type metrics struct {
 	calls        *prometheus.CounterVec
 	callTime     *prometheus.HistogramVec
 	reachable    *prometheus.GaugeVec
+	reconciled   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -46,7 +47,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "1 when the runtime node of a selfhost installation answered the janitor's last probe, 0 when it could not be asked.",
 		}, []string{"installation"}),
 	}
-	reg.MustRegister(m.settled, m.stepFailures, m.calls, m.callTime, m.reachable)
+	m.reconciled = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "takoserver_node_reconciled_total",
+		Help: "Objects the janitor changed on a runtime node to put it back to what the ledger says, by installation, kind (worker, endpoint) and action: restored (written again), removed (the ledger deleted it), fenced (the ledger has no record of it: the database was restored to an earlier point). Any fenced object deserves a look.",
+	}, []string{"installation", "kind", "action"})
+	reg.MustRegister(m.settled, m.stepFailures, m.calls, m.callTime, m.reachable, m.reconciled)
 	for _, s := range (&Host{}).steps() {
 		m.settled.WithLabelValues(s.name)
 		m.stepFailures.WithLabelValues(s.name)

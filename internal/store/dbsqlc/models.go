@@ -278,6 +278,57 @@ func AllLateWriteStatusValues() []LateWriteStatus {
 	}
 }
 
+type NodeReconciliationAction string
+
+const (
+	NodeReconciliationActionRestored NodeReconciliationAction = "restored"
+	NodeReconciliationActionRemoved  NodeReconciliationAction = "removed"
+	NodeReconciliationActionFenced   NodeReconciliationAction = "fenced"
+)
+
+func (e *NodeReconciliationAction) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = NodeReconciliationAction(s)
+	case string:
+		*e = NodeReconciliationAction(s)
+	default:
+		return fmt.Errorf("unsupported scan type for NodeReconciliationAction: %T", src)
+	}
+	return nil
+}
+
+type NullNodeReconciliationAction struct {
+	NodeReconciliationAction NodeReconciliationAction
+	Valid                    bool // Valid is true if NodeReconciliationAction is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullNodeReconciliationAction) Scan(value interface{}) error {
+	if value == nil {
+		ns.NodeReconciliationAction, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.NodeReconciliationAction.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullNodeReconciliationAction) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.NodeReconciliationAction), nil
+}
+
+func AllNodeReconciliationActionValues() []NodeReconciliationAction {
+	return []NodeReconciliationAction{
+		NodeReconciliationActionRestored,
+		NodeReconciliationActionRemoved,
+		NodeReconciliationActionFenced,
+	}
+}
+
 type OperationStatus string
 
 const (
@@ -707,6 +758,20 @@ type LateWriteRecheck struct {
 	Detail         *string
 	CreatedAt      time.Time
 	SettledAt      *time.Time
+}
+
+type NodeReconciliation struct {
+	ID           uuid.UUID
+	Installation string
+	NativeKind   string
+	NativeName   string
+	Action       NodeReconciliationAction
+	DeploymentID string
+	ResourceUID  string
+	Organization string
+	Generation   int64
+	Detail       string
+	At           time.Time
 }
 
 type Operation struct {

@@ -36,6 +36,7 @@ var offPath = []string{
 	"BrakeEngage", "BrakeRelease", "QuotaOverrides", "QuotaSet", "OwnershipLeaseCounts",
 	"DeploymentsOrphaned", "OwnershipIntentsExpired", "OwnershipTombstonePurge", "PreparationSweepAll",
 	"ReservationsOfGoneWorkers", "QuotaUsage", "QuotaUsageDrift", "LateWriteRechecksClaim", "LateWriteRecheckSettle",
+	"ReconcileKnown", "ReconcileCurrent",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.

@@ -1,0 +1,282 @@
+package resource
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+)
+
+// Reconciled is one change the reconciler made on a node, as recorded in node_reconciliations.
+type Reconciled struct {
+	Installation string
+	Kind         string
+	NativeName   string
+	Action       dbsqlc.NodeReconciliationAction
+	DeploymentID string
+	ResourceUID  string
+	Organization string
+	Detail       string
+}
+
+// reconcileRewrites bounds the objects one sweep writes again on one node; the next sweep goes on.
+const reconcileRewrites = 200
+
+// reconcileLockHold bounds one rewrite, for which the reconciler holds its worker's or
+// endpoint's row: a request waiting on that row gives up after 2 s (its lock_timeout).
+const reconcileLockHold = 1500 * time.Millisecond
+
+// ReconcileNodes puts every runtime node back to what the ledger says (SPEC 6.2, issue 34). It
+// lists what each node holds and compares it with the ledger:
+//   - an object whose deployment the ledger has no record of was written under a ledger this
+//     database no longer has (a restore to an earlier point): it is taken down (fenced), so that
+//     no origin serves code the ledger does not know, whoever's it is;
+//   - an object whose deployment the ledger records as deleted, of a deleted worker or endpoint,
+//     came back with the node (an old backup): it is taken down (removed);
+//   - a live worker's current deployment or a live endpoint's route that the node lacks, or holds
+//     only an older deployment of, is written again (restored), its worker's or endpoint's row
+//     locked meanwhile so that no update or delete of it interleaves.
+//
+// Every take-down is compare-and-delete on the object's own worker or endpoint UID. Deliveries of
+// secret values are not restored: the Host gave them away once (SPEC 3.5), so such a worker reads
+// not Ready until its runtime input is delivered again. It reports what it changed; objects it
+// could not change are retried at the next sweep, and their errors are joined.
+func (s *Service) ReconcileNodes(ctx context.Context, db interface {
+	store.Beginner
+	dbsqlc.DBTX
+}) ([]Reconciled, error) {
+	var out []Reconciled
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(s.Catalog.Installations)) {
+		inst := s.Catalog.Installations[name]
+		if inst.Pack != catalog.PackSelfhost {
+			continue
+		}
+		mut, err := s.Backends.Mutator(inst)
+		if err != nil {
+			continue
+		}
+		inv, ok := backend.As[backend.Inventory](mut)
+		if !ok {
+			continue
+		}
+		done, err := s.reconcileNode(ctx, db, name, mut, inv)
+		out = append(out, done...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// heldKey names one native object.
+type heldKey struct{ kind, name string }
+
+func (s *Service) reconcileNode(ctx context.Context, db interface {
+	store.Beginner
+	dbsqlc.DBTX
+}, installation string, mut backend.Mutator, inv backend.Inventory) ([]Reconciled, error) {
+	// What the node holds is read first: every deployment is in the ledger before any node is
+	// asked to hold it, so one the ledger lacks after this read was never the ledger's.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	held, err := inv.Holdings(lctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("list what the node holds: %w", err)
+	}
+	q := dbsqlc.New(db)
+	ids := make([]uuid.UUID, 0, len(held.Objects))
+	for _, h := range held.Objects {
+		if h.DeploymentID != uuid.Nil {
+			ids = append(ids, h.DeploymentID)
+		}
+	}
+	rows, err := q.ReconcileKnown(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("resource: deployments a node holds: %w", store.Classify(err))
+	}
+	known := make(map[uuid.UUID]dbsqlc.ReconcileKnownRow, len(rows))
+	for _, r := range rows {
+		known[r.ID] = r
+	}
+	if err := q.DeploymentSequenceAdvance(ctx, held.GenerationFloor); err != nil {
+		return nil, fmt.Errorf("resource: move generations past the node's: %w", store.Classify(err))
+	}
+
+	var out []Reconciled
+	var errs []error
+	note := func(r Reconciled, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", r.Kind, r.NativeName, err))
+			return
+		}
+		out = append(out, r)
+	}
+	holds := map[heldKey]backend.Held{}
+	for _, h := range held.Objects {
+		k, ok := known[h.DeploymentID]
+		switch {
+		case !ok:
+			note(s.takeDown(ctx, db, installation, mut, h, dbsqlc.NodeReconciliationActionFenced,
+				"the ledger has no record of this deployment (a database restored to an earlier point?)"))
+		case k.Status == dbsqlc.DeploymentStatusDeleted && k.ResourceDeleted && !k.InFlight:
+			note(s.takeDown(ctx, db, installation, mut, h, dbsqlc.NodeReconciliationActionRemoved,
+				"the ledger records this deployment deleted (a node restored from an older backup?)"))
+		default:
+			holds[heldKey{h.Kind, h.NativeName}] = h
+		}
+	}
+
+	current, err := q.ReconcileCurrent(ctx, installation)
+	if err != nil {
+		return out, errors.Join(append(errs, fmt.Errorf("resource: what the node must hold: %w", store.Classify(err)))...)
+	}
+	// Scripts before routes, so that a route written again finds its script.
+	slices.SortStableFunc(current, func(a, b dbsqlc.ReconcileCurrentRow) int {
+		return boolOrder(a.ResourceKind == dbsqlc.ResourceKindWorkerEndpoint) - boolOrder(b.ResourceKind == dbsqlc.ResourceKindWorkerEndpoint)
+	})
+	rewrites := 0
+	for _, c := range current {
+		h, present := holds[heldKey{nativeKind(c.ResourceKind), c.NativeName}]
+		behind := present && h.DeploymentID != c.ID && known[h.DeploymentID].Status == dbsqlc.DeploymentStatusDeleted
+		if present && !behind {
+			continue // its own, or a newer, failed or in-flight deployment: its operation's to settle
+		}
+		if rewrites == reconcileRewrites {
+			break
+		}
+		rewrites++
+		r, err := s.rewrite(ctx, db, installation, inv, c)
+		if r != nil || err != nil {
+			note(orZero(r, Reconciled{Kind: nativeKind(c.ResourceKind), NativeName: c.NativeName}), err)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func orZero(r *Reconciled, fallback Reconciled) Reconciled {
+	if r == nil {
+		return fallback
+	}
+	return *r
+}
+
+// takeDown removes h from the node (compare-and-delete on its own worker or endpoint UID) and
+// records why.
+func (s *Service) takeDown(ctx context.Context, db store.Beginner, installation string, mut backend.Mutator, h backend.Held, action dbsqlc.NodeReconciliationAction, why string) (Reconciled, error) {
+	r := Reconciled{Installation: installation, Kind: h.Kind, NativeName: h.NativeName, Action: action,
+		DeploymentID: h.DeploymentID.String(), ResourceUID: h.ResourceUID, Organization: h.Organization, Detail: why}
+	uid, err := uuid.Parse(h.ResourceUID)
+	if err != nil {
+		return r, fmt.Errorf("the node records it for %q, which is no UID of a Host's: left for an operator", h.ResourceUID)
+	}
+	dctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+	err = mut.Delete(dctx, backend.Desired{Kind: h.Kind, NativeName: h.NativeName, DeploymentID: h.DeploymentID, EffectID: uuid.New(),
+		ResourceUID: uid, ScriptName: h.ScriptName})
+	cancel()
+	if err != nil {
+		return r, fmt.Errorf("take it down: %w", err)
+	}
+	return r, s.recordReconciled(ctx, db, r, h.Generation)
+}
+
+// rewrite writes c again on the node, holding its worker's or endpoint's row so that no update
+// or delete of it interleaves; nothing when the row no longer says c is current.
+func (s *Service) rewrite(ctx context.Context, db store.Beginner, installation string, inv backend.Inventory, c dbsqlc.ReconcileCurrentRow) (*Reconciled, error) {
+	var out *Reconciled
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
+			return err
+		}
+		q := dbsqlc.New(tx)
+		d, generation, ok, err := desiredAgain(ctx, q, c)
+		if err != nil || !ok {
+			return err
+		}
+		d.EffectID = uuid.New()
+		wctx, cancel := context.WithTimeout(ctx, reconcileLockHold)
+		err = inv.Rewrite(wctx, d)
+		cancel()
+		r := Reconciled{Installation: installation, Kind: d.Kind, NativeName: d.NativeName, Action: dbsqlc.NodeReconciliationActionRestored,
+			DeploymentID: d.DeploymentID.String(), ResourceUID: d.ResourceUID.String(), Organization: d.Labels.Organization,
+			Detail: "the ledger's current deployment, which the node lacked"}
+		out = &r
+		if err != nil {
+			return fmt.Errorf("write it again: %w", err)
+		}
+		return recordIn(ctx, q, r, generation)
+	})
+	return out, err
+}
+
+// desiredAgain locks c's worker or endpoint and rebuilds what its deployment writes; ok is false
+// when the row no longer says c is current.
+func desiredAgain(ctx context.Context, q *dbsqlc.Queries, c dbsqlc.ReconcileCurrentRow) (backend.Desired, int64, bool, error) {
+	if c.ResourceKind == dbsqlc.ResourceKindWorkerEndpoint {
+		e, err := q.ReconcileLockEndpoint(ctx, dbsqlc.ReconcileLockEndpointParams{UID: c.ResourceUID, DeploymentID: c.ID})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return backend.Desired{}, 0, false, nil
+		}
+		if err != nil {
+			return backend.Desired{}, 0, false, store.Classify(err)
+		}
+		if c.RouteScript == nil {
+			return backend.Desired{}, 0, false, fmt.Errorf("route deployment %s names no script", c.ID)
+		}
+		return backend.Desired{Kind: backend.NativeRoute, NativeName: c.NativeName, DeploymentID: c.ID, ResourceUID: e.UID, Sequence: c.Seq,
+			ScriptName: *c.RouteScript, Labels: backend.Labels{Organization: e.OrganizationName, Space: e.Space, Worker: e.WorkerName}}, c.Seq, true, nil
+	}
+	w, err := q.ReconcileLockWorker(ctx, dbsqlc.ReconcileLockWorkerParams{UID: c.ResourceUID, DeploymentID: c.ID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return backend.Desired{}, 0, false, nil
+	}
+	if err != nil {
+		return backend.Desired{}, 0, false, store.Classify(err)
+	}
+	b := &backend.Bundle{MainModule: w.MainModule, CompatibilityDate: w.CompatibilityDate}
+	if err := json.Unmarshal(w.Modules, &b.Modules); err != nil {
+		return backend.Desired{}, 0, false, err
+	}
+	if err := json.Unmarshal(w.Settings, &b.Settings); err != nil {
+		return backend.Desired{}, 0, false, err
+	}
+	return backend.Desired{Kind: backend.NativeWorker, NativeName: w.ScriptName, DeploymentID: c.ID, ResourceUID: w.UID, Sequence: w.Seq,
+		Labels: backend.Labels{Organization: w.OrganizationName, Space: w.Space, Worker: w.Name}, Bundle: b, SecretNames: w.RequiredSensitiveVars}, w.Seq, true, nil
+}
+
+func (s *Service) recordReconciled(ctx context.Context, db store.Beginner, r Reconciled, generation int64) error {
+	return store.WithTx(ctx, db, func(tx pgx.Tx) error { return recordIn(ctx, dbsqlc.New(tx), r, generation) })
+}
+
+func recordIn(ctx context.Context, q *dbsqlc.Queries, r Reconciled, generation int64) error {
+	kind := "worker"
+	if r.Kind == backend.NativeRoute {
+		kind = "endpoint"
+	}
+	err := q.NodeReconciliationRecord(ctx, dbsqlc.NodeReconciliationRecordParams{
+		ID: uuid.Must(uuid.NewV7()), Installation: r.Installation, NativeKind: kind, NativeName: r.NativeName, Action: r.Action,
+		DeploymentID: r.DeploymentID, ResourceUID: r.ResourceUID, Organization: r.Organization, Generation: generation, Detail: r.Detail,
+	})
+	if err != nil {
+		return fmt.Errorf("resource: record a node reconciliation: %w", store.Classify(err))
+	}
+	return nil
+}

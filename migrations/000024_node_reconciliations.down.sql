@@ -1,0 +1,3 @@
+DROP INDEX deployments_active_installation_idx;
+DROP TABLE node_reconciliations;
+DROP TYPE node_reconciliation_action;

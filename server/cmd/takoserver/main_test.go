@@ -160,6 +160,7 @@ type host struct {
 // node is one running `takoserver runtime` process.
 type node struct {
 	adminURL, tokenFile, edgeAddr string
+	stateDir, sealingKeyFile      string
 	cmd                           *exec.Cmd
 }
 
@@ -167,16 +168,22 @@ type node struct {
 // an operator runs it beside Host replicas.
 func startRuntime(t *testing.T) node {
 	t.Helper()
-	stateDir := filepath.Join(t.TempDir(), "runtime")
+	return startRuntimeAt(t, filepath.Join(t.TempDir(), "runtime"), runtimetest.SealingKeyFile(t), "127.0.0.1:0", "127.0.0.1:0")
+}
+
+// startRuntimeAt runs `takoserver runtime` on stateDir with the sealing key file key, listening on
+// admin and edge (host:port).
+func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string) node {
+	t.Helper()
 	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
-		"--sealing-key-file", runtimetest.SealingKeyFile(t), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
+		"--sealing-key-file", key, "--admin-listen", admin, "--edge-listen", edge)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	started := regexp.MustCompile(`^takoserver runtime: admin API (\S+) \(token in (\S+)\), edge (\S+)$`)
 	lines := bufio.NewScanner(stderr)
-	n := node{cmd: cmd}
+	n := node{cmd: cmd, stateDir: stateDir, sealingKeyFile: key}
 	for lines.Scan() {
 		if m := started.FindStringSubmatch(lines.Text()); m != nil {
 			n.adminURL, n.tokenFile, n.edgeAddr = m[1], m[2], m[3]

@@ -1,0 +1,62 @@
+package main_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 34 item 2, with real processes: a runtime node killed and started again on an empty state
+// directory, at the same addresses, gets its workers' scripts and routes back from the Hosts'
+// janitors within seconds, with no tenant action: the endpoint's URL answers again and the worker
+// reads Ready.
+func TestANodeThatLostItsStateGetsItsWorkersBackFromTheHost(t *testing.T) {
+	t.Parallel()
+	p := newPair(t)
+	p.must(0, http.MethodPut, workerPath("api"), "token-lost-worker-000001", invariantWorker, http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-lost-endpoint-00001", `{"worker":"api"}`, http.StatusCreated)
+	hostname := ep["hostname"].(string)
+	get := func() (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
+		require.NoError(t, err)
+		req.Host = hostname
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := get()
+	require.Equal(t, http.StatusOK, code, body)
+
+	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.node.cmd.Wait()
+	require.NoError(t, os.RemoveAll(p.node.stateDir))
+	admin, err := url.Parse(p.node.adminURL)
+	require.NoError(t, err)
+	p.node = startRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, admin.Host, p.node.edgeAddr)
+
+	require.Eventually(t, func() bool {
+		code, body := get()
+		return code == http.StatusOK && body == "ok"
+	}, 60*time.Second, 200*time.Millisecond, "the endpoint's URL answers again")
+	require.Eventually(t, func() bool {
+		return p.must(1, http.MethodGet, workerPath("api"), "", "", http.StatusOK)["ready"] == true
+	}, 30*time.Second, 200*time.Millisecond)
+	logs := p.logs[0].String() + p.logs[1].String()
+	require.Contains(t, logs, "wrote an object the runtime node lacked again")
+	var restored int
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM node_reconciliations WHERE action = 'restored'`).Scan(&restored))
+	require.GreaterOrEqual(t, restored, 2, "the script and the route, each recorded (two janitors may both write one)")
+	require.False(t, strings.Contains(logs, `"action":"fenced"`), "nothing is fenced")
+}

@@ -242,6 +242,11 @@ func Start(cfg Config) (*Node, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 30 * time.Second
 	}
+	if cfg.ProbeDeadline <= 0 {
+		// Here and not only in the process manager: the edge's wait for the restarted node's
+		// workers is bounded by it too (zero would not wait at all).
+		cfg.ProbeDeadline = 30 * time.Second
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -315,7 +320,10 @@ func Start(cfg Config) (*Node, error) {
 		edgeL.Close()
 		return nil, err
 	}
-	published := []string{edgeL.Addr().String(), n.cfg.EdgeListen}
+	published := []string{edgeL.Addr().String()}
+	if !netlisten.Inherited(n.cfg.EdgeListen) {
+		published = append(published, n.cfg.EdgeListen)
+	}
 	if addr := n.edgeHTTPAddr(); addr != "" {
 		published = append(published, addr)
 	}
@@ -392,14 +400,16 @@ func (n *Node) listeners() (admin, edgeL net.Listener, tlsConfig *tls.Config, er
 	}
 	admin = n.cfg.AdminListener
 	if admin == nil {
-		if tlsConfig == nil && !loopbackAddress(n.cfg.AdminListen) {
+		if tlsConfig == nil && !netlisten.Inherited(n.cfg.AdminListen) && !loopbackAddress(n.cfg.AdminListen) {
 			return nil, nil, nil, fmt.Errorf("admin address %s is not loopback: serving the admin API there needs --admin-tls-cert and --admin-tls-key", n.cfg.AdminListen)
 		}
 		if admin, err = n.listen(n.cfg.AdminListen, "admin API"); err != nil {
 			return nil, nil, nil, fmt.Errorf("admin API: listen on %s: %w", n.cfg.AdminListen, err)
 		}
-	} else if tlsConfig == nil && !loopbackAddress(admin.Addr().String()) {
-		return nil, nil, nil, fmt.Errorf("admin listener %s is not loopback: serving the admin API there needs TLS", admin.Addr())
+	}
+	if tlsConfig == nil && !loopbackAddress(admin.Addr().String()) {
+		admin.Close()
+		return nil, nil, nil, fmt.Errorf("admin listener %s is not loopback: serving the admin API there needs --admin-tls-cert and --admin-tls-key", admin.Addr())
 	}
 	edgeL = n.cfg.EdgeListener
 	if edgeL == nil {

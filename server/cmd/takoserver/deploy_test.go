@@ -39,8 +39,17 @@ func TestTheShippedUnitsStartWithFlagsThatExist(t *testing.T) {
 		if verify == "" {
 			continue
 		}
-		local := filepath.Join(t.TempDir(), filepath.Base(unit))
+		dir := t.TempDir()
+		local := filepath.Join(dir, filepath.Base(unit))
 		require.NoError(t, os.WriteFile(local, []byte(strings.ReplaceAll(string(text), "/usr/local/bin/takoserver", binary)), 0o600))
+		// The units it needs (a socket unit) beside it.
+		sockets, err := filepath.Glob(filepath.Join(filepath.Dir(unit), "*.socket"))
+		require.NoError(t, err)
+		for _, s := range sockets {
+			b, err := os.ReadFile(s)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(filepath.Join(dir, filepath.Base(s)), b, 0o600))
+		}
 		b, err := runCommand(verify, "verify", local)
 		require.NoError(t, err, "systemd-analyze verify %s:\n%s", unit, b)
 	}

@@ -118,7 +118,7 @@ type serveOptions struct {
 }
 
 func (o *serveOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the API listens on")
+	cmd.Flags().StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the API listens on, or fd:N for a listening socket the process inherits (systemd's socket activation)")
 	cmd.Flags().StringVar(&o.config, "config", os.Getenv("TAKOSERVER_CONFIG"), "catalog file (JSON; env TAKOSERVER_CONFIG); the default catalog is one selfhost installation")
 	cmd.Flags().StringVar(&o.sealingKeyFile, "sealing-key-file", os.Getenv("TAKOSERVER_SEALING_KEY_FILE"),
 		"the sealing key-encryption key, the same file on every replica (env TAKOSERVER_SEALING_KEY_FILE; create it with: takoserver keys init-sealing --out FILE)")

@@ -172,11 +172,12 @@ func startRuntime(t *testing.T) node {
 }
 
 // startRuntimeAt runs `takoserver runtime` on stateDir with the sealing key file key, listening on
-// admin and edge (host:port).
-func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string) node {
+// admin and edge (host:port, or fd:N for the inherited descriptors, which are fd:3 onwards).
+func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string, inherited ...*os.File) node {
 	t.Helper()
 	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
 		"--sealing-key-file", key, "--admin-listen", admin, "--edge-listen", edge)
+	cmd.ExtraFiles = inherited
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())

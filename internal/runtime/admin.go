@@ -31,6 +31,7 @@ func (n *Node) adminHandler() http.Handler {
 	route("GET "+adminapi.PathStatus, n.status)
 	route("GET "+adminapi.PathBrakes, n.getBrakes)
 	route("POST "+adminapi.PathLifecycleBrake, n.setLifecycleBrake)
+	mux.Handle("GET "+adminapi.PathBackup, n.withToken(http.HandlerFunc(n.backup)))
 	// Metrics name every tenant's scripts: they need the token like every other route (SPEC 5.1).
 	mux.Handle("GET "+adminapi.PathMetrics, n.withToken(promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET "+adminapi.PathHealth, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })

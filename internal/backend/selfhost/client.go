@@ -383,6 +383,12 @@ func (c *Client) once(ctx context.Context, method, path, token string, payload [
 		return fmt.Errorf("%w: %s %s: %v", ErrUnreachable, method, path, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
+	if w, ok := out.(stream); ok && resp.StatusCode < 300 {
+		if _, err := io.Copy(w.Writer, resp.Body); err != nil {
+			return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+		}
+		return nil
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("%w: %s %s: reading the answer: %v", ErrUnreachable, method, path, err)
@@ -400,6 +406,18 @@ func (c *Client) once(ctx context.Context, method, path, token string, payload [
 		}
 	}
 	return nil
+}
+
+// stream is an answer copied as it comes to its writer, whatever its size.
+type stream struct{ io.Writer }
+
+// Backup writes a backup of the node's state to w (GET /v1/backup): one try, never repeated, since
+// w may hold part of an answer that broke off.
+func (c *Client) Backup(ctx context.Context, w io.Writer) error {
+	c.mu.Lock()
+	token := c.token
+	c.mu.Unlock()
+	return c.once(ctx, http.MethodGet, adminapi.PathBackup, token, nil, stream{w})
 }
 
 func unwrapURLError(err error) error {

@@ -132,18 +132,21 @@ const (
 	PathStatus            = "/v1/status"
 	PathBrakes            = "/v1/brakes"
 	PathLifecycleBrake    = "/v1/brakes/lifecycle"
-	PathHealth            = "/healthz"
-	PathMetrics           = "/metrics"
-	HeaderReplayed        = "Takoform-Replayed"
-	ProblemContentType    = "application/problem+json"
-	TokenFileName         = "admin-token"
-	DefaultAdminListen    = "127.0.0.1:8788"
-	DefaultEdgeListen     = "127.0.0.1:8787"
-	DefaultAdminURL       = "http://" + DefaultAdminListen
-	queryWorkerUID        = "workerUid"
-	queryScriptName       = "scriptName"
-	queryEndpointUID      = "endpointUid"
-	problemTypeURIPrefix  = "urn:takoform:problem:runtime:"
+	// PathBackup answers a consistent backup of the node's state (application/gzip; `takoserver
+	// runtime backup`): what it serves, sealed as at rest, without its admin token.
+	PathBackup           = "/v1/backup"
+	PathHealth           = "/healthz"
+	PathMetrics          = "/metrics"
+	HeaderReplayed       = "Takoform-Replayed"
+	ProblemContentType   = "application/problem+json"
+	TokenFileName        = "admin-token"
+	DefaultAdminListen   = "127.0.0.1:8788"
+	DefaultEdgeListen    = "127.0.0.1:8787"
+	DefaultAdminURL      = "http://" + DefaultAdminListen
+	queryWorkerUID       = "workerUid"
+	queryScriptName      = "scriptName"
+	queryEndpointUID     = "endpointUid"
+	problemTypeURIPrefix = "urn:takoform:problem:runtime:"
 )
 
 // ScriptPath is the path of one script.

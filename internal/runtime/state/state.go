@@ -279,20 +279,29 @@ func (s *Store) resealPrevious() (int, error) {
 }
 
 func (s *Store) takeLock() error {
-	path := filepath.Join(s.dir, lockFile)
-	if info, err := os.Lstat(path); err == nil && !info.Mode().IsRegular() {
-		return &safedir.UnsafePathError{Path: path, Reason: "it is not a regular file"}
-	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, safedir.FileMode)
+	f, err := lockDir(s.dir)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
-		return fmt.Errorf("state directory %s is in use by another runtime node (%w)", s.dir, err)
+		return err
 	}
 	s.lock = f
 	return nil
+}
+
+// lockDir takes the lock of the state directory dir, held until the file it returns is closed.
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, lockFile)
+	if info, err := os.Lstat(path); err == nil && !info.Mode().IsRegular() {
+		return nil, &safedir.UnsafePathError{Path: path, Reason: "it is not a regular file"}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, safedir.FileMode)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state directory %s is in use by another runtime node (%w)", dir, err)
+	}
+	return f, nil
 }
 
 // Close releases the state directory's lock.

@@ -76,7 +76,8 @@ state stays for the next start.`,
 	sandboxFlags(cmd.Flags(), &cfg)
 	edgeTLSFlags(cmd.Flags(), &cfg.EdgeTLS)
 	edgeFlags.add(cmd.Flags(), &cfg.Edge)
-	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g))
+	cmd.AddCommand(runtimeBrakeCommand(g, &cfg.StateDir), runtimeStatusCommand(g, &cfg.StateDir), runtimeInitSealingKeyCommand(g),
+		runtimeBackupCommand(g, &cfg.StateDir), runtimeRestoreCommand(g, &cfg.StateDir))
 	return cmd
 }
 
@@ -277,6 +278,97 @@ func runtimeStatusCommand(g *globals, stateDir *string) *cobra.Command {
 		},
 	}
 	f.add(cmd)
+	return cmd
+}
+
+func runtimeBackupCommand(g *globals, stateDir *string) *cobra.Command {
+	var f adminClientFlags
+	var out string
+	cmd := &cobra.Command{
+		Use:   "backup --out FILE",
+		Short: "Write a consistent backup of a running node's state (take one before each upgrade)",
+		Long: `backup asks a running node for a consistent snapshot of its state directory and writes it to
+FILE (a gzipped tar, mode 0600, never overwritten): its scripts, routes, brakes and bundles, and
+its secret deliveries sealed as they are at rest (under the node's sealing key, which is not in
+it, so keep the key file too). The admin token is not in it. The node keeps serving meanwhile.
+
+A restore (takoserver runtime restore) is how a node goes back to an earlier runtime release, or
+comes back from a lost disk: it serves what the backup held at once, and the Hosts' janitors then
+put it back to what their ledger says (README, "Restores and the node reconciler"); secrets
+delivered after the backup are not in it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			if out == "" {
+				return errors.New("--out FILE is required")
+			}
+			c, err := f.client(*stateDir)
+			if err != nil {
+				return err
+			}
+			file, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				return fmt.Errorf("backup: %w (a backup never overwrites a file)", err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Minute)
+			defer cancel()
+			err = c.Backup(ctx, file)
+			if closeErr := file.Close(); err == nil {
+				err = closeErr
+			}
+			if err != nil {
+				_ = os.Remove(out)
+				return fmt.Errorf("backup: %w", err)
+			}
+			info, err := os.Stat(out)
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"backup": out, "bytes": info.Size()},
+				fmt.Sprintf("wrote the runtime node's backup to %s (%d bytes)", out, info.Size()))
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVar(&out, "out", "", "where to write the backup")
+	return cmd
+}
+
+func runtimeRestoreCommand(g *globals, stateDir *string) *cobra.Command {
+	var from string
+	var replace bool
+	cmd := &cobra.Command{
+		Use:   "restore --from FILE [--state-dir DIR] [--replace]",
+		Short: "Unpack a backup into a stopped node's state directory",
+		Long: `restore unpacks a backup (takoserver runtime backup) into the state directory, which no running
+node may hold. The directory is created (0700) when absent; an existing one keeps its admin token,
+so the Hosts' token files stay right, and one that already holds a desired state needs --replace.
+Start the node on it with the sealing key it had when the backup was taken. The restored node
+serves what the backup held; the Hosts' janitors then write back what it lacks and take down what
+their ledger has deleted since.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			if from == "" {
+				return errors.New("--from FILE is required")
+			}
+			file, err := os.Open(from)
+			if err != nil {
+				return err
+			}
+			defer file.Close()
+			if err := state.Restore(file, *stateDir, state.RestoreOptions{Replace: replace}); err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), map[string]any{"restored": from, "stateDir": *stateDir},
+				fmt.Sprintf("restored %s into %s; start the node on it", from, *stateDir))
+		},
+	}
+	cmd.Flags().StringVar(&from, "from", "", "the backup to restore")
+	cmd.Flags().BoolVar(&replace, "replace", false, "replace the desired state the directory already holds")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package ownership
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"time"
@@ -122,6 +123,38 @@ func (m *Mutation) CheckRevision(current int64) error {
 	return nil
 }
 
+// CheckRevisionAfter is CheckRevision for an object that multi-transaction requests change, whose
+// current revision madeBy (an operation) wrote. When madeBy is an abandoned attempt of this very
+// request (same owner token, same request: its Host stopped mid-way and recovery settled it), the
+// request's If-Match names the revision that attempt began from, and the retry goes on from the
+// revision the attempt made instead of meeting revision_conflict.
+func (m *Mutation) CheckRevisionAfter(ctx context.Context, db dbsqlc.DBTX, current int64, madeBy uuid.UUID) error {
+	err := m.CheckRevision(current)
+	if err == nil {
+		return nil
+	}
+	retry, qerr := dbsqlc.New(db).OperationAbandonedAttempt(ctx, dbsqlc.OperationAbandonedAttemptParams{
+		ID: madeBy, OrganizationID: m.Intent.OrganizationID, RequestDigest: m.requestDigest(),
+	})
+	if qerr != nil {
+		return fmt.Errorf("ownership: the operation that made the revision: %w", qerr)
+	}
+	if retry {
+		return nil
+	}
+	return err
+}
+
+// requestDigest identifies this request of this owner (SHA-256 over the token and the request
+// hash), for the operation's row: never the token itself.
+func (m *Mutation) requestDigest() []byte {
+	d := sha256.New()
+	d.Write([]byte(m.Intent.Token))
+	d.Write([]byte{0})
+	d.Write(m.hash)
+	return d.Sum(nil)
+}
+
 // begin is the first transaction: the key lock, the decision under it, the operation and, unless
 // this is also the last transaction, the lease; then the effect's first phase.
 func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) error) error {
@@ -157,6 +190,7 @@ func (m *Mutation) begin(ctx context.Context, last bool, fn func(tx pgx.Tx) erro
 		}
 		if err := q.OperationBegin(ctx, dbsqlc.OperationBeginParams{
 			ID: m.Operation, OrganizationID: in.OrganizationID, Kind: in.Kind, ExternalKey: in.Key, Method: in.Method,
+			RequestDigest: m.requestDigest(),
 		}); err != nil {
 			return fmt.Errorf("ownership: begin operation: %w", err)
 		}

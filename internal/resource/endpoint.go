@@ -281,7 +281,7 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 			if e, err = lockEndpoint(ctx, q, org.ID, &m.Current.UID, space, name); err != nil {
 				return err
 			}
-			if err := m.CheckRevision(e.Revision); err != nil {
+			if err := m.CheckRevisionAfter(ctx, tx, e.Revision, e.OperationID); err != nil {
 				return err
 			}
 			if e.Status == dbsqlc.ResourceStatusDeleting || e.Status == dbsqlc.ResourceStatusDeleted {

@@ -610,7 +610,7 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 			return err
 		}
 		w.callees = bound
-		if err := m.CheckRevision(w.Revision); err != nil {
+		if err := m.CheckRevisionAfter(ctx, tx, w.Revision, w.OperationID); err != nil {
 			return err
 		}
 		if w.Status == dbsqlc.ResourceStatusDeleting || w.Status == dbsqlc.ResourceStatusDeleted {

@@ -785,6 +785,7 @@ type Operation struct {
 	Replayed       bool
 	StartedAt      time.Time
 	FinishedAt     *time.Time
+	RequestDigest  []byte
 }
 
 type Organization struct {

@@ -12,9 +12,30 @@ import (
 	"github.com/google/uuid"
 )
 
+const operationAbandonedAttempt = `-- name: OperationAbandonedAttempt :one
+SELECT EXISTS (SELECT 1 FROM operations
+               WHERE id = $1 AND organization_id = $2 AND status = 'refused' AND code = 'abandoned'
+                 AND request_digest = $3)::boolean AS abandoned
+`
+
+type OperationAbandonedAttemptParams struct {
+	ID             uuid.UUID
+	OrganizationID string
+	RequestDigest  []byte
+}
+
+// Whether operation id is an abandoned attempt (its Host stopped, recovery settled it) of the
+// request whose digest is request_digest: its retry goes on from the revision the attempt made.
+func (q *Queries) OperationAbandonedAttempt(ctx context.Context, arg OperationAbandonedAttemptParams) (bool, error) {
+	row := q.db.QueryRow(ctx, operationAbandonedAttempt, arg.ID, arg.OrganizationID, arg.RequestDigest)
+	var abandoned bool
+	err := row.Scan(&abandoned)
+	return abandoned, err
+}
+
 const operationBegin = `-- name: OperationBegin :exec
-INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at)
-VALUES ($1, $2, $3, $4, $5, 'running', (SELECT db_now()))
+INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at, request_digest)
+VALUES ($1, $2, $3, $4, $5, 'running', (SELECT db_now()), $6)
 `
 
 type OperationBeginParams struct {
@@ -23,6 +44,7 @@ type OperationBeginParams struct {
 	Kind           string
 	ExternalKey    string
 	Method         string
+	RequestDigest  []byte
 }
 
 func (q *Queries) OperationBegin(ctx context.Context, arg OperationBeginParams) error {
@@ -32,6 +54,7 @@ func (q *Queries) OperationBegin(ctx context.Context, arg OperationBeginParams) 
 		arg.Kind,
 		arg.ExternalKey,
 		arg.Method,
+		arg.RequestDigest,
 	)
 	return err
 }

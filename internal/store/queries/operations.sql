@@ -1,6 +1,13 @@
 -- name: OperationBegin :exec
-INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at)
-VALUES (@id, @organization_id, @kind, @external_key, @method, 'running', (SELECT db_now()));
+INSERT INTO operations (id, organization_id, kind, external_key, method, status, started_at, request_digest)
+VALUES (@id, @organization_id, @kind, @external_key, @method, 'running', (SELECT db_now()), @request_digest);
+
+-- name: OperationAbandonedAttempt :one
+-- Whether operation id is an abandoned attempt (its Host stopped, recovery settled it) of the
+-- request whose digest is request_digest: its retry goes on from the revision the attempt made.
+SELECT EXISTS (SELECT 1 FROM operations
+               WHERE id = @id AND organization_id = @organization_id AND status = 'refused' AND code = 'abandoned'
+                 AND request_digest = @request_digest)::boolean AS abandoned;
 
 -- name: OperationRecord :exec
 -- An operation that began and ended in one transaction (or was refused before it began): recorded

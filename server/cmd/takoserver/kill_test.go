@@ -90,11 +90,15 @@ func (p *pair) advance(interval string) {
 	require.NoError(p.t, err)
 }
 
-// send is one request to Host i; it never fails the test, so it may run on any goroutine.
-func (p *pair) send(i int, method, path, token, body string) (answer, error) {
+// send is one request to Host i, with headers (name, value, …) beside the key and the token; it
+// never fails the test, so it may run on any goroutine.
+func (p *pair) send(i int, method, path, token, body string, headers ...string) (answer, error) {
 	req, err := http.NewRequest(method, p.hosts[i].url+path, stringsReader(body))
 	if err != nil {
 		return answer{}, err
+	}
+	for h := 0; h+1 < len(headers); h += 2 {
+		req.Header.Set(headers[h], headers[h+1])
 	}
 	req.Header.Set("Authorization", "Bearer "+p.key)
 	if token != "" {
@@ -398,4 +402,50 @@ func TestAHostKilledBeforeItClaimedANewRuntimeInputLeavesItToTheRetry(t *testing
 	require.Equal(t, "settled", got["runtimeInputs"].(map[string]any)["status"], "%v", got)
 	require.Equal(t, true, got["ready"], "%v", got)
 	require.EqualValues(t, before+1, p.admin.deliveries.Load(), "the values went to the runtime once")
+}
+
+// The retry of an update whose Host was killed mid-way goes on from the revision its abandoned
+// attempt made (issue 34 item 1): the attempt wrote the worker's new generation (a new revision)
+// before its deployment, so the owner's retry, the same request with the same If-Match,
+// would meet revision_conflict for ever. It is recognised as the same request and completes.
+// Another request with that stale If-Match (another body, or another token) still meets
+// revision_conflict.
+func TestTheRetryOfAKilledUpdateGoesOnFromTheRevisionItsAttemptMade(t *testing.T) {
+	t.Parallel()
+	p := newPair(t)
+	created := p.must(0, http.MethodPut, workerPath("api"), "token-retry-worker-0001", invariantWorker, http.StatusCreated)
+	rev := fmt.Sprintf(`"%v"`, created["revision"])
+	update := strings.Replace(invariantWorker, "'ok'", "'v2'", 1)
+	held := p.admin.armFor(func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/scripts/")
+	})
+	done := make(chan answer, 1)
+	go func() {
+		a, _ := p.send(0, http.MethodPut, workerPath("api"), "token-retry-worker-0001", update, "If-Match", rev)
+		done <- a
+	}()
+	p.waitHeld(held, done, "the update's deployment")
+	p.kill(0)
+	<-done
+	p.admin.release(true)
+	p.advance("2 minutes")
+	require.Eventually(t, func() bool {
+		var open int
+		require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM ownership_intents`).Scan(&open))
+		return open == 0
+	}, 60*time.Second, 100*time.Millisecond, "recovery ends the killed Host's request")
+
+	other := strings.Replace(invariantWorker, "'ok'", "'v3'", 1)
+	conflict, err := p.send(1, http.MethodPut, workerPath("api"), "token-retry-worker-0001", other, "If-Match", rev)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, conflict.status, conflict.body)
+	require.Contains(t, conflict.body, "revision_conflict", "another request with the stale revision is refused")
+
+	retry, err := p.send(1, http.MethodPut, workerPath("api"), "token-retry-worker-0001", update, "If-Match", rev)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, retry.status, retry.body)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(retry.body), &got))
+	require.EqualValues(t, 2, got["generation"], "%v", got)
+	require.Equal(t, true, got["ready"], "%v", got)
 }

@@ -20,17 +20,18 @@ import (
 // for. A migration that adds, renames or drops a value (or a whole enum) without `make generate`,
 // or a type added here without its enum, fails TestEveryEnumValueHasItsGoConstant.
 var goEnums = map[string][]string{
-	"attestation_status":   values(dbsqlc.AllAttestationStatusValues()),
-	"deployment_status":    values(dbsqlc.AllDeploymentStatusValues()),
-	"effect_action":        values(dbsqlc.AllEffectActionValues()),
-	"effect_status":        values(dbsqlc.AllEffectStatusValues()),
-	"late_write_status":    values(dbsqlc.AllLateWriteStatusValues()),
-	"operation_status":     values(dbsqlc.AllOperationStatusValues()),
-	"reservation_status":   values(dbsqlc.AllReservationStatusValues()),
-	"resource_kind":        values(dbsqlc.AllResourceKindValues()),
-	"resource_status":      values(dbsqlc.AllResourceStatusValues()),
-	"runtime_input_status": values(dbsqlc.AllRuntimeInputStatusValues()),
-	"sealing_key_status":   values(dbsqlc.AllSealingKeyStatusValues()),
+	"attestation_status":         values(dbsqlc.AllAttestationStatusValues()),
+	"deployment_status":          values(dbsqlc.AllDeploymentStatusValues()),
+	"effect_action":              values(dbsqlc.AllEffectActionValues()),
+	"effect_status":              values(dbsqlc.AllEffectStatusValues()),
+	"late_write_status":          values(dbsqlc.AllLateWriteStatusValues()),
+	"node_reconciliation_action": values(dbsqlc.AllNodeReconciliationActionValues()),
+	"operation_status":           values(dbsqlc.AllOperationStatusValues()),
+	"reservation_status":         values(dbsqlc.AllReservationStatusValues()),
+	"resource_kind":              values(dbsqlc.AllResourceKindValues()),
+	"resource_status":            values(dbsqlc.AllResourceStatusValues()),
+	"runtime_input_status":       values(dbsqlc.AllRuntimeInputStatusValues()),
+	"sealing_key_status":         values(dbsqlc.AllSealingKeyStatusValues()),
 }
 
 func values[S ~string](all []S) []string {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,25 +76,44 @@ func start() (pgtestdb.Config, error) {
 		return pgtestdb.Config{}, err
 	}
 	tempRoot = root
-	port, err := pgcluster.FreePort()
-	if err != nil {
-		return pgtestdb.Config{}, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Open(ctx, filepath.Join(root, "pg"), pgcluster.Options{
-		Port: port,
-		// A throwaway cluster: durability buys nothing here.
-		Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300"},
-	})
-	if err != nil {
-		return pgtestdb.Config{}, err
+	// The port is free when asked for and taken when PostgreSQL binds it: another test process
+	// can take it in between (seen in CI, "could not bind IPv4 address: Address already in
+	// use"). A start that meets that is tried again on another port, in a cluster of its own.
+	for attempt := 1; ; attempt++ {
+		port, err := pgcluster.FreePort()
+		if err != nil {
+			return pgtestdb.Config{}, err
+		}
+		dir := filepath.Join(root, "pg")
+		if attempt > 1 {
+			dir = filepath.Join(root, fmt.Sprintf("pg-%d", attempt))
+		}
+		c, err := pgcluster.Open(ctx, dir, pgcluster.Options{
+			Port: port,
+			// A throwaway cluster: durability buys nothing here.
+			Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "300"},
+		})
+		if err != nil {
+			return pgtestdb.Config{}, err
+		}
+		err = c.Start(ctx, "postgres")
+		if err != nil && attempt < 4 && portTaken(dir) {
+			continue
+		}
+		if err != nil {
+			return pgtestdb.Config{}, err
+		}
+		cluster = c
+		return configFromURL(c.URL("postgres"))
 	}
-	if err := c.Start(ctx, "postgres"); err != nil {
-		return pgtestdb.Config{}, err
-	}
-	cluster = c
-	return configFromURL(c.URL("postgres"))
+}
+
+// portTaken reports whether the cluster in dir failed to start because its port was taken.
+func portTaken(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "postgres.log"))
+	return err == nil && strings.Contains(string(b), "Address already in use")
 }
 
 func configFromURL(raw string) (pgtestdb.Config, error) {

@@ -35,6 +35,11 @@ func newFixture(t *testing.T) *fixture {
 
 // providerBlock configures the provider for this fixture's organization.
 func (f *fixture) providerBlock() string {
+	return providerConfig(f.h.URL, f.h.Key, f.h.Organization.ID)
+}
+
+// providerConfig configures the provider for an organization of the Host at endpoint.
+func providerConfig(endpoint, key, organization string) string {
 	return fmt.Sprintf(`
 terraform {
   required_providers {
@@ -47,7 +52,7 @@ provider "takoform" {
   api_key         = %q
   organization_id = %q
 }
-`, f.h.URL, f.h.Key, f.h.Organization.ID)
+`, endpoint, key, organization)
 }
 
 func (f *fixture) config(body string) string { return f.providerBlock() + body }

@@ -214,19 +214,7 @@ func TestAccAReplicaKilledMidUpdateLeavesTheApplyToFinish(t *testing.T) {
 }`, admin.URL, node.Info.TokenFile, node.Info.EdgeAddr)), 0o600))
 	a, b := startReplica(t, dbURL, catalog, kek), startReplica(t, dbURL, catalog, kek)
 	lb := newFront(t, a.url)
-	providerBlock := fmt.Sprintf(`
-terraform {
-  required_providers {
-    takoform = { source = "takoform/takoform" }
-  }
-}
-
-provider "takoform" {
-  endpoint        = %q
-  api_key         = %q
-  organization_id = %q
-}
-`, lb.URL, key.Key, org.ID)
+	providerBlock := providerConfig(lb.URL, key.Key, org.ID)
 
 	killed := make(chan struct{})
 	var before int64

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // A worker's bundle comes either inline (modules: source by name) or from files (module_files:
@@ -51,6 +54,11 @@ func bundle(ctx context.Context, modules, files types.Map) (map[string]string, b
 					"\"${path.module}/src/index.js\" names a file beside the module's own configuration.", name, file, err))
 			continue
 		}
+		if workerconf.BytesModule(name) {
+			// A WebAssembly or data module: its bytes, base64 as the API carries them.
+			sources[name] = base64.StdEncoding.EncodeToString(b)
+			continue
+		}
 		sources[name] = string(b)
 	}
 	return sources, !diags.HasError(), diags
@@ -65,12 +73,16 @@ func bundleSize(modules map[string]string) int {
 	return size
 }
 
-// digests is module_sha256: each module's source digest by module name, hex SHA-256, the value
-// filesha256() gives for a module read from a file.
+// digests is module_sha256: each module's content digest by module name, hex SHA-256, the value
+// filesha256() gives for a module read from a file (a bytes module's bytes, not its base64).
 func digests(modules map[string]string) types.Map {
 	values := make(map[string]attr.Value, len(modules))
 	for name, src := range modules {
-		sum := sha256.Sum256([]byte(src))
+		content, err := workerconf.ModuleBytes(name, src)
+		if err != nil {
+			content = []byte(src) // refused at validation; a digest is still a digest
+		}
+		sum := sha256.Sum256(content)
 		values[name] = types.StringValue(hex.EncodeToString(sum[:]))
 	}
 	return types.MapValueMust(types.StringType, values)

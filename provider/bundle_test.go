@@ -135,3 +135,77 @@ import {
 	out, err = w.run("destroy", "-auto-approve", "-input=false", "-no-color")
 	require.NoError(t, err, out)
 }
+
+// wasmWorker is one worker through examples/modules/worker whose bundle holds a WebAssembly and a
+// data module from files.
+func wasmWorker(t *testing.T) string {
+	t.Helper()
+	module, err := filepath.Abs("../examples/modules/worker")
+	require.NoError(t, err)
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    takoform = { source = "takoform/takoform" }
+  }
+}
+
+provider "takoform" {}
+
+module "w" {
+  source       = %q
+  space        = "files"
+  name         = "wasm"
+  module_files = {
+    "index.js" = "${path.module}/src/index.js"
+    "add.wasm" = "${path.module}/src/add.wasm"
+    "blob.bin" = "${path.module}/src/blob.bin"
+  }
+}
+
+output "url" {
+  value = module.w.url
+}
+`, module)
+}
+
+// A bundle with a WebAssembly module and a data module (SPEC 3.6, issue 33): module_files reads
+// them as bytes, module_sha256 is filesha256() of each (bytes, not base64), and the worker that
+// imports them answers through the edge with what it computed from them. A main module that is
+// not code fails at plan, named.
+func TestAccWebAssemblyAndDataModulesDeployFromFiles(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	w := newWorkspace(t, h.URL, h.Key, wasmWorker(t))
+	src := filepath.Join(w.dir, "src")
+	require.NoError(t, os.Mkdir(src, 0o700))
+	// testdata/add.wat compiled: add(i32, i32) i32.
+	wasm, err := hex.DecodeString("0061736d0100000001070160027f7f017f030201000707010361646400000a09010700200020016a0b")
+	require.NoError(t, err)
+	blob := []byte{0, 1, 2, 255}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "add.wasm"), wasm, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "blob.bin"), blob, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "index.js"), []byte(`import add from "./add.wasm";
+import blob from "./blob.bin";
+const instance = new WebAssembly.Instance(add);
+export default { fetch() {
+  const bytes = new Uint8Array(blob);
+  return new Response("add=" + instance.exports.add(40, 2) + " blob=" + bytes.length + ":" + bytes[0] + "," + bytes[bytes.length - 1]);
+} };
+`), 0o600))
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	sum := sha256.Sum256(wasm)
+	require.Contains(t, out, `"add.wasm" = "`+hex.EncodeToString(sum[:])+`"`, "module_sha256 of a wasm file is filesha256()")
+
+	w.apply(wasmWorker(t))
+	answersAt(t, w, h, "add=42 blob=4:0,255")
+
+	notCode := strings.Replace(wasmWorker(t), `source       =`, `main_module  = "add.wasm"
+  source       =`, 1)
+	require.NoError(t, os.WriteFile(filepath.Join(w.dir, "main.tf"), []byte(notCode), 0o600))
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.Error(t, err, out)
+	require.Contains(t, out, "main_module is not code")
+}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 var (
@@ -118,10 +119,18 @@ func (r *workerResource) ValidateConfig(ctx context.Context, req resource.Valida
 			resp.Diagnostics.AddAttributeError(at, "Bundle too large",
 				fmt.Sprintf("The modules hold %d bytes together; a worker's bundle may hold at most %d (the Host takes a request of at most 1 MiB).", size, MaxBundleBytes))
 		}
+		for _, name := range slices.Sorted(maps.Keys(modules)) {
+			if _, err := workerconf.ModuleBytes(name, modules[name]); err != nil {
+				resp.Diagnostics.AddAttributeError(path.Root("modules").AtMapKey(name), "Invalid bytes module", err.Error())
+			}
+		}
 		if !m.MainModule.IsUnknown() && !m.MainModule.IsNull() {
 			if _, ok := modules[m.MainModule.ValueString()]; !ok {
 				resp.Diagnostics.AddAttributeError(path.Root("main_module"), "main_module is not one of the modules",
 					fmt.Sprintf("main_module %q names no module (%s).", m.MainModule.ValueString(), strings.Join(slices.Sorted(maps.Keys(modules)), ", ")))
+			} else if kind := workerconf.ModuleKind(m.MainModule.ValueString()); kind != workerconf.ModuleJS {
+				resp.Diagnostics.AddAttributeError(path.Root("main_module"), "main_module is not code",
+					fmt.Sprintf("main_module %q is a %s module; the main module is the worker's ES module code, which imports the others.", m.MainModule.ValueString(), kind))
 			}
 		}
 	}
@@ -165,7 +174,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			},
 			"modules": schema.MapAttribute{
 				MarkdownDescription: "The bundle inline: 1 to 64 modules, source text by module name; exactly one of `modules` and `module_files`. The plan prints inline sources; `module_files` keeps them out of it. " +
-					"A name ending in `.json` is a JSON module and one ending in `.txt` a text module (both imported by the code); every other module is an ES module. There are no WebAssembly or CommonJS modules. " +
+					"A name ending in `.json` is a JSON module and one ending in `.txt` a text module; one ending in `.wasm` is a WebAssembly module (the code imports a compiled `WebAssembly.Module`) and one ending in `.bin` a data module (imported as an `ArrayBuffer`): their values are the bytes in standard base64 (`filebase64(\"add.wasm\")`); `module_files` reads such files as bytes. Every other module is an ES module; the main module must be one. There are no CommonJS modules. " +
 					"Names and sources together may hold at most 1032192 bytes (1 MiB less 16 KiB: the Host takes a request body of at most 1 MiB, and the bundle travels in one); a larger bundle fails at plan. Changes in place (a new generation).",
 				Optional:    true,
 				ElementType: types.StringType,
@@ -174,14 +183,14 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"module_files": schema.MapAttribute{
 				MarkdownDescription: "The bundle from files: 1 to 64 modules, the path of each module's source by module name (`{ \"index.js\" = \"${path.module}/src/index.js\" }`); exactly one of `modules` and `module_files`. " +
 					"The provider reads the files at plan and again at apply: a file changed in between fails the apply (the CLI reports module_sha256 inconsistent with the plan), and nothing is deployed; plan again. The plan shows the paths and `module_sha256`, never the sources. " +
-					"Module types and the size limit are those of `modules`. Changes in place (a new generation) when a file's content changes. " +
+					"Module types and the size limit are those of `modules` (a `.wasm` or `.bin` file is read as bytes and counts base64-encoded). Changes in place (a new generation) when a file's content changes. " +
 					"The Host keeps the paths as given (at most 1024 bytes each) and never reads them, so that importing the worker into a `module_files` configuration plans no change; a change of paths alone updates them in place and deploys nothing.",
 				Optional:    true,
 				ElementType: types.StringType,
 				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64), mapvalidator.ValueStringsAre(stringvalidator.LengthBetween(1, 1024))},
 			},
 			"module_sha256": schema.MapAttribute{
-				MarkdownDescription: "Each module's source digest by module name (hex SHA-256, what `filesha256()` gives for a module file), known at plan: the plan shows which module changed.",
+				MarkdownDescription: "Each module's content digest by module name (hex SHA-256, what `filesha256()` gives for a module file, a `.wasm` or `.bin` file's bytes included), known at plan: the plan shows which module changed.",
 				Computed:            true,
 				ElementType:         types.StringType,
 			},

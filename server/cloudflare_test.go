@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -169,4 +171,26 @@ func TestAServiceBindingOnWorkersDevIsACloudflareServiceBinding(t *testing.T) {
 	// Cloudflare runs every worker with 128 MB: another memory limit is refused.
 	body["limits"] = map[string]any{"memoryMb": 256}
 	h.putWorker("prod", "api", "token-cf-api-0000000001", body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+}
+
+// A bundle with a WebAssembly and a data module lands on Cloudflare as the multipart parts
+// Cloudflare takes for them (application/wasm and application/octet-stream, their bytes, not
+// base64), and runs: the stand-in hands the parts to workerd by those content types.
+func TestWebAssemblyAndDataModulesLandOnCloudflareAsTheirParts(t *testing.T) {
+	t.Parallel()
+	h, s := setupWorkersDev(t, cfToken)
+	wasm, err := hex.DecodeString("0061736d0100000001070160027f7f017f030201000707010361646400000a09010700200020016a0b")
+	require.NoError(t, err)
+	b := cfWorkerBody(`import add from "./add.wasm";
+import blob from "./blob.bin";
+const instance = new WebAssembly.Instance(add);
+export default { fetch() { return new Response("add=" + instance.exports.add(40, 2) + " blob=" + new Uint8Array(blob).length) } };`)
+	b["modules"].(map[string]string)["add.wasm"] = base64.StdEncoding.EncodeToString(wasm)
+	b["modules"].(map[string]string)["blob.bin"] = base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255})
+	r := h.putWorker("prod", "wasm", tokenA, b)
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	script := r.json(t)["scriptName"].(string)
+	status, body := fetchWorkersDev(t, s, script)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Equal(t, "add=42 blob=4", body)
 }

@@ -359,6 +359,7 @@ type WorkerLimits struct {
 
 // WorkerSpec defines model for WorkerSpec.
 type WorkerSpec struct {
+	// Modules The bundle, by module name. A name ending in .json is a JSON module, .txt a text module, .wasm a WebAssembly module and .bin a data module; every other module is an ES module, and mainModule must be one. The value of a .wasm or .bin module is its bytes in standard base64 (422 invalid_request otherwise); every other value is the module's text.
 	Modules               map[string]string `json:"modules"`
 	MainModule            string            `json:"mainModule"`
 	CompatibilityDate     string            `json:"compatibilityDate"`

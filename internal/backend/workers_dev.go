@@ -21,6 +21,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // The Host-reserved plain-text bindings of a Cloudflare script (SPEC 3.4, 3.5, 8).
@@ -241,13 +242,18 @@ func (c *cloudflareScripts) read(ctx context.Context, sdk *cloudflare.Services, 
 }
 
 // moduleContentType is the multipart content type of a bundle module, as the runtime node reads
-// module kinds: JSON and text by extension, every other module an ES module.
+// module kinds (workerconf.ModuleKind): JSON, text, WebAssembly and data by extension, every
+// other module an ES module.
 func moduleContentType(name string) string {
-	switch {
-	case strings.HasSuffix(name, ".json"):
+	switch workerconf.ModuleKind(name) {
+	case workerconf.ModuleJSON:
 		return "application/json"
-	case strings.HasSuffix(name, ".txt"):
+	case workerconf.ModuleText:
 		return "text/plain"
+	case workerconf.ModuleWasm:
+		return "application/wasm"
+	case workerconf.ModuleData:
+		return "application/octet-stream"
 	}
 	return cloudflare.ModuleContentType
 }
@@ -269,7 +275,9 @@ func upload(d Desired, now *held) cloudflare.Upload {
 	u.JSON, u.CompatibilityFlags = d.Bundle.Settings.JSONVars, d.Bundle.Settings.CompatibilityFlags
 	u.Services, u.CPUMs = d.Bundle.ServiceScripts, d.Bundle.Settings.LimitsOrZero().CPUMs
 	for _, name := range slices.Sorted(maps.Keys(d.Bundle.Modules)) {
-		u.Modules = append(u.Modules, cloudflare.Module{Name: name, ContentType: moduleContentType(name), Content: []byte(d.Bundle.Modules[name])})
+		// The Host checked every bytes module's base64 when it took the worker.
+		content, _ := workerconf.ModuleBytes(name, d.Bundle.Modules[name])
+		u.Modules = append(u.Modules, cloudflare.Module{Name: name, ContentType: moduleContentType(name), Content: content})
 	}
 	if now != nil {
 		for _, name := range now.secretNames {

@@ -217,6 +217,9 @@ func validateWorker(space, name string, body WorkerSpec) (workerPut, error) {
 	if _, ok := spec.Modules[spec.MainModule]; !ok {
 		return spec, apierr.New(apierr.InvalidRequest, "mainModule %q must name one of the modules", spec.MainModule)
 	}
+	if err := workerconf.CheckModules(spec.Modules, spec.MainModule); err != nil {
+		return spec, apierr.New(apierr.InvalidRequest, "%v", err)
+	}
 	if err := validateModuleFiles(spec.Modules, spec.ModuleFiles); err != nil {
 		return spec, err
 	}

@@ -42,6 +42,9 @@ func TestAWorkerBodyIsCheckedAndNormalized(t *testing.T) {
 			w.ModuleFiles = map[string]string{"index.js": strings.Repeat("a", 1025), "data.json": "b"}
 		},
 		"a var beside secrets": func(w *WorkerSpec) { w.Vars = map[string]string{"TOKEN": "plain"} },
+		"wasm not base64":      func(w *WorkerSpec) { w.Modules["add.wasm"] = "\x00asm" },
+		"data not base64":      func(w *WorkerSpec) { w.Modules["blob.bin"] = "%%%" },
+		"main is wasm":         func(w *WorkerSpec) { w.Modules["add.wasm"] = "AGFzbQEAAAA="; w.MainModule = "add.wasm" },
 	} {
 		w := goodWorker()
 		spoil(&w)

@@ -71,3 +71,24 @@ func TestCeilingsBoundLimits(t *testing.T) {
 	require.Equal(t, "memoryMb", le.Field)
 	require.NoError(t, selfhost.Check(&Limits{MemoryMB: MinMemoryMB}))
 }
+
+// A module's kind is its extension's; bytes modules hold standard base64, decoded for their
+// content; the main module must be code.
+func TestModulesAreTextOrBytesByTheirNames(t *testing.T) {
+	t.Parallel()
+	for name, kind := range map[string]string{"index.js": ModuleJS, "lib.mjs": ModuleJS, "data.json": ModuleJSON, "a.txt": ModuleText, "add.wasm": ModuleWasm, "blob.bin": ModuleData} {
+		require.Equal(t, kind, ModuleKind(name), name)
+	}
+	b, err := ModuleBytes("add.wasm", "AGFzbQEAAAA=")
+	require.NoError(t, err)
+	require.Equal(t, []byte("\x00asm\x01\x00\x00\x00"), b)
+	_, err = ModuleBytes("add.wasm", "not base64!")
+	require.ErrorContains(t, err, "standard base64")
+	text, err := ModuleBytes("index.js", "not base64!")
+	require.NoError(t, err)
+	require.Equal(t, "not base64!", string(text))
+
+	require.NoError(t, CheckModules(map[string]string{"index.js": "x", "add.wasm": "AGFzbQEAAAA="}, "index.js"))
+	require.ErrorContains(t, CheckModules(map[string]string{"add.wasm": "AGFzbQEAAAA="}, "add.wasm"), "the main module is the worker's ES module code")
+	require.ErrorContains(t, CheckModules(map[string]string{"index.js": "x", "blob.bin": "%%%"}, "index.js"), `module "blob.bin" holds bytes`)
+}

@@ -145,16 +145,28 @@ export class Tail extends WorkerEntrypoint {
   }
 }
 
-// module is one module as the Worker Loader takes it.
+// module is one module as the Worker Loader takes it. WebAssembly and data modules come base64.
 function module(m) {
   switch (m.type) {
     case "json":
       return { json: JSON.parse(m.value) };
     case "text":
       return { text: m.value };
+    case "wasm":
+      return { wasm: bytes(m.value) };
+    case "data":
+      return { data: bytes(m.value) };
     default:
       return { js: m.value };
   }
+}
+
+// bytes is standard base64 decoded, as an ArrayBuffer.
+function bytes(b64) {
+  const s = atob(b64);
+  const out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out.buffer;
 }
 
 // load is the isolate of loader id `id`, loaded on first use from the code the runtime gives.

@@ -84,18 +84,10 @@ func (w Worker) Validate() error {
 	return w.Settings.Validate(w.Secrets)
 }
 
-// ModuleType is how the Worker Loader takes a module, by its name: JSON and text by extension,
-// every other module an ES module (bundles are ES-module workers).
-func ModuleType(name string) string {
-	switch {
-	case strings.HasSuffix(name, ".json"):
-		return "json"
-	case strings.HasSuffix(name, ".txt"):
-		return "text"
-	default:
-		return "js"
-	}
-}
+// ModuleType is how the Worker Loader takes a module, by its name (workerconf.ModuleKind): JSON,
+// text, WebAssembly and data by extension (the last two base64, decoded by the router), every
+// other module an ES module (bundles are ES-module workers).
+func ModuleType(name string) string { return workerconf.ModuleKind(name) }
 
 // The files and names of an org process's config. The runtime hands workerd the ingress socket
 // (--socket-fd IngressSocket=N) and listens itself on the other four, in the process's socket

@@ -209,3 +209,37 @@ export default { fetch() {
 	require.Error(t, err, out)
 	require.Contains(t, out, "main_module is not code")
 }
+
+// A bundle from module_files may reach its offering's maxBundleBytes (10 MiB by default), far past
+// the 1 MiB of a request the provider sends plain: it travels gzip-compressed, and the worker
+// serves it. Past the ceiling it fails at plan, naming the ceiling.
+func TestAccALargeBundleFromFilesDeploysUpToItsOfferingsCeiling(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	config := strings.Replace(wasmWorker(t), `"add.wasm" = "${path.module}/src/add.wasm"`, `"pad.bin"  = "${path.module}/src/pad.bin"`, 1)
+	config = strings.Replace(config, `name         = "wasm"`, `name         = "large"`, 1)
+	w := newWorkspace(t, h.URL, h.Key, config)
+	src := filepath.Join(w.dir, "src")
+	require.NoError(t, os.Mkdir(src, 0o700))
+	// 3 MiB that do not compress (a counter through SHA-256), besides a small data module.
+	pad := make([]byte, 0, 3<<20)
+	for i := 0; len(pad) < 3<<20; i++ {
+		sum := sha256.Sum256([]byte(fmt.Sprint(i)))
+		pad = append(pad, sum[:]...)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(src, "pad.bin"), pad, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "blob.bin"), []byte{7}, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "index.js"), []byte(`import pad from "./pad.bin";
+export default { fetch() { return new Response("pad=" + pad.byteLength) } };
+`), 0o600))
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+	w.apply(config)
+	answersAt(t, w, h, fmt.Sprintf("pad=%d", len(pad)))
+
+	require.NoError(t, os.WriteFile(filepath.Join(src, "pad.bin"), make([]byte, 10<<20), 0o600))
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.Error(t, err, out)
+	require.Contains(t, out, "Bundle too large")
+	require.Contains(t, out, "at most 10485760 (maxBundleBytes")
+}

@@ -31,6 +31,8 @@ type offeringModel struct {
 	MaxCPUMs     types.Int64  `tfsdk:"max_cpu_ms"`
 	MaxMemoryMB  types.Int64  `tfsdk:"max_memory_mb"`
 	KeepsLogs    types.Bool   `tfsdk:"keeps_logs"`
+	// MaxBundleBytes is null on other kinds than module-worker.
+	MaxBundleBytes types.Int64 `tfsdk:"max_bundle_bytes"`
 }
 
 func (d *offeringsDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -46,14 +48,15 @@ func (d *offeringsDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 				Computed:            true,
 				NestedObject: schema.NestedAttributeObject{
 					Attributes: map[string]schema.Attribute{
-						"id":            schema.StringAttribute{Computed: true, MarkdownDescription: "Offering id, as accepted by `offering_id`."},
-						"kind":          schema.StringAttribute{Computed: true, MarkdownDescription: "`module-worker` or `worker-endpoint`."},
-						"pack":          schema.StringAttribute{Computed: true, MarkdownDescription: "Backend pack: `selfhost`, `workers-dev` or `wfp-managed`."},
-						"installation":  schema.StringAttribute{Computed: true, MarkdownDescription: "Name of the backend installation behind the offering."},
-						"digest":        schema.StringAttribute{Computed: true, MarkdownDescription: "SHA-256 of the offering's canonical JSON; it changes whenever the offering or its installation does."},
-						"max_cpu_ms":    schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.cpu_ms` of a `takoform_worker` may be (null on other kinds)."},
-						"max_memory_mb": schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.memory_mb` may be; on Cloudflare offerings the only value it may take (128). Null on other kinds."},
-						"keeps_logs":    schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the Host keeps a log of the workers of this offering (`logs_url` of a `takoform_worker`): only `selfhost` offerings do."},
+						"id":               schema.StringAttribute{Computed: true, MarkdownDescription: "Offering id, as accepted by `offering_id`."},
+						"kind":             schema.StringAttribute{Computed: true, MarkdownDescription: "`module-worker` or `worker-endpoint`."},
+						"pack":             schema.StringAttribute{Computed: true, MarkdownDescription: "Backend pack: `selfhost`, `workers-dev` or `wfp-managed`."},
+						"installation":     schema.StringAttribute{Computed: true, MarkdownDescription: "Name of the backend installation behind the offering."},
+						"digest":           schema.StringAttribute{Computed: true, MarkdownDescription: "SHA-256 of the offering's canonical JSON; it changes whenever the offering or its installation does."},
+						"max_cpu_ms":       schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.cpu_ms` of a `takoform_worker` may be (null on other kinds)."},
+						"max_memory_mb":    schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.memory_mb` may be; on Cloudflare offerings the only value it may take (128). Null on other kinds."},
+						"keeps_logs":       schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the Host keeps a log of the workers of this offering (`logs_url` of a `takoform_worker`): only `selfhost` offerings do."},
+						"max_bundle_bytes": schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most a worker's bundle may hold (module names and contents, a `.wasm` or `.bin` file's bytes), from `module_files`; inline `modules` hold at most 1032192 bytes. Null on other kinds."},
 					},
 				},
 			},
@@ -77,6 +80,7 @@ func (d *offeringsDataSource) Read(ctx context.Context, _ datasource.ReadRequest
 			ID: types.StringValue(o.ID), Kind: types.StringValue(o.Kind), Pack: types.StringValue(o.Pack),
 			Installation: types.StringValue(o.Installation), Digest: types.StringValue(o.Digest),
 			MaxCPUMs: types.Int64Null(), MaxMemoryMB: types.Int64Null(), KeepsLogs: types.BoolValue(o.Pack == "selfhost"),
+			MaxBundleBytes: types.Int64PointerValue(o.MaxBundleBytes),
 		}
 		if c := o.Ceilings; c != nil {
 			m.MaxCPUMs, m.MaxMemoryMB = types.Int64Value(c.CPUMs), types.Int64Value(c.MemoryMB)

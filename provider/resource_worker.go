@@ -86,8 +86,8 @@ func spaceNameIdentitySchema(what string) identityschema.Schema {
 	}
 }
 
-// MaxBundleBytes is the most a worker's modules may hold together: the Host refuses a request body
-// over 1 MiB, and the modules travel in one.
+// MaxBundleBytes is the most a worker's inline modules may hold together (the state and the plan
+// hold them, SPEC 3.6); module_files may reach the offering's maxBundleBytes.
 const MaxBundleBytes = 1<<20 - 16<<10
 
 // ValidateConfig checks at plan time, all at once and by HCL name, what the Host would refuse at
@@ -111,13 +111,10 @@ func (r *workerResource) ValidateConfig(ctx context.Context, req resource.Valida
 	modules, known, diags := bundle(ctx, m.Modules, m.ModuleFiles)
 	resp.Diagnostics.Append(diags...)
 	if known {
-		if size := bundleSize(modules); size > MaxBundleBytes {
-			at := path.Root("modules")
-			if !m.ModuleFiles.IsNull() {
-				at = path.Root("module_files")
-			}
-			resp.Diagnostics.AddAttributeError(at, "Bundle too large",
-				fmt.Sprintf("The modules hold %d bytes together; a worker's bundle may hold at most %d (the Host takes a request of at most 1 MiB).", size, MaxBundleBytes))
+		if size := bundleSize(modules); size > MaxBundleBytes && m.ModuleFiles.IsNull() {
+			resp.Diagnostics.AddAttributeError(path.Root("modules"), "Bundle too large for inline modules",
+				fmt.Sprintf("The modules hold %d bytes together; inline modules may hold at most %d (the state and the plan hold them). "+
+					"Give the bundle as module_files instead: it may reach the offering's maxBundleBytes (10 MiB by default).", size, MaxBundleBytes))
 		}
 		for _, name := range slices.Sorted(maps.Keys(modules)) {
 			if _, err := workerconf.ModuleBytes(name, modules[name]); err != nil {
@@ -308,6 +305,17 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	plan.ModuleSHA256, plan.BundleBytes = types.MapUnknown(types.StringType), types.Int64Unknown()
 	if known {
 		plan.ModuleSHA256, plan.BundleBytes = digests(modules), types.Int64Value(int64(bundleSize(modules)))
+		if !plan.ModuleFiles.IsNull() && r.client != nil && !plan.OfferingID.IsUnknown() {
+			// From files, a bundle may reach its offering's ceiling: past it, it fails here, at
+			// plan, and not at apply.
+			if most, ok := r.client.OfferingBundleCeiling(ctx, plan.OfferingID.ValueString()); ok {
+				if size := workerconf.BundleBytes(modules); size > most {
+					resp.Diagnostics.AddAttributeError(path.Root("module_files"), "Bundle too large",
+						fmt.Sprintf("The module files hold %d bytes together (names and contents); the worker's offering takes a bundle of at most %d (maxBundleBytes, shown by takoform_offerings).", size, most))
+					return
+				}
+			}
+		}
 	}
 	if redeploys(creating, plan.ModuleSHA256, state.ModuleSHA256, state.Ready) {
 		plan.Ready, plan.Revision, plan.Generation = types.BoolUnknown(), types.Int64Unknown(), types.Int64Unknown()

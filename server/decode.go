@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"io"
@@ -19,18 +20,44 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 )
 
-// readBody reads the whole request body, refusing one over the limit.
+// bodyLimitKey holds, in a request's context, a body limit other than Config.BodyLimit (a worker
+// PUT's, which carries a bundle).
+const bodyLimitKey = "takoform.bodyLimit"
+
+// readBody reads the whole request body, refusing one over the limit, compressed or decompressed.
+// A body may come gzip-compressed (Content-Encoding: gzip); any other encoding is refused (415).
+// The request hash is over what this returns: the decompressed body.
 func (s *Server) readBody(c echo.Context) ([]byte, error) {
 	r := c.Request()
-	if r.ContentLength > s.cfg.BodyLimit {
-		return nil, apierr.New(apierr.BodyTooLarge, "request bodies are limited to %d bytes", s.cfg.BodyLimit)
+	limit := s.cfg.BodyLimit
+	if l, ok := c.Get(bodyLimitKey).(int64); ok && l > limit {
+		limit = l
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.BodyLimit))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return nil, apierr.New(apierr.BodyTooLarge, "request bodies are limited to %d bytes", s.cfg.BodyLimit)
+	tooLarge := apierr.New(apierr.BodyTooLarge, "request bodies are limited to %d bytes here, compressed or not", limit)
+	if r.ContentLength > limit {
+		return nil, tooLarge
 	}
-	if err != nil {
+	var in io.Reader = http.MaxBytesReader(c.Response(), r.Body, limit)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get(echo.HeaderContentEncoding))); enc {
+	case "", "identity":
+	case "gzip":
+		gz, err := gzip.NewReader(in)
+		if err != nil {
+			return nil, apierr.New(apierr.BadRequest, "the body is not gzip, as its Content-Encoding says")
+		}
+		defer gz.Close()
+		// Decompressed, the body is bounded like a plain one: a small body that inflates past
+		// the limit (a gzip bomb) is refused as it streams, never held whole.
+		in = io.LimitReader(gz, limit+1)
+	default:
+		return nil, apierr.New(apierr.UnsupportedMedia, "Content-Encoding %q is not taken: send the body plain or gzip", enc)
+	}
+	body, err := io.ReadAll(in)
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.As(err, &maxBytes) || int64(len(body)) > limit:
+		return nil, tooLarge
+	case err != nil:
 		return nil, apierr.New(apierr.BadRequest, "could not read the request body")
 	}
 	return body, nil

@@ -59,6 +59,8 @@ func (s *Server) offerings(c echo.Context) error {
 		if o.Kind == catalog.KindWorker {
 			c := apitypes.OfferingCeilings(o.Ceilings())
 			v.Ceilings = &c
+			bundle := o.BundleCeiling()
+			v.MaxBundleBytes = &bundle
 		}
 		out = append(out, v)
 	}

@@ -36,6 +36,9 @@ func (s *Server) getWorkerByUID(c echo.Context) error {
 }
 
 func (s *Server) putWorker(c echo.Context) error {
+	// A worker carries its bundle: its body may reach the largest bundle an offering takes
+	// (base64 bytes modules included), and its own offering's ceiling is checked once it is read.
+	c.Set(bodyLimitKey, s.workerBodyLimit)
 	space, name := c.Param("space"), c.Param("name")
 	org := principal(c).Organization
 	var spec resource.WorkerSpec

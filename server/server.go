@@ -74,6 +74,9 @@ type Server struct {
 	rates         *keyBuckets
 	// streams bounds the open log follow streams.
 	streams *streamGate
+	// workerBodyLimit bounds a worker PUT's body: 4/3 of the largest bundle ceiling of the
+	// catalog's offerings, and 64 KiB beside (SPEC 3.6).
+	workerBodyLimit int64
 	// schemaNewer is set once the database is found migrated past this binary (checkSchema).
 	schemaNewer atomic.Pointer[store.SchemaNewer]
 	// schemaChecked is when checkSchema last read the version (Unix nanoseconds).
@@ -113,6 +116,12 @@ func New(cfg Config) *Server {
 		rates:         newKeyBuckets(h.Catalog.Rates),
 		shutdown:      make(chan struct{}),
 		streams:       newStreamGate(cfg.LogStreamsPerKey, cfg.LogStreamsPerOrganization),
+	}
+	s.workerBodyLimit = cfg.BodyLimit
+	for _, o := range h.Catalog.Offerings {
+		if o.Kind == catalog.KindWorker {
+			s.workerBodyLimit = max(s.workerBodyLimit, o.BundleCeiling()/3*4+64<<10)
+		}
 	}
 	e := s.echo
 	e.HideBanner = true

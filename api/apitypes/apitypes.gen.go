@@ -175,6 +175,9 @@ type Offering struct {
 	Installation string `json:"installation"`
 	Digest       string `json:"digest"`
 
+	// MaxBundleBytes On a module-worker offering: the most a worker's bundle may hold (its module names and contents, a .wasm or .bin module's bytes decoded). A worker request body may hold 4/3 of it plus 64 KiB, compressed (Content-Encoding: gzip) or not; past either bound it is refused 413 body_too_large.
+	MaxBundleBytes *int64 `json:"maxBundleBytes,omitempty"`
+
 	// Ceilings On a module-worker offering: the most a worker's `limits` may ask for. `fixedMemory`: the offering runs every worker with exactly `memoryMb` (Cloudflare's 128 MB), so `limits.memoryMb` must be that or omitted.
 	Ceilings *OfferingCeilings `json:"ceilings,omitempty"`
 }

@@ -126,9 +126,13 @@ type Offering struct {
 	// choosing a name is what a reseller lane sells). Unset: true on selfhost and wfp-managed;
 	// workers-dev, whose only labels are script names, refuses it. What is sold, not where it runs:
 	// not in the digest.
-	ChosenLabels *bool  `json:"chosenLabels,omitempty"`
-	Pack         string `json:"-"`
-	Digest       string `json:"-"`
+	ChosenLabels *bool `json:"chosenLabels,omitempty"`
+	// MaxBundleBytes bounds a module-worker's bundle on the offering: its modules' names and
+	// contents, bytes modules decoded (0: DefaultMaxBundleBytes; SPEC 3.6). What a worker may
+	// hold, not where it runs: not in the digest.
+	MaxBundleBytes int64  `json:"maxBundleBytes,omitempty"`
+	Pack           string `json:"-"`
+	Digest         string `json:"-"`
 }
 
 // SellsChosenLabels reports whether a reservation on the offering may choose its subdomain.
@@ -137,6 +141,23 @@ func (o Offering) SellsChosenLabels() bool {
 		return *o.ChosenLabels
 	}
 	return o.Pack != PackWorkersDev
+}
+
+// DefaultMaxBundleBytes is an offering's bundle ceiling when its catalog entry names none: 10 MiB,
+// on a runtime node as on Cloudflare (whose paid plans take 10 MB compressed, which a 10 MiB
+// bundle always is).
+const DefaultMaxBundleBytes = 10 << 20
+
+// MaxBundleBytesCeiling bounds what an offering may set: a bundle travels base64 in one request
+// (4/3 of its bytes), and a runtime node takes a request of at most 32 MiB.
+const MaxBundleBytesCeiling = 20 << 20
+
+// BundleCeiling is the most a worker's bundle may hold on the offering.
+func (o Offering) BundleCeiling() int64 {
+	if o.MaxBundleBytes > 0 {
+		return o.MaxBundleBytes
+	}
+	return DefaultMaxBundleBytes
 }
 
 // Default ceilings of a worker's limits. Cloudflare: 30 s of CPU (Cloudflare's default on paid
@@ -358,6 +379,8 @@ func build(f file) (*Catalog, error) {
 			return nil, fmt.Errorf("offering %q: a runtime node ends a request that computes for longer than its liveness bound (%d ms) with its organization's process; maxCpuMs must be at most %d", o.ID, SelfhostMaxCPUMs, SelfhostMaxCPUMs)
 		case o.Pack == PackWorkersDev && o.ChosenLabels != nil && *o.ChosenLabels:
 			return nil, fmt.Errorf("offering %q: workers-dev sells no chosen labels (a worker's only label there is its script name); remove chosenLabels", o.ID)
+		case o.MaxBundleBytes < 0 || o.MaxBundleBytes > MaxBundleBytesCeiling:
+			return nil, fmt.Errorf("offering %q: maxBundleBytes must be between 1 and %d (a bundle travels in one request to the Host and one to the node)", o.ID, MaxBundleBytesCeiling)
 		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:
 			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below %d: workerd cannot start in it", o.ID, o.MaxMemoryMB, workerconf.MinMemoryMB)
 		}

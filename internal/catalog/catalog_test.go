@@ -262,3 +262,24 @@ func TestChosenLabelsArePerOfferingAndReservedLabelsAreLabels(t *testing.T) {
 	}
 	require.Equal(t, digest(""), digest(`,"chosenLabels":false`), "selling labels or not moves no worker")
 }
+
+// An offering's bundle ceiling is 10 MiB unless the catalog names one, between 1 byte and 20 MiB;
+// it bounds what a worker holds, not where it runs, so it moves no offering's digest.
+func TestMaxBundleBytesIsPerOfferingAndMovesNoDigest(t *testing.T) {
+	t.Parallel()
+	load := func(extra string) (*Catalog, error) {
+		return Load(write(t, `{"installations":[{"name":"x","pack":"selfhost"}],
+			"offerings":[{"id":"a","kind":"module-worker","installation":"x","soldTo":["*"]`+extra+`}]}`))
+	}
+	c, err := load("")
+	require.NoError(t, err)
+	require.EqualValues(t, 10<<20, c.Offerings[0].BundleCeiling())
+	small, err := load(`,"maxBundleBytes":3145728`)
+	require.NoError(t, err)
+	require.EqualValues(t, 3<<20, small.Offerings[0].BundleCeiling())
+	require.Equal(t, c.Offerings[0].Digest, small.Offerings[0].Digest)
+	for _, bad := range []string{`,"maxBundleBytes":-1`, `,"maxBundleBytes":20971521`} {
+		_, err := load(bad)
+		require.ErrorContains(t, err, "maxBundleBytes must be between 1 and 20971520", bad)
+	}
+}

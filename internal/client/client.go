@@ -10,6 +10,7 @@ package client
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -104,9 +105,9 @@ type Client struct {
 
 	capsMu sync.Mutex
 	caps   *Capabilities // what the Host said, once it answered
-	// packs is each offering's pack, from GET /v1/offerings once it answered (offeringsMu).
+	// offerings are GET /v1/offerings's, once it answered (offeringsMu).
 	offeringsMu sync.Mutex
-	packs       map[string]string
+	offerings   []Offering
 	orgID       string
 }
 
@@ -225,6 +226,32 @@ type Request struct {
 	OwnershipToken string
 	// IfMatch is the revision the caller last read; it makes an update fail on a stale revision.
 	IfMatch int64
+	// gzip: the encoded body is gzip-compressed (Content-Encoding: gzip).
+	gzip bool
+}
+
+// maxAnswer bounds an answer the client reads: a worker's projection carries its bundle, base64
+// bytes modules included (4/3 of the largest bundle ceiling, 20 MiB, and room beside).
+const maxAnswer = 32 << 20
+
+// compressAbove is the body size past which a request is sent gzip-compressed (SPEC 3.6: a
+// worker's bundle may reach 10 MiB; a minified bundle compresses to a quarter or less).
+const compressAbove = 64 << 10
+
+// gzipped is b gzip-compressed.
+func gzipped(b []byte) ([]byte, error) {
+	var out bytes.Buffer
+	w, err := gzip.NewWriterLevel(&out, gzip.BestSpeed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.Write(b); err != nil {
+		return nil, err
+	}
+	if err := w.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // Response describes a successful answer.
@@ -241,6 +268,12 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 		var err error
 		if body, err = json.Marshal(req.Body); err != nil {
 			return Response{}, fmt.Errorf("encode request: %w", err)
+		}
+		if len(body) > compressAbove {
+			if body, err = gzipped(body); err != nil {
+				return Response{}, fmt.Errorf("encode request: %w", err)
+			}
+			req.gzip = true
 		}
 	}
 	owned := req.OwnershipToken != ""
@@ -520,6 +553,9 @@ func (c *Client) once(ctx context.Context, req Request, target string, body []by
 	if body != nil {
 		hr.Header.Set("Content-Type", "application/json")
 	}
+	if req.gzip {
+		hr.Header.Set("Content-Encoding", "gzip")
+	}
 	if req.OwnershipToken != "" {
 		hr.Header.Set(TokenHeader, req.OwnershipToken)
 	}
@@ -533,7 +569,7 @@ func (c *Client) once(ctx context.Context, req Request, target string, body []by
 		return Response{}, err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		// The status arrived but the body did not: for a mutation that is a lost answer.
 		return Response{}, fmt.Errorf("%s %s: read answer: %w", req.Method, req.Path, err)

@@ -1,11 +1,15 @@
 package client
 
 import (
+	"compress/gzip"
 	"context"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -443,4 +447,44 @@ func TestAReadWaitsOutADatabaseOutageNotMaxRetries(t *testing.T) {
 	_, err = c.Do(context.Background(), Request{Method: http.MethodGet, Path: "/v1/x"}, nil)
 	require.True(t, IsCode(err, "unavailable"), "%v", err)
 	require.GreaterOrEqual(t, time.Since(start), time.Second, "the bound is the longer of the outage and unreachable bounds")
+}
+
+// A body past 64 KiB travels gzip-compressed (a worker's bundle may reach 10 MiB), and a smaller
+// one plain; what the Host decompresses is what was encoded.
+func TestALargeBodyTravelsCompressed(t *testing.T) {
+	t.Parallel()
+	var got []struct {
+		encoding string
+		body     string
+	}
+	c := newTestClient(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in io.Reader = r.Body
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			gz, err := gzip.NewReader(r.Body)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			in = gz
+		}
+		b, _ := io.ReadAll(in)
+		got = append(got, struct {
+			encoding string
+			body     string
+		}{r.Header.Get("Content-Encoding"), string(b)})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}), 0)
+	large := map[string]string{"pad": strings.Repeat("a", 100<<10)}
+	for _, body := range []map[string]string{large, {"a": "b"}} {
+		_, err := c.Do(context.Background(), Request{Method: http.MethodPut, Path: "/v1/x", Body: body, OwnershipToken: "token-0123456789abcdef"}, nil)
+		require.NoError(t, err)
+	}
+	require.Len(t, got, 2)
+	require.Equal(t, "gzip", got[0].encoding)
+	want, err := json.Marshal(large)
+	require.NoError(t, err)
+	require.Equal(t, string(want), got[0].body)
+	require.Empty(t, got[1].encoding)
+	require.Equal(t, `{"a":"b"}`, got[1].body)
 }

@@ -23,20 +23,43 @@ func (c *Client) Offerings(ctx context.Context) ([]Offering, error) {
 // those of a selfhost offering do (SPEC 4). The offerings are asked once per configuration (a
 // failure is not remembered); ok is false when it cannot tell.
 func (c *Client) OfferingKeepsLogs(ctx context.Context, id string) (keeps, ok bool) {
+	o, ok := c.offering(ctx, id)
+	return ok && o.Pack == "selfhost", ok
+}
+
+// OfferingBundleCeiling is the most a worker's bundle may hold on offering id, or on the one
+// module-worker offering the organization is sold when id is empty (SPEC 3.6); ok is false when
+// it cannot tell (the offerings cannot be read, or the Host names no ceiling).
+func (c *Client) OfferingBundleCeiling(ctx context.Context, id string) (int64, bool) {
+	o, ok := c.offering(ctx, id)
+	if !ok || o.MaxBundleBytes == nil {
+		return 0, false
+	}
+	return *o.MaxBundleBytes, true
+}
+
+// offering is offering id (or, with id empty, the only module-worker offering), from the
+// offerings asked once per configuration (a failure is not remembered).
+func (c *Client) offering(ctx context.Context, id string) (Offering, bool) {
 	c.offeringsMu.Lock()
 	defer c.offeringsMu.Unlock()
-	if c.packs == nil {
+	if c.offerings == nil {
 		offerings, err := c.Offerings(ctx)
 		if err != nil {
-			return false, false
+			return Offering{}, false
 		}
-		c.packs = map[string]string{}
-		for _, o := range offerings {
-			c.packs[o.ID] = o.Pack
+		c.offerings = offerings
+	}
+	var found []Offering
+	for _, o := range c.offerings {
+		if o.ID == id || (id == "" && o.Kind == "module-worker") {
+			found = append(found, o)
 		}
 	}
-	pack, ok := c.packs[id]
-	return pack == "selfhost", ok
+	if len(found) != 1 {
+		return Offering{}, false
+	}
+	return found[0], true
 }
 
 // Derive asks what a reservation would hold and whether the origin is free; it writes nothing.

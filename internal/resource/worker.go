@@ -406,6 +406,9 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if err := offering.Ceilings().Check(spec.Settings.Limits); err != nil {
 		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "%v", err)
 	}
+	if size, most := workerconf.BundleBytes(spec.Modules), offering.BundleCeiling(); size > most {
+		return ownership.Response{}, apierr.New(apierr.BodyTooLarge, "the bundle holds %d bytes (module names and contents); offering %s takes at most %d (maxBundleBytes)", size, offering.ID, most)
+	}
 	placement := offering.Placement()
 	mut, err := s.mutator(placement)
 	if err != nil {

@@ -65,3 +65,17 @@ func CheckModules(modules map[string]string, main string) error {
 	}
 	return nil
 }
+
+// BundleBytes is what a bundle holds against an offering's ceiling: its module names and contents,
+// bytes modules decoded (one that does not decode counts as its text; CheckModules refuses it).
+func BundleBytes(modules map[string]string) int64 {
+	var n int64
+	for name, value := range modules {
+		content, err := ModuleBytes(name, value)
+		if err != nil {
+			content = []byte(value)
+		}
+		n += int64(len(name) + len(content))
+	}
+	return n
+}

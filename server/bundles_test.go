@@ -1,0 +1,78 @@
+package server_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func gzipOf(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	w := gzip.NewWriter(&out)
+	_, err := w.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	return out.Bytes()
+}
+
+// A worker's body may come gzip-compressed and carry a bundle far past the 1 MiB of other
+// requests, up to its offering's maxBundleBytes (SPEC 3.6); the request hash is over the
+// decompressed body, so the same request sent plain is its replay. Past the offering's ceiling a
+// bundle is refused 413 naming it, a body that inflates past the route's bound (a gzip bomb) 413
+// as it streams, and an encoding other than gzip 415; none of them leaves a row. The offerings
+// show each ceiling.
+func TestAWorkerBodyComesCompressedUpToItsOfferingsBundleCeiling(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.catalogJSON = `{"installations": [{"name": "local", "pack": "selfhost"}],
+  "offerings": [
+    {"id": "big", "kind": "module-worker", "installation": "local", "soldTo": ["*"], "maxBundleBytes": 4194304},
+    {"id": "small", "kind": "module-worker", "installation": "local", "soldTo": ["*"], "maxBundleBytes": 1048576},
+    {"id": "ep", "kind": "worker-endpoint", "installation": "local", "soldTo": ["*"]}
+  ]}`
+	})
+	offerings := h.do(req{method: http.MethodGet, path: "/v1/offerings", key: h.key}).json(t)["offerings"].([]any)
+	require.EqualValues(t, 4194304, offerings[0].(map[string]any)["maxBundleBytes"])
+	require.EqualValues(t, 1048576, offerings[1].(map[string]any)["maxBundleBytes"])
+	require.Nil(t, offerings[2].(map[string]any)["maxBundleBytes"], "an endpoint offering has none")
+
+	// 3 MiB of data beside the code: 4 MiB base64, compressed to a few KiB.
+	body := workerBody()
+	body["offeringId"] = "big"
+	body["modules"].(map[string]string)["pad.bin"] = strings.Repeat("AAAA", 3<<20/3)
+	plain, err := json.Marshal(body)
+	require.NoError(t, err)
+	require.Greater(t, len(plain), 4<<20)
+	compressed := gzipOf(t, plain)
+	put := func(path string, b []byte, headers map[string]string) reply {
+		return h.do(req{method: http.MethodPut, path: path, key: h.key, token: tokenA, contentType: "application/json", body: b, headers: headers})
+	}
+	r := put("/v1/spaces/prod/workers/big", compressed, map[string]string{"Content-Encoding": "gzip"})
+	require.Equal(t, http.StatusCreated, r.status, r.body)
+	again := put("/v1/spaces/prod/workers/big", plain, nil)
+	require.Equal(t, http.StatusCreated, again.status, again.body)
+	require.Equal(t, "true", again.header.Get("Takoform-Replayed"), "the same request, decompressed, is the replay")
+
+	body["offeringId"] = "small"
+	plain, err = json.Marshal(body)
+	require.NoError(t, err)
+	r = put("/v1/spaces/prod/workers/small", gzipOf(t, plain), map[string]string{"Content-Encoding": "gzip"})
+	r.problem(t, http.StatusRequestEntityTooLarge, "body_too_large")
+	require.Contains(t, string(r.body), "offering small takes at most 1048576")
+
+	bomb := gzipOf(t, bytes.Repeat([]byte(" "), 64<<20))
+	require.Less(t, len(bomb), 1<<20)
+	put("/v1/spaces/prod/workers/bomb", bomb, map[string]string{"Content-Encoding": "gzip"}).problem(t, http.StatusRequestEntityTooLarge, "body_too_large")
+	put("/v1/spaces/prod/workers/br", plain, map[string]string{"Content-Encoding": "br"}).problem(t, http.StatusUnsupportedMediaType, "unsupported_media_type")
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM workers`), "no refused request left a row")
+	// Other routes keep their 1 MiB, compressed or not.
+	large := gzipOf(t, []byte(`{"space":"prod","workerName":"x","pad":"`+strings.Repeat("a", 2<<20)+`"}`))
+	h.do(req{method: http.MethodPut, path: "/v1/worker-endpoint-origin-reservations/res-x", key: h.key, token: tokenA, contentType: "application/json",
+		body: large, headers: map[string]string{"Content-Encoding": "gzip"}}).problem(t, http.StatusRequestEntityTooLarge, "body_too_large")
+}

@@ -263,7 +263,7 @@ func TestWorkerAndEndpointBadInputChangesNothing(t *testing.T) {
 		{"bad date", "/v1/spaces/prod/workers/api", with("compatibilityDate", "yesterday"), 422, "invalid_request"},
 		{"bad binding name", "/v1/spaces/prod/workers/api", with("requiredSensitiveVars", []string{"1X"}), 422, "invalid_request"},
 		{"sensitive vars without reference", "/v1/spaces/prod/workers/api", with("requiredSensitiveVars", []string{"API_KEY"}), 422, "invalid_request"},
-		{"body too large", "/v1/spaces/prod/workers/api", with("modules", map[string]string{"index.js": strings.Repeat("x", 2<<20)}), 413, "body_too_large"},
+		{"body too large", "/v1/spaces/prod/workers/api", with("modules", map[string]string{"index.js": strings.Repeat("x", 11<<20)}), 413, "body_too_large"},
 		{"endpoint unknown field", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "api", "url": "x"}, 400, "bad_request"},
 		{"endpoint invalid worker", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "API"}, 422, "invalid_request"},
 		{"endpoint hostmint reservation", "/v1/spaces/prod/worker-endpoints/api", map[string]any{"worker": "api", "originReservationId": "hostmint-189331124caba810f34f3df5b2c5894b52b1bb96"}, 403, "hostmint_namespace"},

@@ -4,10 +4,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -242,4 +245,57 @@ export default { fetch() { return new Response("pad=" + pad.byteLength) } };
 	require.Error(t, err, out)
 	require.Contains(t, out, "Bundle too large")
 	require.Contains(t, out, "at most 10485760 (maxBundleBytes")
+}
+
+// A bundle esbuild minified, with its source map from module_files (SPEC 3.6): the worker serves,
+// and its uncaught exception reads in the log at the original file and line; a map beside no
+// module of the bundle fails at plan.
+func TestAccASourceMapFromFilesNamesOriginalPlacesInTheLog(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	config := strings.Replace(wasmWorker(t), `"add.wasm" = "${path.module}/src/add.wasm"
+    "blob.bin" = "${path.module}/src/blob.bin"`, `"index.js.map" = "${path.module}/src/index.js.map"`, 1)
+	config = strings.Replace(config, `name         = "wasm"`, `name         = "mapped"`, 1)
+	require.Contains(t, config, "index.js.map")
+	w := newWorkspace(t, h.URL, h.Key, config)
+	src := filepath.Join(w.dir, "src")
+	require.NoError(t, os.Mkdir(src, 0o700))
+	for _, name := range []string{"index.js", "index.js.map"} {
+		b, err := os.ReadFile(filepath.Join("..", "internal", "runtime", "testdata", "sourcemap", name))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(src, name), b, 0o600))
+	}
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+	w.apply(config)
+	answersAt(t, w, h, "hello world")
+
+	out, err = w.run("output", "-raw", "url")
+	require.NoError(t, err, out)
+	host := strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/")
+	_, _, _, err = h.Runtime.TryGet(host, "/?name=boom")
+	require.NoError(t, err)
+	var logs string
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequest(http.MethodGet, h.URL+"/v1/spaces/files/workers/mapped/logs", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+h.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		logs = string(b)
+		return strings.Contains(logs, "no greeting for boom")
+	}, 15*time.Second, 100*time.Millisecond)
+	require.Contains(t, logs, "src/greet.js:5:", "the exception names the original file and line:\n%s", logs)
+	require.NotContains(t, logs, "index.js:1:")
+
+	orphan := strings.Replace(config, `"index.js.map" = `, `"other.js.map" = `, 1)
+	w.write(orphan)
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.Error(t, err, out)
+	require.Contains(t, out, "Invalid source map")
+	require.Contains(t, out, `"other.js" beside it`)
 }

@@ -406,3 +406,30 @@ func TestAccCloudflareFaultsLeaveNoOrphanAndNoDuplicate(t *testing.T) {
 	require.Equal(t, 4, met[cfstandin.FaultLostAnswer], "every lost answer was met")
 	require.Equal(t, 6, met[cfstandin.FaultRateLimited], "every 429 of the burst was met")
 }
+
+// A bundle that carries a source map fails at plan on a Cloudflare offering: only a selfhost
+// offering keeps a worker log for the map to name places in (SPEC 3.6).
+func TestAccASourceMapFailsAtPlanOnACloudflareOffering(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t)
+	config := `
+resource "takoform_worker" "w" {
+  space              = "maps"
+  name               = "mapped"
+  offering_id        = "cf-dev-worker"
+  main_module        = "index.js"
+  compatibility_date = "2025-01-01"
+  modules = {
+    "index.js"     = "export default { fetch() { return new Response(\"ok\") } };"
+    "index.js.map" = jsonencode({ version = 3, sources = ["src/index.ts"], mappings = "AAAA" })
+  }
+}
+`
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{{
+			Config: c.config(config), PlanOnly: true,
+			ExpectError: regexp.MustCompile(`Source maps not kept on this offering`),
+		}},
+	})
+}

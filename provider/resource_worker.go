@@ -86,6 +86,14 @@ func spaceNameIdentitySchema(what string) identityschema.Schema {
 	}
 }
 
+// bundleAttribute is the attribute that holds the bundle: module_files when it is set, else modules.
+func bundleAttribute(m workerModel) path.Path {
+	if !m.ModuleFiles.IsNull() {
+		return path.Root("module_files")
+	}
+	return path.Root("modules")
+}
+
 // MaxBundleBytes is the most a worker's inline modules may hold together (the state and the plan
 // hold them, SPEC 3.6); module_files may reach the offering's maxBundleBytes.
 const MaxBundleBytes = 1<<20 - 16<<10
@@ -118,7 +126,12 @@ func (r *workerResource) ValidateConfig(ctx context.Context, req resource.Valida
 		}
 		for _, name := range slices.Sorted(maps.Keys(modules)) {
 			if _, err := workerconf.ModuleBytes(name, modules[name]); err != nil {
-				resp.Diagnostics.AddAttributeError(path.Root("modules").AtMapKey(name), "Invalid bytes module", err.Error())
+				resp.Diagnostics.AddAttributeError(bundleAttribute(m).AtMapKey(name), "Invalid bytes module", err.Error())
+			}
+			if _, ok := workerconf.SourceMapOf(name); ok {
+				if err := workerconf.CheckSourceMap(modules, name); err != nil {
+					resp.Diagnostics.AddAttributeError(bundleAttribute(m).AtMapKey(name), "Invalid source map", err.Error())
+				}
 			}
 		}
 		if !m.MainModule.IsUnknown() && !m.MainModule.IsNull() {
@@ -171,7 +184,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			},
 			"modules": schema.MapAttribute{
 				MarkdownDescription: "The bundle inline: 1 to 64 modules, source text by module name; exactly one of `modules` and `module_files`. The plan prints inline sources; `module_files` keeps them out of it. " +
-					"A name ending in `.json` is a JSON module and one ending in `.txt` a text module; one ending in `.wasm` is a WebAssembly module (the code imports a compiled `WebAssembly.Module`) and one ending in `.bin` a data module (imported as an `ArrayBuffer`): their values are the bytes in standard base64 (`filebase64(\"add.wasm\")`); `module_files` reads such files as bytes. Every other module is an ES module; the main module must be one. There are no CommonJS modules. " +
+					"A name ending in `.json` is a JSON module and one ending in `.txt` a text module; one ending in `.wasm` is a WebAssembly module (the code imports a compiled `WebAssembly.Module`) and one ending in `.bin` a data module (imported as an `ArrayBuffer`): their values are the bytes in standard base64 (`filebase64(\"add.wasm\")`); `module_files` reads such files as bytes. A name ending in `.map` is the source map of the module it names (`index.js.map` for `index.js`, at most 2 MiB, not counted as code, never loaded into the isolate): on a selfhost offering the worker's log then names original files and lines; other offerings refuse it at plan. Every other module is an ES module; the main module must be one. There are no CommonJS modules. " +
 					"Names and sources together may hold at most 1032192 bytes (1 MiB less 16 KiB: the Host takes a request body of at most 1 MiB, and the bundle travels in one); a larger bundle fails at plan. Changes in place (a new generation).",
 				Optional:    true,
 				ElementType: types.StringType,
@@ -314,6 +327,15 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 						fmt.Sprintf("The module files hold %d bytes together (names and contents); the worker's offering takes a bundle of at most %d (maxBundleBytes, shown by takoform_offerings).", size, most))
 					return
 				}
+			}
+		}
+		if workerconf.HasSourceMaps(modules) && r.client != nil && !plan.OfferingID.IsUnknown() {
+			// A source map names original places in the worker's log: only an offering that keeps
+			// one takes it (SPEC 3.6).
+			if keeps, ok := r.client.OfferingKeepsLogs(ctx, plan.OfferingID.ValueString()); ok && !keeps {
+				resp.Diagnostics.AddAttributeError(bundleAttribute(plan), "Source maps not kept on this offering",
+					"The bundle carries a source map (a .map module), which only a selfhost offering keeps: it names original files and lines in the worker's log, and this worker's offering keeps no log. Leave the .map files out of the bundle.")
+				return
 			}
 		}
 	}

@@ -76,3 +76,38 @@ func TestAWorkerBodyComesCompressedUpToItsOfferingsBundleCeiling(t *testing.T) {
 	h.do(req{method: http.MethodPut, path: "/v1/worker-endpoint-origin-reservations/res-x", key: h.key, token: tokenA, contentType: "application/json",
 		body: large, headers: map[string]string{"Content-Encoding": "gzip"}}).problem(t, http.StatusRequestEntityTooLarge, "body_too_large")
 }
+
+// A source map travels beside its module and is not counted against the offering's ceiling; one
+// that maps no module of the bundle, or is past its own bound, is refused 422 and leaves no row
+// (SPEC 3.6).
+func TestASourceMapIsKeptBesideItsModuleOutsideTheBundleCeiling(t *testing.T) {
+	t.Parallel()
+	h := setup(t, func(o *options) {
+		o.catalogJSON = `{"installations": [{"name": "local", "pack": "selfhost"}],
+  "offerings": [
+    {"id": "small", "kind": "module-worker", "installation": "local", "soldTo": ["*"], "maxBundleBytes": 1048576},
+    {"id": "ep", "kind": "worker-endpoint", "installation": "local", "soldTo": ["*"]}
+  ]}`
+	})
+	sourceMap := func(pad int) string {
+		return `{"version":3,"sources":["src/index.ts"],"sourcesContent":["` + strings.Repeat("a", pad) + `"],"mappings":"AAAA"}`
+	}
+	body := workerBody()
+	body["modules"] = map[string]string{
+		"index.js":     helloModule + "\n//" + strings.Repeat("x", 900<<10),
+		"index.js.map": sourceMap(1536 << 10),
+	}
+	r := h.putWorker("prod", "mapped", tokenA, body)
+	require.Equal(t, http.StatusCreated, r.status, string(r.body))
+	require.Contains(t, r.json(t)["modules"].(map[string]any), "index.js.map", "the map is kept with the bundle")
+
+	for _, modules := range []map[string]string{
+		{"index.js": helloModule, "other.js.map": sourceMap(1)},       // maps no module
+		{"index.js": helloModule, "index.js.map": sourceMap(2 << 20)}, // past 2 MiB
+		{"index.js": helloModule, "index.js.map": `{"version":2}`},    // not a version 3 map
+	} {
+		body["modules"] = modules
+		h.putWorker("prod", "refused", tokenA, body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+	}
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM workers`), "no refused request left a row")
+}

@@ -194,3 +194,18 @@ export default { fetch() { return new Response("add=" + instance.exports.add(40,
 	require.Equal(t, http.StatusOK, status, body)
 	require.Equal(t, "add=42 blob=4", body)
 }
+
+// A source map is kept only where the worker's log is (SPEC 3.6): on workers-dev the bundle that
+// carries one is refused 422, naming the offering and its pack, and nothing reaches Cloudflare.
+func TestASourceMapIsRefusedOnACloudflareOffering(t *testing.T) {
+	t.Parallel()
+	h, s := setupWorkersDev(t, cfToken)
+	b := cfWorkerBody(`export default { fetch() { return new Response("ok") } };`)
+	b["modules"].(map[string]string)["index.js.map"] = `{"version":3,"sources":["src/a.ts"],"mappings":"AAAA"}`
+	before := apiCalls(s, http.MethodPut, "/scripts/")
+	h.putWorker("prod", "mapped", tokenA, b).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+	r := h.putWorker("prod", "mapped", tokenA, b)
+	require.Contains(t, string(r.body), "only a selfhost offering keeps")
+	require.Equal(t, before, apiCalls(s, http.MethodPut, "/scripts/"), "nothing was uploaded")
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM workers`))
+}

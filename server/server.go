@@ -27,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // DefaultBodyLimit bounds every request body.
@@ -120,7 +121,8 @@ func New(cfg Config) *Server {
 	s.workerBodyLimit = cfg.BodyLimit
 	for _, o := range h.Catalog.Offerings {
 		if o.Kind == catalog.KindWorker {
-			s.workerBodyLimit = max(s.workerBodyLimit, o.BundleCeiling()/3*4+64<<10)
+			// The source maps travel beside the bundle, outside its ceiling (SPEC 3.6).
+			s.workerBodyLimit = max(s.workerBodyLimit, (o.BundleCeiling()+workerconf.MaxSourceMapsBytes)/3*4+64<<10)
 		}
 	}
 	e := s.echo

@@ -175,7 +175,7 @@ type Offering struct {
 	Installation string `json:"installation"`
 	Digest       string `json:"digest"`
 
-	// MaxBundleBytes On a module-worker offering: the most a worker's bundle may hold (its module names and contents, a .wasm or .bin module's bytes decoded). A worker request body may hold 4/3 of it plus 64 KiB, compressed (Content-Encoding: gzip) or not; past either bound it is refused 413 body_too_large.
+	// MaxBundleBytes On a module-worker offering: the most a worker's bundle may hold (its module names and contents, a .wasm or .bin module's bytes decoded). A worker request body may hold 4/3 of it and of 4 MiB of source maps, plus 64 KiB, compressed (Content-Encoding: gzip) or not; past either bound it is refused 413 body_too_large.
 	MaxBundleBytes *int64 `json:"maxBundleBytes,omitempty"`
 
 	// Ceilings On a module-worker offering: the most a worker's `limits` may ask for. `fixedMemory`: the offering runs every worker with exactly `memoryMb` (Cloudflare's 128 MB), so `limits.memoryMb` must be that or omitted.
@@ -362,7 +362,7 @@ type WorkerLimits struct {
 
 // WorkerSpec defines model for WorkerSpec.
 type WorkerSpec struct {
-	// Modules The bundle, by module name. A name ending in .json is a JSON module, .txt a text module, .wasm a WebAssembly module and .bin a data module; every other module is an ES module, and mainModule must be one. The value of a .wasm or .bin module is its bytes in standard base64 (422 invalid_request otherwise); every other value is the module's text.
+	// Modules The bundle, by module name. A name ending in .json is a JSON module, .txt a text module, .wasm a WebAssembly module and .bin a data module; every other module is an ES module, and mainModule must be one. The value of a .wasm or .bin module is its bytes in standard base64 (422 invalid_request otherwise); every other value is the module's text. A name ending in .map is the version 3 source map of the ES module it names (index.js.map for index.js): at most 2 MiB (4 MiB for all of a bundle's maps), not counted against maxBundleBytes, never loaded into the isolate; the worker's log then names original files and lines. Only selfhost offerings keep maps (422 invalid_request on the others).
 	Modules               map[string]string `json:"modules"`
 	MainModule            string            `json:"mainModule"`
 	CompatibilityDate     string            `json:"compatibilityDate"`

@@ -409,6 +409,9 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	if size, most := workerconf.BundleBytes(spec.Modules), offering.BundleCeiling(); size > most {
 		return ownership.Response{}, apierr.New(apierr.BodyTooLarge, "the bundle holds %d bytes (module names and contents); offering %s takes at most %d (maxBundleBytes)", size, offering.ID, most)
 	}
+	if workerconf.HasSourceMaps(spec.Modules) && offering.Pack != catalog.PackSelfhost {
+		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "the bundle carries a source map, which only a selfhost offering keeps (it names original places in the worker's log); offering %s runs on %s: leave the .map modules out", offering.ID, offering.Pack)
+	}
 	placement := offering.Placement()
 	mut, err := s.mutator(placement)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // scriptRun is what runs for one script: the serving incarnation (admitted; the edge sends its
@@ -167,6 +168,9 @@ func (n *Node) code(s *state.Script) func() (*orgproc.Code, error) {
 			c.Services = []string{}
 		}
 		for _, name := range slices.Sorted(maps.Keys(s.Modules)) {
+			if workerd.ModuleType(name) == workerconf.ModuleSourceMap {
+				continue // kept beside its module for the log, never loaded
+			}
 			c.Modules = append(c.Modules, orgproc.Module{Name: name, Type: workerd.ModuleType(name), Value: s.Modules[name]})
 		}
 		if s.Delivery != nil {

@@ -3,9 +3,15 @@ package runtime_test
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
 
 // addWasm is testdata/add.wat compiled: a WebAssembly module exporting add(i32, i32) i32.
@@ -36,4 +42,42 @@ export default { fetch() {
 	f.route("wasm.workers.localhost", "wasm", "ep-wasm")
 	f.waitReady("wasm")
 	f.answers("wasm.workers.localhost", "add=42 blob=4:0,255")
+}
+
+// A bundle esbuild minified, with its source map beside it (testdata/sourcemap, built by its
+// build.sh): the map is never loaded into the isolate, and the worker's uncaught exception and the
+// stack it prints itself name the original file and line, not the bundle's one line.
+func TestAWorkersLogNamesTheOriginalPlacesOfItsSourceMap(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	put := f.scriptPut("uid-mapped", 1, "mapped")
+	put.Modules = map[string]string{}
+	for _, name := range []string{"index.js", "index.js.map"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "sourcemap", name))
+		require.NoError(t, err)
+		put.Modules[name] = string(b)
+	}
+	put.MainModule = "index.js"
+	_, err := f.client.PutScript(f.ctx, "mapped", put)
+	require.NoError(t, err)
+	const host = "mapped.workers.localhost"
+	f.route(host, "mapped", "ep-mapped")
+	f.waitReady("mapped")
+	f.answers(host, "hello world")
+	for _, q := range []string{"boom", "trace"} {
+		_, _, _, err := f.h.TryGet(host, "/?name="+q)
+		require.NoError(t, err)
+	}
+
+	var page adminapi.LogPage
+	require.Eventually(t, func() bool {
+		page, err = f.logs("mapped", adminapi.LogQuery{WorkerUID: "uid-mapped"})
+		return err == nil && len(page.Entries) >= 2
+	}, 10*time.Second, 20*time.Millisecond)
+	all := strings.Join(messages(page), "\n---\n")
+	t.Log(all)
+	require.Contains(t, all, "no greeting for boom")
+	require.Contains(t, all, "src/greet.js:5:", "the exception names the line that threw")
+	require.Contains(t, all, "src/greet.js:11:", "the printed stack names the line that made it")
+	require.NotContains(t, all, "index.js:1:", "no place in the bundle is left")
 }

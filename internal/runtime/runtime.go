@@ -38,6 +38,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sourcemaps"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
@@ -174,6 +175,9 @@ type Node struct {
 	// logs holds each worker UID's log ring (guarded by mu): created with its first incarnation,
 	// dropped with its script.
 	logs map[string]*workerlog.Ring
+	// sourceMaps keeps the node's parsed source maps, for the incarnations whose bundles have
+	// them.
+	sourceMaps *sourcemaps.Cache
 
 	// kick wakes the reconciler for the scripts in dirty: those whose incarnations changed state,
 	// or whose candidate's start backoff ended (dirty guarded by kickMu, never held with mu).
@@ -282,7 +286,7 @@ func Start(cfg Config) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), bin: bin,
-		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
+		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, sourceMaps: sourcemaps.NewCache(sourcemaps.DefaultCacheSize), kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}
 	ok := false

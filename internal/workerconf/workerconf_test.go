@@ -92,3 +92,46 @@ func TestModulesAreTextOrBytesByTheirNames(t *testing.T) {
 	require.ErrorContains(t, CheckModules(map[string]string{"add.wasm": "AGFzbQEAAAA="}, "add.wasm"), "the main module is the worker's ES module code")
 	require.ErrorContains(t, CheckModules(map[string]string{"index.js": "x", "blob.bin": "%%%"}, "index.js"), `module "blob.bin" holds bytes`)
 }
+
+// A source map sits beside the ES module it maps, is a version 3 map within its bounds, and is
+// not counted against the bundle ceiling (SPEC 3.6).
+func TestASourceMapSitsBesideItsModuleAndIsNotCode(t *testing.T) {
+	t.Parallel()
+	const sm = `{"version":3,"sources":["src/a.ts"],"mappings":"AAAA"}`
+	mapped, ok := SourceMapOf("lib/index.js.map")
+	require.True(t, ok)
+	require.Equal(t, "lib/index.js", mapped)
+	_, ok = SourceMapOf("index.js")
+	require.False(t, ok)
+	require.Equal(t, ModuleSourceMap, ModuleKind("index.js.map"))
+
+	require.NoError(t, CheckModules(map[string]string{"index.js": "x", "index.js.map": sm}, "index.js"))
+	for name, c := range map[string]struct {
+		modules map[string]string
+		want    string
+	}{
+		"no module":      {map[string]string{"index.js": "x", "other.js.map": sm}, `no ES module "other.js" beside it`},
+		"maps data":      {map[string]string{"index.js": "x", "a.txt": "t", "a.txt.map": sm}, `no ES module "a.txt" beside it`},
+		"not json":       {map[string]string{"index.js": "x", "index.js.map": "{"}, "is not JSON"},
+		"not version 3":  {map[string]string{"index.js": "x", "index.js.map": `{"version":2,"mappings":""}`}, "not a version 3 source map"},
+		"no mappings":    {map[string]string{"index.js": "x", "index.js.map": `{"version":3}`}, "not a version 3 source map"},
+		"too large":      {map[string]string{"index.js": "x", "index.js.map": `{"version":3,"mappings":"` + strings.Repeat("A", MaxSourceMapBytes) + `"}`}, "may hold at most 2097152"},
+		"main is a map":  {map[string]string{"index.js": "x", "index.js.map": sm}, "the main module is the worker's ES module code"},
+		"too many bytes": {map[string]string{"a.js": "x", "b.js": "x", "c.js": "x", "a.js.map": big(), "b.js.map": big(), "c.js.map": big()}, "a bundle's maps may hold at most 4194304"},
+	} {
+		main := "index.js"
+		if name == "main is a map" {
+			main = "index.js.map"
+		} else if name == "too many bytes" {
+			main = "a.js"
+		}
+		require.ErrorContains(t, CheckModules(c.modules, main), c.want, name)
+	}
+	require.EqualValues(t, len("index.js")+1, BundleBytes(map[string]string{"index.js": "x", "index.js.map": sm}), "a map is not counted")
+	require.True(t, HasSourceMaps(map[string]string{"index.js": "x", "index.js.map": sm}))
+	require.False(t, HasSourceMaps(map[string]string{"index.js": "x"}))
+}
+
+func big() string {
+	return `{"version":3,"mappings":"` + strings.Repeat("A", MaxSourceMapBytes-64) + `"}`
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/scrub"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sourcemaps"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerlog"
 )
 
@@ -35,6 +36,9 @@ type Spec struct {
 	Code func() (*Code, error)
 	// Scrub removes its delivered values from what it prints and from its failure messages.
 	Scrub scrub.Scrubber
+	// Places names original files and lines for the places its log names in modules that have
+	// a source map (nil: none has).
+	Places *sourcemaps.Mapper
 	// Log is the worker's log ring (nil: none is kept), and Lines its organization's output
 	// budget, shared by all the organization's incarnations.
 	Log   *workerlog.Ring

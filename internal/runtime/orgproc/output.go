@@ -201,7 +201,7 @@ func logTail(inc *Incarnation, body []byte) {
 		}
 		entered++
 		if inc.spec.Log.Admit() {
-			inc.spec.Log.Append(inc.spec.ID, level, inc.spec.Scrub.Apply(message))
+			inc.spec.Log.Append(inc.spec.ID, level, inc.spec.Scrub.Apply(inc.spec.Places.Apply(message)))
 		}
 		return true
 	}

@@ -69,7 +69,7 @@ func (p *Process) probe(u *unit) {
 		}
 	default:
 		u.loaded.Store(true)
-		msg := inc.spec.Scrub.Apply(res.Message)
+		msg := inc.spec.Scrub.Apply(inc.spec.Places.Apply(res.Message))
 		if l := inc.spec.Log; l != nil && l.Admit() {
 			l.Append(inc.spec.ID, adminapi.LevelException, msg)
 		}

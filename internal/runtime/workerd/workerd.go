@@ -73,6 +73,9 @@ func (w Worker) Validate() error {
 			return fmt.Errorf("module name %q is empty, too long or has control characters", name)
 		}
 	}
+	if err := workerconf.CheckModules(w.Modules, w.MainModule); err != nil {
+		return err
+	}
 	if !vocab.Date.MatchString(w.CompatibilityDate) {
 		return fmt.Errorf("compatibilityDate %q is not YYYY-MM-DD", w.CompatibilityDate)
 	}

@@ -1,0 +1,168 @@
+// Package sourcemaps names a worker's original files and lines in what it prints. A bundle may
+// carry a source map beside a code module (`<module>.map`, SPEC 3.6): it is never loaded into the
+// isolate; the node keeps it with the script and, when a log line or an uncaught exception names
+// a place in the module ("index.js:1:21912"), writes the original place instead
+// ("src/greet.js:5:30"). Maps are parsed on first use and a node keeps a bounded number parsed.
+package sourcemaps
+
+import (
+	"container/list"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/go-sourcemap/sourcemap"
+
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
+)
+
+// Cache keeps the most recently used parsed maps of a node. A parsed map costs a few times its
+// text in memory, so a node that holds thousands of workers keeps only those whose workers print
+// locations now and then.
+type Cache struct {
+	size int
+
+	mu      sync.Mutex
+	order   *list.List // of *entry, most recently used first
+	entries map[string]*list.Element
+}
+
+type entry struct {
+	key      string
+	consumer *sourcemap.Consumer // nil: the map did not parse
+}
+
+// DefaultCacheSize is how many parsed maps a node keeps.
+const DefaultCacheSize = 16
+
+// NewCache returns a cache of at most size parsed maps.
+func NewCache(size int) *Cache {
+	return &Cache{size: max(1, size), order: list.New(), entries: map[string]*list.Element{}}
+}
+
+func (c *Cache) parsed(key, text string) *sourcemap.Consumer {
+	c.mu.Lock()
+	if el, ok := c.entries[key]; ok {
+		c.order.MoveToFront(el)
+		c.mu.Unlock()
+		return el.Value.(*entry).consumer
+	}
+	c.mu.Unlock()
+	// Parsed outside the lock: a large map takes milliseconds, and other workers' lines wait for
+	// nothing of it. Two first uses at once parse twice and keep one.
+	consumer := parse(text)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*entry).consumer
+	}
+	c.entries[key] = c.order.PushFront(&entry{key: key, consumer: consumer})
+	for c.order.Len() > c.size {
+		oldest := c.order.Back()
+		c.order.Remove(oldest)
+		delete(c.entries, oldest.Value.(*entry).key)
+	}
+	return consumer
+}
+
+// parse is the parsed map of text, or nil. A map is the tenant's: the parser must not take the
+// node down with a panic on one it was not written for.
+func parse(text string) (consumer *sourcemap.Consumer) {
+	defer func() {
+		if recover() != nil {
+			consumer = nil
+		}
+	}()
+	consumer, err := sourcemap.Parse("", []byte(text))
+	if err != nil {
+		return nil
+	}
+	return consumer
+}
+
+// source is the original place of a generated one (line from 1, column from 0), guarded as
+// parse is: a map whose mappings name sources or names it lacks must not panic the node.
+func source(c *sourcemap.Consumer, line, column int) (file string, origLine, origColumn int, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	file, _, origLine, origColumn, ok = c.Source(line, column)
+	return file, origLine, origColumn, ok && file != ""
+}
+
+// Len is how many parsed maps the cache holds.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}
+
+// Mapper rewrites the places of one incarnation's mapped modules. The zero Mapper (nil) changes
+// nothing.
+type Mapper struct {
+	cache *Cache
+	// id names the incarnation in the cache: its bundle, maps included, is fixed by it.
+	id    string
+	maps  map[string]string // module name → its map's text
+	place *regexp.Regexp
+}
+
+// For is the Mapper of incarnation id whose bundle is modules, or nil when no module of it has a
+// map.
+func (c *Cache) For(id string, modules map[string]string) *Mapper {
+	maps := map[string]string{}
+	for name, text := range modules {
+		if mapped, ok := workerconf.SourceMapOf(name); ok {
+			if _, code := modules[mapped]; code {
+				maps[mapped] = text
+			}
+		}
+	}
+	if len(maps) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(maps))
+	for name := range maps {
+		names = append(names, regexp.QuoteMeta(name))
+	}
+	// Longest first, so that "lib/index.js" is not read as "index.js" after "lib/".
+	slices.SortFunc(names, func(a, b string) int { return len(b) - len(a) })
+	// A place is the module's name, as V8 writes it in a stack frame or an error message
+	// (sometimes after a scheme and slashes), then :line:column. What precedes it may not be part
+	// of a longer name.
+	place := regexp.MustCompile(`(^|[\s(@"'=])((?:[a-z][a-z0-9+.-]*:/+)?/?)(` + strings.Join(names, "|") + `):(\d+):(\d+)`)
+	return &Mapper{cache: c, id: id, maps: maps, place: place}
+}
+
+// Apply is text with every place in a mapped module written as the original file, line and
+// column the map gives; a place the map does not cover is left as it is.
+func (m *Mapper) Apply(text string) string {
+	if m == nil || !strings.Contains(text, ":") {
+		return text
+	}
+	return m.place.ReplaceAllStringFunc(text, func(found string) string {
+		g := m.place.FindStringSubmatch(found)
+		lead, module := g[1], g[3]
+		line, err1 := strconv.Atoi(g[4])
+		column, err2 := strconv.Atoi(g[5])
+		if err1 != nil || err2 != nil || line < 1 || column < 1 {
+			return found
+		}
+		consumer := m.cache.parsed(m.id+"\x00"+module, m.maps[module])
+		if consumer == nil {
+			return found
+		}
+		// V8 counts columns from 1, a source map from 0.
+		file, origLine, origColumn, ok := source(consumer, line, column-1)
+		if !ok {
+			return found
+		}
+		return fmt.Sprintf("%s%s:%d:%d", lead, strings.TrimPrefix(file, "./"), origLine, origColumn+1)
+	})
+}

@@ -38,6 +38,10 @@ type Server struct {
 	listeners map[net.Listener]struct{}
 	conns     map[*h1conn]struct{}
 	closing   atomic.Bool
+	// accepting counts the Serve loops still running: a shutdown waits for them, so that a
+	// connection one accepted as the listener closed is registered, and served, before the
+	// shutdown counts what is left.
+	accepting sync.WaitGroup
 	h2once    sync.Once
 	h2err     error       // why the HTTP/2 server stopped on its own (under mu)
 	errorLog  *log.Logger // nil: the log package's standard logger
@@ -89,7 +93,9 @@ func (s *Server) Serve(l net.Listener) error {
 		return http.ErrServerClosed
 	}
 	s.listeners[l] = struct{}{}
+	s.accepting.Add(1)
 	s.mu.Unlock()
+	defer s.accepting.Done()
 	if s.h2.TLSConfig != nil {
 		s.startH2(l) // now, so that a configuration it refuses is known at once
 	}
@@ -132,13 +138,10 @@ func (s *Server) Serve(l net.Listener) error {
 		hc.ctx, hc.cancel = context.WithCancelCause(context.WithValue(context.Background(), http.LocalAddrContextKey, hc.raw.LocalAddr()))
 		hc.cr = &connReader{c: hc}
 		hc.cr.cond = sync.NewCond(&hc.cr.mu)
+		// Served even when a shutdown began meanwhile: the client connected before the listener
+		// closed and is owed an answer to its first request (on an inherited listener, the next
+		// process takes the connections this one did not accept).
 		s.mu.Lock()
-		if s.closing.Load() {
-			s.mu.Unlock()
-			hc.cancel(http.ErrServerClosed)
-			c.Close()
-			return http.ErrServerClosed
-		}
 		s.conns[hc] = struct{}{}
 		s.mu.Unlock()
 		go hc.serve()
@@ -154,6 +157,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		l.Close()
 	}
 	s.mu.Unlock()
+	accepted := make(chan struct{})
+	go func() { s.accepting.Wait(); close(accepted) }()
+	select {
+	case <-accepted:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	s.h2conns.close()
 	h2err := make(chan error, 1)
 	go func() { h2err <- s.h2.Shutdown(ctx) }()
@@ -272,11 +282,15 @@ func (c *h1conn) serve() {
 	remote := c.raw.RemoteAddr().String()
 	lastPost := false
 	for first := true; ; first = false {
-		// Waiting for a request: a shutdown closes the connection now. The first request's wait
-		// is bounded by the header time limit, the next ones' by the idle limit.
-		c.idle.Store(true)
-		if s.closing.Load() {
-			return
+		// Waiting for a request: a shutdown closes the connection now, unless it has had none
+		// yet (its client connected to be answered, and cannot tell whether a request it sent
+		// was read: as net/http does for new connections). The first request's wait is bounded
+		// by the header time limit, the next ones' by the idle limit.
+		if !first {
+			c.idle.Store(true)
+			if s.closing.Load() {
+				return
+			}
 		}
 		wait := s.limits.IdleTimeout
 		if first {

@@ -299,3 +299,75 @@ func TestAccASourceMapFromFilesNamesOriginalPlacesInTheLog(t *testing.T) {
 	require.Contains(t, out, "Invalid source map")
 	require.Contains(t, out, `"other.js" beside it`)
 }
+
+// Cron triggers through the shipped module (SPEC 3.6): a bad expression fails at plan under its
+// HCL name; crons apply, change in place and plan empty afterwards; and a tick, brought by moving
+// the database's clock, runs the worker's scheduled handler, whose line reaches the worker's log.
+// takoform_offerings shows how the offering delivers them.
+func TestAccCronsThroughTheModuleRunTheScheduledHandler(t *testing.T) {
+	t.Parallel()
+	h := testhost.Start(t, testhost.Options{})
+	config := func(crons string) string {
+		c := strings.Replace(wasmWorker(t), `"add.wasm" = "${path.module}/src/add.wasm"
+    "blob.bin" = "${path.module}/src/blob.bin"
+  }`, `}
+  crons = `+crons, 1)
+		c = strings.Replace(c, `name         = "wasm"`, `name         = "cron"`, 1)
+		require.Contains(t, c, "crons = ")
+		return c + `
+data "takoform_offerings" "all" {}
+
+output "delivery" {
+  value = [for o in data.takoform_offerings.all.offerings : o.cron_delivery if o.kind == "module-worker"]
+}
+`
+	}
+	w := newWorkspace(t, h.URL, h.Key, config(`["*/5 * * * *"]`))
+	src := filepath.Join(w.dir, "src")
+	require.NoError(t, os.Mkdir(src, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(src, "index.js"), []byte(`export default {
+  fetch() { return new Response("ok"); },
+  scheduled(event) { console.log("tick " + event.cron); },
+};
+`), 0o600))
+	out, err := w.run("get", "-no-color")
+	require.NoError(t, err, out)
+
+	w.write(config(`["61 * * * *"]`))
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.Error(t, err, out)
+	require.Contains(t, out, "Invalid crons")
+
+	w.apply(config(`["*/5 * * * *"]`))
+	out, err = w.run("output", "-json", "delivery")
+	require.NoError(t, err, out)
+	require.JSONEq(t, `["at-most-once"]`, out)
+	w.write(config(`["* * * * *", "*/5 * * * *"]`))
+	out, err = w.run("plan", "-input=false", "-no-color")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "1 to change, 0 to destroy", "a change of crons is in place:\n%s", out)
+	w.apply(config(`["* * * * *", "*/5 * * * *"]`))
+
+	var due time.Time
+	require.Eventually(t, func() bool {
+		return h.DB.QueryRow(ctx(t), `SELECT next_tick FROM worker_crons WHERE cron = '* * * * *' AND next_tick IS NOT NULL`).Scan(&due) == nil
+	}, 10*time.Second, 50*time.Millisecond, "the Host computes the first tick")
+	_, err = h.DB.Exec(ctx(t), `INSERT INTO clock_skew (skew) VALUES ($1::timestamptz - now() + interval '1 second')
+ON CONFLICT (singleton) DO UPDATE SET skew = EXCLUDED.skew`, due)
+	require.NoError(t, err)
+	var logs string
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequest(http.MethodGet, h.URL+"/v1/spaces/files/workers/cron/logs", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+h.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		logs = string(b)
+		return strings.Contains(logs, `"message":"tick * * * * *"`)
+	}, 20*time.Second, 100*time.Millisecond, "the tick runs the scheduled handler")
+	require.Equal(t, 1, strings.Count(logs, `"message":"tick * * * * *"`), logs)
+}

@@ -33,6 +33,8 @@ type offeringModel struct {
 	KeepsLogs    types.Bool   `tfsdk:"keeps_logs"`
 	// MaxBundleBytes is null on other kinds than module-worker.
 	MaxBundleBytes types.Int64 `tfsdk:"max_bundle_bytes"`
+	// CronDelivery is null where a worker may have no crons.
+	CronDelivery types.String `tfsdk:"cron_delivery"`
 }
 
 func (d *offeringsDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -56,6 +58,7 @@ func (d *offeringsDataSource) Schema(_ context.Context, _ datasource.SchemaReque
 						"max_cpu_ms":       schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.cpu_ms` of a `takoform_worker` may be (null on other kinds)."},
 						"max_memory_mb":    schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most `limits.memory_mb` may be; on Cloudflare offerings the only value it may take (128). Null on other kinds."},
 						"keeps_logs":       schema.BoolAttribute{Computed: true, MarkdownDescription: "Whether the Host keeps a log of the workers of this offering (`logs_url` of a `takoform_worker`): only `selfhost` offerings do."},
+						"cron_delivery":    schema.StringAttribute{Computed: true, MarkdownDescription: "On a `module-worker` offering that runs `crons`: how each tick is delivered (`at-most-once` on `selfhost`). Null where a worker may have no crons."},
 						"max_bundle_bytes": schema.Int64Attribute{Computed: true, MarkdownDescription: "On a `module-worker` offering: the most a worker's bundle may hold (module names and contents, a `.wasm` or `.bin` file's bytes), from `module_files`; inline `modules` hold at most 1032192 bytes. Null on other kinds."},
 					},
 				},
@@ -80,7 +83,7 @@ func (d *offeringsDataSource) Read(ctx context.Context, _ datasource.ReadRequest
 			ID: types.StringValue(o.ID), Kind: types.StringValue(o.Kind), Pack: types.StringValue(o.Pack),
 			Installation: types.StringValue(o.Installation), Digest: types.StringValue(o.Digest),
 			MaxCPUMs: types.Int64Null(), MaxMemoryMB: types.Int64Null(), KeepsLogs: types.BoolValue(o.Pack == "selfhost"),
-			MaxBundleBytes: types.Int64PointerValue(o.MaxBundleBytes),
+			MaxBundleBytes: types.Int64PointerValue(o.MaxBundleBytes), CronDelivery: types.StringPointerValue(o.CronDelivery),
 		}
 		if c := o.Ceilings; c != nil {
 			m.MaxCPUMs, m.MaxMemoryMB = types.Int64Value(c.CPUMs), types.Int64Value(c.MemoryMB)

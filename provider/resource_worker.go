@@ -58,6 +58,7 @@ type workerModel struct {
 	Vars                  types.Map      `tfsdk:"vars"`
 	JSONVars              types.Map      `tfsdk:"json_vars"`
 	CompatibilityFlags    types.Set      `tfsdk:"compatibility_flags"`
+	Crons                 types.Set      `tfsdk:"crons"`
 	ServiceBindings       types.Map      `tfsdk:"service_bindings"`
 	ServiceBindingWorkers types.Map      `tfsdk:"service_binding_workers"`
 	Limits                types.Object   `tfsdk:"limits"`
@@ -229,6 +230,13 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "Compatibility flags beside `compatibility_date` (`nodejs_compat`, …), at most 32. A flag the offering's runtime does not know fails the apply with the runtime's own message, and the worker keeps serving its previous generation. Changes in place.",
 				Optional:            true,
 				ElementType:         types.StringType,
+			},
+			"crons": schema.SetAttribute{
+				MarkdownDescription: "Cron triggers: each a standard five-field expression (`minute hour day-of-month month day-of-week`, read in UTC; `*/5 * * * *`), at most 16, checked at plan. The worker's `scheduled(event)` handler runs at each tick, with `event.cron` and `event.scheduledTime`. " +
+					"On a `selfhost` offering the Host claims each tick once and one Ready node runs it at most once (`cron_delivery = \"at-most-once\"` in `takoform_offerings`); a tick more than 60 s late (no Host running) is recorded missed and not run; the handler's lines and each tick's outcome are in the worker's log. " +
+					"An offering without `cron_delivery` refuses crons. Changes in place.",
+				Optional:    true,
+				ElementType: types.StringType,
 			},
 			"service_bindings": serviceBindingsAttribute(),
 			"service_binding_workers": schema.MapAttribute{
@@ -426,7 +434,7 @@ func (r *workerResource) spec(ctx context.Context, m workerModel) (client.Worker
 	if err != nil {
 		return spec, err
 	}
-	spec.Vars, spec.JSONVars, spec.CompatibilityFlags = settings.Vars, settings.JSONVars, settings.CompatibilityFlags
+	spec.Vars, spec.JSONVars, spec.CompatibilityFlags, spec.Crons = settings.Vars, settings.JSONVars, settings.CompatibilityFlags, settings.Crons
 	if spec.ServiceBindings, spec.Limits, err = bindingsOf(ctx, m); err != nil {
 		return spec, err
 	}
@@ -461,6 +469,11 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 		m.CompatibilityFlags = types.SetNull(types.StringType)
 	} else {
 		m.CompatibilityFlags, _ = types.SetValueFrom(ctx, types.StringType, w.CompatibilityFlags)
+	}
+	if len(w.Crons) == 0 && (importing || m.Crons.IsNull() || m.Crons.IsUnknown()) {
+		m.Crons = types.SetNull(types.StringType)
+	} else {
+		m.Crons, _ = types.SetValueFrom(ctx, types.StringType, w.Crons)
 	}
 	priorBindings, priorWorkers := m.ServiceBindings, m.ServiceBindingWorkers
 	fillBindings(ctx, m, w, importing)
@@ -683,6 +696,7 @@ func landed(w client.Worker, spec client.WorkerSpec) bool {
 	flags := slices.Sorted(slices.Values(spec.CompatibilityFlags))
 	return maps.Equal(w.Modules, spec.Modules) && maps.Equal(w.ModuleFiles, spec.ModuleFiles) && w.MainModule == spec.MainModule && w.CompatibilityDate == spec.CompatibilityDate &&
 		maps.Equal(w.Vars, spec.Vars) && maps.Equal(w.JSONVars, spec.JSONVars) && slices.Equal(w.CompatibilityFlags, slices.Compact(flags)) &&
+		slices.Equal(w.Crons, slices.Compact(slices.Sorted(slices.Values(spec.Crons)))) &&
 		slices.Equal(names, spec.RequiredSensitiveVars) && ref == deref(spec.RuntimeInputReference)
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
-// settingsOf is the worker's vars, json_vars and compatibility_flags as the Host takes them.
+// settingsOf is the worker's vars, json_vars, compatibility_flags and crons as the Host takes them.
 func settingsOf(ctx context.Context, m workerModel) (workerconf.Settings, error) {
 	var s workerconf.Settings
 	if d := m.Vars.ElementsAs(ctx, &s.Vars, false); d.HasError() {
@@ -24,6 +24,9 @@ func settingsOf(ctx context.Context, m workerModel) (workerconf.Settings, error)
 	if d := m.CompatibilityFlags.ElementsAs(ctx, &s.CompatibilityFlags, false); d.HasError() {
 		return s, fmt.Errorf("compatibility_flags: %v", d)
 	}
+	if d := m.Crons.ElementsAs(ctx, &s.Crons, false); d.HasError() {
+		return s, fmt.Errorf("crons: %v", d)
+	}
 	return s.Normalize(), nil
 }
 
@@ -33,7 +36,7 @@ var hclNames = strings.NewReplacer("jsonVars", "json_vars", "serviceBindings", "
 
 // validateSettings checks at plan time what the Host would refuse: the same rules, by HCL name.
 func (r *workerResource) validateSettings(ctx context.Context, m workerModel, diags *diag.Diagnostics) {
-	for _, v := range []attrValue{m.Vars, m.JSONVars, m.CompatibilityFlags, m.RequiredSensitiveVars} {
+	for _, v := range []attrValue{m.Vars, m.JSONVars, m.CompatibilityFlags, m.RequiredSensitiveVars, m.Crons} {
 		if !fullyKnown(v) {
 			return
 		}
@@ -63,6 +66,9 @@ func (r *workerResource) validateSettings(ctx context.Context, m workerModel, di
 			at = path.Root("compatibility_flags")
 		case strings.HasPrefix(msg, "service_bindings"):
 			at = path.Root("service_bindings")
+		case strings.HasPrefix(msg, "cron"):
+			diags.AddAttributeError(path.Root("crons"), "Invalid crons", msg+".")
+			return
 		}
 		diags.AddAttributeError(at, "Invalid worker variables or flags", msg+".")
 	}

@@ -61,6 +61,9 @@ func (s *Server) offerings(c echo.Context) error {
 			v.Ceilings = &c
 			bundle := o.BundleCeiling()
 			v.MaxBundleBytes = &bundle
+			if d := o.CronDelivery(); d != "" {
+				v.CronDelivery = &d
+			}
 		}
 		out = append(out, v)
 	}

@@ -55,6 +55,7 @@ var statuses = map[apierr.Code]struct {
 	apierr.WorkerHasEndpoints:    {http.StatusConflict, "Worker has endpoints"},
 	apierr.WorkerHasCallers:      {http.StatusConflict, "Worker has callers"},
 	apierr.LogsUnsupported:       {http.StatusNotImplemented, "Logs unsupported"},
+	apierr.CronsUnsupported:      {http.StatusUnprocessableEntity, "Crons unsupported"},
 	apierr.EndpointActivated:     {http.StatusConflict, "Endpoint activated"},
 	apierr.ResourceExists:        {http.StatusConflict, "Resource exists"},
 	apierr.Immutable:             {http.StatusConflict, "Cannot change in place"},

@@ -44,6 +44,8 @@ type Config struct {
 	BodyLimit int64
 	// JanitorEvery is how often Serve runs the Host's janitor (a minute when zero).
 	JanitorEvery time.Duration
+	// CronEvery is how often Serve claims the cron ticks due (a second when zero).
+	CronEvery time.Duration
 	// KeyCacheTTL is how long a key that authenticated is trusted without asking the database
 	// again: how soon a revocation reaches this replica (one second when zero; negative: never
 	// cached).
@@ -204,6 +206,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		every = time.Minute
 	}
 	go s.host.Janitor(ctx, every)
+	cronEvery := s.cfg.CronEvery
+	if cronEvery <= 0 {
+		cronEvery = time.Second
+	}
+	go s.host.Crons(ctx, cronEvery)
 	select {
 	case err := <-errc:
 		return err

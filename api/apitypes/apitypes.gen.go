@@ -178,6 +178,9 @@ type Offering struct {
 	// MaxBundleBytes On a module-worker offering: the most a worker's bundle may hold (its module names and contents, a .wasm or .bin module's bytes decoded). A worker request body may hold 4/3 of it and of 4 MiB of source maps, plus 64 KiB, compressed (Content-Encoding: gzip) or not; past either bound it is refused 413 body_too_large.
 	MaxBundleBytes *int64 `json:"maxBundleBytes,omitempty"`
 
+	// CronDelivery On a module-worker offering that runs cron triggers: how each tick is delivered (at-most-once on selfhost: a tick the Host claimed runs once or not at all; at-least-once where Cloudflare runs them). Absent: a worker with crons is refused 422 crons_unsupported.
+	CronDelivery *string `json:"cronDelivery,omitempty"`
+
 	// Ceilings On a module-worker offering: the most a worker's `limits` may ask for. `fixedMemory`: the offering runs every worker with exactly `memoryMb` (Cloudflare's 128 MB), so `limits.memoryMb` must be that or omitted.
 	Ceilings *OfferingCeilings `json:"ceilings,omitempty"`
 }
@@ -337,6 +340,7 @@ type Worker struct {
 	// Cloudflare. `memoryMb` is the memory ceiling of each of the worker's processes on selfhost;
 	// on Cloudflare offerings it must be 128.
 	Limits                *WorkerLimits `json:"limits"`
+	Crons                 []string      `json:"crons"`
 	RequiredSensitiveVars []string      `json:"requiredSensitiveVars"`
 	OfferingID            string        `json:"offeringId"`
 
@@ -397,6 +401,14 @@ type WorkerSpec struct {
 	// Cloudflare. `memoryMb` is the memory ceiling of each of the worker's processes on selfhost;
 	// on Cloudflare offerings it must be 128.
 	Limits *WorkerLimits `json:"limits,omitempty"`
+
+	// Crons Cron triggers: each a standard five-field expression (minute hour day-of-month month
+	// day-of-week) read in UTC, at most 16; the worker's `scheduled` handler runs at each tick.
+	// On selfhost the Host claims each tick once and one Ready node runs it at most once; a
+	// tick more than 60 s late is recorded missed, never run. On workers-dev Cloudflare runs
+	// them (at least once). wfp-managed has none (`422 crons_unsupported`); an offering's
+	// `cronDelivery` says which. A change is an update in place.
+	Crons []string `json:"crons,omitempty"`
 
 	// ModuleFiles Where the modules came from: the path of each module's file by module name, as the
 	// provider's `module_files` named them (relative to where the CLI ran). Kept as given and

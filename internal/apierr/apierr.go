@@ -84,6 +84,8 @@ const (
 	WorkerHasCallers Code = "worker_has_callers"
 	// LogsUnsupported: the worker's backend pack keeps no worker logs (the Cloudflare packs).
 	LogsUnsupported Code = "logs_unsupported"
+	// CronsUnsupported: the worker's offering runs no cron triggers (its cronDelivery is null).
+	CronsUnsupported Code = "crons_unsupported"
 )
 
 // Retryable reports whether a refusal with code clears by itself, so that the caller should retry

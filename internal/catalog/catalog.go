@@ -173,6 +173,22 @@ const (
 	cloudflareMaxCPUMsUpperBound = 300000
 )
 
+// Cron deliveries: how an offering runs a worker's cron triggers (SPEC 3.6).
+const (
+	// CronsAtMostOnce: the Host claims each tick once and one node runs it at most once.
+	CronsAtMostOnce = "at-most-once"
+)
+
+// CronDelivery is how a module-worker on this offering has its cron triggers run, or "" when it
+// has none. Only selfhost runs them in this release: workers-dev's (Cloudflare's schedules API) are
+// not built yet, and wfp-managed has no schedules API for dispatch-namespace scripts.
+func (o Offering) CronDelivery() string {
+	if o.Kind == KindWorker && o.Pack == PackSelfhost {
+		return CronsAtMostOnce
+	}
+	return ""
+}
+
 // Ceilings are the limits a worker on this offering may ask for.
 func (o Offering) Ceilings() workerconf.Ceilings {
 	c := workerconf.Ceilings{CPUMs: o.MaxCPUMs, MemoryMB: CloudflareMemoryMB, FixedMemory: true}

@@ -21,6 +21,7 @@ type metrics struct {
 	callTime     *prometheus.HistogramVec
 	reachable    *prometheus.GaugeVec
 	reconciled   *prometheus.CounterVec
+	ticks        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -51,7 +52,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "takoserver_node_reconciled_total",
 		Help: "Objects the janitor changed on a runtime node to put it back to what the ledger says, by installation, kind (worker, endpoint) and action: restored (written again), removed (the ledger deleted it), fenced (the ledger has no record of it: the database was restored to an earlier point). Any fenced object deserves a look.",
 	}, []string{"installation", "kind", "action"})
-	reg.MustRegister(m.settled, m.stepFailures, m.calls, m.callTime, m.reachable, m.reconciled)
+	m.ticks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "takoserver_cron_ticks_total",
+		Help: "Cron ticks this Host claimed on selfhost installations, by outcome: ok, exception (the handler threw), failed (no node ran it), missed (more than 60 s late: no Host ran ticks when due), braked.",
+	}, []string{"outcome"})
+	for _, o := range []string{"ok", "exception", "failed", "missed", "braked"} {
+		m.ticks.WithLabelValues(o)
+	}
+	reg.MustRegister(m.settled, m.stepFailures, m.calls, m.callTime, m.reachable, m.reconciled, m.ticks)
 	for _, s := range (&Host{}).steps() {
 		m.settled.WithLabelValues(s.name)
 		m.stepFailures.WithLabelValues(s.name)

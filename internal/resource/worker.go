@@ -175,6 +175,9 @@ func (w Worker) Project(token string) WorkerProjection {
 	if p.ServiceBindings == nil {
 		p.ServiceBindings = map[string]string{}
 	}
+	if p.Crons = w.Settings.Crons; p.Crons == nil {
+		p.Crons = []string{}
+	}
 	if w.RuntimeInputReference != nil {
 		status := "missing"
 		if w.RuntimeInputStatus != nil {
@@ -196,7 +199,7 @@ func (p WorkerProjection) JSON() []byte { return wire.JSON(p) }
 func validateWorker(space, name string, body WorkerSpec) (workerPut, error) {
 	spec := workerPut{Modules: body.Modules, ModuleFiles: body.ModuleFiles, MainModule: body.MainModule, CompatibilityDate: body.CompatibilityDate,
 		RuntimeInputReference: body.RuntimeInputReference, OfferingID: body.OfferingID,
-		Settings: workerconf.Settings{Vars: body.Vars, JSONVars: body.JSONVars, CompatibilityFlags: body.CompatibilityFlags, ServiceBindings: body.ServiceBindings}}
+		Settings: workerconf.Settings{Vars: body.Vars, JSONVars: body.JSONVars, CompatibilityFlags: body.CompatibilityFlags, ServiceBindings: body.ServiceBindings, Crons: body.Crons}}
 	if body.Limits != nil {
 		spec.Settings.Limits = &workerconf.Limits{CPUMs: body.Limits.CPUMs, MemoryMB: body.Limits.MemoryMB}
 	}
@@ -408,6 +411,9 @@ func (s *Service) PutWorker(ctx context.Context, m *ownership.Mutation, org auth
 	}
 	if size, most := workerconf.BundleBytes(spec.Modules), offering.BundleCeiling(); size > most {
 		return ownership.Response{}, apierr.New(apierr.BodyTooLarge, "the bundle holds %d bytes (module names and contents); offering %s takes at most %d (maxBundleBytes)", size, offering.ID, most)
+	}
+	if len(spec.Settings.Crons) > 0 && offering.CronDelivery() == "" {
+		return ownership.Response{}, apierr.New(apierr.CronsUnsupported, "offering %s (%s) runs no cron triggers (its cronDelivery is null); leave crons out, or choose an offering that has them", offering.ID, offering.Pack)
 	}
 	if workerconf.HasSourceMaps(spec.Modules) && offering.Pack != catalog.PackSelfhost {
 		return ownership.Response{}, apierr.New(apierr.InvalidRequest, "the bundle carries a source map, which only a selfhost offering keeps (it names original places in the worker's log); offering %s runs on %s: leave the .map modules out", offering.ID, offering.Pack)

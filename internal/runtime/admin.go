@@ -25,6 +25,7 @@ func (n *Node) adminHandler() http.Handler {
 	route("DELETE "+adminapi.PatternScriptSecrets, n.deleteSecrets)
 	route("POST "+adminapi.PatternScriptReadback, n.readback)
 	route("GET "+adminapi.PatternScriptLogs, n.getLogs)
+	route("POST "+adminapi.PatternScriptScheduled, n.runScheduled)
 	route("PUT "+adminapi.PatternRoute, n.putRoute)
 	route("GET "+adminapi.PatternRoute, n.getRoute)
 	route("DELETE "+adminapi.PatternRoute, n.deleteRoute)

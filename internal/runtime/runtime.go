@@ -178,6 +178,8 @@ type Node struct {
 	// sourceMaps keeps the node's parsed source maps, for the incarnations whose bundles have
 	// them.
 	sourceMaps *sourcemaps.Cache
+	// ticks are the cron ticks run here, by tick id (each at most once).
+	ticks ticks
 
 	// kick wakes the reconciler for the scripts in dirty: those whose incarnations changed state,
 	// or whose candidate's start backoff ended (dirty guarded by kickMu, never held with mu).

@@ -21,6 +21,7 @@ import (
 // or a type added here without its enum, fails TestEveryEnumValueHasItsGoConstant.
 var goEnums = map[string][]string{
 	"attestation_status":         values(dbsqlc.AllAttestationStatusValues()),
+	"cron_tick_outcome":          values(dbsqlc.AllCronTickOutcomeValues()),
 	"deployment_status":          values(dbsqlc.AllDeploymentStatusValues()),
 	"effect_action":              values(dbsqlc.AllEffectActionValues()),
 	"effect_status":              values(dbsqlc.AllEffectStatusValues()),

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -86,12 +87,19 @@ func Start(t testing.TB, opts Options) *Host {
 		cat = catalog.DefaultWithEdge(node.Info.AdminURL, node.Info.TokenFile, node.Info.EdgeAddr, node.Info.EdgeScheme)
 	}
 	logs := &runtimetest.Buffer{}
-	srv := server.New(server.Config{Host: host.New(host.Config{
+	hst := host.New(host.Config{
 		DB: db, Catalog: cat, SealingRing: ring, CloudflareEdge: opts.CloudflareEdge,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})})
+	})
+	srv := server.New(server.Config{Host: hst})
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
+	// Cron ticks are claimed as Serve claims them (tests bring a tick by moving the database's
+	// clock); the janitor is left to the tests that sweep.
+	crons, stopCrons := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); hst.Crons(crons, 200*time.Millisecond) }()
+	t.Cleanup(func() { stopCrons(); <-done })
 	name := opts.Organization
 	if name == "" {
 		name = "acme"

@@ -51,6 +51,10 @@ type Settings struct {
 	ServiceBindings map[string]string `json:"serviceBindings,omitempty"`
 	// Limits are the worker's own bounds within its offering's ceilings; nil takes the offering's.
 	Limits *Limits `json:"limits,omitempty"`
+	// Crons are the worker's cron triggers, five-field expressions in UTC; sorted, without
+	// repeats. The Host runs them (selfhost) or hands them to Cloudflare; a runtime node keeps
+	// them but does nothing with them.
+	Crons []string `json:"crons,omitempty"`
 }
 
 // Limits bound one worker. Zero is "the offering's ceiling".
@@ -129,18 +133,21 @@ func (s Settings) Normalize() Settings {
 		l := *s.Limits
 		out.Limits = &l
 	}
+	if len(s.Crons) > 0 {
+		out.Crons = slices.Compact(slices.Sorted(slices.Values(s.Crons)))
+	}
 	return out
 }
 
 // Empty reports settings that change nothing.
 func (s Settings) Empty() bool {
-	return len(s.Vars) == 0 && len(s.JSONVars) == 0 && len(s.CompatibilityFlags) == 0 && len(s.ServiceBindings) == 0 && s.Limits == nil
+	return len(s.Vars) == 0 && len(s.JSONVars) == 0 && len(s.CompatibilityFlags) == 0 && len(s.ServiceBindings) == 0 && s.Limits == nil && len(s.Crons) == 0
 }
 
 // Equal compares two normalized settings.
 func (s Settings) Equal(o Settings) bool {
 	return maps.Equal(s.Vars, o.Vars) && maps.Equal(s.JSONVars, o.JSONVars) && slices.Equal(s.CompatibilityFlags, o.CompatibilityFlags) &&
-		maps.Equal(s.ServiceBindings, o.ServiceBindings) && s.LimitsOrZero() == o.LimitsOrZero()
+		maps.Equal(s.ServiceBindings, o.ServiceBindings) && s.LimitsOrZero() == o.LimitsOrZero() && slices.Equal(s.Crons, o.Crons)
 }
 
 // LimitsOrZero is the limits, zero when none.
@@ -192,6 +199,9 @@ func (s Settings) Validate(secretNames []string) error {
 		if _, ok := s.Vars[name]; ok {
 			return fmt.Errorf("%q is in both vars and jsonVars", name)
 		}
+	}
+	if err := checkCrons(s.Crons); err != nil {
+		return err
 	}
 	if len(s.ServiceBindings) > MaxServiceBindings {
 		return fmt.Errorf("serviceBindings holds %d bindings; at most %d", len(s.ServiceBindings), MaxServiceBindings)

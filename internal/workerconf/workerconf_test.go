@@ -1,8 +1,10 @@
 package workerconf
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -134,4 +136,28 @@ func TestASourceMapSitsBesideItsModuleAndIsNotCode(t *testing.T) {
 
 func big() string {
 	return `{"version":3,"mappings":"` + strings.Repeat("A", MaxSourceMapBytes-64) + `"}`
+}
+
+// Crons are standard five-field expressions read in UTC, at most 16, sorted and without repeats
+// once normalized; descriptors, seconds and impossible dates are refused.
+func TestCronsAreFiveFieldExpressionsInUTC(t *testing.T) {
+	t.Parallel()
+	s, err := ParseCron("*/15 9-17 * * 1-5")
+	require.NoError(t, err)
+	at := time.Date(2026, 12, 4, 9, 7, 0, 0, time.FixedZone("CET", 3600)) // 08:07 UTC, a Friday
+	require.Equal(t, time.Date(2026, 12, 4, 9, 0, 0, 0, time.UTC), s.Next(at))
+	for _, bad := range []string{"@hourly", "0 * * * * *", "* * * *", "61 * * * *", "0 0 30 2 *", " * * * * *", "*  * * * *", "x * * * *"} {
+		_, err := ParseCron(bad)
+		require.Error(t, err, bad)
+	}
+	n := Settings{Crons: []string{"0 * * * *", "*/5 * * * *", "0 * * * *"}}.Normalize()
+	require.Equal(t, []string{"*/5 * * * *", "0 * * * *"}, n.Crons)
+	require.False(t, n.Equal(Settings{}.Normalize()))
+	require.NoError(t, n.Validate(nil))
+	many := Settings{}
+	for i := range MaxCrons + 1 {
+		many.Crons = append(many.Crons, fmt.Sprintf("%d * * * *", i))
+	}
+	require.ErrorContains(t, many.Validate(nil), "at most 16")
+	require.ErrorContains(t, Settings{Crons: []string{"@daily"}}.Validate(nil), "five fields")
 }

@@ -123,6 +123,7 @@ var Shapes = []shape{
 			{name: "bundle_bytes", kind: num, mode: computed},
 			{name: "compatibility_date", kind: str, mode: required},
 			{name: "compatibility_flags", kind: strSet, mode: optional},
+			{name: "crons", kind: strSet, mode: optional},
 			{name: "generation", kind: num, mode: computed},
 			{name: "id", kind: str, mode: computed},
 			{name: "json_vars", kind: strMap, mode: optional},

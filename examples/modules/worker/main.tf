@@ -59,6 +59,7 @@ resource "takoform_worker" "this" {
   module_files            = var.module_files
   compatibility_date      = var.compatibility_date
   compatibility_flags     = var.compatibility_flags
+  crons                   = var.crons
   vars                    = var.vars
   json_vars               = var.json_vars
   service_bindings        = var.service_bindings

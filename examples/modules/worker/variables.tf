@@ -91,6 +91,12 @@ variable "compatibility_flags" {
   default     = null
 }
 
+variable "crons" {
+  description = "Cron triggers, five-field expressions in UTC (\"*/5 * * * *\"): the worker's scheduled handler runs at each tick. Only offerings with a cron_delivery (takoform_offerings) take them."
+  type        = set(string)
+  default     = null
+}
+
 variable "service_bindings" {
   description = "Other workers this one calls, by binding name: their worker_id (for example module.auth.worker_id). The worker calls env.NAME.fetch(request). Replacing a bound worker replaces this one too."
   type        = map(string)

@@ -279,6 +279,12 @@ func (c *Client) Logs(ctx context.Context, scriptName string, q adminapi.LogQuer
 	return out, c.do(ctx, http.MethodGet, adminapi.LogsPath(scriptName, q), nil, &out)
 }
 
+// RunScheduled asks the node to run one cron tick of a script's worker (at most once per tick id).
+func (c *Client) RunScheduled(ctx context.Context, scriptName string, req adminapi.ScheduledRun) (adminapi.ScheduledOutcome, error) {
+	var out adminapi.ScheduledOutcome
+	return out, c.do(ctx, http.MethodPost, adminapi.ScheduledPath(scriptName), req, &out)
+}
+
 // PutRoute installs hostname → script for one endpoint UID.
 func (c *Client) PutRoute(ctx context.Context, hostname string, req adminapi.RoutePut) (adminapi.RouteStatus, error) {
 	var out adminapi.RouteStatus

@@ -128,10 +128,12 @@ const (
 	PatternScriptSecrets  = "/v1/scripts/{scriptName}/secrets"
 	PatternScriptReadback = "/v1/scripts/{scriptName}/secrets/readback"
 	PatternScriptLogs     = "/v1/scripts/{scriptName}/logs"
-	PatternRoute          = "/v1/routes/{hostname}"
-	PathStatus            = "/v1/status"
-	PathBrakes            = "/v1/brakes"
-	PathLifecycleBrake    = "/v1/brakes/lifecycle"
+	// PatternScriptScheduled runs one cron tick of a script (POST, a ScheduledRun).
+	PatternScriptScheduled = "/v1/scripts/{scriptName}/scheduled"
+	PatternRoute           = "/v1/routes/{hostname}"
+	PathStatus             = "/v1/status"
+	PathBrakes             = "/v1/brakes"
+	PathLifecycleBrake     = "/v1/brakes/lifecycle"
 	// PathBackup answers a consistent backup of the node's state (application/gzip; `takoserver
 	// runtime backup`): what it serves, sealed as at rest, without its admin token.
 	PathBackup           = "/v1/backup"
@@ -151,6 +153,34 @@ const (
 
 // ScriptPath is the path of one script.
 func ScriptPath(scriptName string) string { return "/v1/scripts/" + url.PathEscape(scriptName) }
+
+// ScheduledPath is where one script's cron ticks are run.
+func ScheduledPath(scriptName string) string { return ScriptPath(scriptName) + "/scheduled" }
+
+// ScheduledRun asks a node to run one cron tick of a script's worker (SPEC 3.6): its scheduled
+// handler, once. The node runs a tick id at most once and only before Deadline; asked again for the
+// same id it answers the first run's outcome.
+type ScheduledRun struct {
+	TickID        string    `json:"tickId"`
+	WorkerUID     string    `json:"workerUid"`
+	Cron          string    `json:"cron"`
+	ScheduledTime time.Time `json:"scheduledTime"`
+	Deadline      time.Time `json:"deadline"`
+}
+
+// Scheduled outcomes: the handler returned (ok) or threw (exception).
+const (
+	ScheduledOK        = "ok"
+	ScheduledException = "exception"
+)
+
+// ScheduledOutcome is what became of a ScheduledRun: Outcome, the incarnation that ran it, and
+// for an exception its message (scrubbed of the worker's values, as its log is).
+type ScheduledOutcome struct {
+	Outcome     string `json:"outcome"`
+	Incarnation string `json:"incarnation"`
+	Message     string `json:"message,omitempty"`
+}
 
 // ScriptWatchPath reads one script as a long poll: the answer comes once its version differs from
 // since (a version an earlier read answered), or when wait (at most StatusWaitMax) has passed.
@@ -555,6 +585,8 @@ const (
 	// CodeDeliveryRefused: a readback concluded this delivery absent; it never lands now.
 	CodeDeliveryRefused = "delivery_refused"
 	CodeScriptAbsent    = "script_absent"
+	// CodeTickExpired: a cron tick asked of the node after its deadline; it never runs now.
+	CodeTickExpired = "tick_expired"
 	// CodeLogWaitsFull: the node already holds MaxLogWaits log long polls.
 	CodeLogWaitsFull  = "log_waits_full"
 	CodeSecretNames   = "secret_names_mismatch"

@@ -21,6 +21,8 @@ const CALL = "takoform-call";
 const DEADLINE = "takoform-deadline";
 const ELSEWHERE = "takoform-elsewhere";
 const ENDED = "takoform-ended";
+const SCHEDULED = "takoform-scheduled";
+const SCHEDULED_TIME = "takoform-scheduled-time";
 const BINDINGS_URL = "http://bindings.takoform.invalid/";
 // NO_CODE marks a load that failed because the runtime gave no code (a retired or foreign id),
 // which says nothing of the code itself.
@@ -209,6 +211,20 @@ async function probe(env, ctx, id) {
   }
 }
 
+// scheduled runs one cron tick of an isolate: its scheduled handler, through this worker's own
+// service_binding_extra_handlers flag. Only the runtime asks (the edge removes every takoform-*
+// header a client sends). What the handler printed, or the exception it threw, reaches its log
+// through its tail; the answer says only which it was.
+async function scheduled(worker, cron, time) {
+  try {
+    const r = await worker.getEntrypoint().scheduled({ cron, scheduledTime: new Date(time) });
+    if (r.outcome === "ok") return { outcome: "ok" };
+    return { outcome: "exception", message: "the scheduled handler ended " + r.outcome };
+  } catch (e) {
+    return { outcome: "exception", message: String((e && e.message) || e) };
+  }
+}
+
 export default {
   async fetch(request, env, ctx) {
     if (request.headers.has(LIVENESS)) return new Response("alive");
@@ -217,6 +233,8 @@ export default {
     const id = request.headers.get(INCARNATION);
     if (!id) return new Response("no incarnation named", { status: 404 });
     const worker = load(env, ctx, id);
+    const cron = request.headers.get(SCHEDULED);
+    if (cron !== null) return Response.json(await scheduled(worker, cron, Number(request.headers.get(SCHEDULED_TIME))));
     try {
       return await worker.getEntrypoint().fetch(new Request(request, { headers: withoutOurs(request.headers), redirect: "manual", cf: {} }));
     } catch (e) {

@@ -132,6 +132,11 @@ const (
 	// HeaderEnded reports the end of calls the router ran, "<call>:<1 when the callee
 	// answered, else 0>", separated by commas: on an admission, or on a request of its own.
 	HeaderEnded = "Takoform-Ended"
+	// HeaderScheduled asks the router to run the scheduled handler of the loader id that
+	// HeaderIncarnation names, for the cron it holds, at HeaderScheduledTime (Unix milliseconds);
+	// the router answers a ScheduledAnswer.
+	HeaderScheduled     = "Takoform-Scheduled"
+	HeaderScheduledTime = "Takoform-Scheduled-Time"
 )
 
 // ProbeOutcome is the router's answer to a probe: "ready" (the code loaded and no handler ran),
@@ -203,7 +208,9 @@ func (o Org) Files() (map[string][]byte, error) {
 	fmt.Fprintf(&b, "  v8Flags = [\"--max-semi-space-size=1\", \"--initial-old-space-size=8\", \"--max-old-space-size=%d\"],\n);\n\n", o.HeapLimitMB)
 	fmt.Fprintf(&b, "const router :Workerd.Worker = (\n  modules = [ (name = %s, esModule = embed %s) ],\n", Quote(RouterFile), Quote(RouterFile))
 	// ctx.exports (the entrypoints stamped per isolate) needs enable_ctx_exports at this date.
-	b.WriteString("  compatibilityDate = \"2025-09-01\",\n  compatibilityFlags = [\"enable_ctx_exports\"],\n  bindings = [\n")
+	// service_binding_extra_handlers lets the router call an isolate's scheduled handler: the
+	// router's flag, never a tenant's.
+	b.WriteString("  compatibilityDate = \"2025-09-01\",\n  compatibilityFlags = [\"enable_ctx_exports\", \"service_binding_extra_handlers\"],\n  bindings = [\n")
 	b.WriteString("    (name = \"LOADER\", workerLoader = ()),\n")
 	b.WriteString("    (name = \"CODE\", service = \"code\"),\n")
 	b.WriteString("    (name = \"EGRESS\", service = \"egress\"),\n")

@@ -62,6 +62,63 @@ func AllAttestationStatusValues() []AttestationStatus {
 	}
 }
 
+type CronTickOutcome string
+
+const (
+	CronTickOutcomeClaimed   CronTickOutcome = "claimed"
+	CronTickOutcomeOk        CronTickOutcome = "ok"
+	CronTickOutcomeException CronTickOutcome = "exception"
+	CronTickOutcomeFailed    CronTickOutcome = "failed"
+	CronTickOutcomeMissed    CronTickOutcome = "missed"
+	CronTickOutcomeBraked    CronTickOutcome = "braked"
+)
+
+func (e *CronTickOutcome) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = CronTickOutcome(s)
+	case string:
+		*e = CronTickOutcome(s)
+	default:
+		return fmt.Errorf("unsupported scan type for CronTickOutcome: %T", src)
+	}
+	return nil
+}
+
+type NullCronTickOutcome struct {
+	CronTickOutcome CronTickOutcome
+	Valid           bool // Valid is true if CronTickOutcome is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullCronTickOutcome) Scan(value interface{}) error {
+	if value == nil {
+		ns.CronTickOutcome, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.CronTickOutcome.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullCronTickOutcome) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.CronTickOutcome), nil
+}
+
+func AllCronTickOutcomeValues() []CronTickOutcome {
+	return []CronTickOutcome{
+		CronTickOutcomeClaimed,
+		CronTickOutcomeOk,
+		CronTickOutcomeException,
+		CronTickOutcomeFailed,
+		CronTickOutcomeMissed,
+		CronTickOutcomeBraked,
+	}
+}
+
 type DeploymentStatus string
 
 const (
@@ -681,6 +738,18 @@ type CloudflareRateBudget struct {
 	BlockedUntil time.Time
 }
 
+type CronTick struct {
+	ID           uuid.UUID
+	WorkerUID    uuid.UUID
+	Cron         string
+	ScheduledFor time.Time
+	Outcome      CronTickOutcome
+	Missed       int32
+	Detail       string
+	ClaimedAt    time.Time
+	FinishedAt   *time.Time
+}
+
 type DeletionAttestation struct {
 	UID            uuid.UUID
 	OrganizationID string
@@ -926,6 +995,12 @@ type Worker struct {
 	ScriptCollision       bool
 	Settings              []byte
 	ModuleFiles           []byte
+}
+
+type WorkerCron struct {
+	WorkerUID uuid.UUID
+	Cron      string
+	NextTick  *time.Time
 }
 
 type WorkerEndpoint struct {

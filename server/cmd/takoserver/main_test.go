@@ -143,11 +143,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 25, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 24, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "24", "--output", "json"))["version"])
-	require.EqualValues(t, 25, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 25")
+	require.EqualValues(t, 26, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 25, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "25", "--output", "json"))["version"])
+	require.EqualValues(t, 26, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 26")
 }
 
 // host is one running `takoserver serve` process.

@@ -1,0 +1,81 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/takoform/terraform-provider-takoform/internal/resource"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+)
+
+// maxTicksRunning bounds the ticks one replica runs at once; a due tick beyond it waits for the
+// next pass, still claimable by another replica.
+const maxTicksRunning = 32
+
+// Crons claims and runs the cron ticks due on selfhost installations (SPEC 3.6), a pass every
+// interval until ctx ends; every replica runs it, and each tick is claimed by one at most. The
+// ticks a pass claims run concurrently, each recorded when its node answers; Crons returns once
+// those still running have ended.
+func (h *Host) Crons(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var running sync.WaitGroup
+	slots := make(chan struct{}, maxTicksRunning)
+	defer running.Wait()
+	for {
+		if len(slots) < cap(slots) {
+			h.claimTicks(ctx, slots, &running)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// claimTicks is one pass: ticks missed or braked are logged, the others run.
+func (h *Host) claimTicks(ctx context.Context, slots chan struct{}, running *sync.WaitGroup) {
+	var newer *store.SchemaNewer
+	if err := store.CheckSchema(ctx, h.DB); errors.As(err, &newer) {
+		return // the Janitor says so; an older replica claims no tick under newer rules
+	}
+	run, settled, err := h.Resources.ClaimTicks(ctx, h.DB)
+	if err != nil && ctx.Err() == nil {
+		h.Log.Warn("could not claim the cron ticks due", "error", err.Error())
+	}
+	for _, s := range settled {
+		attrs := []any{"worker_uid", s.WorkerUID, "organization", s.Organization, "space", s.Space, "worker", s.Name, "cron", s.Cron,
+			"scheduled_for", s.ScheduledTime.UTC().Format(time.RFC3339)}
+		if s.Outcome == dbsqlc.CronTickOutcomeMissed {
+			h.Log.Warn("cron ticks missed: no Host ran cron ticks when they were due; they are not run", append(attrs, "missed", s.Missed)...)
+		} else {
+			h.Log.Info("cron tick not run: a deployment brake covers the worker", attrs...)
+		}
+		h.metrics.ticks.WithLabelValues(string(s.Outcome)).Add(float64(max(1, s.Missed)))
+	}
+	for _, t := range run {
+		slots <- struct{}{}
+		running.Add(1)
+		go func(t resource.Tick) {
+			defer func() { <-slots; running.Done() }()
+			outcome, detail := h.Resources.RunTick(ctx, h.DB, t)
+			h.metrics.ticks.WithLabelValues(string(outcome)).Inc()
+			if outcome == dbsqlc.CronTickOutcomeFailed {
+				h.Log.Warn("a cron tick was not run", "worker_uid", t.WorkerUID, "organization", t.Organization, "space", t.Space,
+					"worker", t.Name, "cron", t.Cron, "scheduled_for", t.ScheduledTime.UTC().Format(time.RFC3339), "detail", detail)
+			}
+		}(t)
+	}
+}
+
+// CronPass claims the ticks due now and runs them, returning once their outcomes are recorded:
+// one pass of Crons that waits for its ticks (tests drive replicas with it).
+func (h *Host) CronPass(ctx context.Context) {
+	var running sync.WaitGroup
+	h.claimTicks(ctx, make(chan struct{}, maxTicksRunning), &running)
+	running.Wait()
+}

@@ -1,0 +1,43 @@
+-- name: CronsUnscheduled :many
+-- Rows whose first tick no Host has computed yet (a cron just added), with database time.
+SELECT c.worker_uid, c.cron, db_now()::timestamptz AS now
+FROM worker_crons c
+WHERE c.next_tick IS NULL
+LIMIT 500;
+
+-- name: CronSchedule :execrows
+-- The first tick of a row, set once: a replica that computed it too changes nothing.
+UPDATE worker_crons SET next_tick = @next_tick::timestamptz
+WHERE worker_uid = @worker_uid AND cron = @cron AND next_tick IS NULL;
+
+-- name: CronsDue :many
+-- Ticks due by database time of live workers, oldest first, with what dispatching them needs.
+SELECT c.worker_uid, c.cron, c.next_tick::timestamptz AS due, db_now()::timestamptz AS now,
+       w.organization_id, w.space, w.name, w.script_name, w.installation
+FROM worker_crons c
+JOIN workers w ON w.uid = c.worker_uid
+WHERE c.next_tick <= (SELECT db_now()) AND w.status = 'live'
+ORDER BY c.next_tick
+LIMIT @max_rows;
+
+-- name: CronClaim :execrows
+-- The compare-and-swap that claims the tick due at @due: only the replica that moves next_tick
+-- from it claims it.
+UPDATE worker_crons SET next_tick = @next_tick::timestamptz
+WHERE worker_uid = @worker_uid AND cron = @cron AND next_tick = @due::timestamptz;
+
+-- name: CronTickInsert :exec
+INSERT INTO cron_ticks (id, worker_uid, cron, scheduled_for, outcome, missed, detail, finished_at)
+VALUES (@id, @worker_uid, @cron, @scheduled_for, @outcome, @missed, @detail,
+        CASE WHEN @outcome::cron_tick_outcome = 'claimed' THEN NULL ELSE db_now() END);
+
+-- name: CronTickFinish :exec
+UPDATE cron_ticks SET outcome = @outcome, detail = @detail, finished_at = db_now()
+WHERE id = @id AND outcome = 'claimed';
+
+-- name: CronTicksTrim :execrows
+-- A worker's ticks beyond its last 100.
+DELETE FROM cron_ticks d
+WHERE d.worker_uid = @worker_uid
+  AND d.id NOT IN (SELECT t.id FROM cron_ticks t WHERE t.worker_uid = d.worker_uid
+                   ORDER BY t.scheduled_for DESC, t.claimed_at DESC LIMIT 100);

@@ -1,0 +1,139 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/host"
+	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+)
+
+// cronModule counts its scheduled runs in its log, one line per tick naming the tick's time.
+const cronModule = `export default {
+  fetch() { return new Response("ok"); },
+  scheduled(event) { console.log("tick " + new Date(event.scheduledTime).toISOString()); },
+};`
+
+// skewTo moves database time (every replica's) to the worker's next tick plus by.
+func (h *harness) skewToNextTick(by time.Duration) time.Time {
+	h.t.Helper()
+	var due time.Time
+	require.NoError(h.t, h.db.QueryRow(context.Background(), `SELECT next_tick FROM worker_crons WHERE next_tick IS NOT NULL ORDER BY next_tick LIMIT 1`).Scan(&due))
+	_, err := h.db.Exec(context.Background(), `INSERT INTO clock_skew (skew) VALUES ($1::timestamptz - now() + make_interval(secs => $2))
+ON CONFLICT (singleton) DO UPDATE SET skew = EXCLUDED.skew`, due, by.Seconds())
+	require.NoError(h.t, err)
+	return due
+}
+
+// workerLog is what the worker's log route answers.
+func (h *harness) workerLog(space, name string) string {
+	h.t.Helper()
+	r := h.do(req{method: http.MethodGet, path: "/v1/spaces/" + space + "/workers/" + name + "/logs", key: h.key})
+	require.Equal(h.t, http.StatusOK, r.status, string(r.body))
+	return string(r.body)
+}
+
+// Cron triggers on selfhost (SPEC 3.6), with two Host replicas passing at once on every tick: each
+// tick is claimed once, recorded once and run once, its handler's line and its outcome in the
+// worker's log; a tick more than 60 s late is recorded missed and not run; a brake on the worker
+// stops its ticks; a cron removed, or the worker deleted, stops firing.
+func TestCronTicksRunOnceAcrossReplicasAndStopWithTheirWorker(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	other := host.New(host.Config{DB: h.db, Catalog: h.host.Catalog, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	replicas := []*host.Host{h.host, other}
+	pass := func() {
+		var wg sync.WaitGroup
+		for range 3 {
+			for _, r := range replicas {
+				wg.Go(func() { r.CronPass(context.Background()) })
+			}
+		}
+		wg.Wait()
+	}
+
+	body := workerBody()
+	body["modules"] = map[string]string{"index.js": cronModule}
+	body["crons"] = []string{"*/5 * * * *", "* * * * *", "* * * * *"}
+	r := h.putWorker("prod", "cron", tokenA, body)
+	require.Equal(t, http.StatusCreated, r.status, string(r.body))
+	require.Equal(t, []any{"* * * * *", "*/5 * * * *"}, r.json(t)["crons"], "sorted, without repeats")
+	pass()
+	require.Equal(t, 2, h.count(`SELECT count(*) FROM worker_crons WHERE next_tick > db_now()`), "each cron has its first tick after now")
+
+	var ticks []time.Time
+	for range 3 {
+		ticks = append(ticks, h.skewToNextTick(time.Second))
+		pass()
+	}
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM cron_ticks WHERE outcome <> 'ok'`))
+	okRows := h.count(`SELECT count(*) FROM cron_ticks WHERE outcome = 'ok'`)
+	require.GreaterOrEqual(t, okRows, 3)
+	var log string
+	require.Eventually(t, func() bool {
+		log = h.workerLog("prod", "cron")
+		return strings.Count(log, `"message":"tick `) >= okRows
+	}, 10*time.Second, 50*time.Millisecond)
+	for _, at := range ticks {
+		require.Equal(t, h.count(`SELECT count(*) FROM cron_ticks WHERE scheduled_for = $1`, at), strings.Count(log, `tick `+at.UTC().Format("2006-01-02T15:04:05.000Z")),
+			"each tick ran once per cron due then, whatever the replicas did:\n%s", log)
+	}
+	require.Equal(t, okRows, strings.Count(log, `"message":"tick `), log)
+	require.Contains(t, log, `scheduled \"* * * * *\" at `+ticks[0].UTC().Format(time.RFC3339)+`: ok`)
+
+	// Five minutes without a Host: the tick is missed, counted, and not run.
+	due := h.skewToNextTick(5*time.Minute + time.Second)
+	pass()
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM cron_ticks WHERE outcome = 'missed' AND scheduled_for = $1 AND cron = '* * * * *' AND missed = 6`, due))
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM cron_ticks WHERE outcome = 'ok' AND scheduled_for > $1`, due))
+
+	// A deployment brake on the worker: its ticks are recorded braked, not run.
+	brake := ownership.DeploymentBrake{OrganizationID: h.org.ID, Space: "prod", Worker: "cron"}
+	require.NoError(t, ownership.SetDeploymentBrake(context.Background(), h.db, brake, true))
+	braked := h.skewToNextTick(time.Second)
+	pass()
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM cron_ticks WHERE scheduled_for = $1 AND outcome <> 'braked'`, braked))
+	require.Positive(t, h.count(`SELECT count(*) FROM cron_ticks WHERE scheduled_for = $1`, braked))
+	require.NoError(t, ownership.SetDeploymentBrake(context.Background(), h.db, brake, false))
+
+	// A cron removed stops firing; the worker deleted leaves no cron at all.
+	body["crons"] = []string{"*/5 * * * *"}
+	r = h.putWorker("prod", "cron", r.json(t)["ownershipToken"].(string), body)
+	require.Equal(t, http.StatusOK, r.status, string(r.body))
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM worker_crons WHERE cron = '* * * * *'`))
+	require.Equal(t, http.StatusOK, h.deleteWorker("prod", "cron", r.json(t)["ownershipToken"].(string)).status)
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM worker_crons`))
+	before := h.count(`SELECT count(*) FROM cron_ticks`)
+	_, err := h.db.Exec(context.Background(), `UPDATE clock_skew SET skew = skew + interval '10 minutes'`)
+	require.NoError(t, err)
+	pass()
+	require.Equal(t, before, h.count(`SELECT count(*) FROM cron_ticks`), "a deleted worker's crons never fire")
+}
+
+// A worker whose offering runs no cron triggers is refused at once, naming the offering; nothing is
+// written.
+func TestCronsOnAnOfferingWithoutThemAreRefused(t *testing.T) {
+	t.Parallel()
+	h, _ := setupWorkersDev(t, cfToken)
+	b := cfWorkerBody(`export default { fetch() { return new Response("ok") } };`)
+	b["crons"] = []string{"* * * * *"}
+	r := h.putWorker("prod", "cron", tokenA, b)
+	r.problem(t, http.StatusUnprocessableEntity, "crons_unsupported")
+	require.Contains(t, string(r.body), "cf-worker")
+	offerings := h.do(req{method: http.MethodGet, path: "/v1/offerings", key: h.key}).json(t)["offerings"].([]any)
+	for _, o := range offerings {
+		o := o.(map[string]any)
+		if o["id"] == "cf-worker" {
+			require.Nil(t, o["cronDelivery"])
+		}
+	}
+	require.Equal(t, 0, h.count(`SELECT count(*) FROM workers`))
+}

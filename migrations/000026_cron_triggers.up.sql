@@ -55,3 +55,20 @@ CREATE INDEX cron_ticks_recent_idx ON cron_ticks (worker_uid, scheduled_for DESC
 
 -- Workers that were already live get their rows now.
 UPDATE workers SET settings = settings WHERE status <> 'deleted' AND pack = 'selfhost' AND settings ? 'crons';
+
+-- The cron ceiling of a Cloudflare installation (SPEC 3.6: Cloudflare caps cron triggers per
+-- account): the crons of every worker of the installation that may hold a script, but the one
+-- being written, counted under one transaction-level advisory lock of the installation (a key of
+-- its own, beside migration 14's script slots), so that two writes of crons at once count one
+-- after the other. Only a write that has crons asks.
+CREATE FUNCTION installation_cron_count(inst text, writing uuid) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+DECLARE
+    n bigint;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('cron-ceiling/' || inst, 0));
+    SELECT COALESCE(sum(jsonb_array_length(COALESCE(w.settings -> 'crons', '[]'::jsonb))), 0) INTO n
+    FROM workers w WHERE w.installation = inst AND w.status <> 'deleted' AND w.uid <> writing;
+    RETURN n;
+END
+$$;

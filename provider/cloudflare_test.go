@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -430,6 +431,93 @@ resource "takoform_worker" "w" {
 		Steps: []resource.TestStep{{
 			Config: c.config(config), PlanOnly: true,
 			ExpectError: regexp.MustCompile(`Source maps not kept on this offering`),
+		}},
+	})
+}
+
+// Crons on workers-dev go to Cloudflare's schedules API (SPEC 3.6), on the stand-in or, with
+// credentials, a live account: set at create, changed in place, removed by an update without
+// them, and gone with the script at destroy; takoform_offerings says at-least-once.
+func TestAccCronsOnWorkersDevAreCloudflaresSchedules(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t)
+	space := "cron" + fmt.Sprint(time.Now().UnixNano()%100000)
+	config := func(crons string) string {
+		return fmt.Sprintf(`
+resource "takoform_worker" "w" {
+  space              = %q
+  name               = "ticks"
+  offering_id        = "cf-dev-worker"
+  main_module        = "index.js"
+  compatibility_date = "2025-01-01"
+  modules            = { "index.js" = "export default { fetch() { return new Response(\"ok\") }, scheduled() {} };" }
+  %s
+}
+
+data "takoform_offerings" "all" {}
+
+output "delivery" {
+  value = [for o in data.takoform_offerings.all.offerings : o.cron_delivery if o.id == "cf-dev-worker"][0]
+}
+`, space, crons)
+	}
+	schedules := func(want ...string) resource.TestCheckFunc {
+		return func(s *terraform.State) error {
+			if c.standin == nil {
+				return nil
+			}
+			sc, ok := c.standin.Script(s.RootModule().Resources["takoform_worker.w"].Primary.Attributes["script_name"])
+			if !ok {
+				return fmt.Errorf("no script on the account")
+			}
+			if !slices.Equal(sc.Schedules, want) {
+				return fmt.Errorf("schedules %v, want %v", sc.Schedules, want)
+			}
+			return nil
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{
+			{
+				Config: c.config(config(`crons = ["*/30 * * * *"]`)),
+				Check:  resource.ComposeTestCheckFunc(schedules("*/30 * * * *"), resource.TestCheckOutput("delivery", "at-least-once")),
+			},
+			{
+				Config:           c.config(config(`crons = ["*/30 * * * *", "0 6 * * 1"]`)),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("takoform_worker.w", plancheck.ResourceActionUpdate)}},
+				Check:            schedules("*/30 * * * *", "0 6 * * 1"),
+			},
+			{Config: c.config(config("")), Check: schedules()},
+		},
+		CheckDestroy: func(*terraform.State) error {
+			if c.standin != nil && len(c.standin.ScriptNames("")) != 0 {
+				return fmt.Errorf("scripts left on the account: %v", c.standin.ScriptNames(""))
+			}
+			return nil
+		},
+	})
+}
+
+// Crons on wfp-managed, which has no schedules API for its scripts, fail at plan.
+func TestAccCronsOnWFPManagedFailAtPlan(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{{
+			Config: c.config(`
+resource "takoform_worker" "w" {
+  space              = "cron"
+  name               = "ticks"
+  offering_id        = "cf-wfp-worker"
+  main_module        = "index.js"
+  compatibility_date = "2025-01-01"
+  modules            = { "index.js" = "export default { scheduled() {} };" }
+  crons              = ["* * * * *"]
+}
+`), PlanOnly: true,
+			ExpectError: regexp.MustCompile(`Crons not run on this offering`),
 		}},
 	})
 }

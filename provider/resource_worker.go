@@ -234,7 +234,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 			"crons": schema.SetAttribute{
 				MarkdownDescription: "Cron triggers: each a standard five-field expression (`minute hour day-of-month month day-of-week`, read in UTC; `*/5 * * * *`), at most 16, checked at plan. The worker's `scheduled(event)` handler runs at each tick, with `event.cron` and `event.scheduledTime`. " +
 					"On a `selfhost` offering the Host claims each tick once and one Ready node runs it at most once (`cron_delivery = \"at-most-once\"` in `takoform_offerings`); a tick more than 60 s late (no Host running) is recorded missed and not run; the handler's lines and each tick's outcome are in the worker's log. " +
-					"An offering without `cron_delivery` refuses crons. Changes in place.",
+					"On `workers-dev` Cloudflare runs them through its schedules API (`at-least-once`), within the installation's cron ceiling across every organization (`429 quota_exceeded` past it). An offering without `cron_delivery` (`wfp-managed`) refuses crons at plan. Changes in place.",
 				Optional:    true,
 				ElementType: types.StringType,
 			},
@@ -335,6 +335,13 @@ func (r *workerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 						fmt.Sprintf("The module files hold %d bytes together (names and contents); the worker's offering takes a bundle of at most %d (maxBundleBytes, shown by takoform_offerings).", size, most))
 					return
 				}
+			}
+		}
+		if !plan.Crons.IsNull() && !plan.Crons.IsUnknown() && len(plan.Crons.Elements()) > 0 && r.client != nil && !plan.OfferingID.IsUnknown() {
+			if delivery, ok := r.client.OfferingCronDelivery(ctx, plan.OfferingID.ValueString()); ok && delivery == "" {
+				resp.Diagnostics.AddAttributeError(path.Root("crons"), "Crons not run on this offering",
+					"This worker's offering runs no cron triggers (its cron_delivery in takoform_offerings is null: wfp-managed has no schedules API for its scripts). Leave crons out, or choose an offering that has them.")
+				return
 			}
 		}
 		if workerconf.HasSourceMaps(modules) && r.client != nil && !plan.OfferingID.IsUnknown() {

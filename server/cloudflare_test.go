@@ -29,7 +29,7 @@ const (
 
 // setupWorkersDev starts a Host whose catalog sells a workers-dev offering (cf-worker, cf-endpoint)
 // on a Cloudflare stand-in beside the selfhost one; hostToken is the token the Host's file holds.
-func setupWorkersDev(t *testing.T, hostToken string) (*harness, *cfstandin.Server) {
+func setupWorkersDev(t *testing.T, hostToken string, installation ...func(map[string]any)) (*harness, *cfstandin.Server) {
 	t.Helper()
 	s, err := cfstandin.New(cfstandin.Config{Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t)})
 	require.NoError(t, err)
@@ -37,12 +37,13 @@ func setupWorkersDev(t *testing.T, hostToken string) (*harness, *cfstandin.Serve
 	private := filepath.Join(t.TempDir(), "cf")
 	require.NoError(t, safedir.Ensure(private, safedir.Current()))
 	require.NoError(t, safedir.WriteFile(private, "api-token", []byte(hostToken+"\n"), safedir.Current()))
+	cf := map[string]any{"name": "cf", "pack": "workers-dev", "accountSubdomain": cfSubdomain, "accountId": cfAccount,
+		"apiTokenFile": filepath.Join(private, "api-token"), "apiBaseUrl": s.BaseURL()}
+	for _, f := range installation {
+		f(cf)
+	}
 	cat, err := json.Marshal(map[string]any{
-		"installations": []any{
-			map[string]any{"name": "local", "pack": "selfhost"},
-			map[string]any{"name": "cf", "pack": "workers-dev", "accountSubdomain": cfSubdomain, "accountId": cfAccount,
-				"apiTokenFile": filepath.Join(private, "api-token"), "apiBaseUrl": s.BaseURL()},
-		},
+		"installations": []any{map[string]any{"name": "local", "pack": "selfhost"}, cf},
 		"offerings": []any{
 			map[string]any{"id": "local-worker", "kind": "module-worker", "installation": "local", "soldTo": []string{"*"}},
 			map[string]any{"id": "cf-worker", "kind": "module-worker", "installation": "cf", "soldTo": []string{"*"}},

@@ -118,20 +118,64 @@ func TestCronTicksRunOnceAcrossReplicasAndStopWithTheirWorker(t *testing.T) {
 	require.Equal(t, before, h.count(`SELECT count(*) FROM cron_ticks`), "a deleted worker's crons never fire")
 }
 
-// A worker whose offering runs no cron triggers is refused at once, naming the offering; nothing is
-// written.
-func TestCronsOnAnOfferingWithoutThemAreRefused(t *testing.T) {
+// On workers-dev Cloudflare runs the crons (SPEC 3.6): the Host sets them through the schedules
+// API at each deploy (an update without crons removes them), within the installation's
+// cronCeiling across every worker (429 quota_exceeded past it, nothing written); the offering says
+// at-least-once.
+func TestCronsOnWorkersDevGoThroughTheSchedulesAPIWithinTheCeiling(t *testing.T) {
 	t.Parallel()
-	h, _ := setupWorkersDev(t, cfToken)
+	h, s := setupWorkersDev(t, cfToken, func(inst map[string]any) { inst["cronCeiling"] = 3 })
+	schedules := func(r reply) []string {
+		sc, ok := s.Script(r.json(t)["scriptName"].(string))
+		require.True(t, ok)
+		return sc.Schedules
+	}
+	b := cfWorkerBody(`export default { fetch() { return new Response("ok") }, scheduled() {} };`)
+	b["crons"] = []string{"0 * * * *", "*/5 * * * *"}
+	a := h.putWorker("prod", "cron-a", tokenA, b)
+	require.Equal(t, http.StatusCreated, a.status, string(a.body))
+	require.Equal(t, []string{"*/5 * * * *", "0 * * * *"}, schedules(a))
+
+	r := h.putWorker("prod", "cron-b", tokenB, b)
+	r.problem(t, http.StatusTooManyRequests, "quota_exceeded")
+	require.Contains(t, string(r.body), "ceiling is 3")
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM workers WHERE status <> 'deleted'`), "the refused create wrote nothing")
+
+	b["crons"] = []string{"0 * * * *"}
+	a = h.putWorker("prod", "cron-a", a.json(t)["ownershipToken"].(string), b)
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	require.Equal(t, []string{"0 * * * *"}, schedules(a))
+	b["crons"] = []string{"1 * * * *", "2 * * * *"}
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "cron-b", tokenB, b).status, "1 + 2 crons fit a ceiling of 3")
+
+	delete(b, "crons")
+	a = h.putWorker("prod", "cron-a", a.json(t)["ownershipToken"].(string), b)
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	require.Empty(t, schedules(a), "an update without crons removes them")
+	require.Zero(t, h.count(`SELECT count(*) FROM worker_crons`), "the Host runs no tick of a Cloudflare worker")
+
+	offerings := h.do(req{method: http.MethodGet, path: "/v1/offerings", key: h.key}).json(t)["offerings"].([]any)
+	for _, o := range offerings {
+		if o := o.(map[string]any); o["id"] == "cf-worker" {
+			require.Equal(t, "at-least-once", o["cronDelivery"])
+		}
+	}
+}
+
+// wfp-managed has no schedules API for dispatch-namespace scripts: a worker with crons is refused
+// at once, naming the offering; nothing is written.
+func TestCronsOnWFPManagedAreRefused(t *testing.T) {
+	t.Parallel()
+	h, _ := setupCloudflare(t)
 	b := cfWorkerBody(`export default { fetch() { return new Response("ok") } };`)
+	b["offeringId"] = "wfp-worker"
 	b["crons"] = []string{"* * * * *"}
 	r := h.putWorker("prod", "cron", tokenA, b)
 	r.problem(t, http.StatusUnprocessableEntity, "crons_unsupported")
-	require.Contains(t, string(r.body), "cf-worker")
+	require.Contains(t, string(r.body), "wfp-worker")
 	offerings := h.do(req{method: http.MethodGet, path: "/v1/offerings", key: h.key}).json(t)["offerings"].([]any)
 	for _, o := range offerings {
-		o := o.(map[string]any)
-		if o["id"] == "cf-worker" {
+		if o := o.(map[string]any); o["id"] == "wfp-worker" {
 			require.Nil(t, o["cronDelivery"])
 		}
 	}

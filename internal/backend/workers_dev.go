@@ -368,6 +368,13 @@ func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observa
 	if err := c.prune(ctx, sdk, d.NativeName, d.SecretNames); err != nil {
 		return Observation{}, err
 	}
+	// Cron triggers go through the schedules API (SPEC 3.6), on account scripts only: set when
+	// the worker has some, and on every update (one call more), so that removed ones go.
+	if acct, ok := c.place.(cloudflare.Account); ok && (len(d.Bundle.Settings.Crons) > 0 || now != nil) {
+		if err := c.call(ctx, func() error { return acct.SetSchedules(ctx, sdk, d.NativeName, d.Bundle.Settings.Crons) }); err != nil {
+			return Observation{}, c.classify(err)
+		}
+	}
 	return c.observeScript(ctx, d.NativeName)
 }
 

@@ -63,6 +63,10 @@ type Installation struct {
 	// hold across every organization it is sold to (SPEC 8: 500 on Cloudflare's paid plans, 100 on
 	// Free); the Host answers 429 quota_exceeded at it. Zero takes DefaultScriptCeiling.
 	ScriptCeiling int `json:"scriptCeiling,omitempty"`
+	// CronCeiling is how many cron triggers the installation's account may hold across every
+	// worker of every organization it serves (Cloudflare caps them per account: 250 on a paid
+	// plan); the Host answers 429 quota_exceeded past it. Zero takes DefaultCronCeiling.
+	CronCeiling int `json:"cronCeiling,omitempty"`
 	// RoutePropagationSeconds is how long after an endpoint's route reads back deleted the edge
 	// may still route it (SPEC 8): the deletion attestation stays open that long. Zero takes the
 	// pack's default (DefaultWorkersDevPropagation, DefaultWFPPropagation).
@@ -83,6 +87,7 @@ type Installation struct {
 // Defaults of the Cloudflare packs (SPEC 8).
 const (
 	DefaultScriptCeiling         = 500
+	DefaultCronCeiling           = 250
 	DefaultWorkersDevPropagation = 30 * time.Second
 	DefaultWFPPropagation        = 90 * time.Second
 	// MinKVCacheTTL is Cloudflare's smallest cacheTtl for KV reads, which the dispatch worker's
@@ -99,6 +104,14 @@ func (inst Installation) Propagation() time.Duration {
 		return DefaultWFPPropagation
 	}
 	return DefaultWorkersDevPropagation
+}
+
+// Crons is the installation's cron ceiling.
+func (inst Installation) Crons() int {
+	if inst.CronCeiling > 0 {
+		return inst.CronCeiling
+	}
+	return DefaultCronCeiling
 }
 
 // Scripts is the installation's script ceiling.
@@ -177,14 +190,21 @@ const (
 const (
 	// CronsAtMostOnce: the Host claims each tick once and one node runs it at most once.
 	CronsAtMostOnce = "at-most-once"
+	// CronsAtLeastOnce: Cloudflare runs the ticks (its schedules API), at least once.
+	CronsAtLeastOnce = "at-least-once"
 )
 
 // CronDelivery is how a module-worker on this offering has its cron triggers run, or "" when it
-// has none. Only selfhost runs them in this release: workers-dev's (Cloudflare's schedules API) are
-// not built yet, and wfp-managed has no schedules API for dispatch-namespace scripts.
+// has none: the Host runs selfhost's, Cloudflare workers-dev's; wfp-managed has no schedules API
+// for dispatch-namespace scripts.
 func (o Offering) CronDelivery() string {
-	if o.Kind == KindWorker && o.Pack == PackSelfhost {
+	switch {
+	case o.Kind != KindWorker:
+		return ""
+	case o.Pack == PackSelfhost:
 		return CronsAtMostOnce
+	case o.Pack == PackWorkersDev:
+		return CronsAtLeastOnce
 	}
 	return ""
 }
@@ -468,11 +488,11 @@ func validateInstallation(inst *Installation) error {
 	if inst.Pack != PackSelfhost && inst.hasRuntimeTLS() {
 		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile and runtimeClientKeyFile belong to selfhost installations")
 	}
-	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 {
-		return fmt.Errorf("scriptCeiling and routePropagationSeconds may not be negative")
+	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 || inst.CronCeiling < 0 {
+		return fmt.Errorf("scriptCeiling, cronCeiling and routePropagationSeconds may not be negative")
 	}
-	if inst.Pack == PackSelfhost && (inst.ScriptCeiling != 0 || inst.RoutePropagationSeconds != 0) {
-		return fmt.Errorf("scriptCeiling and routePropagationSeconds belong to Cloudflare installations")
+	if inst.Pack == PackSelfhost && (inst.ScriptCeiling != 0 || inst.RoutePropagationSeconds != 0 || inst.CronCeiling != 0) {
+		return fmt.Errorf("scriptCeiling, cronCeiling and routePropagationSeconds belong to Cloudflare installations")
 	}
 	switch inst.Pack {
 	case PackSelfhost:

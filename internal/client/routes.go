@@ -27,6 +27,16 @@ func (c *Client) OfferingKeepsLogs(ctx context.Context, id string) (keeps, ok bo
 	return ok && o.Pack == "selfhost", ok
 }
 
+// OfferingCronDelivery is how offering id delivers cron ticks ("" when it runs none); ok is false
+// when it cannot tell.
+func (c *Client) OfferingCronDelivery(ctx context.Context, id string) (string, bool) {
+	o, ok := c.offering(ctx, id)
+	if !ok || o.CronDelivery == nil {
+		return "", ok
+	}
+	return *o.CronDelivery, true
+}
+
 // OfferingBundleCeiling is the most a worker's bundle may hold on offering id, or on the one
 // module-worker offering the organization is sold when id is empty (SPEC 3.6); ok is false when
 // it cannot tell (the offerings cannot be read, or the Host names no ceiling).

@@ -8,7 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
@@ -118,6 +120,25 @@ func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX) (run []Tick, s
 		}
 	}
 	return run, settled, errors.Join(errs...)
+}
+
+// checkCronCeiling refuses crons past a Cloudflare installation's cronCeiling (Cloudflare caps
+// cron triggers per account), counting every other worker's of the installation under its
+// script-slot locks; a write without crons, or on a selfhost installation, asks nothing.
+func (s *Service) checkCronCeiling(ctx context.Context, q *dbsqlc.Queries, installation string, writing uuid.UUID, crons []string) error {
+	inst, ok := s.Catalog.Installations[installation]
+	if len(crons) == 0 || !ok || inst.Pack == catalog.PackSelfhost {
+		return nil
+	}
+	used, err := q.InstallationCronCount(ctx, dbsqlc.InstallationCronCountParams{Installation: installation, Writing: writing})
+	if err != nil {
+		return err
+	}
+	if ceiling := inst.Crons(); used+int64(len(crons)) > int64(ceiling) {
+		return apierr.New(apierr.QuotaExceeded, "installation %s holds %d cron triggers across every organization it serves, and its ceiling is %d: %d more do not fit; remove crons elsewhere or ask an operator for another offering",
+			installation, used, ceiling, len(crons)).With("quota", map[string]any{"resource": "installationCrons", "ceiling": ceiling})
+	}
+	return nil
 }
 
 // RunTick asks the node of t's installation to run it, again while the node cannot be reached and

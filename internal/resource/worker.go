@@ -571,6 +571,9 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 					return err
 				}
 			}
+			if err := s.checkCronCeiling(ctx, q, placement.Installation, uuid.Nil, spec.Settings.Crons); err != nil {
+				return err
+			}
 			w = Worker{Modules: spec.Modules, ModuleFiles: spec.ModuleFiles, Settings: spec.Settings, Placement: placement, callees: bound}
 			w.UID, w.OrganizationID, w.Space, w.Name, w.Generation, w.Revision = uuid.New(), org.ID, space, name, 1, 1
 			w.MainModule, w.CompatibilityDate, w.RequiredSensitiveVars = spec.MainModule, spec.CompatibilityDate, spec.RequiredSensitiveVars
@@ -641,6 +644,11 @@ func (s *Service) planWorker(ctx context.Context, m *ownership.Mutation, run *ef
 				space, name, w.Placement.OfferingID, w.Placement.OfferingDigest, placement.OfferingID, placement.OfferingDigest)
 		}
 		changed := !sameSpec(w, spec)
+		if changed {
+			if err := s.checkCronCeiling(ctx, q, placement.Installation, w.UID, spec.Settings.Crons); err != nil {
+				return err
+			}
+		}
 		if err := s.admitInput(ctx, tx, w, spec); err != nil {
 			return err
 		}

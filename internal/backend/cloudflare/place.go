@@ -7,6 +7,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"slices"
 
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
@@ -149,6 +150,36 @@ func (a Account) Upload(ctx context.Context, sdk *Services, script string, u Upl
 func (n Namespace) Upload(ctx context.Context, sdk *Services, script string, u Upload) error {
 	_, err := sdk.DispatchNamespaces.Scripts.Update(ctx, n.Name, script, u.DispatchScriptParams(n.AccountID))
 	return err
+}
+
+// SetSchedules replaces an account script's cron triggers (an empty crons removes them all).
+// Dispatch-namespace scripts have no schedules API.
+func (a Account) SetSchedules(ctx context.Context, sdk *Services, script string, crons []string) error {
+	p := workers.ScriptScheduleUpdateParams{Body: make([]workers.ScriptScheduleUpdateParamsBody, 0, len(crons))}
+	p.AccountID.Value, p.AccountID.Present = a.ID, true
+	for _, c := range crons {
+		var b workers.ScriptScheduleUpdateParamsBody
+		b.Cron.Value, b.Cron.Present = c, true
+		p.Body = append(p.Body, b)
+	}
+	_, err := sdk.Scripts.Schedules.Update(ctx, script, p)
+	return err
+}
+
+// Schedules reads an account script's cron triggers, sorted.
+func (a Account) Schedules(ctx context.Context, sdk *Services, script string) ([]string, error) {
+	var p workers.ScriptScheduleGetParams
+	p.AccountID.Value, p.AccountID.Present = a.ID, true
+	res, err := sdk.Scripts.Schedules.Get(ctx, script, p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(res.Schedules))
+	for _, s := range res.Schedules {
+		out = append(out, s.Cron)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 func (a Account) Delete(ctx context.Context, sdk *Services, script string) error {

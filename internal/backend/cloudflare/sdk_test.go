@@ -508,3 +508,31 @@ type (
 )
 
 func kvString(s string) kv.NamespaceValueUpdateParamsValueUnion { return shared.UnionString(s) }
+
+// A script's cron triggers go through the schedules API as the SDK sends them (a JSON array of
+// {"cron"}): set, read back sorted, replaced, refused when one is not a cron expression, removed
+// by an empty list; a script that does not exist has none to set.
+func TestSchedulesAreSetReadBackAndRemoved(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	acct := cloudflare.Account{ID: account}
+	_, err := f.sdk.Scripts.Update(ctx, "tsw-cron", firstUpload("v1").ScriptParams(account))
+	require.NoError(t, err)
+	require.NoError(t, acct.SetSchedules(ctx, f.sdk, "tsw-cron", []string{"0 * * * *", "*/5 * * * *"}))
+	got, err := acct.Schedules(ctx, f.sdk, "tsw-cron")
+	require.NoError(t, err)
+	require.Equal(t, []string{"*/5 * * * *", "0 * * * *"}, got)
+
+	err = acct.SetSchedules(ctx, f.sdk, "tsw-cron", []string{"not a cron"})
+	require.Equal(t, http.StatusBadRequest, apiError(t, err).Status)
+	got, err = acct.Schedules(ctx, f.sdk, "tsw-cron")
+	require.NoError(t, err)
+	require.Len(t, got, 2, "a refused update changes nothing")
+
+	require.NoError(t, acct.SetSchedules(ctx, f.sdk, "tsw-cron", nil))
+	got, err = acct.Schedules(ctx, f.sdk, "tsw-cron")
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.True(t, apiError(t, acct.SetSchedules(ctx, f.sdk, "tsw-none", []string{"* * * * *"})).IsNotFound())
+}

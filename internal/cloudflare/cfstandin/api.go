@@ -47,6 +47,8 @@ func (s *Server) apiHandler() http.Handler {
 	route("DELETE "+scripts+"/{script}/subdomain", func(w http.ResponseWriter, r *http.Request) *failure {
 		return s.setScriptSubdomain(w, r, r.PathValue("script"), true)
 	})
+	route("PUT "+scripts+"/{script}/schedules", scoped(account, s.putSchedules))
+	route("GET "+scripts+"/{script}/schedules", scoped(account, s.getSchedules))
 	route("GET "+acct+"/workers/subdomain", s.getAccountSubdomain)
 
 	// Workers for Platforms dispatch namespaces and their scripts.

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // Limits Cloudflare publishes for Workers bindings: 5 KiB per environment variable or secret and
@@ -802,4 +804,66 @@ func (s *Server) createNamespace(w http.ResponseWriter, r *http.Request) *failur
 	s.namespaces[body.Name] = s.now()
 	writeResult(w, namespaceResult(body.Name, s.namespaces[body.Name], 0))
 	return nil
+}
+
+// maxSchedules is how many cron triggers the stand-in lets one script have.
+const maxSchedules = 16
+
+// schedule is one cron trigger as the schedules API takes and answers it.
+type schedule struct {
+	Cron       string `json:"cron"`
+	CreatedOn  string `json:"created_on,omitempty"`
+	ModifiedOn string `json:"modified_on,omitempty"`
+}
+
+// putSchedules replaces the script's cron triggers (PUT …/scripts/{script}/schedules, a JSON array
+// of {"cron"}), as Cloudflare's schedules API does: every expression five fields, at most
+// maxSchedules; an empty array removes them all.
+func (s *Server) putSchedules(w http.ResponseWriter, r *http.Request, ns, name string) *failure {
+	if _, f := s.lookup(ns, name); f != nil {
+		return f
+	}
+	var body []schedule
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&body); err != nil {
+		return fail(http.StatusBadRequest, CodeBadRequestBody, "Could not parse request body: "+err.Error())
+	}
+	if len(body) > maxSchedules {
+		return validation(fmt.Sprintf("A Worker may have at most %d cron triggers.", maxSchedules))
+	}
+	crons := make([]string, 0, len(body))
+	for _, c := range body {
+		if _, err := workerconf.ParseCron(c.Cron); err != nil {
+			return validation("Invalid cron expression: " + c.Cron)
+		}
+		crons = append(crons, c.Cron)
+	}
+	s.mu.Lock()
+	sc, ok := s.scripts[scriptKey{ns, name}]
+	if ok {
+		sc.Schedules = crons
+	}
+	s.mu.Unlock()
+	if !ok {
+		return notFound("workers.api.error.script_not_found")
+	}
+	writeResult(w, map[string]any{"schedules": schedulesOf(crons, s.now())})
+	return nil
+}
+
+// getSchedules answers the script's cron triggers.
+func (s *Server) getSchedules(w http.ResponseWriter, _ *http.Request, ns, name string) *failure {
+	sc, f := s.lookup(ns, name)
+	if f != nil {
+		return f
+	}
+	writeResult(w, map[string]any{"schedules": schedulesOf(sc.Schedules, sc.ModifiedOn)})
+	return nil
+}
+
+func schedulesOf(crons []string, at time.Time) []schedule {
+	out := make([]schedule, 0, len(crons))
+	for _, c := range crons {
+		out = append(out, schedule{Cron: c, CreatedOn: at.UTC().Format(time.RFC3339Nano), ModifiedOn: at.UTC().Format(time.RFC3339Nano)})
+	}
+	return out
 }

@@ -373,6 +373,9 @@ type Script struct {
 	// Uploads counts the versions made so far (uploads and secret changes).
 	Uploads   int
 	Subdomain Subdomain
+	// Schedules are its cron triggers (account scripts only: dispatch-namespace scripts have
+	// none), as the schedules API last set them.
+	Schedules []string
 }
 
 type script struct {
@@ -382,6 +385,7 @@ type script struct {
 func (sc *script) snapshot() Script {
 	out := sc.Script
 	out.Current = copyVersion(sc.Current)
+	out.Schedules = append([]string(nil), sc.Schedules...)
 	return out
 }
 

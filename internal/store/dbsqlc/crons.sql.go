@@ -206,3 +206,21 @@ func (q *Queries) CronsUnscheduled(ctx context.Context) ([]CronsUnscheduledRow, 
 	}
 	return items, nil
 }
+
+const installationCronCount = `-- name: InstallationCronCount :one
+SELECT installation_cron_count($1::text, $2::uuid)::bigint AS crons
+`
+
+type InstallationCronCountParams struct {
+	Installation string
+	Writing      uuid.UUID
+}
+
+// The crons of a Cloudflare installation's workers but @writing's, counted under the
+// installation's script-slot locks (held until the transaction ends).
+func (q *Queries) InstallationCronCount(ctx context.Context, arg InstallationCronCountParams) (int64, error) {
+	row := q.db.QueryRow(ctx, installationCronCount, arg.Installation, arg.Writing)
+	var crons int64
+	err := row.Scan(&crons)
+	return crons, err
+}

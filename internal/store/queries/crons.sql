@@ -41,3 +41,8 @@ DELETE FROM cron_ticks d
 WHERE d.worker_uid = @worker_uid
   AND d.id NOT IN (SELECT t.id FROM cron_ticks t WHERE t.worker_uid = d.worker_uid
                    ORDER BY t.scheduled_for DESC, t.claimed_at DESC LIMIT 100);
+
+-- name: InstallationCronCount :one
+-- The crons of a Cloudflare installation's workers but @writing's, counted under the
+-- installation's script-slot locks (held until the transaction ends).
+SELECT installation_cron_count(@installation::text, @writing::uuid)::bigint AS crons;

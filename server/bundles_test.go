@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -110,4 +111,44 @@ func TestASourceMapIsKeptBesideItsModuleOutsideTheBundleCeiling(t *testing.T) {
 		h.putWorker("prod", "refused", tokenA, body).problem(t, http.StatusUnprocessableEntity, "invalid_request")
 	}
 	require.Equal(t, 1, h.count(`SELECT count(*) FROM workers`), "no refused request left a row")
+}
+
+// Bundles at the default maxBundleBytes deploy on a node with its default ceilings (issue 33,
+// found by make bench-bundles): an organization's process holding a 10 MiB worker's two versions
+// loads a second 10 MiB worker and its update. Its memory ceiling grows with the bundles its isolates hold; a
+// fixed allowance per isolate had the process killed at its ceiling while it loaded the second.
+func TestTenMiBBundlesDeployWithinTheirProcesssCeiling(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	// Generated code, as a bundler writes an application: many small functions.
+	code := func(version string) string {
+		var b strings.Builder
+		b.WriteString("const v = \"" + version + "\";\n")
+		for i := 0; b.Len() < 10<<20-64<<10; i++ {
+			fmt.Fprintf(&b, "function f%d(a,b){return a*%d+b.length+\"%064x\"}\n", i, i, i)
+		}
+		b.WriteString("export default { fetch() { return new Response(v + \" \" + typeof f1); } };\n")
+		return b.String()
+	}
+	put := func(name, token, version string) reply {
+		b := workerBody()
+		b["modules"] = map[string]string{"index.js": code(version)}
+		return h.do(req{method: http.MethodPut, path: "/v1/spaces/prod/workers/" + name, key: h.key, token: token, contentType: "application/json",
+			body: gzipOf(t, must(json.Marshal(b))), headers: map[string]string{"Content-Encoding": "gzip"}})
+	}
+	a := put("large-a", tokenA, "v1")
+	require.Equal(t, http.StatusCreated, a.status, string(a.body))
+	a = put("large-a", tokenA, "v2")
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	b := put("large-b", tokenB, "v1")
+	require.Equal(t, http.StatusCreated, b.status, string(b.body))
+	b = put("large-b", tokenB, "v2")
+	require.Equal(t, http.StatusOK, b.status, string(b.body))
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -148,6 +148,18 @@ func stringsOrEmpty(v []string) []string {
 	return v
 }
 
+// codeBytes is a bundle's size as its isolate holds it: every module but the source maps (a bytes
+// module counted as its base64, a little more than it holds).
+func codeBytes(modules map[string]string) int64 {
+	var n int64
+	for name, v := range modules {
+		if workerd.ModuleType(name) != workerconf.ModuleSourceMap {
+			n += int64(len(name) + len(v))
+		}
+	}
+	return n
+}
+
 // code is what the router loads s's incarnation from, built when its process asks: the
 // delivered values are read from the sealed file then, sent, and not kept.
 func (n *Node) code(s *state.Script) func() (*orgproc.Code, error) {

@@ -32,6 +32,9 @@ type Spec struct {
 	Admitted bool
 	// Alone runs it in a process of its own (its offering says so).
 	Alone bool
+	// BundleBytes is the size of its code (modules, source maps left out): its isolate's memory
+	// grows with it.
+	BundleBytes int64
 	// Code is what the router loads it from, built on each load (secrets are read then).
 	Code func() (*Code, error)
 	// Scrub removes its delivered values from what it prints and from its failure messages.

@@ -318,7 +318,7 @@ func (p *Process) maybeRecycle() {
 	live := len(p.live)
 	due := p.st.phase == phaseRunning && !p.recycling && !p.stopping && p.retiredLoaded > 0 && live > 0 &&
 		((p.retiredLoaded > live && p.retiredLoaded >= recycleFloor) ||
-			int64(p.retiredLoaded)*o.MemoryPerIsolate > o.RecycleRetiredBytes ||
+			p.retiredBytes > o.RecycleRetiredBytes ||
 			(!p.secretsRetiredAt.IsZero() && time.Since(p.secretsRetiredAt) >= o.RecycleSecretsAfter))
 	if due {
 		p.recycling = true

@@ -78,7 +78,9 @@ type Process struct {
 	live  map[*Incarnation]*unit // the units not retired
 	// retiredLoaded counts retired isolates that still hold memory; secretsRetiredAt is when
 	// the first of them that held secrets retired (zero: none since the last recycle).
-	retiredLoaded    int
+	retiredLoaded int
+	// retiredBytes is the memory the retired isolates are estimated to hold (isolateCost each).
+	retiredBytes     int64
 	secretsRetiredAt time.Time
 	recycling        bool
 	stopping         bool
@@ -215,6 +217,7 @@ func (p *Process) retire(u *unit) {
 	delete(p.live, u.inc)
 	if u.loaded.Load() {
 		p.retiredLoaded++
+		p.retiredBytes += p.m.opts.isolateCost(u.inc)
 		if !u.inc.spec.Scrub.Empty() && p.secretsRetiredAt.IsZero() {
 			p.secretsRetiredAt = time.Now()
 			p.scheduleRecycleLocked(p.m.opts.RecycleSecretsAfter)
@@ -255,7 +258,17 @@ func (p *Process) addScrub(s scrub.Scrubber) {
 // included: workerd never frees them).
 func (p *Process) memoryCeilingLocked() int64 {
 	o := p.m.opts
-	return o.MemoryBase + o.MemoryPerIsolate*int64(len(p.live)+p.retiredLoaded)
+	ceiling := o.MemoryBase + p.retiredBytes
+	for inc := range p.live {
+		ceiling += o.isolateCost(inc)
+	}
+	return ceiling
+}
+
+// isolateCost is the memory an incarnation's isolate is given room for: an idle isolate's, and
+// its bundle's share (what the isolate keeps of its code, and what loading it takes at its peak).
+func (o *Options) isolateCost(inc *Incarnation) int64 {
+	return o.MemoryPerIsolate + o.MemoryPerBundleByte*inc.spec.BundleBytes
 }
 
 // setMemory moves the sandbox's memory ceiling to what the process holds now.

@@ -2,9 +2,7 @@ package provider
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"os"
 
@@ -65,25 +63,14 @@ func bundle(ctx context.Context, modules, files types.Map) (map[string]string, b
 }
 
 // bundleSize counts what the Host's request limit counts: names and sources.
-func bundleSize(modules map[string]string) int {
-	size := 0
-	for name, src := range modules {
-		size += len(name) + len(src)
-	}
-	return size
-}
+func bundleSize(modules map[string]string) int { return int(workerconf.WireBytes(modules)) }
 
 // digests is module_sha256: each module's content digest by module name, hex SHA-256, the value
 // filesha256() gives for a module read from a file (a bytes module's bytes, not its base64).
 func digests(modules map[string]string) types.Map {
 	values := make(map[string]attr.Value, len(modules))
 	for name, src := range modules {
-		content, err := workerconf.ModuleBytes(name, src)
-		if err != nil {
-			content = []byte(src) // refused at validation; a digest is still a digest
-		}
-		sum := sha256.Sum256(content)
-		values[name] = types.StringValue(hex.EncodeToString(sum[:]))
+		values[name] = types.StringValue(workerconf.ModuleDigest(name, src))
 	}
 	return types.MapValueMust(types.StringType, values)
 }

@@ -195,7 +195,7 @@ func (r *workerResource) Schema(ctx context.Context, _ resource.SchemaRequest, r
 				MarkdownDescription: "The bundle from files: 1 to 64 modules, the path of each module's source by module name (`{ \"index.js\" = \"${path.module}/src/index.js\" }`); exactly one of `modules` and `module_files`. " +
 					"The provider reads the files at plan and again at apply: a file changed in between fails the apply (the CLI reports module_sha256 inconsistent with the plan), and nothing is deployed; plan again. The plan shows the paths and `module_sha256`, never the sources. " +
 					"Module types and the size limit are those of `modules` (a `.wasm` or `.bin` file is read as bytes and counts base64-encoded). Changes in place (a new generation) when a file's content changes. " +
-					"The Host keeps the paths as given (at most 1024 bytes each) and never reads them, so that importing the worker into a `module_files` configuration plans no change; a change of paths alone updates them in place and deploys nothing.",
+					"The Host keeps the paths as given (at most 1024 bytes each) and never reads them, so that importing the worker into a `module_files` configuration plans no change; a change of paths alone updates them in place and deploys nothing. A refresh reads only the modules' digests from the Host, not the sources.",
 				Optional:    true,
 				ElementType: types.StringType,
 				Validators:  []validator.Map{mapvalidator.SizeBetween(1, 64), mapvalidator.ValueStringsAre(stringvalidator.LengthBetween(1, 1024))},
@@ -465,6 +465,11 @@ func (r *workerResource) fill(ctx context.Context, m *workerModel, w client.Work
 		}
 	}
 	m.ModuleSHA256, m.BundleBytes = digests(w.Modules), types.Int64Value(int64(bundleSize(w.Modules)))
+	if w.ModuleSha256 != nil && w.BundleBytes != nil {
+		// A read of digests: the Host computed them, as digests() does.
+		m.ModuleSHA256, _ = types.MapValueFrom(ctx, types.StringType, w.ModuleSha256)
+		m.BundleBytes = types.Int64Value(*w.BundleBytes)
+	}
 	if len(w.RequiredSensitiveVars) == 0 && (importing || m.RequiredSensitiveVars.IsNull() || m.RequiredSensitiveVars.IsUnknown()) {
 		m.RequiredSensitiveVars = types.SetNull(types.StringType)
 	} else {
@@ -506,13 +511,23 @@ func (r *workerResource) logsURL(ctx context.Context, offering, space, name stri
 	return types.StringValue(r.client.WorkerLogsURL(space, name))
 }
 
-// waitReady polls the worker until it is Ready at generation (or later), or ctx ends.
-func (r *workerResource) waitReady(ctx context.Context, space, name string, w client.Worker) (client.Worker, error) {
+// reader is how a worker whose configuration is m is read: its digests only when its sources are
+// files (the state keeps paths and digests, never sources), else whole.
+func (r *workerResource) reader(m workerModel) func(ctx context.Context, space, name string) (client.Worker, error) {
+	if !m.ModuleFiles.IsNull() && !m.ModuleFiles.IsUnknown() {
+		return r.client.GetWorkerDigests
+	}
+	return r.client.GetWorker
+}
+
+// waitReady polls the worker until it is Ready at generation (or later), or ctx ends; read is
+// r.reader of its configuration.
+func (r *workerResource) waitReady(ctx context.Context, space, name string, w client.Worker, read func(context.Context, string, string) (client.Worker, error)) (client.Worker, error) {
 	if w.Ready {
 		return w, nil
 	}
 	err := waitFor(ctx, func() (bool, string, error) {
-		got, err := r.client.GetWorker(ctx, space, name)
+		got, err := read(ctx, space, name)
 		if err != nil {
 			return false, "", err
 		}
@@ -569,7 +584,7 @@ func (r *workerResource) Create(ctx context.Context, req resource.CreateRequest,
 	token := newToken()
 	w, _, err := r.client.PutWorker(ctx, space, name, token, 0, spec)
 	if err == nil {
-		w, err = r.waitReady(ctx, space, name, w)
+		w, err = r.waitReady(ctx, space, name, w, r.reader(plan))
 	}
 	if err != nil {
 		if isUnknownOutcome(err) || w.UID != "" {
@@ -608,7 +623,14 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 	// from a Read that removes the resource.
 	prior := state
 	resp.Diagnostics.Append(identifyRead(ctx, resp, spaceNameIdentityModel{Space: state.Space, Name: state.Name})...)
-	w, err := r.client.GetWorker(ctx, state.Space.ValueString(), state.Name.ValueString())
+	importing := state.MainModule.IsNull()
+	// From files the state keeps paths and digests, never sources: the digests are all a refresh
+	// needs (a 10 MiB bundle is about 13 MiB of JSON otherwise). An import reads everything.
+	read := r.reader(state)
+	if importing {
+		read = r.client.GetWorker
+	}
+	w, err := read(ctx, state.Space.ValueString(), state.Name.ValueString())
 	if client.IsNotFound(err) {
 		resp.State.RemoveResource(ctx)
 		return
@@ -617,7 +639,7 @@ func (r *workerResource) Read(ctx context.Context, req resource.ReadRequest, res
 		addError(&resp.Diagnostics, "Unable to read worker", err)
 		return
 	}
-	r.fill(ctx, &state, w, state.MainModule.IsNull())
+	r.fill(ctx, &state, w, importing)
 	resp.Diagnostics.Append(writeRead(ctx, resp, &prior, &state, func(m *workerModel) any { return spaceNameIdentityModel{Space: m.Space, Name: m.Name} })...)
 	resp.Diagnostics.Append(adoptToken(ctx, req.Private, resp.Private, w.OwnershipToken)...)
 }
@@ -653,7 +675,7 @@ func (r *workerResource) Update(ctx context.Context, req resource.UpdateRequest,
 		}
 	}
 	if err == nil {
-		w, err = r.waitReady(ctx, space, name, w)
+		w, err = r.waitReady(ctx, space, name, w, r.reader(plan))
 	}
 	if err != nil {
 		if client.IsCode(err, "revision_conflict") {
@@ -732,7 +754,7 @@ func (r *workerResource) Delete(ctx context.Context, req resource.DeleteRequest,
 	}
 	space, name := state.Space.ValueString(), state.Name.ValueString()
 	token, gone, diags := deleteToken(ctx, req.Private, "Unable to delete worker", fmt.Sprintf("worker %s/%s", space, name),
-		func(ctx context.Context) (client.Worker, error) { return r.client.GetWorker(ctx, space, name) },
+		func(ctx context.Context) (client.Worker, error) { return r.client.GetWorkerDigests(ctx, space, name) },
 		func(x client.Worker) *string { return x.OwnershipToken })
 	resp.Diagnostics.Append(diags...)
 	if gone || resp.Diagnostics.HasError() {

@@ -232,7 +232,7 @@ func (r *endpointResource) Create(ctx context.Context, req resource.CreateReques
 	}
 	space, name, worker := plan.Space.ValueString(), plan.Name.ValueString(), plan.Worker.ValueString()
 	if !plan.WorkerID.IsNull() && !plan.WorkerID.IsUnknown() {
-		w, err := r.client.GetWorker(ctx, space, worker)
+		w, err := r.client.GetWorkerDigests(ctx, space, worker)
 		if err != nil {
 			addError(&resp.Diagnostics, "Unable to create endpoint", fmt.Errorf("read its worker %s/%s: %w", space, worker, err))
 			return

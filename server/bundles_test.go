@@ -3,6 +3,9 @@ package server_test
 import (
 	"bytes"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -151,4 +154,26 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A read with ?modules=digests answers each module's digest (a bytes module's over its bytes, as
+// filesha256() gives) and the bundle's size instead of the modules; another value is refused.
+func TestAWorkerReadOfDigestsCarriesNoModule(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	body := workerBody()
+	body["modules"] = map[string]string{"index.js": helloModule, "blob.bin": base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255})}
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "api", tokenA, body).status)
+	full := h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/api", key: h.key}).json(t)
+	require.Nil(t, full["moduleSha256"])
+	require.Len(t, full["modules"], 2)
+
+	light := h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/api?modules=digests", key: h.key}).json(t)
+	require.Empty(t, light["modules"])
+	blob := sha256.Sum256([]byte{0, 1, 2, 255})
+	code := sha256.Sum256([]byte(helloModule))
+	require.Equal(t, map[string]any{"blob.bin": hex.EncodeToString(blob[:]), "index.js": hex.EncodeToString(code[:])}, light["moduleSha256"])
+	require.EqualValues(t, len("index.js")+len(helloModule)+len("blob.bin")+len(base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 255})), light["bundleBytes"])
+	require.Equal(t, full["revision"], light["revision"])
+	h.do(req{method: http.MethodGet, path: "/v1/spaces/prod/workers/api?modules=some", key: h.key}).problem(t, http.StatusUnprocessableEntity, "invalid_request")
 }

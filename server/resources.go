@@ -15,11 +15,19 @@ import (
 )
 
 func (s *Server) getWorker(c echo.Context) error {
+	view := c.QueryParam("modules")
+	if view != "" && view != "full" && view != "digests" {
+		return apierr.New(apierr.InvalidRequest, "modules=%q: it is full (the default) or digests", view)
+	}
 	w, token, err := s.resources.GetWorker(c.Request().Context(), s.db, principal(c).Organization, c.Param("space"), c.Param("name"))
 	if err != nil {
 		return err
 	}
-	return c.JSONBlob(http.StatusOK, w.Project(token).JSON())
+	p := w.Project(token)
+	if view == "digests" {
+		p = p.Digests()
+	}
+	return c.JSONBlob(http.StatusOK, p.JSON())
 }
 
 // getWorkerByUID reads a worker by its UID (what a service binding names).

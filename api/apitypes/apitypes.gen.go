@@ -346,6 +346,12 @@ type Worker struct {
 
 	// ModuleFiles The modules' file paths as the last put gave them (empty when it sent none).
 	ModuleFiles map[string]string `json:"moduleFiles"`
+
+	// ModuleSha256 Only on a read with `?modules=digests`: each module's content digest by module name (hex SHA-256 of a text module's text, of a .wasm or .bin module's bytes), while `modules` is empty.
+	ModuleSha256 map[string]string `json:"moduleSha256,omitempty"`
+
+	// BundleBytes Only on a read with `?modules=digests`: the module names' and values' bytes together (a bytes module's base64).
+	BundleBytes *int64 `json:"bundleBytes,omitempty"`
 }
 
 // RuntimeInputs The worker's runtime input, its reference and lease status; never values.
@@ -530,6 +536,12 @@ type DeleteWorkerParams struct {
 	// If-Match names another revision is refused with `409 revision_conflict` and changes nothing;
 	// the revision is part of the request hash, so a replay must send the same one.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// GetWorkerParams defines parameters for GetWorker.
+type GetWorkerParams struct {
+	// Modules `full` (the default) answers the modules; `digests` answers their digests and the bundle's size instead.
+	Modules *string `form:"modules,omitempty" json:"modules,omitempty"`
 }
 
 // PutWorkerParams defines parameters for PutWorker.

@@ -221,7 +221,9 @@ func New(cfg Config) (*Client, error) {
 type Request struct {
 	Method string
 	Path   string
-	Body   any
+	// Query is added to Path's URL (nil: none).
+	Query url.Values
+	Body  any
 	// OwnershipToken is sent unchanged on every attempt, so that a retry is a replay.
 	OwnershipToken string
 	// IfMatch is the revision the caller last read; it makes an update fail on a stale revision.
@@ -278,7 +280,11 @@ func (c *Client) Do(ctx context.Context, req Request, out any) (Response, error)
 	}
 	owned := req.OwnershipToken != ""
 	_, hasDeadline := ctx.Deadline()
-	target := c.base.JoinPath(req.Path).String()
+	u := c.base.JoinPath(req.Path)
+	if len(req.Query) > 0 {
+		u.RawQuery = req.Query.Encode()
+	}
+	target := u.String()
 	sent := false
 	// quiet is the current stretch without an answer from the Host; it starts with each
 	// request sent and ends with any answer.

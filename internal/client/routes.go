@@ -146,6 +146,14 @@ func (c *Client) WorkerLogsURL(space, name string) string {
 }
 
 // GetWorker reads a worker, readiness derived now.
+// GetWorkerDigests reads a worker with its modules' digests and its bundle's size instead of its
+// modules (a Host older than this release answers the modules, and no digests).
+func (c *Client) GetWorkerDigests(ctx context.Context, space, name string) (Worker, error) {
+	var out Worker
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: workerPath(space, name), Query: url.Values{"modules": {"digests"}}}, &out)
+	return out, err
+}
+
 func (c *Client) GetWorker(ctx context.Context, space, name string) (Worker, error) {
 	var out Worker
 	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: workerPath(space, name)}, &out)

@@ -194,6 +194,18 @@ func (w Worker) Project(token string) WorkerProjection {
 // JSON is the projection's bytes.
 func (p WorkerProjection) JSON() []byte { return wire.JSON(p) }
 
+// Digests is the projection with each module's digest and the bundle's size instead of the
+// modules (a read with ?modules=digests).
+func (p WorkerProjection) Digests() WorkerProjection {
+	p.ModuleSha256 = make(map[string]string, len(p.Modules))
+	for name, value := range p.Modules {
+		p.ModuleSha256[name] = workerconf.ModuleDigest(name, value)
+	}
+	size := workerconf.WireBytes(p.Modules)
+	p.BundleBytes, p.Modules = &size, map[string]string{}
+	return p
+}
+
 // validateWorker checks a put's body and gives it normalized: required vars sorted without
 // repeats, an empty reference as none, the settings in the runtime's shape.
 func validateWorker(space, name string, body WorkerSpec) (workerPut, error) {

@@ -1,7 +1,9 @@
 package workerconf
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -125,6 +127,27 @@ func CheckSourceMap(modules map[string]string, name string) error {
 		return fmt.Errorf("source map %q is not a version 3 source map (it needs \"version\": 3 and \"mappings\")", name)
 	}
 	return nil
+}
+
+// ModuleDigest is a module's content digest: hex SHA-256 of its bytes (a bytes module's decoded,
+// a text module's text), what filesha256() gives for the module's file.
+func ModuleDigest(name, value string) string {
+	content, err := ModuleBytes(name, value)
+	if err != nil {
+		content = []byte(value) // refused at validation; a digest is still a digest
+	}
+	sum := sha256.Sum256(content)
+	return hex.EncodeToString(sum[:])
+}
+
+// WireBytes is a bundle's module names and values together, as they travel (a bytes module's
+// base64): what the provider's bundle_bytes shows.
+func WireBytes(modules map[string]string) int64 {
+	var n int64
+	for name, value := range modules {
+		n += int64(len(name) + len(value))
+	}
+	return n
 }
 
 // HasSourceMaps reports whether a bundle carries a source map.

@@ -18,6 +18,27 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
 )
 
+// logsHolding is the worker's log as the Host's log route answers it, once it holds want (within
+// 20 s, else the test fails).
+func logsHolding(t *testing.T, h *testhost.Host, space, name, want string) string {
+	t.Helper()
+	var logs string
+	require.Eventually(t, func() bool {
+		req, err := http.NewRequest(http.MethodGet, h.URL+"/v1/spaces/"+space+"/workers/"+name+"/logs", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+h.Key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		logs = string(b)
+		return strings.Contains(logs, want)
+	}, 20*time.Second, 100*time.Millisecond, "the worker's log never held %q", want)
+	return logs
+}
+
 // fileWorker is one worker through examples/modules/worker whose bundle comes from files beside the
 // configuration.
 func fileWorker(t *testing.T) string {
@@ -290,20 +311,7 @@ func TestAccASourceMapFromFilesNamesOriginalPlacesInTheLog(t *testing.T) {
 	host := strings.TrimSuffix(strings.TrimPrefix(out, "http://"), ":"+h.EdgePort()+"/")
 	_, _, _, err = h.Runtime.TryGet(host, "/?name=boom")
 	require.NoError(t, err)
-	var logs string
-	require.Eventually(t, func() bool {
-		req, err := http.NewRequest(http.MethodGet, h.URL+"/v1/spaces/files/workers/mapped/logs", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+h.Key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		logs = string(b)
-		return strings.Contains(logs, "no greeting for boom")
-	}, 15*time.Second, 100*time.Millisecond)
+	logs := logsHolding(t, h, "files", "mapped", "no greeting for boom")
 	require.Contains(t, logs, "src/greet.js:5:", "the exception names the original file and line:\n%s", logs)
 	require.NotContains(t, logs, "index.js:1:")
 
@@ -370,21 +378,8 @@ output "delivery" {
 	_, err = h.DB.Exec(ctx(t), `INSERT INTO clock_skew (skew) VALUES ($1::timestamptz - now() + interval '1 second')
 ON CONFLICT (singleton) DO UPDATE SET skew = EXCLUDED.skew`, due)
 	require.NoError(t, err)
-	var logs string
 	tick := `"message":"tick * * * * * ` + due.UTC().Format("2006-01-02T15:04:05.000Z") + `"`
-	require.Eventually(t, func() bool {
-		req, err := http.NewRequest(http.MethodGet, h.URL+"/v1/spaces/files/workers/cron/logs", nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+h.Key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		logs = string(b)
-		return strings.Contains(logs, tick)
-	}, 20*time.Second, 100*time.Millisecond, "the tick runs the scheduled handler")
+	logs := logsHolding(t, h, "files", "cron", tick)
 	// Once; the wall clock may bring ticks of its own meanwhile, at other times.
 	require.Equal(t, 1, strings.Count(logs, tick), logs)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // cronModule counts its scheduled runs in its log, one line per tick naming the tick's time.
@@ -180,4 +181,49 @@ func TestCronsOnWFPManagedAreRefused(t *testing.T) {
 		}
 	}
 	require.Equal(t, 0, h.count(`SELECT count(*) FROM workers`))
+}
+
+// One organization's due ticks never hold back another's (every worker is a tenant's): a replica
+// runs at most 4 ticks of one organization at once, leaving the rest due and unclaimed, and a pass
+// reads at most 8 due ticks of each organization, so a backlog of one cannot hide another's.
+func TestOneOrganizationsCronBacklogLeavesAnothersTicksToRun(t *testing.T) {
+	t.Parallel()
+	h := setup(t)
+	everyMinute := []string{"* * * * *", "*/1 * * * *", "0-59 * * * *", "0-59/1 * * * *", "* 0-23 * * *", "* * 1-31 * *", "* * * 1-12 *", "* * * * 0-6",
+		"* */1 * * *", "* * */1 * *", "* * * */1 *", "* * * * */1", "0-59 0-23 * * *", "* * 1-31 1-12 *", "* 0-23 1-31 * *", "0-59 * * * 0-6"}
+	busy := workerBody()
+	busy["modules"] = map[string]string{"index.js": `export default {
+  fetch() { return new Response("ok"); },
+  async scheduled(event) { await new Promise((r) => setTimeout(r, 1000)); console.log("busy " + event.cron); },
+};`}
+	busy["crons"], busy["limits"] = everyMinute, map[string]any{"cpuMs": 2000}
+	require.Equal(t, http.StatusCreated, h.putWorker("prod", "busy", tokenA, busy).status)
+	other, otherKey := h.newOrg("globex")
+	quiet := workerBody()
+	quiet["modules"] = map[string]string{"index.js": cronModule}
+	quiet["crons"] = []string{"* * * * *"}
+	r := h.do(req{method: http.MethodPut, path: "/v1/spaces/prod/workers/quiet", key: otherKey, token: tokenB, body: quiet})
+	require.Equal(t, http.StatusCreated, r.status, string(r.body))
+	h.host.CronPass(context.Background())
+	require.Equal(t, 17, h.count(`SELECT count(*) FROM worker_crons WHERE next_tick IS NOT NULL`))
+
+	// The quiet organization's tick comes a second after the busy one's sixteen: a pass reading
+	// two per organization, three in all, still reads it.
+	_, err := h.db.Exec(context.Background(), `UPDATE worker_crons c SET next_tick = next_tick + interval '1 second'
+FROM workers w WHERE w.uid = c.worker_uid AND w.organization_id = $1`, other.ID)
+	require.NoError(t, err)
+	h.skewToNextTick(90 * time.Second / 60) // past both
+	due, err := dbsqlc.New(h.db).CronsDue(context.Background(), dbsqlc.CronsDueParams{PerOrganization: 2, MaxRows: 3})
+	require.NoError(t, err)
+	orgs := map[string]int{}
+	for _, d := range due {
+		orgs[d.OrganizationID]++
+	}
+	require.Equal(t, map[string]int{h.org.ID: 2, other.ID: 1}, orgs)
+
+	h.host.CronPass(context.Background())
+	require.Equal(t, 4, h.count(`SELECT count(*) FROM cron_ticks t JOIN workers w ON w.uid = t.worker_uid WHERE w.name = 'busy'`),
+		"at most 4 of one organization's ticks run at once on a replica; the rest stay due")
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM cron_ticks t JOIN workers w ON w.uid = t.worker_uid WHERE w.name = 'quiet' AND t.outcome = 'ok'`))
+	require.Equal(t, 12, h.count(`SELECT count(*) FROM worker_crons c JOIN workers w ON w.uid = c.worker_uid WHERE w.name = 'busy' AND c.next_tick <= db_now()`))
 }

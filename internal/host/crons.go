@@ -11,9 +11,45 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
-// maxTicksRunning bounds the ticks one replica runs at once; a due tick beyond it waits for the
-// next pass, still claimable by another replica.
-const maxTicksRunning = 32
+// maxTicksRunning bounds the ticks one replica runs at once, and maxTicksPerOrganization one
+// organization's share of them: a due tick beyond either waits, unclaimed, for a later pass or
+// another replica, so that one organization's slow handlers hold back only its own ticks.
+const (
+	maxTicksRunning         = 32
+	maxTicksPerOrganization = 4
+)
+
+// tickSlots are a replica's ticks running, in all and by organization (resource.TickSlots).
+type tickSlots struct {
+	running sync.WaitGroup
+	mu      sync.Mutex
+	total   int
+	byOrg   map[string]int
+}
+
+func newTickSlots() *tickSlots { return &tickSlots{byOrg: map[string]int{}} }
+
+func (s *tickSlots) Take(org string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.total >= maxTicksRunning || s.byOrg[org] >= maxTicksPerOrganization {
+		return false
+	}
+	s.total++
+	s.byOrg[org]++
+	s.running.Add(1)
+	return true
+}
+
+func (s *tickSlots) Give(org string) {
+	s.mu.Lock()
+	s.total--
+	if s.byOrg[org]--; s.byOrg[org] == 0 {
+		delete(s.byOrg, org)
+	}
+	s.mu.Unlock()
+	s.running.Done()
+}
 
 // Crons claims and runs the cron ticks due on selfhost installations (SPEC 3.6), a pass every
 // interval until ctx ends; every replica runs it, and each tick is claimed by one at most. The
@@ -22,13 +58,10 @@ const maxTicksRunning = 32
 func (h *Host) Crons(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var running sync.WaitGroup
-	slots := make(chan struct{}, maxTicksRunning)
-	defer running.Wait()
+	slots := newTickSlots()
+	defer slots.running.Wait()
 	for {
-		if len(slots) < cap(slots) {
-			h.claimTicks(ctx, slots, &running)
-		}
+		h.claimTicks(ctx, slots)
 		select {
 		case <-ctx.Done():
 			return
@@ -38,12 +71,12 @@ func (h *Host) Crons(ctx context.Context, every time.Duration) {
 }
 
 // claimTicks is one pass: ticks missed or braked are logged, the others run.
-func (h *Host) claimTicks(ctx context.Context, slots chan struct{}, running *sync.WaitGroup) {
+func (h *Host) claimTicks(ctx context.Context, slots *tickSlots) {
 	var newer *store.SchemaNewer
 	if err := store.CheckSchema(ctx, h.DB); errors.As(err, &newer) {
 		return // the Janitor says so; an older replica claims no tick under newer rules
 	}
-	run, settled, err := h.Resources.ClaimTicks(ctx, h.DB)
+	run, settled, err := h.Resources.ClaimTicks(ctx, h.DB, slots)
 	if err != nil && ctx.Err() == nil {
 		h.Log.Warn("could not claim the cron ticks due", "error", err.Error())
 	}
@@ -58,10 +91,8 @@ func (h *Host) claimTicks(ctx context.Context, slots chan struct{}, running *syn
 		h.metrics.ticks.WithLabelValues(string(s.Outcome)).Add(float64(max(1, s.Missed)))
 	}
 	for _, t := range run {
-		slots <- struct{}{}
-		running.Add(1)
 		go func(t resource.Tick) {
-			defer func() { <-slots; running.Done() }()
+			defer slots.Give(t.Organization) // taken by ClaimTicks
 			outcome, detail := h.Resources.RunTick(ctx, h.DB, t)
 			h.metrics.ticks.WithLabelValues(string(outcome)).Inc()
 			if outcome == dbsqlc.CronTickOutcomeFailed {
@@ -75,7 +106,7 @@ func (h *Host) claimTicks(ctx context.Context, slots chan struct{}, running *syn
 // CronPass claims the ticks due now and runs them, returning once their outcomes are recorded:
 // one pass of Crons that waits for its ticks (tests drive replicas with it).
 func (h *Host) CronPass(ctx context.Context) {
-	var running sync.WaitGroup
-	h.claimTicks(ctx, make(chan struct{}, maxTicksRunning), &running)
-	running.Wait()
+	slots := newTickSlots()
+	h.claimTicks(ctx, slots)
+	slots.running.Wait()
 }

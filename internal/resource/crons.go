@@ -25,8 +25,20 @@ import (
 // CronLate is how late a tick may run; past it the tick is missed.
 const CronLate = 60 * time.Second
 
-// ticksPerPass bounds the due ticks one pass claims.
-const ticksPerPass = 100
+// ticksPerPass bounds the due ticks one pass reads, and duePerOrganization each organization's
+// share of them.
+const (
+	ticksPerPass       = 100
+	duePerOrganization = 8
+)
+
+// TickSlots are the ticks a replica may run at once: Take reserves one for a tick of org (false
+// when the replica, or that organization's share of it, is full), Give returns it. One
+// organization's slow handlers then hold back only its own ticks.
+type TickSlots interface {
+	Take(org string) bool
+	Give(org string)
+}
 
 // Tick is a tick this replica claimed: Run it, and its outcome is recorded.
 type Tick struct {
@@ -44,9 +56,10 @@ type Settled struct {
 }
 
 // ClaimTicks gives the rows new crons added their first tick, then claims the ticks due now: those
-// it may run are returned to Run; those it must not (missed, braked) are recorded and returned
-// settled.
-func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX) (run []Tick, settled []Settled, err error) {
+// it may run, each with a slot taken, are returned to Run; those it must not (missed, braked) are
+// recorded and returned settled. A tick for which no slot is free is left unclaimed, for a later
+// pass or another replica.
+func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX, slots TickSlots) (run []Tick, settled []Settled, err error) {
 	q := dbsqlc.New(db)
 	fresh, err := q.CronsUnscheduled(ctx)
 	if err != nil {
@@ -63,7 +76,7 @@ func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX) (run []Tick, s
 			return nil, nil, err
 		}
 	}
-	due, err := q.CronsDue(ctx, ticksPerPass)
+	due, err := q.CronsDue(ctx, dbsqlc.CronsDueParams{PerOrganization: duePerOrganization, MaxRows: ticksPerPass})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -72,13 +85,6 @@ func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX) (run []Tick, s
 		if err != nil {
 			errs = append(errs, fmt.Errorf("worker %s: %w", d.WorkerUID, err))
 			continue
-		}
-		claimed, err := q.CronClaim(ctx, dbsqlc.CronClaimParams{NextTick: sched.Next(d.Now), WorkerUID: d.WorkerUID, Cron: d.Cron, Due: d.Due})
-		if err != nil {
-			return run, settled, err
-		}
-		if claimed == 0 {
-			continue // another replica claimed it
 		}
 		t := Tick{Tick: backend.Tick{ID: uuid.NewString(), ScriptName: d.ScriptName, WorkerUID: d.WorkerUID.String(), Cron: d.Cron,
 			ScheduledTime: d.Due, Deadline: d.Due.Add(CronLate)}, Installation: d.Installation, Organization: d.OrganizationID, Space: d.Space, Name: d.Name}
@@ -91,7 +97,20 @@ func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX) (run []Tick, s
 				return run, settled, err
 			}
 		}
-		runs := false
+		runs := late <= CronLate && !braked
+		if runs && !slots.Take(d.OrganizationID) {
+			continue // no slot: left due, unclaimed
+		}
+		claimed, err := q.CronClaim(ctx, dbsqlc.CronClaimParams{NextTick: sched.Next(d.Now), WorkerUID: d.WorkerUID, Cron: d.Cron, Due: d.Due})
+		if err != nil || claimed == 0 {
+			if runs {
+				slots.Give(d.OrganizationID)
+			}
+			if err != nil {
+				return run, settled, err
+			}
+			continue // another replica claimed it
+		}
 		switch {
 		case late > CronLate:
 			missed := 0
@@ -104,12 +123,13 @@ func (s *Service) ClaimTicks(ctx context.Context, db dbsqlc.DBTX) (run []Tick, s
 		case braked:
 			row.Outcome, row.Detail = dbsqlc.CronTickOutcomeBraked, "a deployment brake covers the worker: not run"
 			settled = append(settled, Settled{Tick: t, Outcome: row.Outcome})
-		default:
-			runs = true
 		}
 		// The claim's record first: a second claim of the same tick (which the compare-and-swap
 		// already prevents) could not insert it, and would run nothing.
 		if err := q.CronTickInsert(ctx, row); err != nil {
+			if runs {
+				slots.Give(d.OrganizationID)
+			}
 			return run, settled, err
 		}
 		if runs {

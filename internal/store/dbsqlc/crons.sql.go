@@ -121,14 +121,22 @@ func (q *Queries) CronTicksTrim(ctx context.Context, workerUid uuid.UUID) (int64
 }
 
 const cronsDue = `-- name: CronsDue :many
-SELECT c.worker_uid, c.cron, c.next_tick::timestamptz AS due, db_now()::timestamptz AS now,
-       w.organization_id, w.space, w.name, w.script_name, w.installation
-FROM worker_crons c
-JOIN workers w ON w.uid = c.worker_uid
-WHERE c.next_tick <= (SELECT db_now()) AND w.status = 'live'
-ORDER BY c.next_tick
-LIMIT $1
+SELECT d.worker_uid, d.cron, d.due, d.now, d.organization_id, d.space, d.name, d.script_name, d.installation
+FROM (SELECT c.worker_uid, c.cron, c.next_tick::timestamptz AS due, db_now()::timestamptz AS now,
+             w.organization_id, w.space, w.name, w.script_name, w.installation,
+             row_number() OVER (PARTITION BY w.organization_id ORDER BY c.next_tick) AS rank
+      FROM worker_crons c
+      JOIN workers w ON w.uid = c.worker_uid
+      WHERE c.next_tick <= (SELECT db_now()) AND w.status = 'live') d
+WHERE d.rank <= $1::bigint
+ORDER BY d.due
+LIMIT $2
 `
+
+type CronsDueParams struct {
+	PerOrganization int64
+	MaxRows         int32
+}
 
 type CronsDueRow struct {
 	WorkerUID      uuid.UUID
@@ -142,9 +150,11 @@ type CronsDueRow struct {
 	Installation   string
 }
 
-// Ticks due by database time of live workers, oldest first, with what dispatching them needs.
-func (q *Queries) CronsDue(ctx context.Context, maxRows int32) ([]CronsDueRow, error) {
-	rows, err := q.db.Query(ctx, cronsDue, maxRows)
+// Ticks due by database time of live workers, oldest first, with what dispatching them needs: at
+// most @per_organization of each organization's, so that one organization's backlog never hides
+// another's due ticks from a pass.
+func (q *Queries) CronsDue(ctx context.Context, arg CronsDueParams) ([]CronsDueRow, error) {
+	rows, err := q.db.Query(ctx, cronsDue, arg.PerOrganization, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

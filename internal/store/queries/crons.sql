@@ -11,13 +11,18 @@ UPDATE worker_crons SET next_tick = @next_tick::timestamptz
 WHERE worker_uid = @worker_uid AND cron = @cron AND next_tick IS NULL;
 
 -- name: CronsDue :many
--- Ticks due by database time of live workers, oldest first, with what dispatching them needs.
-SELECT c.worker_uid, c.cron, c.next_tick::timestamptz AS due, db_now()::timestamptz AS now,
-       w.organization_id, w.space, w.name, w.script_name, w.installation
-FROM worker_crons c
-JOIN workers w ON w.uid = c.worker_uid
-WHERE c.next_tick <= (SELECT db_now()) AND w.status = 'live'
-ORDER BY c.next_tick
+-- Ticks due by database time of live workers, oldest first, with what dispatching them needs: at
+-- most @per_organization of each organization's, so that one organization's backlog never hides
+-- another's due ticks from a pass.
+SELECT d.worker_uid, d.cron, d.due, d.now, d.organization_id, d.space, d.name, d.script_name, d.installation
+FROM (SELECT c.worker_uid, c.cron, c.next_tick::timestamptz AS due, db_now()::timestamptz AS now,
+             w.organization_id, w.space, w.name, w.script_name, w.installation,
+             row_number() OVER (PARTITION BY w.organization_id ORDER BY c.next_tick) AS rank
+      FROM worker_crons c
+      JOIN workers w ON w.uid = c.worker_uid
+      WHERE c.next_tick <= (SELECT db_now()) AND w.status = 'live') d
+WHERE d.rank <= @per_organization::bigint
+ORDER BY d.due
 LIMIT @max_rows;
 
 -- name: CronClaim :execrows

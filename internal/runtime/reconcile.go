@@ -387,7 +387,7 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 	inc, err := n.procs.Start(orgproc.Spec{
 		ID: want.id, Script: s.Name, Org: s.Labels.Organization, UID: uid, Labels: s.Labels,
 		Admitted: s.Admitted == want.id, Code: n.code(s), Scrub: scrub.New(values),
-		Places: n.sourceMaps.For(want.id, s.Modules), BundleBytes: codeBytes(s.Modules),
+		Places: n.sourceMaps.For(s.Labels.Organization, want.id, s.Modules), BundleBytes: codeBytes(s.Modules),
 		Log: n.logRingLocked(s.WorkerUID), Lines: n.lineBudget(s.Labels.Organization),
 		Meter:   egress.NewMeter(n.cfg.SubrequestLimit, n.cfg.SubrequestsPerRequest, n.cfg.WaitUntilAfter),
 		Callees: s.Settings.ServiceBindings,

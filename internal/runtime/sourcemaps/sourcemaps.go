@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-sourcemap/sourcemap"
 
@@ -21,13 +22,28 @@ import (
 
 // Cache keeps the most recently used parsed maps of a node. A parsed map costs a few times its
 // text in memory, so a node that holds thousands of workers keeps only those whose workers print
-// locations now and then.
+// locations now and then. Parsing a 2 MiB map takes the node's CPU for milliseconds, so each
+// organization may parse at most ParsesPerSecond (burst ParseBurst): one whose workers evict each
+// other's maps gets its places unmapped rather than the node's CPU.
 type Cache struct {
 	size int
+	now  func() time.Time
 
 	mu      sync.Mutex
 	order   *list.List // of *entry, most recently used first
 	entries map[string]*list.Element
+	parses  map[string]*bucket // by organization
+}
+
+// The parses an organization may make.
+const (
+	ParsesPerSecond = 2
+	ParseBurst      = 8
+)
+
+type bucket struct {
+	tokens float64
+	last   time.Time
 }
 
 type entry struct {
@@ -39,16 +55,40 @@ type entry struct {
 const DefaultCacheSize = 16
 
 // NewCache returns a cache of at most size parsed maps.
-func NewCache(size int) *Cache {
-	return &Cache{size: max(1, size), order: list.New(), entries: map[string]*list.Element{}}
+func NewCache(size int) *Cache { return NewCacheWithClock(size, time.Now) }
+
+// NewCacheWithClock is NewCache with a clock of the caller's.
+func NewCacheWithClock(size int, now func() time.Time) *Cache {
+	return &Cache{size: max(1, size), now: now, order: list.New(), entries: map[string]*list.Element{}, parses: map[string]*bucket{}}
 }
 
-func (c *Cache) parsed(key, text string) *sourcemap.Consumer {
+// takeParse takes one parse from org's budget (c.mu held).
+func (c *Cache) takeParse(org string) bool {
+	now := c.now()
+	b := c.parses[org]
+	if b == nil {
+		b = &bucket{tokens: ParseBurst, last: now}
+		c.parses[org] = b
+	}
+	b.tokens = min(ParseBurst, b.tokens+now.Sub(b.last).Seconds()*ParsesPerSecond)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+func (c *Cache) parsed(org, key, text string) *sourcemap.Consumer {
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.order.MoveToFront(el)
 		c.mu.Unlock()
 		return el.Value.(*entry).consumer
+	}
+	if !c.takeParse(org) {
+		c.mu.Unlock()
+		return nil
 	}
 	c.mu.Unlock()
 	// Parsed outside the lock: a large map takes milliseconds, and other workers' lines wait for
@@ -107,15 +147,17 @@ func (c *Cache) Len() int {
 // nothing.
 type Mapper struct {
 	cache *Cache
-	// id names the incarnation in the cache: its bundle, maps included, is fixed by it.
+	// id names the incarnation in the cache: its bundle, maps included, is fixed by it; org is its
+	// organization, whose parse budget it spends.
 	id    string
+	org   string
 	maps  map[string]string // module name → its map's text
 	place *regexp.Regexp
 }
 
-// For is the Mapper of incarnation id whose bundle is modules, or nil when no module of it has a
-// map.
-func (c *Cache) For(id string, modules map[string]string) *Mapper {
+// For is the Mapper of organization org's incarnation id whose bundle is modules, or nil when no
+// module of it has a map.
+func (c *Cache) For(org, id string, modules map[string]string) *Mapper {
 	maps := map[string]string{}
 	for name, text := range modules {
 		if mapped, ok := workerconf.SourceMapOf(name); ok {
@@ -137,7 +179,7 @@ func (c *Cache) For(id string, modules map[string]string) *Mapper {
 	// (sometimes after a scheme and slashes), then :line:column. What precedes it may not be part
 	// of a longer name.
 	place := regexp.MustCompile(`(^|[\s(@"'=])((?:[a-z][a-z0-9+.-]*:/+)?/?)(` + strings.Join(names, "|") + `):(\d+):(\d+)`)
-	return &Mapper{cache: c, id: id, maps: maps, place: place}
+	return &Mapper{cache: c, id: id, org: org, maps: maps, place: place}
 }
 
 // Apply is text with every place in a mapped module written as the original file, line and
@@ -154,7 +196,7 @@ func (m *Mapper) Apply(text string) string {
 		if err1 != nil || err2 != nil || line < 1 || column < 1 {
 			return found
 		}
-		consumer := m.cache.parsed(m.id+"\x00"+module, m.maps[module])
+		consumer := m.cache.parsed(m.org, m.id+"\x00"+module, m.maps[module])
 		if consumer == nil {
 			return found
 		}

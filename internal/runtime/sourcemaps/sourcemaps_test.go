@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -42,7 +43,7 @@ func TestPlacesInAMappedModuleNameTheOriginalSource(t *testing.T) {
 	modules := fixture(t)
 	bundle := modules["index.js"]
 	throw, stack := at(t, bundle, `new TypeError`), at(t, bundle, `new Error("traced")`)
-	m := sourcemaps.NewCache(4).For("inc-1", modules)
+	m := sourcemaps.NewCache(4).For("org-1", "inc-1", modules)
 	require.NotNil(t, m)
 
 	got := m.Apply("TypeError: no greeting for boom\n    at o (" + throw + ")\n    at Object.fetch (file:///" + stack + ")")
@@ -61,12 +62,12 @@ func TestPlacesInAMappedModuleNameTheOriginalSource(t *testing.T) {
 func TestWithoutAUsableMapNothingChanges(t *testing.T) {
 	t.Parallel()
 	c := sourcemaps.NewCache(4)
-	require.Nil(t, c.For("inc-1", map[string]string{"index.js": "x"}))
+	require.Nil(t, c.For("org-1", "inc-1", map[string]string{"index.js": "x"}))
 	var none *sourcemaps.Mapper
 	require.Equal(t, "at index.js:1:5", none.Apply("at index.js:1:5"))
-	broken := c.For("inc-2", map[string]string{"index.js": "x", "index.js.map": `{"version":3,"mappings":"!!!"}`})
+	broken := c.For("org-1", "inc-2", map[string]string{"index.js": "x", "index.js.map": `{"version":3,"mappings":"!!!"}`})
 	require.Equal(t, "at index.js:1:5", broken.Apply("at index.js:1:5"))
-	orphan := c.For("inc-3", map[string]string{"index.js.map": fixture(t)["index.js.map"]})
+	orphan := c.For("org-1", "inc-3", map[string]string{"index.js.map": fixture(t)["index.js.map"]})
 	require.Nil(t, orphan, "a map without its module maps nothing")
 }
 
@@ -77,9 +78,30 @@ func TestTheCacheKeepsTheMostRecentlyUsedMaps(t *testing.T) {
 	place := "at " + at(t, modules["index.js"], `new TypeError`)
 	c := sourcemaps.NewCache(2)
 	for i := range 5 {
-		m := c.For(fmt.Sprintf("inc-%d", i), modules)
+		m := c.For("org-1", fmt.Sprintf("inc-%d", i), modules)
 		require.Contains(t, m.Apply(place), "src/greet.js:5:")
 		require.LessOrEqual(t, c.Len(), 2)
 	}
 	require.Equal(t, 2, c.Len())
+}
+
+// Parsing takes the node's CPU, so an organization whose workers' maps evict each other parses at
+// most its budget (ParseBurst, then ParsesPerSecond): past it its places stay unmapped, another
+// organization's are still mapped, and time gives the budget back.
+func TestAnOrganizationParsesMapsWithinItsBudget(t *testing.T) {
+	t.Parallel()
+	modules := fixture(t)
+	place := "at " + at(t, modules["index.js"], `new TypeError`)
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	c := sourcemaps.NewCacheWithClock(1, func() time.Time { return now })
+	mapped := func(org string, i int) bool {
+		return strings.Contains(c.For(org, fmt.Sprintf("%s-inc-%d", org, i), modules).Apply(place), "src/greet.js:5:")
+	}
+	for i := range sourcemaps.ParseBurst {
+		require.True(t, mapped("org-a", i), "parse %d is within the burst", i)
+	}
+	require.False(t, mapped("org-a", 100), "past its budget an organization's places stay unmapped")
+	require.True(t, mapped("org-b", 0), "another organization's budget is its own")
+	now = now.Add(time.Second)
+	require.True(t, mapped("org-a", 101), "a second gives parses back")
 }

@@ -52,6 +52,8 @@ CREATE TABLE cron_ticks (
 );
 
 CREATE INDEX cron_ticks_recent_idx ON cron_ticks (worker_uid, scheduled_for DESC);
+-- The ticks whose outcome nobody recorded yet (the janitor's abandoned-ticks step).
+CREATE INDEX cron_ticks_claimed_idx ON cron_ticks (scheduled_for) WHERE outcome = 'claimed';
 
 -- Workers that were already live get their rows now.
 UPDATE workers SET settings = settings WHERE status <> 'deleted' AND pack = 'selfhost' AND settings ? 'crons';

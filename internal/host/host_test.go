@@ -68,6 +68,7 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 		"close deletion attestations whose route propagation ended",
 		"expire runtime inputs",
 		"purge tombstones",
+		"settle abandoned cron ticks",
 		"a runtime node does not answer the Host",                   // the default catalog's node, which no test runs
 		"could not put a runtime node back to what the ledger says", // and so it cannot be compared with the ledger
 	}, got)

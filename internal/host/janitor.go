@@ -61,6 +61,10 @@ func (h *Host) steps() []step {
 		name: "tombstones", run: h.Owners.PurgeTombstones,
 		done: "purged expired tombstones", fails: "purge tombstones",
 	}, {
+		// Cron ticks a stopped replica claimed and never recorded.
+		name: "abandoned-ticks", run: func(ctx context.Context) (int64, error) { return h.Resources.SettleAbandonedTicks(ctx, h.DB) },
+		done: "failed cron ticks whose Host stopped before it recorded them", fails: "settle abandoned cron ticks",
+	}, {
 		// Whether each runtime node answers the Host (takoserver_backend_reachable).
 		name: "reach", run: h.reach,
 		fails: "a runtime node does not answer the Host",

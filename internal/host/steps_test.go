@@ -287,3 +287,19 @@ func TestTheReachStepAndTheBackendMetrics(t *testing.T) {
 	require.True(t, warned, "the unreachable node is named")
 	require.Equal(t, 1.0, metric(t, gone, "takoserver_janitor_failures_total", map[string]string{"step": "reach"}))
 }
+
+// The abandoned-ticks step fails a tick whose replica stopped between its claim and its outcome,
+// once the tick is five minutes old, and leaves a tick still within that time and one recorded.
+func TestTheAbandonedTicksStepFailsATickItsHostNeverRecorded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	w := f.worker("api")
+	f.exec(`INSERT INTO cron_ticks (id, worker_uid, cron, scheduled_for, outcome) VALUES
+		(gen_random_uuid(), $1, '* * * * *', db_now() - interval '1 minute', 'claimed'),
+		(gen_random_uuid(), $1, '*/5 * * * *', db_now() - interval '1 minute', 'ok')`, w.UID)
+	require.Zero(t, f.sweep("failed cron ticks whose Host stopped before it recorded them"))
+	f.advance("5 minutes")
+	require.Equal(t, 1, f.sweep("failed cron ticks whose Host stopped before it recorded them"))
+	require.Equal(t, "failed", f.text(`SELECT outcome::text FROM cron_ticks WHERE cron = '* * * * *'`))
+	require.Equal(t, "ok", f.text(`SELECT outcome::text FROM cron_ticks WHERE cron = '*/5 * * * *'`))
+}

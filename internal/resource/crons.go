@@ -161,6 +161,15 @@ func (s *Service) checkCronCeiling(ctx context.Context, q *dbsqlc.Queries, insta
 	return nil
 }
 
+// abandonedAfter is how long after its tick a claimed tick with no outcome is failed: its
+// deadline (CronLate) and the longest a node may run it, with room.
+const abandonedAfter = 5 * time.Minute
+
+// SettleAbandonedTicks fails the ticks a stopped replica claimed and never recorded (the janitor).
+func (s *Service) SettleAbandonedTicks(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
+	return dbsqlc.New(db).CronTicksAbandoned(ctx, abandonedAfter.Seconds())
+}
+
 // RunTick asks the node of t's installation to run it, again while the node cannot be reached and
 // the deadline has not passed (the node runs a tick id once, so asking again is safe), and records
 // the outcome.

@@ -104,6 +104,23 @@ func (q *Queries) CronTickInsert(ctx context.Context, arg CronTickInsertParams) 
 	return err
 }
 
+const cronTicksAbandoned = `-- name: CronTicksAbandoned :execrows
+UPDATE cron_ticks
+SET outcome = 'failed', finished_at = (SELECT db_now()),
+    detail = 'the Host that claimed this tick stopped before it recorded what became of it; the node may have run it, once at most'
+WHERE outcome = 'claimed' AND scheduled_for < (SELECT db_now()) - make_interval(secs => $1::double precision)
+`
+
+// Ticks claimed more than @after_seconds ago whose outcome no Host recorded: the replica that claimed them
+// stopped. They are failed; the node may or may not have run them (it runs a tick id once).
+func (q *Queries) CronTicksAbandoned(ctx context.Context, afterSeconds float64) (int64, error) {
+	result, err := q.db.Exec(ctx, cronTicksAbandoned, afterSeconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const cronTicksTrim = `-- name: CronTicksTrim :execrows
 DELETE FROM cron_ticks d
 WHERE d.worker_uid = $1

@@ -38,7 +38,7 @@ var offPath = []string{
 	"ReservationsOfGoneWorkers", "QuotaUsage", "QuotaUsageDrift", "LateWriteRechecksClaim", "LateWriteRecheckSettle",
 	"ReconcileKnown", "ReconcileCurrent",
 	// The cron loop's, beside the janitor's: every replica's pass reads the due rows by index.
-	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim",
+	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim", "CronTicksAbandoned",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.

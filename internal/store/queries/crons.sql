@@ -51,3 +51,11 @@ WHERE d.worker_uid = @worker_uid
 -- The crons of a Cloudflare installation's workers but @writing's, counted under the
 -- installation's script-slot locks (held until the transaction ends).
 SELECT installation_cron_count(@installation::text, @writing::uuid)::bigint AS crons;
+
+-- name: CronTicksAbandoned :execrows
+-- Ticks claimed more than @after_seconds ago whose outcome no Host recorded: the replica that claimed them
+-- stopped. They are failed; the node may or may not have run them (it runs a tick id once).
+UPDATE cron_ticks
+SET outcome = 'failed', finished_at = (SELECT db_now()),
+    detail = 'the Host that claimed this tick stopped before it recorded what became of it; the node may have run it, once at most'
+WHERE outcome = 'claimed' AND scheduled_for < (SELECT db_now()) - make_interval(secs => @after_seconds::double precision);

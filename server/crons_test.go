@@ -103,6 +103,8 @@ func TestCronTicksRunOnceAcrossReplicasAndStopWithTheirWorker(t *testing.T) {
 	pass()
 	require.Equal(t, 0, h.count(`SELECT count(*) FROM cron_ticks WHERE scheduled_for = $1 AND outcome <> 'braked'`, braked))
 	require.Positive(t, h.count(`SELECT count(*) FROM cron_ticks WHERE scheduled_for = $1`, braked))
+	// The node writes a tick's outcome line before it answers the Host: none came.
+	require.NotContains(t, h.workerLog("prod", "cron"), `at `+braked.UTC().Format(time.RFC3339)+`: `, "a braked tick is not run")
 	require.NoError(t, ownership.SetDeploymentBrake(context.Background(), h.db, brake, false))
 
 	// A cron removed stops firing; the worker deleted leaves no cron at all.

@@ -35,8 +35,9 @@ type tickRun struct {
 // the deadline passed, and the node refuses a late ask anyway.
 const tickMemory = 10 * time.Minute
 
-// maxTickDeadline bounds how far away a tick's deadline may be (the Host gives 60 s after the
-// tick), so that the tick ids a node remembers stay bounded.
+// maxTickDeadline bounds how long a tick id is remembered before its tickMemory starts, whatever
+// its deadline says (the Host's deadline is 60 s after the tick, by the database's clock, which
+// need not be the node's): the tick ids a node remembers stay bounded.
 const maxTickDeadline = 10 * time.Minute
 
 // start is the run of tick id and whether the caller is the one to run it.
@@ -54,6 +55,9 @@ func (t *ticks) start(id string, deadline time.Time) (*tickRun, bool) {
 		if now.After(r.forget) {
 			delete(t.runs, k)
 		}
+	}
+	if latest := now.Add(maxTickDeadline); deadline.After(latest) {
+		deadline = latest
 	}
 	r := &tickRun{forget: deadline.Add(tickMemory), done: make(chan struct{})}
 	t.runs[id] = r
@@ -96,10 +100,6 @@ func (n *Node) runScheduled(_ http.ResponseWriter, r *http.Request) (any, error)
 	}
 	if !time.Now().Before(req.Deadline) {
 		return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeTickExpired, "Tick expired", "the tick's deadline passed; it is not run")
-	}
-	if req.Deadline.After(time.Now().Add(maxTickDeadline)) {
-		// A tick id is remembered until a while after its deadline: the memory it holds is bounded.
-		return nil, invalid("deadline is more than %s away", maxTickDeadline)
 	}
 	n.mu.RLock()
 	cur := n.desired.Scripts[name]

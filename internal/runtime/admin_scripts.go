@@ -32,7 +32,7 @@ func (n *Node) putScript(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	op := desired.PutScript{Effect: n.effect(req.EffectID, req), Script: state.Script{
 		Name: name, WorkerUID: req.WorkerUID, DeploymentID: req.DeploymentID, Generation: req.Generation, Labels: req.Labels,
-		Modules: req.Modules, MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Settings: req.Settings.Normalize(),
+		Modules: state.NewCode(req.Modules), MainModule: req.MainModule, CompatibilityDate: req.CompatibilityDate, Settings: req.Settings.Normalize(),
 		SecretNames: slices.Sorted(slices.Values(req.SecretNames)), BundleDigest: req.BundleDigest,
 	}}
 	n.mu.Lock()

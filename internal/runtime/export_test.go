@@ -42,3 +42,15 @@ func (n *Node) Stopping(name string) int {
 	defer n.mu.RUnlock()
 	return len(n.stopping[name])
 }
+
+// CodeHeld reports whether the node holds a script's code in memory, its desired content's or
+// its incumbent's (it should not once the code is saved: it reads it from its store on demand).
+func (n *Node) CodeHeld(name string) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	s := n.desired.Scripts[name]
+	if s == nil {
+		return false
+	}
+	return s.Modules.Held() || (s.Serving != nil && s.Serving.Modules.Held())
+}

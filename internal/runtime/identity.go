@@ -57,7 +57,7 @@ func (n *Node) wantLocked(r *scriptRun, s *state.Script, writing bool) (desiredI
 		return r.want.id, r.want.err
 	}
 	r.renders.Add(1)
-	id, err := identity(s)
+	id, err := identity(s, n.store.Modules)
 	if writing {
 		r.want = wanted{of: s, id: id, err: err}
 	}
@@ -100,8 +100,8 @@ const identityFormat = "takoform.runtime-incarnation.v2"
 // its secrets, and the values by their keyed digest (HMAC under the runtime's key, never a plain
 // hash). Which worker a binding reaches, and limits, take effect in place and are not in it. A new
 // deployment with the same code, config and secrets is the same incarnation, which simply keeps
-// serving.
-func identity(s *state.Script) (desiredIdentity, error) {
+// serving. The bundle is read (modules) and checked only on the first identity of its Code.
+func identity(s *state.Script, modules func(state.Code) (map[string]string, error)) (desiredIdentity, error) {
 	var names []string
 	var valuesMAC, deliveryID string
 	if s.Delivery != nil {
@@ -109,10 +109,22 @@ func identity(s *state.Script) (desiredIdentity, error) {
 		valuesMAC, deliveryID = s.Delivery.ValuesMAC, s.Delivery.DeliveryID
 	}
 	sort.Strings(names)
-	if err := (workerd.Worker{Modules: s.Modules, MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Settings: s.Settings, Secrets: names}).Validate(); err != nil {
+	if err := (workerd.Worker{MainModule: s.MainModule, CompatibilityDate: s.CompatibilityDate, Settings: s.Settings, Secrets: names}).ValidateConfig(); err != nil {
 		return desiredIdentity{}, err
 	}
-	bundle := sha256.Sum256(canonjson.Marshal(canonjson.Object{{Key: "mainModule", Value: s.MainModule}, {Key: "modules", Value: s.Modules}}))
+	bundle, err := s.Modules.Digest(s.MainModule, func() ([32]byte, error) {
+		m, err := modules(s.Modules)
+		if err != nil {
+			return [32]byte{}, err
+		}
+		if err := workerd.CheckModules(m, s.MainModule); err != nil {
+			return [32]byte{}, err
+		}
+		return sha256.Sum256(canonjson.Marshal(canonjson.Object{{Key: "mainModule", Value: s.MainModule}, {Key: "modules", Value: m}})), nil
+	})
+	if err != nil {
+		return desiredIdentity{}, err
+	}
 	vars, jsonVars := s.Settings.Vars, s.Settings.JSONVars
 	if vars == nil {
 		vars = map[string]string{}
@@ -148,25 +160,18 @@ func stringsOrEmpty(v []string) []string {
 	return v
 }
 
-// codeBytes is a bundle's size as its isolate holds it: every module but the source maps (a bytes
-// module counted as its base64, a little more than it holds).
-func codeBytes(modules map[string]string) int64 {
-	var n int64
-	for name, v := range modules {
-		if workerd.ModuleType(name) != workerconf.ModuleSourceMap {
-			n += int64(len(name) + len(v))
-		}
-	}
-	return n
-}
-
-// code is what the router loads s's incarnation from, built when its process asks: the
-// delivered values are read from the sealed file then, sent, and not kept.
+// code is what the router loads s's incarnation from, built when its process asks: its modules are
+// read from the node's store then, and the delivered values from the sealed file; both are sent
+// and not kept.
 func (n *Node) code(s *state.Script) func() (*orgproc.Code, error) {
 	return func() (*orgproc.Code, error) {
+		modules, err := n.store.Modules(s.Modules)
+		if err != nil {
+			return nil, err
+		}
 		c := &orgproc.Code{
 			CompatibilityDate: s.CompatibilityDate, CompatibilityFlags: stringsOrEmpty(s.Settings.CompatibilityFlags),
-			MainModule: s.MainModule, Modules: make([]orgproc.Module, 0, len(s.Modules)),
+			MainModule: s.MainModule, Modules: make([]orgproc.Module, 0, len(modules)),
 			Text: maps.Clone(s.Settings.Vars), JSON: maps.Clone(s.Settings.JSONVars),
 			Services: slices.Sorted(maps.Keys(s.Settings.ServiceBindings)),
 		}
@@ -179,11 +184,11 @@ func (n *Node) code(s *state.Script) func() (*orgproc.Code, error) {
 		if c.Services == nil {
 			c.Services = []string{}
 		}
-		for _, name := range slices.Sorted(maps.Keys(s.Modules)) {
+		for _, name := range s.Modules.Names() {
 			if workerd.ModuleType(name) == workerconf.ModuleSourceMap {
 				continue // kept beside its module for the log, never loaded
 			}
-			c.Modules = append(c.Modules, orgproc.Module{Name: name, Type: workerd.ModuleType(name), Value: s.Modules[name]})
+			c.Modules = append(c.Modules, orgproc.Module{Name: name, Type: workerd.ModuleType(name), Value: modules[name]})
 		}
 		if s.Delivery != nil {
 			values, err := n.store.OpenSecrets(s.Delivery.WorkerUID, s.Delivery.DeliveryID)

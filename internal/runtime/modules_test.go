@@ -81,3 +81,29 @@ func TestAWorkersLogNamesTheOriginalPlacesOfItsSourceMap(t *testing.T) {
 	require.Contains(t, all, "src/greet.js:11:", "the printed stack names the line that made it")
 	require.NotContains(t, all, "index.js:1:", "no place in the bundle is left")
 }
+
+// A node holds no worker's code once it has saved it (SPEC 3.6): its isolates load their modules
+// from the node's store, both a new revision beside its incumbent and every worker after the node
+// starts again.
+func TestANodeReadsItsWorkersCodeFromItsStore(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	const host = "stored.workers.localhost"
+	f.script("stored", "uid-stored", 1, "v1")
+	f.route(host, "stored", "ep-stored")
+	f.waitReady("stored")
+	f.answers(host, expectReply("v1", ""))
+	require.False(t, f.h.Node.CodeHeld("stored"), "the node holds the code it saved")
+
+	f.script("stored", "uid-stored", 2, "v2")
+	f.waitStatus("generation 2 serving", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.Generation == 2
+	}, "stored")
+	f.answers(host, expectReply("v2", ""))
+	require.False(t, f.h.Node.CodeHeld("stored"))
+
+	f.h.Restart(t)
+	f.reconnect()
+	f.answers(host, expectReply("v2", ""))
+	require.False(t, f.h.Node.CodeHeld("stored"), "a start holds the code it read")
+}

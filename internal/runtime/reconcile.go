@@ -254,14 +254,14 @@ func (n *Node) resumeServingLocked(name string) {
 	if s == nil || s.Serving == nil || s.Admitted == "" {
 		return
 	}
-	if want, err := identity(s); err != nil || want.id == s.Admitted {
+	if want, err := identity(s, n.store.Modules); err != nil || want.id == s.Admitted {
 		return // the desired content is the admitted incarnation: reconcile places it
 	}
 	old := served(s)
 	if old == nil {
 		return
 	}
-	id, err := identity(old)
+	id, err := identity(old, n.store.Modules)
 	if err != nil || id.id != s.Admitted {
 		return
 	}
@@ -292,7 +292,7 @@ func (n *Node) upgradeAdmittedLocked() {
 		cp := *s
 		cp.Admitted = ""
 		if old := served(s); old != nil {
-			if id, err := identity(old); err == nil {
+			if id, err := identity(old, n.store.Modules); err == nil {
 				cp.Admitted = id.id
 				moved++
 			}
@@ -387,8 +387,11 @@ func (n *Node) startCandidate(s *state.Script, want desiredIdentity) (*running, 
 	inc, err := n.procs.Start(orgproc.Spec{
 		ID: want.id, Script: s.Name, Org: s.Labels.Organization, UID: uid, Labels: s.Labels,
 		Admitted: s.Admitted == want.id, Code: n.code(s), Scrub: scrub.New(values),
-		Places: n.sourceMaps.For(s.Labels.Organization, want.id, s.Modules), BundleBytes: codeBytes(s.Modules),
-		Log: n.logRingLocked(s.WorkerUID), Lines: n.lineBudget(s.Labels.Organization),
+		Places: n.sourceMaps.For(s.Labels.Organization, want.id, s.Modules.Names(), func(module string) (string, error) {
+			return n.store.Module(s.Modules, module)
+		}),
+		BundleBytes: s.Modules.CodeBytes(),
+		Log:         n.logRingLocked(s.WorkerUID), Lines: n.lineBudget(s.Labels.Organization),
 		Meter:   egress.NewMeter(n.cfg.SubrequestLimit, n.cfg.SubrequestsPerRequest, n.cfg.WaitUntilAfter),
 		Callees: s.Settings.ServiceBindings,
 	})

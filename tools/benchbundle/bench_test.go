@@ -59,8 +59,10 @@ func dataBundle(version string) map[string]string {
 
 // BenchmarkATenMiBBundle reports, per kind of bundle: create (PUT until Ready), update (a new
 // version of the same size), read (GET: the Host answers the whole bundle), the organization's
-// workerd PSS once the worker serves, and the Go heap of the process that holds the Host and the
-// node (the node keeps every bundle it serves in memory).
+// workerd PSS once the worker serves, and the Go heap of the process that holds the Host, the
+// node and this client (the node holds no bundle it has saved: it reads code from its store as
+// isolates load; what grows is pgx's buffers, which keep the size of the largest row each pooled
+// connection sent, and the client's).
 func BenchmarkATenMiBBundle(b *testing.B) {
 	for _, kind := range []struct {
 		name   string

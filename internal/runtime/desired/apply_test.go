@@ -26,16 +26,16 @@ func fixture() state.Desired {
 			"app": {
 				Name: "app", WorkerUID: "uid-a", DeploymentID: "dep-5", Generation: 5,
 				Labels:  adminapi.Labels{Organization: "org-1", Space: "prod", Worker: "api"},
-				Modules: map[string]string{"index.js": "v5"}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
+				Modules: state.NewCode(map[string]string{"index.js": "v5"}), MainModule: "index.js", CompatibilityDate: "2025-01-01",
 				Settings:    workerconf.Settings{Vars: map[string]string{"MODE": "live"}},
 				SecretNames: []string{"TOKEN"}, BundleDigest: "sha256:5",
 				Delivery: &state.Delivery{DeliveryID: "d-1", WorkerUID: "uid-a", Names: []string{"TOKEN"}, ValuesMAC: "mac-v1"},
-				Admitted: "inc-5", Serving: &state.Served{DeploymentID: "dep-5", Generation: 5, Modules: map[string]string{"index.js": "v5"}, MainModule: "index.js", DeliveryID: "d-1"},
+				Admitted: "inc-5", Serving: &state.Served{DeploymentID: "dep-5", Generation: 5, Modules: state.NewCode(map[string]string{"index.js": "v5"}), MainModule: "index.js", DeliveryID: "d-1"},
 			},
 			"other": {
 				Name: "other", WorkerUID: "uid-b", DeploymentID: "dep-b", Generation: 3,
 				Labels:  adminapi.Labels{Organization: "org-2", Space: "prod", Worker: "web"},
-				Modules: map[string]string{"index.js": "b"}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
+				Modules: state.NewCode(map[string]string{"index.js": "b"}), MainModule: "index.js", CompatibilityDate: "2025-01-01",
 			},
 		},
 		Routes: map[string]*state.Route{
@@ -57,7 +57,7 @@ func fixture() state.Desired {
 func withApp6() state.Desired {
 	d := fixture()
 	a := *d.Scripts["app"]
-	a.DeploymentID, a.Generation, a.Modules = "dep-6", 6, map[string]string{"index.js": "v6"}
+	a.DeploymentID, a.Generation, a.Modules = "dep-6", 6, state.NewCode(map[string]string{"index.js": "v6"})
 	d.Scripts["app"] = &a
 	return d
 }
@@ -68,7 +68,7 @@ func deploy(name, uid string, gen int64, secrets ...string) PutScript {
 	return PutScript{Effect: fresh("e-new"), Script: state.Script{
 		Name: name, WorkerUID: uid, DeploymentID: fmt.Sprintf("dep-%d", gen), Generation: gen,
 		Labels:  adminapi.Labels{Organization: "org-1", Space: "prod", Worker: "api"},
-		Modules: map[string]string{"index.js": fmt.Sprintf("v%d", gen)}, MainModule: "index.js", CompatibilityDate: "2025-01-01",
+		Modules: state.NewCode(map[string]string{"index.js": fmt.Sprintf("v%d", gen)}), MainModule: "index.js", CompatibilityDate: "2025-01-01",
 		Settings:    workerconf.Settings{Vars: map[string]string{"MODE": "live"}},
 		SecretNames: secrets, BundleDigest: fmt.Sprintf("sha256:%d", gen),
 	}}
@@ -110,9 +110,9 @@ func rows() []row {
 	putApp6NoSecrets := deploy("app", "uid-a", 6)
 	sameAgain := deploy("app", "uid-a", 5, "TOKEN")
 	sameAgain.Script.DeploymentID = "dep-5"
-	sameAgain.Script.Modules = map[string]string{"index.js": "v5"}
+	sameAgain.Script.Modules = state.NewCode(map[string]string{"index.js": "v5"})
 	otherContent := deploy("app", "uid-a", 5, "TOKEN")
-	otherContent.Script.Modules = map[string]string{"index.js": "changed"}
+	otherContent.Script.Modules = state.NewCode(map[string]string{"index.js": "changed"})
 	newScript := deploy("fresh", "uid-n", 1)
 	aboveFloor := deploy("gone", "uid-z", 8)
 	attack := deploy("app", "uid-x", 1_000_000, "TOKEN")
@@ -333,7 +333,7 @@ func rows() []row {
 		{name: "a new deployment of the same code is the same incarnation, which now serves that deployment",
 			given: func() state.Desired {
 				d := withApp6()
-				d.Scripts["app"].Modules = map[string]string{"index.js": "v5"}
+				d.Scripts["app"].Modules = state.NewCode(map[string]string{"index.js": "v5"})
 				return d
 			},
 			op:     Admit{Name: "app", Incarnation: "inc-5", DeliveryID: "d-1"},
@@ -386,7 +386,7 @@ func rows() []row {
 		"secret name list":   func(s *state.Script) { s.SecretNames = []string{"KEY", "TOKEN"} },
 	} {
 		op := deploy("app", "uid-a", 5, "TOKEN")
-		op.Script.DeploymentID, op.Script.Modules = "dep-5", map[string]string{"index.js": "v5"}
+		op.Script.DeploymentID, op.Script.Modules = "dep-5", state.NewCode(map[string]string{"index.js": "v5"})
 		change(&op.Script)
 		rs = append(rs, row{name: "the same generation with another " + field + " is a generation conflict", op: op,
 			refused: adminapi.CodeGenerationConflict, shows: ShowsScript})

@@ -1,7 +1,6 @@
 package desired
 
 import (
-	"maps"
 	"slices"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -69,7 +68,7 @@ func (op PutScript) apply(s *state.Desired) Answer {
 func sameDeployment(a, b *state.Script) bool {
 	return a.DeploymentID == b.DeploymentID && a.Labels == b.Labels && a.MainModule == b.MainModule &&
 		a.CompatibilityDate == b.CompatibilityDate && a.BundleDigest == b.BundleDigest && a.Settings.Equal(b.Settings) &&
-		slices.Equal(a.SecretNames, b.SecretNames) && maps.Equal(a.Modules, b.Modules)
+		slices.Equal(a.SecretNames, b.SecretNames) && a.Modules.Equal(b.Modules)
 }
 
 // DeleteScript removes a script only while it belongs to the worker UID the caller names

@@ -79,7 +79,9 @@ func (c *Cache) takeParse(org string) bool {
 	return true
 }
 
-func (c *Cache) parsed(org, key, text string) *sourcemap.Consumer {
+// parsed is the parsed map of key, read (and parsed) on a miss within org's budget; nil when the
+// budget is spent, or the map cannot be read or parsed.
+func (c *Cache) parsed(org, key string, read func() (string, error)) *sourcemap.Consumer {
 	c.mu.Lock()
 	if el, ok := c.entries[key]; ok {
 		c.order.MoveToFront(el)
@@ -91,8 +93,12 @@ func (c *Cache) parsed(org, key, text string) *sourcemap.Consumer {
 		return nil
 	}
 	c.mu.Unlock()
-	// Parsed outside the lock: a large map takes milliseconds, and other workers' lines wait for
-	// nothing of it. Two first uses at once parse twice and keep one.
+	// Read and parsed outside the lock: a large map takes milliseconds, and other workers' lines
+	// wait for nothing of it. Two first uses at once parse twice and keep one.
+	text, err := read()
+	if err != nil {
+		return nil
+	}
 	consumer := parse(text)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -151,35 +157,36 @@ type Mapper struct {
 	// organization, whose parse budget it spends.
 	id    string
 	org   string
-	maps  map[string]string // module name → its map's text
+	maps  map[string]string // module name → its map's module name
+	read  func(module string) (string, error)
 	place *regexp.Regexp
 }
 
-// For is the Mapper of organization org's incarnation id whose bundle is modules, or nil when no
-// module of it has a map.
-func (c *Cache) For(org, id string, modules map[string]string) *Mapper {
+// For is the Mapper of organization org's incarnation id whose bundle's modules are names, or nil
+// when no module of it has a map. A map is read (read names the module) only when a place in its
+// module is first mapped, and again only once the cache has dropped it: the node does not hold
+// the maps of its workers.
+func (c *Cache) For(org, id string, names []string, read func(module string) (string, error)) *Mapper {
 	maps := map[string]string{}
-	for name, text := range modules {
-		if mapped, ok := workerconf.SourceMapOf(name); ok {
-			if _, code := modules[mapped]; code {
-				maps[mapped] = text
-			}
+	for _, name := range names {
+		if mapped, ok := workerconf.SourceMapOf(name); ok && slices.Contains(names, mapped) {
+			maps[mapped] = name
 		}
 	}
 	if len(maps) == 0 {
 		return nil
 	}
-	names := make([]string, 0, len(maps))
+	quoted := make([]string, 0, len(maps))
 	for name := range maps {
-		names = append(names, regexp.QuoteMeta(name))
+		quoted = append(quoted, regexp.QuoteMeta(name))
 	}
 	// Longest first, so that "lib/index.js" is not read as "index.js" after "lib/".
-	slices.SortFunc(names, func(a, b string) int { return len(b) - len(a) })
+	slices.SortFunc(quoted, func(a, b string) int { return len(b) - len(a) })
 	// A place is the module's name, as V8 writes it in a stack frame or an error message
 	// (sometimes after a scheme and slashes), then :line:column. What precedes it may not be part
 	// of a longer name.
-	place := regexp.MustCompile(`(^|[\s(@"'=])((?:[a-z][a-z0-9+.-]*:/+)?/?)(` + strings.Join(names, "|") + `):(\d+):(\d+)`)
-	return &Mapper{cache: c, id: id, org: org, maps: maps, place: place}
+	place := regexp.MustCompile(`(^|[\s(@"'=])((?:[a-z][a-z0-9+.-]*:/+)?/?)(` + strings.Join(quoted, "|") + `):(\d+):(\d+)`)
+	return &Mapper{cache: c, id: id, org: org, maps: maps, read: read, place: place}
 }
 
 // Apply is text with every place in a mapped module written as the original file, line and
@@ -196,7 +203,7 @@ func (m *Mapper) Apply(text string) string {
 		if err1 != nil || err2 != nil || line < 1 || column < 1 {
 			return found
 		}
-		consumer := m.cache.parsed(m.org, m.id+"\x00"+module, m.maps[module])
+		consumer := m.cache.parsed(m.org, m.id+"\x00"+module, func() (string, error) { return m.read(m.maps[module]) })
 		if consumer == nil {
 			return found
 		}

@@ -1,9 +1,12 @@
 package sourcemaps_test
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +38,36 @@ func at(t *testing.T, bundle, code string) string {
 	return fmt.Sprintf("index.js:1:%d", i+1)
 }
 
+// forModules is c's Mapper for a bundle held in memory.
+func forModules(c *sourcemaps.Cache, org, id string, modules map[string]string) *sourcemaps.Mapper {
+	return c.For(org, id, slices.Sorted(maps.Keys(modules)), func(name string) (string, error) { return modules[name], nil })
+}
+
+// A map is read from the node's store only when a place of its module is first mapped, and not
+// again while the cache keeps it parsed; one that cannot be read maps nothing.
+func TestAMapIsReadOnDemandAndOnce(t *testing.T) {
+	t.Parallel()
+	modules := fixture(t)
+	place := "at " + at(t, modules["index.js"], `new TypeError`)
+	c := sourcemaps.NewCache(4)
+	reads := 0
+	m := c.For("org-1", "inc-1", slices.Sorted(maps.Keys(modules)), func(name string) (string, error) {
+		reads++
+		require.Equal(t, "index.js.map", name)
+		return modules[name], nil
+	})
+	require.Zero(t, reads, "nothing is read before a place is mapped")
+	for range 3 {
+		require.Contains(t, m.Apply(place), "src/greet.js:5:")
+	}
+	require.Equal(t, 1, reads)
+
+	gone := c.For("org-1", "inc-2", slices.Sorted(maps.Keys(modules)), func(string) (string, error) {
+		return "", errors.New("the bundle is gone")
+	})
+	require.Equal(t, place, gone.Apply(place))
+}
+
 // Places in a mapped module become the original file, line and column, in stack frames and in
 // messages, with or without a scheme before the name; places in other modules, places the map
 // does not cover and names that only end like the module stay as they are.
@@ -43,7 +76,7 @@ func TestPlacesInAMappedModuleNameTheOriginalSource(t *testing.T) {
 	modules := fixture(t)
 	bundle := modules["index.js"]
 	throw, stack := at(t, bundle, `new TypeError`), at(t, bundle, `new Error("traced")`)
-	m := sourcemaps.NewCache(4).For("org-1", "inc-1", modules)
+	m := forModules(sourcemaps.NewCache(4), "org-1", "inc-1", modules)
 	require.NotNil(t, m)
 
 	got := m.Apply("TypeError: no greeting for boom\n    at o (" + throw + ")\n    at Object.fetch (file:///" + stack + ")")
@@ -62,12 +95,12 @@ func TestPlacesInAMappedModuleNameTheOriginalSource(t *testing.T) {
 func TestWithoutAUsableMapNothingChanges(t *testing.T) {
 	t.Parallel()
 	c := sourcemaps.NewCache(4)
-	require.Nil(t, c.For("org-1", "inc-1", map[string]string{"index.js": "x"}))
+	require.Nil(t, forModules(c, "org-1", "inc-1", map[string]string{"index.js": "x"}))
 	var none *sourcemaps.Mapper
 	require.Equal(t, "at index.js:1:5", none.Apply("at index.js:1:5"))
-	broken := c.For("org-1", "inc-2", map[string]string{"index.js": "x", "index.js.map": `{"version":3,"mappings":"!!!"}`})
+	broken := forModules(c, "org-1", "inc-2", map[string]string{"index.js": "x", "index.js.map": `{"version":3,"mappings":"!!!"}`})
 	require.Equal(t, "at index.js:1:5", broken.Apply("at index.js:1:5"))
-	orphan := c.For("org-1", "inc-3", map[string]string{"index.js.map": fixture(t)["index.js.map"]})
+	orphan := forModules(c, "org-1", "inc-3", map[string]string{"index.js.map": fixture(t)["index.js.map"]})
 	require.Nil(t, orphan, "a map without its module maps nothing")
 }
 
@@ -78,7 +111,7 @@ func TestTheCacheKeepsTheMostRecentlyUsedMaps(t *testing.T) {
 	place := "at " + at(t, modules["index.js"], `new TypeError`)
 	c := sourcemaps.NewCache(2)
 	for i := range 5 {
-		m := c.For("org-1", fmt.Sprintf("inc-%d", i), modules)
+		m := forModules(c, "org-1", fmt.Sprintf("inc-%d", i), modules)
 		require.Contains(t, m.Apply(place), "src/greet.js:5:")
 		require.LessOrEqual(t, c.Len(), 2)
 	}
@@ -95,7 +128,7 @@ func TestAnOrganizationParsesMapsWithinItsBudget(t *testing.T) {
 	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
 	c := sourcemaps.NewCacheWithClock(1, func() time.Time { return now })
 	mapped := func(org string, i int) bool {
-		return strings.Contains(c.For(org, fmt.Sprintf("%s-inc-%d", org, i), modules).Apply(place), "src/greet.js:5:")
+		return strings.Contains(forModules(c, org, fmt.Sprintf("%s-inc-%d", org, i), modules).Apply(place), "src/greet.js:5:")
 	}
 	for i := range sourcemaps.ParseBurst {
 		require.True(t, mapped("org-a", i), "parse %d is within the burst", i)

@@ -27,7 +27,7 @@ func TestABackupRestoresTheStateItWasTakenFrom(t *testing.T) {
 	require.NoError(t, err)
 	d, err := s.Load()
 	require.NoError(t, err)
-	d.Scripts["a"] = &Script{Name: "a", WorkerUID: "uid-a", Generation: 3, Modules: map[string]string{"index.js": "export default {}"}, MainModule: "index.js",
+	d.Scripts["a"] = &Script{Name: "a", WorkerUID: "uid-a", Generation: 3, Modules: NewCode(map[string]string{"index.js": "export default {}"}), MainModule: "index.js",
 		Delivery: &Delivery{DeliveryID: "d1", WorkerUID: "uid-a", Names: []string{"TOKEN"}}}
 	d.Routes["a.example"] = &Route{Hostname: "a.example", ScriptName: "a"}
 	require.NoError(t, s.SealSecrets("uid-a", "d1", map[string]vocab.Secret{"TOKEN": vocab.NewSecret(canary)}))
@@ -45,7 +45,7 @@ func TestABackupRestoresTheStateItWasTakenFrom(t *testing.T) {
 	require.NotContains(t, content, token)
 
 	// A later state, then the backup over it.
-	d.Scripts["b"] = &Script{Name: "b", WorkerUID: "uid-b", Generation: 4, Modules: map[string]string{"index.js": "b"}, MainModule: "index.js"}
+	d.Scripts["b"] = &Script{Name: "b", WorkerUID: "uid-b", Generation: 4, Modules: NewCode(map[string]string{"index.js": "b"}), MainModule: "index.js"}
 	delete(d.Scripts, "a")
 	require.NoError(t, s.Save(d))
 	require.ErrorContains(t, Restore(bytes.NewReader(backup.Bytes()), dir, RestoreOptions{Replace: true}), "in use by another runtime node")
@@ -62,7 +62,7 @@ func TestABackupRestoresTheStateItWasTakenFrom(t *testing.T) {
 		got, err := back.Load()
 		require.NoError(t, err)
 		require.Equal(t, []string{"a"}, keys(got.Scripts), into)
-		require.Equal(t, "export default {}", got.Scripts["a"].Modules["index.js"])
+		require.Equal(t, map[string]string{"index.js": "export default {}"}, modulesOf(t, back, got.Scripts["a"].Modules))
 		require.Equal(t, "a", got.Routes["a.example"].ScriptName)
 		values, err := back.OpenSecrets("uid-a", "d1")
 		require.NoError(t, err)

@@ -11,11 +11,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"strings"
 
-	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
 
@@ -101,55 +99,43 @@ type scriptFile struct {
 	modules, serving string // bundle names, "" for none
 }
 
-// sameMap reports whether a and b are one map. The desired state never changes a modules map in
-// place, so one map is one content for as long as it lives.
-func sameMap(a, b map[string]string) bool {
-	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
-}
-
 func bundleRef(content []byte) string {
 	sum := sha256.Sum256(content)
 	return hex.EncodeToString(sum[:])
 }
 
 // bundleWriter writes the bundles one save needs, once each, and syncs bundles/ before the
-// state that names them is written.
+// state that names them is written. Then the Codes it wrote, or found written, drop their content.
 type bundleWriter struct {
 	s     *Store
 	wrote []string
+	seen  []*code
 }
 
-// ref is the bundle of modules m, written unless it is there. old is the script's previous
-// version, whose files are reused for the same map (a promotion, a delivery or a restart keeps
-// the map): neither the code is hashed again nor its file written again.
-func (w *bundleWriter) ref(m map[string]string, old *Script) (string, error) {
-	if m == nil {
+// ref is the bundle of c, written unless it is there.
+func (w *bundleWriter) ref(c Code) (string, error) {
+	if c.c == nil {
 		return "", nil
 	}
-	if old != nil {
-		if of := w.s.scripts[old]; of != nil {
-			switch {
-			case sameMap(m, old.Modules):
-				return of.modules, nil
-			case sameMap(m, servedModules(old)):
-				return of.serving, nil
-			}
-		}
-	}
-	content := canonjson.Marshal(m)
-	ref := bundleRef(content)
+	ref := c.c.ref
 	if !w.s.onDisk[ref] && !slices.Contains(w.wrote, ref) {
-		if err := safedir.WriteFile(filepath.Join(w.s.dir, bundlesDir), ref, content, w.s.owner); err != nil {
+		raw := c.c.heldRaw()
+		if raw == nil {
+			// Its content was written and dropped, and the file has gone since: no script
+			// of the last save named it. It cannot be written again from here.
+			return "", fmt.Errorf("the bundle %s is no longer in %s", ref, filepath.Join(w.s.dir, bundlesDir))
+		}
+		if err := safedir.WriteFile(filepath.Join(w.s.dir, bundlesDir), ref, raw, w.s.owner); err != nil {
 			return "", err
 		}
 		w.wrote = append(w.wrote, ref)
 	}
+	w.seen = append(w.seen, c.c)
 	return ref, nil
 }
 
-// file is sc's scriptFile, its bundles written where they are not yet; old is its previous
-// version (nil for none).
-func (w *bundleWriter) file(sc, old *Script) (*scriptFile, error) {
+// file is sc's scriptFile, its bundles written where they are not yet.
+func (w *bundleWriter) file(sc *Script) (*scriptFile, error) {
 	f := w.s.scripts[sc]
 	if f != nil && f.raw != nil {
 		return f, nil
@@ -157,18 +143,19 @@ func (w *bundleWriter) file(sc, old *Script) (*scriptFile, error) {
 	if f == nil {
 		f = &scriptFile{}
 		var err error
-		if f.modules, err = w.ref(sc.Modules, old); err != nil {
+		if f.modules, err = w.ref(sc.Modules); err != nil {
 			return nil, err
 		}
-		if f.serving, err = w.ref(servedModules(sc), old); err != nil {
-			return nil, err
+		if sc.Serving != nil {
+			if f.serving, err = w.ref(sc.Serving.Modules); err != nil {
+				return nil, err
+			}
 		}
 	}
 	disk := &scriptOnDisk{Script: *sc, ModulesRef: f.modules}
-	disk.Script.Modules, disk.Script.Serving = nil, nil
+	disk.Script.Serving = nil
 	if sc.Serving != nil {
 		disk.Serving = &servedOnDisk{Served: *sc.Serving, ModulesRef: f.serving}
-		disk.Serving.Served.Modules = nil
 	}
 	raw, err := json.Marshal(disk)
 	if err != nil {
@@ -180,15 +167,20 @@ func (w *bundleWriter) file(sc, old *Script) (*scriptFile, error) {
 // synced makes the bundles written durable in bundles/, before the state naming them is. A file
 // counts as there only once this succeeded: a failed save writes it again next time.
 func (w *bundleWriter) synced() error {
-	if len(w.wrote) == 0 {
-		return nil
-	}
-	if err := syncDir(filepath.Join(w.s.dir, bundlesDir)); err != nil {
-		return err
+	if len(w.wrote) > 0 {
+		if err := syncDir(filepath.Join(w.s.dir, bundlesDir)); err != nil {
+			return err
+		}
 	}
 	for _, ref := range w.wrote {
 		w.s.onDisk[ref] = true
 	}
+	w.wrote = nil
+	// Every bundle seen is durable now: the node reads it from bundles/ from here on.
+	for _, c := range w.seen {
+		c.release()
+	}
+	w.seen = nil
 	return nil
 }
 
@@ -210,11 +202,7 @@ func (s *Store) snapshot(d *Desired) (*desiredToDisk, map[*Script]*scriptFile, m
 	files := make(map[*Script]*scriptFile, len(d.Scripts))
 	refs := map[string]int{}
 	for name, sc := range d.Scripts {
-		var old *Script
-		if s.prev != nil {
-			old = s.prev.Scripts[name]
-		}
-		f, err := w.file(sc, old)
+		f, err := w.file(sc)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -225,13 +213,6 @@ func (s *Store) snapshot(d *Desired) (*desiredToDisk, map[*Script]*scriptFile, m
 		return nil, nil, nil, err
 	}
 	return out, files, refs, nil
-}
-
-func servedModules(sc *Script) map[string]string {
-	if sc.Serving == nil {
-		return nil
-	}
-	return sc.Serving.Modules
 }
 
 // collectBundles removes from bundles/ every file the desired state just written (and synced)
@@ -276,35 +257,28 @@ func (s *Store) removeBundles(names []string) error {
 	return errors.Join(errs...)
 }
 
-// readBundles fills in the modules of every script of f (version 2 names them by digest) and
-// returns the desired state. A file that is missing or whose content is not its name's digest is
-// refused: the node would otherwise serve other code than it was given.
+// readBundles fills in the modules of every script of f (version 2 names them by digest; version
+// 1 holds them inline) and returns the desired state. Each bundle is read once and checked, and
+// not kept: a file that is missing or whose content is not its name's digest is refused, as the
+// node would otherwise serve other code than it was given.
 func (s *Store) readBundles(f *desiredOnDisk) (*Desired, error) {
-	dir := filepath.Join(s.dir, bundlesDir)
-	read := map[string]map[string]string{}
-	modules := func(inline map[string]string, ref string) (map[string]string, error) {
+	read := map[string]Code{}
+	modules := func(inline map[string]string, ref string) (Code, error) {
 		if ref == "" {
-			return inline, nil
+			return NewCode(inline), nil
 		}
-		if m, ok := read[ref]; ok {
-			return m, nil
+		if c, ok := read[ref]; ok {
+			return c, nil
 		}
 		if !validRef(ref) {
-			return nil, fmt.Errorf("%s names a bundle %q, which is not a SHA-256", filepath.Join(s.dir, desiredFile), ref)
+			return Code{}, fmt.Errorf("%s names a bundle %q, which is not a SHA-256", filepath.Join(s.dir, desiredFile), ref)
 		}
-		b, err := safedir.ReadFile(dir, ref, s.owner)
+		c, err := s.loadCode(ref)
 		if err != nil {
-			return nil, fmt.Errorf("read the bundle %s named by %s: %w", ref, filepath.Join(s.dir, desiredFile), err)
+			return Code{}, fmt.Errorf("%w (named by %s)", err, filepath.Join(s.dir, desiredFile))
 		}
-		if bundleRef(b) != ref {
-			return nil, fmt.Errorf("the bundle %s is damaged: its content is not the digest it is named by", filepath.Join(dir, ref))
-		}
-		var m map[string]string
-		if err := json.Unmarshal(b, &m); err != nil {
-			return nil, fmt.Errorf("read the bundle %s: %w", filepath.Join(dir, ref), err)
-		}
-		read[ref] = m
-		return m, nil
+		read[ref] = c
+		return c, nil
 	}
 	d := f.Desired
 	d.Scripts = make(map[string]*Script, len(f.Scripts))
@@ -322,14 +296,6 @@ func (s *Store) readBundles(f *desiredOnDisk) (*Desired, error) {
 			sc.Serving = &sv
 		}
 		d.Scripts[name] = &sc
-		// Its bundles are known (and were just read and checked): a save need not hash its code.
-		if sf.ModulesRef != "" && (sf.Serving == nil || sf.Serving.ModulesRef != "") {
-			f := &scriptFile{modules: sf.ModulesRef}
-			if sf.Serving != nil {
-				f.serving = sf.Serving.ModulesRef
-			}
-			s.scripts[&sc] = f
-		}
 	}
 	return &d, nil
 }

@@ -37,8 +37,8 @@ func TestASaveWritesEachBundleOnceAndDesiredJSONStaysSmall(t *testing.T) {
 	s := openStore(t, dir)
 	d, err := s.Load()
 	require.NoError(t, err)
-	big := func(tag string) map[string]string {
-		return map[string]string{"index.js": "export default {}\n// " + tag + strings.Repeat(" padding", 64<<10)}
+	big := func(tag string) Code {
+		return NewCode(map[string]string{"index.js": "export default {}\n// " + tag + strings.Repeat(" padding", 64<<10)})
 	}
 	shared := big("shared")
 	for _, name := range []string{"a", "b", "c"} {
@@ -67,7 +67,7 @@ func TestASaveWritesEachBundleOnceAndDesiredJSONStaysSmall(t *testing.T) {
 	c := *d.Scripts["c"]
 	c.Generation, c.Modules = 2, big("c2")
 	next.Scripts["c"] = &c
-	// A new deployment of the same code (a new request: an equal map, not the same one).
+	// A new deployment of the same code (a new request: an equal Code, not the same one).
 	a := *d.Scripts["a"]
 	a.Generation, a.Modules = 2, big("a")
 	next.Scripts["a"] = &a
@@ -97,11 +97,13 @@ func TestASaveWritesEachBundleOnceAndDesiredJSONStaysSmall(t *testing.T) {
 	back, err := s2.Load()
 	require.NoError(t, err)
 	for name, want := range next.Scripts {
-		require.Equal(t, want.Modules, back.Scripts[name].Modules, name)
+		require.True(t, want.Modules.Equal(back.Scripts[name].Modules), name)
+		require.False(t, back.Scripts[name].Modules.Held(), "a start holds no code: it is read on demand")
+		require.Equal(t, modulesOf(t, s2, want.Modules), modulesOf(t, s2, back.Scripts[name].Modules), name)
 		// A save keeps an unchanged script's JSON from the last one, never a replaced one's.
 		require.Equal(t, want.Generation, back.Scripts[name].Generation, name)
 	}
-	require.Equal(t, shared, back.Scripts["d"].Serving.Modules)
+	require.Equal(t, modulesOf(t, s2, shared), modulesOf(t, s2, back.Scripts["d"].Serving.Modules))
 	require.Equal(t, "a", back.Routes["h.example"].ScriptName)
 	require.NoError(t, s2.Save(back))
 	for _, name := range bundleNames(t, dir) {
@@ -124,8 +126,8 @@ func TestADesiredStateOfVersion1IsReadAndMovedToBundles(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, desiredFile), []byte(old), 0o600))
 	d, err := s.Load()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"index.js": "v1 code"}, d.Scripts["a"].Modules)
-	require.Equal(t, map[string]string{"index.js": "v0 code"}, d.Scripts["a"].Serving.Modules)
+	require.Equal(t, map[string]string{"index.js": "v1 code"}, modulesOf(t, s, d.Scripts["a"].Modules))
+	require.Equal(t, map[string]string{"index.js": "v0 code"}, modulesOf(t, s, d.Scripts["a"].Serving.Modules))
 	require.Equal(t, "inc-1", d.Scripts["a"].Admitted)
 	require.NoError(t, s.Save(d))
 	b, err := os.ReadFile(filepath.Join(dir, desiredFile))
@@ -148,7 +150,7 @@ func TestAMissingOrDamagedBundleIsRefusedAtLoad(t *testing.T) {
 			s := openStore(t, dir)
 			d, err := s.Load()
 			require.NoError(t, err)
-			d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: map[string]string{"index.js": "the code"}, MainModule: "index.js"}
+			d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: NewCode(map[string]string{"index.js": "the code"}), MainModule: "index.js"}
 			require.NoError(t, s.Save(d))
 			names := bundleNames(t, dir)
 			require.Len(t, names, 1)
@@ -178,7 +180,7 @@ func TestASaveRemovesWhatACrashLeftInBundles(t *testing.T) {
 	}
 	d, err := s.Load()
 	require.NoError(t, err)
-	d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: map[string]string{"index.js": "x"}, MainModule: "index.js"}
+	d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: NewCode(map[string]string{"index.js": "x"}), MainModule: "index.js"}
 	require.NoError(t, s.Save(d))
 	names := bundleNames(t, dir)
 	require.Len(t, names, 1)
@@ -203,7 +205,7 @@ func TestABundleNameIsADigestAndForeignFilesAreLeftAlone(t *testing.T) {
 	require.NoError(t, os.Chmod(foreign, 0o644))
 	d, err := s.Load()
 	require.NoError(t, err)
-	d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: map[string]string{"index.js": "x"}, MainModule: "index.js"}
+	d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: NewCode(map[string]string{"index.js": "x"}), MainModule: "index.js"}
 	require.NoError(t, s.Save(d))
 	_, err = os.Stat(foreign)
 	require.NoError(t, err, "a file that is not the node's own was removed")

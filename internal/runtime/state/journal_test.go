@@ -59,8 +59,8 @@ func TestEverySaveAfterTheFirstIsAJournalLineAndAllOfThemAreReadBack(t *testing.
 	require.NoError(t, err)
 	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	d = change(d, func(d *Desired) {
-		d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: map[string]string{"a.js": "a1"}, MainModule: "a.js"}
-		d.Scripts["b"] = &Script{Name: "b", Generation: 1, Modules: map[string]string{"b.js": "b1"}, MainModule: "b.js"}
+		d.Scripts["a"] = &Script{Name: "a", Generation: 1, Modules: NewCode(map[string]string{"a.js": "a1"}), MainModule: "a.js"}
+		d.Scripts["b"] = &Script{Name: "b", Generation: 1, Modules: NewCode(map[string]string{"b.js": "b1"}), MainModule: "b.js"}
 		d.Routes["a.example"] = &Route{Hostname: "a.example", ScriptName: "a"}
 		d.Effects["e1"] = EffectEntry{Target: "a", RequestMAC: "m1", At: at}
 	})
@@ -70,7 +70,7 @@ func TestEverySaveAfterTheFirstIsAJournalLineAndAllOfThemAreReadBack(t *testing.
 	steps := []func(*Desired){
 		func(d *Desired) {
 			a := *d.Scripts["a"]
-			a.Generation, a.Modules = 2, map[string]string{"a.js": "a2"}
+			a.Generation, a.Modules = 2, NewCode(map[string]string{"a.js": "a2"})
 			d.Scripts["a"] = &a
 			d.Effects["e2"] = EffectEntry{Target: "a", RequestMAC: "m2", At: at.Add(time.Second)}
 		},
@@ -96,9 +96,10 @@ func TestEverySaveAfterTheFirstIsAJournalLineAndAllOfThemAreReadBack(t *testing.
 	require.Len(t, journals(t, dir), 1)
 
 	s.Close()
-	back, err := openStore(t, dir).Load()
+	reopened := openStore(t, dir)
+	back, err := reopened.Load()
 	require.NoError(t, err)
-	require.Equal(t, map[string]string{"a.js": "a2"}, back.Scripts["a"].Modules)
+	require.Equal(t, map[string]string{"a.js": "a2"}, modulesOf(t, reopened, back.Scripts["a"].Modules))
 	require.Equal(t, int64(2), back.Scripts["a"].Generation)
 	require.NotContains(t, back.Scripts, "b")
 	require.Equal(t, map[string]int64{"b": 1}, back.Floors)

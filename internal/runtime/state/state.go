@@ -85,14 +85,15 @@ type Desired struct {
 
 // Script is one script's desired deployment and the metadata of its delivery.
 type Script struct {
-	Name              string            `json:"name"`
-	WorkerUID         string            `json:"workerUid"`
-	DeploymentID      string            `json:"deploymentId"`
-	Generation        int64             `json:"generation"`
-	Labels            adminapi.Labels   `json:"labels"`
-	Modules           map[string]string `json:"modules"`
-	MainModule        string            `json:"mainModule"`
-	CompatibilityDate string            `json:"compatibilityDate"`
+	Name         string          `json:"name"`
+	WorkerUID    string          `json:"workerUid"`
+	DeploymentID string          `json:"deploymentId"`
+	Generation   int64           `json:"generation"`
+	Labels       adminapi.Labels `json:"labels"`
+	// Modules are kept in bundles/ (desired.json names them by digest) and read on demand.
+	Modules           Code   `json:"-"`
+	MainModule        string `json:"mainModule"`
+	CompatibilityDate string `json:"compatibilityDate"`
 	workerconf.Settings
 	SecretNames  []string  `json:"secretNames"`
 	BundleDigest string    `json:"bundleDigest"`
@@ -109,11 +110,11 @@ type Script struct {
 // Served is the content of an admitted incarnation. Its values are the delivery DeliveryID,
 // while that delivery is still held.
 type Served struct {
-	DeploymentID      string            `json:"deploymentId"`
-	Generation        int64             `json:"generation"`
-	Modules           map[string]string `json:"modules"`
-	MainModule        string            `json:"mainModule"`
-	CompatibilityDate string            `json:"compatibilityDate"`
+	DeploymentID      string `json:"deploymentId"`
+	Generation        int64  `json:"generation"`
+	Modules           Code   `json:"-"`
+	MainModule        string `json:"mainModule"`
+	CompatibilityDate string `json:"compatibilityDate"`
 	workerconf.Settings
 	DeliveryID string `json:"deliveryId,omitempty"`
 }
@@ -458,7 +459,7 @@ func (s *Store) saveChanges(d *Desired) error {
 	files := make(map[string]*scriptFile, len(changed))
 	for name, sc := range changed {
 		if sc != nil {
-			f, err := w.file(*sc, s.prev.Scripts[name])
+			f, err := w.file(*sc)
 			if err != nil {
 				return fmt.Errorf("write the bundles: %w", err)
 			}

@@ -62,20 +62,31 @@ type Worker struct {
 
 // Validate checks what the runtime needs to run w, with errors fit for a 422.
 func (w Worker) Validate() error {
-	if len(w.Modules) == 0 {
+	if err := CheckModules(w.Modules, w.MainModule); err != nil {
+		return err
+	}
+	return w.ValidateConfig()
+}
+
+// CheckModules checks a bundle's modules and its main module, with errors fit for a 422.
+func CheckModules(modules map[string]string, main string) error {
+	if len(modules) == 0 {
 		return errors.New("modules must name at least one module")
 	}
-	if _, ok := w.Modules[w.MainModule]; !ok {
-		return fmt.Errorf("mainModule %q is not one of the modules", w.MainModule)
+	if _, ok := modules[main]; !ok {
+		return fmt.Errorf("mainModule %q is not one of the modules", main)
 	}
-	for name := range w.Modules {
+	for name := range modules {
 		if name == "" || len(name) > 256 || strings.ContainsFunc(name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return fmt.Errorf("module name %q is empty, too long or has control characters", name)
 		}
 	}
-	if err := workerconf.CheckModules(w.Modules, w.MainModule); err != nil {
-		return err
-	}
+	return workerconf.CheckModules(modules, main)
+}
+
+// ValidateConfig checks what w runs with besides its modules: its compatibility date, secret
+// names and settings.
+func (w Worker) ValidateConfig() error {
 	if !vocab.Date.MatchString(w.CompatibilityDate) {
 		return fmt.Errorf("compatibilityDate %q is not YYYY-MM-DD", w.CompatibilityDate)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
@@ -77,7 +76,7 @@ func TestAccWFPServiceBindingAndCPULimit(t *testing.T) {
 		sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.standin.BaseURL(), Token: vocab.NewSecret(cfToken)})
 		require.NoError(t, err)
 		inst := catalog.Installation{RoutingKVNamespaceID: cfRoutingKV, DispatchNamespace: cfNamespace}
-		require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", backend.DispatchUpload(inst, dispatch.MinCacheTTL)))
+		require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", cloudflare.DispatchUpload(inst, dispatch.MinCacheTTL)))
 	}
 	space := "wb" + fmt.Sprint(len(t.Name()))
 	url := func(s *terraform.State) string {

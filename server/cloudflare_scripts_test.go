@@ -180,7 +180,7 @@ func (c *cfScripts) settledValueFree(op string, w map[string]any, sc cfstandin.S
 	require.NoError(c.t, c.db.QueryRow(context.Background(),
 		`SELECT preparation_id, delivery_digest FROM runtime_input_preparations WHERE operation_id = $1`, op).Scan(&prepID, &recorded))
 	require.Equal(c.t, backend.DeliveryDigest(w["uid"].(string), prepID, []string{"API_KEY"}), recorded)
-	delivery, ok := sc.Current.Binding(backend.BindingDelivery)
+	delivery, ok := sc.Current.Binding(cloudflare.BindingDelivery)
 	require.True(c.t, ok)
 	require.Equal(c.t, prepID, delivery.Text, "TAKOFORM_DELIVERY is the preparation id")
 	require.Equal(c.t, []string{"API_KEY"}, secretNames(sc), "exactly the delivery's secrets")
@@ -218,7 +218,7 @@ func TestARuntimeInputConsumedOnWorkersDevReachesTheWorkerInOneUploadAndSettlesO
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	require.Equal(t, "v2 "+secretShown(secretCanary), c.fetchWorkersDev(script))
 	sc = c.script("", w)
-	delivery, _ := sc.Current.Binding(backend.BindingDelivery)
+	delivery, _ := sc.Current.Binding(cloudflare.BindingDelivery)
 	require.Equal(t, p.reply.json(t)["preparationId"], delivery.Text, "the kept secret is still that delivery's")
 
 	// A worker PUT without a reference and without requiredSensitiveVars removes the values.
@@ -226,7 +226,7 @@ func TestARuntimeInputConsumedOnWorkersDevReachesTheWorkerInOneUploadAndSettlesO
 	require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
 	sc = c.script("", w)
 	require.Empty(t, secretNames(sc))
-	_, ok := sc.Current.Binding(backend.BindingDelivery)
+	_, ok := sc.Current.Binding(cloudflare.BindingDelivery)
 	require.False(t, ok, "no delivery is held any more")
 	require.Equal(t, secretShown(""), c.fetchWorkersDev(script))
 
@@ -270,7 +270,7 @@ func TestARuntimeInputConsumedOnWFPManagedReachesTheWorkerThroughTheDispatchName
 	script := w["scriptName"].(string)
 	require.Empty(t, c.standin.ScriptNames(""), "nothing lands among the account's own scripts")
 	sc := c.script(cfNamespace, w)
-	uid, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	uid, _ := sc.Current.Binding(cloudflare.BindingWorkerUID)
 	require.Equal(t, w["uid"], uid.Text)
 	c.settledValueFree("op-1", w, sc)
 	require.Equal(t, 2, c.scriptUploads(script))

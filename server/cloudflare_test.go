@@ -13,7 +13,6 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
@@ -97,7 +96,7 @@ func TestAWorkerPutOnAWorkersDevOfferingLandsOnCloudflareRunsAndItsDeleteLeavesN
 	script := w["scriptName"].(string)
 	sc, ok := s.Script(script)
 	require.True(t, ok, "the script is on the account")
-	uid, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	uid, _ := sc.Current.Binding(cloudflare.BindingWorkerUID)
 	require.Equal(t, w["uid"], uid.Text)
 	status, body := fetchWorkersDev(t, s, script)
 	require.Equal(t, http.StatusOK, status)

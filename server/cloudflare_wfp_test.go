@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
@@ -111,7 +110,7 @@ func installDispatchWorker(t *testing.T, s *cfstandin.Server) {
 	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
 	inst := catalog.Installation{RoutingKVNamespaceID: cfRoutingKV, DispatchNamespace: cfNamespace}
-	require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", backend.DispatchUpload(inst, dispatch.MinCacheTTL)))
+	require.NoError(t, cloudflare.Account{ID: cfAccount}.Upload(context.Background(), sdk, "takoform-dispatch", cloudflare.DispatchUpload(inst, dispatch.MinCacheTTL)))
 }
 
 const callerModule = `export default { async fetch(req, env) {

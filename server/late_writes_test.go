@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/resource"
@@ -129,7 +130,7 @@ func (l *lateWrites) land(offering, script string, uid uuid.UUID) {
 		if !ok {
 			return false
 		}
-		b, ok := sc.Current.Binding(backend.BindingWorkerUID)
+		b, ok := sc.Current.Binding(cloudflare.BindingWorkerUID)
 		return ok && b.Text == uid.String()
 	}, 20*time.Second, 10*time.Millisecond, "the stopped Host's upload lands late")
 }
@@ -140,7 +141,7 @@ func (l *lateWrites) holder(offering, script string) string {
 	if !ok {
 		return ""
 	}
-	b, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	b, _ := sc.Current.Binding(cloudflare.BindingWorkerUID)
 	return b.Text
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/packs"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
 
@@ -33,7 +34,7 @@ func crashedApply(t *testing.T, h *harness, landed, expired bool) (op, deploymen
 	require.NoError(t, h.db.QueryRow(context.Background(), "SELECT seq FROM deployments WHERE id = $1", deployment).Scan(&seq))
 	h.exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status) VALUES ($1, $2, $3, 'apply', 'dispatched')`, uuid.New(), op, deployment)
 	if landed {
-		mut, err := (&backend.Registry{}).Mutator(catalog.DefaultWithRuntime(h.runtime.Info.AdminURL, h.runtime.Info.TokenFile, h.runtime.Info.EdgeAddr).Installations["selfhost"])
+		mut, err := packs.Registry().Mutator(catalog.DefaultWithRuntime(h.runtime.Info.AdminURL, h.runtime.Info.TokenFile, h.runtime.Info.EdgeAddr).Installations["selfhost"])
 		require.NoError(t, err)
 		obs, err := mut.Apply(context.Background(), backend.Desired{
 			Kind: backend.NativeWorker, NativeName: w["scriptName"].(string), DeploymentID: deployment, EffectID: uuid.New(),

@@ -1,6 +1,9 @@
 // Package backend is the seam between the Host and where workers run. A backend is a pack
 // (selfhost, workers-dev, wfp-managed) plus an installation's settings. Every pack derives names and
-// origins without side effects (SPEC 3.4), and the real mutation path uses the same derivation.
+// origins without side effects (SPEC 3.4, here), and the real mutation path uses the same
+// derivation. This package holds what every pack implements (Mutator and its capabilities) and the
+// Registry that hands out mutators; each pack's mutator is a package of its own below it (selfhost,
+// cloudflare), and package packs names them all.
 package backend
 
 import (

@@ -43,17 +43,3 @@ func TestSelfhostOriginOmitsDefaultPort(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "https://x.w.example.test", b.CanonicalOrigin("x"))
 }
-
-// Only a runtime node keeps its workers' logs: the Cloudflare packs have no log source, and say so
-// with ErrNotImplemented rather than an empty log.
-func TestOnlySelfhostOffersWorkerLogs(t *testing.T) {
-	t.Parallel()
-	var r Registry
-	src, err := r.LogSource(catalog.Installation{Name: "local", Pack: catalog.PackSelfhost, RuntimeURL: "http://127.0.0.1:1", RuntimeTokenFile: "/nonexistent"})
-	require.NoError(t, err)
-	require.NotNil(t, src)
-	for _, pack := range []string{catalog.PackWorkersDev, catalog.PackWFPManaged} {
-		_, err := r.LogSource(catalog.Installation{Name: "cf", Pack: pack})
-		require.ErrorIs(t, err, ErrNotImplemented, pack)
-	}
-}

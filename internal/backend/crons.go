@@ -3,8 +3,6 @@ package backend
 import (
 	"context"
 	"time"
-
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
 
 // Tick is one cron tick the Host claimed, to be run on a backend that runs ticks itself.
@@ -30,19 +28,3 @@ type TickOutcome struct {
 type CronRunner interface {
 	RunTick(ctx context.Context, t Tick) (TickOutcome, error)
 }
-
-// RunTick asks the node to run t.
-func (n *runtimeNode) RunTick(ctx context.Context, t Tick) (TickOutcome, error) {
-	c, err := n.api()
-	if err != nil {
-		return TickOutcome{}, err
-	}
-	out, err := c.RunScheduled(ctx, t.ScriptName, adminapi.ScheduledRun{TickID: t.ID, WorkerUID: t.WorkerUID, Cron: t.Cron,
-		ScheduledTime: t.ScheduledTime, Deadline: t.Deadline})
-	if err != nil {
-		return TickOutcome{}, n.wrap(err)
-	}
-	return TickOutcome{OK: out.Outcome == adminapi.ScheduledOK, Detail: out.Message}, nil
-}
-
-var _ CronRunner = (*runtimeNode)(nil)

@@ -39,39 +39,3 @@ type Inventory interface {
 	// Rewrite writes d as Apply does, without waiting for the backend to admit it.
 	Rewrite(ctx context.Context, d Desired) error
 }
-
-// Holdings lists every script and route the node holds.
-func (n *runtimeNode) Holdings(ctx context.Context) (Holdings, error) {
-	c, err := n.api()
-	if err != nil {
-		return Holdings{}, err
-	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return Holdings{}, n.wrap(err)
-	}
-	out := Holdings{GenerationFloor: st.GenerationFloor}
-	for _, s := range st.Scripts {
-		if s.Present {
-			out.Objects = append(out.Objects, Held{Kind: NativeWorker, NativeName: s.ScriptName, DeploymentID: parseID(s.DeploymentID),
-				ResourceUID: s.WorkerUID, Organization: s.Labels.Organization, Generation: s.Generation})
-		}
-	}
-	for _, r := range st.Routes {
-		if r.Present {
-			out.Objects = append(out.Objects, Held{Kind: NativeRoute, NativeName: r.Hostname, DeploymentID: parseID(r.DeploymentID),
-				ResourceUID: r.EndpointUID, ScriptName: r.ScriptName})
-		}
-	}
-	return out, nil
-}
-
-var _ Inventory = (*runtimeNode)(nil)
-
-func parseID(s string) uuid.UUID {
-	id, err := uuid.Parse(s)
-	if err != nil {
-		return uuid.Nil
-	}
-	return id
-}

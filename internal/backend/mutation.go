@@ -226,8 +226,24 @@ func DeliveryDigest(workerUID, delivery string, secretNames []string) []byte {
 	return sum[:]
 }
 
+// Pack makes the mutator of one installation of a backend pack.
+type Pack func(inst catalog.Installation, env PackEnv) Mutator
+
+// PackEnv is what a Registry hands each pack it makes a mutator with.
+type PackEnv struct {
+	// Budget is the rate budget the Cloudflare packs take from (nil: none).
+	Budget RateBudget
+	// EdgeClient reaches Cloudflare's edge for the wfp-managed Ready probe (nil: a plain client).
+	EdgeClient *http.Client
+	// Log is where a pack says what an operator must know (nil: nowhere).
+	Log *slog.Logger
+}
+
 // Registry hands out the mutator of each installation.
 type Registry struct {
+	// Packs makes the mutators of each pack, by its name (internal/backend/packs names every pack
+	// built). An installation of a pack it lacks is not_implemented.
+	Packs map[string]Pack
 	// Wrap, when set, wraps every mutator handed out (tests hold or fail backend calls with it).
 	Wrap func(Mutator) Mutator
 	// Budget, when set, is the rate budget the Cloudflare packs take from (the Host's, in
@@ -273,9 +289,8 @@ func As[T any](m Mutator) (T, bool) {
 
 // Mutator returns the mutator of inst.
 func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
-	switch inst.Pack {
-	case catalog.PackSelfhost, catalog.PackWorkersDev, catalog.PackWFPManaged:
-	default:
+	pack, ok := r.Packs[inst.Pack]
+	if !ok {
 		return nil, fmt.Errorf("%w (pack %s)", ErrNotImplemented, inst.Pack)
 	}
 	r.mu.Lock()
@@ -285,14 +300,7 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	if m, ok := r.made[inst]; ok {
 		return m, nil
 	}
-	var m Mutator
-	if inst.Pack == catalog.PackWorkersDev || inst.Pack == catalog.PackWFPManaged {
-		m = newCloudflareScripts(inst, r.Budget, r.EdgeClient)
-	} else {
-		n := newRuntimeNode(inst)
-		n.log = r.Log
-		m = n
-	}
+	m := pack(inst, PackEnv{Budget: r.Budget, EdgeClient: r.EdgeClient, Log: r.Log})
 	if r.Seen != nil {
 		m = observe(m, inst.Name, r.Seen)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/packs"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
@@ -86,7 +87,7 @@ func New(cfg Config) *Host {
 	if cfg.DB != nil {
 		reg.MustRegister(newLeases(cfg.DB))
 	}
-	backends := &backend.Registry{Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger, Seen: h.metrics.seen}
+	backends := &backend.Registry{Packs: packs.All(), Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger, Seen: h.metrics.seen}
 	if cfg.DB != nil {
 		backends.Budget = budget(cfg.DB, cfg.CloudflareBudget)
 	}

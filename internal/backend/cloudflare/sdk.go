@@ -1,5 +1,7 @@
-// Package cloudflare holds what the `workers-dev` and `wfp-managed` packs share (SPEC 8): the
-// Cloudflare Go SDK's services built with the SDK discipline, the request parameters of a module
+// Package cloudflare is the `workers-dev` and `wfp-managed` backend packs (SPEC 8): one mutator for
+// both (scripts.go: the Workers scripts; routes.go: the workers.dev route or the dispatch
+// namespace's routing entry; limits.go, delivery.go, dispatch_install.go, ratelimit.go), built on
+// the Cloudflare Go SDK's services with the SDK discipline, the request parameters of a module
 // Worker upload, and Cloudflare's errors read back as typed values.
 //
 // The SDK discipline: each installation's services are built from explicit options only

@@ -1,11 +1,12 @@
-// Package selfhost is the Host's client of a runtime node's admin API (SPEC 5): the selfhost
-// backend drives the runtime through it the way the workers-dev backend drives Cloudflare. It
-// imports only the shared wire types (internal/runtime/adminapi).
+// Package selfhost is the `selfhost` backend pack: its mutator (node.go, inventory.go) and the
+// Host's client of a runtime node's admin API (SPEC 5), through which the pack drives the runtime
+// the way the Cloudflare packs drive Cloudflare. Of the runtime it imports only the shared wire
+// types (internal/runtime/adminapi).
 //
 // Every admin call is safe to repeat (mutations are idempotent by effect id, deletes are
 // conditional, the readback is a read), so a call that could not reach the runtime is retried with
 // backoff until its context ends. Refusals are *ProblemError; an unreachable runtime is
-// ErrUnreachable, which the Host reports as RuntimeUnreachable.
+// ErrNodeUnreachable, which the pack reports as backend.ErrUnreachable.
 package selfhost
 
 import (
@@ -33,8 +34,8 @@ import (
 // maxBackoff caps the delay between two tries of one call.
 const maxBackoff = 2 * time.Second
 
-// ErrUnreachable wraps every failure to get an answer from the runtime node.
-var ErrUnreachable = errors.New("runtime node unreachable")
+// ErrNodeUnreachable wraps every failure to get an answer from the runtime node.
+var ErrNodeUnreachable = errors.New("runtime node unreachable")
 
 // ProblemError is a refusal from the runtime node.
 type ProblemError struct {
@@ -353,7 +354,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 				continue
 			}
 		}
-		if err == nil || !errors.Is(err, ErrUnreachable) {
+		if err == nil || !errors.Is(err, ErrNodeUnreachable) {
 			return err
 		}
 		lastErr = err
@@ -386,7 +387,7 @@ func (c *Client) once(ctx context.Context, method, path, token string, payload [
 	resp, err := c.http.Do(req)
 	if err != nil {
 		// The transport error names only the URL, never the body.
-		return fmt.Errorf("%w: %s %s: %v", ErrUnreachable, method, path, unwrapURLError(err))
+		return fmt.Errorf("%w: %s %s: %v", ErrNodeUnreachable, method, path, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
 	if w, ok := out.(stream); ok && resp.StatusCode < 300 {
@@ -397,7 +398,7 @@ func (c *Client) once(ctx context.Context, method, path, token string, payload [
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%w: %s %s: reading the answer: %v", ErrUnreachable, method, path, err)
+		return fmt.Errorf("%w: %s %s: reading the answer: %v", ErrNodeUnreachable, method, path, err)
 	}
 	if resp.StatusCode >= 300 {
 		pe := &ProblemError{StatusCode: resp.StatusCode}

@@ -117,7 +117,7 @@ func TestEveryRouteAgainstARealRuntimeNode(t *testing.T) {
 	require.Equal(t, 404, problem.StatusCode)
 	require.Equal(t, adminapi.CodeScriptAbsent, problem.Problem.Code)
 	require.True(t, selfhost.IsCode(err, adminapi.CodeScriptAbsent))
-	require.False(t, errors.Is(err, selfhost.ErrUnreachable))
+	require.False(t, errors.Is(err, selfhost.ErrNodeUnreachable))
 
 	bad := selfhost.NewWithToken(h.Info.AdminURL, "not-the-token")
 	_, err = bad.Status(ctx)
@@ -134,7 +134,7 @@ func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
 	c := selfhost.NewWithToken("http://"+addr, "token")
 	c.Attempts, c.Backoff = 3, 10*time.Millisecond
 	_, err = c.Status(context.Background())
-	require.ErrorIs(t, err, selfhost.ErrUnreachable)
+	require.ErrorIs(t, err, selfhost.ErrNodeUnreachable)
 
 	// A node that comes up while the client retries answers the same call. Its address is held
 	// throughout by one listener that resets every connection until it is handed to the node, so
@@ -169,7 +169,7 @@ func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
 	c.Attempts, c.Backoff = 100, time.Second
 	start := time.Now()
 	_, err = c.Status(ctx)
-	require.ErrorIs(t, err, selfhost.ErrUnreachable)
+	require.ErrorIs(t, err, selfhost.ErrNodeUnreachable)
 	require.Less(t, time.Since(start), 5*time.Second, "the context bounds the retries")
 }
 

@@ -52,7 +52,7 @@ func TestTheAdminAPIOverTLSWithAPrivateCAAndMutualTLS(t *testing.T) {
 	otherCA := base
 	otherCA.CAFile = stranger.CertFile
 	err := statusWith(t, otherCA)
-	require.ErrorIs(t, err, selfhost.ErrUnreachable)
+	require.ErrorIs(t, err, selfhost.ErrNodeUnreachable)
 	require.ErrorContains(t, err, "unknown authority", "a certificate from another CA is not trusted")
 	require.ErrorContains(t, statusWith(t, base), "unknown authority", "nor through the system's roots")
 
@@ -62,12 +62,12 @@ func TestTheAdminAPIOverTLSWithAPrivateCAAndMutualTLS(t *testing.T) {
 	})
 	mutual := selfhost.Config{URL: m.Info.AdminURL, TokenFile: m.Info.TokenFile, CAFile: runtimeCA.CertFile}
 	err = statusWith(t, mutual)
-	require.ErrorIs(t, err, selfhost.ErrUnreachable)
+	require.ErrorIs(t, err, selfhost.ErrNodeUnreachable)
 	require.ErrorContains(t, err, "certificate required", "no client certificate: refused in the handshake")
 
 	withStranger := mutual
 	withStranger.ClientCertFile, withStranger.ClientKeyFile = strangerPair.CertFile, strangerPair.KeyFile
-	require.ErrorIs(t, statusWith(t, withStranger), selfhost.ErrUnreachable, "a client certificate of another CA is refused")
+	require.ErrorIs(t, statusWith(t, withStranger), selfhost.ErrNodeUnreachable, "a client certificate of another CA is refused")
 
 	withHost := mutual
 	withHost.ClientCertFile, withHost.ClientKeyFile = hostPair.CertFile, hostPair.KeyFile

@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
 
@@ -56,7 +56,7 @@ installation's apiTokenFile and never printed.`,
 			if !ok {
 				return fmt.Errorf("installation %q is not in the catalog %s", installation, config)
 			}
-			done, err := backend.InstallDispatch(cmd.Context(), inst)
+			done, err := cloudflare.InstallDispatch(cmd.Context(), inst)
 			if err != nil {
 				return fmt.Errorf("install-dispatch: %w", err)
 			}

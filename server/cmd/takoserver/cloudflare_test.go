@@ -16,7 +16,6 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
@@ -90,7 +89,7 @@ func TestInstallDispatchUploadsTheDispatchWorkerWithItsBindingsOnceAndItRoutes(t
 
 	// Idempotent: a second run finds it up to date and uploads nothing.
 	out = run(t, "", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", config, "--output", "json")
-	var done backend.DispatchInstall
+	var done cloudflare.DispatchInstall
 	require.NoError(t, json.Unmarshal([]byte(out), &done))
 	require.Equal(t, "unchanged", done.Action)
 	puts := 0
@@ -159,7 +158,7 @@ func TestInstallDispatchErrorsNameTheInstallationNeverTheToken(t *testing.T) {
 	// A tenant's worker that happens to hold the name is never overwritten.
 	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(dispatchToken)})
 	require.NoError(t, err)
-	tenant := cloudflare.Upload{MainModule: "index.js", CompatibilityDate: "2025-01-01", PlainText: map[string]string{backend.BindingWorkerUID: "7d1c2f0e-0000-4000-8000-000000000001"},
+	tenant := cloudflare.Upload{MainModule: "index.js", CompatibilityDate: "2025-01-01", PlainText: map[string]string{cloudflare.BindingWorkerUID: "7d1c2f0e-0000-4000-8000-000000000001"},
 		Modules: []cloudflare.Module{{Name: "index.js", Content: []byte(`export default { fetch() { return new Response("tenant") } }`)}}}
 	_, err = sdk.Scripts.Update(context.Background(), dispatchName, tenant.ScriptParams(dispatchAccount))
 	require.NoError(t, err)
@@ -190,13 +189,13 @@ func TestInstallDispatchFailsWhenItsUploadDidNotLandEvenIfOnlyTheCacheTTLDiffere
 	require.Contains(t, run(t, "", "cloudflare", "install-dispatch", "--installation", "wfp", "--config", config), "created")
 
 	sc, _ := s.Script(dispatchName)
-	source, ok := sc.Current.Binding(backend.BindingDispatchSource)
+	source, ok := sc.Current.Binding(cloudflare.BindingDispatchSource)
 	require.True(t, ok)
 	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(dispatchToken)})
 	require.NoError(t, err)
 	shorter := cloudflare.Upload{MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
 		Modules:            []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
-		PlainText:          map[string]string{dispatch.CacheTTLBinding: "30", backend.BindingDispatchSource: source.Text},
+		PlainText:          map[string]string{dispatch.CacheTTLBinding: "30", cloudflare.BindingDispatchSource: source.Text},
 		KVNamespaces:       map[string]string{dispatch.RoutesBinding: dispatchKV},
 		DispatchNamespaces: map[string]string{dispatch.DispatcherBinding: dispatchNS}}
 	require.NoError(t, cloudflare.Account{ID: dispatchAccount}.Upload(context.Background(), sdk, dispatchName, shorter))

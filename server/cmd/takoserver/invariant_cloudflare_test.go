@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -168,9 +168,9 @@ func (w *world) checkStandin() {
 		if !ok {
 			continue // deleted since it was listed
 		}
-		b, ok := sc.Current.Binding(backend.BindingWorkerUID)
+		b, ok := sc.Current.Binding(cloudflare.BindingWorkerUID)
 		if !ok {
-			w.fail("the stand-in holds script %s without a %s binding", name, backend.BindingWorkerUID)
+			w.fail("the stand-in holds script %s without a %s binding", name, cloudflare.BindingWorkerUID)
 		}
 		held[name] = b.Text
 		var status, script string
@@ -232,7 +232,7 @@ func (w *world) lateWriteInCustody(ctx context.Context, script, uid string) bool
 		if !ok {
 			return true
 		}
-		if b, _ := sc.Current.Binding(backend.BindingWorkerUID); b.Text != uid {
+		if b, _ := sc.Current.Binding(cloudflare.BindingWorkerUID); b.Text != uid {
 			return true
 		}
 		time.Sleep(50 * time.Millisecond)

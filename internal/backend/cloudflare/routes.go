@@ -1,4 +1,4 @@
-package backend
+package cloudflare
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/shared"
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
@@ -27,16 +27,16 @@ import (
 // (and closes its deletion attestation) only once that window has passed since the readback.
 
 // servicesFunc returns an installation's SDK services (built on first use).
-type servicesFunc func(context.Context) (*cloudflare.Services, error)
+type servicesFunc func(context.Context) (*Services, error)
 
 // callFunc makes one API call within the installation's rate budget (ratelimit.go).
 type callFunc func(ctx context.Context, fn func() error) error
 
 // routeMutator is an endpoint half: Mutator for the route kind.
 type routeMutator interface {
-	Apply(ctx context.Context, d Desired) (Observation, error)
-	Delete(ctx context.Context, d Desired) error
-	Observe(ctx context.Context, kind, hostname string) (Observation, error)
+	Apply(ctx context.Context, d backend.Desired) (backend.Observation, error)
+	Delete(ctx context.Context, d backend.Desired) error
+	Observe(ctx context.Context, kind, hostname string) (backend.Observation, error)
 }
 
 // newWFPRoutes is the endpoint half of a wfp-managed installation. edge reaches Cloudflare's
@@ -67,12 +67,12 @@ type workersDevRoutes struct {
 // is not one of its workers.dev names.
 func (r workersDevRoutes) script(hostname string) (string, bool) {
 	name, ok := strings.CutSuffix(hostname, "."+r.inst.AccountSubdomain+".workers.dev")
-	return name, ok && ValidLabel(name)
+	return name, ok && backend.ValidLabel(name)
 }
 
 // checkPlacement reads the account's workers.dev subdomain, which must still be the catalog's
 // (SPEC 8: checked before each endpoint create).
-func (r workersDevRoutes) checkPlacement(ctx context.Context, sdk *cloudflare.Services) error {
+func (r workersDevRoutes) checkPlacement(ctx context.Context, sdk *Services) error {
 	var p workers.SubdomainGetParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
 	var sub *workers.SubdomainGetResponse
@@ -82,22 +82,22 @@ func (r workersDevRoutes) checkPlacement(ctx context.Context, sdk *cloudflare.Se
 	}
 	if sub.Subdomain != r.inst.AccountSubdomain {
 		return fmt.Errorf("%w: installation %s expects workers.dev subdomain %q, but the account's is %q",
-			ErrPlacementDrift, r.inst.Name, r.inst.AccountSubdomain, sub.Subdomain)
+			backend.ErrPlacementDrift, r.inst.Name, r.inst.AccountSubdomain, sub.Subdomain)
 	}
 	return nil
 }
 
-func (r workersDevRoutes) Apply(ctx context.Context, d Desired) (Observation, error) {
+func (r workersDevRoutes) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	script, ok := r.script(d.NativeName)
 	if !ok || script != d.ScriptName {
-		return Observation{}, fmt.Errorf("workers-dev backend: %s is not the workers.dev name of script %s on installation %s", d.NativeName, d.ScriptName, r.inst.Name)
+		return backend.Observation{}, fmt.Errorf("workers-dev backend: %s is not the workers.dev name of script %s on installation %s", d.NativeName, d.ScriptName, r.inst.Name)
 	}
 	sdk, err := r.api(ctx)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	if err := r.checkPlacement(ctx, sdk); err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	var p workers.ScriptSubdomainNewParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
@@ -106,12 +106,12 @@ func (r workersDevRoutes) Apply(ctx context.Context, d Desired) (Observation, er
 	// Enabling is idempotent: after a lost answer the Host reads the route back, and a retry
 	// posts the same flags again.
 	if err := r.call(ctx, func() error { _, err := sdk.Scripts.Subdomain.New(ctx, script, p); return err }); err != nil {
-		return Observation{}, r.classify(err)
+		return backend.Observation{}, r.classify(err)
 	}
-	return r.Observe(ctx, NativeRoute, d.NativeName)
+	return r.Observe(ctx, backend.NativeRoute, d.NativeName)
 }
 
-func (r workersDevRoutes) Delete(ctx context.Context, d Desired) error {
+func (r workersDevRoutes) Delete(ctx context.Context, d backend.Desired) error {
 	script, ok := r.script(d.NativeName)
 	if !ok {
 		return nil // never a route of this installation
@@ -123,11 +123,11 @@ func (r workersDevRoutes) Delete(ctx context.Context, d Desired) error {
 	var p workers.ScriptSubdomainDeleteParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
 	if err := r.call(ctx, func() error { _, err := sdk.Scripts.Subdomain.Delete(ctx, script, p); return err }); err != nil {
-		if e, ok := cloudflare.AsAPIError(err); !ok || !e.IsNotFound() {
+		if e, ok := AsAPIError(err); !ok || !e.IsNotFound() {
 			return r.classify(err)
 		}
 	}
-	obs, err := r.Observe(ctx, NativeRoute, d.NativeName)
+	obs, err := r.Observe(ctx, backend.NativeRoute, d.NativeName)
 	if err != nil {
 		return err
 	}
@@ -141,29 +141,29 @@ func (r workersDevRoutes) Delete(ctx context.Context, d Desired) error {
 // the script is gone (10007). Ready is SPEC 8's single control-plane witness, weaker than
 // selfhost's two: the script exists (its upload was confirmed by its own readback) and its route
 // reads back enabled. Nothing here proves the edge serves it.
-func (r workersDevRoutes) Observe(ctx context.Context, _ string, hostname string) (Observation, error) {
+func (r workersDevRoutes) Observe(ctx context.Context, _ string, hostname string) (backend.Observation, error) {
 	script, ok := r.script(hostname)
 	if !ok {
-		return Observation{Lingers: r.inst.Propagation()}, nil
+		return backend.Observation{Lingers: r.inst.Propagation()}, nil
 	}
 	sdk, err := r.api(ctx)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	var p workers.ScriptSubdomainGetParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
 	var got *workers.ScriptSubdomainGetResponse
 	err = r.call(ctx, func() (err error) { got, err = sdk.Scripts.Subdomain.Get(ctx, script, p); return err })
-	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
-		return Observation{Lingers: r.inst.Propagation()}, nil
+	if e, ok := AsAPIError(err); ok && e.IsNotFound() {
+		return backend.Observation{Lingers: r.inst.Propagation()}, nil
 	}
 	if err != nil {
-		return Observation{}, r.classify(err)
+		return backend.Observation{}, r.classify(err)
 	}
 	if !got.Enabled && !got.PreviewsEnabled {
-		return Observation{Lingers: r.inst.Propagation()}, nil
+		return backend.Observation{Lingers: r.inst.Propagation()}, nil
 	}
-	obs := Observation{Present: true, AnyDeployment: true, Admitted: true}
+	obs := backend.Observation{Present: true, AnyDeployment: true, Admitted: true}
 	switch {
 	case !got.Enabled:
 		obs.Reason, obs.Message = "RoutePending", "only the script's preview URLs are enabled on workers.dev"
@@ -200,7 +200,7 @@ type routeEntry struct {
 const codeKVKeyNotFound = 10009
 
 // read reads hostname's entry back; nil when KV answers key not found.
-func (r wfpRoutes) read(ctx context.Context, sdk *cloudflare.Services, hostname string) (*routeEntry, error) {
+func (r wfpRoutes) read(ctx context.Context, sdk *Services, hostname string) (*routeEntry, error) {
 	raw, err := r.getRaw(ctx, sdk, hostname)
 	if err != nil || raw == nil {
 		return nil, err
@@ -212,26 +212,26 @@ func (r wfpRoutes) read(ctx context.Context, sdk *cloudflare.Services, hostname 
 	return &e, nil
 }
 
-func (r wfpRoutes) Apply(ctx context.Context, d Desired) (Observation, error) {
+func (r wfpRoutes) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	if !strings.HasSuffix(d.NativeName, "."+r.inst.BaseDomain) || d.ScriptName == "" {
-		return Observation{}, fmt.Errorf("wfp-managed backend: %s is not a hostname under %s of installation %s", d.NativeName, r.inst.BaseDomain, r.inst.Name)
+		return backend.Observation{}, fmt.Errorf("wfp-managed backend: %s is not a hostname under %s of installation %s", d.NativeName, r.inst.BaseDomain, r.inst.Name)
 	}
 	sdk, err := r.api(ctx)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	now, err := r.read(ctx, sdk, d.NativeName)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	// One endpoint routes one hostname: an entry of another endpoint is never overwritten.
 	if now != nil && now.EndpointUID != d.ResourceUID.String() {
-		return Observation{}, fmt.Errorf("%w: the routing entry of %s on installation %s names another endpoint", ErrScriptHeld, d.NativeName, r.inst.Name)
+		return backend.Observation{}, fmt.Errorf("%w: the routing entry of %s on installation %s names another endpoint", backend.ErrScriptHeld, d.NativeName, r.inst.Name)
 	}
 	// The entry carries the worker's cpuMs, which the dispatch worker dispatches with (SPEC 8).
 	value, err := json.Marshal(routeEntry{RouteEntry: dispatch.RouteEntry{ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), CPUMs: d.CPUMs}, DeploymentID: d.DeploymentID.String()})
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	var p kv.NamespaceValueUpdateParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
@@ -241,14 +241,14 @@ func (r wfpRoutes) Apply(ctx context.Context, d Desired) (Observation, error) {
 		_, err := sdk.KVValues.Update(ctx, r.inst.RoutingKVNamespaceID, d.NativeName, p)
 		return err
 	}); err != nil {
-		return Observation{}, r.classify(err)
+		return backend.Observation{}, r.classify(err)
 	}
 	// The entry is read back once; then the edge sees it late (KV caches lookups, negative ones
 	// too): wait a little for the dispatch worker to answer the probe, which alone is repeated
 	// (no KV read, no budget token), then let readiness say the rest.
 	e, err := r.read(ctx, sdk, d.NativeName)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	obs := r.observed(ctx, e, d.NativeName)
 	if !obs.Holds(d.DeploymentID) || obs.Ready {
@@ -269,7 +269,7 @@ func (r wfpRoutes) Apply(ctx context.Context, d Desired) (Observation, error) {
 	return obs, nil
 }
 
-func (r wfpRoutes) Delete(ctx context.Context, d Desired) error {
+func (r wfpRoutes) Delete(ctx context.Context, d backend.Desired) error {
 	sdk, err := r.api(ctx)
 	if err != nil {
 		return err
@@ -303,25 +303,25 @@ func (r wfpRoutes) Delete(ctx context.Context, d Desired) error {
 // Observe reads the routing entry back; Ready also needs the dispatch worker to answer the probe
 // for the hostname with this entry's endpoint (it looks the route up and dispatches nothing, so no
 // user code runs). The Host never claims Ready from the KV write alone.
-func (r wfpRoutes) Observe(ctx context.Context, _ string, hostname string) (Observation, error) {
+func (r wfpRoutes) Observe(ctx context.Context, _ string, hostname string) (backend.Observation, error) {
 	sdk, err := r.api(ctx)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	e, err := r.read(ctx, sdk, hostname)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	return r.observed(ctx, e, hostname), nil
 }
 
 // observed is the observation of hostname's entry e as read back (nil: absent), its Ready from
 // one probe.
-func (r wfpRoutes) observed(ctx context.Context, e *routeEntry, hostname string) Observation {
+func (r wfpRoutes) observed(ctx context.Context, e *routeEntry, hostname string) backend.Observation {
 	if e == nil {
-		return Observation{Lingers: r.inst.Propagation()}
+		return backend.Observation{Lingers: r.inst.Propagation()}
 	}
-	obs := Observation{Present: true, Admitted: true}
+	obs := backend.Observation{Present: true, Admitted: true}
 	obs.DeploymentID, _ = uuid.Parse(e.DeploymentID)
 	if e.EndpointUID != "" && r.probe(ctx, hostname) == e.EndpointUID {
 		obs.Ready = true

@@ -1,4 +1,4 @@
-package backend
+package cloudflare
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
@@ -17,8 +17,8 @@ import (
 // so it lands whole or not at all, and it settles on the value-free readback of one version's
 // bindings, since Cloudflare never shows a secret.
 
-var _ ValueFreeSink = (*cloudflareScripts)(nil)
-var _ DeliveryBudget = (*cloudflareScripts)(nil)
+var _ backend.ValueFreeSink = (*cloudflareScripts)(nil)
+var _ backend.DeliveryBudget = (*cloudflareScripts)(nil)
 
 // resends bounds how often a delivery whose answer was lost is sent again, each time only after a
 // readback showed it did not land.
@@ -33,7 +33,7 @@ const resends = 2
 // After an answer that may have been lost it reads the bindings back before it sends again, and
 // only this call, which holds the values, ever sends them again (SPEC 8). Extra secrets are
 // deleted before it returns.
-func (c *cloudflareScripts) DeliverSecrets(ctx context.Context, d Delivery, values map[string]vocab.Secret) error {
+func (c *cloudflareScripts) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
 	sdk, err := c.api(ctx)
 	if err != nil {
 		return err
@@ -48,13 +48,13 @@ func (c *cloudflareScripts) DeliverSecrets(ctx context.Context, d Delivery, valu
 			return fmt.Errorf("%s backend: script %s is not on installation %s; its delivery cannot land", c.inst.Pack, d.ScriptName, c.inst.Name)
 		}
 		if now.workerUID != d.WorkerUID.String() {
-			return fmt.Errorf("%w: script %s on installation %s", ErrScriptHeld, d.ScriptName, c.inst.Name)
+			return fmt.Errorf("%w: script %s on installation %s", backend.ErrScriptHeld, d.ScriptName, c.inst.Name)
 		}
 		if now.delivery == d.PreparationID && slices.Equal(now.secretNames, want) {
 			break // it landed (an earlier try whose answer was lost)
 		}
 		if attempt > resends {
-			return fmt.Errorf("%w: installation %s: the delivery's upload did not land after %d tries", ErrUnreachable, c.inst.Name, attempt)
+			return fmt.Errorf("%w: installation %s: the delivery's upload did not land after %d tries", backend.ErrUnreachable, c.inst.Name, attempt)
 		}
 		u, err := c.deliveryUpload(ctx, sdk, d, now, values)
 		if err != nil {
@@ -75,25 +75,25 @@ func (c *cloudflareScripts) DeliverSecrets(ctx context.Context, d Delivery, valu
 
 // ambiguous reports an upload whose outcome is unknown: no answer, or Cloudflare's own failure.
 func ambiguous(err error) bool {
-	var limited *RateLimitedError
+	var limited *backend.RateLimitedError
 	if errors.As(err, &limited) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	e, ok := cloudflare.AsAPIError(err)
+	e, ok := AsAPIError(err)
 	return !ok || e.Status >= http.StatusInternalServerError
 }
 
 // deliveryUpload is the dispatch upload over the version now holds: the same modules, main module,
 // compatibility settings and limits, every plain-text binding as it reads back, every other non-secret
 // binding inherited, TAKOFORM_DELIVERY naming this delivery, and exactly its secrets.
-func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *cloudflare.Services, d Delivery, now *held, values map[string]vocab.Secret) (cloudflare.Upload, error) {
-	var modules []cloudflare.Module
+func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *Services, d backend.Delivery, now *held, values map[string]vocab.Secret) (Upload, error) {
+	var modules []Module
 	var main string
 	err := c.call(ctx, func() (err error) { modules, main, err = c.place.Content(ctx, sdk, d.ScriptName); return err })
 	if err != nil {
-		return cloudflare.Upload{}, c.classify(err)
+		return Upload{}, c.classify(err)
 	}
-	u := cloudflare.Upload{
+	u := Upload{
 		MainModule: main, CompatibilityDate: now.settings.CompatibilityDate, CompatibilityFlags: now.settings.CompatibilityFlags,
 		Modules: modules, PlainText: map[string]string{}, Secrets: values, StrictInherit: true,
 		CPUMs: now.settings.CPUMs,
@@ -117,7 +117,7 @@ func (c *cloudflareScripts) deliveryUpload(ctx context.Context, sdk *cloudflare.
 // the worker UID, delivery and secret names that one version holds (the challenge is not used:
 // Cloudflare cannot answer a keyed digest of values). Cloudflare cannot be told to refuse a
 // delivery from then on; the Host never sends one again after a readback that did not match.
-func (c *cloudflareScripts) ReadbackSecrets(ctx context.Context, d Delivery, _ []byte) ([]byte, bool, error) {
+func (c *cloudflareScripts) ReadbackSecrets(ctx context.Context, d backend.Delivery, _ []byte) ([]byte, bool, error) {
 	sdk, err := c.api(ctx)
 	if err != nil {
 		return nil, false, err
@@ -126,10 +126,10 @@ func (c *cloudflareScripts) ReadbackSecrets(ctx context.Context, d Delivery, _ [
 	if err != nil || now == nil {
 		return nil, false, err
 	}
-	return DeliveryDigest(now.workerUID, now.delivery, now.secretNames), true, nil
+	return backend.DeliveryDigest(now.workerUID, now.delivery, now.secretNames), true, nil
 }
 
 // ExpectedDigest is the value-free digest of d as it should read back.
-func (c *cloudflareScripts) ExpectedDigest(d Delivery) []byte {
-	return DeliveryDigest(d.WorkerUID.String(), d.PreparationID, d.SecretNames)
+func (c *cloudflareScripts) ExpectedDigest(d backend.Delivery) []byte {
+	return backend.DeliveryDigest(d.WorkerUID.String(), d.PreparationID, d.SecretNames)
 }

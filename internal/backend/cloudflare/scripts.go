@@ -1,4 +1,4 @@
-package backend
+package cloudflare
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/workers"
 	"github.com/cloudflare/cloudflare-go/v6/workers_for_platforms"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -42,26 +42,31 @@ const (
 // from the installation's rate budget (ratelimit.go).
 type cloudflareScripts struct {
 	inst   catalog.Installation
-	place  cloudflare.Place
-	budget RateBudget
-	// routes is the pack's endpoint half (cf_routes.go): the workers.dev route or the routing KV
+	place  Place
+	budget backend.RateBudget
+	// routes is the pack's endpoint half (routes.go): the workers.dev route or the routing KV
 	// entry.
 	routes routeMutator
 
 	// mu guards services (built once) and building (the build in flight); it is never held across
 	// a call to Cloudflare or a rate-budget wait.
 	mu       sync.Mutex
-	services *cloudflare.Services
+	services *Services
 	building *apiBuild
 }
 
-func newCloudflareScripts(inst catalog.Installation, budget RateBudget, edge *http.Client) *cloudflareScripts {
+// NewMutator is the mutator of inst for both Cloudflare packs (a backend.Pack).
+func NewMutator(inst catalog.Installation, env backend.PackEnv) backend.Mutator {
+	return newCloudflareScripts(inst, env.Budget, env.EdgeClient)
+}
+
+func newCloudflareScripts(inst catalog.Installation, budget backend.RateBudget, edge *http.Client) *cloudflareScripts {
 	c := &cloudflareScripts{inst: inst, budget: budget}
 	if inst.Pack == catalog.PackWFPManaged {
-		c.place = cloudflare.Namespace{AccountID: inst.AccountID, Name: inst.DispatchNamespace}
+		c.place = Namespace{AccountID: inst.AccountID, Name: inst.DispatchNamespace}
 		c.routes = newWFPRoutes(inst, c.api, c.call, c.classify, edge)
 	} else {
-		c.place = cloudflare.Account{ID: inst.AccountID}
+		c.place = Account{ID: inst.AccountID}
 		c.routes = workersDevRoutes{inst: inst, api: c.api, call: c.call, classify: c.classify}
 	}
 	return c
@@ -69,7 +74,7 @@ func newCloudflareScripts(inst catalog.Installation, budget RateBudget, edge *ht
 
 // Supports reports the native kinds this pack mutates: workers and their endpoints' routes.
 func (c *cloudflareScripts) Supports(kind string) bool {
-	return kind == NativeWorker || kind == NativeRoute
+	return kind == backend.NativeWorker || kind == backend.NativeRoute
 }
 
 // api answers the SDK services, built on first use by connect. The services are kept under c.mu,
@@ -77,7 +82,7 @@ func (c *cloudflareScripts) Supports(kind string) bool {
 // request of every tenant on the installation asks api first. One caller builds at a time; the
 // others wait for its answer or their own context's end, whichever comes first, and one whose
 // builder gave up (its context ended) builds again itself.
-func (c *cloudflareScripts) api(ctx context.Context) (*cloudflare.Services, error) {
+func (c *cloudflareScripts) api(ctx context.Context) (*Services, error) {
 	for {
 		c.mu.Lock()
 		if c.services != nil {
@@ -124,7 +129,7 @@ func (c *cloudflareScripts) build(ctx context.Context, b *apiBuild) {
 // apiBuild is one connect in flight: its answer once done is closed.
 type apiBuild struct {
 	done   chan struct{}
-	sdk    *cloudflare.Services
+	sdk    *Services
 	err    error
 	gaveUp bool
 }
@@ -132,24 +137,24 @@ type apiBuild struct {
 // connect builds the SDK services, reading the token file (a regular 0600 file in a private
 // directory) and checking that the installation's place is where the catalog says: the account's
 // workers.dev subdomain (workers-dev), the dispatch namespace (wfp-managed).
-func (c *cloudflareScripts) connect(ctx context.Context) (*cloudflare.Services, error) {
+func (c *cloudflareScripts) connect(ctx context.Context) (*Services, error) {
 	if !c.inst.HasCloudflareAPI() {
-		return nil, fmt.Errorf("%w: installation %s names no accountId and apiTokenFile, so it derives names only", ErrMisconfigured, c.inst.Name)
+		return nil, fmt.Errorf("%w: installation %s names no accountId and apiTokenFile, so it derives names only", backend.ErrMisconfigured, c.inst.Name)
 	}
 	raw, err := safedir.ReadFile(filepath.Dir(c.inst.APITokenFile), filepath.Base(c.inst.APITokenFile), safedir.Current())
 	if err != nil {
-		return nil, fmt.Errorf("%w: installation %s: apiTokenFile: %v", ErrMisconfigured, c.inst.Name, err)
+		return nil, fmt.Errorf("%w: installation %s: apiTokenFile: %v", backend.ErrMisconfigured, c.inst.Name, err)
 	}
-	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: c.inst.APIBaseURL, Token: vocab.NewSecret(strings.TrimSpace(string(raw)))})
+	sdk, err := New(Options{BaseURL: c.inst.APIBaseURL, Token: vocab.NewSecret(strings.TrimSpace(string(raw)))})
 	if err != nil {
-		return nil, fmt.Errorf("%w: installation %s: %v", ErrMisconfigured, c.inst.Name, err)
+		return nil, fmt.Errorf("%w: installation %s: %v", backend.ErrMisconfigured, c.inst.Name, err)
 	}
 	if c.inst.Pack == catalog.PackWFPManaged {
 		var p workers_for_platforms.DispatchNamespaceGetParams
 		p.AccountID.Value, p.AccountID.Present = c.inst.AccountID, true
 		err := c.call(ctx, func() error { _, err := sdk.DispatchNamespaces.Get(ctx, c.inst.DispatchNamespace, p); return err })
-		if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound {
-			return nil, fmt.Errorf("%w: installation %s: the account has no dispatch namespace %q", ErrPlacementDrift, c.inst.Name, c.inst.DispatchNamespace)
+		if e, ok := AsAPIError(err); ok && e.Status == http.StatusNotFound {
+			return nil, fmt.Errorf("%w: installation %s: the account has no dispatch namespace %q", backend.ErrPlacementDrift, c.inst.Name, c.inst.DispatchNamespace)
 		}
 		if err != nil {
 			return nil, c.classify(err)
@@ -164,7 +169,7 @@ func (c *cloudflareScripts) connect(ctx context.Context) (*cloudflare.Services, 
 	}
 	if sub.Subdomain != c.inst.AccountSubdomain {
 		return nil, fmt.Errorf("%w: installation %s expects workers.dev subdomain %q, but the account's is %q",
-			ErrPlacementDrift, c.inst.Name, c.inst.AccountSubdomain, sub.Subdomain)
+			backend.ErrPlacementDrift, c.inst.Name, c.inst.AccountSubdomain, sub.Subdomain)
 	}
 	return sdk, nil
 }
@@ -172,31 +177,31 @@ func (c *cloudflareScripts) connect(ctx context.Context) (*cloudflare.Services, 
 // classify turns an SDK error into the backend's errors (SPEC 8 "Errors"). What it returns names
 // the installation and Cloudflare's codes, never the token (the SDK error's request is not read).
 func (c *cloudflareScripts) classify(err error) error {
-	var limited *RateLimitedError
+	var limited *backend.RateLimitedError
 	if errors.As(err, &limited) {
 		return err
 	}
-	e, ok := cloudflare.AsAPIError(err)
+	e, ok := AsAPIError(err)
 	if !ok {
 		if errors.Is(err, context.Canceled) {
 			return err
 		}
 		// No answer (a lost one included): only a readback can say what Cloudflare holds.
-		return fmt.Errorf("%w: installation %s: Cloudflare's API did not answer", ErrUnreachable, c.inst.Name)
+		return fmt.Errorf("%w: installation %s: Cloudflare's API did not answer", backend.ErrUnreachable, c.inst.Name)
 	}
 	switch {
 	case e.IsAuth():
 		return fmt.Errorf("%w: Cloudflare refused the API token of installation %s (codes %v): check its permissions and apiTokenFile",
-			ErrMisconfigured, c.inst.Name, codes(e))
+			backend.ErrMisconfigured, c.inst.Name, codes(e))
 	case e.IsRefusedScript():
-		return &RefusedError{Message: e.Message()}
+		return &backend.RefusedError{Message: e.Message()}
 	case e.IsRateLimited():
-		return &RateLimitedError{Installation: c.inst.Name, RetryAfter: e.RetryAfter}
+		return &backend.RateLimitedError{Installation: c.inst.Name, RetryAfter: e.RetryAfter}
 	}
 	return fmt.Errorf("installation %s: %w", c.inst.Name, e)
 }
 
-func codes(e *cloudflare.APIError) []int {
+func codes(e *APIError) []int {
 	out := make([]int, 0, len(e.Errors))
 	for _, x := range e.Errors {
 		out = append(out, x.Code)
@@ -211,14 +216,14 @@ type held struct {
 	deployment  string
 	delivery    string
 	secretNames []string
-	settings    cloudflare.Settings
+	settings    Settings
 }
 
 // read reads the script's current version's settings back; nil means Cloudflare answered 10007.
-func (c *cloudflareScripts) read(ctx context.Context, sdk *cloudflare.Services, name string) (*held, error) {
-	var settings cloudflare.Settings
+func (c *cloudflareScripts) read(ctx context.Context, sdk *Services, name string) (*held, error) {
+	var settings Settings
 	err := c.call(ctx, func() (err error) { settings, err = c.place.Settings(ctx, sdk, name); return err })
-	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
+	if e, ok := AsAPIError(err); ok && e.IsNotFound() {
 		return nil, nil
 	}
 	if err != nil {
@@ -255,15 +260,15 @@ func moduleContentType(name string) string {
 	case workerconf.ModuleData:
 		return "application/octet-stream"
 	}
-	return cloudflare.ModuleContentType
+	return ModuleContentType
 }
 
 // upload is the script upload of d over what the script holds now (SPEC 8 "Mutations"): the
 // bundle, the Host-reserved bindings, and each delivered secret the worker still requires listed
 // as inherit (so it stays without being resent; a secret it no longer requires is left out and so
 // removed). Inherit is strict: a secret deleted meanwhile fails the upload instead of vanishing.
-func upload(d Desired, now *held) cloudflare.Upload {
-	u := cloudflare.Upload{
+func upload(d backend.Desired, now *held) Upload {
+	u := Upload{
 		MainModule: d.Bundle.MainModule, CompatibilityDate: d.Bundle.CompatibilityDate,
 		PlainText:     map[string]string{BindingWorkerUID: d.ResourceUID.String(), BindingDeployment: d.DeploymentID.String()},
 		StrictInherit: true,
@@ -277,7 +282,7 @@ func upload(d Desired, now *held) cloudflare.Upload {
 	for _, name := range slices.Sorted(maps.Keys(d.Bundle.Modules)) {
 		// The Host checked every bytes module's base64 when it took the worker.
 		content, _ := workerconf.ModuleBytes(name, d.Bundle.Modules[name])
-		u.Modules = append(u.Modules, cloudflare.Module{Name: name, ContentType: moduleContentType(name), Content: content})
+		u.Modules = append(u.Modules, Module{Name: name, ContentType: moduleContentType(name), Content: content})
 	}
 	if now != nil {
 		for _, name := range now.secretNames {
@@ -293,54 +298,54 @@ func upload(d Desired, now *held) cloudflare.Upload {
 }
 
 // Apply uploads a worker's script, or makes an endpoint's route.
-func (c *cloudflareScripts) Apply(ctx context.Context, d Desired) (Observation, error) {
+func (c *cloudflareScripts) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	switch d.Kind {
-	case NativeWorker:
+	case backend.NativeWorker:
 		return c.applyScript(ctx, d)
-	case NativeRoute:
+	case backend.NativeRoute:
 		return c.routes.Apply(ctx, d)
 	}
-	return Observation{}, fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, d.Kind)
+	return backend.Observation{}, fmt.Errorf("%w (%s %s)", backend.ErrNotImplemented, c.inst.Pack, d.Kind)
 }
 
 // Delete deletes a worker's script or an endpoint's route (compare-and-delete).
-func (c *cloudflareScripts) Delete(ctx context.Context, d Desired) error {
+func (c *cloudflareScripts) Delete(ctx context.Context, d backend.Desired) error {
 	switch d.Kind {
-	case NativeWorker:
+	case backend.NativeWorker:
 		return c.deleteScript(ctx, d)
-	case NativeRoute:
+	case backend.NativeRoute:
 		return c.routes.Delete(ctx, d)
 	}
-	return fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, d.Kind)
+	return fmt.Errorf("%w (%s %s)", backend.ErrNotImplemented, c.inst.Pack, d.Kind)
 }
 
 // Observe reads a worker's script or an endpoint's route back.
-func (c *cloudflareScripts) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
+func (c *cloudflareScripts) Observe(ctx context.Context, kind, nativeName string) (backend.Observation, error) {
 	switch kind {
-	case NativeWorker:
+	case backend.NativeWorker:
 		return c.observeScript(ctx, nativeName)
-	case NativeRoute:
+	case backend.NativeRoute:
 		return c.routes.Observe(ctx, kind, nativeName)
 	}
-	return Observation{}, fmt.Errorf("%w (%s %s)", ErrNotImplemented, c.inst.Pack, kind)
+	return backend.Observation{}, fmt.Errorf("%w (%s %s)", backend.ErrNotImplemented, c.inst.Pack, kind)
 }
 
-func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observation, error) {
+func (c *cloudflareScripts) applyScript(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	if d.Bundle == nil {
-		return Observation{}, fmt.Errorf("%s backend: a worker deployment needs its bundle", c.inst.Pack)
+		return backend.Observation{}, fmt.Errorf("%s backend: a worker deployment needs its bundle", c.inst.Pack)
 	}
 	sdk, err := c.api(ctx)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	now, err := c.read(ctx, sdk, d.NativeName)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	// Cloudflare's PUT overwrites whatever holds the name: only the same worker UID may write it
 	// (SPEC 3.4).
 	if now != nil && now.workerUID != d.ResourceUID.String() {
-		return Observation{}, fmt.Errorf("%w: script %s on installation %s", ErrScriptHeld, d.NativeName, c.inst.Name)
+		return backend.Observation{}, fmt.Errorf("%w: script %s on installation %s", backend.ErrScriptHeld, d.NativeName, c.inst.Name)
 	}
 	u := upload(d, now)
 	if c.inst.Pack == catalog.PackWFPManaged {
@@ -350,29 +355,29 @@ func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observa
 		u.CPUMs = 0
 		if len(u.Services) > 0 {
 			if err := c.checkDispatchContract(ctx, sdk); err != nil {
-				return Observation{}, err
+				return backend.Observation{}, err
 			}
-			u.Entrypoints = map[string]cloudflare.EntrypointBinding{}
+			u.Entrypoints = map[string]EntrypointBinding{}
 			for name, script := range u.Services {
-				u.Entrypoints[name] = cloudflare.EntrypointBinding{Service: c.inst.DispatchWorkerName, Entrypoint: dispatch.BindingEntrypoint,
+				u.Entrypoints[name] = EntrypointBinding{Service: c.inst.DispatchWorkerName, Entrypoint: dispatch.BindingEntrypoint,
 					Props: dispatch.BindingProps{CalleeScript: script, CalleeUID: d.Bundle.Settings.ServiceBindings[name]}}
 			}
 			u.Services = nil
 		}
 	}
 	if err := c.call(ctx, func() error { return c.place.Upload(ctx, sdk, d.NativeName, u) }); err != nil {
-		return Observation{}, c.classify(err)
+		return backend.Observation{}, c.classify(err)
 	}
 	// What the worker keeps is at most the secrets it requires (SPEC 8: extras are deleted before
 	// the deployment reports active), whatever the upload kept.
 	if err := c.prune(ctx, sdk, d.NativeName, d.SecretNames); err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	// Cron triggers go through the schedules API (SPEC 3.6), on account scripts only: set when
 	// the worker has some, and on every update (one call more), so that removed ones go.
-	if acct, ok := c.place.(cloudflare.Account); ok && (len(d.Bundle.Settings.Crons) > 0 || now != nil) {
+	if acct, ok := c.place.(Account); ok && (len(d.Bundle.Settings.Crons) > 0 || now != nil) {
 		if err := c.call(ctx, func() error { return acct.SetSchedules(ctx, sdk, d.NativeName, d.Bundle.Settings.Crons) }); err != nil {
-			return Observation{}, c.classify(err)
+			return backend.Observation{}, c.classify(err)
 		}
 	}
 	return c.observeScript(ctx, d.NativeName)
@@ -380,7 +385,7 @@ func (c *cloudflareScripts) applyScript(ctx context.Context, d Desired) (Observa
 
 // prune compares the script's secret names with want after an upload and deletes every other
 // secret (SPEC 8), then reads back that none is left.
-func (c *cloudflareScripts) prune(ctx context.Context, sdk *cloudflare.Services, name string, want []string) error {
+func (c *cloudflareScripts) prune(ctx context.Context, sdk *Services, name string, want []string) error {
 	now, err := c.read(ctx, sdk, name)
 	if err != nil || now == nil {
 		return err
@@ -392,7 +397,7 @@ func (c *cloudflareScripts) prune(ctx context.Context, sdk *cloudflare.Services,
 		}
 		extra = true
 		err := c.call(ctx, func() error { return c.place.DeleteSecret(ctx, sdk, name, secret) })
-		if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound {
+		if e, ok := AsAPIError(err); ok && e.Status == http.StatusNotFound {
 			continue
 		}
 		if err != nil {
@@ -413,7 +418,7 @@ func (c *cloudflareScripts) prune(ctx context.Context, sdk *cloudflare.Services,
 	return nil
 }
 
-func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
+func (c *cloudflareScripts) deleteScript(ctx context.Context, d backend.Desired) error {
 	sdk, err := c.api(ctx)
 	if err != nil {
 		return err
@@ -435,7 +440,7 @@ func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
 		return nil
 	}
 	if err := c.call(ctx, func() error { return c.place.Delete(ctx, sdk, d.NativeName) }); err != nil {
-		if e, ok := cloudflare.AsAPIError(err); !ok || !e.IsNotFound() {
+		if e, ok := AsAPIError(err); !ok || !e.IsNotFound() {
 			return c.classify(err)
 		}
 	}
@@ -453,18 +458,18 @@ func (c *cloudflareScripts) deleteScript(ctx context.Context, d Desired) error {
 	return nil
 }
 
-func (c *cloudflareScripts) observeScript(ctx context.Context, nativeName string) (Observation, error) {
+func (c *cloudflareScripts) observeScript(ctx context.Context, nativeName string) (backend.Observation, error) {
 	sdk, err := c.api(ctx)
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	now, err := c.read(ctx, sdk, nativeName)
 	if err != nil || now == nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	// A version Cloudflare accepted serves: it refuses a script that does not start. This is the
 	// single control-plane witness of SPEC 8 (weaker than selfhost's two).
-	obs := Observation{Present: true, Admitted: true, Ready: true, WorkerUID: now.workerUID}
+	obs := backend.Observation{Present: true, Admitted: true, Ready: true, WorkerUID: now.workerUID}
 	obs.DeploymentID, _ = uuid.Parse(now.deployment)
 	return obs, nil
 }

@@ -1,4 +1,4 @@
-package backend
+package selfhost
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
@@ -77,12 +78,12 @@ func TestAnAdmissionIsAwaitedWithTheNodesLongPollAndPolledOnAnOlderNode(t *testi
 			t.Cleanup(srv.Close)
 			tokenFile := filepath.Join(t.TempDir(), "admin-token")
 			require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
-			n := newRuntimeNode(catalog.Installation{Name: "node", Pack: catalog.PackSelfhost, RuntimeURL: srv.URL, RuntimeTokenFile: tokenFile})
+			n := NewMutator(catalog.Installation{Name: "node", Pack: catalog.PackSelfhost, RuntimeURL: srv.URL, RuntimeTokenFile: tokenFile}, backend.PackEnv{})
 
 			time.AfterFunc(700*time.Millisecond, func() { close(admitted) })
-			obs, err := n.Apply(context.Background(), Desired{
-				Kind: NativeWorker, NativeName: "s", DeploymentID: deployment, EffectID: uuid.New(), ResourceUID: uuid.New(), Sequence: 1,
-				Bundle: &Bundle{Modules: map[string]string{"main.js": "export default {}"}, MainModule: "main.js", CompatibilityDate: "2025-01-01"},
+			obs, err := n.Apply(context.Background(), backend.Desired{
+				Kind: backend.NativeWorker, NativeName: "s", DeploymentID: deployment, EffectID: uuid.New(), ResourceUID: uuid.New(), Sequence: 1,
+				Bundle: &backend.Bundle{Modules: map[string]string{"main.js": "export default {}"}, MainModule: "main.js", CompatibilityDate: "2025-01-01"},
 			})
 			require.NoError(t, err)
 			require.True(t, obs.Admitted, "Apply answered before the node admitted the deployment")

@@ -1,4 +1,4 @@
-package backend
+package cloudflare
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/cloudflare/cloudflare-go/v6/kv"
 	"github.com/cloudflare/cloudflare-go/v6/shared"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 )
 
@@ -24,29 +24,8 @@ import (
 // until its script entry reads back with its limit; the Host converges it after every apply of the
 // worker (ConvergeLimits), which a re-run repeats until it does.
 
-// WorkerLimits is what ConvergeLimits makes the backend's routing hold for one worker.
-type WorkerLimits struct {
-	ScriptName string
-	WorkerUID  string
-	CPUMs      int64
-}
-
-// LimitRouter is a pack whose routing carries a worker's limits (wfp-managed).
-type LimitRouter interface {
-	ConvergeLimits(ctx context.Context, w WorkerLimits) error
-}
-
-// ConvergeLimits has m's pack converge w's limits into its routing, when the pack routes them; a
-// pack whose scripts carry their own limits answers nil.
-func ConvergeLimits(ctx context.Context, m Mutator, w WorkerLimits) error {
-	if r, ok := As[LimitRouter](m); ok {
-		return r.ConvergeLimits(ctx, w)
-	}
-	return nil
-}
-
 // ConvergeLimits writes the worker's script entry: read, compared, written, read back.
-func (c *cloudflareScripts) ConvergeLimits(ctx context.Context, w WorkerLimits) error {
+func (c *cloudflareScripts) ConvergeLimits(ctx context.Context, w backend.WorkerLimits) error {
 	r, ok := c.routes.(wfpRoutes)
 	if !ok {
 		return nil
@@ -59,12 +38,12 @@ func (c *cloudflareScripts) ConvergeLimits(ctx context.Context, w WorkerLimits) 
 }
 
 // getRaw reads key's value; nil when KV answers key not found.
-func (r wfpRoutes) getRaw(ctx context.Context, sdk *cloudflare.Services, key string) ([]byte, error) {
+func (r wfpRoutes) getRaw(ctx context.Context, sdk *Services, key string) ([]byte, error) {
 	var p kv.NamespaceValueGetParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
 	var res *http.Response
 	err := r.call(ctx, func() (err error) { res, err = sdk.KVValues.Get(ctx, r.inst.RoutingKVNamespaceID, key, p); return err })
-	if e, ok := cloudflare.AsAPIError(err); ok && e.Status == http.StatusNotFound && e.HasCode(codeKVKeyNotFound) {
+	if e, ok := AsAPIError(err); ok && e.Status == http.StatusNotFound && e.HasCode(codeKVKeyNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -73,12 +52,12 @@ func (r wfpRoutes) getRaw(ctx context.Context, sdk *cloudflare.Services, key str
 	defer res.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
 	if err != nil {
-		return nil, fmt.Errorf("%w: installation %s: the routing value %s could not be read", ErrUnreachable, r.inst.Name, key)
+		return nil, fmt.Errorf("%w: installation %s: the routing value %s could not be read", backend.ErrUnreachable, r.inst.Name, key)
 	}
 	return raw, nil
 }
 
-func (r wfpRoutes) put(ctx context.Context, sdk *cloudflare.Services, key string, value []byte) error {
+func (r wfpRoutes) put(ctx context.Context, sdk *Services, key string, value []byte) error {
 	var p kv.NamespaceValueUpdateParams
 	p.AccountID.Value, p.AccountID.Present = r.inst.AccountID, true
 	p.Value.Value, p.Value.Present = shared.UnionString(value), true
@@ -92,7 +71,7 @@ func (r wfpRoutes) put(ctx context.Context, sdk *cloudflare.Services, key string
 // convergeScriptEntry makes the script entry read {workerUid, cpuMs}. An entry of another worker
 // UID is overwritten only because the script name is this worker's now: the Host writes it after
 // the script upload, which refuses a script held by another UID (SPEC 3.4).
-func (r wfpRoutes) convergeScriptEntry(ctx context.Context, sdk *cloudflare.Services, w WorkerLimits) error {
+func (r wfpRoutes) convergeScriptEntry(ctx context.Context, sdk *Services, w backend.WorkerLimits) error {
 	key := dispatch.ScriptKey(w.ScriptName)
 	want := dispatch.ScriptEntry{WorkerUID: w.WorkerUID, CPUMs: w.CPUMs}
 	read := func() (*dispatch.ScriptEntry, error) {
@@ -130,7 +109,7 @@ func (r wfpRoutes) convergeScriptEntry(ctx context.Context, sdk *cloudflare.Serv
 }
 
 // deleteScriptEntry removes the script entry of a deleted script while it names workerUID.
-func (r wfpRoutes) deleteScriptEntry(ctx context.Context, sdk *cloudflare.Services, scriptName, workerUID string) error {
+func (r wfpRoutes) deleteScriptEntry(ctx context.Context, sdk *Services, scriptName, workerUID string) error {
 	key := dispatch.ScriptKey(scriptName)
 	raw, err := r.getRaw(ctx, sdk, key)
 	if err != nil || raw == nil {
@@ -151,12 +130,12 @@ func (r wfpRoutes) deleteScriptEntry(ctx context.Context, sdk *cloudflare.Servic
 // checkDispatchContract refuses to upload a caller's binding to the dispatch worker's Binding
 // entrypoint unless the installed dispatch worker implements it (contract 2 or later): an older
 // one would take the upload and fail every call.
-func (c *cloudflareScripts) checkDispatchContract(ctx context.Context, sdk *cloudflare.Services) error {
-	account := cloudflare.Account{ID: c.inst.AccountID}
-	var settings cloudflare.Settings
+func (c *cloudflareScripts) checkDispatchContract(ctx context.Context, sdk *Services) error {
+	account := Account{ID: c.inst.AccountID}
+	var settings Settings
 	err := c.call(ctx, func() (err error) { settings, err = account.Settings(ctx, sdk, c.inst.DispatchWorkerName); return err })
-	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
-		return fmt.Errorf("%w: installation %s has no dispatch worker %s: run takoserver cloudflare install-dispatch", ErrMisconfigured, c.inst.Name, c.inst.DispatchWorkerName)
+	if e, ok := AsAPIError(err); ok && e.IsNotFound() {
+		return fmt.Errorf("%w: installation %s has no dispatch worker %s: run takoserver cloudflare install-dispatch", backend.ErrMisconfigured, c.inst.Name, c.inst.DispatchWorkerName)
 	}
 	if err != nil {
 		return c.classify(err)
@@ -169,5 +148,5 @@ func (c *cloudflareScripts) checkDispatchContract(ctx context.Context, sdk *clou
 		}
 	}
 	return fmt.Errorf("%w: the dispatch worker %s of installation %s predates service bindings (contract %d): run takoserver cloudflare install-dispatch",
-		ErrMisconfigured, c.inst.DispatchWorkerName, c.inst.Name, dispatch.Contract)
+		backend.ErrMisconfigured, c.inst.DispatchWorkerName, c.inst.Name, dispatch.Contract)
 }

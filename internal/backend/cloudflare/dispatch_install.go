@@ -1,4 +1,4 @@
-package backend
+package cloudflare
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare/dispatch"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 )
@@ -83,7 +82,7 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 	u := DispatchUpload(inst, out.CacheTTLSeconds)
 	// The upload is the same whole script every time, so a retry after a lost answer is harmless;
 	// the readback below says what Cloudflare holds either way.
-	upErr := cloudflare.Account{ID: inst.AccountID}.Upload(ctx, sdk, inst.DispatchWorkerName, u)
+	upErr := Account{ID: inst.AccountID}.Upload(ctx, sdk, inst.DispatchWorkerName, u)
 	now, err = readDispatch(ctx, sdk, inst, classify)
 	if err != nil {
 		return out, err
@@ -99,10 +98,10 @@ func InstallDispatch(ctx context.Context, inst catalog.Installation) (DispatchIn
 
 // DispatchUpload is the upload of the dispatch worker of inst, its routing reads cached for
 // cacheTTL seconds.
-func DispatchUpload(inst catalog.Installation, cacheTTL int) cloudflare.Upload {
-	return cloudflare.Upload{
+func DispatchUpload(inst catalog.Installation, cacheTTL int) Upload {
+	return Upload{
 		MainModule: dispatch.MainModule, CompatibilityDate: dispatch.CompatibilityDate,
-		Modules: []cloudflare.Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
+		Modules: []Module{{Name: dispatch.MainModule, Content: dispatch.Source}},
 		// The contract binding is what a caller's upload reads back before it binds to the
 		// Binding entrypoint (an older dispatch worker has none: bindings are refused, not broken).
 		PlainText: map[string]string{dispatch.CacheTTLBinding: strconv.Itoa(cacheTTL), BindingDispatchSource: dispatchSourceDigest(),
@@ -125,9 +124,9 @@ func (d *installedDispatch) is(inst catalog.Installation, cacheTTL, source strin
 		d.contract == strconv.Itoa(dispatch.Contract)
 }
 
-func readDispatch(ctx context.Context, sdk *cloudflare.Services, inst catalog.Installation, classify func(error) error) (*installedDispatch, error) {
-	settings, err := cloudflare.Account{ID: inst.AccountID}.Settings(ctx, sdk, inst.DispatchWorkerName)
-	if e, ok := cloudflare.AsAPIError(err); ok && e.IsNotFound() {
+func readDispatch(ctx context.Context, sdk *Services, inst catalog.Installation, classify func(error) error) (*installedDispatch, error) {
+	settings, err := Account{ID: inst.AccountID}.Settings(ctx, sdk, inst.DispatchWorkerName)
+	if e, ok := AsAPIError(err); ok && e.IsNotFound() {
 		return nil, nil
 	}
 	if err != nil {

@@ -1,4 +1,4 @@
-package backend
+package selfhost
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
@@ -30,17 +31,17 @@ func TestTheSelfhostBackendUsesTheInstallationsCAAndClientCertificate(t *testing
 	inst := catalog.Installation{Name: "tls-node", Pack: catalog.PackSelfhost, RuntimeURL: node.Info.AdminURL, RuntimeTokenFile: node.Info.TokenFile,
 		RuntimeCAFile: runtimeCA.CertFile, RuntimeClientCertFile: hostPair.CertFile, RuntimeClientKeyFile: hostPair.KeyFile}
 
-	var reg Registry
+	reg := backend.Registry{Packs: map[string]backend.Pack{catalog.PackSelfhost: NewMutator}}
 	m, err := reg.Mutator(inst)
 	require.NoError(t, err)
-	obs, err := m.(*runtimeNode).Observe(ctx, NativeWorker, "nothing-here")
+	obs, err := m.(*runtimeNode).Observe(ctx, backend.NativeWorker, "nothing-here")
 	require.NoError(t, err)
 	require.False(t, obs.Present)
 
 	inst.RuntimeClientCertFile, inst.RuntimeClientKeyFile = "", ""
 	m, err = reg.Mutator(inst)
 	require.NoError(t, err)
-	_, err = m.(*runtimeNode).Observe(ctx, NativeWorker, "nothing-here")
-	require.ErrorIs(t, err, ErrUnreachable)
+	_, err = m.(*runtimeNode).Observe(ctx, backend.NativeWorker, "nothing-here")
+	require.ErrorIs(t, err, backend.ErrUnreachable)
 	require.ErrorContains(t, err, "certificate required")
 }

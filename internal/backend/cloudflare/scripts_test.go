@@ -1,4 +1,4 @@
-package backend_test
+package cloudflare_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/packs"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
@@ -46,7 +47,7 @@ func setupWorkersDev(t *testing.T) cfFixture {
 	tokenFile := filepath.Join(private, "cf-token")
 	inst := catalog.Installation{Name: "cf", Pack: catalog.PackWorkersDev, AccountSubdomain: cfSubdomain,
 		AccountID: cfAccount, APITokenFile: tokenFile, APIBaseURL: s.BaseURL()}
-	mut, err := (&backend.Registry{}).Mutator(inst)
+	mut, err := packs.Registry().Mutator(inst)
 	require.NoError(t, err)
 	sdk, err := cloudflare.New(cloudflare.Options{BaseURL: s.BaseURL(), Token: vocab.NewSecret(cfToken)})
 	require.NoError(t, err)
@@ -106,7 +107,7 @@ func TestWorkersDevUploadCarriesTheWorkerUIDAndReadsBackItsDeployment(t *testing
 	require.Equal(t, backend.Observation{Present: true, DeploymentID: d.DeploymentID, WorkerUID: uid.String(), Admitted: true, Ready: true}, obs)
 	sc, ok := f.standin.Script("api-prod-0123")
 	require.True(t, ok)
-	b, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	b, _ := sc.Current.Binding(cloudflare.BindingWorkerUID)
 	require.Equal(t, uid.String(), b.Text)
 	require.Equal(t, "index.js", sc.Current.MainModule)
 	require.Equal(t, "2025-01-01", sc.Current.CompatibilityDate)
@@ -234,7 +235,7 @@ func setupWFPManaged(t *testing.T, exists bool) cfFixture {
 	inst := catalog.Installation{Name: "wfp", Pack: catalog.PackWFPManaged, BaseDomain: "apps.example.test", AccountID: cfAccount,
 		APITokenFile: filepath.Join(private, "cf-token"), APIBaseURL: s.BaseURL(), DispatchNamespace: "tenants",
 		DispatchWorkerName: "dispatch", RoutingKVNamespaceID: "kv"}
-	mut, err := (&backend.Registry{}).Mutator(inst)
+	mut, err := packs.Registry().Mutator(inst)
 	require.NoError(t, err)
 	return cfFixture{standin: s, mut: mut}
 }
@@ -251,7 +252,7 @@ func TestWFPManagedUploadsIntoTheDispatchNamespaceAndNeverAmongTheAccountsScript
 	require.Empty(t, f.standin.ScriptNames(""))
 	sc, ok := f.standin.NamespaceScript("tenants", "shop-prod-0123")
 	require.True(t, ok)
-	b, _ := sc.Current.Binding(backend.BindingWorkerUID)
+	b, _ := sc.Current.Binding(cloudflare.BindingWorkerUID)
 	require.Equal(t, uid.String(), b.Text)
 
 	// A late delete from another worker UID leaves it; its own delete removes it.

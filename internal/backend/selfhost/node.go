@@ -1,4 +1,4 @@
-package backend
+package selfhost
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
-	nodeapi "github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -33,25 +33,28 @@ type runtimeNode struct {
 	inst   catalog.Installation
 	log    *slog.Logger
 	mu     sync.Mutex
-	client *nodeapi.Client
+	client *Client
 }
 
-func newRuntimeNode(inst catalog.Installation) *runtimeNode { return &runtimeNode{inst: inst} }
+// NewMutator is the selfhost pack's mutator of inst (a backend.Pack).
+func NewMutator(inst catalog.Installation, env backend.PackEnv) backend.Mutator {
+	return &runtimeNode{inst: inst, log: env.Log}
+}
 
 // api returns the admin client, reading the token file on first use (and again after a failure,
 // so a runtime started after the Host is found).
-func (n *runtimeNode) api() (*nodeapi.Client, error) {
+func (n *runtimeNode) api() (*Client, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.client != nil {
 		return n.client, nil
 	}
-	c, err := nodeapi.NewFromConfig(nodeapi.Config{
+	c, err := NewFromConfig(Config{
 		URL: n.inst.RuntimeURL, TokenFile: n.inst.RuntimeTokenFile,
 		CAFile: n.inst.RuntimeCAFile, ClientCertFile: n.inst.RuntimeClientCertFile, ClientKeyFile: n.inst.RuntimeClientKeyFile,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", ErrUnreachable, n.inst.RuntimeURL, err)
+		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, n.inst.RuntimeURL, err)
 	}
 	c.Log = n.log
 	n.client = c
@@ -59,14 +62,14 @@ func (n *runtimeNode) api() (*nodeapi.Client, error) {
 }
 
 func (n *runtimeNode) wrap(err error) error {
-	if errors.Is(err, nodeapi.ErrUnreachable) {
-		return fmt.Errorf("%w: runtime node %s: %v", ErrUnreachable, n.inst.RuntimeURL, err)
+	if errors.Is(err, ErrNodeUnreachable) {
+		return fmt.Errorf("%w: runtime node %s: %v", backend.ErrUnreachable, n.inst.RuntimeURL, err)
 	}
 	return err
 }
 
 // bundleDigest is the Host's digest of a bundle, which the runtime keeps and reports back.
-func bundleDigest(b *Bundle) string {
+func bundleDigest(b *backend.Bundle) string {
 	names := make([]string, 0, len(b.Modules))
 	for name := range b.Modules {
 		names = append(names, name)
@@ -106,24 +109,24 @@ func settingsObject(s workerconf.Settings) canonjson.Object {
 	return canonjson.Object{{Key: "vars", Value: object(s.Vars)}, {Key: "jsonVars", Value: object(s.JSONVars)}, {Key: "compatibilityFlags", Value: flags}}
 }
 
-func (n *runtimeNode) Apply(ctx context.Context, d Desired) (Observation, error) {
+func (n *runtimeNode) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	if err := n.Rewrite(ctx, d); err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
-	if d.Kind == NativeWorker {
+	if d.Kind == backend.NativeWorker {
 		return n.awaitAdmission(ctx, d)
 	}
-	return n.Observe(ctx, NativeRoute, d.NativeName)
+	return n.Observe(ctx, backend.NativeRoute, d.NativeName)
 }
 
 // Rewrite writes d on the node as Apply does, without waiting for the node to admit it.
-func (n *runtimeNode) Rewrite(ctx context.Context, d Desired) error {
+func (n *runtimeNode) Rewrite(ctx context.Context, d backend.Desired) error {
 	c, err := n.api()
 	if err != nil {
 		return err
 	}
 	switch d.Kind {
-	case NativeWorker:
+	case backend.NativeWorker:
 		if d.Bundle == nil {
 			return errors.New("selfhost backend: a worker deployment needs its bundle")
 		}
@@ -134,15 +137,15 @@ func (n *runtimeNode) Rewrite(ctx context.Context, d Desired) error {
 			Modules: d.Bundle.Modules, MainModule: d.Bundle.MainModule, CompatibilityDate: d.Bundle.CompatibilityDate,
 			Settings: d.Bundle.Settings, SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
 		})
-		if nodeapi.IsCode(err, adminapi.CodeScriptHeld) {
-			return fmt.Errorf("%w: script %s on runtime node %s", ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
+		if IsCode(err, adminapi.CodeScriptHeld) {
+			return fmt.Errorf("%w: script %s on runtime node %s", backend.ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
 		}
-		if nodeapi.IsCode(err, adminapi.CodeMemoryAboveNode) {
+		if IsCode(err, adminapi.CodeMemoryAboveNode) {
 			// The offering promises more memory than the node gives one worker.
-			return fmt.Errorf("%w: installation %s: %v; a selfhost offering promises each worker %d MB (maxMemoryMb): run the node with --heap-limit-mb %d", ErrMisconfigured, n.inst.Name, err, catalog.SelfhostMemoryMB, catalog.SelfhostMemoryMB)
+			return fmt.Errorf("%w: installation %s: %v; a selfhost offering promises each worker %d MB (maxMemoryMb): run the node with --heap-limit-mb %d", backend.ErrMisconfigured, n.inst.Name, err, catalog.SelfhostMemoryMB, catalog.SelfhostMemoryMB)
 		}
 		return n.wrap(err)
-	case NativeRoute:
+	case backend.NativeRoute:
 		_, err := c.PutRoute(ctx, d.NativeName, adminapi.RoutePut{
 			EffectID: d.EffectID.String(), ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), DeploymentID: d.DeploymentID.String(),
 		})
@@ -155,12 +158,12 @@ func (n *runtimeNode) Rewrite(ctx context.Context, d Desired) error {
 // incarnation Ready, or ready and waiting only for its secret values; or failed), a later
 // deployment rewrites it, reading it fails, or the wait ends. Ready needs the runtime's two
 // witnesses (process running, probe answered).
-func (n *runtimeNode) awaitAdmission(ctx context.Context, d Desired) (Observation, error) {
+func (n *runtimeNode) awaitAdmission(ctx context.Context, d backend.Desired) (backend.Observation, error) {
 	deadline := time.Now().Add(AdmitWait)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl.Add(-500 * time.Millisecond)
 	}
-	return Await(ctx, n, NativeWorker, d.NativeName, deadline, func(obs Observation, err error) bool {
+	return backend.Await(ctx, n, backend.NativeWorker, d.NativeName, deadline, func(obs backend.Observation, err error) bool {
 		// A later deployment's rewrite is answered as it is: the caller compares.
 		return err != nil || (obs.Present && obs.DeploymentID != d.DeploymentID) || obs.Admitted || obs.Failed
 	})
@@ -168,30 +171,30 @@ func (n *runtimeNode) awaitAdmission(ctx context.Context, d Desired) (Observatio
 
 // ObserveChange holds a worker's read on the runtime node until its status changes (or within
 // passes); a route is read at once.
-func (n *runtimeNode) ObserveChange(ctx context.Context, kind, nativeName string, since Observation, within time.Duration) (Observation, error) {
-	if kind != NativeWorker || since.Version == "" {
+func (n *runtimeNode) ObserveChange(ctx context.Context, kind, nativeName string, since backend.Observation, within time.Duration) (backend.Observation, error) {
+	if kind != backend.NativeWorker || since.Version == "" {
 		return n.Observe(ctx, kind, nativeName)
 	}
 	c, err := n.api()
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	st, err := c.WatchScript(ctx, nativeName, since.Version, min(within, adminapi.StatusWaitMax))
 	if err != nil {
-		return Observation{}, n.wrap(err)
+		return backend.Observation{}, n.wrap(err)
 	}
 	return scriptObservation(st), nil
 }
 
-func (n *runtimeNode) Delete(ctx context.Context, d Desired) error {
+func (n *runtimeNode) Delete(ctx context.Context, d backend.Desired) error {
 	c, err := n.api()
 	if err != nil {
 		return err
 	}
 	switch d.Kind {
-	case NativeWorker:
+	case backend.NativeWorker:
 		_, err = c.DeleteScript(ctx, d.NativeName, d.ResourceUID.String())
-	case NativeRoute:
+	case backend.NativeRoute:
 		_, err = c.DeleteRoute(ctx, d.NativeName, d.ScriptName, d.ResourceUID.String())
 	default:
 		err = fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
@@ -199,35 +202,35 @@ func (n *runtimeNode) Delete(ctx context.Context, d Desired) error {
 	return n.wrap(err)
 }
 
-func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (Observation, error) {
+func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (backend.Observation, error) {
 	c, err := n.api()
 	if err != nil {
-		return Observation{}, err
+		return backend.Observation{}, err
 	}
 	switch kind {
-	case NativeWorker:
+	case backend.NativeWorker:
 		st, err := c.GetScript(ctx, nativeName)
 		if err != nil {
-			return Observation{}, n.wrap(err)
+			return backend.Observation{}, n.wrap(err)
 		}
 		return scriptObservation(st), nil
-	case NativeRoute:
+	case backend.NativeRoute:
 		rt, err := c.GetRoute(ctx, nativeName)
 		if err != nil {
-			return Observation{}, n.wrap(err)
+			return backend.Observation{}, n.wrap(err)
 		}
-		obs := Observation{Present: rt.Present, Admitted: rt.Present, Ready: rt.Ready}
+		obs := backend.Observation{Present: rt.Present, Admitted: rt.Present, Ready: rt.Ready}
 		obs.DeploymentID, _ = uuid.Parse(rt.DeploymentID)
 		if rt.Present && !rt.Ready {
 			obs.Reason, obs.Message = adminapi.ReasonPending, "the route is installed; its worker's incarnation is not Ready"
 		}
 		return obs, nil
 	}
-	return Observation{}, fmt.Errorf("selfhost backend: unknown native kind %q", kind)
+	return backend.Observation{}, fmt.Errorf("selfhost backend: unknown native kind %q", kind)
 }
 
-func scriptObservation(st adminapi.ScriptStatus) Observation {
-	obs := Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage,
+func scriptObservation(st adminapi.ScriptStatus) backend.Observation {
+	obs := backend.Observation{Present: st.Present, Ready: st.Ready, Reason: st.Reason, Incident: st.Incident, IncidentMessage: st.IncidentMessage,
 		Quarantined: st.Quarantined, QuarantineMessage: st.QuarantineMessage, Version: st.Version}
 	obs.DeploymentID, _ = uuid.Parse(st.DeploymentID)
 	obs.Admitted = st.Present && (st.Ready || st.Reason == adminapi.ReasonSecretsPending)
@@ -240,7 +243,7 @@ func scriptObservation(st adminapi.ScriptStatus) Observation {
 	return obs
 }
 
-func (n *runtimeNode) DeliverSecrets(ctx context.Context, d Delivery, values map[string]vocab.Secret) error {
+func (n *runtimeNode) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
 	c, err := n.api()
 	if err != nil {
 		return err
@@ -255,7 +258,7 @@ func (n *runtimeNode) DeliverSecrets(ctx context.Context, d Delivery, values map
 	return n.wrap(err)
 }
 
-func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d Delivery, challenge []byte) ([]byte, bool, error) {
+func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
 	c, err := n.api()
 	if err != nil {
 		return nil, false, err
@@ -279,7 +282,7 @@ var logPoll = 20 * time.Second
 
 // WorkerLogs pages through the worker's log ring on the runtime node: the entries held now, then,
 // with follow, long polls for new ones. A script the node does not hold (yet) has no entries.
-func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q LogQuery, each func(LogEntry) error, flush func() error) error {
+func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
 	c, err := n.api()
 	if err != nil {
 		return err
@@ -299,7 +302,7 @@ func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerU
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case nodeapi.IsCode(err, adminapi.CodeScriptAbsent):
+		case IsCode(err, adminapi.CodeScriptAbsent):
 			page = adminapi.LogPage{}
 			if q.Follow {
 				// Not deployed yet, or being replaced: look again in a moment.
@@ -313,12 +316,12 @@ func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerU
 			return n.wrap(err)
 		}
 		if page.Missed > 0 {
-			if err := each(LogEntry{Time: time.Now().UTC(), Missed: page.Missed}); err != nil {
+			if err := each(backend.LogEntry{Time: time.Now().UTC(), Missed: page.Missed}); err != nil {
 				return err
 			}
 		}
 		for _, e := range page.Entries {
-			if err := each(LogEntry{Time: e.Time, Incarnation: e.Incarnation, Level: e.Level, Message: e.Message, Dropped: e.Dropped}); err != nil {
+			if err := each(backend.LogEntry{Time: e.Time, Incarnation: e.Incarnation, Level: e.Level, Message: e.Message, Dropped: e.Dropped}); err != nil {
 				return err
 			}
 		}

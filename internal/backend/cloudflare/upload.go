@@ -62,26 +62,43 @@ type EntrypointBinding struct {
 	Props      any
 }
 
-// withProps is a dispatch-namespace service binding with the props field, which the SDK's binding
-// param (v6.10.0) lacks: the SDK's own encoding of the binding, with "props" added.
-type withProps struct {
-	binding workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindService
-	props   any
-}
-
-func (b withProps) MarshalJSON() ([]byte, error) {
-	raw, err := b.binding.MarshalJSON()
-	if err != nil {
-		return nil, err
+// bindings are u's bindings in the form Cloudflare's API takes them from either SDK family
+// (account scripts, dispatch namespace scripts), each kind sorted by name, inherited ones last:
+// one builder for both families, sent as the SDK's Raw value of the metadata's bindings field,
+// which the SDK encodes as it is (its own binding params lack a service binding's props). They
+// hold the secrets' plaintext, as the parameters do.
+func (u Upload) bindings() []any {
+	out := []any{}
+	add := func(name, kind string, fields ...any) {
+		b := map[string]any{"name": name, "type": kind}
+		for i := 0; i+1 < len(fields); i += 2 {
+			b[fields[i].(string)] = fields[i+1]
+		}
+		out = append(out, b)
 	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return nil, err
+	each := func(values map[string]string, kind, field string) {
+		for _, name := range slices.Sorted(maps.Keys(values)) {
+			add(name, kind, field, values[name])
+		}
 	}
-	if fields["props"], err = json.Marshal(b.props); err != nil {
-		return nil, err
+	each(u.PlainText, "plain_text", "text")
+	for _, name := range slices.Sorted(maps.Keys(u.JSON)) {
+		add(name, "json", "json", json.RawMessage(u.JSON[name]))
 	}
-	return json.Marshal(fields)
+	for _, name := range slices.Sorted(maps.Keys(u.Secrets)) {
+		add(name, "secret_text", "text", u.Secrets[name].Reveal())
+	}
+	each(u.Services, "service", "service")
+	for _, name := range slices.Sorted(maps.Keys(u.Entrypoints)) {
+		e := u.Entrypoints[name]
+		add(name, "service", "service", e.Service, "entrypoint", e.Entrypoint, "props", e.Props)
+	}
+	each(u.KVNamespaces, "kv_namespace", "namespace_id")
+	each(u.DispatchNamespaces, "dispatch_namespace", "namespace")
+	for _, name := range u.Inherit {
+		add(name, "inherit")
+	}
+	return out
 }
 
 // namedPart is a module part as the SDK's multipart encoder reads it: filename and content type.
@@ -120,60 +137,11 @@ func (u Upload) ScriptParams(accountID string) workers.ScriptUpdateParams {
 	if len(u.CompatibilityFlags) > 0 {
 		m.CompatibilityFlags.Value, m.CompatibilityFlags.Present = u.CompatibilityFlags, true
 	}
-	bindings := []workers.ScriptUpdateParamsMetadataBindingUnion{}
-	for _, name := range slices.Sorted(maps.Keys(u.PlainText)) {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainText
-		b.Name.Value, b.Name.Present = name, true
-		b.Text.Value, b.Text.Present = u.PlainText[name], true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.JSON)) {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindJson
-		b.Name.Value, b.Name.Present = name, true
-		b.Json.Value, b.Json.Present = json.RawMessage(u.JSON[name]), true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindJsonTypeJson, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.Secrets)) {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
-		b.Name.Value, b.Name.Present = name, true
-		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.Services)) {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindService
-		b.Name.Value, b.Name.Present = name, true
-		b.Service.Value, b.Service.Present = u.Services[name], true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.KVNamespaces)) {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
-		b.Name.Value, b.Name.Present = name, true
-		b.NamespaceID.Value, b.NamespaceID.Present = u.KVNamespaces[name], true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespaceTypeKVNamespace, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.DispatchNamespaces)) {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespace
-		b.Name.Value, b.Name.Present = name, true
-		b.Namespace.Value, b.Namespace.Present = u.DispatchNamespaces[name], true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespaceTypeDispatchNamespace, true
-		bindings = append(bindings, b)
-	}
 	if u.CPUMs > 0 {
 		m.Limits.Value.CPUMs.Value, m.Limits.Value.CPUMs.Present = u.CPUMs, true
 		m.Limits.Present = true
 	}
-	for _, name := range u.Inherit {
-		var b workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit
-		b.Name.Value, b.Name.Present = name, true
-		b.Type.Value, b.Type.Present = workers.ScriptUpdateParamsMetadataBindingsWorkersBindingKindInheritTypeInherit, true
-		bindings = append(bindings, b)
-	}
-	m.Bindings.Value, m.Bindings.Present = bindings, true
+	m.Bindings.Present, m.Bindings.Raw = true, u.bindings()
 	p.Files.Value, p.Files.Present = u.parts(), true
 	return p
 }
@@ -193,79 +161,11 @@ func (u Upload) DispatchScriptParams(accountID string) workers_for_platforms.Dis
 	if len(u.CompatibilityFlags) > 0 {
 		m.CompatibilityFlags.Value, m.CompatibilityFlags.Present = u.CompatibilityFlags, true
 	}
-	bindings := []workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingUnion{}
-	for _, name := range slices.Sorted(maps.Keys(u.PlainText)) {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainText
-		b.Name.Value, b.Name.Present = name, true
-		b.Text.Value, b.Text.Present = u.PlainText[name], true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindPlainTextTypePlainText, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.JSON)) {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindJson
-		b.Name.Value, b.Name.Present = name, true
-		b.Json.Value, b.Json.Present = json.RawMessage(u.JSON[name]), true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindJsonTypeJson, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.Secrets)) {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretText
-		b.Name.Value, b.Name.Present = name, true
-		b.Text.Value, b.Text.Present = u.Secrets[name].Reveal(), true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindSecretTextTypeSecretText, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.Services)) {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindService
-		b.Name.Value, b.Name.Present = name, true
-		b.Service.Value, b.Service.Present = u.Services[name], true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.KVNamespaces)) {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespace
-		b.Name.Value, b.Name.Present = name, true
-		b.NamespaceID.Value, b.NamespaceID.Present = u.KVNamespaces[name], true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindKVNamespaceTypeKVNamespace, true
-		bindings = append(bindings, b)
-	}
-	for _, name := range slices.Sorted(maps.Keys(u.DispatchNamespaces)) {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespace
-		b.Name.Value, b.Name.Present = name, true
-		b.Namespace.Value, b.Namespace.Present = u.DispatchNamespaces[name], true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindDispatchNamespaceTypeDispatchNamespace, true
-		bindings = append(bindings, b)
-	}
 	if u.CPUMs > 0 {
 		m.Limits.Value.CPUMs.Value, m.Limits.Value.CPUMs.Present = u.CPUMs, true
 		m.Limits.Present = true
 	}
-	for _, name := range u.Inherit {
-		var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindInherit
-		b.Name.Value, b.Name.Present = name, true
-		b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindInheritTypeInherit, true
-		bindings = append(bindings, b)
-	}
-	m.Bindings.Value, m.Bindings.Present = bindings, true
-	if len(u.Entrypoints) > 0 {
-		// The SDK's supported way to send what its param types lack: a field's Raw value (what
-		// the SDK's Raw helper sets), here on the bindings field, with every binding still
-		// encoded by the SDK itself.
-		all := make([]any, 0, len(bindings)+len(u.Entrypoints))
-		for _, b := range bindings {
-			all = append(all, b)
-		}
-		for _, name := range slices.Sorted(maps.Keys(u.Entrypoints)) {
-			e := u.Entrypoints[name]
-			var b workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindService
-			b.Name.Value, b.Name.Present = name, true
-			b.Service.Value, b.Service.Present = e.Service, true
-			b.Entrypoint.Value, b.Entrypoint.Present = e.Entrypoint, true
-			b.Type.Value, b.Type.Present = workers_for_platforms.DispatchNamespaceScriptUpdateParamsMetadataBindingsWorkersBindingKindServiceTypeService, true
-			all = append(all, withProps{binding: b, props: e.Props})
-		}
-		m.Bindings.Value, m.Bindings.Raw = nil, all
-	}
+	m.Bindings.Present, m.Bindings.Raw = true, u.bindings()
 	p.Files.Value, p.Files.Present = u.parts(), true
 	return p
 }

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 )
 
 // loopingSource serves / normally and never returns from /loop.
@@ -92,6 +96,76 @@ func TestLoopingWorkerIsUnresponsiveRestartedAndItsStuckRequestEndsWith5xx(t *te
 	require.Equal(t, 1, st.Incarnation.Restarts, "the kill counts toward an incident")
 	f.answers("spin.workers.localhost", "served=1\n")
 	t.Logf("not Ready %s after the looping request began", notReady.Round(time.Millisecond))
+}
+
+// A worker holding its process's thread takes no CPU another organization wants: from the first
+// missed probe its organization runs at the least CPU weight, and after liveness killed its
+// process it keeps that weight for a while (the loop is usually asked again at once), then gets
+// its own back while its new process answers.
+func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.T) {
+	t.Parallel()
+	const suspect = 4 * time.Second
+	f := setup(t, func(c *runtime.Config) {
+		c.LivenessPeriod, c.LivenessTimeout = time.Second, 500*time.Millisecond
+		c.RestartBackoff, c.MaxRestartBackoff = time.Second, time.Second
+		c.StalledSuspectFor = suspect
+	})
+	f.putSource("hog", "uid-hog", loopingSource)
+	f.route("hog.workers.localhost", "hog", "ep-hog")
+	first := f.waitReady("hog")
+	procs := descendants(t, first.Incarnation.PID)
+	weight := orgCPUWeight(t, procs[len(procs)-1])
+	require.Equal(t, strconv.Itoa(sandbox.DefaultCPUWeight), weight())
+
+	go func() { _, _, _, _ = f.h.TryGet("hog.workers.localhost", "/loop") }()
+	require.Eventually(t, func() bool { return weight() == strconv.Itoa(sandbox.StalledCPUWeight) }, 5*time.Second, 50*time.Millisecond,
+		"the organization of a stalled process yields the CPU")
+	st := f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.PID != first.Incarnation.PID
+	}, "hog")
+	require.Equal(t, strconv.Itoa(sandbox.StalledCPUWeight), weight(), "an organization killed for a loop still yields the CPU as it starts again")
+	f.answers("hog.workers.localhost", "served=1\n")
+	require.Eventually(t, func() bool { return weight() == strconv.Itoa(sandbox.DefaultCPUWeight) }, suspect+5*time.Second, 100*time.Millisecond,
+		"a process that answers gets its organization's weight back once the suspicion is over")
+	require.Equal(t, st.Incarnation.PID, f.waitReady("hog").Incarnation.PID)
+}
+
+// orgCPUWeight reads, on each call, the CPU weight of the organization whose sandboxed process
+// pid is in (the parent of its process's cgroup): cpu.weight on v2, cpu.shares on v1, where it
+// reads as the weight the runtime wrote it for (shares are the weight scaled by 1024/100, at
+// least 2).
+func orgCPUWeight(t *testing.T, pid int) func() string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	var file string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case strings.Contains(","+parts[1]+",", ",cpu,"):
+			file = filepath.Join("/sys/fs/cgroup", parts[1], filepath.Dir(parts[2]), "cpu.shares")
+		case parts[0] == "0" && parts[1] == "" && file == "":
+			file = filepath.Join("/sys/fs/cgroup", filepath.Dir(parts[2]), "cpu.weight")
+		}
+	}
+	require.NotEmpty(t, file, "process %d is in no CPU cgroup: %s", pid, b)
+	return func() string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return err.Error()
+		}
+		v := strings.TrimSpace(string(b))
+		if filepath.Base(file) == "cpu.shares" {
+			for _, w := range []int{sandbox.DefaultCPUWeight, sandbox.StalledCPUWeight} {
+				if v == strconv.Itoa(max(2, w*1024/100)) {
+					return strconv.Itoa(w)
+				}
+			}
+			return "shares " + v
+		}
+		return v
+	}
 }
 
 func TestWorkerCallingItselfThroughTheEdgeEndsWith508(t *testing.T) {

@@ -46,6 +46,10 @@ import (
 const (
 	// LivenessMisses is how many probes in a row a process may miss before it is killed.
 	LivenessMisses = 3
+	// SuspectFor is how long, by default, an organization killed for an unresponsive process keeps
+	// yielding the CPU after its process starts again (sandbox.Process.SetStalled): a worker that loops is
+	// usually asked again at once, and would otherwise take its full share until its next miss.
+	SuspectFor = time.Minute
 	// IncidentImplications within IncidentWindow raise an incident on an incarnation.
 	IncidentImplications = 6
 	IncidentWindow       = time.Hour
@@ -88,6 +92,9 @@ type Options struct {
 	// before the next is due, and three misses take about three periods).
 	LivenessPeriod  time.Duration
 	LivenessTimeout time.Duration
+	// SuspectFor is how long an organization yields the CPU after liveness killed its process
+	// (default SuspectFor).
+	SuspectFor time.Duration
 	// StopGrace is how long a stopping process gets between SIGTERM and SIGKILL.
 	StopGrace time.Duration
 	// DrainTimeout bounds how long a retired incarnation or process finishes its requests.
@@ -142,6 +149,9 @@ func (o *Options) defaults() {
 	}
 	if o.ProbeDeadline <= 0 {
 		o.ProbeDeadline = 30 * time.Second
+	}
+	if o.SuspectFor <= 0 {
+		o.SuspectFor = SuspectFor
 	}
 	if o.LivenessPeriod <= 0 {
 		o.LivenessPeriod = time.Second

@@ -58,6 +58,9 @@ type Process struct {
 	files           map[string][]byte
 	probeEntrypoint string
 	client          *http.Client
+	// suspectUntil: liveness killed its last workerd, and its organization yields the CPU until
+	// then (Options.SuspectFor; only its own watch reads and writes it).
+	suspectUntil time.Time
 
 	// epoch counts the liveness probes' results; answered the responses its workers began (a
 	// witness of liveness besides the probe).
@@ -441,6 +444,8 @@ type workerdProcess interface {
 	Pid() int
 	Wait() error
 	LimitHit() string
+	// SetStalled says whether a worker holds the process's thread (sandbox.Process.SetStalled).
+	SetStalled(stalled bool) error
 }
 
 // startWorkerd starts workerd on the process's config, handing it the ingress socket as
@@ -491,6 +496,9 @@ type unsandboxed struct{ cmd *exec.Cmd }
 func (u unsandboxed) Pid() int         { return u.cmd.Process.Pid }
 func (u unsandboxed) Wait() error      { return u.cmd.Wait() }
 func (u unsandboxed) LimitHit() string { return "" }
+
+// SetStalled does nothing: without a sandbox there is no organization's cgroup to weigh.
+func (u unsandboxed) SetStalled(bool) error { return nil }
 
 // awaitFirstAnswer probes the new workerd until it answers (first witness), exits, or its start
 // deadline passes. A nil outcome means it runs.
@@ -546,6 +554,23 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	var firstMissed uint64
 	lastAnswered := p.answered.Load()
 	stable := func() bool { return time.Since(started) >= o.StableAfter }
+	// While a worker holds the thread (from its first missed probe until the process answers),
+	// and for o.SuspectFor after its organization's process was killed for it, the organization
+	// yields the CPU to every other organization's (SPEC 5.1: one tenant's loop does not slow
+	// another's). The weight is only a share under contention: an idle node still runs it.
+	stalled := false
+	stall := func(v bool) {
+		if v == stalled {
+			return
+		}
+		if err := proc.SetStalled(v); err != nil {
+			p.log.Warn("could not change a process's CPU weight", "stalled", v, "error", err)
+			return
+		}
+		stalled = v
+	}
+	suspect := func() bool { return time.Now().Before(p.suspectUntil) }
+	stall(suspect())
 	for {
 		select {
 		case err := <-exited:
@@ -575,6 +600,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			switch {
 			case a.err == nil:
 				misses = 0
+				stall(suspect())
 				p.alive.Store(time.Now().UnixNano())
 				continue
 			case nodeFault(a.err):
@@ -585,11 +611,13 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				// The probe came late, but its workers answered requests meanwhile: busy, not
 				// stuck (a worker in a loop holds the one thread, and nothing answers).
 				misses = 0
+				stall(suspect())
 				continue
 			}
 			if misses++; misses == 1 {
 				firstMissed = epoch
 			}
+			stall(true)
 			p.log.Warn("liveness probe missed", "misses", misses)
 			if misses < LivenessMisses {
 				continue
@@ -597,6 +625,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			why := fmt.Sprintf("missed %d liveness probes in a row (every %s, each allowed %s): a worker holds the process's thread", misses, o.LivenessPeriod, o.LivenessTimeout)
 			p.setState(procState{phase: phaseRestarting, reason: adminapi.ReasonUnresponsive, message: why + "; killing it", pid: proc.Pid()})
 			p.kill(exited, proc)
+			p.suspectUntil = time.Now().Add(o.SuspectFor)
 			p.log.Warn("workerd killed: unresponsive", "misses", misses)
 			return outcome{ran: true, stable: stable(), killed: true, cutoff: firstMissed, reason: adminapi.ReasonUnresponsive, why: why}
 		}

@@ -192,6 +192,9 @@ type cgroups struct {
 	limits      Limits
 	// mu orders creating an organization's directory with removing it once empty.
 	mu sync.Mutex
+	// stalled counts, by uid, the organization's processes whose thread a worker holds (a
+	// liveness probe missed): while any is, the organization runs at StalledCPUWeight.
+	stalled map[int]int
 }
 
 // discoverCgroups finds the runtime's own cgroups and decides which hierarchy sets each ceiling:
@@ -370,6 +373,8 @@ type group struct {
 	uid    int
 	memory int64    // its memory ceiling
 	dirs   []string // one per hierarchy, in the order of c.hierarchies
+	// stalled: its program's thread is held, and its organization counts it so (setStalled).
+	stalled bool
 }
 
 func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
@@ -392,7 +397,7 @@ func (c *cgroups) create(uid int, name string, memory int64) (_ *group, err erro
 		if err := os.Mkdir(org, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("create cgroup %s: %w", org, err)
 		}
-		if err := c.writeOrg(h, org); err != nil {
+		if err := c.writeOrg(h, org, uid); err != nil {
 			return nil, err
 		}
 		dir := filepath.Join(org, name)
@@ -407,7 +412,7 @@ func (c *cgroups) create(uid int, name string, memory int64) (_ *group, err erro
 	return g, nil
 }
 
-func (c *cgroups) writeOrg(h hierarchy, org string) error {
+func (c *cgroups) writeOrg(h hierarchy, org string, uid int) error {
 	l := c.limits
 	var files [][2]string
 	if h.serves(ctlMemory) && l.OrgMemoryBytes > 0 {
@@ -417,11 +422,7 @@ func (c *cgroups) writeOrg(h hierarchy, org string) error {
 		files = append(files, [2]string{"pids.max", strconv.FormatInt(l.OrgPids, 10)})
 	}
 	if h.serves(ctlCPU) {
-		if h.v2 {
-			files = append(files, [2]string{"cpu.weight", strconv.Itoa(l.CPUWeight)})
-		} else {
-			files = append(files, [2]string{"cpu.shares", strconv.Itoa(l.CPUWeight * 1024 / 100)})
-		}
+		files = append(files, cpuWeightFile(h, c.weightLocked(uid)))
 	}
 	if err := writeAll(org, files); err != nil {
 		return err
@@ -430,6 +431,52 @@ func (c *cgroups) writeOrg(h hierarchy, org string) error {
 		return enableSubtree(org, h.controllers)
 	}
 	return nil
+}
+
+// cpuWeightFile sets a CPU weight (v2's scale, 1-10000; v1 cpu.shares gets it scaled, at least 2).
+func cpuWeightFile(h hierarchy, weight int) [2]string {
+	if h.v2 {
+		return [2]string{"cpu.weight", strconv.Itoa(weight)}
+	}
+	return [2]string{"cpu.shares", strconv.Itoa(max(2, weight*1024/100))}
+}
+
+// weightLocked is the CPU weight organization uid runs at now (c.mu held).
+func (c *cgroups) weightLocked(uid int) int {
+	if c.stalled[uid] > 0 {
+		return StalledCPUWeight
+	}
+	return c.limits.CPUWeight
+}
+
+// setStalledLocked counts one of uid's processes stalled or no longer (c.mu held), and writes the
+// organization's weight when that changes it.
+func (c *cgroups) setStalledLocked(uid int, stalled bool) error {
+	before := c.weightLocked(uid)
+	if c.stalled == nil {
+		c.stalled = map[int]int{}
+	}
+	if stalled {
+		c.stalled[uid]++
+	} else if c.stalled[uid]--; c.stalled[uid] <= 0 {
+		delete(c.stalled, uid)
+	}
+	after := c.weightLocked(uid)
+	if after == before {
+		return nil
+	}
+	var errs []error
+	for _, h := range c.hierarchies {
+		if !h.serves(ctlCPU) {
+			continue
+		}
+		org := filepath.Join(h.base, orgName(uid))
+		if !exists(org) {
+			continue
+		}
+		errs = append(errs, writeAll(org, [][2]string{cpuWeightFile(h, after)}))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *cgroups) writeIncarnation(h hierarchy, dir string, memory int64) error {
@@ -598,8 +645,27 @@ func (g *group) remove() error {
 	return g.removeLocked()
 }
 
+// setStalled says whether the group's program is stalled: a worker holds its thread (a liveness
+// probe missed). While any process of an organization is, the organization runs at
+// StalledCPUWeight, so that on a busy node its loop takes CPU from no other organization's
+// answers; an idle node still gives it all it asks, so a long synchronous request is slowed only
+// where others wait for the CPU, and ended, as before, only by the liveness bound.
+func (g *group) setStalled(stalled bool) error {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	if g.stalled == stalled || len(g.dirs) == 0 {
+		return nil
+	}
+	g.stalled = stalled
+	return g.c.setStalledLocked(g.uid, stalled)
+}
+
 func (g *group) removeLocked() error {
 	var errs []error
+	if g.stalled {
+		g.stalled = false
+		errs = append(errs, g.c.setStalledLocked(g.uid, false))
+	}
 	for _, dir := range g.dirs {
 		if err := emptyAndRemove(dir); err != nil {
 			errs = append(errs, err)

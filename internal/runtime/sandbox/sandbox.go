@@ -55,6 +55,9 @@ const (
 	DefaultPids = 256
 	// DefaultCPUWeight is the v2 default weight; every organization gets the same.
 	DefaultCPUWeight = 100
+	// StalledCPUWeight is an organization's weight while a worker holds one of its processes'
+	// thread (Process.SetStalled): the least there is.
+	StalledCPUWeight = 1
 )
 
 // Limits are the cgroup ceilings of every sandboxed process.
@@ -555,6 +558,11 @@ func closeAll(files []*os.File) {
 
 // LimitHit says, after Wait, which ceiling the program ran into ("" when none).
 func (p *Process) LimitHit() string { return p.limitHit }
+
+// SetStalled says whether a worker holds the program's thread (its liveness probe missed, or it
+// answered again): while any process of an organization is stalled, the organization runs at
+// StalledCPUWeight. The program's end clears it.
+func (p *Process) SetStalled(stalled bool) error { return p.group.setStalled(stalled) }
 
 // SetMemory changes the program's memory ceiling while it runs (capped, as at Start, by the
 // organization's).

@@ -268,6 +268,9 @@ func (c *h1conn) serve() {
 	s := c.s
 	hijacked := false
 	defer func() {
+		c.cr.mu.Lock()
+		c.cr.disarmLocked()
+		c.cr.mu.Unlock()
 		c.cancel(net.ErrClosed)
 		if !hijacked {
 			c.raw.Close()
@@ -747,8 +750,10 @@ func (w *h1writer) finish() error {
 // the start of its answer it keeps one read pending on the connection (a background read, as
 // net/http's server does), so that a client that leaves while the worker works is noticed: its
 // EOF or reset cancels the connection's context. A byte that read gets is handed to the next read
-// (the next request's first). Outside that window no read is pending: the background read costs a
-// goroutine and a system call, only paid while a request waits for its answer.
+// (the next request's first). Outside that window no read is pending. The background read costs a
+// goroutine, system calls and wake-ups, so it begins only once the answer has not begun within
+// backgroundReadDelay: most answers come sooner, and pay nothing for it (a client that leaves is
+// noticed that much later).
 type connReader struct {
 	c       *h1conn
 	mu      sync.Mutex
@@ -756,13 +761,22 @@ type connReader struct {
 	inBG    bool // a background read is pending
 	hasByte bool
 	b       [1]byte
+	// armed: the background read begins when timer fires (startBackgroundRead), unless the
+	// answer began first (abortPendingRead) or the connection is read again.
+	armed bool
+	timer *time.Timer
 }
+
+// backgroundReadDelay is how long a request whose answer has not begun waits before the edge
+// watches its client's connection for a close.
+const backgroundReadDelay = 10 * time.Millisecond
 
 func (r *connReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	r.mu.Lock()
+	r.disarmLocked()
 	for r.inBG {
 		r.cond.Wait() // not expected: the loop ends the background read before reading
 	}
@@ -779,15 +793,41 @@ func (r *connReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// startBackgroundRead arms the background read, unless one is pending or a byte is kept.
+// startBackgroundRead arms the background read, to begin after backgroundReadDelay, unless one
+// is pending or armed or a byte is kept.
 func (r *connReader) startBackgroundRead() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.inBG || r.hasByte {
+	if r.inBG || r.hasByte || r.armed {
 		return
 	}
-	r.inBG = true
-	go r.backgroundRead()
+	r.armed = true
+	if r.timer == nil {
+		r.timer = time.AfterFunc(backgroundReadDelay, r.armedRead)
+	} else {
+		r.timer.Reset(backgroundReadDelay)
+	}
+}
+
+// armedRead begins the armed background read, in the timer's own goroutine (a firing that the
+// answer's beginning disarmed meanwhile does nothing).
+func (r *connReader) armedRead() {
+	r.mu.Lock()
+	if !r.armed || r.inBG || r.hasByte {
+		r.mu.Unlock()
+		return
+	}
+	r.armed, r.inBG = false, true
+	r.mu.Unlock()
+	r.backgroundRead()
+}
+
+// disarmLocked stops an armed background read from beginning (r.mu held).
+func (r *connReader) disarmLocked() {
+	if r.armed {
+		r.armed = false
+		r.timer.Stop()
+	}
 }
 
 func (r *connReader) backgroundRead() {
@@ -810,6 +850,7 @@ func (r *connReader) backgroundRead() {
 func (r *connReader) abortPendingRead() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.disarmLocked()
 	if !r.inBG {
 		return
 	}

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -118,6 +119,49 @@ func TestOwnLoopLogsAPanicWithItsStack(t *testing.T) {
 }
 
 func panicInHandler() { panic("a bug in a handler") }
+
+// The background read that watches for a client leaving begins only once the answer has not
+// begun within backgroundReadDelay: a worker that answers sooner costs the edge no goroutine,
+// system call or wake-up for it, and one that takes longer is watched.
+func TestOwnLoopWatchesTheClientOnlyForAnswersThatTakeAWhile(t *testing.T) {
+	t.Parallel()
+	_, addr := serveOwn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cr := w.(*h1writer).c.cr
+		state := func() string {
+			cr.mu.Lock()
+			defer cr.mu.Unlock()
+			return fmt.Sprintf("armed=%t watching=%t", cr.armed, cr.inBG)
+		}
+		at := state()
+		if r.URL.Path == "/slow" {
+			time.Sleep(50 * time.Millisecond) // five times backgroundReadDelay
+			at += "; later " + state()
+		}
+		_, _ = io.WriteString(w, at)
+	}), Limits{})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	for _, tc := range []struct{ path, want string }{
+		{"/fast", "armed=true watching=false"},
+		{"/slow", "armed=true watching=false; later armed=false watching=true"},
+		{"/fast", "armed=true watching=false"},
+	} {
+		_, _ = io.WriteString(c, "GET "+tc.path+" HTTP/1.1\r\nHost: a\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if string(b) != tc.want {
+			t.Fatalf("%s: %q, want %q", tc.path, b, tc.want)
+		}
+	}
+}
 
 // The background read that watches for a client leaving while the handler works hands any byte
 // it reads to the next request: a request pipelined while the first waits for its answer is read

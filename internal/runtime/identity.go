@@ -3,6 +3,7 @@ package runtime
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"maps"
 	"slices"
 	"sort"
@@ -58,7 +59,7 @@ func (n *Node) wantLocked(r *scriptRun, s *state.Script, writing bool) (desiredI
 	}
 	r.renders.Add(1)
 	id, err := identity(s, n.store.Modules)
-	if writing {
+	if writing && !unreadable(err) {
 		r.want = wanted{of: s, id: id, err: err}
 	}
 	return id, err
@@ -115,7 +116,7 @@ func identity(s *state.Script, modules func(state.Code) (map[string]string, erro
 	bundle, err := s.Modules.Digest(s.MainModule, func() ([32]byte, error) {
 		m, err := modules(s.Modules)
 		if err != nil {
-			return [32]byte{}, err
+			return [32]byte{}, &unreadableCode{err: err}
 		}
 		if err := workerd.CheckModules(m, s.MainModule); err != nil {
 			return [32]byte{}, err
@@ -151,6 +152,23 @@ func identity(s *state.Script, modules func(state.Code) (map[string]string, erro
 		id: "inc-" + hex.EncodeToString(id[:])[:32], deploymentID: s.DeploymentID, generation: s.Generation,
 		deliveryID: deliveryID, secretNames: names,
 	}, nil
+}
+
+// unreadableCode is an identity that could not be derived because the bundle could not be read
+// from the node's store: unlike a bundle that does not pass its checks, it may be read the next
+// time, so it is neither kept nor final.
+type unreadableCode struct{ err error }
+
+func (e *unreadableCode) Error() string {
+	return "its code cannot be read from the node's store: " + e.err.Error()
+}
+
+func (e *unreadableCode) Unwrap() error { return e.err }
+
+// unreadable reports whether err is an unreadableCode.
+func unreadable(err error) bool {
+	var u *unreadableCode
+	return errors.As(err, &u)
 }
 
 func stringsOrEmpty(v []string) []string {

@@ -36,6 +36,10 @@ func (n *Node) processOptions(bin, channels string) orgproc.Options {
 
 // nudge asks the reconciler to look at one script again (one of its incarnations changed state).
 // It never waits for n.mu: an incarnation may change state, and call it, while n.mu is held.
+// unreadableRetry is how long a script whose code could not be read from the store waits before
+// it is reconciled again.
+const unreadableRetry = time.Second
+
 func (n *Node) nudge(script string) {
 	n.kickMu.Lock()
 	n.dirty[script] = true
@@ -141,6 +145,11 @@ func (n *Node) reconcileLocked(name string) []Incarnation {
 	want, err := n.wantLocked(r, s, true)
 	if err != nil {
 		r.problem = "the desired deployment cannot be run: " + err.Error()
+		if unreadable(err) {
+			// Not final (a read may succeed later): reconciled again after a pause.
+			n.log.Error("read a script's code", "script", name, "error", err, "retryIn", unreadableRetry.String())
+			time.AfterFunc(unreadableRetry, func() { n.nudge(name) })
+		}
 		return nil
 	}
 	r.problem = ""
@@ -254,9 +263,11 @@ func (n *Node) resumeServingLocked(name string) {
 	if s == nil || s.Serving == nil || s.Admitted == "" {
 		return
 	}
-	if want, err := identity(s, n.store.Modules); err != nil || want.id == s.Admitted {
+	if want, err := identity(s, n.store.Modules); err == nil && want.id == s.Admitted {
 		return // the desired content is the admitted incarnation: reconcile places it
 	}
+	// Otherwise the admitted incumbent serves again (also when the desired content's identity
+	// cannot be derived now: if it is the incumbent's, the incumbent is what it derives to).
 	old := served(s)
 	if old == nil {
 		return

@@ -100,7 +100,7 @@ type Config struct {
 	DrainTimeout      time.Duration // how long an incumbent may finish its requests (default 30s)
 	LivenessPeriod    time.Duration // how often an org process is probed (default 1s; SPEC 5.1)
 	LivenessTimeout   time.Duration // how long one liveness probe may take (default, and at most, three quarters of the period)
-	StalledSuspectFor time.Duration // how long an organization yields the CPU after liveness killed its process (default 1m)
+	StalledSuspectFor time.Duration // how long an organization yields the CPU after liveness killed its process (default 1m; negative: not at all)
 	// HeapLimitMB is V8's heap limit per isolate (default 128, Cloudflare's per worker): an
 	// isolate past it ends its process.
 	HeapLimitMB int

@@ -93,7 +93,7 @@ type Options struct {
 	LivenessPeriod  time.Duration
 	LivenessTimeout time.Duration
 	// SuspectFor is how long an organization yields the CPU after liveness killed its process
-	// (default SuspectFor).
+	// (0: SuspectFor; negative: not at all).
 	SuspectFor time.Duration
 	// StopGrace is how long a stopping process gets between SIGTERM and SIGKILL.
 	StopGrace time.Duration
@@ -150,8 +150,8 @@ func (o *Options) defaults() {
 	if o.ProbeDeadline <= 0 {
 		o.ProbeDeadline = 30 * time.Second
 	}
-	if o.SuspectFor <= 0 {
-		o.SuspectFor = SuspectFor
+	if o.SuspectFor == 0 {
+		o.SuspectFor = SuspectFor // a negative one turns the suspicion off
 	}
 	if o.LivenessPeriod <= 0 {
 		o.LivenessPeriod = time.Second

@@ -449,10 +449,8 @@ func (c *cgroups) weightLocked(uid int) int {
 	return c.limits.CPUWeight
 }
 
-// setStalledLocked counts one of uid's processes stalled or no longer (c.mu held), and writes the
-// organization's weight when that changes it.
-func (c *cgroups) setStalledLocked(uid int, stalled bool) error {
-	before := c.weightLocked(uid)
+// countStalledLocked counts one of uid's processes stalled or no longer (c.mu held).
+func (c *cgroups) countStalledLocked(uid int, stalled bool) {
 	if c.stalled == nil {
 		c.stalled = map[int]int{}
 	}
@@ -461,6 +459,13 @@ func (c *cgroups) setStalledLocked(uid int, stalled bool) error {
 	} else if c.stalled[uid]--; c.stalled[uid] <= 0 {
 		delete(c.stalled, uid)
 	}
+}
+
+// setStalledLocked counts one of uid's processes stalled or no longer (c.mu held), and writes the
+// organization's weight when that changes it.
+func (c *cgroups) setStalledLocked(uid int, stalled bool) error {
+	before := c.weightLocked(uid)
+	c.countStalledLocked(uid, stalled)
 	after := c.weightLocked(uid)
 	if after == before {
 		return nil
@@ -656,8 +661,14 @@ func (g *group) setStalled(stalled bool) error {
 	if g.stalled == stalled || len(g.dirs) == 0 {
 		return nil
 	}
+	if err := g.c.setStalledLocked(g.uid, stalled); err != nil {
+		// Undo the count, so that the group, the count and its caller agree that nothing
+		// changed, and a later call tries the write again.
+		g.c.countStalledLocked(g.uid, !stalled)
+		return err
+	}
 	g.stalled = stalled
-	return g.c.setStalledLocked(g.uid, stalled)
+	return nil
 }
 
 func (g *group) removeLocked() error {

@@ -46,6 +46,10 @@ import (
 const (
 	// LivenessMisses is how many probes in a row a process may miss before it is killed.
 	LivenessMisses = 3
+	// StallAfter is how long a liveness probe may go unanswered before its process counts as
+	// stalled for the CPU weight (it is killed only after LivenessMisses missed probes): a healthy
+	// process answers in a millisecond or two.
+	StallAfter = 100 * time.Millisecond
 	// SuspectFor is how long, by default, an organization killed for an unresponsive process keeps
 	// yielding the CPU after its process starts again (sandbox.Process.SetStalled): a worker that loops is
 	// usually asked again at once, and would otherwise take its full share until its next miss.

@@ -571,8 +571,19 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	}
 	suspect := func() bool { return time.Now().Before(p.suspectUntil) }
 	stall(suspect())
+	// A probe still unanswered after StallAfter, with no answer of its workers meanwhile, already
+	// says the thread is held: the weight drops then, not only once the probe has timed out.
+	slow := time.NewTimer(time.Hour)
+	slow.Stop()
+	defer slow.Stop()
 	for {
 		select {
+		case <-slow.C:
+			// Busy is not stuck: a process whose workers answered since the probe went out
+			// keeps its weight (the miss below makes the same exception).
+			if probing && p.answered.Load() == lastAnswered {
+				stall(true)
+			}
 		case err := <-exited:
 			why := "workerd exited: " + exitText(err)
 			hit := proc.LimitHit()
@@ -592,8 +603,10 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			before := lastAnswered
 			lastAnswered = p.answered.Load()
 			go func() { answers <- answer{err: p.liveness(ctx, o.LivenessTimeout), before: before} }()
+			slow.Reset(min(StallAfter, o.LivenessTimeout))
 		case a := <-answers:
 			probing = false
+			slow.Stop()
 			// Requests that begin from here on came after this result: once it is a first miss,
 			// the thread was held before they came, and they are not to blame for it.
 			epoch := p.epoch.Add(1)

@@ -33,7 +33,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target,
 	start := time.Now()
 	deadline := start.Add(limit)
 	var body *clientBody
-	if r.Body != nil && r.Body != http.NoBody {
+	// A request whose length is known to be zero has no body to carry (an HTTP/2 request with no
+	// DATA frames has ContentLength 0 but a Body that is not http.NoBody): it goes as a plain
+	// request, with no body writer beside the answer's read.
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		if r.ContentLength > h.limits.MaxBodyBytes {
 			return h.refuse(w, http.StatusRequestEntityTooLarge)
 		}
@@ -77,8 +80,10 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target,
 		sent = make(chan error, 1)
 		go func() {
 			err := writeBody(c.bw, body, r.ContentLength)
-			if err != nil {
-				// Whatever the worker is waiting for will not come: end the exchange.
+			if err != nil && (body.error() != nil || errors.Is(err, io.ErrUnexpectedEOF)) {
+				// The client's body broke or came short: whatever the worker is waiting for will
+				// not come, so the exchange ends. (A write the worker's side refused is no reason
+				// to stop reading: its answer, or its end, may be there to read.)
 				_ = c.conn.SetDeadline(aLongTimeAgo)
 			}
 			sent <- err

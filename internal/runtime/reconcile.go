@@ -36,9 +36,9 @@ func (n *Node) processOptions(bin, channels string) orgproc.Options {
 
 // nudge asks the reconciler to look at one script again (one of its incarnations changed state).
 // It never waits for n.mu: an incarnation may change state, and call it, while n.mu is held.
-// unreadableRetry is how long a script whose code could not be read from the store waits before
-// it is reconciled again.
-const unreadableRetry = time.Second
+// unreadableCodeID stands in scriptRun.unstartable for a desired script whose code could not be
+// read from the store (it has no identity to name): its retries back off as a start's do.
+const unreadableCodeID = "(unreadable code)"
 
 func (n *Node) nudge(script string) {
 	n.kickMu.Lock()
@@ -145,10 +145,13 @@ func (n *Node) reconcileLocked(name string) []Incarnation {
 	want, err := n.wantLocked(r, s, true)
 	if err != nil {
 		r.problem = "the desired deployment cannot be run: " + err.Error()
-		if unreadable(err) {
-			// Not final (a read may succeed later): reconciled again after a pause.
-			n.log.Error("read a script's code", "script", name, "error", err, "retryIn", unreadableRetry.String())
-			time.AfterFunc(unreadableRetry, func() { n.nudge(name) })
+		if unreadable(err) && (r.unstartable != unreadableCodeID || !time.Now().Before(r.retryAt)) {
+			// Not final (a read may succeed later): reconciled again after a pause that doubles
+			// while the read keeps failing, one retry pending at a time.
+			r.backoff = nextStartBackoff(r.backoff, r.unstartable == unreadableCodeID)
+			r.unstartable, r.retryAt = unreadableCodeID, time.Now().Add(r.backoff)
+			n.log.Error("read a script's code", "script", name, "error", err, "retryIn", r.backoff.String())
+			time.AfterFunc(r.backoff, func() { n.nudge(name) })
 		}
 		return nil
 	}

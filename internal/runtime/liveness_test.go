@@ -130,6 +130,77 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 	require.Equal(t, st.Incarnation.PID, f.waitReady("hog").Incarnation.PID)
 }
 
+// A load holds the thread as a loop does, but the node asked for it: its organization keeps its
+// CPU weight while a large bundle compiles, and is not killed for the probes it misses meanwhile
+// (at the least weight, a 10 MiB load on a busy node took its three misses itself, seen in CI).
+func TestAnOrganizationLoadingALargeBundleKeepsItsWeightAndItsProcess(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *runtime.Config) {
+		// Probes every 100 ms, each allowed 75: every load is probed while it runs, and one
+		// of a few hundred milliseconds misses three of them.
+		c.LivenessPeriod = 100 * time.Millisecond
+	})
+	f.putSource("small", "uid-small", echoSource)
+	procs := descendants(t, f.waitReady("small").Incarnation.PID)
+	weight := orgCPUWeight(t, procs[len(procs)-1])
+	var b strings.Builder
+	for i := 0; b.Len() < 10<<20; i++ {
+		fmt.Fprintf(&b, "function f%d(a,b){return a*%d+b.length+\"%064x\"}\n", i, i, i)
+	}
+	b.WriteString("export default { fetch() { return new Response(typeof f1); } };\n")
+	f.putSource("large", "uid-large", b.String())
+	began := time.Now()
+	var seen []string
+	for {
+		if w := weight(); len(seen) == 0 || seen[len(seen)-1] != w {
+			seen = append(seen, w)
+		}
+		st, err := f.client.GetScript(f.ctx, "large")
+		require.NoError(t, err)
+		if st.Ready {
+			break
+		}
+		require.NotEqual(t, adminapi.ReasonFailed, st.Reason, "%+v", st.Incarnation)
+		require.Less(t, time.Since(began), 30*time.Second, "the large bundle never read Ready")
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Equal(t, []string{strconv.Itoa(sandbox.DefaultCPUWeight)}, seen, "the organization kept its weight while it loaded")
+	require.Equal(t, procs[0], f.waitReady("small").Incarnation.PID, "the load did not end its organization's process")
+	t.Logf("a 10 MiB bundle was Ready %s after its put", time.Since(began).Round(time.Millisecond))
+}
+
+// A load that never ends is no longer a load: once the allowance has passed, its misses count,
+// its process is killed and restarted, the candidate fails for good, and the organization's other
+// workers serve again (SPEC 5.1).
+func TestACandidateWhoseLoadNeverEndsFailsAfterTheAllowance(t *testing.T) {
+	t.Parallel()
+	const allowance = 1500 * time.Millisecond
+	f := setup(t, func(c *runtime.Config) {
+		c.LivenessPeriod, c.LivenessTimeout = 200*time.Millisecond, 150*time.Millisecond
+		c.LoadAllowance = allowance
+		c.RestartBackoff, c.MaxRestartBackoff = 200*time.Millisecond, 200*time.Millisecond
+	})
+	f.putSource("steady", "uid-steady", loopingSource)
+	f.route("steady.workers.localhost", "steady", "ep-steady")
+	first := f.waitReady("steady")
+	began := time.Now()
+	f.putSource("hang", "uid-hang", "while (true) {}\nexport default { fetch() { return new Response(\"never\"); } };\n")
+	st := f.waitStatus("the hanging load failed", func(s adminapi.ScriptStatus) bool { return s.Reason == adminapi.ReasonFailed }, "hang")
+	took := time.Since(began)
+	require.Contains(t, st.Incarnation.Message, "while it loaded")
+	require.Contains(t, st.Incarnation.Message, "after the 1.5s a load may hold its thread")
+	require.GreaterOrEqual(t, took, allowance, "its misses counted only after the allowance")
+	after := f.waitStatus("steady serves again", func(s adminapi.ScriptStatus) bool {
+		return s.Ready && s.Incarnation.PID != first.Incarnation.PID
+	}, "steady")
+	require.Equal(t, 1, after.Incarnation.Restarts)
+	f.answers("steady.workers.localhost", "served=1\n")
+	// Never loaded again: the process it ended stays up.
+	time.Sleep(2 * allowance)
+	require.Equal(t, after.Incarnation.PID, f.waitReady("steady").Incarnation.PID)
+	t.Logf("a load that never ended failed %s after its put", took.Round(time.Millisecond))
+}
+
 // orgCPUWeight reads, on each call, the CPU weight of the organization whose sandboxed process
 // pid is in (the parent of its process's cgroup): cpu.weight on v2, cpu.shares on v1, where it
 // reads as the weight the runtime wrote it for (shares are the weight scaled by 1024/100, at

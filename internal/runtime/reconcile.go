@@ -21,7 +21,7 @@ func (n *Node) processOptions(bin, channels string) orgproc.Options {
 		Workerd: bin, Sandbox: n.sandbox, SocketsDir: n.store.SocketsDir(), ChannelsDir: channels, Logger: n.log,
 		Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
 		StartDeadline: cfg.ProbeDeadline, ProbeDeadline: cfg.ProbeDeadline,
-		LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout, SuspectFor: cfg.StalledSuspectFor, DrainTimeout: cfg.DrainTimeout,
+		LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout, SuspectFor: cfg.StalledSuspectFor, LoadAllowance: cfg.LoadAllowance, DrainTimeout: cfg.DrainTimeout,
 		HeapLimitMB: cfg.HeapLimitMB, RecycleSecretsAfter: cfg.RecycleSecretsAfter,
 		BrakedOrg:         func(org string) bool { return n.braked(adminapi.Labels{Organization: org}) },
 		BrakedIncarnation: n.braked,

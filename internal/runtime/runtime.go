@@ -101,6 +101,7 @@ type Config struct {
 	LivenessPeriod    time.Duration // how often an org process is probed (default 1s; SPEC 5.1)
 	LivenessTimeout   time.Duration // how long one liveness probe may take (default, and at most, three quarters of the period)
 	StalledSuspectFor time.Duration // how long an organization yields the CPU after liveness killed its process (default 1m; negative: not at all)
+	LoadAllowance     time.Duration // how long a load the runtime asked for may hold its process's thread before missed probes count (default 10s)
 	// HeapLimitMB is V8's heap limit per isolate (default 128, Cloudflare's per worker): an
 	// isolate past it ends its process.
 	HeapLimitMB int

@@ -54,6 +54,10 @@ const (
 	// yielding the CPU after its process starts again (sandbox.Process.SetStalled): a worker that loops is
 	// usually asked again at once, and would otherwise take its full share until its next miss.
 	SuspectFor = time.Minute
+	// LoadAllowance is how long, by default, a load may hold its process's thread before its
+	// missed probes count: a 10 MiB bundle compiles in a few hundred milliseconds on an idle node,
+	// for seconds on a busy one (as Kubernetes' startup probe holds off its liveness probe).
+	LoadAllowance = 10 * time.Second
 	// IncidentImplications within IncidentWindow raise an incident on an incarnation.
 	IncidentImplications = 6
 	IncidentWindow       = time.Hour
@@ -99,6 +103,9 @@ type Options struct {
 	// SuspectFor is how long an organization yields the CPU after liveness killed its process
 	// (0: SuspectFor; negative: not at all).
 	SuspectFor time.Duration
+	// LoadAllowance is how long a load the runtime asked for (a probe in progress) may hold the
+	// process's thread before missed probes count toward its kill (0: LoadAllowance).
+	LoadAllowance time.Duration
 	// StopGrace is how long a stopping process gets between SIGTERM and SIGKILL.
 	StopGrace time.Duration
 	// DrainTimeout bounds how long a retired incarnation or process finishes its requests.

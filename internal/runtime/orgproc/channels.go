@@ -37,7 +37,6 @@ func (p *Process) serveCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.loaded.Store(true)
-	p.codeGiven.Add(1)
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(code)
 }

@@ -68,8 +68,6 @@ type Process struct {
 	answered atomic.Int64
 	// alive is when the process last answered a liveness probe (unix nanoseconds).
 	alive atomic.Int64
-	// codeGiven counts the bundles the node gave its router (each the start of a load).
-	codeGiven atomic.Int64
 	// scrubber removes every value any of its incarnations holds from workerd's own output.
 	scrubber atomic.Pointer[scrub.Scrubber]
 	// probes bounds the probes in flight in it (the process loads on one thread anyway).
@@ -588,12 +586,12 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	suspect := func() bool { return time.Now().Before(p.suspectUntil) }
 	stall(suspect())
 	// A load holds the thread as a loop does, but the node asked for it (a 10 MiB bundle compiles
-	// for seconds on a busy node): while one is in progress the organization keeps its weight
+	// for seconds on a busy node): while one is in progress (a probe: a load on a request's
+	// demand cannot be told from the request's own work) the organization keeps its weight
 	// (at the least weight, a load on a contended node takes its three misses itself, seen in
-	// CI), and a load the runtime probes has LoadAllowance before its misses count. A load
+	// CI), and has LoadAllowance before its misses count. A load
 	// that never ends is still killed for them, and its candidate fails (SPEC 5.1).
-	codeAtAnswer := p.codeGiven.Load()
-	loading := func() bool { return p.codeGiven.Load() != codeAtAnswer || p.anyProbing() }
+	loading := p.anyProbing
 	allowance := o.LoadAllowance
 	if allowance == 0 {
 		allowance = LoadAllowance
@@ -643,7 +641,6 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				misses, streak = 0, 0
 				stall(suspect())
 				p.alive.Store(time.Now().UnixNano())
-				codeAtAnswer = p.codeGiven.Load()
 				loadMissedSince = time.Time{}
 				continue
 			case nodeFault(a.err):

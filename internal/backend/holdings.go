@@ -21,6 +21,8 @@ type Held struct {
 	// Organization is the organization's label the script was written with.
 	Organization string
 	Generation   int64
+	// DeliveryID is the secret delivery a script holds ("" for none, and for a route).
+	DeliveryID string
 }
 
 // Holdings is everything one backend holds, read at once.

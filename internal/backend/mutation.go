@@ -196,6 +196,25 @@ type ValueFreeSink interface {
 	ExpectedDigest(d Delivery) []byte
 }
 
+// PoolSink is a SecretSink whose backend is a pool of runtime nodes sharing a pool key (SPEC 6.2):
+// at dispatch the Host seals the values to the pool's public key, keeps the blob (it can never
+// open it again), and gives the nodes the blob, not the values; it names the blob again to a node
+// that lost its state. A pool whose installation names no key answers false from PoolSeal, and
+// its deliveries go through DeliverSecrets.
+type PoolSink interface {
+	SecretSink
+	// PoolSeal seals plaintext (the material as the runtime input sealed it) for d.
+	PoolSeal(d Delivery, plaintext []byte) ([]byte, bool, error)
+	// DeliverSealed gives the blob PoolSeal made for d to the pool, replacing any earlier
+	// delivery; with restore, only where no delivery of d's worker UID is held (a node that lost
+	// its state), so that a restore never replaces a newer delivery: ErrNotRestored when the
+	// backend held one, or no longer holds d's worker.
+	DeliverSealed(ctx context.Context, d Delivery, blob []byte, restore bool) error
+}
+
+// ErrNotRestored is a restoring DeliverSealed the backend did not take.
+var ErrNotRestored = errors.New("the backend holds another delivery of the worker, or not the worker: nothing restored")
+
 // DeliveryBudget is a SecretSink whose backend limits its API calls: ReserveDelivery takes the
 // budget a delivery needs before anything is claimed, and answers a RateLimitedError instead
 // while the installation cannot call (SPEC 8 "Rate limits").

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
@@ -53,6 +54,11 @@ type Installation struct {
 	RuntimeCAFile         string `json:"runtimeCaFile,omitempty"`
 	RuntimeClientCertFile string `json:"runtimeClientCertFile,omitempty"`
 	RuntimeClientKeyFile  string `json:"runtimeClientKeyFile,omitempty"`
+	// PoolPublicKey ("x25519:…", from `takoserver nodes init-pool-key`) is the pool's public key
+	// (SPEC 6.2): a selfhost installation that names it seals each delivery to its nodes at
+	// dispatch and keeps the blob, so that a node that lost its state gets its secrets back. Not
+	// part of the offering digest: a key rotation moves no worker.
+	PoolPublicKey string `json:"poolPublicKey,omitempty"`
 	// Cloudflare packs (SPEC 8): the account, the file holding its API token (0600, in a 0700
 	// directory), and the API's base URL (default Cloudflare's; tests and Cloudflare-compatible
 	// gateways set it).
@@ -485,8 +491,8 @@ func (r *ratesFile) apply(out *Rates) error {
 }
 
 func validateInstallation(inst *Installation) error {
-	if inst.Pack != PackSelfhost && inst.hasRuntimeTLS() {
-		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile and runtimeClientKeyFile belong to selfhost installations")
+	if inst.Pack != PackSelfhost && (inst.hasRuntimeTLS() || inst.PoolPublicKey != "") {
+		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile and poolPublicKey belong to selfhost installations")
 	}
 	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 || inst.CronCeiling < 0 {
 		return fmt.Errorf("scriptCeiling, cronCeiling and routePropagationSeconds may not be negative")
@@ -514,6 +520,11 @@ func validateInstallation(inst *Installation) error {
 		if err := validateRuntimeChannel(inst); err != nil {
 			return err
 		}
+		if inst.PoolPublicKey != "" {
+			if _, err := poolkey.ParsePublic(inst.PoolPublicKey); err != nil {
+				return fmt.Errorf("poolPublicKey: %w", err)
+			}
+		}
 		if !vocab.IsHostname(inst.EndpointSuffix) {
 			return fmt.Errorf("endpointSuffix %q is not a lowercase DNS name", inst.EndpointSuffix)
 		}
@@ -524,7 +535,7 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("scheme must be http or https")
 		}
 		if inst.AccountSubdomain != "" || inst.BaseDomain != "" || inst.AccountID != "" || inst.APITokenFile != "" || inst.APIBaseURL != "" {
-			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl and runtimeTokenFile only")
+			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl, runtimeTokenFile, the runtime's TLS files and poolPublicKey only")
 		}
 	case PackWorkersDev:
 		if !vocab.IsHostname(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
@@ -702,6 +713,15 @@ func digest(o Offering, inst Installation) string {
 		{Key: "installation", Value: installation},
 	}))
 	return hex.EncodeToString(sum[:])
+}
+
+// PoolKey is the installation's pool public key, and whether it names one.
+func (inst Installation) PoolKey() (poolkey.Public, bool) {
+	if inst.PoolPublicKey == "" {
+		return poolkey.Public{}, false
+	}
+	k, err := poolkey.ParsePublic(inst.PoolPublicKey)
+	return k, err == nil
 }
 
 // Organization is the part of an organization the catalog needs to decide what is sold to it.

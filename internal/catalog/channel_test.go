@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/testpki"
 )
 
@@ -95,4 +96,25 @@ func TestRuntimeTLSFilesChangeNoOfferingDigest(t *testing.T) {
 	require.Equal(t, plain, digest(map[string]string{"runtimeUrl": "https://10.0.0.2:8788", "runtimeCaFile": other.CertFile,
 		"runtimeClientCertFile": client.CertFile, "runtimeClientKeyFile": client.KeyFile}))
 	require.NotEqual(t, plain, digest(map[string]string{"runtimeUrl": "https://10.0.0.3:8788"}))
+}
+
+// A pool's public key is checked when the catalog loads, belongs to selfhost, and moves no
+// offering digest: naming one, or rotating it, strands no worker.
+func TestPoolPublicKeyIsCheckedAndMovesNoOfferingDigest(t *testing.T) {
+	t.Parallel()
+	key := func() string {
+		p, err := poolkey.Generate("local")
+		require.NoError(t, err)
+		return p.Public().String()
+	}
+	digest := func(set map[string]string) string {
+		c, err := Load(selfhostCatalog(t, set))
+		require.NoError(t, err)
+		return c.Offerings[0].Digest
+	}
+	plain := digest(nil)
+	require.Equal(t, plain, digest(map[string]string{"poolPublicKey": key()}))
+	require.Equal(t, plain, digest(map[string]string{"poolPublicKey": key()}), "a rotated key")
+	_, err := Load(selfhostCatalog(t, map[string]string{"poolPublicKey": "x25519:AAAA"}))
+	require.ErrorContains(t, err, "poolPublicKey")
 }

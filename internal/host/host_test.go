@@ -67,6 +67,7 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 		"expire lapsed reservations",
 		"close deletion attestations whose route propagation ended",
 		"expire runtime inputs",
+		"drop the pool blobs of deleted workers",
 		"purge tombstones",
 		"settle abandoned cron ticks",
 		"a runtime node does not answer the Host",                   // the default catalog's node, which no test runs

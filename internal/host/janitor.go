@@ -57,6 +57,10 @@ func (h *Host) steps() []step {
 		name: "expire-runtime-inputs", run: func(ctx context.Context) (int64, error) { return h.RuntimeInputs.SweepExpired(ctx, h.DB) },
 		done: "expired runtime inputs and dropped their sealed material", fails: "expire runtime inputs",
 	}, {
+		// Pool blobs of deleted or replaced workers (SPEC 6.2).
+		name: "pool-blobs", run: func(ctx context.Context) (int64, error) { return h.RuntimeInputs.SweepPoolBlobs(ctx, h.DB) },
+		done: "dropped the pool blobs of deleted workers", fails: "drop the pool blobs of deleted workers",
+	}, {
 		// Expired tombstones, which every lookup already ignores.
 		name: "tombstones", run: h.Owners.PurgeTombstones,
 		done: "purged expired tombstones", fails: "purge tombstones",

@@ -161,8 +161,63 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 		if r != nil || err != nil {
 			note(orZero(r, Reconciled{Kind: nativeKind(c.ResourceKind), NativeName: c.NativeName}), err)
 		}
+		if err == nil && r != nil && !present && r.Kind == backend.NativeWorker {
+			// Written on a node that lacked it: it holds no delivery yet, and gets one below.
+			holds[heldKey{r.Kind, r.NativeName}] = backend.Held{Kind: r.Kind, NativeName: r.NativeName, DeploymentID: uuid.MustParse(r.DeploymentID),
+				ResourceUID: r.ResourceUID, Organization: r.Organization}
+		}
+	}
+	if pool, ok := backend.As[backend.PoolSink](mut); ok {
+		errs = append(errs, s.restoreDeliveries(ctx, db, installation, pool, holds, note))
 	}
 	return out, errors.Join(errs...)
+}
+
+// restoreDeliveries names again, to a node that holds a live worker's script without any
+// delivery (its state was lost, or restored from before the delivery), the worker's newest
+// settled delivery the Host keeps sealed to the pool (SPEC 6.2): the node opens it with the pool
+// key, so the worker gets its secrets back with no tenant action, and the Host never opens it.
+// The node takes it only if it still holds no delivery of that worker UID (a newer delivery may
+// have arrived meanwhile). A script the node lacks gets its delivery at the next sweep, once
+// written again.
+func (s *Service) restoreDeliveries(ctx context.Context, db interface {
+	store.Beginner
+	dbsqlc.DBTX
+}, installation string, pool backend.PoolSink, holds map[heldKey]backend.Held, note func(Reconciled, error)) error {
+	rows, err := dbsqlc.New(db).ReconcileDeliveries(ctx, &installation)
+	if err != nil {
+		return fmt.Errorf("resource: the deliveries a node must hold: %w", store.Classify(err))
+	}
+	latest := map[uuid.UUID]dbsqlc.ReconcileDeliveriesRow{}
+	for _, r := range rows {
+		latest[r.WorkerUID] = r // ordered by settled_at: the newest wins
+	}
+	for _, r := range rows {
+		if latest[r.WorkerUID].MaterialSetID != r.MaterialSetID {
+			continue
+		}
+		h, held := holds[heldKey{backend.NativeWorker, r.NativeName}]
+		if !held || h.ResourceUID != r.WorkerUID.String() || h.DeliveryID != "" {
+			continue
+		}
+		d := backend.Delivery{ScriptName: r.NativeName, WorkerUID: r.WorkerUID, PreparationID: r.PreparationID, MaterialSetID: r.MaterialSetID,
+			SecretNames: r.BindingNames, EffectID: uuid.New()}
+		rec := Reconciled{Installation: installation, Kind: backend.NativeWorker, NativeName: r.NativeName, Action: dbsqlc.NodeReconciliationActionRestored,
+			DeploymentID: h.DeploymentID.String(), ResourceUID: h.ResourceUID, Organization: h.Organization,
+			Detail: "the worker's secret delivery " + r.MaterialSetID.String() + ", which the node lacked, from its pool blob"}
+		dctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
+		err := pool.DeliverSealed(dctx, d, r.PoolBlob, true)
+		cancel()
+		if errors.Is(err, backend.ErrNotRestored) {
+			continue // a newer delivery got there first, or the script went: nothing to record
+		}
+		if err != nil {
+			note(rec, fmt.Errorf("deliver it again: %w", err))
+			continue
+		}
+		note(rec, s.recordReconciled(ctx, db, rec, h.Generation))
+	}
+	return nil
 }
 
 func boolOrder(b bool) int {

@@ -5,15 +5,18 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"sort"
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/desired"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // putSecrets delivers a worker's secret values (desired.PutSecrets): sealed at rest before the
@@ -36,6 +39,18 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	if !state.ValidWorkerUID(req.WorkerUID) {
 		return nil, invalid("workerUid %q must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}", req.WorkerUID)
 	}
+	if req.Sealed != nil {
+		if len(req.Values) != 0 {
+			return nil, invalid("a delivery carries values or a pool's sealed blob, not both")
+		}
+		values, err := n.openPoolBlob(req)
+		if err != nil {
+			return nil, err
+		}
+		req.Values = values
+	} else if req.Restore {
+		return nil, invalid("only a pool's sealed delivery is restored")
+	}
 	names := make([]string, 0, len(req.Values))
 	for k := range req.Values {
 		if !workerd.ValidBindingName(k) {
@@ -52,6 +67,13 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	seal := func() error { return n.store.SealSecrets(req.WorkerUID, req.DeliveryID, req.Values) }
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if req.Restore {
+		// Named again by the Host to a node that lost its state: taken only where no delivery of
+		// this worker UID is held, so that it never replaces a newer one that arrived first.
+		if cur := n.desired.Scripts[name]; cur == nil || cur.WorkerUID != req.WorkerUID || cur.Delivery != nil {
+			return n.scriptStatusLocked(name), nil
+		}
+	}
 	a, _, err := n.applyLocked(op, name, seal)
 	if err != nil {
 		return nil, err
@@ -62,6 +84,26 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 		n.log.Info("secrets delivered", "script", name, "workerUid", req.WorkerUID, "deliveryId", req.DeliveryID, "names", names, "effectId", req.EffectID)
 	}
 	return n.scriptStatusLocked(name), nil
+}
+
+// openPoolBlob opens a delivery the Host sealed to this node's pool (SPEC 6.2).
+func (n *Node) openPoolBlob(req adminapi.SecretsPut) (map[string]vocab.Secret, error) {
+	if n.pool == nil {
+		return nil, invalid("this node has no pool key: start it with --pool-key-file, the private key of the pool whose public key the Host's catalog names")
+	}
+	plain, err := n.pool.Open(poolkey.Binding{WorkerUID: req.WorkerUID, DeliveryID: req.DeliveryID}, req.Sealed)
+	if err != nil {
+		return nil, invalid("the sealed delivery does not open with this node's pool key (pool %q): %v", n.pool.Pool, err)
+	}
+	var m map[string]string
+	if err := json.Unmarshal(plain, &m); err != nil {
+		return nil, invalid("the sealed delivery holds no values")
+	}
+	values := make(map[string]vocab.Secret, len(m))
+	for k, v := range m {
+		values[k] = vocab.NewSecret(v)
+	}
+	return values, nil
 }
 
 // deleteSecrets erases the delivery of the worker UID the caller names (desired.DeleteSecrets).

@@ -21,7 +21,7 @@ func TestTheRuntimeImportsNothingOfTheHost(t *testing.T) {
 	// it; vocab is the shapes of names and the Secret type, shared with the Host; netlisten opens
 	// a listener, waiting out a busy address.
 	leaves := map[string]bool{module + "internal/canonjson": true, module + "internal/safedir": true,
-		module + "internal/workerconf": true, module + "internal/vocab": true, module + "internal/netlisten": true}
+		module + "internal/workerconf": true, module + "internal/vocab": true, module + "internal/netlisten": true, module + "internal/poolkey": true}
 	var own, foreign []string
 	for _, pkg := range strings.Fields(string(out)) {
 		switch {

@@ -33,6 +33,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/takoform/terraform-provider-takoform/internal/netlisten"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
@@ -63,6 +64,10 @@ type Config struct {
 	// sealed again under the new key at start (a rotation that takes no worker down).
 	PreviousSealingKeyFile string
 	CreateSealingKey       bool
+	// PoolKeyFile is the pool's private key (`takoserver nodes init-pool-key`, SPEC 6.2): with
+	// it, the node opens the deliveries the Host sealed to its pool. Optional; a node without it
+	// refuses a sealed delivery.
+	PoolKeyFile string
 	// AdminListen and EdgeListen are the listen addresses (defaults 127.0.0.1:8788 and
 	// 127.0.0.1:8787). AdminListener and EdgeListener, when set, are used instead (tests pass
 	// port-0 listeners).
@@ -151,6 +156,8 @@ type Node struct {
 	log   *slog.Logger
 	store *state.Store
 	procs Processes
+	// pool opens pool deliveries (nil: the node has no pool key).
+	pool *poolkey.Private
 	// bin is the workerd binary, and channels the org processes' channels directory ("" both
 	// when cfg.Processes runs the incarnations).
 	bin, channels string
@@ -277,6 +284,13 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.EdgeTLS.Validate(); err != nil {
 		return nil, err
 	}
+	var pool *poolkey.Private
+	if cfg.PoolKeyFile != "" {
+		var err error
+		if pool, err = poolkey.ReadFile(cfg.PoolKeyFile); err != nil {
+			return nil, err
+		}
+	}
 	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey, Previous: cfg.PreviousSealingKeyFile})
 	if err != nil {
 		return nil, err
@@ -289,7 +303,7 @@ func Start(cfg Config) (*Node, error) {
 			"resealed", store.Resealed, "previous", cfg.PreviousSealingKeyFile, "current", cfg.SealingKeyFile)
 	}
 	n := &Node{
-		cfg: cfg, log: log, store: store, reg: prometheus.NewRegistry(), bin: bin,
+		cfg: cfg, log: log, store: store, pool: pool, reg: prometheus.NewRegistry(), bin: bin,
 		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, sourceMaps: sourcemaps.NewCache(sourcemaps.DefaultCacheSize), kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}

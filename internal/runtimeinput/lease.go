@@ -277,7 +277,10 @@ func (s *Service) Admissible(ctx context.Context, tx pgx.Tx, c Consumer, referen
 // dispatch is the second phase: open the sealed material, then clear it in the compare-and-swap
 // that authorizes delivery, in one transaction. Of several Hosts racing to dispatch one claim,
 // the CAS lets exactly one deliver. Material that cannot be opened fails closed, once.
-func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l *leaseState) (map[string]vocab.Secret, error) {
+//
+// A pool (backend.PoolSink with a key) gets the values sealed to its public key instead, and the
+// same CAS keeps that blob (SPEC 6.2): it is what the delivery carries, in place of the values.
+func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sealing.Ring, sink backend.SecretSink, c Consumer, l *leaseState) (delivery, error) {
 	// The pack decides which readback settles its deliveries: a value-free one has its expected
 	// digest recorded by the CAS that authorizes the delivery (SPEC 3.5).
 	var deliveryDigest []byte
@@ -285,9 +288,11 @@ func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sea
 		deliveryDigest = vf.ExpectedDigest(l.Delivery)
 	}
 	org := c.Incarnation.OrganizationID
-	var values map[string]vocab.Secret
+	pool, _ := sink.(backend.PoolSink)
+	var out delivery
 	var unreadable error
 	err := m.Tx(ctx, func(tx pgx.Tx) error {
+		out = delivery{}
 		q := dbsqlc.New(tx)
 		row, err := q.PreparationSealed(ctx, dbsqlc.PreparationSealedParams{OrganizationID: org, OperationID: l.OperationID})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -302,13 +307,23 @@ func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sea
 		}
 		plain, err := ring.Open(ctx, tx, sealed, aad(org, l.PreparationID, l.Reference))
 		if err == nil {
-			values, err = decodeMaterial(plain)
+			out.values, err = decodeMaterial(plain)
 		}
 		if err != nil {
 			unreadable = err
 			return errUnreadable
 		}
-		epoch, err := q.PreparationDispatch(ctx, dbsqlc.PreparationDispatchParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch, DeliveryDigest: deliveryDigest})
+		if pool != nil {
+			blob, ok, err := pool.PoolSeal(l.Delivery, plain)
+			if err != nil {
+				return fmt.Errorf("runtime input: seal to the pool: %w", err)
+			}
+			if ok {
+				out = delivery{blob: blob}
+			}
+		}
+		epoch, err := q.PreparationDispatch(ctx, dbsqlc.PreparationDispatchParams{OrganizationID: org, OperationID: l.OperationID, Epoch: l.Epoch,
+			DeliveryDigest: deliveryDigest, PoolBlob: out.blob})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return apierr.New(apierr.LeaseUnavailable, "runtime input %s: the worker, its reservation or its placement changed after the claim (or the claim expired); apply again", l.PreparationID)
 		}
@@ -317,9 +332,15 @@ func (s *Service) dispatch(ctx context.Context, m *ownership.Mutation, ring *sea
 	})
 	if errors.Is(err, errUnreadable) {
 		m.OnRefuse(failLease(org, l.OperationID, "sealed material unreadable: "+unreadableReason(unreadable)))
-		return nil, apierr.New(apierr.SealedMaterial, "runtime input %s cannot be opened (%s); it fails closed: bump bindings_wo_version to prepare a new one", l.PreparationID, unreadableReason(unreadable))
+		return delivery{}, apierr.New(apierr.SealedMaterial, "runtime input %s cannot be opened (%s); it fails closed: bump bindings_wo_version to prepare a new one", l.PreparationID, unreadableReason(unreadable))
 	}
-	return values, err
+	return out, err
+}
+
+// delivery is what one dispatch gives the backend: the values, or a pool's blob of them.
+type delivery struct {
+	values map[string]vocab.Secret
+	blob   []byte
 }
 
 func unreadableReason(err error) string {
@@ -345,12 +366,15 @@ func decodeMaterial(plain []byte) (map[string]vocab.Secret, error) {
 
 // deliver is the one backend call that carries values. The delivery is named by the sealed
 // material's id, and the call is idempotent by an effect id derived from the claim.
-func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, l leaseState, claim uuid.UUID, values map[string]vocab.Secret) error {
+func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consumer, l leaseState, claim uuid.UUID, give delivery) error {
 	ctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
 	defer cancel()
 	d := l.Delivery
 	d.EffectID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("takoform:delivery:"+claim.String()+":"+l.PreparationID))
-	return sink.DeliverSecrets(ctx, d, values)
+	if give.blob != nil {
+		return sink.(backend.PoolSink).DeliverSealed(ctx, d, give.blob, false)
+	}
+	return sink.DeliverSecrets(ctx, d, give.values)
 }
 
 // readback derives the preparation's challenge and asks the backend for its digest of what it

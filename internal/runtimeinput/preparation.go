@@ -376,3 +376,9 @@ func parseReference(ref string) (string, bool) {
 func (s *Service) SweepExpired(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
 	return store.Sweep(ctx, dbsqlc.New(db).PreparationSweepAll)
 }
+
+// SweepPoolBlobs drops the pool blobs of workers that are gone (SPEC 6.2: a blob is deleted when
+// its worker is); it counts the rows it cleared.
+func (s *Service) SweepPoolBlobs(ctx context.Context, db dbsqlc.DBTX) (int64, error) {
+	return dbsqlc.New(db).PoolBlobsSweep(ctx)
+}

@@ -23,7 +23,7 @@ func (n *runtimeNode) Holdings(ctx context.Context) (backend.Holdings, error) {
 	for _, s := range st.Scripts {
 		if s.Present {
 			out.Objects = append(out.Objects, backend.Held{Kind: backend.NativeWorker, NativeName: s.ScriptName, DeploymentID: parseID(s.DeploymentID),
-				ResourceUID: s.WorkerUID, Organization: s.Labels.Organization, Generation: s.Generation})
+				ResourceUID: s.WorkerUID, Organization: s.Labels.Organization, Generation: s.Generation, DeliveryID: s.Secrets.DeliveryID})
 		}
 	}
 	for _, r := range st.Routes {

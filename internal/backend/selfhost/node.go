@@ -18,6 +18,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
@@ -257,6 +258,37 @@ func (n *runtimeNode) DeliverSecrets(ctx context.Context, d backend.Delivery, va
 	})
 	return n.wrap(err)
 }
+
+// PoolSeal seals the material to the installation's pool key (SPEC 6.2), bound to the pool (the
+// installation's name), the worker UID and the delivery.
+func (n *runtimeNode) PoolSeal(d backend.Delivery, plaintext []byte) ([]byte, bool, error) {
+	key, ok := n.inst.PoolKey()
+	if !ok {
+		return nil, false, nil
+	}
+	blob, err := poolkey.Seal(key, n.inst.Name, poolkey.Binding{WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String()}, plaintext)
+	return blob, err == nil, err
+}
+
+// DeliverSealed gives the node a pool blob in place of the values.
+func (n *runtimeNode) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte, restore bool) error {
+	c, err := n.api()
+	if err != nil {
+		return err
+	}
+	st, err := c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
+		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Sealed: blob, Restore: restore,
+	})
+	if err != nil {
+		return n.wrap(err)
+	}
+	if restore && st.Secrets.DeliveryID != d.MaterialSetID.String() {
+		return backend.ErrNotRestored
+	}
+	return nil
+}
+
+var _ backend.PoolSink = (*runtimeNode)(nil)
 
 func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
 	c, err := n.api()

@@ -401,23 +401,33 @@ type ScriptStatus struct {
 
 // SecretsPut delivers the values of one worker UID's secret bindings. Its String, GoString,
 // Format and LogValue never show a value; only MarshalJSON (the wire) does.
+//
+// A pool's delivery carries Sealed instead of Values: the values sealed to the pool's public key
+// for WorkerUID and DeliveryID (poolkey), which the node opens with its --pool-key-file. Restore
+// asks the node to take it only when it holds no delivery for WorkerUID (the Host naming a
+// delivery again to a node that lost its state; SPEC 6.2).
 type SecretsPut struct {
 	EffectID   string
 	WorkerUID  string
 	DeliveryID string
 	Values     map[string]vocab.Secret
+	Sealed     []byte
+	Restore    bool
 }
 
 type secretsPutWire struct {
 	EffectID   string            `json:"effectId"`
 	WorkerUID  string            `json:"workerUid"`
 	DeliveryID string            `json:"deliveryId"`
-	Values     map[string]string `json:"values"`
+	Values     map[string]string `json:"values,omitempty"`
+	Sealed     []byte            `json:"sealed,omitempty"`
+	Restore    bool              `json:"restore,omitempty"`
 }
 
 // MarshalJSON writes the values in clear: the request body is the one place they travel.
 func (p SecretsPut) MarshalJSON() ([]byte, error) {
-	w := secretsPutWire{EffectID: p.EffectID, WorkerUID: p.WorkerUID, DeliveryID: p.DeliveryID, Values: make(map[string]string, len(p.Values))}
+	w := secretsPutWire{EffectID: p.EffectID, WorkerUID: p.WorkerUID, DeliveryID: p.DeliveryID, Values: make(map[string]string, len(p.Values)),
+		Sealed: p.Sealed, Restore: p.Restore}
 	for k, v := range p.Values {
 		w.Values[k] = v.Reveal()
 	}
@@ -430,7 +440,8 @@ func (p *SecretsPut) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	*p = SecretsPut{EffectID: w.EffectID, WorkerUID: w.WorkerUID, DeliveryID: w.DeliveryID, Values: make(map[string]vocab.Secret, len(w.Values))}
+	*p = SecretsPut{EffectID: w.EffectID, WorkerUID: w.WorkerUID, DeliveryID: w.DeliveryID, Values: make(map[string]vocab.Secret, len(w.Values)),
+		Sealed: w.Sealed, Restore: w.Restore}
 	for k, v := range w.Values {
 		p.Values[k] = vocab.NewSecret(v)
 	}
@@ -442,7 +453,7 @@ func (p SecretsPut) String() string {
 	for k := range p.Values {
 		names = append(names, k)
 	}
-	return fmt.Sprintf("SecretsPut{effectId:%s workerUid:%s deliveryId:%s names:%v}", p.EffectID, p.WorkerUID, p.DeliveryID, names)
+	return fmt.Sprintf("SecretsPut{effectId:%s workerUid:%s deliveryId:%s names:%v sealed:%d bytes restore:%t}", p.EffectID, p.WorkerUID, p.DeliveryID, names, len(p.Sealed), p.Restore)
 }
 
 // GoString redacts like String.

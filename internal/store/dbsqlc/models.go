@@ -959,6 +959,7 @@ type RuntimeInputPreparation struct {
 	CreatedAt             time.Time
 	UpdatedAt             time.Time
 	DeliveryDigest        []byte
+	PoolBlob              []byte
 }
 
 type SealingKey struct {

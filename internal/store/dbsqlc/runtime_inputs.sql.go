@@ -12,6 +12,23 @@ import (
 	"github.com/google/uuid"
 )
 
+const poolBlobsSweep = `-- name: PoolBlobsSweep :execrows
+UPDATE runtime_input_preparations p
+SET pool_blob = NULL, updated_at = (SELECT db_now())
+WHERE p.pool_blob IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.uid = p.worker_uid AND w.status <> 'deleted')
+`
+
+// Pool blobs whose worker is gone (deleted, or replaced by a new UID): no node is ever named
+// them again.
+func (q *Queries) PoolBlobsSweep(ctx context.Context) (int64, error) {
+	result, err := q.db.Exec(ctx, poolBlobsSweep)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const preparationAbort = `-- name: PreparationAbort :execrows
 UPDATE runtime_input_preparations
 SET status = 'aborted', epoch = epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL, updated_at = (SELECT db_now())
@@ -125,11 +142,11 @@ func (q *Queries) PreparationClaimsOnWorker(ctx context.Context, workerUid *uuid
 const preparationDispatch = `-- name: PreparationDispatch :one
 UPDATE runtime_input_preparations p
 SET status = 'dispatched', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL,
-    delivery_digest = $1::bytea,
+    delivery_digest = $1::bytea, pool_blob = $2::bytea,
     dispatched_at = (SELECT db_now()), updated_at = (SELECT db_now())
 FROM workers w, worker_endpoint_origin_reservations r
-WHERE p.organization_id = $2 AND p.operation_id = $3
-  AND p.status = 'claimed' AND p.epoch = $4 AND p.claim_expires_at > (SELECT db_now())
+WHERE p.organization_id = $3 AND p.operation_id = $4
+  AND p.status = 'claimed' AND p.epoch = $5 AND p.claim_expires_at > (SELECT db_now())
   AND w.uid = p.worker_uid AND w.revision = p.worker_revision
   AND (w.status = 'live' OR (w.status = 'creating' AND w.operation_id = p.claim_operation_id))
   AND w.offering_id = p.offering_id AND w.offering_digest = p.offering_digest
@@ -143,6 +160,7 @@ RETURNING p.epoch
 
 type PreparationDispatchParams struct {
 	DeliveryDigest []byte
+	PoolBlob       []byte
 	OrganizationID string
 	OperationID    string
 	Epoch          int64
@@ -152,10 +170,12 @@ type PreparationDispatchParams struct {
 // the worker's exact UID and revision, the placement and offering digest, and that no deletion
 // attestation is open for the worker; and clears the ciphertext in this same compare-and-swap,
 // before the backend request (SPEC 3.5). A backend that settles on the value-free readback gets
-// its expected digest recorded in the same CAS (null for the keyed challenge).
+// its expected digest recorded in the same CAS (null for the keyed challenge), and a pool its
+// values sealed to the pool's public key (SPEC 6.2; null on other packs).
 func (q *Queries) PreparationDispatch(ctx context.Context, arg PreparationDispatchParams) (int64, error) {
 	row := q.db.QueryRow(ctx, preparationDispatch,
 		arg.DeliveryDigest,
+		arg.PoolBlob,
 		arg.OrganizationID,
 		arg.OperationID,
 		arg.Epoch,
@@ -168,7 +188,7 @@ func (q *Queries) PreparationDispatch(ctx context.Context, arg PreparationDispat
 const preparationFail = `-- name: PreparationFail :execrows
 UPDATE runtime_input_preparations
 SET status = 'failed', epoch = epoch + 1, failure = $1, sealing_key_id = NULL, sealing_nonce = NULL,
-    ciphertext = NULL, updated_at = (SELECT db_now())
+    ciphertext = NULL, pool_blob = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = $2 AND operation_id = $3
   AND status IN ('prepared', 'claimed', 'dispatched')
 `
@@ -431,11 +451,19 @@ func (q *Queries) PreparationSealed(ctx context.Context, arg PreparationSealedPa
 }
 
 const preparationSettle = `-- name: PreparationSettle :one
-UPDATE runtime_input_preparations
-SET status = 'settled', epoch = epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
-WHERE organization_id = $1 AND operation_id = $2
-  AND status = 'dispatched' AND epoch = $3 AND coalesce(delivery_digest, material_digest) = $4
-RETURNING epoch
+WITH settled AS (
+    UPDATE runtime_input_preparations t
+    SET status = 'settled', epoch = t.epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
+    WHERE t.organization_id = $1 AND t.operation_id = $2
+      AND t.status = 'dispatched' AND t.epoch = $3 AND coalesce(t.delivery_digest, t.material_digest) = $4
+    RETURNING t.epoch, t.worker_uid
+), superseded AS (
+    UPDATE runtime_input_preparations o
+    SET pool_blob = NULL, updated_at = (SELECT db_now())
+    FROM settled s
+    WHERE o.worker_uid = s.worker_uid AND o.status = 'settled' AND o.pool_blob IS NOT NULL
+)
+SELECT epoch FROM settled
 `
 
 type PreparationSettleParams struct {
@@ -446,7 +474,9 @@ type PreparationSettleParams struct {
 }
 
 // dispatched -> settled, only when the backend's answer to the challenge matches the digest
-// stored at sealing, or, for a value-free readback, the digest the dispatch recorded.
+// stored at sealing, or, for a value-free readback, the digest the dispatch recorded. The pool
+// blobs of the worker's earlier settled deliveries go in the same statement: only the newest is
+// ever named to a node again.
 func (q *Queries) PreparationSettle(ctx context.Context, arg PreparationSettleParams) (int64, error) {
 	row := q.db.QueryRow(ctx, preparationSettle,
 		arg.OrganizationID,
@@ -545,6 +575,54 @@ func (q *Queries) PreparationsDispatchedByOperation(ctx context.Context, claimOp
 			&i.BindingNames,
 			&i.NativeName,
 			&i.Installation,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const reconcileDeliveries = `-- name: ReconcileDeliveries :many
+SELECT p.worker_uid::uuid AS worker_uid, p.native_name::text AS native_name, p.preparation_id, p.material_set_id,
+       p.binding_names, p.pool_blob
+FROM runtime_input_preparations p
+JOIN workers w ON w.uid = p.worker_uid
+WHERE p.installation = $1 AND p.status = 'settled' AND p.pool_blob IS NOT NULL
+  AND w.status = 'live' AND NOT w.script_collision
+ORDER BY p.settled_at
+`
+
+type ReconcileDeliveriesRow struct {
+	WorkerUID     uuid.UUID
+	NativeName    string
+	PreparationID string
+	MaterialSetID uuid.UUID
+	BindingNames  []string
+	PoolBlob      []byte
+}
+
+// The deliveries an installation's node must hold that can be named to it again: each live
+// worker's newest settled delivery whose pool blob the Host keeps.
+func (q *Queries) ReconcileDeliveries(ctx context.Context, installation *string) ([]ReconcileDeliveriesRow, error) {
+	rows, err := q.db.Query(ctx, reconcileDeliveries, installation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReconcileDeliveriesRow
+	for rows.Next() {
+		var i ReconcileDeliveriesRow
+		if err := rows.Scan(
+			&i.WorkerUID,
+			&i.NativeName,
+			&i.PreparationID,
+			&i.MaterialSetID,
+			&i.BindingNames,
+			&i.PoolBlob,
 		); err != nil {
 			return nil, err
 		}

@@ -92,10 +92,11 @@ FOR UPDATE;
 -- the worker's exact UID and revision, the placement and offering digest, and that no deletion
 -- attestation is open for the worker; and clears the ciphertext in this same compare-and-swap,
 -- before the backend request (SPEC 3.5). A backend that settles on the value-free readback gets
--- its expected digest recorded in the same CAS (null for the keyed challenge).
+-- its expected digest recorded in the same CAS (null for the keyed challenge), and a pool its
+-- values sealed to the pool's public key (SPEC 6.2; null on other packs).
 UPDATE runtime_input_preparations p
 SET status = 'dispatched', epoch = p.epoch + 1, sealing_key_id = NULL, sealing_nonce = NULL, ciphertext = NULL,
-    delivery_digest = sqlc.narg('delivery_digest')::bytea,
+    delivery_digest = sqlc.narg('delivery_digest')::bytea, pool_blob = sqlc.narg('pool_blob')::bytea,
     dispatched_at = (SELECT db_now()), updated_at = (SELECT db_now())
 FROM workers w, worker_endpoint_origin_reservations r
 WHERE p.organization_id = @organization_id AND p.operation_id = @operation_id
@@ -112,18 +113,28 @@ RETURNING p.epoch;
 
 -- name: PreparationSettle :one
 -- dispatched -> settled, only when the backend's answer to the challenge matches the digest
--- stored at sealing, or, for a value-free readback, the digest the dispatch recorded.
-UPDATE runtime_input_preparations
-SET status = 'settled', epoch = epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
-WHERE organization_id = @organization_id AND operation_id = @operation_id
-  AND status = 'dispatched' AND epoch = @epoch AND coalesce(delivery_digest, material_digest) = @readback_digest
-RETURNING epoch;
+-- stored at sealing, or, for a value-free readback, the digest the dispatch recorded. The pool
+-- blobs of the worker's earlier settled deliveries go in the same statement: only the newest is
+-- ever named to a node again.
+WITH settled AS (
+    UPDATE runtime_input_preparations t
+    SET status = 'settled', epoch = t.epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
+    WHERE t.organization_id = @organization_id AND t.operation_id = @operation_id
+      AND t.status = 'dispatched' AND t.epoch = @epoch AND coalesce(t.delivery_digest, t.material_digest) = @readback_digest
+    RETURNING t.epoch, t.worker_uid
+), superseded AS (
+    UPDATE runtime_input_preparations o
+    SET pool_blob = NULL, updated_at = (SELECT db_now())
+    FROM settled s
+    WHERE o.worker_uid = s.worker_uid AND o.status = 'settled' AND o.pool_blob IS NOT NULL
+)
+SELECT epoch FROM settled;
 
 -- name: PreparationFail :execrows
 -- Fails closed: the row keeps only value-free identity and can never be claimed again.
 UPDATE runtime_input_preparations
 SET status = 'failed', epoch = epoch + 1, failure = @failure, sealing_key_id = NULL, sealing_nonce = NULL,
-    ciphertext = NULL, updated_at = (SELECT db_now())
+    ciphertext = NULL, pool_blob = NULL, updated_at = (SELECT db_now())
 WHERE organization_id = @organization_id AND operation_id = @operation_id
   AND status IN ('prepared', 'claimed', 'dispatched');
 
@@ -151,3 +162,22 @@ FROM (SELECT x.organization_id, x.operation_id FROM runtime_input_preparations x
       LIMIT @batch::integer
       FOR UPDATE SKIP LOCKED) due
 WHERE p.organization_id = due.organization_id AND p.operation_id = due.operation_id;
+
+-- name: PoolBlobsSweep :execrows
+-- Pool blobs whose worker is gone (deleted, or replaced by a new UID): no node is ever named
+-- them again.
+UPDATE runtime_input_preparations p
+SET pool_blob = NULL, updated_at = (SELECT db_now())
+WHERE p.pool_blob IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.uid = p.worker_uid AND w.status <> 'deleted');
+
+-- name: ReconcileDeliveries :many
+-- The deliveries an installation's node must hold that can be named to it again: each live
+-- worker's newest settled delivery whose pool blob the Host keeps.
+SELECT p.worker_uid::uuid AS worker_uid, p.native_name::text AS native_name, p.preparation_id, p.material_set_id,
+       p.binding_names, p.pool_blob
+FROM runtime_input_preparations p
+JOIN workers w ON w.uid = p.worker_uid
+WHERE p.installation = @installation AND p.status = 'settled' AND p.pool_blob IS NOT NULL
+  AND w.status = 'live' AND NOT w.script_collision
+ORDER BY p.settled_at;

@@ -44,6 +44,12 @@ type pair struct {
 
 func newPair(t *testing.T) *pair {
 	t.Helper()
+	return newPairOn(t, startRuntime)
+}
+
+// newPairOn is newPair on the runtime node start starts.
+func newPairOn(t *testing.T, start func(*testing.T) node) *pair {
+	t.Helper()
 	p := &pair{t: t, dbURL: testdb.URL(t)}
 	run(t, p.dbURL, "migrate", "up")
 	db, err := store.Open(context.Background(), p.dbURL)
@@ -53,9 +59,9 @@ func newPair(t *testing.T) *pair {
 	p.orgID = decodeJSON(t, run(t, p.dbURL, "orgs", "create", "acme", "--output", "json"))["id"].(string)
 	p.key = decodeJSON(t, run(t, p.dbURL, "keys", "create", "--org", "acme", "--output", "json"))["key"].(string)
 	p.kek = sealingKey(t)
-	p.node = startRuntime(t)
+	p.node = start(t)
 	p.admin = holdAdmin(t, p.node.adminURL)
-	p.catalog = node{adminURL: p.admin.url, tokenFile: p.node.tokenFile, edgeAddr: p.node.edgeAddr}.catalog(t)
+	p.catalog = node{adminURL: p.admin.url, tokenFile: p.node.tokenFile, edgeAddr: p.node.edgeAddr, poolPublicKey: p.node.poolPublicKey}.catalog(t)
 	for i := range p.hosts {
 		p.hosts[i], p.procs[i] = p.start()
 	}

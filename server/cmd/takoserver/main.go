@@ -59,7 +59,7 @@ func rootCommand() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.output, "output", "text", "output format of admin commands: text or json")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(serveCommand(g), devCommand(g), migrateCommand(g), orgsCommand(g), keysCommand(g), brakeCommand(g))
-	root.AddCommand(runtimeCommand(g), cloudflareCommand(g))
+	root.AddCommand(runtimeCommand(g), cloudflareCommand(g), nodesCommand(g))
 	return root
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
@@ -143,11 +144,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 26, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 27, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
 	require.EqualValues(t, 25, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
 	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "25", "--output", "json"))["version"])
-	require.EqualValues(t, 26, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 26")
+	require.EqualValues(t, 27, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 27")
 }
 
 // host is one running `takoserver serve` process.
@@ -161,7 +162,9 @@ type host struct {
 type node struct {
 	adminURL, tokenFile, edgeAddr string
 	stateDir, sealingKeyFile      string
-	cmd                           *exec.Cmd
+	// poolKeyFile and poolPublicKey: the node's pool key (SPEC 6.2), when it has one.
+	poolKeyFile, poolPublicKey string
+	cmd                        *exec.Cmd
 }
 
 // startRuntime runs `takoserver runtime` on port-0 listeners and a state directory of its own, as
@@ -175,8 +178,33 @@ func startRuntime(t *testing.T) node {
 // admin and edge (host:port, or fd:N for the inherited descriptors, which are fd:3 onwards).
 func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string, inherited ...*os.File) node {
 	t.Helper()
-	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
-		"--sealing-key-file", key, "--admin-listen", admin, "--edge-listen", edge)
+	return startPooledRuntimeAt(t, stateDir, key, "", admin, edge, inherited...)
+}
+
+// startPooledRuntime runs `takoserver runtime` as startRuntime does, with a new pool key of the
+// catalog's installation ("selfhost").
+func startPooledRuntime(t *testing.T) node {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "pool")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	poolKey := filepath.Join(dir, "pool-key")
+	run(t, "", "nodes", "init-pool-key", "--pool", "selfhost", "--out", poolKey)
+	return startPooledRuntimeAt(t, filepath.Join(t.TempDir(), "runtime"), runtimetest.SealingKeyFile(t), poolKey, "127.0.0.1:0", "127.0.0.1:0")
+}
+
+// startPooledRuntimeAt is startRuntimeAt with the pool key file poolKey ("": none).
+func startPooledRuntimeAt(t *testing.T, stateDir, key, poolKey, admin, edge string, inherited ...*os.File) node {
+	t.Helper()
+	args := []string{"runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
+		"--sealing-key-file", key, "--admin-listen", admin, "--edge-listen", edge}
+	var public string
+	if poolKey != "" {
+		args = append(args, "--pool-key-file", poolKey)
+		k, err := poolkey.ReadFile(poolKey)
+		require.NoError(t, err)
+		public = k.Public().String()
+	}
+	cmd := exec.Command(binary, args...)
 	cmd.ExtraFiles = inherited
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
@@ -184,7 +212,7 @@ func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string, inherited .
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	started := regexp.MustCompile(`^takoserver runtime: admin API (\S+) \(token in (\S+)\), edge (\S+)$`)
 	lines := bufio.NewScanner(stderr)
-	n := node{cmd: cmd, stateDir: stateDir, sealingKeyFile: key}
+	n := node{cmd: cmd, stateDir: stateDir, sealingKeyFile: key, poolKeyFile: poolKey, poolPublicKey: public}
 	for lines.Scan() {
 		if m := started.FindStringSubmatch(lines.Text()); m != nil {
 			n.adminURL, n.tokenFile, n.edgeAddr = m[1], m[2], m[3]
@@ -200,13 +228,17 @@ func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string, inherited .
 func (n node) catalog(t *testing.T) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "catalog.json")
+	pool := ""
+	if n.poolPublicKey != "" {
+		pool = fmt.Sprintf(`, "poolPublicKey": %q`, n.poolPublicKey)
+	}
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`{
-  "installations": [{"name": "selfhost", "pack": "selfhost", "runtimeUrl": %q, "runtimeTokenFile": %q, "edgeListen": %q}],
+  "installations": [{"name": "selfhost", "pack": "selfhost", "runtimeUrl": %q, "runtimeTokenFile": %q, "edgeListen": %q%s}],
   "offerings": [
     {"id": "selfhost-module-worker", "kind": "module-worker", "installation": "selfhost", "soldTo": ["*"]},
     {"id": "selfhost-worker-endpoint", "kind": "worker-endpoint", "installation": "selfhost", "soldTo": ["*"]}
   ]
-}`, n.adminURL, n.tokenFile, n.edgeAddr)), 0o600))
+}`, n.adminURL, n.tokenFile, n.edgeAddr, pool)), 0o600))
 	return path
 }
 

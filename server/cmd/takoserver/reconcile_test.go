@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 )
 
 // Issue 34 item 2, with real processes: a runtime node killed and started again on an empty state
@@ -59,4 +62,64 @@ func TestANodeThatLostItsStateGetsItsWorkersBackFromTheHost(t *testing.T) {
 	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM node_reconciliations WHERE action = 'restored'`).Scan(&restored))
 	require.GreaterOrEqual(t, restored, 2, "the script and the route, each recorded (two janitors may both write one)")
 	require.False(t, strings.Contains(logs, `"action":"fenced"`), "nothing is fenced")
+}
+
+// SPEC 6.2, secrets in a pool, with real processes: a worker's secret is delivered sealed to the
+// pool's key, and the Host keeps only that blob. Its node is killed, its state directory destroyed,
+// and a node with a new sealing key of its own but the pool's key starts at the same addresses:
+// the Hosts' janitors write the script and route again and name the delivery's blob to it, the
+// node opens it, and the endpoint answers with the secret again, with no tenant action and no
+// runtime input consumed again. The blob never shows the value, and neither does any log.
+func TestAPoolNodeThatLostItsStateGetsItsSecretsBackWithNoTenantAction(t *testing.T) {
+	t.Parallel()
+	p := newPairOn(t, startPooledRuntime)
+	worker := p.prepared()
+	p.must(0, http.MethodPut, workerPath("api"), "token-pool-worker-000001", worker, http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-pool-endpoint-00001", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
+	hostname := ep["hostname"].(string)
+	get := func() (int, string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
+		require.NoError(t, err)
+		req.Host = hostname
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	want := strconv.Itoa(len(replicaCanary))
+	require.Eventually(t, func() bool {
+		code, body := get()
+		return code == http.StatusOK && body == want
+	}, 30*time.Second, 200*time.Millisecond, "the worker answers with its secret")
+	var blob []byte
+	var status string
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT status, pool_blob FROM runtime_input_preparations WHERE operation_id = 'op-1'`).Scan(&status, &blob))
+	require.Equal(t, "settled", status)
+	require.NotEmpty(t, blob, "the dispatch kept the delivery sealed to the pool")
+	require.NotContains(t, string(blob), replicaCanary)
+
+	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.node.cmd.Wait()
+	require.NoError(t, os.RemoveAll(p.node.stateDir))
+	admin, err := url.Parse(p.node.adminURL)
+	require.NoError(t, err)
+	p.node = startPooledRuntimeAt(t, p.node.stateDir, runtimetest.SealingKeyFile(t), p.node.poolKeyFile, admin.Host, p.node.edgeAddr)
+
+	require.Eventually(t, func() bool {
+		code, body := get()
+		return code == http.StatusOK && body == want
+	}, 60*time.Second, 200*time.Millisecond, "the endpoint answers with the secret again")
+	require.Eventually(t, func() bool {
+		return p.must(1, http.MethodGet, workerPath("api"), "", "", http.StatusOK)["ready"] == true
+	}, 30*time.Second, 200*time.Millisecond)
+	var restored int
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM node_reconciliations WHERE action = 'restored' AND detail LIKE '%secret delivery%'`).Scan(&restored))
+	require.GreaterOrEqual(t, restored, 1, "the delivery named again is recorded")
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT status FROM runtime_input_preparations WHERE operation_id = 'op-1'`).Scan(&status))
+	require.Equal(t, "settled", status, "no runtime input was consumed again")
+	logs := p.logs[0].String() + p.logs[1].String()
+	require.NotContains(t, logs, replicaCanary)
 }

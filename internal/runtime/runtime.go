@@ -107,6 +107,9 @@ type Config struct {
 	LivenessTimeout   time.Duration // how long one liveness probe may take (default, and at most, three quarters of the period)
 	StalledSuspectFor time.Duration // how long an organization yields the CPU after liveness killed its process (default 1m; negative: not at all)
 	LoadAllowance     time.Duration // how long a load the runtime asked for may hold its process's thread before missed probes count (default 10s)
+	// DrainGrace is how long a stopping node keeps serving after its edge's GET /healthz began
+	// to fail, so that load balancers take it out first (0: it stops at once).
+	DrainGrace time.Duration
 	// HeapLimitMB is V8's heap limit per isolate (default 128, Cloudflare's per worker): an
 	// isolate past it ends its process.
 	HeapLimitMB int
@@ -211,6 +214,8 @@ type Node struct {
 	stopped     chan struct{}
 	// quitting is closed when Close begins: log long polls answer at once.
 	quitting chan struct{}
+	// draining: the node is stopping, and its health check fails while it still serves.
+	draining atomic.Bool
 	closeOne sync.Once
 
 	// edgeTLS is the edge's HTTPS (nil: plain HTTP); edgeHTTP serves edgeHTTPL, the redirect
@@ -235,6 +240,7 @@ func Run(ctx context.Context, cfg Config) error {
 	var served error
 	select {
 	case <-ctx.Done():
+		n.Drain(cfg.DrainGrace)
 	case served = <-n.served:
 	}
 	closeErr := n.Close()
@@ -326,6 +332,7 @@ func Start(cfg Config) (*Node, error) {
 		log.Info("descriptor limit", "soft", soft, "hard", hard)
 	}
 	edgeHandler := edge.New(n, n.reg, log, cfg.Edge)
+	edgeHandler.SetHealth(n.health)
 	n.edgeHandler = edgeHandler
 	if n.desired, err = store.Load(); err != nil {
 		return nil, err
@@ -484,6 +491,31 @@ func (n *Node) startProcesses() (Processes, error) {
 
 // Info says how to reach the node.
 func (n *Node) Info() Info { return n.info }
+
+// health is what the edge's GET /healthz answers (SPEC 6.2): the node serves once its edge is
+// open (after its workers resumed), until it drains or closes.
+func (n *Node) health() (bool, string) {
+	select {
+	case <-n.quitting:
+		return false, "the node is stopping"
+	default:
+	}
+	if n.draining.Load() {
+		return false, "the node is draining before it stops"
+	}
+	return true, ""
+}
+
+// Drain fails the health check and keeps serving for grace, so that load balancers stop sending
+// before the edge closes (Run drains for Config.DrainGrace before it closes the node).
+func (n *Node) Drain(grace time.Duration) {
+	if grace <= 0 {
+		return
+	}
+	n.draining.Store(true)
+	n.log.Info("draining: the health check fails, the edge serves on until it stops", "grace", grace.String())
+	time.Sleep(grace)
+}
 
 // Close stops serving, stops every workerd process and removes every incarnation directory. The
 // desired state stays on disk.

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +99,41 @@ type Handler struct {
 	orgRequests *prometheus.CounterVec
 	orgLatency  *prometheus.HistogramVec
 	orgs        sync.Map // organization → *orgMeasures
+	// serving answers the load balancers' health check (nil: always serving).
+	serving atomic.Pointer[func() (bool, string)]
+}
+
+// SetHealth sets what GET /healthz answers for the node: whether it serves, and why not.
+func (h *Handler) SetHealth(serving func() (bool, string)) { h.serving.Store(&serving) }
+
+// HealthPath is the load balancers' health check (SPEC 6.2), answered only for a request whose
+// Host names no worker's hostname (an IP address or localhost: what a load balancer sends), so
+// that a worker's own /healthz is never shadowed.
+const HealthPath = "/healthz"
+
+func healthHost(host string) bool {
+	name := Hostname(host)
+	if name == "" || name == "localhost" {
+		return true
+	}
+	_, err := netip.ParseAddr(strings.Trim(name, "[]"))
+	return err == nil
+}
+
+// health answers the health check: 200 while the node serves, 503 (with why) while it does not.
+func (h *Handler) health(w http.ResponseWriter) {
+	ok, why := true, ""
+	if f := h.serving.Load(); f != nil {
+		ok, why = (*f)()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	body := map[string]string{"status": "serving"}
+	if !ok {
+		body = map[string]string{"status": "not serving", "reason": why}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // Owned is a Target that knows its organization, so the edge measures per organization.
@@ -193,6 +229,10 @@ func Hostname(host string) string {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if refuseFraming(r) {
 		h.counter(h.refuse(w, http.StatusBadRequest)).Inc()
+		return
+	}
+	if r.URL.Path == HealthPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) && healthHost(r.Host) {
+		h.health(w)
 		return
 	}
 	h.serve(w, r, false)

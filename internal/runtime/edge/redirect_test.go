@@ -43,3 +43,22 @@ func TestRedirectNamesThePublicHTTPSPort(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, w.Code)
 	require.Empty(t, w.Header().Get("Location"))
 }
+
+// The plain-HTTP listener answers the health check for an address (a load balancer checking the
+// port whose IP has no certificate) and redirects a hostname's /healthz like any other path.
+func TestTheRedirectListenerAnswersTheHealthCheckForAnAddress(t *testing.T) {
+	t.Parallel()
+	h := edge.New(routes{"app.workers.test": true}, nil, nil, edge.Limits{})
+	draining := false
+	h.SetHealth(func() (bool, string) { return !draining, "draining" })
+	w := httptest.NewRecorder()
+	edge.Redirect(h, 0).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://10.0.0.7/healthz", nil))
+	require.Equal(t, http.StatusOK, w.Code)
+	draining = true
+	w = httptest.NewRecorder()
+	edge.Redirect(h, 0).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://10.0.0.7:80/healthz", nil))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	w = httptest.NewRecorder()
+	edge.Redirect(h, 0).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "http://app.workers.test/healthz", nil))
+	require.Equal(t, http.StatusPermanentRedirect, w.Code, "a worker's own /healthz")
+}

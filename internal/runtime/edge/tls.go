@@ -182,6 +182,11 @@ func Redirect(h *Handler, publicPort int) http.Handler {
 			refuseConnect(w, nil)
 			return
 		}
+		if r.URL.Path == HealthPath && (r.Method == http.MethodGet || r.Method == http.MethodHead) && healthHost(r.Host) {
+			// A load balancer may check the plain-HTTP port (an IP address has no certificate).
+			h.health(w)
+			return
+		}
 		host := Hostname(r.Host)
 		if host == "" || !h.Serves(host) {
 			writeProblem(w, problemUnknownHost)

@@ -658,12 +658,13 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			if streak++; streak == 1 {
 				firstMissed = epoch
 			}
-			if !p.anyProbing() {
-				loadMissedSince = time.Time{}
-			} else if loadMissedSince.IsZero() {
+			// One allowance per streak of misses: a load begun later in the streak (a tenant
+			// may deploy at will) does not start another.
+			probingNow := p.anyProbing()
+			if probingNow && loadMissedSince.IsZero() {
 				loadMissedSince = time.Now()
 			}
-			if !loadMissedSince.IsZero() && time.Since(loadMissedSince) < allowance {
+			if probingNow && !loadMissedSince.IsZero() && time.Since(loadMissedSince) < allowance {
 				stall(suspect())
 				p.log.Info("liveness probe missed while the process loads; not counted yet", "allowance", allowance.String())
 				continue

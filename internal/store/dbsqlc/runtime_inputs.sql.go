@@ -16,11 +16,13 @@ const poolBlobsSweep = `-- name: PoolBlobsSweep :execrows
 UPDATE runtime_input_preparations p
 SET pool_blob = NULL, updated_at = (SELECT db_now())
 WHERE p.pool_blob IS NOT NULL
-  AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.uid = p.worker_uid AND w.status <> 'deleted')
+  AND NOT EXISTS (SELECT 1 FROM workers w
+                  WHERE w.uid = p.worker_uid AND w.status <> 'deleted'
+                    AND w.organization_id = p.organization_id AND w.runtime_input_reference = p.reference)
 `
 
-// Pool blobs whose worker is gone (deleted, or replaced by a new UID): no node is ever named
-// them again.
+// Pool blobs no node is ever named again: their worker is gone (deleted, or replaced by a new
+// UID), or it no longer consumes that runtime input (an update dropped or replaced its secrets).
 func (q *Queries) PoolBlobsSweep(ctx context.Context) (int64, error) {
 	result, err := q.db.Exec(ctx, poolBlobsSweep)
 	if err != nil {
@@ -456,12 +458,13 @@ WITH settled AS (
     SET status = 'settled', epoch = t.epoch + 1, settled_at = (SELECT db_now()), updated_at = (SELECT db_now())
     WHERE t.organization_id = $1 AND t.operation_id = $2
       AND t.status = 'dispatched' AND t.epoch = $3 AND coalesce(t.delivery_digest, t.material_digest) = $4
-    RETURNING t.epoch, t.worker_uid
+    RETURNING t.epoch, t.worker_uid, t.dispatched_at
 ), superseded AS (
     UPDATE runtime_input_preparations o
     SET pool_blob = NULL, updated_at = (SELECT db_now())
     FROM settled s
     WHERE o.worker_uid = s.worker_uid AND o.status = 'settled' AND o.pool_blob IS NOT NULL
+      AND o.dispatched_at < s.dispatched_at
 )
 SELECT epoch FROM settled
 `
@@ -475,8 +478,9 @@ type PreparationSettleParams struct {
 
 // dispatched -> settled, only when the backend's answer to the challenge matches the digest
 // stored at sealing, or, for a value-free readback, the digest the dispatch recorded. The pool
-// blobs of the worker's earlier settled deliveries go in the same statement: only the newest is
-// ever named to a node again.
+// blobs of the worker's settled deliveries dispatched before this one go in the same statement:
+// only the newest is ever named to a node again (a recovery settling an older one late clears
+// nothing newer).
 func (q *Queries) PreparationSettle(ctx context.Context, arg PreparationSettleParams) (int64, error) {
 	row := q.db.QueryRow(ctx, preparationSettle,
 		arg.OrganizationID,
@@ -590,7 +594,7 @@ const reconcileDeliveries = `-- name: ReconcileDeliveries :many
 SELECT p.worker_uid::uuid AS worker_uid, p.native_name::text AS native_name, p.preparation_id, p.material_set_id,
        p.binding_names, p.pool_blob
 FROM runtime_input_preparations p
-JOIN workers w ON w.uid = p.worker_uid
+JOIN workers w ON w.uid = p.worker_uid AND w.organization_id = p.organization_id AND w.runtime_input_reference = p.reference
 WHERE p.installation = $1 AND p.status = 'settled' AND p.pool_blob IS NOT NULL
   AND w.status = 'live' AND NOT w.script_collision
 ORDER BY p.settled_at
@@ -606,7 +610,8 @@ type ReconcileDeliveriesRow struct {
 }
 
 // The deliveries an installation's node must hold that can be named to it again: each live
-// worker's newest settled delivery whose pool blob the Host keeps.
+// worker's newest settled delivery whose pool blob the Host keeps, of the runtime input the
+// worker consumes now.
 func (q *Queries) ReconcileDeliveries(ctx context.Context, installation *string) ([]ReconcileDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, reconcileDeliveries, installation)
 	if err != nil {

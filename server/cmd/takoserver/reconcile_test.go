@@ -122,4 +122,13 @@ func TestAPoolNodeThatLostItsStateGetsItsSecretsBackWithNoTenantAction(t *testin
 	require.Equal(t, "settled", status, "no runtime input was consumed again")
 	logs := p.logs[0].String() + p.logs[1].String()
 	require.NotContains(t, logs, replicaCanary)
+
+	// An update that drops the worker's secrets: its blob is never named again, and the janitor
+	// drops it.
+	p.must(0, http.MethodPut, workerPath("api"), "token-pool-worker-000001", invariantWorker, http.StatusOK)
+	require.Eventually(t, func() bool {
+		var held bool
+		require.NoError(t, p.db.QueryRow(context.Background(), `SELECT pool_blob IS NOT NULL FROM runtime_input_preparations WHERE operation_id = 'op-1'`).Scan(&held))
+		return !held
+	}, 30*time.Second, 200*time.Millisecond, "the blob of a runtime input the worker no longer consumes is dropped")
 }

@@ -322,6 +322,21 @@ func DefaultWithEdge(runtimeURL, tokenFile, edgeListen, scheme string) *Catalog 
 	return c
 }
 
+// SetPoolKey names the pool public key of the selfhost installation name (`takoserver dev` gives
+// its embedded node's installation one). It moves no offering digest.
+func (c *Catalog) SetPoolKey(name, publicKey string) error {
+	inst, ok := c.Installations[name]
+	if !ok || inst.Pack != PackSelfhost {
+		return fmt.Errorf("no selfhost installation %q", name)
+	}
+	if _, err := poolkey.ParsePublic(publicKey); err != nil {
+		return fmt.Errorf("poolPublicKey: %w", err)
+	}
+	inst.PoolPublicKey = publicKey
+	c.Installations[name] = inst
+	return nil
+}
+
 // Load reads a JSON catalog file: {"installations":[...], "offerings":[...], "quotas":{...},
 // "rates":{...}}. Unknown fields are refused.
 func Load(path string) (*Catalog, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
@@ -34,6 +35,10 @@ const (
 	// devRuntimeSealingKeyFile is the embedded runtime node's own sealing key, which dev generates
 	// in its directory: outside the runtime's state directory (SPEC 5.1).
 	devRuntimeSealingKeyFile = "runtime-sealing-key"
+	// devPoolKeyFile is the pool key of the default catalog's installation (devInstallation).
+	devPoolKeyDir   = "pool"
+	devPoolKeyFile  = "pool-key"
+	devInstallation = "selfhost"
 	// devRuntimeStateDir is the embedded runtime node's state directory in dev's directory.
 	devRuntimeStateDir = "runtime"
 )
@@ -65,6 +70,7 @@ that an earlier dev left running when it was killed is taken over and stopped li
 	cmd.Flags().StringVar(&dir, "dir", filepath.Join(".takoform", "dev"), "private directory for the dev cluster and key")
 	cmd.Flags().StringVar(&rt.StateDir, "runtime-state-dir", "", "the embedded runtime node's private state directory (default <dir>/runtime, beside the key that seals its deliveries)")
 	cmd.Flags().StringVar(&rt.SealingKeyFile, "runtime-sealing-key-file", "", "the embedded runtime node's sealing key (default <dir>/runtime-sealing-key, created when absent)")
+	cmd.Flags().StringVar(&rt.PoolKeyFile, "runtime-pool-key-file", "", "the pool key of the default catalog's installation (default <dir>/pool/pool-key, created when absent): the Host keeps each delivery sealed to it, so a node whose state directory is lost gets its secrets back")
 	cmd.Flags().StringVar(&rt.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the embedded runtime node's admin API")
 	cmd.Flags().StringVar(&rt.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the embedded runtime node's edge, where workers answer")
 	cmd.Flags().StringVar(&rt.Workerd, "workerd", "", "workerd binary (default: $TAKOFORM_WORKERD, .tools/bin/workerd, or workerd on PATH)")
@@ -139,6 +145,33 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 		rt.SealingKeyFile = filepath.Join(cluster.Dir, devRuntimeSealingKeyFile)
 	}
 	rt.CreateSealingKey = true
+	// The default catalog's installation gets a pool key (SPEC 6.2), created once beside the
+	// runtime's sealing key: a dev node whose state directory is deleted gets its workers'
+	// secrets back from the Host.
+	var poolPublic string
+	if rt.PoolKeyFile == "" {
+		// In a private directory of the node's own user (dev's directory may belong to the
+		// cluster's).
+		dir := filepath.Join(cluster.Dir, devPoolKeyDir)
+		if err := safedir.Ensure(dir, safedir.Current()); err != nil {
+			return err
+		}
+		rt.PoolKeyFile = filepath.Join(dir, devPoolKeyFile)
+		if _, err := os.Stat(rt.PoolKeyFile); errors.Is(err, os.ErrNotExist) {
+			key, err := poolkey.Generate(devInstallation)
+			if err != nil {
+				return err
+			}
+			if err := poolkey.WriteFile(rt.PoolKeyFile, key); err != nil {
+				return err
+			}
+		}
+	}
+	if key, err := poolkey.ReadFile(rt.PoolKeyFile); err != nil {
+		return err
+	} else if key.Pool == devInstallation {
+		poolPublic = key.Public().String()
+	}
 	node, err := runtime.Start(rt)
 	if errors.Is(err, runtime.ErrCannotSandbox) {
 		// On a laptop (not root, or no bubblewrap) dev still runs, and says so loudly.
@@ -157,6 +190,11 @@ func runDev(cmd *cobra.Command, log *slog.Logger, dir string, o serveOptions, rt
 	info := node.Info()
 	// The default catalog's origins carry the edge's scheme: https:// only when asked (--edge-tls-*).
 	cat := catalog.DefaultWithEdge(info.AdminURL, info.TokenFile, info.EdgeAddr, info.EdgeScheme)
+	if poolPublic != "" {
+		if err := cat.SetPoolKey(devInstallation, poolPublic); err != nil {
+			return err
+		}
+	}
 	serveErr := serve(ctx, log, databaseURL, o, cat, func(addr string) {
 		endpoint := "http://" + addr
 		env := fmt.Sprintf("export TAKOFORM_ENDPOINT=%s\nexport TAKOFORM_API_KEY=\"$(cat %s)\"\nexport TAKOSERVER_DATABASE_URL='%s'\nexport TAKOSERVER_SEALING_KEY_FILE=%s\n", endpoint, keyPath, databaseURL, o.sealingKeyFile)

@@ -215,6 +215,13 @@ type PoolSink interface {
 // ErrNotRestored is a restoring DeliverSealed the backend did not take.
 var ErrNotRestored = errors.New("the backend holds another delivery of the worker, or not the worker: nothing restored")
 
+// DeliveryCheck is a SecretSink that can tell, before anything is claimed, that its backend
+// could not take a delivery (a pool node without the pool's key): the one-shot lease is then not
+// spent on it.
+type DeliveryCheck interface {
+	CheckDelivery(ctx context.Context) error
+}
+
 // DeliveryBudget is a SecretSink whose backend limits its API calls: ReserveDelivery takes the
 // budget a delivery needs before anything is claimed, and answers a RateLimitedError instead
 // while the installation cannot call (SPEC 8 "Rate limits").

@@ -86,6 +86,15 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	return n.scriptStatusLocked(name), nil
 }
 
+// poolKey answers which pool key the node holds, so that the Host finds a node that cannot open
+// its pool's deliveries before it spends a one-shot lease on it.
+func (n *Node) poolKey(http.ResponseWriter, *http.Request) (any, error) {
+	if n.pool == nil {
+		return adminapi.Pool{}, nil
+	}
+	return adminapi.Pool{Pool: n.pool.Pool, PublicKey: n.pool.Public().String()}, nil
+}
+
 // openPoolBlob opens a delivery the Host sealed to this node's pool (SPEC 6.2).
 func (n *Node) openPoolBlob(req adminapi.SecretsPut) (map[string]vocab.Secret, error) {
 	if n.pool == nil {

@@ -68,7 +68,14 @@ func TestANodeOpensOnlyTheDeliveriesSealedToItsPool(t *testing.T) {
 	f.answers("pooled.workers.localhost", expectReply("v1", "pool-canary-2"))
 	require.NotContains(t, f.h.Logs.String(), "pool-canary")
 
+	held, err := f.client.Pool(f.ctx)
+	require.NoError(t, err)
+	require.Equal(t, adminapi.Pool{Pool: "local", PublicKey: key.Public().String()}, held, "the node says which pool key it holds")
+
 	bare := setup(t)
+	held, err = bare.client.Pool(bare.ctx)
+	require.NoError(t, err)
+	require.Equal(t, adminapi.Pool{}, held)
 	bare.script("pooled", "uid-pooled", 1, "v1", "TOKEN")
 	_, err = bare.client.PutSecrets(bare.ctx, "pooled", adminapi.SecretsPut{EffectID: bare.effect(), WorkerUID: "uid-pooled", DeliveryID: "delivery-1",
 		Sealed: seal("uid-pooled", "delivery-1", "pool-canary-1")})

@@ -76,6 +76,11 @@ func (s *Service) Consume(ctx context.Context, m *ownership.Mutation, c Consumer
 			return nil, backendCallRefused(err)
 		}
 	}
+	if chk, ok := sink.(backend.DeliveryCheck); ok {
+		if err := chk.CheckDelivery(ctx); err != nil {
+			return nil, backendCallRefused(err)
+		}
+	}
 	// Expiry is lazy: it is swept in a transaction of its own, so that it stands even when the
 	// claim below is refused.
 	if err := m.Tx(ctx, func(tx pgx.Tx) error {

@@ -306,6 +306,12 @@ func (c *Client) DeleteRoute(ctx context.Context, hostname, scriptName, endpoint
 }
 
 // Status reads every script, route and brake.
+// Pool reads which pool key the node holds.
+func (c *Client) Pool(ctx context.Context) (adminapi.Pool, error) {
+	var out adminapi.Pool
+	return out, c.do(ctx, http.MethodGet, adminapi.PathPool, nil, &out)
+}
+
 func (c *Client) Status(ctx context.Context) (adminapi.Status, error) {
 	var out adminapi.Status
 	return out, c.do(ctx, http.MethodGet, adminapi.PathStatus, nil, &out)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -35,6 +36,8 @@ type runtimeNode struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	client *Client
+	// poolOK is when the node last showed it holds the installation's pool key.
+	poolOK time.Time
 }
 
 // NewMutator is the selfhost pack's mutator of inst (a backend.Pack).
@@ -289,6 +292,52 @@ func (n *runtimeNode) DeliverSealed(ctx context.Context, d backend.Delivery, blo
 }
 
 var _ backend.PoolSink = (*runtimeNode)(nil)
+
+// poolChecked is how long a node found holding the pool's key is not asked again.
+const poolChecked = 30 * time.Second
+
+// CheckDelivery refuses, before a runtime input is claimed, a delivery to a node that could not
+// open it: the installation names a pool key the node does not hold (no --pool-key-file, another
+// pool's, or a runtime too old to know pools).
+func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
+	if n.inst.PoolPublicKey == "" {
+		return nil
+	}
+	n.mu.Lock()
+	fresh := time.Since(n.poolOK) < poolChecked
+	n.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	c, err := n.api()
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held, err := c.Pool(cctx)
+	var p *ProblemError
+	switch {
+	case errors.As(err, &p) && p.StatusCode == http.StatusNotFound:
+		held = adminapi.Pool{}
+	case err != nil:
+		return n.wrap(err)
+	}
+	if held.Pool != n.inst.Name || held.PublicKey != n.inst.PoolPublicKey {
+		have := "no pool key"
+		if held.PublicKey != "" {
+			have = fmt.Sprintf("the key %s of pool %q", held.PublicKey, held.Pool)
+		}
+		return fmt.Errorf("%w: runtime node %s holds %s, but the catalog names %s for installation %q: start the node with that pool's --pool-key-file (nothing was delivered)",
+			backend.ErrMisconfigured, n.inst.RuntimeURL, have, n.inst.PoolPublicKey, n.inst.Name)
+	}
+	n.mu.Lock()
+	n.poolOK = time.Now()
+	n.mu.Unlock()
+	return nil
+}
+
+var _ backend.DeliveryCheck = (*runtimeNode)(nil)
 
 func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
 	c, err := n.api()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 )
 
@@ -96,4 +97,55 @@ func TestAnAdmissionIsAwaitedWithTheNodesLongPollAndPolledOnAnOlderNode(t *testi
 			}
 		})
 	}
+}
+
+// Before a runtime input is claimed, an installation with a pool key asks its node which pool key
+// it holds, and a node that could not open the delivery (no key, another pool's, or a runtime too
+// old to answer) is refused as misconfigured, naming what it holds; a node holding it is not asked
+// again for a while.
+func TestADeliveryIsCheckedAgainstThePoolKeyTheNodeHolds(t *testing.T) {
+	t.Parallel()
+	ours, err := poolkey.Generate("node")
+	require.NoError(t, err)
+	theirs, err := poolkey.Generate("other")
+	require.NoError(t, err)
+	var held atomic.Pointer[adminapi.Pool]
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		require.Equal(t, adminapi.PathPool, r.URL.Path)
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		p := held.Load()
+		if p == nil {
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(adminapi.Problem{Status: http.StatusNotFound, Code: "not_found", Title: "Not found"})
+			return
+		}
+		_ = json.NewEncoder(w).Encode(p)
+	}))
+	t.Cleanup(srv.Close)
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+	check := func() error {
+		n := NewMutator(catalog.Installation{Name: "node", Pack: catalog.PackSelfhost, RuntimeURL: srv.URL, RuntimeTokenFile: tokenFile,
+			PoolPublicKey: ours.Public().String()}, backend.PackEnv{})
+		return n.(backend.DeliveryCheck).CheckDelivery(context.Background())
+	}
+	err = check()
+	require.ErrorIs(t, err, backend.ErrMisconfigured, "a runtime too old to know pools")
+	require.ErrorContains(t, err, "holds no pool key")
+	held.Store(&adminapi.Pool{})
+	require.ErrorContains(t, check(), "holds no pool key")
+	held.Store(&adminapi.Pool{Pool: "other", PublicKey: theirs.Public().String()})
+	require.ErrorContains(t, check(), `of pool "other"`)
+	held.Store(&adminapi.Pool{Pool: "node", PublicKey: ours.Public().String()})
+	n := NewMutator(catalog.Installation{Name: "node", Pack: catalog.PackSelfhost, RuntimeURL: srv.URL, RuntimeTokenFile: tokenFile,
+		PoolPublicKey: ours.Public().String()}, backend.PackEnv{})
+	before := asked.Load()
+	require.NoError(t, n.(backend.DeliveryCheck).CheckDelivery(context.Background()))
+	require.NoError(t, n.(backend.DeliveryCheck).CheckDelivery(context.Background()))
+	require.Equal(t, before+1, asked.Load(), "a node found holding the key is not asked again at once")
+
+	plain := NewMutator(catalog.Installation{Name: "node", Pack: catalog.PackSelfhost, RuntimeURL: srv.URL, RuntimeTokenFile: tokenFile}, backend.PackEnv{})
+	require.NoError(t, plain.(backend.DeliveryCheck).CheckDelivery(context.Background()), "no pool key named: nothing to check")
 }

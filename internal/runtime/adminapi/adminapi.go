@@ -132,6 +132,7 @@ const (
 	PatternScriptScheduled = "/v1/scripts/{scriptName}/scheduled"
 	PatternRoute           = "/v1/routes/{hostname}"
 	PathStatus             = "/v1/status"
+	PathPool               = "/v1/pool"
 	PathBrakes             = "/v1/brakes"
 	PathLifecycleBrake     = "/v1/brakes/lifecycle"
 	// PathBackup answers a consistent backup of the node's state (application/gzip; `takoserver
@@ -549,6 +550,13 @@ type Status struct {
 	// Sandbox says how workers run (SPEC 5.1): SandboxBwrap, or SandboxOff when the node was
 	// started with --insecure-no-sandbox.
 	Sandbox string `json:"sandbox"`
+}
+
+// Pool is the pool key a node holds (GET PathPool): its pool's name and public key, both empty
+// when the node has none (SPEC 6.2).
+type Pool struct {
+	Pool      string `json:"pool"`
+	PublicKey string `json:"publicKey"`
 }
 
 // Values of Status.Sandbox.

@@ -31,6 +31,7 @@ func (n *Node) adminHandler() http.Handler {
 	route("DELETE "+adminapi.PatternRoute, n.deleteRoute)
 	route("GET "+adminapi.PathStatus, n.status)
 	route("GET "+adminapi.PathPool, n.poolKey)
+	route("POST "+adminapi.PathPoolReseal, n.reseal)
 	route("GET "+adminapi.PathBrakes, n.getBrakes)
 	route("POST "+adminapi.PathLifecycleBrake, n.setLifecycleBrake)
 	mux.Handle("GET "+adminapi.PathBackup, n.withToken(http.HandlerFunc(n.backup)))

@@ -92,7 +92,44 @@ func (n *Node) poolKey(http.ResponseWriter, *http.Request) (any, error) {
 	if n.pool == nil {
 		return adminapi.Pool{}, nil
 	}
-	return adminapi.Pool{Pool: n.pool.Pool, PublicKey: n.pool.Public().String()}, nil
+	out := adminapi.Pool{Pool: n.pool.Pool, PublicKey: n.pool.Public().String()}
+	if n.poolPrevious != nil {
+		out.PreviousPublicKey = n.poolPrevious.Public().String()
+	}
+	return out, nil
+}
+
+// openPool opens a blob with the node's pool key, or the key it replaces.
+func (n *Node) openPool(b poolkey.Binding, blob []byte) ([]byte, error) {
+	plain, err := n.pool.Open(b, blob)
+	if err != nil && n.poolPrevious != nil {
+		plain, err = n.poolPrevious.Open(b, blob)
+	}
+	return plain, err
+}
+
+// reseal seals a pool blob again to the node's current pool key (`takoserver nodes
+// rotate-pool-key`): it opens it with the current or the previous key and answers the new blob.
+// The values never leave the node.
+func (n *Node) reseal(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var req adminapi.Reseal
+	if err := decode(r, &req); err != nil {
+		return nil, err
+	}
+	if n.pool == nil {
+		return nil, invalid("this node has no pool key: start it with --pool-key-file")
+	}
+	b := poolkey.Binding{WorkerUID: req.WorkerUID, DeliveryID: req.DeliveryID}
+	plain, err := n.openPool(b, req.Sealed)
+	if err != nil {
+		return nil, invalid("the blob does not open with this node's pool keys (pool %q): %v", n.pool.Pool, err)
+	}
+	blob, err := poolkey.Seal(n.pool.Public(), n.pool.Pool, b, plain)
+	clear(plain)
+	if err != nil {
+		return nil, err
+	}
+	return adminapi.Reseal{WorkerUID: req.WorkerUID, DeliveryID: req.DeliveryID, Sealed: blob}, nil
 }
 
 // openPoolBlob opens a delivery the Host sealed to this node's pool (SPEC 6.2).
@@ -100,7 +137,7 @@ func (n *Node) openPoolBlob(req adminapi.SecretsPut) (map[string]vocab.Secret, e
 	if n.pool == nil {
 		return nil, invalid("this node has no pool key: start it with --pool-key-file, the private key of the pool whose public key the Host's catalog names")
 	}
-	plain, err := n.pool.Open(poolkey.Binding{WorkerUID: req.WorkerUID, DeliveryID: req.DeliveryID}, req.Sealed)
+	plain, err := n.openPool(poolkey.Binding{WorkerUID: req.WorkerUID, DeliveryID: req.DeliveryID}, req.Sealed)
 	if err != nil {
 		return nil, invalid("the sealed delivery does not open with this node's pool key (pool %q): %v", n.pool.Pool, err)
 	}

@@ -68,6 +68,10 @@ type Config struct {
 	// it, the node opens the deliveries the Host sealed to its pool. Optional; a node without it
 	// refuses a sealed delivery.
 	PoolKeyFile string
+	// PreviousPoolKeyFile is the pool key PoolKeyFile replaces (a rotation): blobs sealed to it
+	// still open, and `takoserver nodes rotate-pool-key` re-seals them to the new one through the
+	// node. Once every blob is re-sealed it may be dropped.
+	PreviousPoolKeyFile string
 	// AdminListen and EdgeListen are the listen addresses (defaults 127.0.0.1:8788 and
 	// 127.0.0.1:8787). AdminListener and EdgeListener, when set, are used instead (tests pass
 	// port-0 listeners).
@@ -159,8 +163,9 @@ type Node struct {
 	log   *slog.Logger
 	store *state.Store
 	procs Processes
-	// pool opens pool deliveries (nil: the node has no pool key).
-	pool *poolkey.Private
+	// pool opens pool deliveries (nil: the node has no pool key); poolPrevious the key it
+	// replaces (nil: none).
+	pool, poolPrevious *poolkey.Private
 	// bin is the workerd binary, and channels the org processes' channels directory ("" both
 	// when cfg.Processes runs the incarnations).
 	bin, channels string
@@ -290,11 +295,20 @@ func Start(cfg Config) (*Node, error) {
 	if err := cfg.EdgeTLS.Validate(); err != nil {
 		return nil, err
 	}
-	var pool *poolkey.Private
+	var pool, poolPrevious *poolkey.Private
 	if cfg.PoolKeyFile != "" {
 		var err error
 		if pool, err = poolkey.ReadFile(cfg.PoolKeyFile); err != nil {
 			return nil, err
+		}
+	}
+	if cfg.PreviousPoolKeyFile != "" {
+		var err error
+		if poolPrevious, err = poolkey.ReadFile(cfg.PreviousPoolKeyFile); err != nil {
+			return nil, err
+		}
+		if pool == nil || poolPrevious.Pool != pool.Pool {
+			return nil, errors.New("--previous-pool-key-file needs --pool-key-file, a key of the same pool")
 		}
 	}
 	store, err := state.Open(cfg.StateDir, state.SealingKey{File: cfg.SealingKeyFile, CreateIfAbsent: cfg.CreateSealingKey, Previous: cfg.PreviousSealingKeyFile})
@@ -309,7 +323,7 @@ func Start(cfg Config) (*Node, error) {
 			"resealed", store.Resealed, "previous", cfg.PreviousSealingKeyFile, "current", cfg.SealingKeyFile)
 	}
 	n := &Node{
-		cfg: cfg, log: log, store: store, pool: pool, reg: prometheus.NewRegistry(), bin: bin,
+		cfg: cfg, log: log, store: store, pool: pool, poolPrevious: poolPrevious, reg: prometheus.NewRegistry(), bin: bin,
 		scripts: map[string]*scriptRun{}, byUID: map[string]string{}, stopping: map[string]map[Incarnation]bool{}, logs: map[string]*workerlog.Ring{}, sourceMaps: sourcemaps.NewCache(sourcemaps.DefaultCacheSize), kick: make(chan struct{}, 1), dirty: map[string]bool{}, waits: map[string]*waiters{},
 		served: make(chan error, 3), stopped: make(chan struct{}), quitting: make(chan struct{}),
 	}

@@ -312,6 +312,12 @@ func (c *Client) Pool(ctx context.Context) (adminapi.Pool, error) {
 	return out, c.do(ctx, http.MethodGet, adminapi.PathPool, nil, &out)
 }
 
+// Reseal asks the node to seal a pool blob again to its current pool key.
+func (c *Client) Reseal(ctx context.Context, req adminapi.Reseal) (adminapi.Reseal, error) {
+	var out adminapi.Reseal
+	return out, c.do(ctx, http.MethodPost, adminapi.PathPoolReseal, req, &out)
+}
+
 func (c *Client) Status(ctx context.Context) (adminapi.Status, error) {
 	var out adminapi.Status
 	return out, c.do(ctx, http.MethodGet, adminapi.PathStatus, nil, &out)

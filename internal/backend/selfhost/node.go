@@ -323,7 +323,9 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 	case err != nil:
 		return n.wrap(err)
 	}
-	if held.Pool != n.inst.Name || held.PublicKey != n.inst.PoolPublicKey {
+	// Mid-rotation, the node holds the new key and the one it replaces: the Host's catalog may
+	// name either until every replica has the new one.
+	if held.Pool != n.inst.Name || (held.PublicKey != n.inst.PoolPublicKey && held.PreviousPublicKey != n.inst.PoolPublicKey) {
 		have := "no pool key"
 		if held.PublicKey != "" {
 			have = fmt.Sprintf("the key %s of pool %q", held.PublicKey, held.Pool)

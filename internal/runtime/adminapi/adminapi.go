@@ -133,6 +133,7 @@ const (
 	PatternRoute           = "/v1/routes/{hostname}"
 	PathStatus             = "/v1/status"
 	PathPool               = "/v1/pool"
+	PathPoolReseal         = "/v1/pool/reseal"
 	PathBrakes             = "/v1/brakes"
 	PathLifecycleBrake     = "/v1/brakes/lifecycle"
 	// PathBackup answers a consistent backup of the node's state (application/gzip; `takoserver
@@ -557,6 +558,16 @@ type Status struct {
 type Pool struct {
 	Pool      string `json:"pool"`
 	PublicKey string `json:"publicKey"`
+	// PreviousPublicKey is the key PublicKey replaces, while the node still opens its blobs.
+	PreviousPublicKey string `json:"previousPublicKey,omitempty"`
+}
+
+// Reseal is a pool blob of one worker UID and delivery, sent to be sealed again to the node's
+// current pool key (POST PathPoolReseal), and answered sealed again.
+type Reseal struct {
+	WorkerUID  string `json:"workerUid"`
+	DeliveryID string `json:"deliveryId"`
+	Sealed     []byte `json:"sealed"`
 }
 
 // Values of Status.Sandbox.

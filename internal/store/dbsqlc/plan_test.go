@@ -36,7 +36,7 @@ var offPath = []string{
 	"BrakeEngage", "BrakeRelease", "QuotaOverrides", "QuotaSet", "OwnershipLeaseCounts",
 	"DeploymentsOrphaned", "OwnershipIntentsExpired", "OwnershipTombstonePurge", "PreparationSweepAll",
 	"ReservationsOfGoneWorkers", "QuotaUsage", "QuotaUsageDrift", "LateWriteRechecksClaim", "LateWriteRecheckSettle",
-	"ReconcileKnown", "ReconcileCurrent", "ReconcileDeliveries", "PoolBlobsSweep",
+	"ReconcileKnown", "ReconcileCurrent", "ReconcileDeliveries", "PoolBlobsSweep", "PoolBlobsOfInstallation", "PoolBlobReplace",
 	// The cron loop's, beside the janitor's: every replica's pass reads the due rows by index.
 	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim", "CronTicksAbandoned",
 }

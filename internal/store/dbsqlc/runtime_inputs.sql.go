@@ -12,6 +12,76 @@ import (
 	"github.com/google/uuid"
 )
 
+const poolBlobReplace = `-- name: PoolBlobReplace :execrows
+UPDATE runtime_input_preparations
+SET pool_blob = $1, updated_at = (SELECT db_now())
+WHERE organization_id = $2 AND operation_id = $3 AND pool_blob = $4
+`
+
+type PoolBlobReplaceParams struct {
+	Sealed         []byte
+	OrganizationID string
+	OperationID    string
+	Previous       []byte
+}
+
+// A blob sealed again to the pool's new key, in place of the one it was made from (unless the row
+// changed meanwhile: a newer delivery settled, the worker went).
+func (q *Queries) PoolBlobReplace(ctx context.Context, arg PoolBlobReplaceParams) (int64, error) {
+	result, err := q.db.Exec(ctx, poolBlobReplace,
+		arg.Sealed,
+		arg.OrganizationID,
+		arg.OperationID,
+		arg.Previous,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const poolBlobsOfInstallation = `-- name: PoolBlobsOfInstallation :many
+SELECT organization_id, operation_id, worker_uid::uuid AS worker_uid, material_set_id, pool_blob
+FROM runtime_input_preparations
+WHERE installation = $1 AND pool_blob IS NOT NULL
+ORDER BY organization_id, operation_id
+`
+
+type PoolBlobsOfInstallationRow struct {
+	OrganizationID string
+	OperationID    string
+	WorkerUID      uuid.UUID
+	MaterialSetID  uuid.UUID
+	PoolBlob       []byte
+}
+
+// Every pool blob an installation's deliveries keep (takoserver nodes rotate-pool-key).
+func (q *Queries) PoolBlobsOfInstallation(ctx context.Context, installation *string) ([]PoolBlobsOfInstallationRow, error) {
+	rows, err := q.db.Query(ctx, poolBlobsOfInstallation, installation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolBlobsOfInstallationRow
+	for rows.Next() {
+		var i PoolBlobsOfInstallationRow
+		if err := rows.Scan(
+			&i.OrganizationID,
+			&i.OperationID,
+			&i.WorkerUID,
+			&i.MaterialSetID,
+			&i.PoolBlob,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const poolBlobsSweep = `-- name: PoolBlobsSweep :execrows
 UPDATE runtime_input_preparations p
 SET pool_blob = NULL, updated_at = (SELECT db_now())

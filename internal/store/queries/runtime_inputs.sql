@@ -186,3 +186,17 @@ JOIN workers w ON w.uid = p.worker_uid AND w.organization_id = p.organization_id
 WHERE p.installation = @installation AND p.status = 'settled' AND p.pool_blob IS NOT NULL
   AND w.status = 'live' AND NOT w.script_collision
 ORDER BY p.settled_at;
+
+-- name: PoolBlobsOfInstallation :many
+-- Every pool blob an installation's deliveries keep (takoserver nodes rotate-pool-key).
+SELECT organization_id, operation_id, worker_uid::uuid AS worker_uid, material_set_id, pool_blob
+FROM runtime_input_preparations
+WHERE installation = @installation AND pool_blob IS NOT NULL
+ORDER BY organization_id, operation_id;
+
+-- name: PoolBlobReplace :execrows
+-- A blob sealed again to the pool's new key, in place of the one it was made from (unless the row
+-- changed meanwhile: a newer delivery settled, the worker went).
+UPDATE runtime_input_preparations
+SET pool_blob = @sealed, updated_at = (SELECT db_now())
+WHERE organization_id = @organization_id AND operation_id = @operation_id AND pool_blob = @previous;

@@ -178,7 +178,7 @@ func startRuntime(t *testing.T) node {
 // admin and edge (host:port, or fd:N for the inherited descriptors, which are fd:3 onwards).
 func startRuntimeAt(t *testing.T, stateDir, key, admin, edge string, inherited ...*os.File) node {
 	t.Helper()
-	return startPooledRuntimeAt(t, stateDir, key, "", admin, edge, inherited...)
+	return startPooledRuntimeAt(t, stateDir, key, "", nil, admin, edge, inherited...)
 }
 
 // startPooledRuntime runs `takoserver runtime` as startRuntime does, with a new pool key of the
@@ -189,14 +189,15 @@ func startPooledRuntime(t *testing.T) node {
 	require.NoError(t, os.Mkdir(dir, 0o700))
 	poolKey := filepath.Join(dir, "pool-key")
 	run(t, "", "nodes", "init-pool-key", "--pool", "selfhost", "--out", poolKey)
-	return startPooledRuntimeAt(t, filepath.Join(t.TempDir(), "runtime"), runtimetest.SealingKeyFile(t), poolKey, "127.0.0.1:0", "127.0.0.1:0")
+	return startPooledRuntimeAt(t, filepath.Join(t.TempDir(), "runtime"), runtimetest.SealingKeyFile(t), poolKey, nil, "127.0.0.1:0", "127.0.0.1:0")
 }
 
-// startPooledRuntimeAt is startRuntimeAt with the pool key file poolKey ("": none).
-func startPooledRuntimeAt(t *testing.T, stateDir, key, poolKey, admin, edge string, inherited ...*os.File) node {
+// startPooledRuntimeAt is startRuntimeAt with the pool key file poolKey ("": none) and the
+// runtime's flags extra.
+func startPooledRuntimeAt(t *testing.T, stateDir, key, poolKey string, extra []string, admin, edge string, inherited ...*os.File) node {
 	t.Helper()
-	args := []string{"runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
-		"--sealing-key-file", key, "--admin-listen", admin, "--edge-listen", edge}
+	args := append([]string{"runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
+		"--sealing-key-file", key, "--admin-listen", admin, "--edge-listen", edge}, extra...)
 	var public string
 	if poolKey != "" {
 		args = append(args, "--pool-key-file", poolKey)

@@ -3,10 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // nodesCommand is `takoserver nodes`: the runtime nodes of a selfhost installation's pool (SPEC
@@ -16,7 +21,99 @@ func nodesCommand(g *globals) *cobra.Command {
 		Use:   "nodes",
 		Short: "The runtime nodes of a selfhost pool",
 	}
-	cmd.AddCommand(nodesInitPoolKeyCommand(g))
+	cmd.AddCommand(nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
+	return cmd
+}
+
+// rotateReport is what nodes rotate-pool-key prints with --output json.
+type rotateReport struct {
+	Installation string `json:"installation"`
+	PoolKey      string `json:"poolPublicKey"`
+	Resealed     int    `json:"resealed"`
+	Changed      int    `json:"changed"`
+}
+
+// nodesRotatePoolKeyCommand is `takoserver nodes rotate-pool-key --config FILE --installation NAME`.
+func nodesRotatePoolKeyCommand(g *globals) *cobra.Command {
+	var config, installation string
+	cmd := &cobra.Command{
+		Use:   "rotate-pool-key --config FILE --installation NAME",
+		Short: "Seal every pool blob of an installation again to its new pool key, through its node",
+		Long: `rotate-pool-key seals every delivery blob the Host keeps for a selfhost installation again to the
+pool's new key. The Host cannot open a blob: the node does it, with the key it replaces, and answers
+the blob sealed again. In order:
+
+  1. takoserver nodes init-pool-key --pool NAME --out NEW
+  2. restart the installation's node with --pool-key-file NEW --previous-pool-key-file OLD
+  3. put NEW's public key in the catalog's "poolPublicKey", and restart the Host replicas
+  4. takoserver nodes rotate-pool-key --config CATALOG --installation NAME
+  5. restart the node with --pool-key-file NEW alone, and destroy OLD
+
+It refuses to run until the node holds the key the catalog names (step 2 and 3). A blob whose row
+changed meanwhile (a newer delivery settled) is left as it is, and counted. Run it again to be sure:
+a blob already sealed to the new key is sealed to it again, harmlessly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := g.checkOutput(); err != nil {
+				return err
+			}
+			if config == "" || installation == "" {
+				return errors.New("--config FILE and --installation NAME are required")
+			}
+			cat, err := catalog.Load(config)
+			if err != nil {
+				return err
+			}
+			inst, ok := cat.Installations[installation]
+			if !ok || inst.Pack != catalog.PackSelfhost || inst.PoolPublicKey == "" {
+				return fmt.Errorf("the catalog has no selfhost installation %q with a poolPublicKey", installation)
+			}
+			ctx := cmd.Context()
+			c, err := selfhost.NewFromConfig(selfhost.Config{URL: inst.RuntimeURL, TokenFile: inst.RuntimeTokenFile,
+				CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
+			if err != nil {
+				return err
+			}
+			held, err := c.Pool(ctx)
+			if err != nil {
+				return fmt.Errorf("ask the node which pool key it holds: %w", err)
+			}
+			if held.Pool != installation || held.PublicKey != inst.PoolPublicKey {
+				return fmt.Errorf("the node holds %q of pool %q, not the catalog's %s: restart it with --pool-key-file NEW --previous-pool-key-file OLD first",
+					held.PublicKey, held.Pool, inst.PoolPublicKey)
+			}
+			db, err := g.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			q := dbsqlc.New(db)
+			rows, err := q.PoolBlobsOfInstallation(ctx, &installation)
+			if err != nil {
+				return err
+			}
+			out := rotateReport{Installation: installation, PoolKey: inst.PoolPublicKey}
+			for _, r := range rows {
+				again, err := c.Reseal(ctx, adminapi.Reseal{WorkerUID: r.WorkerUID.String(), DeliveryID: r.MaterialSetID.String(), Sealed: r.PoolBlob})
+				if err != nil {
+					return fmt.Errorf("seal the blob of delivery %s again (%d sealed again so far; run it again): %w", r.MaterialSetID, out.Resealed, err)
+				}
+				n, err := q.PoolBlobReplace(ctx, dbsqlc.PoolBlobReplaceParams{Sealed: again.Sealed, OrganizationID: r.OrganizationID, OperationID: r.OperationID, Previous: r.PoolBlob})
+				if err != nil {
+					return err
+				}
+				if n == 0 {
+					out.Changed++
+					continue
+				}
+				out.Resealed++
+			}
+			return g.print(cmd.OutOrStdout(), out, fmt.Sprintf("sealed %d pool blobs of installation %s again to %s (%d changed meanwhile and were left as they are)\n"+
+				"Once the node has restarted with --pool-key-file NEW alone, the old key may be destroyed.", out.Resealed, installation, inst.PoolPublicKey, out.Changed))
+		},
+	}
+	cmd.Flags().StringVar(&config, "config", os.Getenv("TAKOSERVER_CONFIG"), "the catalog the Host replicas run with (env TAKOSERVER_CONFIG)")
+	cmd.Flags().StringVar(&installation, "installation", "", "the selfhost installation whose pool key was rotated")
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -106,7 +107,7 @@ func TestAPoolNodeThatLostItsStateGetsItsSecretsBackWithNoTenantAction(t *testin
 	require.NoError(t, os.RemoveAll(p.node.stateDir))
 	admin, err := url.Parse(p.node.adminURL)
 	require.NoError(t, err)
-	p.node = startPooledRuntimeAt(t, p.node.stateDir, runtimetest.SealingKeyFile(t), p.node.poolKeyFile, admin.Host, p.node.edgeAddr)
+	p.node = startPooledRuntimeAt(t, p.node.stateDir, runtimetest.SealingKeyFile(t), p.node.poolKeyFile, nil, admin.Host, p.node.edgeAddr)
 
 	require.Eventually(t, func() bool {
 		code, body := get()
@@ -131,4 +132,68 @@ func TestAPoolNodeThatLostItsStateGetsItsSecretsBackWithNoTenantAction(t *testin
 		require.NoError(t, p.db.QueryRow(context.Background(), `SELECT pool_blob IS NOT NULL FROM runtime_input_preparations WHERE operation_id = 'op-1'`).Scan(&held))
 		return !held
 	}, 30*time.Second, 200*time.Millisecond, "the blob of a runtime input the worker no longer consumes is dropped")
+}
+
+// A pool key rotated (SPEC 6.2) with real processes: the node restarted with the new key and the
+// one it replaces, `nodes rotate-pool-key` has it seal the kept blob again to the new key (the Host
+// never opens it), and a node holding only the new key, started on an empty state directory, gets
+// the worker's secret back from that blob.
+func TestAPoolKeyRotatesThroughTheNodeWithNoTenantAction(t *testing.T) {
+	t.Parallel()
+	p := newPairOn(t, startPooledRuntime)
+	worker := p.prepared()
+	p.must(0, http.MethodPut, workerPath("api"), "token-rotate-worker-00001", worker, http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-rotate-endpoint-0001", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
+	hostname := ep["hostname"].(string)
+	want := strconv.Itoa(len(replicaCanary))
+	answers := func() bool {
+		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
+		require.NoError(t, err)
+		req.Host = hostname
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && string(b) == want
+	}
+	require.Eventually(t, answers, 30*time.Second, 200*time.Millisecond)
+	blob := func() []byte {
+		var b []byte
+		require.NoError(t, p.db.QueryRow(context.Background(), `SELECT pool_blob FROM runtime_input_preparations WHERE operation_id = 'op-1'`).Scan(&b))
+		return b
+	}
+	before := blob()
+
+	dir := filepath.Join(t.TempDir(), "pool-new")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	newKey := filepath.Join(dir, "pool-key")
+	newPublic := decodeJSON(t, run(t, "", "nodes", "init-pool-key", "--pool", "selfhost", "--out", newKey, "--output", "json"))["poolPublicKey"].(string)
+	cat := node{adminURL: p.node.adminURL, tokenFile: p.node.tokenFile, edgeAddr: p.node.edgeAddr, poolPublicKey: newPublic}.catalog(t)
+	restart := func(wipe bool, poolKey string, extra ...string) {
+		require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
+		_ = p.node.cmd.Wait()
+		if wipe {
+			require.NoError(t, os.RemoveAll(p.node.stateDir))
+		}
+		admin, err := url.Parse(p.node.adminURL)
+		require.NoError(t, err)
+		p.node = startPooledRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, poolKey, extra, admin.Host, p.node.edgeAddr)
+	}
+	_, errOut, err := runRaw(p.dbURL, "nodes", "rotate-pool-key", "--config", cat, "--installation", "selfhost")
+	require.Error(t, err, "refused while the node does not hold the new key")
+	require.Contains(t, errOut, "restart it with --pool-key-file NEW --previous-pool-key-file OLD first")
+
+	oldKey := p.node.poolKeyFile
+	restart(false, newKey, "--previous-pool-key-file", oldKey)
+	require.Eventually(t, answers, 30*time.Second, 200*time.Millisecond)
+	out := decodeJSON(t, run(t, p.dbURL, "nodes", "rotate-pool-key", "--config", cat, "--installation", "selfhost", "--output", "json"))
+	require.EqualValues(t, 1, out["resealed"])
+	after := blob()
+	require.NotEqual(t, before, after, "the blob is sealed again")
+	require.NotContains(t, string(after), replicaCanary)
+
+	restart(true, newKey)
+	require.Eventually(t, answers, 60*time.Second, 200*time.Millisecond, "a node holding only the new key gets the secret back")
 }

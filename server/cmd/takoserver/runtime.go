@@ -61,6 +61,8 @@ state stays for the next start.`,
 		"the sealing key --sealing-key-file replaces: deliveries sealed under it are sealed again under the new key at start, so no worker loses its secrets; drop it once the node has started")
 	cmd.Flags().StringVar(&cfg.PoolKeyFile, "pool-key-file", os.Getenv("TAKOSERVER_RUNTIME_POOL_KEY_FILE"),
 		"the private key of the node's pool (env TAKOSERVER_RUNTIME_POOL_KEY_FILE; `takoserver nodes init-pool-key` writes one): the node opens with it the secret deliveries the Host sealed to the pool")
+	cmd.Flags().StringVar(&cfg.PreviousPoolKeyFile, "previous-pool-key-file", "",
+		"the pool key --pool-key-file replaces (a rotation): blobs sealed to it still open until `takoserver nodes rotate-pool-key` has sealed them again to the new key; then drop it")
 	cmd.Flags().StringVar(&cfg.AdminListen, "admin-listen", adminapi.DefaultAdminListen, "address of the admin API (a non-loopback address needs --admin-tls-cert and --admin-tls-key), or fd:N for a listening socket the node inherits (systemd's socket activation)")
 	cmd.Flags().StringVar(&cfg.EdgeListen, "edge-listen", adminapi.DefaultEdgeListen, "address of the edge that serves workers by Host header, or fd:N for a listening socket the node inherits: it outlives the node's restarts, so none refuses a connection")
 	cmd.Flags().DurationVar(&cfg.ListenWait, "listen-wait", 30*time.Second, "how long a listen address in use (the previous process still stopping) is tried again before the start fails")

@@ -206,10 +206,13 @@ type PoolSink interface {
 	// PoolSeal seals plaintext (the material as the runtime input sealed it) for d.
 	PoolSeal(d Delivery, plaintext []byte) ([]byte, bool, error)
 	// DeliverSealed gives the blob PoolSeal made for d to the pool, replacing any earlier
-	// delivery; with restore, only where no delivery of d's worker UID is held (a node that lost
-	// its state), so that a restore never replaces a newer delivery: ErrNotRestored when the
-	// backend held one, or no longer holds d's worker.
-	DeliverSealed(ctx context.Context, d Delivery, blob []byte, restore bool) error
+	// delivery.
+	DeliverSealed(ctx context.Context, d Delivery, blob []byte) error
+	// RestoreSealed gives it again to a node whose script holds exactly the delivery replaces
+	// ("": none; a node that lost its state, or came back from a backup holding a superseded
+	// one), so that a restore never replaces a newer delivery: ErrNotRestored when the node held
+	// something else, or no longer holds d's worker.
+	RestoreSealed(ctx context.Context, d Delivery, blob []byte, replaces string) error
 }
 
 // ErrNotRestored is a restoring DeliverSealed the backend did not take.

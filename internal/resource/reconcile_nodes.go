@@ -174,11 +174,12 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 }
 
 // restoreDeliveries names again, to a node that holds a live worker's script without any
-// delivery (its state was lost, or restored from before the delivery), the worker's newest
+// delivery (its state was lost, or restored from before the delivery) or with one the worker's
+// newest superseded (restored from an old backup), the worker's newest
 // settled delivery the Host keeps sealed to the pool (SPEC 6.2): the node opens it with the pool
 // key, so the worker gets its secrets back with no tenant action, and the Host never opens it.
-// The node takes it only if it still holds no delivery of that worker UID (a newer delivery may
-// have arrived meanwhile). A script the node lacks gets its delivery at the next sweep, once
+// The node takes it only if it still holds what was read (a newer delivery may have arrived
+// meanwhile). A script the node lacks gets its delivery at the next sweep, once
 // written again.
 func (s *Service) restoreDeliveries(ctx context.Context, db interface {
 	store.Beginner
@@ -197,16 +198,19 @@ func (s *Service) restoreDeliveries(ctx context.Context, db interface {
 			continue
 		}
 		h, held := holds[heldKey{backend.NativeWorker, r.NativeName}]
-		if !held || h.ResourceUID != r.WorkerUID.String() || h.DeliveryID != "" {
-			continue
+		if !held || h.ResourceUID != r.WorkerUID.String() || (h.DeliveryID != "" && !slices.Contains(r.Superseded, h.DeliveryID)) {
+			continue // not the worker's script, or it holds this delivery, or one newer or in flight
 		}
 		d := backend.Delivery{ScriptName: r.NativeName, WorkerUID: r.WorkerUID, PreparationID: r.PreparationID, MaterialSetID: r.MaterialSetID,
 			SecretNames: r.BindingNames, EffectID: uuid.New()}
+		detail := "the worker's secret delivery " + r.MaterialSetID.String() + ", which the node lacked, from its pool blob"
+		if h.DeliveryID != "" {
+			detail = "the worker's secret delivery " + r.MaterialSetID.String() + " in place of " + h.DeliveryID + ", which it superseded, from its pool blob"
+		}
 		rec := Reconciled{Installation: installation, Kind: backend.NativeWorker, NativeName: r.NativeName, Action: dbsqlc.NodeReconciliationActionRestored,
-			DeploymentID: h.DeploymentID.String(), ResourceUID: h.ResourceUID, Organization: h.Organization,
-			Detail: "the worker's secret delivery " + r.MaterialSetID.String() + ", which the node lacked, from its pool blob"}
+			DeploymentID: h.DeploymentID.String(), ResourceUID: h.ResourceUID, Organization: h.Organization, Detail: detail}
 		dctx, cancel := context.WithTimeout(ctx, BackendCallTimeout)
-		err := pool.DeliverSealed(dctx, d, r.PoolBlob, true)
+		err := pool.RestoreSealed(dctx, d, r.PoolBlob, h.DeliveryID)
 		cancel()
 		if errors.Is(err, backend.ErrNotRestored) {
 			continue // a newer delivery got there first, or the script went: nothing to record

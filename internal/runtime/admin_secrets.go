@@ -51,6 +51,9 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	} else if req.Restore {
 		return nil, invalid("only a pool's sealed delivery is restored")
 	}
+	if req.Replaces != "" && !req.Restore {
+		return nil, invalid("replaces goes with restore")
+	}
 	names := make([]string, 0, len(req.Values))
 	for k := range req.Values {
 		if !workerd.ValidBindingName(k) {
@@ -68,10 +71,17 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if req.Restore {
-		// Named again by the Host to a node that lost its state: taken only where no delivery of
-		// this worker UID is held, so that it never replaces a newer one that arrived first.
-		if cur := n.desired.Scripts[name]; cur == nil || cur.WorkerUID != req.WorkerUID || cur.Delivery != nil {
-			return n.scriptStatusLocked(name), nil
+		// Named again by the Host to a node that lost its state (or came back from an old backup):
+		// taken only where the worker's script holds exactly the delivery it replaces (none, or a
+		// superseded one), so that it never replaces a newer one that arrived first.
+		cur := n.desired.Scripts[name]
+		held := ""
+		if cur != nil && cur.Delivery != nil {
+			held = cur.Delivery.DeliveryID
+		}
+		if cur == nil || cur.WorkerUID != req.WorkerUID || held != req.Replaces {
+			return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeDeliveryHeld, "Delivery held",
+				"the script does not hold what this restore replaces (another delivery arrived, or the script is another worker's): nothing restored")
 		}
 	}
 	a, _, err := n.applyLocked(op, name, seal)

@@ -26,8 +26,9 @@ func poolKey(t *testing.T) (string, *poolkey.Private) {
 
 // A pool's delivery (SPEC 6.2): the node opens a blob sealed to its pool's key for the worker UID
 // and delivery it names, and serves the values; a blob for another worker, delivery or pool is
-// refused and changes nothing; a restore is taken only where no delivery of the worker UID is held,
-// so it never replaces a newer one; a node without the pool key refuses a sealed delivery.
+// refused and changes nothing; a restore is taken only where the worker's script holds exactly the
+// delivery it replaces (none, or a superseded one), so it never replaces a newer one; a node
+// without the pool key refuses a sealed delivery.
 func TestANodeOpensOnlyTheDeliveriesSealedToItsPool(t *testing.T) {
 	t.Parallel()
 	file, key := poolKey(t)
@@ -39,6 +40,11 @@ func TestANodeOpensOnlyTheDeliveriesSealedToItsPool(t *testing.T) {
 	}
 	put := func(uid, delivery string, blob []byte, restore bool) error {
 		_, err := f.client.PutSecrets(f.ctx, "pooled", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: uid, DeliveryID: delivery, Sealed: blob, Restore: restore})
+		return err
+	}
+	restoreOver := func(delivery, replaces, value string) error {
+		_, err := f.client.PutSecrets(f.ctx, "pooled", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-pooled", DeliveryID: delivery,
+			Sealed: seal("uid-pooled", delivery, value), Restore: true, Replaces: replaces})
 		return err
 	}
 	f.script("pooled", "uid-pooled", 1, "v1", "TOKEN")
@@ -57,15 +63,21 @@ func TestANodeOpensOnlyTheDeliveriesSealedToItsPool(t *testing.T) {
 	f.waitReady("pooled")
 	f.answers("pooled.workers.localhost", expectReply("v1", "pool-canary-1"))
 
-	require.NoError(t, put("uid-pooled", "delivery-0", seal("uid-pooled", "delivery-0", "pool-canary-0"), true))
+	require.ErrorContains(t, put("uid-pooled", "delivery-0", seal("uid-pooled", "delivery-0", "pool-canary-0"), true), adminapi.CodeDeliveryHeld)
+	require.ErrorContains(t, restoreOver("delivery-0", "delivery-9", "pool-canary-0"), adminapi.CodeDeliveryHeld, "it replaces another than the one held")
+	require.ErrorContains(t, restoreOver("delivery-1", "", "pool-canary-1"), adminapi.CodeDeliveryHeld, "the one held already")
 	st, err = f.client.GetScript(f.ctx, "pooled")
 	require.NoError(t, err)
-	require.Equal(t, "delivery-1", st.Secrets.DeliveryID, "a restore never replaces a delivery held")
+	require.Equal(t, "delivery-1", st.Secrets.DeliveryID, "a restore never replaces a delivery it does not name")
 	f.answers("pooled.workers.localhost", expectReply("v1", "pool-canary-1"))
 
 	require.NoError(t, put("uid-pooled", "delivery-2", seal("uid-pooled", "delivery-2", "pool-canary-2"), false))
 	f.waitStatus("the new delivery serves", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Secrets.DeliveryID == "delivery-2" }, "pooled")
 	f.answers("pooled.workers.localhost", expectReply("v1", "pool-canary-2"))
+
+	require.NoError(t, restoreOver("delivery-3", "delivery-2", "pool-canary-3"), "a restore over the superseded delivery it names")
+	f.waitStatus("the restored delivery serves", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Secrets.DeliveryID == "delivery-3" }, "pooled")
+	f.answers("pooled.workers.localhost", expectReply("v1", "pool-canary-3"))
 	require.NotContains(t, f.h.Logs.String(), "pool-canary")
 
 	held, err := f.client.Pool(f.ctx)

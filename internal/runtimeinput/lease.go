@@ -377,7 +377,7 @@ func (s *Service) deliver(ctx context.Context, sink backend.SecretSink, c Consum
 	d := l.Delivery
 	d.EffectID = uuid.NewSHA1(uuid.NameSpaceURL, []byte("takoform:delivery:"+claim.String()+":"+l.PreparationID))
 	if give.blob != nil {
-		return sink.(backend.PoolSink).DeliverSealed(ctx, d, give.blob, false)
+		return sink.(backend.PoolSink).DeliverSealed(ctx, d, give.blob)
 	}
 	return sink.DeliverSecrets(ctx, d, give.values)
 }

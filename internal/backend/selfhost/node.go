@@ -274,21 +274,32 @@ func (n *runtimeNode) PoolSeal(d backend.Delivery, plaintext []byte) ([]byte, bo
 }
 
 // DeliverSealed gives the node a pool blob in place of the values.
-func (n *runtimeNode) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte, restore bool) error {
+func (n *runtimeNode) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte) error {
 	c, err := n.api()
 	if err != nil {
 		return err
 	}
-	st, err := c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
-		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Sealed: blob, Restore: restore,
+	_, err = c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
+		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Sealed: blob,
 	})
+	return n.wrap(err)
+}
+
+// RestoreSealed names a kept blob again to the node, taken only where it holds replaces.
+func (n *runtimeNode) RestoreSealed(ctx context.Context, d backend.Delivery, blob []byte, replaces string) error {
+	c, err := n.api()
 	if err != nil {
-		return n.wrap(err)
+		return err
 	}
-	if restore && st.Secrets.DeliveryID != d.MaterialSetID.String() {
+	_, err = c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
+		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Sealed: blob,
+		Restore: true, Replaces: replaces,
+	})
+	var p *ProblemError
+	if errors.As(err, &p) && p.Problem.Code == adminapi.CodeDeliveryHeld {
 		return backend.ErrNotRestored
 	}
-	return nil
+	return n.wrap(err)
 }
 
 var _ backend.PoolSink = (*runtimeNode)(nil)

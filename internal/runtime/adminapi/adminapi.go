@@ -415,6 +415,9 @@ type SecretsPut struct {
 	Values     map[string]vocab.Secret
 	Sealed     []byte
 	Restore    bool
+	// Replaces is, with Restore, the delivery the node must hold for the restore to be taken
+	// ("": none): a node restored from an old backup holds a superseded delivery of the worker.
+	Replaces string
 }
 
 type secretsPutWire struct {
@@ -424,12 +427,13 @@ type secretsPutWire struct {
 	Values     map[string]string `json:"values,omitempty"`
 	Sealed     []byte            `json:"sealed,omitempty"`
 	Restore    bool              `json:"restore,omitempty"`
+	Replaces   string            `json:"replaces,omitempty"`
 }
 
 // MarshalJSON writes the values in clear: the request body is the one place they travel.
 func (p SecretsPut) MarshalJSON() ([]byte, error) {
 	w := secretsPutWire{EffectID: p.EffectID, WorkerUID: p.WorkerUID, DeliveryID: p.DeliveryID, Values: make(map[string]string, len(p.Values)),
-		Sealed: p.Sealed, Restore: p.Restore}
+		Sealed: p.Sealed, Restore: p.Restore, Replaces: p.Replaces}
 	for k, v := range p.Values {
 		w.Values[k] = v.Reveal()
 	}
@@ -443,7 +447,7 @@ func (p *SecretsPut) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*p = SecretsPut{EffectID: w.EffectID, WorkerUID: w.WorkerUID, DeliveryID: w.DeliveryID, Values: make(map[string]vocab.Secret, len(w.Values)),
-		Sealed: w.Sealed, Restore: w.Restore}
+		Sealed: w.Sealed, Restore: w.Restore, Replaces: w.Replaces}
 	for k, v := range w.Values {
 		p.Values[k] = vocab.NewSecret(v)
 	}
@@ -614,7 +618,9 @@ const (
 	CodeScriptHeld = "script_held"
 	// CodeDeliveryRefused: a readback concluded this delivery absent; it never lands now.
 	CodeDeliveryRefused = "delivery_refused"
-	CodeScriptAbsent    = "script_absent"
+	// CodeDeliveryHeld: a restore found another delivery held than the one it replaces.
+	CodeDeliveryHeld = "delivery_held"
+	CodeScriptAbsent = "script_absent"
 	// CodeTickExpired: a cron tick asked of the node after its deadline; it never runs now.
 	CodeTickExpired = "tick_expired"
 	// CodeLogWaitsFull: the node already holds MaxLogWaits log long polls.

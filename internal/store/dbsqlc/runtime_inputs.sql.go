@@ -662,7 +662,9 @@ func (q *Queries) PreparationsDispatchedByOperation(ctx context.Context, claimOp
 
 const reconcileDeliveries = `-- name: ReconcileDeliveries :many
 SELECT p.worker_uid::uuid AS worker_uid, p.native_name::text AS native_name, p.preparation_id, p.material_set_id,
-       p.binding_names, p.pool_blob
+       p.binding_names, p.pool_blob,
+       ARRAY(SELECT o.material_set_id::text FROM runtime_input_preparations o
+             WHERE o.worker_uid = p.worker_uid AND o.status = 'settled' AND o.dispatched_at < p.dispatched_at)::text[] AS superseded
 FROM runtime_input_preparations p
 JOIN workers w ON w.uid = p.worker_uid AND w.organization_id = p.organization_id AND w.runtime_input_reference = p.reference
 WHERE p.installation = $1 AND p.status = 'settled' AND p.pool_blob IS NOT NULL
@@ -677,11 +679,13 @@ type ReconcileDeliveriesRow struct {
 	MaterialSetID uuid.UUID
 	BindingNames  []string
 	PoolBlob      []byte
+	Superseded    []string
 }
 
 // The deliveries an installation's node must hold that can be named to it again: each live
 // worker's newest settled delivery whose pool blob the Host keeps, of the runtime input the
-// worker consumes now.
+// worker consumes now; and the worker's deliveries it superseded (a node back from an old backup
+// may hold one).
 func (q *Queries) ReconcileDeliveries(ctx context.Context, installation *string) ([]ReconcileDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, reconcileDeliveries, installation)
 	if err != nil {
@@ -698,6 +702,7 @@ func (q *Queries) ReconcileDeliveries(ctx context.Context, installation *string)
 			&i.MaterialSetID,
 			&i.BindingNames,
 			&i.PoolBlob,
+			&i.Superseded,
 		); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 )
 
 // Issue 34 item 2, with real processes: a runtime node killed and started again on an empty state
@@ -196,4 +198,57 @@ func TestAPoolKeyRotatesThroughTheNodeWithNoTenantAction(t *testing.T) {
 
 	restart(true, newKey)
 	require.Eventually(t, answers, 60*time.Second, 200*time.Millisecond, "a node holding only the new key gets the secret back")
+}
+
+// A node put back from a backup taken before the worker's secret was rotated (SPEC 6.2, with real
+// processes) serves the superseded delivery it held then; the Hosts' janitors name the newest one
+// again in its place (a restore over exactly that delivery), and the endpoint answers with the
+// new secret, with no tenant action.
+func TestANodeBackFromAnOldBackupGetsTheNewestDeliveryInPlaceOfTheOneItHeld(t *testing.T) {
+	t.Parallel()
+	p := newPairOn(t, startPooledRuntime)
+	first := p.prepared()
+	p.must(0, http.MethodPut, workerPath("api"), "token-backup-worker-00001", first, http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-backup-endpoint-0001", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
+	hostname := ep["hostname"].(string)
+	answer := func() string {
+		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
+		require.NoError(t, err)
+		req.Host = hostname
+		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	require.Eventually(t, func() bool { return answer() == strconv.Itoa(len(replicaCanary)) }, 30*time.Second, 200*time.Millisecond)
+	backup := filepath.Join(t.TempDir(), "node.backup")
+	run(t, "", "runtime", "backup", "--out", backup, "--admin-url", p.node.adminURL, "--token-file", p.node.tokenFile)
+
+	// The secret rotated: a second runtime input, longer.
+	const rotated = replicaCanary + "-rotated"
+	res := p.must(0, http.MethodGet, reservationsPath+"res-api", "", "", http.StatusOK)
+	id := runtimeref.Derive("nonce-backup-2", runtimeref.Target{Space: "prod", WorkerName: "api", BundleName: "main", EndpointName: "api",
+		OriginReservationID: "res-api", CanonicalPublicOrigin: res["canonicalOrigin"].(string)}, map[string]string{"API_KEY": rotated})
+	p.must(0, http.MethodPut, "/v1/organizations/"+p.orgID+"/worker-runtime-input-preparations/op-2", "token-backup-prep-000002",
+		fmt.Sprintf(`{"format":"takoserver.worker-runtime-input-preparation@v1","materialSetNonce":"nonce-backup-2","runtimeInputReference":%q,
+		"target":{"space":"prod","workerName":"api","bundleName":"main","endpointName":"api","originReservationId":"res-api"},
+		"bindings":{"API_KEY":%q}}`, id.Reference, rotated), http.StatusCreated)
+	p.must(0, http.MethodPut, workerPath("api"), "token-backup-worker-00001", fmt.Sprintf(secretWorker, id.Reference), http.StatusOK)
+	require.Eventually(t, func() bool { return answer() == strconv.Itoa(len(rotated)) }, 30*time.Second, 200*time.Millisecond)
+
+	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.node.cmd.Wait()
+	run(t, "", "runtime", "restore", "--from", backup, "--state-dir", p.node.stateDir, "--replace")
+	admin, err := url.Parse(p.node.adminURL)
+	require.NoError(t, err)
+	p.node = startPooledRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, p.node.poolKeyFile, nil, admin.Host, p.node.edgeAddr)
+	require.Eventually(t, func() bool { return answer() == strconv.Itoa(len(rotated)) }, 60*time.Second, 200*time.Millisecond,
+		"the newest delivery is named again in place of the superseded one the backup held")
+	var restored int
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM node_reconciliations WHERE detail LIKE '%which it superseded%'`).Scan(&restored))
+	require.GreaterOrEqual(t, restored, 1)
+	require.NotContains(t, p.logs[0].String()+p.logs[1].String(), rotated)
 }

@@ -51,8 +51,11 @@ func invariantStandin(t *testing.T) *cfstandin.Server {
 // through adminURL) and a workers-dev one on s.
 func invariantCatalog(t *testing.T, n node, adminURL string, s *cfstandin.Server) string {
 	t.Helper()
-	return workersDevCatalog(t, s, 2,
-		map[string]any{"name": "selfhost", "pack": "selfhost", "runtimeUrl": adminURL, "runtimeTokenFile": n.tokenFile, "edgeListen": n.edgeAddr},
+	local := map[string]any{"name": "selfhost", "pack": "selfhost", "runtimeUrl": adminURL, "runtimeTokenFile": n.tokenFile, "edgeListen": n.edgeAddr}
+	if n.poolPublicKey != "" {
+		local["poolPublicKey"] = n.poolPublicKey
+	}
+	return workersDevCatalog(t, s, 2, local,
 		map[string]any{"id": offeringLocalWorker, "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}},
 		map[string]any{"id": offeringLocalEndpoint, "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}})
 }

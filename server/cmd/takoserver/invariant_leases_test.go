@@ -296,6 +296,21 @@ func (w *world) checkLeases(st adminapi.Status) {
 	if bad > 0 {
 		w.fail("%d preparation(s) keep sealed values after their dispatch", bad)
 	}
+	if w.node.poolPublicKey != "" {
+		// A pool (SPEC 6.2): the newest settled delivery of every live worker of the node,
+		// of the runtime input it consumes now, is kept sealed to the pool.
+		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations p
+			JOIN workers w ON w.uid = p.worker_uid AND w.organization_id = p.organization_id AND w.runtime_input_reference = p.reference
+			WHERE p.installation = 'selfhost' AND p.status = 'settled' AND p.pool_blob IS NULL AND w.status = 'live'
+			  AND NOT EXISTS (SELECT 1 FROM runtime_input_preparations o
+			                  WHERE o.worker_uid = p.worker_uid AND o.status = 'settled' AND o.dispatched_at > p.dispatched_at)`).Scan(&bad))
+		if bad > 0 {
+			w.fail("%d live worker(s) of the pool have their newest settled delivery without its pool blob", bad)
+		}
+		var blobs int
+		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations WHERE pool_blob IS NOT NULL`).Scan(&blobs))
+		w.progress.poolBlobs = max(w.progress.poolBlobs, blobs)
+	}
 	seen := map[string]string{}
 	for _, s := range st.Scripts {
 		if !s.Present || !s.Secrets.Delivered {
@@ -333,6 +348,15 @@ func (w *world) finish() {
 	}
 	if p.settled == 0 {
 		w.fail("no runtime input was delivered and settled in %d consumptions", p.consumptions)
+	}
+	if w.node.poolPublicKey != "" {
+		var local int
+		require.NoError(w.t, w.db.QueryRow(context.Background(), `SELECT count(*) FROM runtime_input_preparations
+			WHERE installation = 'selfhost' AND status IN ('dispatched', 'settled')`).Scan(&local))
+		if local > 0 && p.poolBlobs == 0 {
+			w.fail("the pool's sequence dispatched %d runtime input(s) to its node and never kept one sealed to the pool", local)
+		}
+		w.t.Logf("pool: %d runtime input(s) dispatched to the node, up to %d kept sealed to the pool at once", local, p.poolBlobs)
 	}
 
 	bin, err := pgcluster.BinDir()

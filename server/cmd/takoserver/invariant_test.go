@@ -76,6 +76,8 @@ type progress struct {
 	lateWrites int
 	// rechecks: late-write re-checks the sequence's Hosts recorded, and how many took a script down.
 	rechecks, lateRemoved int
+	// poolBlobs: the most deliveries kept sealed to the pool at once (a pooled sequence).
+	poolBlobs int
 }
 
 // secretWorker is a worker that needs one secret, delivered through a runtime input.
@@ -698,7 +700,13 @@ func newWorld(t *testing.T, seed uint64) *world {
 		w.orgs = append(w.orgs, tenant{name: name, id: id, key: key})
 	}
 	w.kek = sealingKey(t)
-	w.node = startRuntime(t)
+	// Every other sequence runs its node with a pool key (SPEC 6.2): its deliveries are sealed to
+	// the pool, and the same custody and one-shot rules hold.
+	if seed%2 == 0 {
+		w.node = startPooledRuntime(t)
+	} else {
+		w.node = startRuntime(t)
+	}
 	// The Hosts reach the runtime node through a proxy that can hold one delivery, so that a
 	// Host is killed while its dispatch is in flight.
 	w.admin = holdAdmin(t, w.node.adminURL)
@@ -770,6 +778,7 @@ func (p *progress) add(o progress) {
 	p.lateWrites += o.lateWrites
 	p.rechecks += o.rechecks
 	p.lateRemoved += o.lateRemoved
+	p.poolBlobs += o.poolBlobs
 }
 
 // checkHeldScriptsAreLiveWorkers fails when a backend (named by where) holds a script name for

@@ -20,6 +20,22 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeref"
 )
 
+// edgeGet asks the node's edge at edgeAddr for / at hostname: its status and body, or 0 and the
+// error's text when nothing answered.
+func edgeGet(t *testing.T, edgeAddr, hostname string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+edgeAddr+"/", nil)
+	require.NoError(t, err)
+	req.Host = hostname
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 // Issue 34 item 2, with real processes: a runtime node killed and started again on an empty state
 // directory, at the same addresses, gets its workers' scripts and routes back from the Hosts'
 // janitors within seconds, with no tenant action: the endpoint's URL answers again and the worker
@@ -30,18 +46,7 @@ func TestANodeThatLostItsStateGetsItsWorkersBackFromTheHost(t *testing.T) {
 	p.must(0, http.MethodPut, workerPath("api"), "token-lost-worker-000001", invariantWorker, http.StatusCreated)
 	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-lost-endpoint-00001", `{"worker":"api"}`, http.StatusCreated)
 	hostname := ep["hostname"].(string)
-	get := func() (int, string) {
-		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
-		require.NoError(t, err)
-		req.Host = hostname
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func() (int, string) { return edgeGet(t, p.node.edgeAddr, hostname) }
 	code, body := get()
 	require.Equal(t, http.StatusOK, code, body)
 
@@ -80,18 +85,7 @@ func TestAPoolNodeThatLostItsStateGetsItsSecretsBackWithNoTenantAction(t *testin
 	p.must(0, http.MethodPut, workerPath("api"), "token-pool-worker-000001", worker, http.StatusCreated)
 	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-pool-endpoint-00001", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
 	hostname := ep["hostname"].(string)
-	get := func() (int, string) {
-		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
-		require.NoError(t, err)
-		req.Host = hostname
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := func() (int, string) { return edgeGet(t, p.node.edgeAddr, hostname) }
 	want := strconv.Itoa(len(replicaCanary))
 	require.Eventually(t, func() bool {
 		code, body := get()
@@ -149,16 +143,8 @@ func TestAPoolKeyRotatesThroughTheNodeWithNoTenantAction(t *testing.T) {
 	hostname := ep["hostname"].(string)
 	want := strconv.Itoa(len(replicaCanary))
 	answers := func() bool {
-		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
-		require.NoError(t, err)
-		req.Host = hostname
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode == http.StatusOK && string(b) == want
+		code, body := edgeGet(t, p.node.edgeAddr, hostname)
+		return code == http.StatusOK && body == want
 	}
 	require.Eventually(t, answers, 30*time.Second, 200*time.Millisecond)
 	blob := func() []byte {
@@ -212,16 +198,8 @@ func TestANodeBackFromAnOldBackupGetsTheNewestDeliveryInPlaceOfTheOneItHeld(t *t
 	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-backup-endpoint-0001", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
 	hostname := ep["hostname"].(string)
 	answer := func() string {
-		req, err := http.NewRequest(http.MethodGet, "http://"+p.node.edgeAddr+"/", nil)
-		require.NoError(t, err)
-		req.Host = hostname
-		resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
-		if err != nil {
-			return err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
+		_, body := edgeGet(t, p.node.edgeAddr, hostname)
+		return body
 	}
 	require.Eventually(t, func() bool { return answer() == strconv.Itoa(len(replicaCanary)) }, 30*time.Second, 200*time.Millisecond)
 	backup := filepath.Join(t.TempDir(), "node.backup")

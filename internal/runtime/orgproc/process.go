@@ -586,12 +586,11 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	suspect := func() bool { return time.Now().Before(p.suspectUntil) }
 	stall(suspect())
 	// A load holds the thread as a loop does, but the node asked for it (a 10 MiB bundle compiles
-	// for seconds on a busy node): while one is in progress (a probe: a load on a request's
-	// demand cannot be told from the request's own work) the organization keeps its weight
-	// (at the least weight, a load on a contended node takes its three misses itself, seen in
-	// CI), and has LoadAllowance before its misses count. A load
-	// that never ends is still killed for them, and its candidate fails (SPEC 5.1).
-	loading := p.anyProbing
+	// for seconds on a busy node). While one is in progress (a probe: a load on a request's
+	// demand cannot be told from the request's own work), the organization keeps its weight (at
+	// the least weight, a load on a contended node took its three misses itself, seen in CI) and
+	// its misses count only after the allowance. A load that never ends is still killed for
+	// them, and its candidate fails (SPEC 5.1).
 	allowance := o.LoadAllowance
 	if allowance == 0 {
 		allowance = LoadAllowance
@@ -607,7 +606,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 		case <-slow.C:
 			// Busy is not stuck: a process whose workers answered since the probe went out
 			// keeps its weight (the miss below makes the same exception).
-			if probing && p.answered.Load() == lastAnswered && !loading() {
+			if probing && p.answered.Load() == lastAnswered && !p.anyProbing() {
 				stall(true)
 			}
 		case err := <-exited:
@@ -660,17 +659,19 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			}
 			// One allowance per streak of misses: a load begun later in the streak (a tenant
 			// may deploy at will) does not start another.
-			probingNow := p.anyProbing()
-			if probingNow && loadMissedSince.IsZero() {
-				loadMissedSince = time.Now()
+			if p.anyProbing() {
+				if loadMissedSince.IsZero() {
+					loadMissedSince = time.Now()
+				}
+				if time.Since(loadMissedSince) < allowance {
+					stall(suspect())
+					p.log.Info("liveness probe missed while the process loads; not counted yet", "allowance", allowance.String())
+					continue
+				}
 			}
-			if probingNow && !loadMissedSince.IsZero() && time.Since(loadMissedSince) < allowance {
-				stall(suspect())
-				p.log.Info("liveness probe missed while the process loads; not counted yet", "allowance", allowance.String())
-				continue
-			}
+			// Past the allowance, a load holds the thread as a loop does.
 			misses++
-			stall(suspect() || !loading())
+			stall(true)
 			p.log.Warn("liveness probe missed", "misses", misses)
 			if misses < LivenessMisses {
 				continue

@@ -1,3 +1,4 @@
+DROP INDEX runtime_input_preparations_settled_worker_idx;
 DROP INDEX runtime_input_preparations_pool_blob_idx;
 ALTER TABLE runtime_input_preparations DROP CONSTRAINT runtime_input_preparations_pool_blob_check;
 ALTER TABLE runtime_input_preparations DROP COLUMN pool_blob;

@@ -9,3 +9,6 @@ ALTER TABLE runtime_input_preparations ADD CONSTRAINT runtime_input_preparations
 -- The worker's blobs, found when a newer delivery settles, and the installation's, found by the
 -- node reconciler: only rows that hold one.
 CREATE INDEX runtime_input_preparations_pool_blob_idx ON runtime_input_preparations (worker_uid) WHERE pool_blob IS NOT NULL;
+-- A worker's settled deliveries, which the reconciler compares with the one a node holds (a
+-- node back from an old backup may hold a superseded one).
+CREATE INDEX runtime_input_preparations_settled_worker_idx ON runtime_input_preparations (worker_uid, dispatched_at) WHERE status = 'settled';

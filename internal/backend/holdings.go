@@ -30,6 +30,8 @@ type Holdings struct {
 	Objects []Held
 	// GenerationFloor: a worker write at or below it may be refused as stale on some name.
 	GenerationFloor int64
+	// Node names the pool member listed (a selfhost pool's, SPEC 6.2).
+	Node string
 }
 
 // Inventory is a Mutator whose backend the Host's reconciler puts back to what the ledger says:

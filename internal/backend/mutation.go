@@ -266,6 +266,38 @@ type PackEnv struct {
 	EdgeClient *http.Client
 	// Log is where a pack says what an operator must know (nil: nowhere).
 	Log *slog.Logger
+	// Pools reads the members of a selfhost pool (nil: every pool is the catalog's one node).
+	Pools PoolMembers
+}
+
+// ErrPoolEmpty means every member of a selfhost pool was retired or removed: no node may route
+// any of its origins, so every absence is confirmed, and nothing can be deployed or listed.
+var ErrPoolEmpty = errors.New("the pool has no runtime node")
+
+// PoolMember is one runtime node of a selfhost pool (SPEC 6.2).
+type PoolMember struct {
+	Name  string
+	URL   string
+	State string
+}
+
+// States of a pool member.
+const (
+	MemberJoining  = "joining"
+	MemberServing  = "serving"
+	MemberDraining = "draining"
+	MemberRemoved  = "removed"
+	MemberRetired  = "retired"
+)
+
+// MayRoute reports whether the member may still route an origin: every member but one removed
+// (it confirmed it holds nothing) or retired (the operator attested it fenced).
+func (m PoolMember) MayRoute() bool { return m.State != MemberRemoved && m.State != MemberRetired }
+
+// PoolMembers reads the members of a selfhost installation's pool from where membership lives
+// (PostgreSQL). An installation with no membership rows is the pool of its catalog node alone.
+type PoolMembers interface {
+	Members(ctx context.Context, inst catalog.Installation) ([]PoolMember, error)
 }
 
 // Registry hands out the mutator of each installation.
@@ -286,8 +318,10 @@ type Registry struct {
 	Log *slog.Logger
 	// Seen, when set, is told of every mutator call (the Host's metrics).
 	Seen Seen
-	mu   sync.Mutex
-	made map[catalog.Installation]Mutator
+	// Pools, when set, reads the members of selfhost pools (the Host's, in PostgreSQL).
+	Pools PoolMembers
+	mu    sync.Mutex
+	made  map[catalog.Installation]Mutator
 }
 
 // Supports reports whether m mutates native objects of kind. A pack whose mutation path is built
@@ -329,7 +363,7 @@ func (r *Registry) Mutator(inst catalog.Installation) (Mutator, error) {
 	if m, ok := r.made[inst]; ok {
 		return m, nil
 	}
-	m := pack(inst, PackEnv{Budget: r.Budget, EdgeClient: r.EdgeClient, Log: r.Log})
+	m := pack(inst, PackEnv{Budget: r.Budget, EdgeClient: r.EdgeClient, Log: r.Log, Pools: r.Pools})
 	if r.Seen != nil {
 		m = observe(m, inst.Name, r.Seen)
 	}

@@ -59,6 +59,10 @@ type Installation struct {
 	// dispatch and keeps the blob, so that a node that lost its state gets its secrets back. Not
 	// part of the offering digest: a key rotation moves no worker.
 	PoolPublicKey string `json:"poolPublicKey,omitempty"`
+	// FenceSeconds is how long a node of the pool must have been fenced (out of DNS and every
+	// load balancer) before `takoserver nodes retire --lost` takes it out of the pool (SPEC 6.2).
+	// Zero takes DefaultFence. Not part of the offering digest.
+	FenceSeconds int `json:"fenceSeconds,omitempty"`
 	// Cloudflare packs (SPEC 8): the account, the file holding its API token (0600, in a 0700
 	// directory), and the API's base URL (default Cloudflare's; tests and Cloudflare-compatible
 	// gateways set it).
@@ -100,6 +104,17 @@ const (
 	// routing lookups use.
 	MinKVCacheTTL = 60 * time.Second
 )
+
+// DefaultFence is a selfhost pool's fenceSeconds when the catalog names none.
+const DefaultFence = 300 * time.Second
+
+// Fence is how long a pool's node must have been fenced before it may be retired as lost.
+func (inst Installation) Fence() time.Duration {
+	if inst.FenceSeconds > 0 {
+		return time.Duration(inst.FenceSeconds) * time.Second
+	}
+	return DefaultFence
+}
 
 // Propagation is how long a deleted route of this installation may still be served.
 func (inst Installation) Propagation() time.Duration {
@@ -506,11 +521,11 @@ func (r *ratesFile) apply(out *Rates) error {
 }
 
 func validateInstallation(inst *Installation) error {
-	if inst.Pack != PackSelfhost && (inst.hasRuntimeTLS() || inst.PoolPublicKey != "") {
-		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile and poolPublicKey belong to selfhost installations")
+	if inst.Pack != PackSelfhost && (inst.hasRuntimeTLS() || inst.PoolPublicKey != "" || inst.FenceSeconds != 0) {
+		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile, poolPublicKey and fenceSeconds belong to selfhost installations")
 	}
-	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 || inst.CronCeiling < 0 {
-		return fmt.Errorf("scriptCeiling, cronCeiling and routePropagationSeconds may not be negative")
+	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 || inst.CronCeiling < 0 || inst.FenceSeconds < 0 {
+		return fmt.Errorf("scriptCeiling, cronCeiling, routePropagationSeconds and fenceSeconds may not be negative")
 	}
 	if inst.Pack == PackSelfhost && (inst.ScriptCeiling != 0 || inst.RoutePropagationSeconds != 0 || inst.CronCeiling != 0) {
 		return fmt.Errorf("scriptCeiling, cronCeiling and routePropagationSeconds belong to Cloudflare installations")
@@ -532,7 +547,7 @@ func validateInstallation(inst *Installation) error {
 		if inst.RuntimeTokenFile == "" {
 			inst.RuntimeTokenFile = DefaultRuntimeTokenFile
 		}
-		if err := validateRuntimeChannel(inst); err != nil {
+		if err := ValidateRuntimeChannel(inst); err != nil {
 			return err
 		}
 		if inst.PoolPublicKey != "" {
@@ -550,7 +565,7 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("scheme must be http or https")
 		}
 		if inst.AccountSubdomain != "" || inst.BaseDomain != "" || inst.AccountID != "" || inst.APITokenFile != "" || inst.APIBaseURL != "" {
-			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl, runtimeTokenFile, the runtime's TLS files and poolPublicKey only")
+			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl, runtimeTokenFile, the runtime's TLS files, poolPublicKey and fenceSeconds only")
 		}
 	case PackWorkersDev:
 		if !vocab.IsHostname(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {
@@ -644,11 +659,11 @@ func (inst *Installation) hasRuntimeTLS() bool {
 	return inst.RuntimeCAFile != "" || inst.RuntimeClientCertFile != "" || inst.RuntimeClientKeyFile != ""
 }
 
-// validateRuntimeChannel checks how the Host reaches a selfhost runtime node (SPEC 5.1, control
+// ValidateRuntimeChannel checks how the Host reaches a selfhost runtime node (SPEC 5.1, control
 // channel): the admin token and secret deliveries travel on it, so http:// is allowed to a loopback
 // host only, and the TLS files, which need https://, are read now so that a wrong path or file is
 // refused at start rather than at the first deployment.
-func validateRuntimeChannel(inst *Installation) error {
+func ValidateRuntimeChannel(inst *Installation) error {
 	u, err := url.Parse(inst.RuntimeURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
 		return fmt.Errorf("runtimeUrl %q must be an http:// or https:// base URL", inst.RuntimeURL)

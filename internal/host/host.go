@@ -16,6 +16,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/packs"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
@@ -90,6 +91,7 @@ func New(cfg Config) *Host {
 	backends := &backend.Registry{Packs: packs.All(), Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger, Seen: h.metrics.seen}
 	if cfg.DB != nil {
 		backends.Budget = budget(cfg.DB, cfg.CloudflareBudget)
+		backends.Pools = nodepool.Members{DB: cfg.DB}
 	}
 	h.backends = backends
 	h.RuntimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: h.Reservations}

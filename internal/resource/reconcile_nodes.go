@@ -14,6 +14,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
@@ -71,10 +72,17 @@ func (s *Service) ReconcileNodes(ctx context.Context, db interface {
 		if !ok {
 			continue
 		}
-		done, err := s.reconcileNode(ctx, db, name, mut, inv)
+		done, caughtUp, err := s.reconcileNode(ctx, db, name, mut, inv)
 		out = append(out, done...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+			continue
+		}
+		if caughtUp != "" {
+			// A joining member this sweep brought wholly up to date serves from now on.
+			if _, err := nodepool.MarkServing(ctx, db, inst, caughtUp); err != nil {
+				errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+			}
 		}
 	}
 	return out, errors.Join(errs...)
@@ -86,14 +94,17 @@ type heldKey struct{ kind, name string }
 func (s *Service) reconcileNode(ctx context.Context, db interface {
 	store.Beginner
 	dbsqlc.DBTX
-}, installation string, mut backend.Mutator, inv backend.Inventory) ([]Reconciled, error) {
+}, installation string, mut backend.Mutator, inv backend.Inventory) ([]Reconciled, string, error) {
 	// What the node holds is read first: every deployment is in the ledger before any node is
 	// asked to hold it, so one the ledger lacks after this read was never the ledger's.
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	held, err := inv.Holdings(lctx)
 	cancel()
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		return nil, "", nil // every node was retired: none to bring up to date
+	}
 	if err != nil {
-		return nil, fmt.Errorf("list what the node holds: %w", err)
+		return nil, "", fmt.Errorf("list what the node holds: %w", err)
 	}
 	q := dbsqlc.New(db)
 	ids := make([]uuid.UUID, 0, len(held.Objects))
@@ -104,14 +115,14 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 	}
 	rows, err := q.ReconcileKnown(ctx, ids)
 	if err != nil {
-		return nil, fmt.Errorf("resource: deployments a node holds: %w", store.Classify(err))
+		return nil, "", fmt.Errorf("resource: deployments a node holds: %w", store.Classify(err))
 	}
 	known := make(map[uuid.UUID]dbsqlc.ReconcileKnownRow, len(rows))
 	for _, r := range rows {
 		known[r.ID] = r
 	}
 	if err := q.DeploymentSequenceAdvance(ctx, held.GenerationFloor); err != nil {
-		return nil, fmt.Errorf("resource: move generations past the node's: %w", store.Classify(err))
+		return nil, "", fmt.Errorf("resource: move generations past the node's: %w", store.Classify(err))
 	}
 
 	var out []Reconciled
@@ -140,13 +151,13 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 
 	current, err := q.ReconcileCurrent(ctx, installation)
 	if err != nil {
-		return out, errors.Join(append(errs, fmt.Errorf("resource: what the node must hold: %w", store.Classify(err)))...)
+		return out, "", errors.Join(append(errs, fmt.Errorf("resource: what the node must hold: %w", store.Classify(err)))...)
 	}
 	// Scripts before routes, so that a route written again finds its script.
 	slices.SortStableFunc(current, func(a, b dbsqlc.ReconcileCurrentRow) int {
 		return boolOrder(a.ResourceKind == dbsqlc.ResourceKindWorkerEndpoint) - boolOrder(b.ResourceKind == dbsqlc.ResourceKindWorkerEndpoint)
 	})
-	rewrites := 0
+	rewrites, capped := 0, false
 	for _, c := range current {
 		h, present := holds[heldKey{nativeKind(c.ResourceKind), c.NativeName}]
 		behind := present && h.DeploymentID != c.ID && known[h.DeploymentID].Status == dbsqlc.DeploymentStatusDeleted
@@ -154,6 +165,7 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 			continue // its own, or a newer, failed or in-flight deployment: its operation's to settle
 		}
 		if rewrites == reconcileRewrites {
+			capped = true
 			break
 		}
 		rewrites++
@@ -170,7 +182,11 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 	if pool, ok := backend.As[backend.PoolSink](mut); ok {
 		errs = append(errs, s.restoreDeliveries(ctx, db, installation, pool, holds, note))
 	}
-	return out, errors.Join(errs...)
+	err = errors.Join(errs...)
+	if err != nil || capped {
+		return out, "", err
+	}
+	return out, held.Node, nil
 }
 
 // restoreDeliveries names again, to a node that holds a live worker's script without any

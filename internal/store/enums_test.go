@@ -27,6 +27,7 @@ var goEnums = map[string][]string{
 	"effect_status":              values(dbsqlc.AllEffectStatusValues()),
 	"late_write_status":          values(dbsqlc.AllLateWriteStatusValues()),
 	"node_reconciliation_action": values(dbsqlc.AllNodeReconciliationActionValues()),
+	"runtime_node_state":         values(dbsqlc.AllRuntimeNodeStateValues()),
 	"operation_status":           values(dbsqlc.AllOperationStatusValues()),
 	"reservation_status":         values(dbsqlc.AllReservationStatusValues()),
 	"resource_kind":              values(dbsqlc.AllResourceKindValues()),

@@ -11,15 +11,19 @@ import (
 
 // Holdings lists every script and route the node holds.
 func (n *runtimeNode) Holdings(ctx context.Context) (backend.Holdings, error) {
-	c, err := n.api()
+	m, err := n.member(ctx)
+	if err != nil {
+		return backend.Holdings{}, err
+	}
+	c, err := n.api(ctx)
 	if err != nil {
 		return backend.Holdings{}, err
 	}
 	st, err := c.Status(ctx)
 	if err != nil {
-		return backend.Holdings{}, n.wrap(err)
+		return backend.Holdings{}, wrap(c, err)
 	}
-	out := backend.Holdings{GenerationFloor: st.GenerationFloor}
+	out := backend.Holdings{GenerationFloor: st.GenerationFloor, Node: m.Name}
 	for _, s := range st.Scripts {
 		if s.Present {
 			out.Objects = append(out.Objects, backend.Held{Kind: backend.NativeWorker, NativeName: s.ScriptName, DeploymentID: parseID(s.DeploymentID),
@@ -47,14 +51,14 @@ func parseID(s string) uuid.UUID {
 
 // RunTick asks the node to run t.
 func (n *runtimeNode) RunTick(ctx context.Context, t backend.Tick) (backend.TickOutcome, error) {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return backend.TickOutcome{}, err
 	}
 	out, err := c.RunScheduled(ctx, t.ScriptName, adminapi.ScheduledRun{TickID: t.ID, WorkerUID: t.WorkerUID, Cron: t.Cron,
 		ScheduledTime: t.ScheduledTime, Deadline: t.Deadline})
 	if err != nil {
-		return backend.TickOutcome{}, n.wrap(err)
+		return backend.TickOutcome{}, wrap(c, err)
 	}
 	return backend.TickOutcome{OK: out.Outcome == adminapi.ScheduledOK, Detail: out.Message}, nil
 }

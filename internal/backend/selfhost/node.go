@@ -29,45 +29,81 @@ import (
 // deployment (the node itself gives up on an incarnation that answers no probe in 30 s).
 var AdmitWait = 40 * time.Second
 
-// runtimeNode is the selfhost backend: a client of one runtime node's admin API (SPEC 5), as the
-// workers-dev backend will be a client of Cloudflare's. The Host keeps no runtime files.
+// runtimeNode is the selfhost backend: a client of its pool's runtime node's admin API (SPEC 5),
+// as the workers-dev backend is a client of Cloudflare's. The Host keeps no runtime files. Which
+// node that is, the pool's membership says (SPEC 6.2): each call asks, so that a node retired or
+// added by an operator is seen at the next call, on every Host replica.
 type runtimeNode struct {
-	inst   catalog.Installation
-	log    *slog.Logger
-	mu     sync.Mutex
-	client *Client
-	// poolOK is when the node last showed it holds the installation's pool key.
-	poolOK time.Time
+	inst  catalog.Installation
+	log   *slog.Logger
+	pools backend.PoolMembers
+	mu    sync.Mutex
+	// clients holds one admin client per member's address.
+	clients map[string]*Client
+	// poolOK is when each member's node last showed it holds the installation's pool key.
+	poolOK map[string]time.Time
 }
 
 // NewMutator is the selfhost pack's mutator of inst (a backend.Pack).
 func NewMutator(inst catalog.Installation, env backend.PackEnv) backend.Mutator {
-	return &runtimeNode{inst: inst, log: env.Log}
+	return &runtimeNode{inst: inst, log: env.Log, pools: env.Pools, clients: map[string]*Client{}, poolOK: map[string]time.Time{}}
 }
 
-// api returns the admin client, reading the token file on first use (and again after a failure,
-// so a runtime started after the Host is found).
-func (n *runtimeNode) api() (*Client, error) {
+// member is the pool's member that may route (SPEC 6.2; one at a time, as built).
+func (n *runtimeNode) member(ctx context.Context) (backend.PoolMember, error) {
+	if n.pools == nil {
+		return backend.PoolMember{Name: "node-1", URL: n.inst.RuntimeURL, State: backend.MemberServing}, nil
+	}
+	members, err := n.pools.Members(ctx, n.inst)
+	if err != nil {
+		return backend.PoolMember{}, fmt.Errorf("%w: installation %s: read its pool: %v", backend.ErrUnreachable, n.inst.Name, err)
+	}
+	var live []backend.PoolMember
+	for _, m := range members {
+		if m.MayRoute() {
+			live = append(live, m)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return backend.PoolMember{}, backend.ErrPoolEmpty
+	case 1:
+		return live[0], nil
+	}
+	return backend.PoolMember{}, fmt.Errorf("%w: installation %s has %d nodes that may route; a pool of several serving nodes is not built yet", backend.ErrMisconfigured, n.inst.Name, len(live))
+}
+
+// api returns the admin client of the pool's node, reading the token file on first use (and
+// again after a failure, so a runtime started after the Host is found). Every member of a pool
+// takes the installation's token and TLS files.
+func (n *runtimeNode) api(ctx context.Context) (*Client, error) {
+	m, err := n.member(ctx)
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		return nil, fmt.Errorf("%w: installation %s: %w: every node was retired; add one (takoserver nodes add)", backend.ErrUnreachable, n.inst.Name, backend.ErrPoolEmpty)
+	}
+	if err != nil {
+		return nil, err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.client != nil {
-		return n.client, nil
+	if c, ok := n.clients[m.URL]; ok {
+		return c, nil
 	}
 	c, err := NewFromConfig(Config{
-		URL: n.inst.RuntimeURL, TokenFile: n.inst.RuntimeTokenFile,
+		URL: m.URL, TokenFile: n.inst.RuntimeTokenFile,
 		CAFile: n.inst.RuntimeCAFile, ClientCertFile: n.inst.RuntimeClientCertFile, ClientKeyFile: n.inst.RuntimeClientKeyFile,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, n.inst.RuntimeURL, err)
+		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, m.URL, err)
 	}
 	c.Log = n.log
-	n.client = c
+	n.clients[m.URL] = c
 	return c, nil
 }
 
-func (n *runtimeNode) wrap(err error) error {
+func wrap(c *Client, err error) error {
 	if errors.Is(err, ErrNodeUnreachable) {
-		return fmt.Errorf("%w: runtime node %s: %v", backend.ErrUnreachable, n.inst.RuntimeURL, err)
+		return fmt.Errorf("%w: runtime node %s: %v", backend.ErrUnreachable, c.BaseURL(), err)
 	}
 	return err
 }
@@ -125,7 +161,7 @@ func (n *runtimeNode) Apply(ctx context.Context, d backend.Desired) (backend.Obs
 
 // Rewrite writes d on the node as Apply does, without waiting for the node to admit it.
 func (n *runtimeNode) Rewrite(ctx context.Context, d backend.Desired) error {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return err
 	}
@@ -142,18 +178,18 @@ func (n *runtimeNode) Rewrite(ctx context.Context, d backend.Desired) error {
 			Settings: d.Bundle.Settings, SecretNames: names, BundleDigest: bundleDigest(d.Bundle),
 		})
 		if IsCode(err, adminapi.CodeScriptHeld) {
-			return fmt.Errorf("%w: script %s on runtime node %s", backend.ErrScriptHeld, d.NativeName, n.inst.RuntimeURL)
+			return fmt.Errorf("%w: script %s on runtime node %s", backend.ErrScriptHeld, d.NativeName, c.BaseURL())
 		}
 		if IsCode(err, adminapi.CodeMemoryAboveNode) {
 			// The offering promises more memory than the node gives one worker.
 			return fmt.Errorf("%w: installation %s: %v; a selfhost offering promises each worker %d MB (maxMemoryMb): run the node with --heap-limit-mb %d", backend.ErrMisconfigured, n.inst.Name, err, catalog.SelfhostMemoryMB, catalog.SelfhostMemoryMB)
 		}
-		return n.wrap(err)
+		return wrap(c, err)
 	case backend.NativeRoute:
 		_, err := c.PutRoute(ctx, d.NativeName, adminapi.RoutePut{
 			EffectID: d.EffectID.String(), ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), DeploymentID: d.DeploymentID.String(),
 		})
-		return n.wrap(err)
+		return wrap(c, err)
 	}
 	return fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
 }
@@ -179,19 +215,24 @@ func (n *runtimeNode) ObserveChange(ctx context.Context, kind, nativeName string
 	if kind != backend.NativeWorker || since.Version == "" {
 		return n.Observe(ctx, kind, nativeName)
 	}
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return backend.Observation{}, err
 	}
 	st, err := c.WatchScript(ctx, nativeName, since.Version, min(within, adminapi.StatusWaitMax))
 	if err != nil {
-		return backend.Observation{}, n.wrap(err)
+		return backend.Observation{}, wrap(c, err)
 	}
 	return scriptObservation(st), nil
 }
 
 func (n *runtimeNode) Delete(ctx context.Context, d backend.Desired) error {
-	c, err := n.api()
+	c, err := n.api(ctx)
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		// Every node that held it was retired as lost (fenced, attested by the operator) or
+		// removed (it confirmed it holds nothing): the absence is confirmed (SPEC 6.2).
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -203,11 +244,14 @@ func (n *runtimeNode) Delete(ctx context.Context, d backend.Desired) error {
 	default:
 		err = fmt.Errorf("selfhost backend: unknown native kind %q", d.Kind)
 	}
-	return n.wrap(err)
+	return wrap(c, err)
 }
 
 func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (backend.Observation, error) {
-	c, err := n.api()
+	c, err := n.api(ctx)
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		return backend.Observation{}, nil // no node of the pool may hold it
+	}
 	if err != nil {
 		return backend.Observation{}, err
 	}
@@ -215,13 +259,13 @@ func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (bac
 	case backend.NativeWorker:
 		st, err := c.GetScript(ctx, nativeName)
 		if err != nil {
-			return backend.Observation{}, n.wrap(err)
+			return backend.Observation{}, wrap(c, err)
 		}
 		return scriptObservation(st), nil
 	case backend.NativeRoute:
 		rt, err := c.GetRoute(ctx, nativeName)
 		if err != nil {
-			return backend.Observation{}, n.wrap(err)
+			return backend.Observation{}, wrap(c, err)
 		}
 		obs := backend.Observation{Present: rt.Present, Admitted: rt.Present, Ready: rt.Ready}
 		obs.DeploymentID, _ = uuid.Parse(rt.DeploymentID)
@@ -248,7 +292,7 @@ func scriptObservation(st adminapi.ScriptStatus) backend.Observation {
 }
 
 func (n *runtimeNode) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return err
 	}
@@ -259,7 +303,7 @@ func (n *runtimeNode) DeliverSecrets(ctx context.Context, d backend.Delivery, va
 	_, err = c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
 		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Values: wire,
 	})
-	return n.wrap(err)
+	return wrap(c, err)
 }
 
 // PoolSeal seals the material to the installation's pool key (SPEC 6.2), bound to the pool (the
@@ -275,19 +319,19 @@ func (n *runtimeNode) PoolSeal(d backend.Delivery, plaintext []byte) ([]byte, bo
 
 // DeliverSealed gives the node a pool blob in place of the values.
 func (n *runtimeNode) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte) error {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return err
 	}
 	_, err = c.PutSecrets(ctx, d.ScriptName, adminapi.SecretsPut{
 		EffectID: d.EffectID.String(), WorkerUID: d.WorkerUID.String(), DeliveryID: d.MaterialSetID.String(), Sealed: blob,
 	})
-	return n.wrap(err)
+	return wrap(c, err)
 }
 
 // RestoreSealed names a kept blob again to the node, taken only where it holds replaces.
 func (n *runtimeNode) RestoreSealed(ctx context.Context, d backend.Delivery, blob []byte, replaces string) error {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return err
 	}
@@ -299,7 +343,7 @@ func (n *runtimeNode) RestoreSealed(ctx context.Context, d backend.Delivery, blo
 	if errors.As(err, &p) && p.Problem.Code == adminapi.CodeDeliveryHeld {
 		return backend.ErrNotRestored
 	}
-	return n.wrap(err)
+	return wrap(c, err)
 }
 
 var _ backend.PoolSink = (*runtimeNode)(nil)
@@ -314,15 +358,15 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 	if n.inst.PoolPublicKey == "" {
 		return nil
 	}
+	c, err := n.api(ctx)
+	if err != nil {
+		return err
+	}
 	n.mu.Lock()
-	fresh := time.Since(n.poolOK) < poolChecked
+	fresh := time.Since(n.poolOK[c.BaseURL()]) < poolChecked
 	n.mu.Unlock()
 	if fresh {
 		return nil
-	}
-	c, err := n.api()
-	if err != nil {
-		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -332,7 +376,7 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 	case errors.As(err, &p) && p.StatusCode == http.StatusNotFound:
 		held = adminapi.Pool{}
 	case err != nil:
-		return n.wrap(err)
+		return wrap(c, err)
 	}
 	// Mid-rotation, the node holds the new key and the one it replaces: the Host's catalog may
 	// name either until every replica has the new one.
@@ -342,10 +386,10 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 			have = fmt.Sprintf("the key %s of pool %q", held.PublicKey, held.Pool)
 		}
 		return fmt.Errorf("%w: runtime node %s holds %s, but the catalog names %s for installation %q: start the node with that pool's --pool-key-file (nothing was delivered)",
-			backend.ErrMisconfigured, n.inst.RuntimeURL, have, n.inst.PoolPublicKey, n.inst.Name)
+			backend.ErrMisconfigured, c.BaseURL(), have, n.inst.PoolPublicKey, n.inst.Name)
 	}
 	n.mu.Lock()
-	n.poolOK = time.Now()
+	n.poolOK[c.BaseURL()] = time.Now()
 	n.mu.Unlock()
 	return nil
 }
@@ -353,13 +397,13 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 var _ backend.DeliveryCheck = (*runtimeNode)(nil)
 
 func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	rb, err := c.Readback(ctx, d.ScriptName, challenge, d.MaterialSetID.String())
 	if err != nil {
-		return nil, false, n.wrap(err)
+		return nil, false, wrap(c, err)
 	}
 	if !rb.Present {
 		return nil, false, nil
@@ -377,7 +421,7 @@ var logPoll = 20 * time.Second
 // WorkerLogs pages through the worker's log ring on the runtime node: the entries held now, then,
 // with follow, long polls for new ones. A script the node does not hold (yet) has no entries.
 func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
-	c, err := n.api()
+	c, err := n.api(ctx)
 	if err != nil {
 		return err
 	}
@@ -407,7 +451,7 @@ func (n *runtimeNode) WorkerLogs(ctx context.Context, scriptName string, workerU
 				}
 			}
 		case err != nil:
-			return n.wrap(err)
+			return wrap(c, err)
 		}
 		if page.Missed > 0 {
 			if err := each(backend.LogEntry{Time: time.Now().UTC(), Missed: page.Missed}); err != nil {

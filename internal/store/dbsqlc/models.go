@@ -653,6 +653,61 @@ func AllRuntimeInputStatusValues() []RuntimeInputStatus {
 	}
 }
 
+type RuntimeNodeState string
+
+const (
+	RuntimeNodeStateJoining  RuntimeNodeState = "joining"
+	RuntimeNodeStateServing  RuntimeNodeState = "serving"
+	RuntimeNodeStateDraining RuntimeNodeState = "draining"
+	RuntimeNodeStateRemoved  RuntimeNodeState = "removed"
+	RuntimeNodeStateRetired  RuntimeNodeState = "retired"
+)
+
+func (e *RuntimeNodeState) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = RuntimeNodeState(s)
+	case string:
+		*e = RuntimeNodeState(s)
+	default:
+		return fmt.Errorf("unsupported scan type for RuntimeNodeState: %T", src)
+	}
+	return nil
+}
+
+type NullRuntimeNodeState struct {
+	RuntimeNodeState RuntimeNodeState
+	Valid            bool // Valid is true if RuntimeNodeState is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullRuntimeNodeState) Scan(value interface{}) error {
+	if value == nil {
+		ns.RuntimeNodeState, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.RuntimeNodeState.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullRuntimeNodeState) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.RuntimeNodeState), nil
+}
+
+func AllRuntimeNodeStateValues() []RuntimeNodeState {
+	return []RuntimeNodeState{
+		RuntimeNodeStateJoining,
+		RuntimeNodeStateServing,
+		RuntimeNodeStateDraining,
+		RuntimeNodeStateRemoved,
+		RuntimeNodeStateRetired,
+	}
+}
+
 type SealingKeyStatus string
 
 const (
@@ -960,6 +1015,27 @@ type RuntimeInputPreparation struct {
 	UpdatedAt             time.Time
 	DeliveryDigest        []byte
 	PoolBlob              []byte
+}
+
+type RuntimeNode struct {
+	Installation string
+	Name         string
+	URL          string
+	State        RuntimeNodeState
+	PoolEpoch    int64
+	AddedAt      time.Time
+	ChangedAt    time.Time
+	FencedSince  *time.Time
+}
+
+type RuntimeNodeEvent struct {
+	ID           int64
+	Installation string
+	Node         string
+	Action       string
+	Actor        string
+	At           time.Time
+	Detail       []byte
 }
 
 type SealingKey struct {

@@ -39,10 +39,12 @@ var offPath = []string{
 	"ReconcileKnown", "ReconcileCurrent", "ReconcileDeliveries", "PoolBlobsSweep", "PoolBlobsOfInstallation", "PoolBlobReplace",
 	// The cron loop's, beside the janitor's: every replica's pass reads the due rows by index.
 	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim", "CronTicksAbandoned",
+	// A pool's membership changes: `takoserver nodes` and the reconciler's.
+	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.
-var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations"}
+var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations", "runtime_nodes"}
 
 // extra are statements that run inside the plpgsql functions of the request path (a plan of a
 // function call does not show them), written as the functions run them.

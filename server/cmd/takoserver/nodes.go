@@ -21,7 +21,7 @@ func nodesCommand(g *globals) *cobra.Command {
 		Use:   "nodes",
 		Short: "The runtime nodes of a selfhost pool",
 	}
-	cmd.AddCommand(nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
+	cmd.AddCommand(nodesListCommand(g), nodesAddCommand(g), nodesRetireCommand(g), nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
 	return cmd
 }
 
@@ -69,7 +69,16 @@ a blob already sealed to the new key is sealed to it again, harmlessly.`,
 				return fmt.Errorf("the catalog has no selfhost installation %q with a poolPublicKey", installation)
 			}
 			ctx := cmd.Context()
-			c, err := selfhost.NewFromConfig(selfhost.Config{URL: inst.RuntimeURL, TokenFile: inst.RuntimeTokenFile,
+			db, err := g.pool(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			url, err := routingNode(ctx, db, inst)
+			if err != nil {
+				return err
+			}
+			c, err := selfhost.NewFromConfig(selfhost.Config{URL: url, TokenFile: inst.RuntimeTokenFile,
 				CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
 			if err != nil {
 				return err
@@ -82,11 +91,6 @@ a blob already sealed to the new key is sealed to it again, harmlessly.`,
 				return fmt.Errorf("the node holds %q of pool %q, not the catalog's %s: restart it with --pool-key-file NEW --previous-pool-key-file OLD first",
 					held.PublicKey, held.Pool, inst.PoolPublicKey)
 			}
-			db, err := g.pool(ctx)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
 			q := dbsqlc.New(db)
 			rows, err := q.PoolBlobsOfInstallation(ctx, &installation)
 			if err != nil {

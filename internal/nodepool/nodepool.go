@@ -1,0 +1,241 @@
+// Package nodepool keeps the membership of selfhost pools (SPEC 6.2): which runtime nodes serve
+// an installation, and the operator's changes of it. Membership lives in PostgreSQL, like every
+// other authority. An installation with no rows is a pool of one, its node the catalog's
+// runtimeUrl, named ImplicitNode; the first change of the pool writes that node's row.
+//
+// Built so far: a pool has one member that may route at a time. A node lost for good is retired
+// (the operator attests it fenced) and another is added in its place, which the node reconciler
+// brings up to date; pools of several serving members wait on one backend effect per member.
+package nodepool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/store"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+)
+
+// ImplicitNode is the name of the catalog's node of a pool that has no membership rows.
+const ImplicitNode = "node-1"
+
+// DB is what the pool's reads and changes run on.
+type DB interface {
+	store.Beginner
+	dbsqlc.DBTX
+}
+
+// Members is the backend's reader of pool membership (backend.PoolMembers), on db.
+type Members struct{ DB dbsqlc.DBTX }
+
+var _ backend.PoolMembers = Members{}
+
+// Members lists inst's members, the catalog's node alone when the pool has no rows.
+func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
+	rows, err := dbsqlc.New(m.DB).RuntimeNodes(ctx, inst.Name)
+	if err != nil {
+		return nil, fmt.Errorf("nodepool: members of %s: %w", inst.Name, store.Classify(err))
+	}
+	if len(rows) == 0 {
+		return []backend.PoolMember{implicit(inst)}, nil
+	}
+	out := make([]backend.PoolMember, len(rows))
+	for i, r := range rows {
+		out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State)}
+	}
+	return out, nil
+}
+
+func implicit(inst catalog.Installation) backend.PoolMember {
+	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing}
+}
+
+// Node is one member as `takoserver nodes list` shows it.
+type Node struct {
+	Name        string     `json:"name"`
+	URL         string     `json:"url"`
+	State       string     `json:"state"`
+	Epoch       int64      `json:"poolEpoch"`
+	AddedAt     *time.Time `json:"addedAt,omitempty"`
+	FencedSince *time.Time `json:"fencedSince,omitempty"`
+	// Implicit: the catalog's node of a pool with no rows yet.
+	Implicit bool `json:"implicit,omitempty"`
+}
+
+// List is inst's members, with the catalog's node when the pool has no rows.
+func List(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) ([]Node, error) {
+	rows, err := dbsqlc.New(db).RuntimeNodes(ctx, inst.Name)
+	if err != nil {
+		return nil, fmt.Errorf("nodepool: members of %s: %w", inst.Name, store.Classify(err))
+	}
+	if len(rows) == 0 {
+		return []Node{{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true}}, nil
+	}
+	out := make([]Node, len(rows))
+	for i, r := range rows {
+		out[i] = node(r)
+	}
+	return out, nil
+}
+
+func node(r dbsqlc.RuntimeNode) Node {
+	added := r.AddedAt
+	return Node{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, AddedAt: &added, FencedSince: r.FencedSince}
+}
+
+// Errors of the pool's changes, each with what the operator can do.
+var (
+	ErrNotSelfhost = errors.New("not a selfhost installation")
+	ErrNoSuchNode  = errors.New("no such node")
+	ErrNodeExists  = errors.New("a node of that name is already a member")
+	ErrPoolBusy    = errors.New("the pool already has a member that may route")
+	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
+	ErrBadName     = errors.New("a node's name is a DNS label: lowercase letters, digits and '-', at most 63")
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Add makes the node at url a member of inst's pool, joining: it receives every change from
+// now on and must confirm every absence, and the node reconciler brings it up to date, then marks
+// it serving. A pool takes one member that may route at a time (the other must be retired first).
+func Add(ctx context.Context, db DB, inst catalog.Installation, name, url, actor string) (Node, error) {
+	if inst.Pack != catalog.PackSelfhost {
+		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
+	}
+	if !nameRE.MatchString(name) {
+		return Node{}, fmt.Errorf("%w (got %q)", ErrBadName, name)
+	}
+	var out Node
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		rows, err := lockedMembers(ctx, q, inst)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if r.Name == name {
+				return fmt.Errorf("%w: %s (%s)", ErrNodeExists, name, r.State)
+			}
+			if r.State != dbsqlc.RuntimeNodeStateRemoved && r.State != dbsqlc.RuntimeNodeStateRetired {
+				return fmt.Errorf("%w: %s (%s, at %s); a pool of several serving nodes is not built yet: retire it (takoserver nodes retire --lost) first",
+					ErrPoolBusy, r.Name, r.State, r.URL)
+			}
+		}
+		row, err := q.RuntimeNodeInsert(ctx, dbsqlc.RuntimeNodeInsertParams{Installation: inst.Name, Name: name, URL: url, State: dbsqlc.RuntimeNodeStateJoining})
+		if err != nil {
+			return fmt.Errorf("nodepool: add %s: %w", name, store.Classify(err))
+		}
+		out = node(row)
+		return event(ctx, q, inst.Name, name, "add", actor, map[string]any{"url": url})
+	})
+	return out, err
+}
+
+// Retire takes a node lost for good out of inst's pool: the operator attests, as actor, that it
+// has been fenced (out of DNS and every load balancer) since fencedSince, which must be at least
+// the pool's fenceSeconds ago. From then on its absences count as confirmed, so its workers and
+// endpoints can be destroyed or moved; every member's epoch moves on. The attestation is kept in
+// runtime_node_events.
+func Retire(ctx context.Context, db DB, inst catalog.Installation, name string, fencedSince time.Time, actor string) (Node, error) {
+	if inst.Pack != catalog.PackSelfhost {
+		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
+	}
+	var out Node
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if _, err := lockedMembers(ctx, q, inst); err != nil {
+			return err
+		}
+		fence := inst.Fence()
+		row, err := q.RuntimeNodeRetire(ctx, dbsqlc.RuntimeNodeRetireParams{Installation: inst.Name, Name: name, FencedSince: fencedSince, FenceSeconds: fence.Seconds()})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return retireRefusal(ctx, q, inst, name, fencedSince)
+		}
+		if err != nil {
+			return fmt.Errorf("nodepool: retire %s: %w", name, store.Classify(err))
+		}
+		if err := q.RuntimeNodesBumpEpoch(ctx, dbsqlc.RuntimeNodesBumpEpochParams{Installation: inst.Name, Name: name}); err != nil {
+			return fmt.Errorf("nodepool: move the pool's epoch on: %w", store.Classify(err))
+		}
+		out = node(row)
+		return event(ctx, q, inst.Name, name, "retire", actor, map[string]any{
+			"lost": true, "fencedSince": fencedSince.UTC().Format(time.RFC3339), "fenceSeconds": int64(fence.Seconds()), "url": row.URL,
+		})
+	})
+	return out, err
+}
+
+// retireRefusal says why a retire changed nothing.
+func retireRefusal(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation, name string, fencedSince time.Time) error {
+	rows, err := q.RuntimeNodes(ctx, inst.Name)
+	if err != nil {
+		return store.Classify(err)
+	}
+	for _, r := range rows {
+		if r.Name != name {
+			continue
+		}
+		if r.State == dbsqlc.RuntimeNodeStateRetired || r.State == dbsqlc.RuntimeNodeStateRemoved {
+			return fmt.Errorf("%w: %s is %s already", ErrNoSuchNode, name, r.State)
+		}
+		now, err := q.DBNow(ctx)
+		if err != nil {
+			return store.Classify(err)
+		}
+		at := fencedSince.Add(inst.Fence())
+		return fmt.Errorf("%w: fenced since %s, so it may be retired from %s (the database's clock reads %s; the pool's fenceSeconds is %d)",
+			ErrTooEarly, fencedSince.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), int64(inst.Fence().Seconds()))
+	}
+	return fmt.Errorf("%w: %s is not a member of %s", ErrNoSuchNode, name, inst.Name)
+}
+
+// MarkServing moves a joining member the reconciler found up to date to serving.
+func MarkServing(ctx context.Context, db DB, inst catalog.Installation, name string) (bool, error) {
+	changed := false
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		n, err := q.RuntimeNodeServe(ctx, dbsqlc.RuntimeNodeServeParams{Installation: inst.Name, Name: name})
+		if err != nil || n == 0 {
+			return store.Classify(err)
+		}
+		changed = true
+		return event(ctx, q, inst.Name, name, "serve", "reconciler", map[string]any{})
+	})
+	return changed, err
+}
+
+// lockedMembers takes the pool's lock and reads its rows, writing the catalog's node's first
+// when there are none: from the first change on, the rows alone say who the members are.
+func lockedMembers(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation) ([]dbsqlc.RuntimeNode, error) {
+	if err := q.RuntimeNodesLock(ctx, "runtime_nodes:"+inst.Name); err != nil {
+		return nil, store.Classify(err)
+	}
+	rows, err := q.RuntimeNodes(ctx, inst.Name)
+	if err != nil || len(rows) > 0 {
+		return rows, store.Classify(err)
+	}
+	first, err := q.RuntimeNodeInsert(ctx, dbsqlc.RuntimeNodeInsertParams{Installation: inst.Name, Name: ImplicitNode, URL: inst.RuntimeURL, State: dbsqlc.RuntimeNodeStateServing})
+	if err != nil {
+		return nil, fmt.Errorf("nodepool: write the catalog's node: %w", store.Classify(err))
+	}
+	return []dbsqlc.RuntimeNode{first}, nil
+}
+
+func event(ctx context.Context, q *dbsqlc.Queries, installation, node, action, actor string, detail map[string]any) error {
+	raw, err := json.Marshal(detail)
+	if err != nil {
+		return err
+	}
+	if err := q.RuntimeNodeEvent(ctx, dbsqlc.RuntimeNodeEventParams{Installation: installation, Node: node, Action: action, Actor: actor, Detail: raw}); err != nil {
+		return fmt.Errorf("nodepool: record %s of %s: %w", action, node, store.Classify(err))
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package nodepool_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
+	"github.com/takoform/terraform-provider-takoform/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+func selfhost() catalog.Installation {
+	return catalog.Installation{Name: "selfhost", Pack: catalog.PackSelfhost, RuntimeURL: "http://127.0.0.1:8788"}
+}
+
+func states(t *testing.T, db nodepool.DB, inst catalog.Installation) map[string]string {
+	t.Helper()
+	members, err := nodepool.Members{DB: db}.Members(context.Background(), inst)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, m := range members {
+		out[m.Name] = m.State
+	}
+	return out
+}
+
+func TestAPoolWithoutRowsIsTheCatalogsNodeUntilItsFirstChange(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	members, err := nodepool.Members{DB: db}.Members(ctx, inst)
+	require.NoError(t, err)
+	require.Equal(t, []backend.PoolMember{{Name: nodepool.ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing}}, members)
+
+	// The catalog's node is written first, so a second node is refused while it may route.
+	_, err = nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.ErrorIs(t, err, nodepool.ErrPoolBusy)
+	require.Equal(t, map[string]string{"node-1": "serving"}, states(t, db, inst), "a refused add writes nothing")
+
+	// Another installation's pool is its own.
+	other := inst
+	other.Name = "other"
+	require.Equal(t, map[string]string{"node-1": "serving"}, states(t, db, other))
+}
+
+func TestRetireNeedsTheFenceAndMovesTheEpochOn(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	inst.FenceSeconds = 600
+
+	_, err := nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(-5*time.Minute), "op")
+	require.ErrorIs(t, err, nodepool.ErrTooEarly, "fenced 5 minutes of the pool's 10")
+	require.ErrorContains(t, err, "fenceSeconds is 600")
+	_, err = nodepool.Retire(ctx, db, inst, "node-9", time.Now().Add(-time.Hour), "op")
+	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
+	_, err = nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(time.Hour), "op")
+	require.ErrorIs(t, err, nodepool.ErrTooEarly, "fenced in the future")
+
+	fenced := time.Now().Add(-11 * time.Minute).Truncate(time.Second)
+	n, err := nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall")
+	require.NoError(t, err)
+	require.Equal(t, backend.MemberRetired, n.State)
+	require.EqualValues(t, 2, n.Epoch)
+	require.True(t, fenced.Equal(*n.FencedSince))
+	_, err = nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall")
+	require.ErrorIs(t, err, nodepool.ErrNoSuchNode, "retired already")
+
+	// The pool is empty now: nothing may route, and a node may join it, at the pool's epoch.
+	added, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+	require.Equal(t, backend.MemberJoining, added.State)
+	require.EqualValues(t, 2, added.Epoch)
+	_, err = nodepool.Add(ctx, db, inst, "node-1", "http://127.0.0.1:9789", "op")
+	require.ErrorIs(t, err, nodepool.ErrNodeExists, "a retired node's name is kept")
+	_, err = nodepool.Add(ctx, db, inst, "Node_3", "http://127.0.0.1:9789", "op")
+	require.ErrorIs(t, err, nodepool.ErrBadName)
+
+	ok, err := nodepool.MarkServing(ctx, db, inst, "node-2")
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = nodepool.MarkServing(ctx, db, inst, "node-2")
+	require.NoError(t, err)
+	require.False(t, ok, "only a joining node moves")
+	require.Equal(t, map[string]string{"node-1": "retired", "node-2": "serving"}, states(t, db, inst))
+
+	// Retiring node-2 moves node-1's epoch on too.
+	_, err = nodepool.Retire(ctx, db, inst, "node-2", fenced, "oncall")
+	require.NoError(t, err)
+	list, err := nodepool.List(ctx, db, inst)
+	require.NoError(t, err)
+	for _, n := range list {
+		require.EqualValues(t, 3, n.Epoch, n.Name)
+	}
+
+	var actions []string
+	rows, err := db.Query(ctx, `SELECT node || ':' || action || ':' || actor FROM runtime_node_events ORDER BY id`)
+	require.NoError(t, err)
+	for rows.Next() {
+		var a string
+		require.NoError(t, rows.Scan(&a))
+		actions = append(actions, a)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"node-1:retire:oncall", "node-2:add:op", "node-2:serve:reconciler", "node-2:retire:oncall"}, actions)
+}
+
+// Operators adding nodes to the same pool at once: the pool's lock lets one in, and the others
+// are told why. The table is locked against writes until every add has started, so that without
+// the pool's lock each would read the pool before any wrote to it.
+func TestConcurrentAddsLetOneNodeIn(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	_, err := nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(-time.Hour), "op")
+	require.NoError(t, err)
+	hold, err := db.Begin(ctx)
+	require.NoError(t, err)
+	_, err = hold.Exec(ctx, `LOCK TABLE runtime_nodes IN EXCLUSIVE MODE`)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = nodepool.Add(ctx, db, inst, "node-"+string(rune('a'+i)), "http://127.0.0.1:"+string(rune('5'+i))+"000", "op")
+		})
+	}
+	time.Sleep(time.Second)
+	require.NoError(t, hold.Rollback(ctx))
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+			continue
+		}
+		require.ErrorIs(t, err, nodepool.ErrPoolBusy)
+	}
+	require.Equal(t, 1, ok)
+}

@@ -1,0 +1,49 @@
+-- name: RuntimeNodes :many
+-- The members of an installation's pool, in the order they were added.
+SELECT installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
+FROM runtime_nodes
+WHERE installation = @installation
+ORDER BY added_at, name;
+
+-- name: RuntimeNodesLock :exec
+-- Serializes changes of one pool's membership: every node command takes it first.
+SELECT pg_advisory_xact_lock(hashtextextended(@lock_key::text, 0));
+
+-- name: RuntimeNodeInsert :one
+INSERT INTO runtime_nodes (installation, name, url, state, pool_epoch, added_at, changed_at)
+VALUES (@installation, @name, @url, @state,
+        coalesce((SELECT max(pool_epoch) FROM runtime_nodes WHERE installation = @installation), 1),
+        db_now(), db_now())
+RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
+
+-- name: RuntimeNodeServe :execrows
+-- A joining member caught up: it serves.
+UPDATE runtime_nodes SET state = 'serving', changed_at = db_now()
+WHERE installation = @installation AND name = @name AND state = 'joining';
+
+-- name: RuntimeNodeRetire :one
+-- Retires a member the operator attests lost: fenced since fenced_since, which is at least
+-- fence_seconds ago by the database's clock. The caller moves the other members' epoch on
+-- (RuntimeNodesBumpEpoch) in the same transaction.
+UPDATE runtime_nodes
+SET state = 'retired', fenced_since = sqlc.arg(fenced_since)::timestamptz, changed_at = db_now(), pool_epoch = pool_epoch + 1
+WHERE installation = sqlc.arg(installation) AND name = sqlc.arg(name) AND state NOT IN ('removed', 'retired')
+  AND sqlc.arg(fenced_since)::timestamptz + make_interval(secs => sqlc.arg(fence_seconds)::double precision) <= db_now()
+RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
+
+-- name: RuntimeNodesBumpEpoch :exec
+UPDATE runtime_nodes SET pool_epoch = pool_epoch + 1
+WHERE installation = @installation AND name <> @name;
+
+-- name: RuntimeNodeEvent :exec
+INSERT INTO runtime_node_events (installation, node, action, actor, at, detail)
+VALUES (@installation, @node, @action, @actor, db_now(), @detail);
+
+-- name: RuntimeNodeEvents :many
+SELECT id, installation, node, action, actor, at, detail
+FROM runtime_node_events
+WHERE installation = @installation
+ORDER BY id;
+
+-- name: DBNow :one
+SELECT db_now()::timestamptz AS now;

@@ -1,0 +1,3 @@
+DROP TABLE runtime_node_events;
+DROP TABLE runtime_nodes;
+DROP TYPE runtime_node_state;

@@ -1,0 +1,42 @@
+-- The members of a selfhost pool (SPEC 6.2). Membership lives here, like every other authority:
+-- the catalog names the pool and the address of its first node; `takoserver nodes` changes the
+-- rows. An installation without rows is a pool of one, its node the catalog's runtimeUrl.
+--   joining:  added; the node reconciler is bringing it up to date. It receives every effect and
+--             must confirm every absence, as a serving member does.
+--   serving:  caught up.
+--   draining, removed: not built yet (a removed member confirmed it holds nothing).
+--   retired:  lost for good: the operator attested that it is fenced (out of DNS and the load
+--             balancer) since fenced_since, at least the pool's fenceSeconds ago. Its absences
+--             count as confirmed from then on; it never receives anything again.
+CREATE TYPE runtime_node_state AS ENUM ('joining', 'serving', 'draining', 'removed', 'retired');
+
+CREATE TABLE runtime_nodes (
+    installation text NOT NULL,
+    name         text NOT NULL CHECK (name ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'),
+    url          text NOT NULL,
+    state        runtime_node_state NOT NULL,
+    -- The pool's epoch when the row last changed: retire bumps it on every member.
+    pool_epoch   bigint NOT NULL DEFAULT 1,
+    added_at     timestamptz NOT NULL DEFAULT now(),
+    changed_at   timestamptz NOT NULL DEFAULT now(),
+    fenced_since timestamptz,
+    PRIMARY KEY (installation, name),
+    CHECK ((state = 'retired') = (fenced_since IS NOT NULL))
+);
+
+-- One member of a pool may route at a time, as built: a pool of several serving members waits on
+-- one backend effect per member. `takoserver nodes add` refuses a second under the pool's lock;
+-- this holds it whatever runs.
+CREATE UNIQUE INDEX runtime_nodes_routing_idx ON runtime_nodes (installation) WHERE state NOT IN ('removed', 'retired');
+
+-- Who changed the pool, when and why: an operator's attestation (retire --lost) is kept for good.
+CREATE TABLE runtime_node_events (
+    id           bigserial PRIMARY KEY,
+    installation text NOT NULL,
+    node         text NOT NULL,
+    action       text NOT NULL CHECK (action IN ('add', 'serve', 'retire')),
+    actor        text NOT NULL,
+    at           timestamptz NOT NULL DEFAULT now(),
+    detail       jsonb NOT NULL DEFAULT '{}'::jsonb,
+    FOREIGN KEY (installation, node) REFERENCES runtime_nodes (installation, name)
+);

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+)
+
+// poolFlags are the flags every command on a pool's membership takes.
+type poolFlags struct{ config, installation string }
+
+func (f *poolFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.config, "config", os.Getenv("TAKOSERVER_CONFIG"), "the catalog the Host replicas run with (env TAKOSERVER_CONFIG)")
+	cmd.Flags().StringVar(&f.installation, "installation", "", "the selfhost installation whose pool this is")
+}
+
+// load is the installation the flags name, which must be a selfhost one.
+func (f *poolFlags) load() (catalog.Installation, error) {
+	if f.config == "" || f.installation == "" {
+		return catalog.Installation{}, errors.New("--config FILE and --installation NAME are required")
+	}
+	cat, err := catalog.Load(f.config)
+	if err != nil {
+		return catalog.Installation{}, err
+	}
+	inst, ok := cat.Installations[f.installation]
+	if !ok || inst.Pack != catalog.PackSelfhost {
+		return catalog.Installation{}, fmt.Errorf("the catalog has no selfhost installation %q", f.installation)
+	}
+	return inst, nil
+}
+
+// operator names who ran a command, for the pool's event ledger: --by, or the user and machine.
+func operator(by string) string {
+	if by != "" {
+		return by
+	}
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+// routingNode is the admin URL of the pool's node that may route (one at a time, as built).
+func routingNode(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) (string, error) {
+	members, err := nodepool.Members{DB: db}.Members(ctx, inst)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range members {
+		if m.MayRoute() {
+			return m.URL, nil
+		}
+	}
+	return "", fmt.Errorf("every node of pool %s was retired: add one first (takoserver nodes add)", inst.Name)
+}
+
+// nodesListCommand is `takoserver nodes list`.
+func nodesListCommand(g *globals) *cobra.Command {
+	var f poolFlags
+	cmd := &cobra.Command{
+		Use:   "list --config FILE --installation NAME",
+		Short: "List the nodes of a selfhost pool and their states",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inst, err := f.load()
+			if err != nil {
+				return err
+			}
+			db, err := g.outputAndPool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			nodes, err := nodepool.List(cmd.Context(), db, inst)
+			if err != nil {
+				return err
+			}
+			var text strings.Builder
+			tw := tabwriter.NewWriter(&text, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NODE\tSTATE\tEPOCH\tURL\tFENCED SINCE")
+			for _, n := range nodes {
+				fenced := "-"
+				if n.FencedSince != nil {
+					fenced = n.FencedSince.UTC().Format(time.RFC3339)
+				}
+				state := n.State
+				if n.Implicit {
+					state += " (the catalog's runtimeUrl)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", n.Name, state, n.Epoch, n.URL, fenced)
+			}
+			tw.Flush()
+			return g.print(cmd.OutOrStdout(), map[string]any{"installation": inst.Name, "nodes": nodes}, strings.TrimRight(text.String(), "\n"))
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// nodesAddCommand is `takoserver nodes add NAME --url URL`.
+func nodesAddCommand(g *globals) *cobra.Command {
+	var f poolFlags
+	var url, by string
+	cmd := &cobra.Command{
+		Use:   "add NAME --url URL --config FILE --installation NAME",
+		Short: "Add a runtime node to a selfhost pool (in place of a retired one)",
+		Long: `add makes the runtime node whose admin API is at URL a member of the pool, joining. It takes the
+installation's runtimeTokenFile and TLS files, as every member does. From then on every change of
+the installation's workers and endpoints goes to it, and the Host's node reconciler (a step of the
+janitor) writes it every live worker and route and names it every kept pool delivery again, so
+that its workers' secrets come back with no tenant action. Once one sweep finds it up to date, it
+reads serving.
+
+The node must answer, and hold the pool's key when the catalog names one. A pool has one node that
+may route at a time, as built: retire (or remove) the one it has first.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := f.load()
+			if err != nil {
+				return err
+			}
+			if url == "" {
+				return errors.New("--url URL (the node's admin API) is required")
+			}
+			ctx := cmd.Context()
+			probe := inst
+			probe.RuntimeURL = url
+			if err := catalog.ValidateRuntimeChannel(&probe); err != nil {
+				return err
+			}
+			c, err := selfhost.NewFromConfig(selfhost.Config{URL: url, TokenFile: inst.RuntimeTokenFile,
+				CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
+			if err != nil {
+				return err
+			}
+			if _, err := c.Status(ctx); err != nil {
+				return fmt.Errorf("the node at %s does not answer with the installation's token: %w (nothing was changed)", url, err)
+			}
+			if inst.PoolPublicKey != "" {
+				held, err := c.Pool(ctx)
+				if err != nil {
+					return fmt.Errorf("ask the node which pool key it holds: %w (nothing was changed)", err)
+				}
+				if held.Pool != inst.Name || (held.PublicKey != inst.PoolPublicKey && held.PreviousPublicKey != inst.PoolPublicKey) {
+					return fmt.Errorf("the node at %s holds pool %q's key %q, not the catalog's %s: start it with the pool's --pool-key-file (nothing was changed)",
+						url, held.Pool, held.PublicKey, inst.PoolPublicKey)
+				}
+			}
+			db, err := g.outputAndPool(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := nodepool.Add(ctx, db, inst, args[0], url, operator(by))
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), n, fmt.Sprintf("node %s (%s) joined pool %s at epoch %d; the node reconciler brings it up to date, then it reads serving (takoserver nodes list)",
+				n.Name, n.URL, inst.Name, n.Epoch))
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&url, "url", "", "the node's admin API (as runtimeUrl would name it)")
+	cmd.Flags().StringVar(&by, "by", "", "who adds it, for the pool's ledger (default: user@host)")
+	return cmd
+}
+
+// nodesRetireCommand is `takoserver nodes retire --lost NAME --fenced-since TIME`.
+func nodesRetireCommand(g *globals) *cobra.Command {
+	var f poolFlags
+	var lost, fencedSince, by string
+	cmd := &cobra.Command{
+		Use:   "retire --lost NAME --fenced-since TIME --config FILE --installation NAME",
+		Short: "Take a node that will never answer again out of a selfhost pool",
+		Long: `retire --lost is for a runtime node that is gone for good (its machine or disk lost). By running it
+you attest that the node has been fenced since TIME: out of DNS and every load balancer, so that no
+client can reach its edge. The Host refuses before TIME plus the pool's fenceSeconds (default 300),
+records who attested it and when, and moves the pool's epoch on.
+
+From then on the node's absences count as confirmed: its workers' and endpoints' deletions complete
+(tofu destroy works, and a worker can move to another offering), and their origins are released
+under the usual witnesses. Add a node in its place (takoserver nodes add) to serve them again: the
+reconciler writes it every live worker and route, and their kept pool deliveries.
+
+A retired node must never serve again: wipe its state directory before it is started anywhere.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			inst, err := f.load()
+			if err != nil {
+				return err
+			}
+			if lost == "" || fencedSince == "" {
+				return errors.New("--lost NAME and --fenced-since TIME (RFC 3339) are required: only a node lost for good can be retired")
+			}
+			since, err := time.Parse(time.RFC3339, fencedSince)
+			if err != nil {
+				return fmt.Errorf("--fenced-since %q is not an RFC 3339 time (2026-12-04T17:00:00Z)", fencedSince)
+			}
+			db, err := g.outputAndPool(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := nodepool.Retire(cmd.Context(), db, inst, lost, since, operator(by))
+			if err != nil {
+				return err
+			}
+			return g.print(cmd.OutOrStdout(), n, fmt.Sprintf("node %s (%s) of pool %s is retired as lost, fenced since %s; the pool's epoch is now %d. Its absences count as confirmed from now on.",
+				n.Name, n.URL, inst.Name, n.FencedSince.UTC().Format(time.RFC3339), n.Epoch))
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&lost, "lost", "", "the node that is lost for good")
+	cmd.Flags().StringVar(&fencedSince, "fenced-since", "", "since when it has been out of DNS and every load balancer (RFC 3339)")
+	cmd.Flags().StringVar(&by, "by", "", "who attests it, for the pool's ledger (default: user@host)")
+	return cmd
+}

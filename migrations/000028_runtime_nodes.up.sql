@@ -1,9 +1,9 @@
 -- The members of a selfhost pool (SPEC 6.2). Membership lives here, like every other authority:
 -- the catalog names the pool and the address of its first node; `takoserver nodes` changes the
 -- rows. An installation without rows is a pool of one, its node the catalog's runtimeUrl.
---   joining:  added; the node reconciler is bringing it up to date. It receives every effect and
---             must confirm every absence, as a serving member does.
---   serving:  caught up.
+--   joining:  added; the node reconciler is bringing it up to date. It receives every change and
+--             must confirm every absence, as a serving member does, but is not in the Ready set.
+--   serving:  caught up: every worker of the pool is Ready only when Ready here too.
 --   draining, removed: not built yet (a removed member confirmed it holds nothing).
 --   retired:  lost for good: the operator attested that it is fenced (out of DNS and the load
 --             balancer) since fenced_since, at least the pool's fenceSeconds ago. Its absences
@@ -24,10 +24,8 @@ CREATE TABLE runtime_nodes (
     CHECK ((state = 'retired') = (fenced_since IS NOT NULL))
 );
 
--- One member of a pool may route at a time, as built: a pool of several serving members waits on
--- one backend effect per member. `takoserver nodes add` refuses a second under the pool's lock;
--- this holds it whatever runs.
-CREATE UNIQUE INDEX runtime_nodes_routing_idx ON runtime_nodes (installation) WHERE state NOT IN ('removed', 'retired');
+-- No two members of a pool that may still route answer at one address.
+CREATE UNIQUE INDEX runtime_nodes_live_url_idx ON runtime_nodes (installation, url) WHERE state NOT IN ('removed', 'retired');
 
 -- Who changed the pool, when and why: an operator's attestation (retire --lost) is kept for good.
 CREATE TABLE runtime_node_events (

@@ -43,3 +43,10 @@ type Inventory interface {
 	// Rewrite writes d as Apply does, without waiting for the backend to admit it.
 	Rewrite(ctx context.Context, d Desired) error
 }
+
+// PoolInventory is an Inventory over several nodes (a selfhost pool, SPEC 6.2): the reconciler
+// brings each member up to date on its own, through the mutator of that node alone (an
+// Inventory, and a PoolSink where the pack has one).
+type PoolInventory interface {
+	Members(ctx context.Context) ([]Mutator, error)
+}

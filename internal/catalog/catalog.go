@@ -63,6 +63,10 @@ type Installation struct {
 	// load balancer) before `takoserver nodes retire --lost` takes it out of the pool (SPEC 6.2).
 	// Zero takes DefaultFence. Not part of the offering digest.
 	FenceSeconds int `json:"fenceSeconds,omitempty"`
+	// SuspectAfterSeconds is how long a serving node of the pool may stay silent before it leaves
+	// the Ready set (it never leaves custody). Zero takes DefaultSuspectAfter. Not part of the
+	// offering digest.
+	SuspectAfterSeconds int `json:"suspectAfterSeconds,omitempty"`
 	// Cloudflare packs (SPEC 8): the account, the file holding its API token (0600, in a 0700
 	// directory), and the API's base URL (default Cloudflare's; tests and Cloudflare-compatible
 	// gateways set it).
@@ -107,6 +111,17 @@ const (
 
 // DefaultFence is a selfhost pool's fenceSeconds when the catalog names none.
 const DefaultFence = 300 * time.Second
+
+// DefaultSuspectAfter is a selfhost pool's suspectAfterSeconds when the catalog names none.
+const DefaultSuspectAfter = 30 * time.Second
+
+// Suspect is how long a serving node of the pool may be silent before it is suspect.
+func (inst Installation) Suspect() time.Duration {
+	if inst.SuspectAfterSeconds > 0 {
+		return time.Duration(inst.SuspectAfterSeconds) * time.Second
+	}
+	return DefaultSuspectAfter
+}
 
 // Fence is how long a pool's node must have been fenced before it may be retired as lost.
 func (inst Installation) Fence() time.Duration {
@@ -521,11 +536,11 @@ func (r *ratesFile) apply(out *Rates) error {
 }
 
 func validateInstallation(inst *Installation) error {
-	if inst.Pack != PackSelfhost && (inst.hasRuntimeTLS() || inst.PoolPublicKey != "" || inst.FenceSeconds != 0) {
-		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile, poolPublicKey and fenceSeconds belong to selfhost installations")
+	if inst.Pack != PackSelfhost && (inst.hasRuntimeTLS() || inst.PoolPublicKey != "" || inst.FenceSeconds != 0 || inst.SuspectAfterSeconds != 0) {
+		return fmt.Errorf("runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile, poolPublicKey, fenceSeconds and suspectAfterSeconds belong to selfhost installations")
 	}
-	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 || inst.CronCeiling < 0 || inst.FenceSeconds < 0 {
-		return fmt.Errorf("scriptCeiling, cronCeiling, routePropagationSeconds and fenceSeconds may not be negative")
+	if inst.ScriptCeiling < 0 || inst.RoutePropagationSeconds < 0 || inst.CronCeiling < 0 || inst.FenceSeconds < 0 || inst.SuspectAfterSeconds < 0 {
+		return fmt.Errorf("scriptCeiling, cronCeiling, routePropagationSeconds, fenceSeconds and suspectAfterSeconds may not be negative")
 	}
 	if inst.Pack == PackSelfhost && (inst.ScriptCeiling != 0 || inst.RoutePropagationSeconds != 0 || inst.CronCeiling != 0) {
 		return fmt.Errorf("scriptCeiling, cronCeiling and routePropagationSeconds belong to Cloudflare installations")
@@ -565,7 +580,7 @@ func validateInstallation(inst *Installation) error {
 			return fmt.Errorf("scheme must be http or https")
 		}
 		if inst.AccountSubdomain != "" || inst.BaseDomain != "" || inst.AccountID != "" || inst.APITokenFile != "" || inst.APIBaseURL != "" {
-			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl, runtimeTokenFile, the runtime's TLS files, poolPublicKey and fenceSeconds only")
+			return fmt.Errorf("selfhost takes endpointSuffix, edgeListen, scheme, runtimeUrl, runtimeTokenFile, the runtime's TLS files, poolPublicKey, fenceSeconds and suspectAfterSeconds only")
 		}
 	case PackWorkersDev:
 		if !vocab.IsHostname(inst.AccountSubdomain) || strings.Contains(inst.AccountSubdomain, ".") {

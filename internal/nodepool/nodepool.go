@@ -3,9 +3,8 @@
 // other authority. An installation with no rows is a pool of one, its node the catalog's
 // runtimeUrl, named ImplicitNode; the first change of the pool writes that node's row.
 //
-// Built so far: a pool has one member that may route at a time. A node lost for good is retired
-// (the operator attests it fenced) and another is added in its place, which the node reconciler
-// brings up to date; pools of several serving members wait on one backend effect per member.
+// A node added joins: the node reconciler brings it up to date, then it serves. A node lost for
+// good is retired: the operator attests it fenced, and its absences count as confirmed.
 package nodepool
 
 import (
@@ -96,7 +95,8 @@ var (
 	ErrNotSelfhost = errors.New("not a selfhost installation")
 	ErrNoSuchNode  = errors.New("no such node")
 	ErrNodeExists  = errors.New("a node of that name is already a member")
-	ErrPoolBusy    = errors.New("the pool already has a member that may route")
+	ErrURLTaken    = errors.New("a member of the pool already answers at that URL")
+	ErrNoPoolKey   = errors.New("a pool of several nodes needs the catalog's poolPublicKey: its secrets reach every node sealed to the pool's key (takoserver nodes init-pool-key)")
 	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
 	ErrBadName     = errors.New("a node's name is a DNS label: lowercase letters, digits and '-', at most 63")
 )
@@ -105,7 +105,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Add makes the node at url a member of inst's pool, joining: it receives every change from
 // now on and must confirm every absence, and the node reconciler brings it up to date, then marks
-// it serving. A pool takes one member that may route at a time (the other must be retired first).
+// it serving.
 func Add(ctx context.Context, db DB, inst catalog.Installation, name, url, actor string) (Node, error) {
 	if inst.Pack != catalog.PackSelfhost {
 		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
@@ -121,12 +121,14 @@ func Add(ctx context.Context, db DB, inst catalog.Installation, name, url, actor
 			return err
 		}
 		for _, r := range rows {
+			if inst.PoolPublicKey == "" && r.State != dbsqlc.RuntimeNodeStateRemoved && r.State != dbsqlc.RuntimeNodeStateRetired {
+				return fmt.Errorf("%w (%s may route)", ErrNoPoolKey, r.Name)
+			}
 			if r.Name == name {
 				return fmt.Errorf("%w: %s (%s)", ErrNodeExists, name, r.State)
 			}
-			if r.State != dbsqlc.RuntimeNodeStateRemoved && r.State != dbsqlc.RuntimeNodeStateRetired {
-				return fmt.Errorf("%w: %s (%s, at %s); a pool of several serving nodes is not built yet: retire it (takoserver nodes retire --lost) first",
-					ErrPoolBusy, r.Name, r.State, r.URL)
+			if r.URL == url && r.State != dbsqlc.RuntimeNodeStateRemoved && r.State != dbsqlc.RuntimeNodeStateRetired {
+				return fmt.Errorf("%w: %s (%s)", ErrURLTaken, r.Name, r.State)
 			}
 		}
 		row, err := q.RuntimeNodeInsert(ctx, dbsqlc.RuntimeNodeInsertParams{Installation: inst.Name, Name: name, URL: url, State: dbsqlc.RuntimeNodeStateJoining})

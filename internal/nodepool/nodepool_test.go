@@ -17,7 +17,7 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 func selfhost() catalog.Installation {
-	return catalog.Installation{Name: "selfhost", Pack: catalog.PackSelfhost, RuntimeURL: "http://127.0.0.1:8788"}
+	return catalog.Installation{Name: "selfhost", Pack: catalog.PackSelfhost, RuntimeURL: "http://127.0.0.1:8788", PoolPublicKey: "x25519:test"}
 }
 
 func states(t *testing.T, db nodepool.DB, inst catalog.Installation) map[string]string {
@@ -38,10 +38,22 @@ func TestAPoolWithoutRowsIsTheCatalogsNodeUntilItsFirstChange(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []backend.PoolMember{{Name: nodepool.ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing}}, members)
 
-	// The catalog's node is written first, so a second node is refused while it may route.
+	// A refused add writes nothing, not even the catalog's node.
+	keyless := inst
+	keyless.PoolPublicKey = ""
+	_, err = nodepool.Add(ctx, db, keyless, "node-2", "http://127.0.0.1:9788", "op")
+	require.ErrorIs(t, err, nodepool.ErrNoPoolKey, "a second node needs the pool key")
+	_, err = nodepool.Add(ctx, db, inst, "node-2", inst.RuntimeURL, "op")
+	require.ErrorIs(t, err, nodepool.ErrURLTaken)
+	rows, err := db.Query(ctx, `SELECT name FROM runtime_nodes`)
+	require.NoError(t, err)
+	require.False(t, rows.Next())
+	rows.Close()
+
+	// The catalog's node is written first: the pool grows from it.
 	_, err = nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
-	require.ErrorIs(t, err, nodepool.ErrPoolBusy)
-	require.Equal(t, map[string]string{"node-1": "serving"}, states(t, db, inst), "a refused add writes nothing")
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "joining"}, states(t, db, inst))
 
 	// Another installation's pool is its own.
 	other := inst
@@ -110,8 +122,8 @@ func TestRetireNeedsTheFenceAndMovesTheEpochOn(t *testing.T) {
 	require.Equal(t, []string{"node-1:retire:oncall", "node-2:add:op", "node-2:serve:reconciler", "node-2:retire:oncall"}, actions)
 }
 
-// Operators adding nodes to the same pool at once: the pool's lock lets one in, and the others
-// are told why. The table is locked against writes until every add has started, so that without
+// Operators adding the same node to a pool at once, under different names: the pool's lock lets
+// one in, and the others are told why. The table is locked against writes until every add has started, so that without
 // the pool's lock each would read the pool before any wrote to it.
 func TestConcurrentAddsLetOneNodeIn(t *testing.T) {
 	t.Parallel()
@@ -126,7 +138,7 @@ func TestConcurrentAddsLetOneNodeIn(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		wg.Go(func() {
-			_, errs[i] = nodepool.Add(ctx, db, inst, "node-"+string(rune('a'+i)), "http://127.0.0.1:"+string(rune('5'+i))+"000", "op")
+			_, errs[i] = nodepool.Add(ctx, db, inst, "node-"+string(rune('a'+i)), "http://127.0.0.1:5000", "op")
 		})
 	}
 	time.Sleep(time.Second)
@@ -138,7 +150,7 @@ func TestConcurrentAddsLetOneNodeIn(t *testing.T) {
 			ok++
 			continue
 		}
-		require.ErrorIs(t, err, nodepool.ErrPoolBusy)
+		require.ErrorIs(t, err, nodepool.ErrURLTaken)
 	}
 	require.Equal(t, 1, ok)
 }

@@ -68,24 +68,50 @@ func (s *Service) ReconcileNodes(ctx context.Context, db interface {
 		if err != nil {
 			continue
 		}
-		inv, ok := backend.As[backend.Inventory](mut)
-		if !ok {
-			continue
-		}
-		done, caughtUp, err := s.reconcileNode(ctx, db, name, mut, inv)
-		out = append(out, done...)
+		nodes, err := poolNodes(ctx, mut)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
 			continue
 		}
-		if caughtUp != "" {
-			// A joining member this sweep brought wholly up to date serves from now on.
-			if _, err := nodepool.MarkServing(ctx, db, inst, caughtUp); err != nil {
+		for _, node := range nodes {
+			inv, ok := backend.As[backend.Inventory](node)
+			if !ok {
+				continue
+			}
+			done, caughtUp, err := s.reconcileNode(ctx, db, name, node, inv)
+			out = append(out, done...)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+				continue
+			}
+			if caughtUp != "" {
+				// A joining member this sweep brought wholly up to date serves from now on.
+				if _, err := nodepool.MarkServing(ctx, db, inst, caughtUp); err != nil {
+					errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+				}
 			}
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// poolNodes are the mutators the reconciler brings up to date one by one: each member of a pool
+// of several (SPEC 6.2), or the installation's mutator itself.
+func poolNodes(ctx context.Context, mut backend.Mutator) ([]backend.Mutator, error) {
+	p, ok := backend.As[backend.PoolInventory](mut)
+	if !ok {
+		return []backend.Mutator{mut}, nil
+	}
+	members, err := p.Members(ctx)
+	switch {
+	case errors.Is(err, backend.ErrPoolEmpty):
+		return nil, nil // every node was retired: none to bring up to date
+	case err != nil:
+		return nil, err
+	case len(members) == 1:
+		return []backend.Mutator{mut}, nil // through the Registry's wrappers, as every call
+	}
+	return members, nil
 }
 
 // heldKey names one native object.

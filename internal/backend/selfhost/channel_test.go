@@ -34,14 +34,14 @@ func TestTheSelfhostBackendUsesTheInstallationsCAAndClientCertificate(t *testing
 	reg := backend.Registry{Packs: map[string]backend.Pack{catalog.PackSelfhost: NewMutator}}
 	m, err := reg.Mutator(inst)
 	require.NoError(t, err)
-	obs, err := m.(*runtimeNode).Observe(ctx, backend.NativeWorker, "nothing-here")
+	obs, err := m.(*pool).Observe(ctx, backend.NativeWorker, "nothing-here")
 	require.NoError(t, err)
 	require.False(t, obs.Present)
 
 	inst.RuntimeClientCertFile, inst.RuntimeClientKeyFile = "", ""
 	m, err = reg.Mutator(inst)
 	require.NoError(t, err)
-	_, err = m.(*runtimeNode).Observe(ctx, backend.NativeWorker, "nothing-here")
+	_, err = m.(*pool).Observe(ctx, backend.NativeWorker, "nothing-here")
 	require.ErrorIs(t, err, backend.ErrUnreachable)
 	require.ErrorContains(t, err, "certificate required")
 }

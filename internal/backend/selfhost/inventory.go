@@ -11,10 +11,6 @@ import (
 
 // Holdings lists every script and route the node holds.
 func (n *runtimeNode) Holdings(ctx context.Context) (backend.Holdings, error) {
-	m, err := n.member(ctx)
-	if err != nil {
-		return backend.Holdings{}, err
-	}
 	c, err := n.api(ctx)
 	if err != nil {
 		return backend.Holdings{}, err
@@ -23,7 +19,7 @@ func (n *runtimeNode) Holdings(ctx context.Context) (backend.Holdings, error) {
 	if err != nil {
 		return backend.Holdings{}, wrap(c, err)
 	}
-	out := backend.Holdings{GenerationFloor: st.GenerationFloor, Node: m.Name}
+	out := backend.Holdings{GenerationFloor: st.GenerationFloor, Node: n.member.Name}
 	for _, s := range st.Scripts {
 		if s.Present {
 			out.Objects = append(out.Objects, backend.Held{Kind: backend.NativeWorker, NativeName: s.ScriptName, DeploymentID: parseID(s.DeploymentID),

@@ -29,75 +29,45 @@ import (
 // deployment (the node itself gives up on an incarnation that answers no probe in 30 s).
 var AdmitWait = 40 * time.Second
 
-// runtimeNode is the selfhost backend: a client of its pool's runtime node's admin API (SPEC 5),
-// as the workers-dev backend is a client of Cloudflare's. The Host keeps no runtime files. Which
-// node that is, the pool's membership says (SPEC 6.2): each call asks, so that a node retired or
-// added by an operator is seen at the next call, on every Host replica.
+// runtimeNode is one member of the selfhost pack's pool: a client of that runtime node's admin API
+// (SPEC 5), as the workers-dev backend is a client of Cloudflare's. The Host keeps no runtime files.
+// The pack's mutator (pool) fans each call out to its members' runtimeNodes.
 type runtimeNode struct {
-	inst  catalog.Installation
-	log   *slog.Logger
-	pools backend.PoolMembers
-	mu    sync.Mutex
+	inst   catalog.Installation
+	log    *slog.Logger
+	shared *shared
+	member backend.PoolMember
+}
+
+// shared is what a pool's members' runtimeNodes share across calls.
+type shared struct {
+	mu sync.Mutex
 	// clients holds one admin client per member's address.
 	clients map[string]*Client
 	// poolOK is when each member's node last showed it holds the installation's pool key.
 	poolOK map[string]time.Time
+	// silentSince is when each member that has not answered since first failed to answer.
+	silentSince map[string]time.Time
 }
 
-// NewMutator is the selfhost pack's mutator of inst (a backend.Pack).
-func NewMutator(inst catalog.Installation, env backend.PackEnv) backend.Mutator {
-	return &runtimeNode{inst: inst, log: env.Log, pools: env.Pools, clients: map[string]*Client{}, poolOK: map[string]time.Time{}}
-}
-
-// member is the pool's member that may route (SPEC 6.2; one at a time, as built).
-func (n *runtimeNode) member(ctx context.Context) (backend.PoolMember, error) {
-	if n.pools == nil {
-		return backend.PoolMember{Name: "node-1", URL: n.inst.RuntimeURL, State: backend.MemberServing}, nil
-	}
-	members, err := n.pools.Members(ctx, n.inst)
-	if err != nil {
-		return backend.PoolMember{}, fmt.Errorf("%w: installation %s: read its pool: %v", backend.ErrUnreachable, n.inst.Name, err)
-	}
-	var live []backend.PoolMember
-	for _, m := range members {
-		if m.MayRoute() {
-			live = append(live, m)
-		}
-	}
-	switch len(live) {
-	case 0:
-		return backend.PoolMember{}, backend.ErrPoolEmpty
-	case 1:
-		return live[0], nil
-	}
-	return backend.PoolMember{}, fmt.Errorf("%w: installation %s has %d nodes that may route; a pool of several serving nodes is not built yet", backend.ErrMisconfigured, n.inst.Name, len(live))
-}
-
-// api returns the admin client of the pool's node, reading the token file on first use (and
-// again after a failure, so a runtime started after the Host is found). Every member of a pool
-// takes the installation's token and TLS files.
-func (n *runtimeNode) api(ctx context.Context) (*Client, error) {
-	m, err := n.member(ctx)
-	if errors.Is(err, backend.ErrPoolEmpty) {
-		return nil, fmt.Errorf("%w: installation %s: %w: every node was retired; add one (takoserver nodes add)", backend.ErrUnreachable, n.inst.Name, backend.ErrPoolEmpty)
-	}
-	if err != nil {
-		return nil, err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if c, ok := n.clients[m.URL]; ok {
+// api returns the member's admin client, reading the token file on first use (and again after a
+// failure, so a runtime started after the Host is found). Every member of a pool takes the
+// installation's token and TLS files.
+func (n *runtimeNode) api(context.Context) (*Client, error) {
+	n.shared.mu.Lock()
+	defer n.shared.mu.Unlock()
+	if c, ok := n.shared.clients[n.member.URL]; ok {
 		return c, nil
 	}
 	c, err := NewFromConfig(Config{
-		URL: m.URL, TokenFile: n.inst.RuntimeTokenFile,
+		URL: n.member.URL, TokenFile: n.inst.RuntimeTokenFile,
 		CAFile: n.inst.RuntimeCAFile, ClientCertFile: n.inst.RuntimeClientCertFile, ClientKeyFile: n.inst.RuntimeClientKeyFile,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, m.URL, err)
+		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, n.member.URL, err)
 	}
 	c.Log = n.log
-	n.clients[m.URL] = c
+	n.shared.clients[n.member.URL] = c
 	return c, nil
 }
 
@@ -228,11 +198,6 @@ func (n *runtimeNode) ObserveChange(ctx context.Context, kind, nativeName string
 
 func (n *runtimeNode) Delete(ctx context.Context, d backend.Desired) error {
 	c, err := n.api(ctx)
-	if errors.Is(err, backend.ErrPoolEmpty) {
-		// Every node that held it was retired as lost (fenced, attested by the operator) or
-		// removed (it confirmed it holds nothing): the absence is confirmed (SPEC 6.2).
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -249,9 +214,6 @@ func (n *runtimeNode) Delete(ctx context.Context, d backend.Desired) error {
 
 func (n *runtimeNode) Observe(ctx context.Context, kind, nativeName string) (backend.Observation, error) {
 	c, err := n.api(ctx)
-	if errors.Is(err, backend.ErrPoolEmpty) {
-		return backend.Observation{}, nil // no node of the pool may hold it
-	}
 	if err != nil {
 		return backend.Observation{}, err
 	}
@@ -362,9 +324,9 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	fresh := time.Since(n.poolOK[c.BaseURL()]) < poolChecked
-	n.mu.Unlock()
+	n.shared.mu.Lock()
+	fresh := time.Since(n.shared.poolOK[c.BaseURL()]) < poolChecked
+	n.shared.mu.Unlock()
 	if fresh {
 		return nil
 	}
@@ -388,9 +350,9 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 		return fmt.Errorf("%w: runtime node %s holds %s, but the catalog names %s for installation %q: start the node with that pool's --pool-key-file (nothing was delivered)",
 			backend.ErrMisconfigured, c.BaseURL(), have, n.inst.PoolPublicKey, n.inst.Name)
 	}
-	n.mu.Lock()
-	n.poolOK[c.BaseURL()] = time.Now()
-	n.mu.Unlock()
+	n.shared.mu.Lock()
+	n.shared.poolOK[c.BaseURL()] = time.Now()
+	n.shared.mu.Unlock()
 	return nil
 }
 

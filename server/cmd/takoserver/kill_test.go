@@ -48,7 +48,7 @@ func newPair(t *testing.T) *pair {
 }
 
 // newPairOn is newPair on the runtime node start starts.
-func newPairOn(t *testing.T, start func(*testing.T) node) *pair {
+func newPairOn(t *testing.T, start func(*testing.T) node, installationFields ...string) *pair {
 	t.Helper()
 	p := &pair{t: t, dbURL: testdb.URL(t)}
 	run(t, p.dbURL, "migrate", "up")
@@ -61,7 +61,7 @@ func newPairOn(t *testing.T, start func(*testing.T) node) *pair {
 	p.kek = sealingKey(t)
 	p.node = start(t)
 	p.admin = holdAdmin(t, p.node.adminURL)
-	p.catalog = node{adminURL: p.admin.url, tokenFile: p.node.tokenFile, edgeAddr: p.node.edgeAddr, poolPublicKey: p.node.poolPublicKey}.catalog(t)
+	p.catalog = node{adminURL: p.admin.url, tokenFile: p.node.tokenFile, edgeAddr: p.node.edgeAddr, poolPublicKey: p.node.poolPublicKey}.catalog(t, installationFields...)
 	for i := range p.hosts {
 		p.hosts[i], p.procs[i] = p.start()
 	}

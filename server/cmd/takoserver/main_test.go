@@ -225,13 +225,17 @@ func startPooledRuntimeAt(t *testing.T, stateDir, key, poolKey string, extra []s
 	return n
 }
 
-// catalog writes a catalog file whose selfhost installation drives n, and returns its path.
-func (n node) catalog(t *testing.T) string {
+// catalog writes a catalog file whose selfhost installation drives n, with installationFields
+// ("name": value) added to it, and returns its path.
+func (n node) catalog(t *testing.T, installationFields ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "catalog.json")
 	pool := ""
 	if n.poolPublicKey != "" {
 		pool = fmt.Sprintf(`, "poolPublicKey": %q`, n.poolPublicKey)
+	}
+	for _, f := range installationFields {
+		pool += ", " + f
 	}
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(`{
   "installations": [{"name": "selfhost", "pack": "selfhost", "runtimeUrl": %q, "runtimeTokenFile": %q, "edgeListen": %q%s}],

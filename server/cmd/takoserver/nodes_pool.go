@@ -55,7 +55,7 @@ func operator(by string) string {
 	return name + "@" + host
 }
 
-// routingNode is the admin URL of the pool's node that may route (one at a time, as built).
+// routingNode is the admin URL of the first of the pool's nodes that may route.
 func routingNode(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) (string, error) {
 	members, err := nodepool.Members{DB: db}.Members(ctx, inst)
 	if err != nil {
@@ -118,7 +118,7 @@ func nodesAddCommand(g *globals) *cobra.Command {
 	var url, by string
 	cmd := &cobra.Command{
 		Use:   "add NAME --url URL --config FILE --installation NAME",
-		Short: "Add a runtime node to a selfhost pool (in place of a retired one)",
+		Short: "Add a runtime node to a selfhost pool",
 		Long: `add makes the runtime node whose admin API is at URL a member of the pool, joining. It takes the
 installation's runtimeTokenFile and TLS files, as every member does. From then on every change of
 the installation's workers and endpoints goes to it, and the Host's node reconciler (a step of the
@@ -126,8 +126,13 @@ janitor) writes it every live worker and route and names it every kept pool deli
 that its workers' secrets come back with no tenant action. Once one sweep finds it up to date, it
 reads serving.
 
-The node must answer, and hold the pool's key when the catalog names one. A pool has one node that
-may route at a time, as built: retire (or remove) the one it has first.`,
+Every worker of a pool runs on every member: a worker is Ready when it is Ready on every serving
+member, and its deletion completes when every member that may route confirmed it. A pool of
+several nodes needs the catalog's poolPublicKey (secrets reach the nodes sealed to it).
+
+The node must answer, and hold the pool's key when the catalog names one. Give it the
+installation's admin token before its first start (copy the token file to <state-dir>/admin-token,
+0600), and the pool's key (--pool-key-file).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inst, err := f.load()

@@ -15,6 +15,38 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 )
 
+// member starts a new node for p's pool, as an operator starts one on a new machine: a new
+// sealing key and state directory, the pool's key and the installation's admin token, its edge
+// at edge.
+func (p *pair) member(t *testing.T, edge string) node {
+	t.Helper()
+	stateDir := filepath.Join(t.TempDir(), "member")
+	require.NoError(t, os.Mkdir(stateDir, 0o700))
+	token, err := os.ReadFile(p.node.tokenFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(stateDir, "admin-token"), token, 0o600))
+	return startPooledRuntimeAt(t, stateDir, runtimetest.SealingKeyFile(t), p.node.poolKeyFile, nil, "127.0.0.1:0", edge)
+}
+
+// answers reports whether n's edge answers body at hostname.
+func answers(t *testing.T, n node, hostname, body string) func() bool {
+	return func() bool {
+		code, got := edgeGet(t, n.edgeAddr, hostname)
+		return code == http.StatusOK && got == body
+	}
+}
+
+// secretWorker deploys worker "api" with its runtime input and its endpoint through Host 0, waits
+// until the node answers with the secret's length, and returns the endpoint and that answer.
+func (p *pair) secretWorker(t *testing.T, tokenPrefix string) (map[string]any, string) {
+	t.Helper()
+	p.must(0, http.MethodPut, workerPath("api"), tokenPrefix+"-worker-api", p.prepared(), http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("api"), tokenPrefix+"-endpoint-api", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
+	want := strconv.Itoa(len(replicaCanary))
+	require.Eventually(t, answers(t, p.node, ep["hostname"].(string), want), 30*time.Second, 200*time.Millisecond, "the worker answers with its secret")
+	return ep, want
+}
+
 // A runtime node lost for good (SPEC 6.2, with real processes): its machine is gone, so its
 // workers' deletions cannot complete and nothing can be destroyed. The operator retires it with
 // `nodes retire --lost`, attesting it fenced for the pool's fenceSeconds (refused before), and
@@ -26,21 +58,11 @@ import (
 func TestANodeLostForGoodIsRetiredAndReplacedWithNoTenantAction(t *testing.T) {
 	t.Parallel()
 	p := newPairOn(t, startPooledRuntime)
-	worker := p.prepared()
-	p.must(0, http.MethodPut, workerPath("api"), "token-lost-worker-api-001", worker, http.StatusCreated)
-	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-lost-endpoint-api-01", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
+	ep, want := p.secretWorker(t, "token-lost-0001")
 	p.must(0, http.MethodPut, reservationsPath+"res-old", "token-lost-res-old-000001", `{"space":"prod","workerName":"old"}`, http.StatusCreated)
 	p.must(0, http.MethodPut, workerPath("old"), "token-lost-worker-old-001", invariantWorker, http.StatusCreated)
 	old := p.must(0, http.MethodPut, endpointPath("old"), "token-lost-endpoint-old-01", `{"worker":"old","originReservationId":"res-old"}`, http.StatusCreated)
-	want := strconv.Itoa(len(replicaCanary))
-	answers := func(hostname, body string) func() bool {
-		return func() bool {
-			code, got := edgeGet(t, p.node.edgeAddr, hostname)
-			return code == http.StatusOK && got == body
-		}
-	}
-	require.Eventually(t, answers(ep["hostname"].(string), want), 30*time.Second, 200*time.Millisecond, "the worker answers with its secret")
-	require.Eventually(t, answers(old["hostname"].(string), "ok"), 30*time.Second, 200*time.Millisecond)
+	require.Eventually(t, answers(t, p.node, old["hostname"].(string), "ok"), 30*time.Second, 200*time.Millisecond)
 
 	// The node's machine is lost. Its endpoint's deletion cannot complete: nobody confirms absence.
 	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
@@ -85,18 +107,12 @@ func TestANodeLostForGoodIsRetiredAndReplacedWithNoTenantAction(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "its deletion attestation closes")
 	p.must(0, http.MethodDelete, workerPath("old"), "token-lost-worker-old-001", "", http.StatusOK)
 
-	// A node in its place: new machine, new sealing key, the pool's key and the installation's
-	// admin token, at another admin address and the pool's public edge address.
-	stateDir := filepath.Join(t.TempDir(), "replacement")
-	require.NoError(t, os.Mkdir(stateDir, 0o700))
-	token, err := os.ReadFile(p.node.tokenFile)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(stateDir, "admin-token"), token, 0o600))
-	p.node = startPooledRuntimeAt(t, stateDir, runtimetest.SealingKeyFile(t), p.node.poolKeyFile, nil, "127.0.0.1:0", p.node.edgeAddr)
+	// A node in its place, at another admin address and the pool's public edge address.
+	p.node = p.member(t, p.node.edgeAddr)
 	out := decodeJSON(t, run(t, p.dbURL, "nodes", "add", "node-2", "--url", p.node.adminURL, "--config", p.catalog, "--installation", "selfhost", "--output", "json"))
 	require.Equal(t, "joining", out["state"])
 
-	require.Eventually(t, answers(ep["hostname"].(string), want), 60*time.Second, 200*time.Millisecond, "the worker answers on the new node with its secret")
+	require.Eventually(t, answers(t, p.node, ep["hostname"].(string), want), 60*time.Second, 200*time.Millisecond, "the worker answers on the new node with its secret")
 	require.Eventually(t, func() bool {
 		for _, n := range nodes() {
 			if n := n.(map[string]any); n["name"] == "node-2" {
@@ -113,5 +129,92 @@ func TestANodeLostForGoodIsRetiredAndReplacedWithNoTenantAction(t *testing.T) {
 	var status string
 	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT status FROM runtime_input_preparations WHERE operation_id = 'op-1'`).Scan(&status))
 	require.Equal(t, "settled", status, "no runtime input was consumed again")
+	require.NotContains(t, p.logs[0].String()+p.logs[1].String(), replicaCanary)
+}
+
+// A pool of three nodes (SPEC 6.2, with real processes). Two nodes join a pool of one that holds
+// a worker with a secret: the Hosts' janitors write them the worker, its route and its kept pool
+// delivery, and each node's edge answers with the secret; each reads serving once caught up. A
+// worker created then runs on all three. One node is killed: once it has been silent for the
+// pool's suspectAfter, it leaves the Ready set, a new worker is deployed on the other two and
+// reads Ready, but its deletion does not complete while the silent node may still route its
+// origin; it completes once that node is retired.
+func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t *testing.T) {
+	t.Parallel()
+	p := newPairOn(t, startPooledRuntime, `"suspectAfterSeconds": 2`, `"fenceSeconds": 1`)
+	ep, want := p.secretWorker(t, "token-pool3-001")
+
+	nodeA := p.node
+	nodeB, nodeC := p.member(t, "127.0.0.1:0"), p.member(t, "127.0.0.1:0")
+	for name, n := range map[string]node{"node-b": nodeB, "node-c": nodeC} {
+		run(t, p.dbURL, "nodes", "add", name, "--url", n.adminURL, "--config", p.catalog, "--installation", "selfhost")
+	}
+	for _, n := range []node{nodeB, nodeC} {
+		require.Eventually(t, answers(t, n, ep["hostname"].(string), want), 60*time.Second, 200*time.Millisecond, "a joining node gets the worker and its secret")
+	}
+	states := func() map[string]string {
+		out := map[string]string{}
+		for _, n := range decodeJSON(t, run(t, p.dbURL, "nodes", "list", "--config", p.catalog, "--installation", "selfhost", "--output", "json"))["nodes"].([]any) {
+			out[n.(map[string]any)["name"].(string)] = n.(map[string]any)["state"].(string)
+		}
+		return out
+	}
+	require.Eventually(t, func() bool {
+		s := states()
+		return s["node-1"] == "serving" && s["node-b"] == "serving" && s["node-c"] == "serving"
+	}, 30*time.Second, 200*time.Millisecond)
+
+	// A worker created now runs on every node.
+	p.must(0, http.MethodPut, reservationsPath+"res-one", "token-pool3-res-one-00001", `{"space":"prod","workerName":"one"}`, http.StatusCreated)
+	p.must(0, http.MethodPut, workerPath("one"), "token-pool3-worker-one-01", invariantWorker, http.StatusCreated)
+	one := p.must(1, http.MethodPut, endpointPath("one"), "token-pool3-endpoint-one1", `{"worker":"one","originReservationId":"res-one"}`, http.StatusCreated)
+	for _, n := range []node{nodeA, nodeB, nodeC} {
+		require.Eventually(t, answers(t, n, one["hostname"].(string), "ok"), 30*time.Second, 200*time.Millisecond)
+	}
+
+	// Node C dies. Once it is suspect, a worker is deployed on A and B and reads Ready there.
+	require.NoError(t, nodeC.cmd.Process.Signal(syscall.SIGKILL))
+	_ = nodeC.cmd.Wait()
+	p.must(0, http.MethodPut, reservationsPath+"res-two", "token-pool3-res-two-00001", `{"space":"prod","workerName":"two"}`, http.StatusCreated)
+	require.Eventually(t, func() bool {
+		a, err := p.send(0, http.MethodPut, workerPath("two"), "token-pool3-worker-two-01", invariantWorker)
+		return err == nil && (a.status == http.StatusCreated || a.status == http.StatusOK)
+	}, 60*time.Second, 500*time.Millisecond, "a deployment proceeds without the suspect node")
+	var two map[string]any
+	require.Eventually(t, func() bool {
+		a, err := p.send(0, http.MethodPut, endpointPath("two"), "token-pool3-endpoint-two1", `{"worker":"two","originReservationId":"res-two"}`)
+		if err != nil || (a.status != http.StatusCreated && a.status != http.StatusOK) {
+			return false
+		}
+		two = decodeJSON(t, a.body)
+		return true
+	}, 60*time.Second, 500*time.Millisecond)
+	for _, n := range []node{nodeA, nodeB} {
+		require.Eventually(t, answers(t, n, two["hostname"].(string), "ok"), 30*time.Second, 200*time.Millisecond)
+	}
+	require.Eventually(t, func() bool {
+		return p.must(1, http.MethodGet, workerPath("two"), "", "", http.StatusOK)["ready"] == true
+	}, 30*time.Second, 200*time.Millisecond, "Ready on every serving node outside the suspect one")
+
+	// Its deletion waits for node C: suspect, not retired, it may still route the origin.
+	a, err := p.send(0, http.MethodDelete, endpointPath("two"), "token-pool3-endpoint-two1", "")
+	require.NoError(t, err)
+	require.NotEqual(t, http.StatusOK, a.status, "a deletion a member that may route never confirmed: %s", a.body)
+	time.Sleep(3 * time.Second) // the janitors' recovery runs meanwhile, and cannot close it either
+	var status string
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT status::text FROM deletion_attestations WHERE uid = $1`, two["uid"]).Scan(&status))
+	require.Equal(t, "open", status)
+
+	run(t, p.dbURL, "nodes", "retire", "--lost", "node-c", "--fenced-since", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339),
+		"--config", p.catalog, "--installation", "selfhost")
+	require.Eventually(t, func() bool {
+		a, err := p.send(1, http.MethodDelete, endpointPath("two"), "token-pool3-endpoint-two1", "")
+		return err == nil && a.status == http.StatusOK
+	}, 60*time.Second, 500*time.Millisecond, "the deletion completes once the silent node is retired")
+	for _, n := range []node{nodeA, nodeB} {
+		code, _ := edgeGet(t, n.edgeAddr, two["hostname"].(string))
+		require.Equal(t, http.StatusNotFound, code)
+		require.True(t, answers(t, n, ep["hostname"].(string), want)(), "the other workers keep answering")
+	}
 	require.NotContains(t, p.logs[0].String()+p.logs[1].String(), replicaCanary)
 }

@@ -1,0 +1,498 @@
+package selfhost
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
+)
+
+// pool is the selfhost pack's mutator: every worker of the pool runs on every member that may
+// route (SPEC 6.2), so each change goes to each of them, one after the other (an update rolls node
+// by node), and each read asks them all.
+//
+//   - Custody: an absence is confirmed only when every member that may route (joining, serving,
+//     draining) confirmed it. A member retired as lost or removed confirms nothing and needs not.
+//   - Ready: the deployment is active on every serving member that is not suspect. A serving member
+//     silent for the pool's suspectAfter is suspect: it leaves the Ready set, never custody, and
+//     the node reconciler brings it up to date when it answers again. A joining member is not in
+//     the Ready set either.
+//   - Secrets: a pool of several members takes deliveries sealed to its pool key only; every
+//     member is given the blob, and settle needs one member's readback. One that missed it gets it
+//     from the reconciler, as a node that lost its state does.
+//
+// Which nodes are members, the membership rows say (nodepool): each call reads them, so a change
+// is seen at the next call on every Host replica.
+type pool struct {
+	inst    catalog.Installation
+	log     *slog.Logger
+	members backend.PoolMembers
+	shared  *shared
+}
+
+// NewMutator is the selfhost pack's mutator of inst (a backend.Pack).
+func NewMutator(inst catalog.Installation, env backend.PackEnv) backend.Mutator {
+	return &pool{inst: inst, log: env.Log, members: env.Pools,
+		shared: &shared{clients: map[string]*Client{}, poolOK: map[string]time.Time{}, silentSince: map[string]time.Time{}}}
+}
+
+// nodeStatusWait bounds a read of one member: a late node is reported, never waited on.
+const nodeStatusWait = 2 * time.Second
+
+// targets are the members that may route, as runtimeNodes.
+func (p *pool) targets(ctx context.Context) ([]*runtimeNode, error) {
+	members := []backend.PoolMember{{Name: "node-1", URL: p.inst.RuntimeURL, State: backend.MemberServing}}
+	if p.members != nil {
+		var err error
+		if members, err = p.members.Members(ctx, p.inst); err != nil {
+			return nil, fmt.Errorf("%w: installation %s: read its pool: %v", backend.ErrUnreachable, p.inst.Name, err)
+		}
+	}
+	var out []*runtimeNode
+	for _, m := range members {
+		if m.MayRoute() {
+			out = append(out, &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m})
+		}
+	}
+	if len(out) == 0 {
+		return nil, backend.ErrPoolEmpty
+	}
+	return out, nil
+}
+
+// noNode is the error of a change when the pool has no member.
+func (p *pool) noNode() error {
+	return fmt.Errorf("%w: installation %s: %w: every node was retired; add one (takoserver nodes add)", backend.ErrUnreachable, p.inst.Name, backend.ErrPoolEmpty)
+}
+
+// heard records whether n answered: a member that does not answer is silent from its first miss.
+func (p *pool) heard(n *runtimeNode, err error) {
+	p.shared.mu.Lock()
+	defer p.shared.mu.Unlock()
+	switch {
+	case err == nil || !errors.Is(err, backend.ErrUnreachable):
+		delete(p.shared.silentSince, n.member.URL)
+	case p.shared.silentSince[n.member.URL].IsZero():
+		p.shared.silentSince[n.member.URL] = time.Now()
+	}
+}
+
+// suspect reports whether n has been silent for the pool's suspectAfter.
+func (p *pool) suspect(n *runtimeNode) bool {
+	p.shared.mu.Lock()
+	defer p.shared.mu.Unlock()
+	since, ok := p.shared.silentSince[n.member.URL]
+	return ok && time.Since(since) >= p.inst.Suspect()
+}
+
+// mustTake reports whether a change n missed fails the call: a serving member that is not
+// suspect must take every change; a joining or suspect one is brought up to date by the reconciler.
+func (p *pool) mustTake(n *runtimeNode) bool {
+	return n.member.State == backend.MemberServing && !p.suspect(n)
+}
+
+func (p *pool) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return backend.Observation{}, p.unlessEmpty(err)
+	}
+	var first *backend.Observation
+	var lagging []string
+	for _, n := range nodes {
+		obs, err := n.Apply(ctx, d)
+		p.heard(n, err)
+		switch {
+		case err != nil && p.mustTake(n):
+			return backend.Observation{}, fmt.Errorf("node %s: %w", n.member.Name, err)
+		case err != nil:
+			lagging = append(lagging, n.member.Name)
+			continue
+		case obs.Failed || (obs.Present && obs.DeploymentID != d.DeploymentID):
+			// Refused (the candidate failed), or rewritten meanwhile: the caller decides.
+			return obs, nil
+		case !obs.Admitted && p.mustTake(n):
+			return obs, nil
+		}
+		if first == nil || (n.member.State == backend.MemberServing && !first.Admitted) {
+			o := obs
+			first = &o
+		}
+	}
+	if first == nil {
+		return backend.Observation{}, fmt.Errorf("%w: installation %s: no node of the pool took the deployment (%s lag)", backend.ErrUnreachable, p.inst.Name, strings.Join(lagging, ", "))
+	}
+	obs := *first
+	if len(lagging) > 0 && obs.Message == "" {
+		obs.Message = "lagging: " + strings.Join(lagging, ", ")
+	}
+	return obs, nil
+}
+
+// unlessEmpty is err, or the change's error of a pool with no member.
+func (p *pool) unlessEmpty(err error) error {
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		return p.noNode()
+	}
+	return err
+}
+
+func (p *pool) Rewrite(ctx context.Context, d backend.Desired) error {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return p.unlessEmpty(err)
+	}
+	var errs []error
+	for _, n := range nodes {
+		err := n.Rewrite(ctx, d)
+		p.heard(n, err)
+		if err != nil && p.mustTake(n) {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Delete takes d down on every member that may route: a member that did not confirm fails it,
+// suspect or not (custody waits for every member, or for its retirement).
+func (p *pool) Delete(ctx context.Context, d backend.Desired) error {
+	nodes, err := p.targets(ctx)
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		// Every node that held it was retired as lost (fenced, attested by the operator) or
+		// removed (it confirmed it holds nothing): the absence is confirmed (SPEC 6.2).
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range nodes {
+		err := n.Delete(ctx, d)
+		p.heard(n, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// read is one member's answer to a read.
+type read struct {
+	node *runtimeNode
+	obs  backend.Observation
+	err  error
+}
+
+// readAll asks every member at once, each within nodeStatusWait.
+func (p *pool) readAll(ctx context.Context, nodes []*runtimeNode, kind, nativeName string) []read {
+	out := make([]read, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			rctx, cancel := context.WithTimeout(ctx, nodeStatusWait)
+			defer cancel()
+			obs, err := n.Observe(rctx, kind, nativeName)
+			if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+				err = fmt.Errorf("%w: runtime node %s did not answer within %s", backend.ErrUnreachable, n.member.URL, nodeStatusWait)
+			}
+			p.heard(n, err)
+			out[i] = read{node: n, obs: obs, err: err}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// Observe reads the object on every member and answers what the pool holds: absent only when
+// every member that may route answered absent (an error when one that did not answer may hold it); Ready only when every serving member outside the
+// suspect ones holds it Ready, at the same deployment. The message names the nodes that lag.
+func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Observation, error) {
+	nodes, err := p.targets(ctx)
+	if errors.Is(err, backend.ErrPoolEmpty) {
+		return backend.Observation{}, nil // no node of the pool may hold it
+	}
+	if err != nil {
+		return backend.Observation{}, err
+	}
+	if len(nodes) == 1 {
+		obs, err := nodes[0].Observe(ctx, kind, nativeName)
+		p.heard(nodes[0], err)
+		return obs, err
+	}
+	reads := p.readAll(ctx, nodes, kind, nativeName)
+	// The answer starts from a serving member that holds the object, else any member that holds
+	// it, else any that answered.
+	rank := func(r read) int {
+		return 2*boolOrder(r.obs.Present) + boolOrder(r.node.member.State == backend.MemberServing)
+	}
+	var out *backend.Observation
+	best := -1
+	var silent []error
+	var lagging []string
+	for _, r := range reads {
+		if r.err != nil {
+			silent = append(silent, fmt.Errorf("node %s: %w", r.node.member.Name, r.err))
+			continue
+		}
+		if rank(r) > best {
+			o := r.obs
+			out, best = &o, rank(r)
+		}
+	}
+	if out == nil {
+		return backend.Observation{}, errors.Join(silent...)
+	}
+	if len(silent) > 0 && !out.Present {
+		// What a silent member holds is unknown: an absence it did not confirm is no absence.
+		return backend.Observation{}, fmt.Errorf("absence not confirmed by every node of the pool: %w", errors.Join(silent...))
+	}
+	obs := *out
+	obs.Version = "" // no one node's version watches the pool
+	inReadySet := 0
+	for _, r := range reads {
+		serving := r.node.member.State == backend.MemberServing && !p.suspect(r.node)
+		if r.err == nil {
+			obs.Failed = obs.Failed || r.obs.Failed
+			if r.obs.Incident && !obs.Incident {
+				obs.Incident, obs.IncidentMessage = r.obs.Incident, r.obs.IncidentMessage
+			}
+			if r.obs.Quarantined && !obs.Quarantined {
+				obs.Quarantined, obs.QuarantineMessage = true, r.obs.QuarantineMessage
+			}
+		}
+		if !serving {
+			continue
+		}
+		inReadySet++
+		if r.err != nil || !r.obs.Ready || r.obs.DeploymentID != obs.DeploymentID {
+			lagging = append(lagging, r.node.member.Name)
+			obs.Ready = false
+			if r.err != nil || !r.obs.Admitted || r.obs.DeploymentID != obs.DeploymentID {
+				obs.Admitted = false
+			}
+		}
+	}
+	if inReadySet == 0 {
+		obs.Ready, obs.Admitted = false, false
+		lagging = append(lagging, "no serving node")
+	}
+	if len(lagging) > 0 {
+		if obs.Reason == "" || obs.Reason == adminapi.ReasonReady {
+			obs.Reason = adminapi.ReasonPending
+		}
+		obs.Message = strings.TrimSpace(obs.Message + " (not Ready on: " + strings.Join(lagging, ", ") + ")")
+	}
+	return obs, nil
+}
+
+// ObserveChange holds a read on a pool of one node until its status changes; a pool of several
+// is read at once.
+func (p *pool) ObserveChange(ctx context.Context, kind, nativeName string, since backend.Observation, within time.Duration) (backend.Observation, error) {
+	nodes, err := p.targets(ctx)
+	if err != nil || len(nodes) > 1 {
+		return p.Observe(ctx, kind, nativeName)
+	}
+	obs, err := nodes[0].ObserveChange(ctx, kind, nativeName, since, within)
+	p.heard(nodes[0], err)
+	return obs, err
+}
+
+var (
+	_ backend.ChangeObserver = (*pool)(nil)
+	_ backend.Inventory      = (*pool)(nil)
+)
+
+// DeliverSecrets gives the values to the pool's one node. A pool of several takes sealed
+// deliveries only: the values must not leave the Host once per node.
+func (p *pool) DeliverSecrets(ctx context.Context, d backend.Delivery, values map[string]vocab.Secret) error {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return p.unlessEmpty(err)
+	}
+	if len(nodes) > 1 {
+		return fmt.Errorf("%w: installation %s is a pool of %d nodes and names no poolPublicKey: a pool's secrets travel sealed to its pool key (takoserver nodes init-pool-key)",
+			backend.ErrMisconfigured, p.inst.Name, len(nodes))
+	}
+	err = nodes[0].DeliverSecrets(ctx, d, values)
+	p.heard(nodes[0], err)
+	return err
+}
+
+// ReadbackSecrets asks the members in turn for the challenge's digest: one member's readback
+// settles a delivery (each member that missed it gets it from the reconciler).
+func (p *pool) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return nil, false, p.unlessEmpty(err)
+	}
+	var errs []error
+	for _, n := range nodes {
+		digest, ok, err := n.ReadbackSecrets(ctx, d, challenge)
+		p.heard(n, err)
+		if err == nil && ok {
+			return digest, true, nil
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
+		}
+	}
+	if len(errs) == len(nodes) {
+		return nil, false, errors.Join(errs...)
+	}
+	return nil, false, nil
+}
+
+func (p *pool) PoolSeal(d backend.Delivery, plaintext []byte) ([]byte, bool, error) {
+	return (&runtimeNode{inst: p.inst}).PoolSeal(d, plaintext)
+}
+
+// DeliverSealed gives the blob to every member; it is delivered when one serving member took it.
+func (p *pool) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte) error {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return p.unlessEmpty(err)
+	}
+	var errs []error
+	took := false
+	for _, n := range nodes {
+		err := n.DeliverSealed(ctx, d, blob)
+		p.heard(n, err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
+			continue
+		}
+		took = true
+	}
+	if took {
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// RestoreSealed names a kept blob again to the pool's one node (the reconciler restores each
+// member through its own view).
+func (p *pool) RestoreSealed(ctx context.Context, d backend.Delivery, blob []byte, replaces string) error {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return p.unlessEmpty(err)
+	}
+	if len(nodes) > 1 {
+		return fmt.Errorf("selfhost backend: a restore names one node")
+	}
+	return nodes[0].RestoreSealed(ctx, d, blob, replaces)
+}
+
+var _ backend.PoolSink = (*pool)(nil)
+
+// CheckDelivery refuses a delivery before its runtime input is claimed when a member that
+// answers does not hold the pool's key, or no member answers.
+func (p *pool) CheckDelivery(ctx context.Context) error {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return p.unlessEmpty(err)
+	}
+	answered := false
+	var errs []error
+	for _, n := range nodes {
+		err := n.CheckDelivery(ctx)
+		p.heard(n, err)
+		switch {
+		case err == nil:
+			answered = true
+		case errors.Is(err, backend.ErrUnreachable) && !p.mustTake(n):
+		default:
+			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
+		}
+	}
+	if len(errs) == 0 && !answered {
+		return fmt.Errorf("%w: installation %s: no node of the pool answers", backend.ErrUnreachable, p.inst.Name)
+	}
+	return errors.Join(errs...)
+}
+
+var _ backend.DeliveryCheck = (*pool)(nil)
+
+// first is the member one-node work goes to (a cron tick, a log read): the first serving member
+// that answers, or else the first that may route.
+func (p *pool) first(ctx context.Context) (*runtimeNode, error) {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return nil, p.unlessEmpty(err)
+	}
+	for _, n := range nodes {
+		if p.mustTake(n) {
+			return n, nil
+		}
+	}
+	return nodes[0], nil
+}
+
+// RunTick runs a cron tick on one member: a tick runs once, wherever.
+func (p *pool) RunTick(ctx context.Context, t backend.Tick) (backend.TickOutcome, error) {
+	n, err := p.first(ctx)
+	if err != nil {
+		return backend.TickOutcome{}, err
+	}
+	out, err := n.RunTick(ctx, t)
+	p.heard(n, err)
+	return out, err
+}
+
+var _ backend.CronRunner = (*pool)(nil)
+
+// WorkerLogs reads the logs of one member (the first serving one). A pool of several keeps each
+// node's requests' logs on that node: the others' are not merged in (not built).
+func (p *pool) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
+	n, err := p.first(ctx)
+	if err != nil {
+		return err
+	}
+	return n.WorkerLogs(ctx, scriptName, workerUID, q, each, flush)
+}
+
+// Holdings lists what the pool's one node holds; the reconciler lists a pool of several member by
+// member (Members).
+func (p *pool) Holdings(ctx context.Context) (backend.Holdings, error) {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return backend.Holdings{}, err
+	}
+	if len(nodes) > 1 {
+		return backend.Holdings{}, fmt.Errorf("selfhost backend: a pool of %d nodes is listed member by member", len(nodes))
+	}
+	h, err := nodes[0].Holdings(ctx)
+	p.heard(nodes[0], err)
+	return h, err
+}
+
+// Members are the pool's members that may route, each as a mutator of that node alone, for the
+// node reconciler to bring each up to date on its own.
+func (p *pool) Members(ctx context.Context) ([]backend.Mutator, error) {
+	nodes, err := p.targets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]backend.Mutator, len(nodes))
+	for i, n := range nodes {
+		out[i] = n
+	}
+	return out, nil
+}
+
+var _ backend.PoolInventory = (*pool)(nil)
+
+func boolOrder(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -182,6 +182,10 @@ type Offering struct {
 	MaxBundleBytes int64  `json:"maxBundleBytes,omitempty"`
 	Pack           string `json:"-"`
 	Digest         string `json:"-"`
+	// LegacyDigest is the digest objects placed on a selfhost offering carry when a release
+	// before pools wrote them (it covered runtimeUrl): the Host rewrites it to Digest once, at
+	// start (nodepool.MoveDigests). Empty for other packs.
+	LegacyDigest string `json:"-"`
 }
 
 // SellsChosenLabels reports whether a reservation on the offering may choose its subdomain.
@@ -471,7 +475,10 @@ func build(f file) (*Catalog, error) {
 		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:
 			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below %d: workerd cannot start in it", o.ID, o.MaxMemoryMB, workerconf.MinMemoryMB)
 		}
-		o.Digest = digest(o, inst)
+		o.Digest = digest(o, inst, "")
+		if inst.Pack == PackSelfhost {
+			o.LegacyDigest = digest(o, inst, inst.RuntimeURL)
+		}
 		c.Offerings = append(c.Offerings, o)
 	}
 	return c, nil
@@ -728,14 +735,19 @@ func loopbackHost(host string) bool {
 // control channel (runtimeTokenFile, runtimeCaFile, runtimeClientCertFile, runtimeClientKeyFile):
 // they say how the Host proves who it talks to, not where workers run, and rotating a certificate
 // or moving its file must not make every worker placed on the node drift.
-func digest(o Offering, inst Installation) string {
+//
+// A selfhost installation is a pool (SPEC 6.2): its digest covers the pool's name, suffix, scheme
+// and public edge address, not its members, so a node added, retired or moved moves no worker.
+// runtimeURL is what the digest says of runtimeUrl: "" now (which Cloudflare installations, with
+// no runtimeUrl, always had), the catalog's value for the digest written before pools.
+func digest(o Offering, inst Installation, runtimeURL string) string {
 	installation := canonjson.Object{
 		{Key: "name", Value: inst.Name},
 		{Key: "pack", Value: inst.Pack},
 		{Key: "endpointSuffix", Value: inst.EndpointSuffix},
 		{Key: "edgeListen", Value: inst.EdgeListen},
 		{Key: "scheme", Value: inst.Scheme},
-		{Key: "runtimeUrl", Value: inst.RuntimeURL},
+		{Key: "runtimeUrl", Value: runtimeURL},
 		{Key: "accountSubdomain", Value: inst.AccountSubdomain},
 		{Key: "baseDomain", Value: inst.BaseDomain},
 	}

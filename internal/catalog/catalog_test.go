@@ -99,7 +99,9 @@ func TestSelectNeedsExactlyOneEligibleOffering(t *testing.T) {
 }
 
 // TestOfferingDigestCoversPlacementOnly: selling an offering to one more organization changes no
-// digest (nothing placed on it drifts); moving its runtime node does.
+// digest (nothing placed on it drifts), nor does moving its pool's first node (SPEC 6.2: members
+// are not placement); moving its public edge address does. The digest written before pools
+// covered runtimeUrl: it is kept as LegacyDigest, for the Host's one-time rewrite.
 func TestOfferingDigestCoversPlacementOnly(t *testing.T) {
 	t.Parallel()
 	load := func(soldTo, runtimeURL string) Offering {
@@ -112,7 +114,28 @@ func TestOfferingDigestCoversPlacementOnly(t *testing.T) {
 		return c.Offerings[0]
 	}
 	require.Equal(t, load("acme", "http://127.0.0.1:8788").Digest, load("*", "http://127.0.0.1:8788").Digest)
-	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "https://10.0.0.2:8788").Digest)
+	require.Equal(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "https://10.0.0.2:8788").Digest)
+	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").LegacyDigest, load("acme", "https://10.0.0.2:8788").LegacyDigest)
+	require.NotEqual(t, load("acme", "http://127.0.0.1:8788").Digest, load("acme", "http://127.0.0.1:8788").LegacyDigest)
+
+	// The digest of the release before pools, for a fixed installation: what its databases hold.
+	c, err := build(file{
+		Installations: []Installation{{Name: "local", Pack: PackSelfhost, RuntimeURL: "http://127.0.0.1:8788", EdgeListen: "127.0.0.1:8787"}},
+		Offerings:     []Offering{{ID: "local-worker", Kind: KindWorker, Installation: "local", SoldTo: []string{"*"}}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, "50b74a4d8126b1697ebd31dbb5cd8025f04ee35e0fc7592da4d7bc3b0a891772", c.Offerings[0].LegacyDigest)
+
+	edge := func(edgeListen string) Offering {
+		t.Helper()
+		c, err := build(file{
+			Installations: []Installation{{Name: "x", Pack: PackSelfhost, EdgeListen: edgeListen}},
+			Offerings:     []Offering{{ID: "o", Kind: KindWorker, Installation: "x", SoldTo: []string{"*"}}},
+		})
+		require.NoError(t, err)
+		return c.Offerings[0]
+	}
+	require.NotEqual(t, edge("127.0.0.1:8787").Digest, edge("0.0.0.0:80").Digest, "the pool's public address is placement")
 }
 
 func TestQuotasAndRatesDefaultAndOverride(t *testing.T) {

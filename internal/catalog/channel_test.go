@@ -80,7 +80,7 @@ func TestRuntimeTLSFilesAreCheckedWhenTheCatalogLoads(t *testing.T) {
 
 // The control channel's credentials are not placement: naming a CA or a client certificate, or
 // moving their files, changes no offering digest, so nothing placed on the node drifts when its
-// certificates are rotated. (Its runtimeUrl is placement, and changes the digest.)
+// certificates are rotated. (Nor does its runtimeUrl, the pool's first node: SPEC 6.2.)
 func TestRuntimeTLSFilesChangeNoOfferingDigest(t *testing.T) {
 	t.Parallel()
 	ca := testpki.NewCA(t, "runtime")
@@ -95,7 +95,7 @@ func TestRuntimeTLSFilesChangeNoOfferingDigest(t *testing.T) {
 	require.Equal(t, plain, digest(map[string]string{"runtimeUrl": "https://10.0.0.2:8788", "runtimeCaFile": ca.CertFile}))
 	require.Equal(t, plain, digest(map[string]string{"runtimeUrl": "https://10.0.0.2:8788", "runtimeCaFile": other.CertFile,
 		"runtimeClientCertFile": client.CertFile, "runtimeClientKeyFile": client.KeyFile}))
-	require.NotEqual(t, plain, digest(map[string]string{"runtimeUrl": "https://10.0.0.3:8788"}))
+	require.Equal(t, plain, digest(map[string]string{"runtimeUrl": "https://10.0.0.3:8788"}))
 }
 
 // A pool's public key is checked when the catalog loads, belongs to selfhost, and moves no

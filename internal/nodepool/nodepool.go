@@ -241,3 +241,23 @@ func event(ctx context.Context, q *dbsqlc.Queries, installation, node, action, a
 	}
 	return nil
 }
+
+// MoveDigests rewrites, once, the offering digests that objects placed on selfhost offerings
+// carry from the release before pools (they covered runtimeUrl) to the pool's digest (SPEC 6.2),
+// so that an existing single-node catalog is a pool of one with no change and no worker drifts.
+// Every Host start runs it: a row already rewritten is left alone. It answers how many rows moved.
+func MoveDigests(ctx context.Context, db dbsqlc.DBTX, cat *catalog.Catalog) (int64, error) {
+	q := dbsqlc.New(db)
+	var moved int64
+	for _, o := range cat.Offerings {
+		if o.LegacyDigest == "" || o.LegacyDigest == o.Digest {
+			continue
+		}
+		n, err := q.OfferingDigestMove(ctx, dbsqlc.OfferingDigestMoveParams{Digest: o.Digest, OfferingID: o.ID, Legacy: o.LegacyDigest})
+		if err != nil {
+			return moved, fmt.Errorf("nodepool: move the digest of offering %s: %w", o.ID, store.Classify(err))
+		}
+		moved += n
+	}
+	return moved, nil
+}

@@ -41,6 +41,8 @@ var offPath = []string{
 	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim", "CronTicksAbandoned",
 	// A pool's membership changes: `takoserver nodes` and the reconciler's.
 	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
+	// Start-up: the one-time rewrite of digests from before pools.
+	"OfferingDigestMove",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.

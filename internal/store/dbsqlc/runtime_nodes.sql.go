@@ -21,6 +21,43 @@ func (q *Queries) DBNow(ctx context.Context) (time.Time, error) {
 	return now, err
 }
 
+const offeringDigestMove = `-- name: OfferingDigestMove :one
+WITH r AS (
+    UPDATE worker_endpoint_origin_reservations SET offering_digest = $1::text
+    WHERE offering_id = $2::text AND offering_digest = $3::text RETURNING 1
+), w AS (
+    UPDATE workers SET offering_digest = $1::text
+    WHERE offering_id = $2::text AND offering_digest = $3::text RETURNING 1
+), e AS (
+    UPDATE worker_endpoints SET offering_digest = $1::text
+    WHERE offering_id = $2::text AND offering_digest = $3::text RETURNING 1
+), d AS (
+    UPDATE deployments SET offering_digest = $1::text
+    WHERE offering_id = $2::text AND offering_digest = $3::text RETURNING 1
+), p AS (
+    UPDATE runtime_input_preparations SET offering_digest = $1::text
+    WHERE offering_id = $2::text AND offering_digest = $3::text RETURNING 1
+)
+SELECT ((SELECT count(*) FROM r) + (SELECT count(*) FROM w) + (SELECT count(*) FROM e)
+        + (SELECT count(*) FROM d) + (SELECT count(*) FROM p))::bigint AS moved
+`
+
+type OfferingDigestMoveParams struct {
+	Digest     string
+	OfferingID string
+	Legacy     string
+}
+
+// Rewrites a selfhost offering's digest from before pools (it covered runtimeUrl) to the pool's
+// (SPEC 6.2), in every row that records a placement. Run at each Host start; a row already
+// rewritten, or of another digest, is left as it is.
+func (q *Queries) OfferingDigestMove(ctx context.Context, arg OfferingDigestMoveParams) (int64, error) {
+	row := q.db.QueryRow(ctx, offeringDigestMove, arg.Digest, arg.OfferingID, arg.Legacy)
+	var moved int64
+	err := row.Scan(&moved)
+	return moved, err
+}
+
 const runtimeNodeEvent = `-- name: RuntimeNodeEvent :exec
 INSERT INTO runtime_node_events (installation, node, action, actor, at, detail)
 VALUES ($1, $2, $3, $4, db_now(), $5)

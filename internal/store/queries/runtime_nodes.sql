@@ -47,3 +47,26 @@ ORDER BY id;
 
 -- name: DBNow :one
 SELECT db_now()::timestamptz AS now;
+
+-- name: OfferingDigestMove :one
+-- Rewrites a selfhost offering's digest from before pools (it covered runtimeUrl) to the pool's
+-- (SPEC 6.2), in every row that records a placement. Run at each Host start; a row already
+-- rewritten, or of another digest, is left as it is.
+WITH r AS (
+    UPDATE worker_endpoint_origin_reservations SET offering_digest = sqlc.arg(digest)::text
+    WHERE offering_id = sqlc.arg(offering_id)::text AND offering_digest = sqlc.arg(legacy)::text RETURNING 1
+), w AS (
+    UPDATE workers SET offering_digest = sqlc.arg(digest)::text
+    WHERE offering_id = sqlc.arg(offering_id)::text AND offering_digest = sqlc.arg(legacy)::text RETURNING 1
+), e AS (
+    UPDATE worker_endpoints SET offering_digest = sqlc.arg(digest)::text
+    WHERE offering_id = sqlc.arg(offering_id)::text AND offering_digest = sqlc.arg(legacy)::text RETURNING 1
+), d AS (
+    UPDATE deployments SET offering_digest = sqlc.arg(digest)::text
+    WHERE offering_id = sqlc.arg(offering_id)::text AND offering_digest = sqlc.arg(legacy)::text RETURNING 1
+), p AS (
+    UPDATE runtime_input_preparations SET offering_digest = sqlc.arg(digest)::text
+    WHERE offering_id = sqlc.arg(offering_id)::text AND offering_digest = sqlc.arg(legacy)::text RETURNING 1
+)
+SELECT ((SELECT count(*) FROM r) + (SELECT count(*) FROM w) + (SELECT count(*) FROM e)
+        + (SELECT count(*) FROM d) + (SELECT count(*) FROM p))::bigint AS moved;

@@ -25,6 +25,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/netlisten"
+	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
@@ -180,6 +181,12 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	}
 	if err := store.MigrateUp(databaseURL); err != nil {
 		return err
+	}
+	// Objects placed on a selfhost offering before pools carry a digest that covered runtimeUrl.
+	if moved, err := nodepool.MoveDigests(ctx, db, cat); err != nil {
+		return err
+	} else if moved > 0 {
+		log.Info("offering digests moved to their pools' (SPEC 6.2)", "rows", moved)
 	}
 	// A replica whose key-encryption key cannot unwrap the current data key refuses to start.
 	ring, err := sealing.OpenRing(ctx, db, kek)

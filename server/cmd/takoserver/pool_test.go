@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 )
 
@@ -217,4 +219,44 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 		require.True(t, answers(t, n, ep["hostname"].(string), want)(), "the other workers keep answering")
 	}
 	require.NotContains(t, p.logs[0].String()+p.logs[1].String(), replicaCanary)
+}
+
+// A database written by the release before pools (SPEC 6.2): its objects on a selfhost offering
+// carry the digest that covered runtimeUrl. A Host of this release rewrites them at start, once,
+// so the existing single-node catalog is a pool of one with no change: the worker updates in
+// place, where a Host reading the old digests answers placement_drift.
+func TestADatabaseFromBeforePoolsKeepsItsWorkersPlaced(t *testing.T) {
+	t.Parallel()
+	p := newPairOn(t, startRuntime)
+	p.must(0, http.MethodPut, reservationsPath+"res-api", "token-digest-res-api-0001", `{"space":"prod","workerName":"api"}`, http.StatusCreated)
+	p.must(0, http.MethodPut, workerPath("api"), "token-digest-worker-api-01", invariantWorker, http.StatusCreated)
+	p.must(0, http.MethodPut, endpointPath("api"), "token-digest-endpoint-api1", `{"worker":"api","originReservationId":"res-api"}`, http.StatusCreated)
+
+	cat, err := catalog.Load(p.catalog)
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, o := range cat.Offerings {
+		require.NotEmpty(t, o.LegacyDigest)
+		for _, table := range []string{"worker_endpoint_origin_reservations", "workers", "worker_endpoints", "deployments"} {
+			_, err := p.db.Exec(ctx, `UPDATE `+table+` SET offering_digest = $1 WHERE offering_id = $2`, o.LegacyDigest, o.ID)
+			require.NoError(t, err)
+		}
+	}
+	update := strings.Replace(invariantWorker, "'ok'", "'again'", 1)
+	a, err := p.send(0, http.MethodPut, workerPath("api"), "token-digest-worker-api-01", update)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, a.status, "the old digests are what the release before pools wrote: %s", a.body)
+	require.Contains(t, a.body, "placement_drift")
+
+	h, _ := p.start()
+	var legacy int
+	require.NoError(t, p.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM workers WHERE offering_digest <> ALL ($1))
+		+ (SELECT count(*) FROM worker_endpoints WHERE offering_digest <> ALL ($1))
+		+ (SELECT count(*) FROM worker_endpoint_origin_reservations WHERE offering_digest <> ALL ($1))
+		+ (SELECT count(*) FROM deployments WHERE offering_digest <> ALL ($1))`,
+		[]string{cat.Offerings[0].Digest, cat.Offerings[1].Digest}).Scan(&legacy))
+	require.Zero(t, legacy, "every row carries its pool's digest")
+	p.hosts[0] = h
+	p.must(0, http.MethodPut, workerPath("api"), "token-digest-worker-api-01", update, http.StatusOK)
+	require.Contains(t, p.logs[len(p.logs)-1].String(), "offering digests moved to their pools'")
 }

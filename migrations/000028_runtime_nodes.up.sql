@@ -4,7 +4,9 @@
 --   joining:  added; the node reconciler is bringing it up to date. It receives every change and
 --             must confirm every absence, as a serving member does, but is not in the Ready set.
 --   serving:  caught up: every worker of the pool is Ready only when Ready here too.
---   draining, removed: not built yet (a removed member confirmed it holds nothing).
+--   draining: leaving the pool: its health check fails, and it stops serving fenceSeconds after
+--             changed_at. It still receives changes and must confirm every absence.
+--   removed:  it confirmed it holds nothing (not built yet).
 --   retired:  lost for good: the operator attested that it is fenced (out of DNS and the load
 --             balancer) since fenced_since, at least the pool's fenceSeconds ago. Its absences
 --             count as confirmed from then on; it never receives anything again.
@@ -32,7 +34,7 @@ CREATE TABLE runtime_node_events (
     id           bigserial PRIMARY KEY,
     installation text NOT NULL,
     node         text NOT NULL,
-    action       text NOT NULL CHECK (action IN ('add', 'serve', 'retire')),
+    action       text NOT NULL CHECK (action IN ('add', 'serve', 'drain', 'remove', 'retire')),
     actor        text NOT NULL,
     at           timestamptz NOT NULL DEFAULT now(),
     detail       jsonb NOT NULL DEFAULT '{}'::jsonb,

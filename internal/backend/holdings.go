@@ -50,3 +50,11 @@ type Inventory interface {
 type PoolInventory interface {
 	Members(ctx context.Context) ([]Mutator, error)
 }
+
+// PoolAnnouncer tells the members of a pool their place in it (SPEC 6.2): each member that may
+// route and that a sweep found wholly up to date (caughtUp, by name) is confirmed, which a member
+// of a pool of two or more waits for after a restart before it serves; a retired or removed member
+// that answers is told so, and serves nothing from then on.
+type PoolAnnouncer interface {
+	Announce(ctx context.Context, caughtUp map[string]bool) error
+}

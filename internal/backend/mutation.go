@@ -279,6 +279,12 @@ type PoolMember struct {
 	Name  string
 	URL   string
 	State string
+	// Epoch is the pool's epoch as the member's row holds it; Since is when its state last
+	// changed (a draining member's drain began then).
+	Epoch int64
+	Since time.Time
+	// Implicit: the catalog's node of a pool that has no membership rows (it is told nothing).
+	Implicit bool
 }
 
 // States of a pool member.

@@ -48,13 +48,13 @@ func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]back
 	}
 	out := make([]backend.PoolMember, len(rows))
 	for i, r := range rows {
-		out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State)}
+		out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, Since: r.ChangedAt}
 	}
 	return out, nil
 }
 
 func implicit(inst catalog.Installation) backend.PoolMember {
-	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing}
+	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true}
 }
 
 // Node is one member as `takoserver nodes list` shows it.
@@ -64,6 +64,7 @@ type Node struct {
 	State       string     `json:"state"`
 	Epoch       int64      `json:"poolEpoch"`
 	AddedAt     *time.Time `json:"addedAt,omitempty"`
+	ChangedAt   *time.Time `json:"changedAt,omitempty"`
 	FencedSince *time.Time `json:"fencedSince,omitempty"`
 	// Implicit: the catalog's node of a pool with no rows yet.
 	Implicit bool `json:"implicit,omitempty"`
@@ -87,7 +88,8 @@ func List(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) ([]Nod
 
 func node(r dbsqlc.RuntimeNode) Node {
 	added := r.AddedAt
-	return Node{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, AddedAt: &added, FencedSince: r.FencedSince}
+	changed := r.ChangedAt
+	return Node{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, AddedAt: &added, ChangedAt: &changed, FencedSince: r.FencedSince}
 }
 
 // Errors of the pool's changes, each with what the operator can do.
@@ -137,6 +139,42 @@ func Add(ctx context.Context, db DB, inst catalog.Installation, name, url, actor
 		}
 		out = node(row)
 		return event(ctx, q, inst.Name, name, "add", actor, map[string]any{"url": url})
+	})
+	return out, err
+}
+
+// Drain starts a member's way out of inst's pool: it leaves the Ready set at once, its health check
+// fails once it is told (the caller tells it), and it stops serving the pool's fenceSeconds later.
+// It still receives every change and must confirm every absence until it is removed or retired.
+func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor string) (Node, error) {
+	if inst.Pack != catalog.PackSelfhost {
+		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
+	}
+	var out Node
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		rows, err := lockedMembers(ctx, q, inst)
+		if err != nil {
+			return err
+		}
+		row, err := q.RuntimeNodeDrain(ctx, dbsqlc.RuntimeNodeDrainParams{Installation: inst.Name, Name: name})
+		if errors.Is(err, pgx.ErrNoRows) {
+			for _, r := range rows {
+				if r.Name == name {
+					if r.State == dbsqlc.RuntimeNodeStateDraining {
+						out = node(r) // draining already: tell it again
+						return nil
+					}
+					return fmt.Errorf("%w: %s is %s", ErrNoSuchNode, name, r.State)
+				}
+			}
+			return fmt.Errorf("%w: %s is not a member of %s", ErrNoSuchNode, name, inst.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("nodepool: drain %s: %w", name, store.Classify(err))
+		}
+		out = node(row)
+		return event(ctx, q, inst.Name, name, "drain", actor, map[string]any{"fenceSeconds": int64(inst.Fence().Seconds())})
 	})
 	return out, err
 }

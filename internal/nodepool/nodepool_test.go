@@ -36,7 +36,7 @@ func TestAPoolWithoutRowsIsTheCatalogsNodeUntilItsFirstChange(t *testing.T) {
 	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
 	members, err := nodepool.Members{DB: db}.Members(ctx, inst)
 	require.NoError(t, err)
-	require.Equal(t, []backend.PoolMember{{Name: nodepool.ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing}}, members)
+	require.Equal(t, []backend.PoolMember{{Name: nodepool.ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true}}, members)
 
 	// A refused add writes nothing, not even the catalog's node.
 	keyless := inst

@@ -73,22 +73,32 @@ func (s *Service) ReconcileNodes(ctx context.Context, db interface {
 			errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
 			continue
 		}
+		caughtUps := map[string]bool{}
 		for _, node := range nodes {
 			inv, ok := backend.As[backend.Inventory](node)
 			if !ok {
 				continue
 			}
-			done, caughtUp, err := s.reconcileNode(ctx, db, name, node, inv)
+			done, caughtUp, err := s.reconcileNode(ctx, db, name, node, inv, len(nodes) > 1)
 			out = append(out, done...)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
 				continue
 			}
 			if caughtUp != "" {
-				// A joining member this sweep brought wholly up to date serves from now on.
+				// A joining member this sweep found wholly up to date serves from now on.
 				if _, err := nodepool.MarkServing(ctx, db, inst, caughtUp); err != nil {
 					errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
+					continue
 				}
+				caughtUps[caughtUp] = true
+			}
+		}
+		// Each member found up to date is confirmed in its place (a member of a pool of two or
+		// more serves nothing after a restart until then); retired members are told so.
+		if a, ok := backend.As[backend.PoolAnnouncer](mut); ok {
+			if err := a.Announce(ctx, caughtUps); err != nil {
+				errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
 			}
 		}
 	}
@@ -120,7 +130,7 @@ type heldKey struct{ kind, name string }
 func (s *Service) reconcileNode(ctx context.Context, db interface {
 	store.Beginner
 	dbsqlc.DBTX
-}, installation string, mut backend.Mutator, inv backend.Inventory) ([]Reconciled, string, error) {
+}, installation string, mut backend.Mutator, inv backend.Inventory, pooled bool) ([]Reconciled, string, error) {
 	// What the node holds is read first: every deployment is in the ledger before any node is
 	// asked to hold it, so one the ledger lacks after this read was never the ledger's.
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -186,7 +196,11 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 	rewrites, capped := 0, false
 	for _, c := range current {
 		h, present := holds[heldKey{nativeKind(c.ResourceKind), c.NativeName}]
-		behind := present && h.DeploymentID != c.ID && known[h.DeploymentID].Status == dbsqlc.DeploymentStatusDeleted
+		// Behind: it holds a deployment the ledger deleted, or, in a pool of several, one that
+		// failed and that no operation works on (a member took it while the others refused it).
+		heldStatus := known[h.DeploymentID]
+		behind := present && h.DeploymentID != c.ID && (heldStatus.Status == dbsqlc.DeploymentStatusDeleted ||
+			(pooled && heldStatus.Status == dbsqlc.DeploymentStatusFailed && !heldStatus.InFlight))
 		if present && !behind {
 			continue // its own, or a newer, failed or in-flight deployment: its operation's to settle
 		}
@@ -209,7 +223,9 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 		errs = append(errs, s.restoreDeliveries(ctx, db, installation, pool, holds, note))
 	}
 	err = errors.Join(errs...)
-	if err != nil || capped {
+	if err != nil || capped || len(out) > 0 {
+		// Caught up only after a sweep that found nothing to change: what this one wrote is
+		// then on the node.
 		return out, "", err
 	}
 	return out, held.Node, nil

@@ -32,6 +32,8 @@ func (n *Node) adminHandler() http.Handler {
 	route("GET "+adminapi.PathStatus, n.status)
 	route("GET "+adminapi.PathPool, n.poolKey)
 	route("POST "+adminapi.PathPoolReseal, n.reseal)
+	route("GET "+adminapi.PathMembership, n.getMembership)
+	route("PUT "+adminapi.PathMembership, n.putMembership)
 	route("GET "+adminapi.PathBrakes, n.getBrakes)
 	route("POST "+adminapi.PathLifecycleBrake, n.setLifecycleBrake)
 	mux.Handle("GET "+adminapi.PathBackup, n.withToken(http.HandlerFunc(n.backup)))

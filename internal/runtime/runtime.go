@@ -221,6 +221,8 @@ type Node struct {
 	quitting chan struct{}
 	// draining: the node is stopping, and its health check fails while it still serves.
 	draining atomic.Bool
+	// member is the node's place in its pool (SPEC 6.2), as the Host last told it.
+	member   membership
 	closeOne sync.Once
 
 	// edgeTLS is the edge's HTTPS (nil: plain HTTP); edgeHTTP serves edgeHTTPL, the redirect
@@ -345,8 +347,12 @@ func Start(cfg Config) (*Node, error) {
 	} else {
 		log.Info("descriptor limit", "soft", soft, "hard", hard)
 	}
+	if err := n.loadMembership(); err != nil {
+		return nil, err
+	}
 	edgeHandler := edge.New(n, n.reg, log, cfg.Edge)
 	edgeHandler.SetHealth(n.health)
+	edgeHandler.SetRoutes(n.routes)
 	n.edgeHandler = edgeHandler
 	if n.desired, err = store.Load(); err != nil {
 		return nil, err
@@ -517,7 +523,7 @@ func (n *Node) health() (bool, string) {
 	if n.draining.Load() {
 		return false, "the node is draining before it stops"
 	}
-	return true, ""
+	return n.memberHealth()
 }
 
 // Drain fails the health check and keeps serving for grace, so that load balancers stop sending

@@ -312,6 +312,18 @@ func (c *Client) Pool(ctx context.Context) (adminapi.Pool, error) {
 	return out, c.do(ctx, http.MethodGet, adminapi.PathPool, nil, &out)
 }
 
+// Membership reads the node's place in its pool, as it holds it (SPEC 6.2).
+func (c *Client) Membership(ctx context.Context) (adminapi.MembershipStatus, error) {
+	var out adminapi.MembershipStatus
+	return out, c.do(ctx, http.MethodGet, adminapi.PathMembership, nil, &out)
+}
+
+// SetMembership tells the node its place in its pool, and confirms it.
+func (c *Client) SetMembership(ctx context.Context, m adminapi.Membership) (adminapi.MembershipStatus, error) {
+	var out adminapi.MembershipStatus
+	return out, c.do(ctx, http.MethodPut, adminapi.PathMembership, m, &out)
+}
+
 // Reseal asks the node to seal a pool blob again to its current pool key.
 func (c *Client) Reseal(ctx context.Context, req adminapi.Reseal) (adminapi.Reseal, error) {
 	var out adminapi.Reseal

@@ -359,11 +359,21 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 var _ backend.DeliveryCheck = (*runtimeNode)(nil)
 
 func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
+	return n.readback(ctx, d, challenge, true)
+}
+
+// readback asks the node for the challenge's digest over d's values; with conclude, a node that
+// does not hold d refuses any later copy of it (the lease is concluded absent there).
+func (n *runtimeNode) readback(ctx context.Context, d backend.Delivery, challenge []byte, conclude bool) ([]byte, bool, error) {
 	c, err := n.api(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	rb, err := c.Readback(ctx, d.ScriptName, challenge, d.MaterialSetID.String())
+	concludes := ""
+	if conclude {
+		concludes = d.MaterialSetID.String()
+	}
+	rb, err := c.Readback(ctx, d.ScriptName, challenge, concludes)
 	if err != nil {
 		return nil, false, wrap(c, err)
 	}

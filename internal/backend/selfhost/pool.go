@@ -109,21 +109,29 @@ func (p *pool) Apply(ctx context.Context, d backend.Desired) (backend.Observatio
 	var first *backend.Observation
 	var lagging []string
 	for _, n := range nodes {
+		if p.suspect(n) {
+			// Silent for suspectAfter: the reconciler writes it when it answers again. A
+			// blackholed machine must not spend the deployment's time.
+			lagging = append(lagging, n.member.Name)
+			continue
+		}
 		obs, err := n.Apply(ctx, d)
 		p.heard(n, err)
+		must := p.mustTake(n)
 		switch {
-		case err != nil && p.mustTake(n):
+		case err != nil && must:
 			return backend.Observation{}, fmt.Errorf("node %s: %w", n.member.Name, err)
-		case err != nil:
+		case !must && (err != nil || obs.Failed || !obs.Admitted || obs.DeploymentID != d.DeploymentID):
+			// A member outside the Ready set never decides the deployment: it lags.
 			lagging = append(lagging, n.member.Name)
 			continue
 		case obs.Failed || (obs.Present && obs.DeploymentID != d.DeploymentID):
 			// Refused (the candidate failed), or rewritten meanwhile: the caller decides.
 			return obs, nil
-		case !obs.Admitted && p.mustTake(n):
+		case !obs.Admitted:
 			return obs, nil
 		}
-		if first == nil || (n.member.State == backend.MemberServing && !first.Admitted) {
+		if first == nil || must {
 			o := obs
 			first = &o
 		}
@@ -153,6 +161,9 @@ func (p *pool) Rewrite(ctx context.Context, d backend.Desired) error {
 	}
 	var errs []error
 	for _, n := range nodes {
+		if p.suspect(n) {
+			continue // written by the reconciler when it answers again
+		}
 		err := n.Rewrite(ctx, d)
 		p.heard(n, err)
 		if err != nil && p.mustTake(n) {
@@ -226,6 +237,10 @@ func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Ob
 	if len(nodes) == 1 {
 		obs, err := nodes[0].Observe(ctx, kind, nativeName)
 		p.heard(nodes[0], err)
+		if err == nil && nodes[0].member.State != backend.MemberServing && obs.Ready {
+			obs.Ready, obs.Reason = false, adminapi.ReasonPending
+			obs.Message = strings.TrimSpace(obs.Message + " (not Ready on a serving node: " + nodes[0].member.Name + " is " + nodes[0].member.State + ")")
+		}
 		return obs, err
 	}
 	reads := p.readAll(ctx, nodes, kind, nativeName)
@@ -257,10 +272,18 @@ func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Ob
 	}
 	obs := *out
 	obs.Version = "" // no one node's version watches the pool
+	for _, r := range reads {
+		if r.err == nil && (r.obs.Present != obs.Present || r.obs.DeploymentID != obs.DeploymentID) {
+			// Members hold different deployments of it, or some none (one lags): a delete of any
+			// deployment is not done while a member holds any, and no one deployment is admitted
+			// by the pool (Ready, which only the Ready set decides, is reckoned below).
+			obs.AnyDeployment, obs.Admitted = true, false
+		}
+	}
 	inReadySet := 0
 	for _, r := range reads {
 		serving := r.node.member.State == backend.MemberServing && !p.suspect(r.node)
-		if r.err == nil {
+		if r.err == nil && serving {
 			obs.Failed = obs.Failed || r.obs.Failed
 			if r.obs.Incident && !obs.Incident {
 				obs.Incident, obs.IncidentMessage = r.obs.Incident, r.obs.IncidentMessage
@@ -270,6 +293,9 @@ func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Ob
 			}
 		}
 		if !serving {
+			if r.node.member.State == backend.MemberServing {
+				lagging = append(lagging, r.node.member.Name+" (suspect: silent, outside the Ready set)")
+			}
 			continue
 		}
 		inReadySet++
@@ -285,7 +311,7 @@ func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Ob
 		obs.Ready, obs.Admitted = false, false
 		lagging = append(lagging, "no serving node")
 	}
-	if len(lagging) > 0 {
+	if len(lagging) > 0 && !obs.Ready {
 		if obs.Reason == "" || obs.Reason == adminapi.ReasonReady {
 			obs.Reason = adminapi.ReasonPending
 		}
@@ -327,16 +353,24 @@ func (p *pool) DeliverSecrets(ctx context.Context, d backend.Delivery, values ma
 	return err
 }
 
-// ReadbackSecrets asks the members in turn for the challenge's digest: one member's readback
-// settles a delivery (each member that missed it gets it from the reconciler).
+// ReadbackSecrets asks every member for the challenge's digest, concluding nothing: one
+// member's readback settles a delivery (each member that missed it gets it from the reconciler).
+// Only when every member that may route answered that it does not hold it is the delivery
+// concluded absent on each, so that a copy still on its way to any of them never lands; a member
+// that did not answer leaves the readback undecided (an error).
 func (p *pool) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
 	nodes, err := p.targets(ctx)
 	if err != nil {
 		return nil, false, p.unlessEmpty(err)
 	}
+	if len(nodes) == 1 {
+		digest, ok, err := nodes[0].ReadbackSecrets(ctx, d, challenge)
+		p.heard(nodes[0], err)
+		return digest, ok, err
+	}
 	var errs []error
 	for _, n := range nodes {
-		digest, ok, err := n.ReadbackSecrets(ctx, d, challenge)
+		digest, ok, err := n.readback(ctx, d, challenge, false)
 		p.heard(n, err)
 		if err == nil && ok {
 			return digest, true, nil
@@ -345,8 +379,21 @@ func (p *pool) ReadbackSecrets(ctx context.Context, d backend.Delivery, challeng
 			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
 		}
 	}
-	if len(errs) == len(nodes) {
-		return nil, false, errors.Join(errs...)
+	if len(errs) > 0 {
+		return nil, false, fmt.Errorf("readback undecided: no node holds the delivery, and not every node answered: %w", errors.Join(errs...))
+	}
+	for _, n := range nodes {
+		digest, ok, err := n.readback(ctx, d, challenge, true)
+		p.heard(n, err)
+		if err == nil && ok {
+			return digest, true, nil // it landed meanwhile
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.member.Name, err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, false, fmt.Errorf("readback undecided: %w", errors.Join(errs...))
 	}
 	return nil, false, nil
 }
@@ -355,7 +402,8 @@ func (p *pool) PoolSeal(d backend.Delivery, plaintext []byte) ([]byte, bool, err
 	return (&runtimeNode{inst: p.inst}).PoolSeal(d, plaintext)
 }
 
-// DeliverSealed gives the blob to every member; it is delivered when one serving member took it.
+// DeliverSealed gives the blob to every member; it is delivered when one member took it (each
+// member that missed it gets it from the reconciler).
 func (p *pool) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte) error {
 	nodes, err := p.targets(ctx)
 	if err != nil {
@@ -364,6 +412,9 @@ func (p *pool) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byt
 	var errs []error
 	took := false
 	for _, n := range nodes {
+		if p.suspect(n) && len(nodes) > 1 {
+			continue // named again by the reconciler when it answers
+		}
 		err := n.DeliverSealed(ctx, d, blob)
 		p.heard(n, err)
 		if err != nil {
@@ -495,4 +546,86 @@ func boolOrder(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// announceWait bounds telling one member its place: a lost node must not hold the sweep.
+const announceWait = 2 * time.Second
+
+// Announce tells each member of the pool its place (SPEC 6.2): members in caughtUp are confirmed
+// with their state; retired and removed members are told so, if they answer. Members that may
+// route but were not caught up are left unconfirmed.
+func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
+	if p.members == nil {
+		return nil
+	}
+	members, err := p.members.Members(ctx, p.inst)
+	if err != nil {
+		return err
+	}
+	size := 0
+	for _, m := range members {
+		if m.MayRoute() {
+			size++
+		}
+	}
+	var errs []error
+	for _, m := range members {
+		if m.Implicit || (m.MayRoute() && !caughtUp[m.Name]) {
+			continue
+		}
+		n := &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m}
+		actx, cancel := context.WithTimeout(ctx, announceWait)
+		err := n.announce(actx, size)
+		cancel()
+		if err != nil && m.MayRoute() {
+			errs = append(errs, fmt.Errorf("node %s: tell it its place in the pool: %w", m.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var _ backend.PoolAnnouncer = (*pool)(nil)
+
+// membership is what the member is told of its place in the pool of size members that may route.
+func (n *runtimeNode) membership(size int) adminapi.Membership {
+	m := adminapi.Membership{Pool: n.inst.Name, Node: n.member.Name, State: n.member.State, Epoch: max(n.member.Epoch, 1),
+		PoolSize: size, FenceSeconds: int(n.inst.Fence().Seconds())}
+	if m.State == backend.MemberDraining {
+		since := n.member.Since
+		m.DrainingSince = &since
+	}
+	return m
+}
+
+// announce tells the member its place in the pool.
+func (n *runtimeNode) announce(ctx context.Context, size int) error {
+	c, err := n.api(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = c.SetMembership(ctx, n.membership(size))
+	return wrap(c, err)
+}
+
+// Tell tells the member named name its place now (a drain takes effect on the node at once).
+func Tell(ctx context.Context, inst catalog.Installation, members []backend.PoolMember, name string) (adminapi.MembershipStatus, error) {
+	size := 0
+	var target *backend.PoolMember
+	for i, m := range members {
+		if m.MayRoute() {
+			size++
+		}
+		if m.Name == name {
+			target = &members[i]
+		}
+	}
+	if target == nil {
+		return adminapi.MembershipStatus{}, fmt.Errorf("no member %s in pool %s", name, inst.Name)
+	}
+	n := &runtimeNode{inst: inst, shared: &shared{clients: map[string]*Client{}, poolOK: map[string]time.Time{}, silentSince: map[string]time.Time{}}, member: *target}
+	c, err := n.api(ctx)
+	if err != nil {
+		return adminapi.MembershipStatus{}, err
+	}
+	return c.SetMembership(ctx, n.membership(size))
 }

@@ -134,8 +134,10 @@ const (
 	PathStatus             = "/v1/status"
 	PathPool               = "/v1/pool"
 	PathPoolReseal         = "/v1/pool/reseal"
-	PathBrakes             = "/v1/brakes"
-	PathLifecycleBrake     = "/v1/brakes/lifecycle"
+	// PathMembership is the node's place in its pool, as the Host last told it (SPEC 6.2).
+	PathMembership     = "/v1/membership"
+	PathBrakes         = "/v1/brakes"
+	PathLifecycleBrake = "/v1/brakes/lifecycle"
 	// PathBackup answers a consistent backup of the node's state (application/gzip; `takoserver
 	// runtime backup`): what it serves, sealed as at rest, without its admin token.
 	PathBackup           = "/v1/backup"
@@ -566,6 +568,41 @@ type Pool struct {
 	PreviousPublicKey string `json:"previousPublicKey,omitempty"`
 }
 
+// Membership is a node's place in its pool (SPEC 6.2), which the Host tells it (PUT PathMembership)
+// after each complete reconciliation and at each change. The node keeps it in its state
+// directory, and:
+//   - serves (its edge routes workers) unless it is retired or removed, has drained (draining for
+//     FenceSeconds since DrainingSince), or restarted as a member of a pool of two or more and the
+//     Host has not confirmed it since (it may have missed changes while it was away);
+//   - answers its edge's GET /healthz 200 only while serving and its State is serving.
+type Membership struct {
+	Pool          string     `json:"pool"`
+	Node          string     `json:"node"`
+	State         string     `json:"state"`
+	Epoch         int64      `json:"epoch"`
+	PoolSize      int        `json:"poolSize"`
+	FenceSeconds  int        `json:"fenceSeconds"`
+	DrainingSince *time.Time `json:"drainingSince,omitempty"`
+}
+
+// States of a pool member (SPEC 6.2).
+const (
+	MemberJoining  = "joining"
+	MemberServing  = "serving"
+	MemberDraining = "draining"
+	MemberRemoved  = "removed"
+	MemberRetired  = "retired"
+)
+
+// MembershipStatus is what GET PathMembership answers: the membership the node holds (nil before
+// any), whether the Host confirmed it since the node started, and whether its edge routes.
+type MembershipStatus struct {
+	Membership *Membership `json:"membership,omitempty"`
+	Confirmed  bool        `json:"confirmed"`
+	Routes     bool        `json:"routes"`
+	Reason     string      `json:"reason,omitempty"`
+}
+
 // Reseal is a pool blob of one worker UID and delivery, sent to be sealed again to the node's
 // current pool key (POST PathPoolReseal), and answered sealed again.
 type Reseal struct {
@@ -632,9 +669,15 @@ const (
 	CodeMemoryAboveNode = "memory_above_node"
 	CodeInternal        = "internal"
 	// Edge answers.
-	CodeUnknownHost   = "unknown_host"
-	CodeNotReady      = "script_not_ready"
-	CodeUpstreamError = "upstream_error"
+	CodeUnknownHost = "unknown_host"
+	// CodeNotServing: the node serves no worker (retired from its pool, drained, or waiting for the
+	// Host to confirm it after a restart: SPEC 6.2).
+	CodeNotServing = "node_not_serving"
+	// CodeStaleMembership: a membership the node refuses (an older epoch, or one that would bring
+	// back a node that left its pool).
+	CodeStaleMembership = "stale_membership"
+	CodeNotReady        = "script_not_ready"
+	CodeUpstreamError   = "upstream_error"
 	// Limits of the edge (SPEC 5.1).
 	CodeResponseTimeout = "response_timeout"
 	CodeBodyTooLarge    = "body_too_large"

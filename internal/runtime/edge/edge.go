@@ -101,7 +101,13 @@ type Handler struct {
 	orgs        sync.Map // organization → *orgMeasures
 	// serving answers the load balancers' health check (nil: always serving).
 	serving atomic.Pointer[func() (bool, string)]
+	// routes says whether the node routes workers at all (nil: it does), and why not: a node
+	// retired from its pool, drained, or not yet confirmed after a restart serves nothing.
+	routes atomic.Pointer[func() (bool, string)]
 }
+
+// SetRoutes sets whether the edge routes workers at all (SPEC 6.2), and why not.
+func (h *Handler) SetRoutes(routes func() (bool, string)) { h.routes.Store(&routes) }
 
 // SetHealth sets what GET /healthz answers for the node: whether it serves, and why not.
 func (h *Handler) SetHealth(serving func() (bool, string)) { h.serving.Store(&serving) }
@@ -305,6 +311,12 @@ func (h *Handler) ServeBinding(w http.ResponseWriter, r *http.Request, caller st
 type Local func(w http.ResponseWriter, target Target, limit time.Duration, end func(answered bool)) (inProcess bool)
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool) {
+	if f := h.routes.Load(); f != nil {
+		if ok, why := (*f)(); !ok {
+			h.counter(writeProblem(w, adminapi.NewProblem(http.StatusServiceUnavailable, adminapi.CodeNotServing, "Service Unavailable", why))).Inc()
+			return
+		}
+	}
 	host := Hostname(r.Host)
 	h.serveTo(w, r, fromEgress, func() (Target, int) { return h.resolve.Resolve(host) }, problemUnknownHost, nil)
 }

@@ -58,6 +58,34 @@ func (q *Queries) OfferingDigestMove(ctx context.Context, arg OfferingDigestMove
 	return moved, err
 }
 
+const runtimeNodeDrain = `-- name: RuntimeNodeDrain :one
+UPDATE runtime_nodes SET state = 'draining', changed_at = db_now()
+WHERE installation = $1 AND name = $2 AND state IN ('joining', 'serving')
+RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
+`
+
+type RuntimeNodeDrainParams struct {
+	Installation string
+	Name         string
+}
+
+// A member that may route starts leaving the pool.
+func (q *Queries) RuntimeNodeDrain(ctx context.Context, arg RuntimeNodeDrainParams) (RuntimeNode, error) {
+	row := q.db.QueryRow(ctx, runtimeNodeDrain, arg.Installation, arg.Name)
+	var i RuntimeNode
+	err := row.Scan(
+		&i.Installation,
+		&i.Name,
+		&i.URL,
+		&i.State,
+		&i.PoolEpoch,
+		&i.AddedAt,
+		&i.ChangedAt,
+		&i.FencedSince,
+	)
+	return i, err
+}
+
 const runtimeNodeEvent = `-- name: RuntimeNodeEvent :exec
 INSERT INTO runtime_node_events (installation, node, action, actor, at, detail)
 VALUES ($1, $2, $3, $4, db_now(), $5)

@@ -21,6 +21,12 @@ RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenc
 UPDATE runtime_nodes SET state = 'serving', changed_at = db_now()
 WHERE installation = @installation AND name = @name AND state = 'joining';
 
+-- name: RuntimeNodeDrain :one
+-- A member that may route starts leaving the pool.
+UPDATE runtime_nodes SET state = 'draining', changed_at = db_now()
+WHERE installation = @installation AND name = @name AND state IN ('joining', 'serving')
+RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
+
 -- name: RuntimeNodeRetire :one
 -- Retires a member the operator attests lost: fenced since fenced_since, which is at least
 -- fence_seconds ago by the database's clock. The caller moves the other members' epoch on

@@ -21,7 +21,7 @@ func nodesCommand(g *globals) *cobra.Command {
 		Use:   "nodes",
 		Short: "The runtime nodes of a selfhost pool",
 	}
-	cmd.AddCommand(nodesListCommand(g), nodesAddCommand(g), nodesRetireCommand(g), nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
+	cmd.AddCommand(nodesListCommand(g), nodesAddCommand(g), nodesDrainCommand(g), nodesRetireCommand(g), nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
 	return cmd
 }
 
@@ -38,18 +38,19 @@ func nodesRotatePoolKeyCommand(g *globals) *cobra.Command {
 	var config, installation string
 	cmd := &cobra.Command{
 		Use:   "rotate-pool-key --config FILE --installation NAME",
-		Short: "Seal every pool blob of an installation again to its new pool key, through its node",
+		Short: "Seal every pool blob of an installation again to its new pool key, through its nodes",
 		Long: `rotate-pool-key seals every delivery blob the Host keeps for a selfhost installation again to the
 pool's new key. The Host cannot open a blob: the node does it, with the key it replaces, and answers
 the blob sealed again. In order:
 
   1. takoserver nodes init-pool-key --pool NAME --out NEW
-  2. restart the installation's node with --pool-key-file NEW --previous-pool-key-file OLD
+  2. restart each of the installation's nodes with --pool-key-file NEW --previous-pool-key-file OLD
   3. put NEW's public key in the catalog's "poolPublicKey", and restart the Host replicas
   4. takoserver nodes rotate-pool-key --config CATALOG --installation NAME
-  5. restart the node with --pool-key-file NEW alone, and destroy OLD
+  5. restart each node with --pool-key-file NEW alone, and destroy OLD
 
-It refuses to run until the node holds the key the catalog names (step 2 and 3). A blob whose row
+It refuses to run until every node of the pool that may route holds the key the catalog names
+(step 2 and 3); the first of them seals the blobs again. A blob whose row
 changed meanwhile (a newer delivery settled) is left as it is, and counted. Run it again to be sure:
 a blob already sealed to the new key is sealed to it again, harmlessly.`,
 		Args: cobra.NoArgs,
@@ -74,22 +75,29 @@ a blob already sealed to the new key is sealed to it again, harmlessly.`,
 				return err
 			}
 			defer db.Close()
-			url, err := routingNode(ctx, db, inst)
+			urls, err := routingNodes(ctx, db, inst)
 			if err != nil {
 				return err
 			}
-			c, err := selfhost.NewFromConfig(selfhost.Config{URL: url, TokenFile: inst.RuntimeTokenFile,
-				CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
-			if err != nil {
-				return err
-			}
-			held, err := c.Pool(ctx)
-			if err != nil {
-				return fmt.Errorf("ask the node which pool key it holds: %w", err)
-			}
-			if held.Pool != installation || held.PublicKey != inst.PoolPublicKey {
-				return fmt.Errorf("the node holds %q of pool %q, not the catalog's %s: restart it with --pool-key-file NEW --previous-pool-key-file OLD first",
-					held.PublicKey, held.Pool, inst.PoolPublicKey)
+			// Every member that may route must hold the new key before any blob is sealed to it.
+			var c *selfhost.Client
+			for _, url := range urls {
+				nc, err := selfhost.NewFromConfig(selfhost.Config{URL: url, TokenFile: inst.RuntimeTokenFile,
+					CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
+				if err != nil {
+					return err
+				}
+				held, err := nc.Pool(ctx)
+				if err != nil {
+					return fmt.Errorf("ask the node at %s which pool key it holds: %w", url, err)
+				}
+				if held.Pool != installation || held.PublicKey != inst.PoolPublicKey {
+					return fmt.Errorf("the node at %s holds %q of pool %q, not the catalog's %s: restart it with --pool-key-file NEW --previous-pool-key-file OLD first",
+						url, held.PublicKey, held.Pool, inst.PoolPublicKey)
+				}
+				if c == nil {
+					c = nc
+				}
 			}
 			q := dbsqlc.New(db)
 			rows, err := q.PoolBlobsOfInstallation(ctx, &installation)

@@ -55,18 +55,22 @@ func operator(by string) string {
 	return name + "@" + host
 }
 
-// routingNode is the admin URL of the first of the pool's nodes that may route.
-func routingNode(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) (string, error) {
+// routingNodes are the admin URLs of the pool's nodes that may route.
+func routingNodes(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) ([]string, error) {
 	members, err := nodepool.Members{DB: db}.Members(ctx, inst)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	var out []string
 	for _, m := range members {
 		if m.MayRoute() {
-			return m.URL, nil
+			out = append(out, m.URL)
 		}
 	}
-	return "", fmt.Errorf("every node of pool %s was retired: add one first (takoserver nodes add)", inst.Name)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("every node of pool %s was retired: add one first (takoserver nodes add)", inst.Name)
+	}
+	return out, nil
 }
 
 // nodesListCommand is `takoserver nodes list`.
@@ -153,8 +157,23 @@ installation's admin token before its first start (copy the token file to <state
 			if err != nil {
 				return err
 			}
-			if _, err := c.Status(ctx); err != nil {
-				return fmt.Errorf("the node at %s does not answer with the installation's token: %w (nothing was changed)", url, err)
+			st, err := c.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("ask the node at %s what it holds: %w (nothing was changed)", url, err)
+			}
+			held := 0
+			for _, sc := range st.Scripts {
+				if sc.Present {
+					held++
+				}
+			}
+			for _, r := range st.Routes {
+				if r.Present {
+					held++
+				}
+			}
+			if held > 0 {
+				return fmt.Errorf("the node at %s holds %d scripts and routes from before: a node joins a pool empty (start it on a new state directory; nothing was changed)", url, held)
 			}
 			if inst.PoolPublicKey != "" {
 				held, err := c.Pool(ctx)
@@ -185,17 +204,65 @@ installation's admin token before its first start (copy the token file to <state
 	return cmd
 }
 
+// nodesDrainCommand is `takoserver nodes drain NAME`.
+func nodesDrainCommand(g *globals) *cobra.Command {
+	var f poolFlags
+	var by string
+	cmd := &cobra.Command{
+		Use:   "drain NAME --config FILE --installation NAME",
+		Short: "Take a node out of its pool's service: its health check fails, then it serves nothing",
+		Long: `drain starts a node's way out of the pool. It leaves the Ready set at once, its edge's GET /healthz
+fails as soon as it is told (at once, and again by every sweep of the node reconciler), and it keeps
+serving workers for the pool's fenceSeconds (default 300) while load balancers take it out; then
+its edge serves nothing. It still receives every change and must confirm every absence, so
+deletions wait for it until it is retired.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := f.load()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			db, err := g.outputAndPool(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := nodepool.Drain(ctx, db, inst, args[0], operator(by))
+			if err != nil {
+				return err
+			}
+			members, err := nodepool.Members{DB: db}.Members(ctx, inst)
+			if err != nil {
+				return err
+			}
+			tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if _, err := selfhost.Tell(tctx, inst, members, n.Name); err != nil {
+				return fmt.Errorf("node %s is draining in the pool, but telling it failed: %w (run drain again; the node reconciler tells it too)", n.Name, err)
+			}
+			return g.print(cmd.OutOrStdout(), n, fmt.Sprintf("node %s of pool %s is draining: its health check fails now, and it stops serving in %d s",
+				n.Name, inst.Name, int64(inst.Fence().Seconds())))
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&by, "by", "", "who drains it, for the pool's ledger (default: user@host)")
+	return cmd
+}
+
 // nodesRetireCommand is `takoserver nodes retire --lost NAME --fenced-since TIME`.
 func nodesRetireCommand(g *globals) *cobra.Command {
 	var f poolFlags
 	var lost, fencedSince, by string
+	var lastNode bool
 	cmd := &cobra.Command{
 		Use:   "retire --lost NAME --fenced-since TIME --config FILE --installation NAME",
 		Short: "Take a node that will never answer again out of a selfhost pool",
 		Long: `retire --lost is for a runtime node that is gone for good (its machine or disk lost). By running it
 you attest that the node has been fenced since TIME: out of DNS and every load balancer, so that no
 client can reach its edge. The Host refuses before TIME plus the pool's fenceSeconds (default 300),
-records who attested it and when, and moves the pool's epoch on.
+records who attested it and when, and moves the pool's epoch on. It refuses a node that answers
+(stop it first), and the pool's last node that may route without --last-node.
 
 From then on the node's absences count as confirmed: its workers' and endpoints' deletions complete
 (tofu destroy works, and a worker can move to another offering), and their origins are released
@@ -216,12 +283,41 @@ A retired node must never serve again: wipe its state directory before it is sta
 			if err != nil {
 				return fmt.Errorf("--fenced-since %q is not an RFC 3339 time (2026-12-04T17:00:00Z)", fencedSince)
 			}
-			db, err := g.outputAndPool(cmd.Context())
+			ctx := cmd.Context()
+			db, err := g.outputAndPool(ctx)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
-			n, err := nodepool.Retire(cmd.Context(), db, inst, lost, since, operator(by))
+			members, err := nodepool.Members{DB: db}.Members(ctx, inst)
+			if err != nil {
+				return err
+			}
+			routing := 0
+			for _, m := range members {
+				if m.MayRoute() {
+					routing++
+				}
+				if m.Name != lost || !m.MayRoute() {
+					continue
+				}
+				// A node that answers is not lost: its absences must be its own.
+				c, err := selfhost.NewFromConfig(selfhost.Config{URL: m.URL, TokenFile: inst.RuntimeTokenFile,
+					CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
+				if err == nil {
+					c.Attempts = 1
+					pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+					_, err = c.Status(pctx)
+					cancel()
+					if err == nil {
+						return fmt.Errorf("node %s answers at %s: it is not lost. Stop it (and wipe its state directory) first, or drain it (nothing was changed)", lost, m.URL)
+					}
+				}
+			}
+			if routing == 1 && !lastNode {
+				return fmt.Errorf("%s is the last node of pool %s that may route: retiring it confirms the absence of everything the pool holds and stops every worker on it until a node is added; pass --last-node to do so (nothing was changed)", lost, inst.Name)
+			}
+			n, err := nodepool.Retire(ctx, db, inst, lost, since, operator(by))
 			if err != nil {
 				return err
 			}
@@ -233,5 +329,6 @@ A retired node must never serve again: wipe its state directory before it is sta
 	cmd.Flags().StringVar(&lost, "lost", "", "the node that is lost for good")
 	cmd.Flags().StringVar(&fencedSince, "fenced-since", "", "since when it has been out of DNS and every load balancer (RFC 3339)")
 	cmd.Flags().StringVar(&by, "by", "", "who attests it, for the pool's ledger (default: user@host)")
+	cmd.Flags().BoolVar(&lastNode, "last-node", false, "retire the pool's last node that may route (its workers stop until a node is added)")
 	return cmd
 }

@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -81,13 +82,16 @@ func TestANodeLostForGoodIsRetiredAndReplacedWithNoTenantAction(t *testing.T) {
 	// Retire refuses until the node has been fenced for fenceSeconds (300 s by default), and
 	// changes nothing then.
 	retire := []string{"nodes", "retire", "--config", p.catalog, "--installation", "selfhost", "--lost", "node-1", "--by", "oncall@example.test"}
-	_, errOut, err := runRaw(p.dbURL, append(retire, "--fenced-since", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))...)
+	_, errOut, err := runRaw(p.dbURL, append(retire, "--last-node", "--fenced-since", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))...)
 	require.Error(t, err)
 	require.Contains(t, errOut, "has not been fenced for the pool's fenceSeconds yet")
 	require.Equal(t, true, nodes()[0].(map[string]any)["implicit"], "a refused retire writes nothing")
 
 	fenced := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
-	run(t, p.dbURL, append(retire, "--fenced-since", fenced.Format(time.RFC3339))...)
+	_, errOut, err = runRaw(p.dbURL, append(retire, "--fenced-since", fenced.Format(time.RFC3339))...)
+	require.Error(t, err)
+	require.Contains(t, errOut, "pass --last-node", "the pool's last node is retired only on purpose")
+	run(t, p.dbURL, append(retire, "--fenced-since", fenced.Format(time.RFC3339), "--last-node")...)
 	got := nodes()
 	require.Len(t, got, 1)
 	require.Equal(t, "retired", got[0].(map[string]any)["state"])
@@ -165,6 +169,18 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 		s := states()
 		return s["node-1"] == "serving" && s["node-b"] == "serving" && s["node-c"] == "serving"
 	}, 30*time.Second, 200*time.Millisecond)
+	health := func(n node) int {
+		res, err := http.Get("http://" + n.edgeAddr + "/healthz") // a load balancer's check, by address
+		if err != nil {
+			return 0
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, n := range []node{nodeA, nodeB, nodeC} {
+		require.Eventually(t, func() bool { return health(n) == http.StatusOK }, 30*time.Second, 200*time.Millisecond,
+			"each serving member's health check passes once the Host confirmed it")
+	}
 
 	// A worker created now runs on every node.
 	p.must(0, http.MethodPut, reservationsPath+"res-one", "token-pool3-res-one-00001", `{"space":"prod","workerName":"one"}`, http.StatusCreated)
@@ -218,6 +234,30 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 		require.Equal(t, http.StatusNotFound, code)
 		require.True(t, answers(t, n, ep["hostname"].(string), want)(), "the other workers keep answering")
 	}
+
+	// The retired node comes back on its disk, at its address: it serves nothing (a member of a
+	// pool of three waits for the Host's word, and the Host tells it it was retired).
+	admin, err := url.Parse(nodeC.adminURL)
+	require.NoError(t, err)
+	nodeC = startPooledRuntimeAt(t, nodeC.stateDir, nodeC.sealingKeyFile, nodeC.poolKeyFile, nil, admin.Host, "127.0.0.1:0")
+	code, body := edgeGet(t, nodeC.edgeAddr, ep["hostname"].(string))
+	require.Equal(t, http.StatusServiceUnavailable, code, "a member back from the dead serves nothing at once: %s", body)
+	require.Eventually(t, func() bool {
+		_, body := edgeGet(t, nodeC.edgeAddr, ep["hostname"].(string))
+		return strings.Contains(body, "retired from pool selfhost")
+	}, 30*time.Second, 200*time.Millisecond, "the Host tells it it was retired")
+
+	// Draining node B: its health check fails at once, it serves for the fence (1 s), then not;
+	// node A serves throughout.
+	run(t, p.dbURL, "nodes", "drain", "node-b", "--config", p.catalog, "--installation", "selfhost")
+	require.Equal(t, http.StatusServiceUnavailable, health(nodeB))
+	require.Eventually(t, func() bool {
+		code, _ := edgeGet(t, nodeB.edgeAddr, ep["hostname"].(string))
+		return code == http.StatusServiceUnavailable
+	}, 30*time.Second, 100*time.Millisecond, "drained")
+	require.True(t, answers(t, nodeA, ep["hostname"].(string), want)())
+	require.Equal(t, http.StatusOK, health(nodeA))
+	require.Equal(t, "draining", states()["node-b"])
 	require.NotContains(t, p.logs[0].String()+p.logs[1].String(), replicaCanary)
 }
 

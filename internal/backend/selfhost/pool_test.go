@@ -1,0 +1,133 @@
+package selfhost
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+)
+
+// standIn is a runtime node's admin API that answers one route's status and secret readbacks,
+// and records the readbacks it was sent.
+type standIn struct {
+	srv        *httptest.Server
+	route      adminapi.RouteStatus
+	holds      bool // the delivery
+	mu         sync.Mutex
+	concluded  []string
+	unanswered bool
+}
+
+func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
+	s := &standIn{route: route, holds: holds}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.unanswered {
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "/readback"):
+			var req adminapi.ReadbackRequest
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			s.mu.Lock()
+			if req.Concludes != "" && !s.holds {
+				s.concluded = append(s.concluded, req.Concludes)
+			}
+			s.mu.Unlock()
+			out := adminapi.Readback{Present: s.holds}
+			if s.holds {
+				out.Digest = "00ff"
+			}
+			_ = json.NewEncoder(w).Encode(out)
+		default:
+			_ = json.NewEncoder(w).Encode(s.route)
+		}
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// members is a fixed pool membership.
+type members []backend.PoolMember
+
+func (m members) Members(context.Context, catalog.Installation) ([]backend.PoolMember, error) {
+	return m, nil
+}
+
+func poolOf(t *testing.T, nodes ...*standIn) *pool {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+	var ms members
+	for i, n := range nodes {
+		ms = append(ms, backend.PoolMember{Name: string(rune('a' + i)), URL: n.srv.URL, State: backend.MemberServing, Epoch: 1})
+	}
+	inst := catalog.Installation{Name: "pool", Pack: catalog.PackSelfhost, RuntimeURL: nodes[0].srv.URL, RuntimeTokenFile: tokenFile}
+	return NewMutator(inst, backend.PackEnv{Pools: ms}).(*pool)
+}
+
+// Members holding different deployments of one route (one lagged an update): the pool holds
+// whichever deployment a delete names, so that the delete of the newer one is not done while a
+// member still routes the older, and no one deployment reads admitted.
+func TestAPoolWhoseMembersDisagreeHoldsEveryDeploymentAndAdmitsNone(t *testing.T) {
+	t.Parallel()
+	older, newer := uuid.New(), uuid.New()
+	lagging := newStandIn(t, adminapi.RouteStatus{Present: true, Ready: true, DeploymentID: older.String()}, false)
+	current := newStandIn(t, adminapi.RouteStatus{Present: false}, false)
+	p := poolOf(t, lagging, current)
+	obs, err := p.Observe(context.Background(), backend.NativeRoute, "api.workers.localhost")
+	require.NoError(t, err)
+	require.True(t, obs.Holds(newer), "a member still routes the origin")
+	require.True(t, obs.Holds(older))
+
+	current.route = adminapi.RouteStatus{Present: true, Ready: true, DeploymentID: newer.String()}
+	obs, err = p.Observe(context.Background(), backend.NativeRoute, "api.workers.localhost")
+	require.NoError(t, err)
+	require.False(t, obs.Admitted, "no one deployment is the pool's")
+	require.False(t, obs.Ready)
+
+	// A member that does not answer: no absence is read.
+	lagging.route, current.route = adminapi.RouteStatus{}, adminapi.RouteStatus{}
+	lagging.unanswered = true
+	_, err = p.Observe(context.Background(), backend.NativeRoute, "api.workers.localhost")
+	require.Error(t, err)
+}
+
+// A readback in a pool settles on any member that holds the delivery and concludes it absent on
+// none; it concludes it absent on every member only when every member answered that it does not
+// hold it; a member that did not answer leaves it undecided.
+func TestAPoolReadbackConcludesOnlyWhenEveryMemberAnsweredAbsent(t *testing.T) {
+	t.Parallel()
+	d := backend.Delivery{ScriptName: "s", WorkerUID: uuid.New(), MaterialSetID: uuid.New()}
+	missed, took := newStandIn(t, adminapi.RouteStatus{}, false), newStandIn(t, adminapi.RouteStatus{}, true)
+	p := poolOf(t, missed, took)
+	_, ok, err := p.ReadbackSecrets(context.Background(), d, []byte("challenge"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Empty(t, missed.concluded, "the member that missed it may still be given it")
+
+	took.holds = false
+	took.unanswered = true
+	_, _, err = p.ReadbackSecrets(context.Background(), d, []byte("challenge"))
+	require.Error(t, err, "a member that did not answer may hold it")
+	require.Empty(t, missed.concluded)
+
+	took.unanswered = false
+	_, ok, err = p.ReadbackSecrets(context.Background(), d, []byte("challenge"))
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, []string{d.MaterialSetID.String()}, missed.concluded)
+	require.Equal(t, []string{d.MaterialSetID.String()}, took.concluded)
+}

@@ -1,0 +1,91 @@
+package runtime_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+)
+
+// A node's place in its pool (SPEC 6.2), as the Host tells it: the edge's health check answers
+// 200 only for a serving member; a draining member keeps serving workers for the pool's fence,
+// then serves none; a member of a pool of two or more restarted serves nothing until the Host
+// confirms it; a retired node serves nothing and cannot be told otherwise; an older epoch is
+// refused.
+func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
+	t.Parallel()
+	f, _ := setupWithoutWorkerd(t)
+	f.script("echo", "uid-echo", 1, "v1")
+	f.route("echo.workers.localhost", "echo", "ep-echo")
+	f.waitReady("echo")
+	serves := func() int {
+		code, _, _, _ := f.h.TryGet("echo.workers.localhost", "/")
+		return code
+	}
+	health := func() int {
+		code, _ := healthz(f, "127.0.0.1")
+		return code
+	}
+	require.Equal(t, http.StatusOK, serves(), "a node never told its place serves, as before pools")
+	require.Equal(t, http.StatusOK, health())
+
+	tell := func(m adminapi.Membership) (adminapi.MembershipStatus, error) {
+		return f.client.SetMembership(f.ctx, m)
+	}
+	base := adminapi.Membership{Pool: "selfhost", Node: "node-a", Epoch: 1, PoolSize: 3, FenceSeconds: 1}
+	joining := base
+	joining.State = adminapi.MemberJoining
+	st, err := tell(joining)
+	require.NoError(t, err)
+	require.True(t, st.Confirmed && st.Routes)
+	require.Equal(t, http.StatusOK, serves(), "a joining member routes")
+	require.Equal(t, http.StatusServiceUnavailable, health(), "but the load balancer is not sent to it yet")
+
+	serving := base
+	serving.State = adminapi.MemberServing
+	_, err = tell(serving)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, health())
+
+	// Restarted as a member of a pool of three: nothing until the Host confirms it.
+	f.h.Restart(t)
+	f.reconnect()
+	require.Equal(t, http.StatusServiceUnavailable, serves(), "a restarted member may have missed a deletion")
+	require.Equal(t, http.StatusServiceUnavailable, health())
+	got, err := f.client.Membership(f.ctx)
+	require.NoError(t, err)
+	require.False(t, got.Confirmed)
+	require.Contains(t, got.Reason, "until the Host confirms")
+	_, err = tell(serving)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, serves())
+
+	// Draining: the health check fails at once, the workers are served for the fence, then not.
+	draining := base
+	draining.State = adminapi.MemberDraining
+	since := time.Now()
+	draining.DrainingSince = &since
+	_, err = tell(draining)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, health())
+	require.Equal(t, http.StatusOK, serves(), "it serves on while the load balancers take it out")
+	require.Eventually(t, func() bool { return serves() == http.StatusServiceUnavailable }, 5*time.Second, 50*time.Millisecond, "drained")
+
+	// An older epoch is refused; a retired node serves nothing and cannot be brought back.
+	retired := base
+	retired.State, retired.Epoch = adminapi.MemberRetired, 2
+	_, err = tell(retired)
+	require.NoError(t, err)
+	_, err = tell(serving)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeStaleMembership), "epoch 1 after epoch 2: %v", err)
+	serving.Epoch = 3
+	_, err = tell(serving)
+	require.True(t, selfhost.IsCode(err, adminapi.CodeStaleMembership), "a retired node comes back only wiped, under a new name: %v", err)
+	f.h.Restart(t)
+	f.reconnect()
+	require.Equal(t, http.StatusServiceUnavailable, serves(), "retired, across a restart")
+}

@@ -100,6 +100,7 @@ var (
 	ErrURLTaken    = errors.New("a member of the pool already answers at that URL")
 	ErrNoPoolKey   = errors.New("a pool of several nodes needs the catalog's poolPublicKey: its secrets reach every node sealed to the pool's key (takoserver nodes init-pool-key)")
 	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
+	ErrNotDrained  = errors.New("the node has not drained")
 	ErrBadName     = errors.New("a node's name is a DNS label: lowercase letters, digits and '-', at most 63")
 )
 
@@ -175,6 +176,59 @@ func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor st
 		}
 		out = node(row)
 		return event(ctx, q, inst.Name, name, "drain", actor, map[string]any{"fenceSeconds": int64(inst.Fence().Seconds())})
+	})
+	return out, err
+}
+
+// Removable checks that name may be removed from inst's pool now: it is draining, and has been for
+// the pool's fenceSeconds, by the database's clock. It answers the member.
+func Removable(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation, name string) (Node, error) {
+	q := dbsqlc.New(db)
+	rows, err := q.RuntimeNodes(ctx, inst.Name)
+	if err != nil {
+		return Node{}, store.Classify(err)
+	}
+	for _, r := range rows {
+		if r.Name != name {
+			continue
+		}
+		if r.State != dbsqlc.RuntimeNodeStateDraining {
+			return Node{}, fmt.Errorf("%w: %s is %s; a node is removed once drained (takoserver nodes drain)", ErrNotDrained, name, r.State)
+		}
+		now, err := q.DBNow(ctx)
+		if err != nil {
+			return Node{}, store.Classify(err)
+		}
+		if at := r.ChangedAt.Add(inst.Fence()); now.Before(at) {
+			return Node{}, fmt.Errorf("%w: %s drains until %s (the database's clock reads %s)", ErrNotDrained, name, at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		}
+		return node(r), nil
+	}
+	return Node{}, fmt.Errorf("%w: %s is not a member of %s", ErrNoSuchNode, name, inst.Name)
+}
+
+// Remove takes a drained member that confirmed it holds nothing (the caller took everything off
+// it and read it back) out of inst's pool: from then on it confirms nothing and needs not.
+func Remove(ctx context.Context, db DB, inst catalog.Installation, name, actor string, takenOff int) (Node, error) {
+	var out Node
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if _, err := lockedMembers(ctx, q, inst); err != nil {
+			return err
+		}
+		row, err := q.RuntimeNodeRemove(ctx, dbsqlc.RuntimeNodeRemoveParams{Installation: inst.Name, Name: name, FenceSeconds: inst.Fence().Seconds()})
+		if errors.Is(err, pgx.ErrNoRows) {
+			_, err := Removable(ctx, tx, inst, name)
+			if err == nil {
+				err = fmt.Errorf("%w: %s changed meanwhile", ErrNotDrained, name)
+			}
+			return err
+		}
+		if err != nil {
+			return fmt.Errorf("nodepool: remove %s: %w", name, store.Classify(err))
+		}
+		out = node(row)
+		return event(ctx, q, inst.Name, name, "remove", actor, map[string]any{"takenOff": takenOff})
 	})
 	return out, err
 }

@@ -154,3 +154,35 @@ func TestConcurrentAddsLetOneNodeIn(t *testing.T) {
 	}
 	require.Equal(t, 1, ok)
 }
+
+// A node leaves the pool by drain, then remove once it has drained for the pool's fence (by the
+// database's clock); remove is refused before, and for a node that is not draining.
+func TestRemoveFollowsADrainOfTheFencesLength(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	inst.FenceSeconds = 600
+	_, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+	_, err = nodepool.Removable(ctx, db, inst, "node-2")
+	require.ErrorIs(t, err, nodepool.ErrNotDrained, "joining")
+	n, err := nodepool.Drain(ctx, db, inst, "node-2", "op")
+	require.NoError(t, err)
+	require.Equal(t, backend.MemberDraining, n.State)
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op")
+	require.NoError(t, err, "draining again tells it again")
+	_, err = nodepool.Remove(ctx, db, inst, "node-2", "op", 0)
+	require.ErrorIs(t, err, nodepool.ErrNotDrained, "the fence has not passed")
+	require.ErrorContains(t, err, "drains until")
+
+	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ('11 minutes'::interval)
+		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`)
+	require.NoError(t, err)
+	_, err = nodepool.Removable(ctx, db, inst, "node-2")
+	require.NoError(t, err)
+	n, err = nodepool.Remove(ctx, db, inst, "node-2", "op", 3)
+	require.NoError(t, err)
+	require.Equal(t, backend.MemberRemoved, n.State)
+	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "removed"}, states(t, db, inst))
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op")
+	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
+}

@@ -114,8 +114,8 @@ func poolNodes(ctx context.Context, mut backend.Mutator) ([]backend.Mutator, err
 	}
 	members, err := p.Members(ctx)
 	switch {
-	case errors.Is(err, backend.ErrPoolEmpty):
-		return nil, nil // every node was retired: none to bring up to date
+	case errors.Is(err, backend.ErrPoolEmpty) || (err == nil && len(members) == 0):
+		return nil, nil // every node was retired, or is draining: none to bring up to date
 	case err != nil:
 		return nil, err
 	case len(members) == 1:

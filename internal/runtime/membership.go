@@ -82,7 +82,8 @@ func (n *Node) memberHealth() (bool, string) {
 	return true, ""
 }
 
-// putMembership takes the node's place in its pool from the Host, keeps it, and confirms the node.
+// putMembership takes the node's place in its pool from the Host and keeps it; with Confirms, the
+// Host found the node up to date, and a restarted member serves again.
 // A membership of an older epoch than the one held is refused: a Host replica with an old view
 // cannot bring back a node a newer retirement took out.
 func (n *Node) putMembership(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -117,7 +118,7 @@ func (n *Node) putMembership(_ http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
-	if old := n.member.m; old != nil && n.member.confirmed {
+	if old := n.member.m; old != nil && (n.member.confirmed || !req.Confirms) {
 		if was, err := json.Marshal(old); err == nil && string(was) == string(raw) {
 			return n.member.statusLocked(), nil // told again each sweep: nothing to write
 		}
@@ -125,7 +126,10 @@ func (n *Node) putMembership(_ http.ResponseWriter, r *http.Request) (any, error
 	if err := safedir.WriteFile(n.store.Dir(), membershipFile, raw, n.store.Owner()); err != nil {
 		return nil, fmt.Errorf("keep the node's membership: %w", err)
 	}
-	n.member.m, n.member.confirmed = &req, true
+	n.member.m = &req
+	if req.Confirms {
+		n.member.confirmed = true
+	}
 	return n.member.statusLocked(), nil
 }
 

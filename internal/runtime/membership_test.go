@@ -36,7 +36,7 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 	tell := func(m adminapi.Membership) (adminapi.MembershipStatus, error) {
 		return f.client.SetMembership(f.ctx, m)
 	}
-	base := adminapi.Membership{Pool: "selfhost", Node: "node-a", Epoch: 1, PoolSize: 3, FenceSeconds: 1}
+	base := adminapi.Membership{Pool: "selfhost", Node: "node-a", Epoch: 1, PoolSize: 3, FenceSeconds: 1, Confirms: true}
 	joining := base
 	joining.State = adminapi.MemberJoining
 	st, err := tell(joining)
@@ -60,6 +60,11 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, got.Confirmed)
 	require.Contains(t, got.Reason, "until the Host confirms")
+	unconfirmed := serving
+	unconfirmed.Confirms = false
+	_, err = tell(unconfirmed)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, serves(), "told its place without being found up to date")
 	_, err = tell(serving)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, serves())

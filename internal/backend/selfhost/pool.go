@@ -513,28 +513,32 @@ func (p *pool) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid
 // Holdings lists what the pool's one node holds; the reconciler lists a pool of several member by
 // member (Members).
 func (p *pool) Holdings(ctx context.Context) (backend.Holdings, error) {
-	nodes, err := p.targets(ctx)
+	views, err := p.Members(ctx)
 	if err != nil {
 		return backend.Holdings{}, err
 	}
-	if len(nodes) > 1 {
-		return backend.Holdings{}, fmt.Errorf("selfhost backend: a pool of %d nodes is listed member by member", len(nodes))
+	if len(views) != 1 {
+		return backend.Holdings{}, fmt.Errorf("selfhost backend: a pool of %d nodes is listed member by member", len(views))
 	}
-	h, err := nodes[0].Holdings(ctx)
-	p.heard(nodes[0], err)
+	n := views[0].(*runtimeNode)
+	h, err := n.Holdings(ctx)
+	p.heard(n, err)
 	return h, err
 }
 
-// Members are the pool's members that may route, each as a mutator of that node alone, for the
-// node reconciler to bring each up to date on its own.
+// Members are the pool's joining and serving members, each as a mutator of that node alone, for
+// the node reconciler to bring each up to date on its own.
 func (p *pool) Members(ctx context.Context) ([]backend.Mutator, error) {
 	nodes, err := p.targets(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]backend.Mutator, len(nodes))
-	for i, n := range nodes {
-		out[i] = n
+	var out []backend.Mutator
+	for _, n := range nodes {
+		// A draining member is on its way out: nothing is written to it again.
+		if n.member.State == backend.MemberJoining || n.member.State == backend.MemberServing {
+			out = append(out, n)
+		}
 	}
 	return out, nil
 }
@@ -570,12 +574,15 @@ func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
 	}
 	var errs []error
 	for _, m := range members {
-		if m.Implicit || (m.MayRoute() && !caughtUp[m.Name]) {
+		// A joining or serving member is told only once found up to date, which confirms it; a
+		// draining, retired or removed one is told on every sweep (a node that missed its drain
+		// learns it), confirming nothing.
+		if m.Implicit || ((m.State == backend.MemberJoining || m.State == backend.MemberServing) && !caughtUp[m.Name]) {
 			continue
 		}
 		n := &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m}
 		actx, cancel := context.WithTimeout(ctx, announceWait)
-		err := n.announce(actx, size)
+		err := n.announce(actx, size, caughtUp[m.Name])
 		cancel()
 		if err != nil && m.MayRoute() {
 			errs = append(errs, fmt.Errorf("node %s: tell it its place in the pool: %w", m.Name, err))
@@ -586,10 +593,11 @@ func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
 
 var _ backend.PoolAnnouncer = (*pool)(nil)
 
-// membership is what the member is told of its place in the pool of size members that may route.
-func (n *runtimeNode) membership(size int) adminapi.Membership {
+// membership is what the member is told of its place in the pool of size members that may route;
+// confirms when the Host found it wholly up to date.
+func (n *runtimeNode) membership(size int, confirms bool) adminapi.Membership {
 	m := adminapi.Membership{Pool: n.inst.Name, Node: n.member.Name, State: n.member.State, Epoch: max(n.member.Epoch, 1),
-		PoolSize: size, FenceSeconds: int(n.inst.Fence().Seconds())}
+		PoolSize: size, FenceSeconds: int(n.inst.Fence().Seconds()), Confirms: confirms}
 	if m.State == backend.MemberDraining {
 		since := n.member.Since
 		m.DrainingSince = &since
@@ -598,12 +606,12 @@ func (n *runtimeNode) membership(size int) adminapi.Membership {
 }
 
 // announce tells the member its place in the pool.
-func (n *runtimeNode) announce(ctx context.Context, size int) error {
+func (n *runtimeNode) announce(ctx context.Context, size int, confirms bool) error {
 	c, err := n.api(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = c.SetMembership(ctx, n.membership(size))
+	_, err = c.SetMembership(ctx, n.membership(size, confirms))
 	return wrap(c, err)
 }
 
@@ -627,5 +635,5 @@ func Tell(ctx context.Context, inst catalog.Installation, members []backend.Pool
 	if err != nil {
 		return adminapi.MembershipStatus{}, err
 	}
-	return c.SetMembership(ctx, n.membership(size))
+	return c.SetMembership(ctx, n.membership(size, false))
 }

@@ -583,6 +583,9 @@ type Membership struct {
 	PoolSize      int        `json:"poolSize"`
 	FenceSeconds  int        `json:"fenceSeconds"`
 	DrainingSince *time.Time `json:"drainingSince,omitempty"`
+	// Confirms: the Host found the node wholly up to date just now (a restarted member of a pool
+	// of two or more serves again only then).
+	Confirms bool `json:"confirms,omitempty"`
 }
 
 // States of a pool member (SPEC 6.2).

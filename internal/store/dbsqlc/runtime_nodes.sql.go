@@ -181,6 +181,37 @@ func (q *Queries) RuntimeNodeInsert(ctx context.Context, arg RuntimeNodeInsertPa
 	return i, err
 }
 
+const runtimeNodeRemove = `-- name: RuntimeNodeRemove :one
+UPDATE runtime_nodes SET state = 'removed', changed_at = db_now()
+WHERE installation = $1 AND name = $2 AND state = 'draining'
+  AND changed_at + make_interval(secs => $3::double precision) <= db_now()
+RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
+`
+
+type RuntimeNodeRemoveParams struct {
+	Installation string
+	Name         string
+	FenceSeconds float64
+}
+
+// A drained member that confirmed it holds nothing leaves the pool: draining for at least
+// fence_seconds by the database's clock.
+func (q *Queries) RuntimeNodeRemove(ctx context.Context, arg RuntimeNodeRemoveParams) (RuntimeNode, error) {
+	row := q.db.QueryRow(ctx, runtimeNodeRemove, arg.Installation, arg.Name, arg.FenceSeconds)
+	var i RuntimeNode
+	err := row.Scan(
+		&i.Installation,
+		&i.Name,
+		&i.URL,
+		&i.State,
+		&i.PoolEpoch,
+		&i.AddedAt,
+		&i.ChangedAt,
+		&i.FencedSince,
+	)
+	return i, err
+}
+
 const runtimeNodeRetire = `-- name: RuntimeNodeRetire :one
 UPDATE runtime_nodes
 SET state = 'retired', fenced_since = $1::timestamptz, changed_at = db_now(), pool_epoch = pool_epoch + 1

@@ -27,6 +27,14 @@ UPDATE runtime_nodes SET state = 'draining', changed_at = db_now()
 WHERE installation = @installation AND name = @name AND state IN ('joining', 'serving')
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
 
+-- name: RuntimeNodeRemove :one
+-- A drained member that confirmed it holds nothing leaves the pool: draining for at least
+-- fence_seconds by the database's clock.
+UPDATE runtime_nodes SET state = 'removed', changed_at = db_now()
+WHERE installation = sqlc.arg(installation) AND name = sqlc.arg(name) AND state = 'draining'
+  AND changed_at + make_interval(secs => sqlc.arg(fence_seconds)::double precision) <= db_now()
+RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
+
 -- name: RuntimeNodeRetire :one
 -- Retires a member the operator attests lost: fenced since fenced_since, which is at least
 -- fence_seconds ago by the database's clock. The caller moves the other members' epoch on

@@ -250,6 +250,112 @@ deletions wait for it until it is retired.`,
 	return cmd
 }
 
+// nodesRemoveCommand is `takoserver nodes remove NAME`.
+func nodesRemoveCommand(g *globals) *cobra.Command {
+	var f poolFlags
+	var by string
+	cmd := &cobra.Command{
+		Use:   "remove NAME --config FILE --installation NAME",
+		Short: "Take a drained node out of its pool, once it holds nothing",
+		Long: `remove ends a drain: once the node has been draining for the pool's fenceSeconds and its edge
+serves nothing, it takes every script and route off the node (each by its worker's or endpoint's
+UID), reads back that the node holds nothing, and takes the node out of the pool. From then on its
+absences are not needed. The node is told it was removed, and serves nothing until it is wiped and
+added again under a new name.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			inst, err := f.load()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			db, err := g.outputAndPool(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			n, err := nodepool.Removable(ctx, db, inst, args[0])
+			if err != nil {
+				return err
+			}
+			c, err := selfhost.NewFromConfig(selfhost.Config{URL: n.URL, TokenFile: inst.RuntimeTokenFile,
+				CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
+			if err != nil {
+				return err
+			}
+			place, err := c.Membership(ctx)
+			if err != nil {
+				return fmt.Errorf("ask node %s at %s whether it still serves: %w (nothing was changed; a node that never answers again is retired: nodes retire --lost)", n.Name, n.URL, err)
+			}
+			if place.Routes {
+				return fmt.Errorf("node %s still serves workers (it was not told of its drain, or its fence has not passed on its clock): run nodes drain %s again and wait %d s (nothing was changed)",
+					n.Name, n.Name, int64(inst.Fence().Seconds()))
+			}
+			takenOff, err := takeEverythingOff(ctx, c)
+			if err != nil {
+				return fmt.Errorf("take everything off node %s: %w (%d objects taken off; run remove again)", n.Name, err, takenOff)
+			}
+			removed, err := nodepool.Remove(ctx, db, inst, n.Name, operator(by), takenOff)
+			if err != nil {
+				return err
+			}
+			members, err := nodepool.Members{DB: db}.Members(ctx, inst)
+			if err == nil {
+				_, err = selfhost.Tell(ctx, inst, members, removed.Name)
+			}
+			note := ""
+			if err != nil {
+				note = fmt.Sprintf(" (telling it failed: %v; the node reconciler tells it when it answers)", err)
+			}
+			return g.print(cmd.OutOrStdout(), removed, fmt.Sprintf("node %s left pool %s: %d scripts and routes taken off it, and it holds nothing%s", removed.Name, inst.Name, takenOff, note))
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&by, "by", "", "who removes it, for the pool's ledger (default: user@host)")
+	return cmd
+}
+
+// takeEverythingOff deletes every script and route the node holds, each by its own UID, and
+// reads back that it holds nothing. It answers how many it took off.
+func takeEverythingOff(ctx context.Context, c *selfhost.Client) (int, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range st.Routes {
+		if r.Present {
+			if _, err := c.DeleteRoute(ctx, r.Hostname, r.ScriptName, r.EndpointUID); err != nil {
+				return n, fmt.Errorf("route %s: %w", r.Hostname, err)
+			}
+			n++
+		}
+	}
+	for _, sc := range st.Scripts {
+		if sc.Present {
+			if _, err := c.DeleteScript(ctx, sc.ScriptName, sc.WorkerUID); err != nil {
+				return n, fmt.Errorf("script %s: %w", sc.ScriptName, err)
+			}
+			n++
+		}
+	}
+	st, err = c.Status(ctx)
+	if err != nil {
+		return n, err
+	}
+	for _, sc := range st.Scripts {
+		if sc.Present {
+			return n, fmt.Errorf("it holds script %s again (a change was written to it meanwhile)", sc.ScriptName)
+		}
+	}
+	for _, r := range st.Routes {
+		if r.Present {
+			return n, fmt.Errorf("it holds route %s again (a change was written to it meanwhile)", r.Hostname)
+		}
+	}
+	return n, nil
+}
+
 // nodesRetireCommand is `takoserver nodes retire --lost NAME --fenced-since TIME`.
 func nodesRetireCommand(g *globals) *cobra.Command {
 	var f poolFlags

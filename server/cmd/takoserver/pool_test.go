@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 )
@@ -258,6 +259,24 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 	require.True(t, answers(t, nodeA, ep["hostname"].(string), want)())
 	require.Equal(t, http.StatusOK, health(nodeA))
 	require.Equal(t, "draining", states()["node-b"])
+
+	// Removed: everything taken off it, read back, and it leaves the pool; a deletion then needs
+	// node A alone.
+	out := decodeJSON(t, run(t, p.dbURL, "nodes", "remove", "node-b", "--config", p.catalog, "--installation", "selfhost", "--output", "json"))
+	require.Equal(t, "removed", out["state"])
+	bc, err := selfhost.New(nodeB.adminURL, nodeB.tokenFile)
+	require.NoError(t, err)
+	st, err := bc.Status(context.Background())
+	require.NoError(t, err)
+	for _, sc := range st.Scripts {
+		require.False(t, sc.Present, "script %s is still on the removed node", sc.ScriptName)
+	}
+	for _, r := range st.Routes {
+		require.False(t, r.Present, "route %s is still on the removed node", r.Hostname)
+	}
+	p.must(0, http.MethodDelete, endpointPath("one"), "token-pool3-endpoint-one1", "", http.StatusOK)
+	code, _ = edgeGet(t, nodeA.edgeAddr, one["hostname"].(string))
+	require.Equal(t, http.StatusNotFound, code)
 	require.NotContains(t, p.logs[0].String()+p.logs[1].String(), replicaCanary)
 }
 

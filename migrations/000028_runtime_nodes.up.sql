@@ -14,7 +14,7 @@ CREATE TYPE runtime_node_state AS ENUM ('joining', 'serving', 'draining', 'remov
 
 CREATE TABLE runtime_nodes (
     installation text NOT NULL,
-    name         text NOT NULL CHECK (name ~ '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$'),
+    name         text NOT NULL CHECK (name ~ '^[a-z0-9][a-z0-9_-]{0,62}$'),
     url          text NOT NULL,
     state        runtime_node_state NOT NULL,
     -- The pool's epoch when the row last changed: retire bumps it on every member.

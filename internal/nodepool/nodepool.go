@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // ImplicitNode is the name of the catalog's node of a pool that has no membership rows.
@@ -101,10 +101,8 @@ var (
 	ErrNoPoolKey   = errors.New("a pool of several nodes needs the catalog's poolPublicKey: its secrets reach every node sealed to the pool's key (takoserver nodes init-pool-key)")
 	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
 	ErrNotDrained  = errors.New("the node has not drained")
-	ErrBadName     = errors.New("a node's name is a DNS label: lowercase letters, digits and '-', at most 63")
+	ErrBadName     = errors.New("a node's name is a name: lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63")
 )
-
-var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Add makes the node at url a member of inst's pool, joining: it receives every change from
 // now on and must confirm every absence, and the node reconciler brings it up to date, then marks
@@ -113,7 +111,7 @@ func Add(ctx context.Context, db DB, inst catalog.Installation, name, url, actor
 	if inst.Pack != catalog.PackSelfhost {
 		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
 	}
-	if !nameRE.MatchString(name) {
+	if !vocab.Name.MatchString(name) {
 		return Node{}, fmt.Errorf("%w (got %q)", ErrBadName, name)
 	}
 	var out Node

@@ -42,7 +42,7 @@ var offPath = []string{
 	// A pool's membership changes: `takoserver nodes` and the reconciler's.
 	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodeDrain", "RuntimeNodeRemove", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
 	// Start-up: the one-time rewrite of digests from before pools.
-	"OfferingDigestMove",
+	"OfferingDigestMove", "WorkersWithoutPoolBlob",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.

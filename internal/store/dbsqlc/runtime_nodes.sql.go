@@ -331,3 +331,22 @@ func (q *Queries) RuntimeNodesLock(ctx context.Context, lockKey string) error {
 	_, err := q.db.Exec(ctx, runtimeNodesLock, lockKey)
 	return err
 }
+
+const workersWithoutPoolBlob = `-- name: WorkersWithoutPoolBlob :one
+SELECT count(DISTINCT p.worker_uid)::bigint AS workers
+FROM runtime_input_preparations p
+JOIN workers w ON w.uid = p.worker_uid
+WHERE w.installation = $1 AND w.status = 'live' AND p.status = 'settled' AND p.pool_blob IS NULL
+  AND NOT EXISTS (SELECT 1 FROM runtime_input_preparations n
+                  WHERE n.worker_uid = p.worker_uid AND n.status = 'settled' AND n.dispatched_at > p.dispatched_at)
+`
+
+// How many live workers of an installation hold, as their newest settled delivery, one the Host
+// kept no pool blob of (delivered before the pool key was set): a node joining the pool cannot
+// get their secrets, and they read not Ready there until their runtime input is delivered again.
+func (q *Queries) WorkersWithoutPoolBlob(ctx context.Context, installation string) (int64, error) {
+	row := q.db.QueryRow(ctx, workersWithoutPoolBlob, installation)
+	var workers int64
+	err := row.Scan(&workers)
+	return workers, err
+}

@@ -84,3 +84,14 @@ WITH r AS (
 )
 SELECT ((SELECT count(*) FROM r) + (SELECT count(*) FROM w) + (SELECT count(*) FROM e)
         + (SELECT count(*) FROM d) + (SELECT count(*) FROM p))::bigint AS moved;
+
+-- name: WorkersWithoutPoolBlob :one
+-- How many live workers of an installation hold, as their newest settled delivery, one the Host
+-- kept no pool blob of (delivered before the pool key was set): a node joining the pool cannot
+-- get their secrets, and they read not Ready there until their runtime input is delivered again.
+SELECT count(DISTINCT p.worker_uid)::bigint AS workers
+FROM runtime_input_preparations p
+JOIN workers w ON w.uid = p.worker_uid
+WHERE w.installation = @installation AND w.status = 'live' AND p.status = 'settled' AND p.pool_blob IS NULL
+  AND NOT EXISTS (SELECT 1 FROM runtime_input_preparations n
+                  WHERE n.worker_uid = p.worker_uid AND n.status = 'settled' AND n.dispatched_at > p.dispatched_at);

@@ -194,8 +194,14 @@ installation's admin token before its first start (copy the token file to <state
 			if err != nil {
 				return err
 			}
-			return g.print(cmd.OutOrStdout(), n, fmt.Sprintf("node %s (%s) joined pool %s at epoch %d; the node reconciler brings it up to date, then it reads serving (takoserver nodes list)",
-				n.Name, n.URL, inst.Name, n.Epoch))
+			text := fmt.Sprintf("node %s (%s) joined pool %s at epoch %d; the node reconciler brings it up to date, then it reads serving (takoserver nodes list)",
+				n.Name, n.URL, inst.Name, n.Epoch)
+			if lacking, err := dbsqlc.New(db).WorkersWithoutPoolBlob(ctx, inst.Name); err == nil && lacking > 0 {
+				// Delivered before the pool key was set: the Host kept nothing to name again.
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d live workers of %s hold secrets delivered before the pool key was set; the new node cannot get them, and those workers read not Ready on it until their runtime inputs are delivered again (bump bindings_wo_version)\n",
+					lacking, inst.Name)
+			}
+			return g.print(cmd.OutOrStdout(), n, text)
 		},
 	}
 	f.register(cmd)

@@ -7,7 +7,6 @@ package server_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -251,11 +250,11 @@ func TestRuleReservationReplayNeedsTheExactTTLAndPlacement(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status, "body: %s", first.body)
 	h.putReservation(h.key, "res-api", tokenA, body(7200, "worker-a")).problem(t, http.StatusConflict, "reservation_mismatch")
 	h.putReservation(h.key, "res-api", tokenA, body(3600, "worker-b")).problem(t, http.StatusConflict, "reservation_mismatch")
-	// The operator moved the installation to another runtime node address (the offering's
-	// digest moves; the derived origin does not): the same intent, sent again as a new request to
-	// a Host with that catalog, is refused too.
-	moved := strings.Replace(twoWorkerOfferings, `"pack": "selfhost"`, fmt.Sprintf(`"pack": "selfhost", "runtimeUrl": %q, "runtimeTokenFile": %q`,
-		strings.Replace(h.runtime.Info.AdminURL, "127.0.0.1", "localhost", 1), h.runtime.Info.TokenFile), 1)
+	// The operator moved the offerings to another installation at the same suffix and public
+	// address (the offering's digest moves; the derived origin does not): the same intent, sent
+	// again as a new request to a Host with that catalog, is refused too. (Moving the pool's
+	// first node, runtimeUrl, is no longer placement: SPEC 6.2.)
+	moved := strings.ReplaceAll(twoWorkerOfferings, `"local"`, `"elsewhere"`)
 	rev := strconv.Itoa(int(first.json(t)["revision"].(float64)))
 	r, err := h.tryAt(h.replica(func(o *options) { o.catalogJSON = moved }), req{method: http.MethodPut, path: resPath + "res-api", key: h.key,
 		token: tokenA, body: body(3600, "worker-a"), headers: map[string]string{"If-Match": rev}})

@@ -285,6 +285,10 @@ type PoolMember struct {
 	Since time.Time
 	// Implicit: the catalog's node of a pool that has no membership rows (it is told nothing).
 	Implicit bool
+	// Settled: not a member that joined so recently that a Host replica may still read the pool
+	// without it (a cached read). Nothing is written to an unsettled member, so that no replica
+	// confirms an absence without asking a member that holds the object.
+	Settled bool
 }
 
 // States of a pool member.

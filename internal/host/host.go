@@ -91,7 +91,7 @@ func New(cfg Config) *Host {
 	backends := &backend.Registry{Packs: packs.All(), Wrap: cfg.WrapBackend, EdgeClient: cfg.CloudflareEdge, Log: cfg.Logger, Seen: h.metrics.seen}
 	if cfg.DB != nil {
 		backends.Budget = budget(cfg.DB, cfg.CloudflareBudget)
-		backends.Pools = nodepool.Members{DB: cfg.DB}
+		backends.Pools = nodepool.NewMembers(cfg.DB)
 	}
 	h.backends = backends
 	h.RuntimeInputs = &runtimeinput.Service{Quotas: cfg.Catalog.Quotas, Ring: cfg.SealingRing, Backends: backends, Reservations: h.Reservations}

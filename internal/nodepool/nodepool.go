@@ -12,6 +12,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,29 +34,74 @@ type DB interface {
 	dbsqlc.DBTX
 }
 
-// Members is the backend's reader of pool membership (backend.PoolMembers), on db.
-type Members struct{ DB dbsqlc.DBTX }
+// Members is the backend's reader of pool membership (backend.PoolMembers), on DB. With a Cache
+// (NewMembers), a replica reuses a read for CacheTTL, so that a backend call costs no database
+// round trip of its own; a member that joined is then written only once settled (MemberSettle).
+type Members struct {
+	DB    dbsqlc.DBTX
+	Cache *Cache
+}
 
 var _ backend.PoolMembers = Members{}
 
+// CacheTTL is how long a replica reuses a read of a pool's membership. A stale read only ever
+// lacks a member that is not yet settled (written nothing), or holds one retired, drained or
+// removed since (asked, as before: the safe side).
+const CacheTTL = 5 * time.Second
+
+// MemberSettle is how long, by the database's clock, a joining member waits before anything is
+// written to it: long enough that every replica's cached read from before it joined has expired.
+const MemberSettle = 3 * CacheTTL
+
+// Cache keeps each pool's membership read for CacheTTL.
+type Cache struct {
+	mu    sync.Mutex
+	reads map[string]cachedRead
+}
+
+type cachedRead struct {
+	at      time.Time
+	members []backend.PoolMember
+}
+
+// NewMembers is a membership reader on db that caches its reads.
+func NewMembers(db dbsqlc.DBTX) Members {
+	return Members{DB: db, Cache: &Cache{reads: map[string]cachedRead{}}}
+}
+
 // Members lists inst's members, the catalog's node alone when the pool has no rows.
 func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
-	rows, err := dbsqlc.New(m.DB).RuntimeNodes(ctx, inst.Name)
+	if m.Cache != nil {
+		m.Cache.mu.Lock()
+		r, ok := m.Cache.reads[inst.Name]
+		m.Cache.mu.Unlock()
+		if ok && time.Since(r.at) < CacheTTL {
+			return slices.Clone(r.members), nil
+		}
+	}
+	start := time.Now()
+	rows, err := dbsqlc.New(m.DB).RuntimeNodesAsOf(ctx, inst.Name)
 	if err != nil {
 		return nil, fmt.Errorf("nodepool: members of %s: %w", inst.Name, store.Classify(err))
 	}
-	if len(rows) == 0 {
-		return []backend.PoolMember{implicit(inst)}, nil
+	out := []backend.PoolMember{implicit(inst)}
+	if len(rows) > 0 {
+		out = make([]backend.PoolMember, len(rows))
+		for i, r := range rows {
+			out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, Since: r.ChangedAt,
+				Settled: r.State != dbsqlc.RuntimeNodeStateJoining || !r.AsOf.Before(r.ChangedAt.Add(MemberSettle))}
+		}
 	}
-	out := make([]backend.PoolMember, len(rows))
-	for i, r := range rows {
-		out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, Since: r.ChangedAt}
+	if m.Cache != nil {
+		m.Cache.mu.Lock()
+		m.Cache.reads[inst.Name] = cachedRead{at: start, members: out}
+		m.Cache.mu.Unlock()
 	}
-	return out, nil
+	return slices.Clone(out), nil
 }
 
 func implicit(inst catalog.Installation) backend.PoolMember {
-	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true}
+	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true, Settled: true}
 }
 
 // Node is one member as `takoserver nodes list` shows it.

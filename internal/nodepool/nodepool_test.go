@@ -36,7 +36,7 @@ func TestAPoolWithoutRowsIsTheCatalogsNodeUntilItsFirstChange(t *testing.T) {
 	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
 	members, err := nodepool.Members{DB: db}.Members(ctx, inst)
 	require.NoError(t, err)
-	require.Equal(t, []backend.PoolMember{{Name: nodepool.ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true}}, members)
+	require.Equal(t, []backend.PoolMember{{Name: nodepool.ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true, Settled: true}}, members)
 
 	// A refused add writes nothing, not even the catalog's node.
 	keyless := inst
@@ -185,4 +185,35 @@ func TestRemoveFollowsADrainOfTheFencesLength(t *testing.T) {
 	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "removed"}, states(t, db, inst))
 	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op")
 	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
+}
+
+// A replica's cached read of the pool may lack a member that joined since; that member reads
+// unsettled, by the database's clock, until every such read has expired, and nothing is written
+// to it meanwhile (the pack's rule), so no replica confirms an absence without asking a member
+// that holds the object.
+func TestAJoiningMemberSettlesOnlyAfterEveryCachedReadExpired(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	cached := nodepool.NewMembers(db)
+	before, err := cached.Members(ctx, inst)
+	require.NoError(t, err)
+	require.Len(t, before, 1)
+	_, err = nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+	stale, err := cached.Members(ctx, inst)
+	require.NoError(t, err)
+	require.Len(t, stale, 1, "within CacheTTL the replica reads the pool it read before")
+
+	fresh, err := nodepool.Members{DB: db}.Members(ctx, inst)
+	require.NoError(t, err)
+	require.Len(t, fresh, 2)
+	require.True(t, fresh[0].Settled)
+	require.False(t, fresh[1].Settled, "joined moments ago")
+	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ($1::interval)
+		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`, (nodepool.MemberSettle + time.Second).String())
+	require.NoError(t, err)
+	fresh, err = nodepool.Members{DB: db}.Members(ctx, inst)
+	require.NoError(t, err)
+	require.True(t, fresh[1].Settled, "settled once every cached read has expired")
+	require.Greater(t, nodepool.MemberSettle, nodepool.CacheTTL)
 }

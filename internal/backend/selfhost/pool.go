@@ -51,7 +51,7 @@ const nodeStatusWait = 2 * time.Second
 
 // targets are the members that may route, as runtimeNodes.
 func (p *pool) targets(ctx context.Context) ([]*runtimeNode, error) {
-	members := []backend.PoolMember{{Name: "node-1", URL: p.inst.RuntimeURL, State: backend.MemberServing}}
+	members := []backend.PoolMember{{Name: "node-1", URL: p.inst.RuntimeURL, State: backend.MemberServing, Settled: true}}
 	if p.members != nil {
 		var err error
 		if members, err = p.members.Members(ctx, p.inst); err != nil {
@@ -95,6 +95,14 @@ func (p *pool) suspect(n *runtimeNode) bool {
 	return ok && time.Since(since) >= p.inst.Suspect()
 }
 
+// writable reports whether changes are written to n now: not to a suspect member (the
+// reconciler writes it when it answers again), nor to one that joined so recently that another
+// replica may still read the pool without it (it would not be asked before an absence is
+// confirmed).
+func (p *pool) writable(n *runtimeNode) bool {
+	return n.member.Settled && !p.suspect(n)
+}
+
 // mustTake reports whether a change n missed fails the call: a serving member that is not
 // suspect must take every change; a joining or suspect one is brought up to date by the reconciler.
 func (p *pool) mustTake(n *runtimeNode) bool {
@@ -109,9 +117,9 @@ func (p *pool) Apply(ctx context.Context, d backend.Desired) (backend.Observatio
 	var first *backend.Observation
 	var lagging []string
 	for _, n := range nodes {
-		if p.suspect(n) {
-			// Silent for suspectAfter: the reconciler writes it when it answers again. A
-			// blackholed machine must not spend the deployment's time.
+		if !p.writable(n) {
+			// Silent for suspectAfter (a blackholed machine must not spend the deployment's
+			// time), or not settled yet: the reconciler writes it later.
 			lagging = append(lagging, n.member.Name)
 			continue
 		}
@@ -161,8 +169,8 @@ func (p *pool) Rewrite(ctx context.Context, d backend.Desired) error {
 	}
 	var errs []error
 	for _, n := range nodes {
-		if p.suspect(n) {
-			continue // written by the reconciler when it answers again
+		if !p.writable(n) {
+			continue // written by the reconciler later
 		}
 		err := n.Rewrite(ctx, d)
 		p.heard(n, err)
@@ -412,8 +420,8 @@ func (p *pool) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byt
 	var errs []error
 	took := false
 	for _, n := range nodes {
-		if p.suspect(n) && len(nodes) > 1 {
-			continue // named again by the reconciler when it answers
+		if !p.writable(n) && len(nodes) > 1 {
+			continue // named again by the reconciler later
 		}
 		err := n.DeliverSealed(ctx, d, blob)
 		p.heard(n, err)
@@ -535,8 +543,9 @@ func (p *pool) Members(ctx context.Context) ([]backend.Mutator, error) {
 	}
 	var out []backend.Mutator
 	for _, n := range nodes {
-		// A draining member is on its way out: nothing is written to it again.
-		if n.member.State == backend.MemberJoining || n.member.State == backend.MemberServing {
+		// A draining member is on its way out: nothing is written to it again. A member that
+		// joined moments ago is left until it has settled.
+		if (n.member.State == backend.MemberJoining || n.member.State == backend.MemberServing) && n.member.Settled {
 			out = append(out, n)
 		}
 	}

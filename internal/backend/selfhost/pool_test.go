@@ -72,7 +72,7 @@ func poolOf(t *testing.T, nodes ...*standIn) *pool {
 	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
 	var ms members
 	for i, n := range nodes {
-		ms = append(ms, backend.PoolMember{Name: string(rune('a' + i)), URL: n.srv.URL, State: backend.MemberServing, Epoch: 1})
+		ms = append(ms, backend.PoolMember{Name: string(rune('a' + i)), URL: n.srv.URL, State: backend.MemberServing, Epoch: 1, Settled: true})
 	}
 	inst := catalog.Installation{Name: "pool", Pack: catalog.PackSelfhost, RuntimeURL: nodes[0].srv.URL, RuntimeTokenFile: tokenFile}
 	return NewMutator(inst, backend.PackEnv{Pools: ms}).(*pool)
@@ -130,4 +130,40 @@ func TestAPoolReadbackConcludesOnlyWhenEveryMemberAnsweredAbsent(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, []string{d.MaterialSetID.String()}, missed.concluded)
 	require.Equal(t, []string{d.MaterialSetID.String()}, took.concluded)
+}
+
+// Nothing is written to a member that joined moments ago (another replica may still read the pool
+// without it), nor to a suspect one; the deployment goes on with the others and names it lagging.
+func TestAnUnsettledMemberIsWrittenNothing(t *testing.T) {
+	t.Parallel()
+	var writes sync.Map
+	node := func(name string) *httptest.Server {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPut {
+				writes.Store(name, true)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(adminapi.RouteStatus{Present: true, Ready: true, DeploymentID: r.Header.Get("X-Test-Deployment")})
+		}))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	a, b := node("a"), node("b")
+	tokenFile := filepath.Join(t.TempDir(), "admin-token")
+	require.NoError(t, os.WriteFile(tokenFile, []byte("token\n"), 0o600))
+	inst := catalog.Installation{Name: "pool", Pack: catalog.PackSelfhost, RuntimeURL: a.URL, RuntimeTokenFile: tokenFile}
+	p := NewMutator(inst, backend.PackEnv{Pools: members{
+		{Name: "a", URL: a.URL, State: backend.MemberServing, Epoch: 1, Settled: true},
+		{Name: "b", URL: b.URL, State: backend.MemberJoining, Epoch: 1, Settled: false},
+	}}).(*pool)
+	err := p.Rewrite(context.Background(), backend.Desired{Kind: backend.NativeRoute, NativeName: "api.workers.localhost", DeploymentID: uuid.New(),
+		EffectID: uuid.New(), ResourceUID: uuid.New(), ScriptName: "s"})
+	require.NoError(t, err)
+	_, wroteA := writes.Load("a")
+	_, wroteB := writes.Load("b")
+	require.True(t, wroteA)
+	require.False(t, wroteB, "the unsettled member was written")
+	views, err := p.Members(context.Background())
+	require.NoError(t, err)
+	require.Len(t, views, 1, "the reconciler leaves it too")
 }

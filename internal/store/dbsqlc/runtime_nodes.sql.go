@@ -307,6 +307,50 @@ func (q *Queries) RuntimeNodes(ctx context.Context, installation string) ([]Runt
 	return items, nil
 }
 
+const runtimeNodesAsOf = `-- name: RuntimeNodesAsOf :many
+SELECT name, url, state, pool_epoch, changed_at, (SELECT db_now())::timestamptz AS as_of
+FROM runtime_nodes
+WHERE installation = $1
+ORDER BY added_at, name
+`
+
+type RuntimeNodesAsOfRow struct {
+	Name      string
+	URL       string
+	State     RuntimeNodeState
+	PoolEpoch int64
+	ChangedAt time.Time
+	AsOf      time.Time
+}
+
+// The members of an installation's pool with the database's time of the read, for the backend.
+func (q *Queries) RuntimeNodesAsOf(ctx context.Context, installation string) ([]RuntimeNodesAsOfRow, error) {
+	rows, err := q.db.Query(ctx, runtimeNodesAsOf, installation)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RuntimeNodesAsOfRow
+	for rows.Next() {
+		var i RuntimeNodesAsOfRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.URL,
+			&i.State,
+			&i.PoolEpoch,
+			&i.ChangedAt,
+			&i.AsOf,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const runtimeNodesBumpEpoch = `-- name: RuntimeNodesBumpEpoch :exec
 UPDATE runtime_nodes SET pool_epoch = pool_epoch + 1
 WHERE installation = $1 AND name <> $2

@@ -5,6 +5,13 @@ FROM runtime_nodes
 WHERE installation = @installation
 ORDER BY added_at, name;
 
+-- name: RuntimeNodesAsOf :many
+-- The members of an installation's pool with the database's time of the read, for the backend.
+SELECT name, url, state, pool_epoch, changed_at, (SELECT db_now())::timestamptz AS as_of
+FROM runtime_nodes
+WHERE installation = @installation
+ORDER BY added_at, name;
+
 -- name: RuntimeNodesLock :exec
 -- Serializes changes of one pool's membership: every node command takes it first.
 SELECT pg_advisory_xact_lock(hashtextextended(@lock_key::text, 0));

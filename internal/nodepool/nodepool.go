@@ -89,7 +89,7 @@ func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]back
 		out = make([]backend.PoolMember, len(rows))
 		for i, r := range rows {
 			out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, Since: r.ChangedAt,
-				Settled: r.State != dbsqlc.RuntimeNodeStateJoining || !r.AsOf.Before(r.ChangedAt.Add(MemberSettle))}
+				Settled: !r.AsOf.Before(r.AddedAt.Add(MemberSettle))}
 		}
 	}
 	if m.Cache != nil {
@@ -148,6 +148,7 @@ var (
 	ErrNoPoolKey   = errors.New("a pool of several nodes needs the catalog's poolPublicKey: its secrets reach every node sealed to the pool's key (takoserver nodes init-pool-key)")
 	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
 	ErrNotDrained  = errors.New("the node has not drained")
+	ErrLastNode    = errors.New("the pool's last node is retired only on purpose (--last-node)")
 	ErrBadName     = errors.New("a node's name is a name: lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63")
 )
 
@@ -219,6 +220,9 @@ func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor st
 		if err != nil {
 			return fmt.Errorf("nodepool: drain %s: %w", name, store.Classify(err))
 		}
+		if err := q.RuntimeNodesBumpEpoch(ctx, dbsqlc.RuntimeNodesBumpEpochParams{Installation: inst.Name, Name: name}); err != nil {
+			return fmt.Errorf("nodepool: move the pool's epoch on: %w", store.Classify(err))
+		}
 		out = node(row)
 		return event(ctx, q, inst.Name, name, "drain", actor, map[string]any{"fenceSeconds": int64(inst.Fence().Seconds())})
 	})
@@ -272,6 +276,9 @@ func Remove(ctx context.Context, db DB, inst catalog.Installation, name, actor s
 		if err != nil {
 			return fmt.Errorf("nodepool: remove %s: %w", name, store.Classify(err))
 		}
+		if err := q.RuntimeNodesBumpEpoch(ctx, dbsqlc.RuntimeNodesBumpEpochParams{Installation: inst.Name, Name: name}); err != nil {
+			return fmt.Errorf("nodepool: move the pool's epoch on: %w", store.Classify(err))
+		}
 		out = node(row)
 		return event(ctx, q, inst.Name, name, "remove", actor, map[string]any{"takenOff": takenOff})
 	})
@@ -283,15 +290,27 @@ func Remove(ctx context.Context, db DB, inst catalog.Installation, name, actor s
 // the pool's fenceSeconds ago. From then on its absences count as confirmed, so its workers and
 // endpoints can be destroyed or moved; every member's epoch moves on. The attestation is kept in
 // runtime_node_events.
-func Retire(ctx context.Context, db DB, inst catalog.Installation, name string, fencedSince time.Time, actor string) (Node, error) {
+func Retire(ctx context.Context, db DB, inst catalog.Installation, name string, fencedSince time.Time, actor string, lastNode bool) (Node, error) {
 	if inst.Pack != catalog.PackSelfhost {
 		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
 	}
 	var out Node
 	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		if _, err := lockedMembers(ctx, q, inst); err != nil {
+		rows, err := lockedMembers(ctx, q, inst)
+		if err != nil {
 			return err
+		}
+		routing, target := 0, false
+		for _, r := range rows {
+			if r.State != dbsqlc.RuntimeNodeStateRemoved && r.State != dbsqlc.RuntimeNodeStateRetired {
+				routing++
+				target = target || r.Name == name
+			}
+		}
+		if target && routing == 1 && !lastNode {
+			return fmt.Errorf("%w: %s is the last node of pool %s that may route: retiring it confirms the absence of everything the pool holds and stops every worker on it until a node is added",
+				ErrLastNode, name, inst.Name)
 		}
 		fence := inst.Fence()
 		row, err := q.RuntimeNodeRetire(ctx, dbsqlc.RuntimeNodeRetireParams{Installation: inst.Name, Name: name, FencedSince: fencedSince, FenceSeconds: fence.Seconds()})
@@ -361,7 +380,10 @@ func lockedMembers(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installa
 	if err != nil || len(rows) > 0 {
 		return rows, store.Classify(err)
 	}
-	first, err := q.RuntimeNodeInsert(ctx, dbsqlc.RuntimeNodeInsertParams{Installation: inst.Name, Name: ImplicitNode, URL: inst.RuntimeURL, State: dbsqlc.RuntimeNodeStateServing})
+	// A member since before any replica read the pool: settled.
+	since := time.Unix(0, 0).UTC()
+	first, err := q.RuntimeNodeInsert(ctx, dbsqlc.RuntimeNodeInsertParams{Installation: inst.Name, Name: ImplicitNode, URL: inst.RuntimeURL,
+		State: dbsqlc.RuntimeNodeStateServing, AddedAt: &since})
 	if err != nil {
 		return nil, fmt.Errorf("nodepool: write the catalog's node: %w", store.Classify(err))
 	}

@@ -66,21 +66,23 @@ func TestRetireNeedsTheFenceAndMovesTheEpochOn(t *testing.T) {
 	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
 	inst.FenceSeconds = 600
 
-	_, err := nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(-5*time.Minute), "op")
+	_, err := nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(-5*time.Minute), "op", true)
 	require.ErrorIs(t, err, nodepool.ErrTooEarly, "fenced 5 minutes of the pool's 10")
 	require.ErrorContains(t, err, "fenceSeconds is 600")
-	_, err = nodepool.Retire(ctx, db, inst, "node-9", time.Now().Add(-time.Hour), "op")
+	_, err = nodepool.Retire(ctx, db, inst, "node-9", time.Now().Add(-time.Hour), "op", true)
 	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
-	_, err = nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(time.Hour), "op")
+	_, err = nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(time.Hour), "op", true)
 	require.ErrorIs(t, err, nodepool.ErrTooEarly, "fenced in the future")
 
 	fenced := time.Now().Add(-11 * time.Minute).Truncate(time.Second)
-	n, err := nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall")
+	_, err = nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall", false)
+	require.ErrorIs(t, err, nodepool.ErrLastNode)
+	n, err := nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall", true)
 	require.NoError(t, err)
 	require.Equal(t, backend.MemberRetired, n.State)
 	require.EqualValues(t, 2, n.Epoch)
 	require.True(t, fenced.Equal(*n.FencedSince))
-	_, err = nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall")
+	_, err = nodepool.Retire(ctx, db, inst, "node-1", fenced, "oncall", true)
 	require.ErrorIs(t, err, nodepool.ErrNoSuchNode, "retired already")
 
 	// The pool is empty now: nothing may route, and a node may join it, at the pool's epoch.
@@ -102,7 +104,7 @@ func TestRetireNeedsTheFenceAndMovesTheEpochOn(t *testing.T) {
 	require.Equal(t, map[string]string{"node-1": "retired", "node-2": "serving"}, states(t, db, inst))
 
 	// Retiring node-2 moves node-1's epoch on too.
-	_, err = nodepool.Retire(ctx, db, inst, "node-2", fenced, "oncall")
+	_, err = nodepool.Retire(ctx, db, inst, "node-2", fenced, "oncall", true)
 	require.NoError(t, err)
 	list, err := nodepool.List(ctx, db, inst)
 	require.NoError(t, err)
@@ -128,7 +130,7 @@ func TestRetireNeedsTheFenceAndMovesTheEpochOn(t *testing.T) {
 func TestConcurrentAddsLetOneNodeIn(t *testing.T) {
 	t.Parallel()
 	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
-	_, err := nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(-time.Hour), "op")
+	_, err := nodepool.Retire(ctx, db, inst, "node-1", time.Now().Add(-time.Hour), "op", true)
 	require.NoError(t, err)
 	hold, err := db.Begin(ctx)
 	require.NoError(t, err)

@@ -119,7 +119,10 @@ func poolNodes(ctx context.Context, mut backend.Mutator) ([]backend.Mutator, err
 	case err != nil:
 		return nil, err
 	case len(members) == 1:
-		return []backend.Mutator{mut}, nil // through the Registry's wrappers, as every call
+		if n, ok := members[0].(interface{ Implicit() bool }); ok && n.Implicit() {
+			// A pool without rows, as before pools: through the Registry's wrappers, as every call.
+			return []backend.Mutator{mut}, nil
+		}
 	}
 	return members, nil
 }

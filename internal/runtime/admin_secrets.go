@@ -65,7 +65,7 @@ func (n *Node) putSecrets(w http.ResponseWriter, r *http.Request) (any, error) {
 	if len(names) == 0 {
 		return nil, invalid("a delivery carries at least one value")
 	}
-	op := desired.PutSecrets{Effect: n.effect(req.EffectID, req), Name: name,
+	op := desired.PutSecrets{Effect: n.effect(req.EffectID, req), Name: name, Restore: req.Restore,
 		Delivery: state.Delivery{DeliveryID: req.DeliveryID, WorkerUID: req.WorkerUID, Names: names, ValuesMAC: n.store.ValuesMAC(req.Values)}}
 	seal := func() error { return n.store.SealSecrets(req.WorkerUID, req.DeliveryID, req.Values) }
 	n.mu.Lock()

@@ -359,12 +359,14 @@ func (n *runtimeNode) CheckDelivery(ctx context.Context) error {
 var _ backend.DeliveryCheck = (*runtimeNode)(nil)
 
 func (n *runtimeNode) ReadbackSecrets(ctx context.Context, d backend.Delivery, challenge []byte) ([]byte, bool, error) {
-	return n.readback(ctx, d, challenge, true)
+	return n.readback(ctx, d, challenge, true, false)
 }
 
 // readback asks the node for the challenge's digest over d's values; with conclude, a node that
-// does not hold d refuses any later copy of it (the lease is concluded absent there).
-func (n *runtimeNode) readback(ctx context.Context, d backend.Delivery, challenge []byte, conclude bool) ([]byte, bool, error) {
+// does not hold d refuses any later copy of it (the lease is concluded absent there). With
+// exactly, a node that holds another delivery than d reads as not holding d (a pool's members may
+// hold different deliveries: one that missed d still holds the one before).
+func (n *runtimeNode) readback(ctx context.Context, d backend.Delivery, challenge []byte, conclude, exactly bool) ([]byte, bool, error) {
 	c, err := n.api(ctx)
 	if err != nil {
 		return nil, false, err
@@ -377,7 +379,7 @@ func (n *runtimeNode) readback(ctx context.Context, d backend.Delivery, challeng
 	if err != nil {
 		return nil, false, wrap(c, err)
 	}
-	if !rb.Present {
+	if !rb.Present || (exactly && rb.DeliveryID != "" && rb.DeliveryID != d.MaterialSetID.String()) {
 		return nil, false, nil
 	}
 	digest, err := hex.DecodeString(rb.Digest)

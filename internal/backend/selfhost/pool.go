@@ -378,7 +378,7 @@ func (p *pool) ReadbackSecrets(ctx context.Context, d backend.Delivery, challeng
 	}
 	var errs []error
 	for _, n := range nodes {
-		digest, ok, err := n.readback(ctx, d, challenge, false)
+		digest, ok, err := n.readback(ctx, d, challenge, false, true)
 		p.heard(n, err)
 		if err == nil && ok {
 			return digest, true, nil
@@ -391,7 +391,7 @@ func (p *pool) ReadbackSecrets(ctx context.Context, d backend.Delivery, challeng
 		return nil, false, fmt.Errorf("readback undecided: no node holds the delivery, and not every node answered: %w", errors.Join(errs...))
 	}
 	for _, n := range nodes {
-		digest, ok, err := n.readback(ctx, d, challenge, true)
+		digest, ok, err := n.readback(ctx, d, challenge, true, true)
 		p.heard(n, err)
 		if err == nil && ok {
 			return digest, true, nil // it landed meanwhile
@@ -445,7 +445,14 @@ func (p *pool) RestoreSealed(ctx context.Context, d backend.Delivery, blob []byt
 		return p.unlessEmpty(err)
 	}
 	if len(nodes) > 1 {
-		return fmt.Errorf("selfhost backend: a restore names one node")
+		views, err := p.Members(ctx)
+		if err != nil {
+			return err
+		}
+		if len(views) != 1 {
+			return fmt.Errorf("selfhost backend: a restore names one node of the pool")
+		}
+		return views[0].(*runtimeNode).RestoreSealed(ctx, d, blob, replaces)
 	}
 	return nodes[0].RestoreSealed(ctx, d, blob, replaces)
 }
@@ -564,9 +571,8 @@ func boolOrder(b bool) int {
 // announceWait bounds telling one member its place: a lost node must not hold the sweep.
 const announceWait = 2 * time.Second
 
-// Announce tells each member of the pool its place (SPEC 6.2): members in caughtUp are confirmed
-// with their state; retired and removed members are told so, if they answer. Members that may
-// route but were not caught up are left unconfirmed.
+// Announce tells each member of the pool its place (SPEC 6.2), retired and removed ones too if
+// they answer; the members in caughtUp are confirmed, the others are not.
 func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
 	if p.members == nil {
 		return nil
@@ -583,10 +589,9 @@ func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
 	}
 	var errs []error
 	for _, m := range members {
-		// A joining or serving member is told only once found up to date, which confirms it; a
-		// draining, retired or removed one is told on every sweep (a node that missed its drain
-		// learns it), confirming nothing.
-		if m.Implicit || ((m.State == backend.MemberJoining || m.State == backend.MemberServing) && !caughtUp[m.Name]) {
+		// Every member is told its place on every sweep (a node that missed its drain, or that
+		// has just joined, learns it); only one found wholly up to date is confirmed.
+		if m.Implicit {
 			continue
 		}
 		n := &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m}
@@ -646,3 +651,6 @@ func Tell(ctx context.Context, inst catalog.Installation, members []backend.Pool
 	}
 	return c.SetMembership(ctx, n.membership(size, false))
 }
+
+// Implicit reports whether the node is the catalog's node of a pool without membership rows.
+func (n *runtimeNode) Implicit() bool { return n.member.Implicit }

@@ -24,7 +24,8 @@ import (
 type standIn struct {
 	srv        *httptest.Server
 	route      adminapi.RouteStatus
-	holds      bool // the delivery
+	holds      bool   // a delivery
+	delivery   string // which one ("" answers none)
 	mu         sync.Mutex
 	concluded  []string
 	unanswered bool
@@ -46,7 +47,7 @@ func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
 				s.concluded = append(s.concluded, req.Concludes)
 			}
 			s.mu.Unlock()
-			out := adminapi.Readback{Present: s.holds}
+			out := adminapi.Readback{Present: s.holds, DeliveryID: s.delivery}
 			if s.holds {
 				out.Digest = "00ff"
 			}
@@ -57,6 +58,23 @@ func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
 	}))
 	t.Cleanup(s.srv.Close)
 	return s
+}
+
+// withDigest answers readbacks with digest (hex) in place of h's.
+func withDigest(h http.Handler, digest string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/readback") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		var out adminapi.Readback
+		_ = json.Unmarshal(rec.Body.Bytes(), &out)
+		out.Digest = digest
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
 }
 
 // members is a fixed pool membership.
@@ -111,12 +129,16 @@ func TestAPoolWhoseMembersDisagreeHoldsEveryDeploymentAndAdmitsNone(t *testing.T
 func TestAPoolReadbackConcludesOnlyWhenEveryMemberAnsweredAbsent(t *testing.T) {
 	t.Parallel()
 	d := backend.Delivery{ScriptName: "s", WorkerUID: uuid.New(), MaterialSetID: uuid.New()}
-	missed, took := newStandIn(t, adminapi.RouteStatus{}, false), newStandIn(t, adminapi.RouteStatus{}, true)
+	missed, took := newStandIn(t, adminapi.RouteStatus{}, true), newStandIn(t, adminapi.RouteStatus{}, true)
+	missed.delivery, took.delivery = uuid.NewString(), d.MaterialSetID.String() // missed still holds the one before
 	p := poolOf(t, missed, took)
-	_, ok, err := p.ReadbackSecrets(context.Background(), d, []byte("challenge"))
+	missed.srv.Config.Handler = withDigest(missed.srv.Config.Handler, "aaaa")
+	digest, ok, err := p.ReadbackSecrets(context.Background(), d, []byte("challenge"))
 	require.NoError(t, err)
 	require.True(t, ok)
+	require.Equal(t, []byte{0x00, 0xff}, digest, "the member holding this delivery answered, not the one holding the one before")
 	require.Empty(t, missed.concluded, "the member that missed it may still be given it")
+	missed.holds = false
 
 	took.holds = false
 	took.unanswered = true

@@ -129,6 +129,8 @@ func rows() []row {
 	}
 	newDelivery := delivery("app", "uid-a", "d-2", "TOKEN")
 	replayDelivery := delivery("app", "uid-x", "d-late", "X")
+	restoredLate := delivery("app", "uid-a", "d-late", "TOKEN")
+	restoredLate.Restore = true
 	replayDelivery.Effect = Effect{ID: "e-secret", RequestMAC: "mac-secret", At: now}
 	conflictingDelivery := delivery("app", "uid-a", "d-2", "TOKEN")
 	conflictingDelivery.Effect = Effect{ID: "e-secret", RequestMAC: "mac-another", At: now}
@@ -228,6 +230,13 @@ func rows() []row {
 			}},
 		{name: "a delivery a readback concluded absent never lands", op: delivery("app", "uid-a", "d-late", "TOKEN"),
 			refused: adminapi.CodeDeliveryRefused, shows: ShowsNothing},
+		{name: "a delivery the Host restores (it settled) lands though a pool's readback refused it here", op: restoredLate,
+			answer: Answer{Changed: true, Seal: true, RetryFailed: true, Reconcile: "app"},
+			after: func(d *state.Desired) {
+				delete(d.Refused, "d-late")
+				d.Scripts["app"].Delivery = &restoredLate.Delivery
+				remember(d, restoredLate.Effect, "secrets:app")
+			}},
 		{name: "a refused delivery is refused before the script is looked at", op: delivery("absent", "uid-x", "d-late", "X"),
 			refused: adminapi.CodeDeliveryRefused, shows: ShowsNothing},
 		{name: "a delivery to an absent script is refused", op: delivery("absent", "uid-a", "d-2", "TOKEN"),

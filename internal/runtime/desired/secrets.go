@@ -16,6 +16,10 @@ type PutSecrets struct {
 	Name   string
 	// Delivery is what the state keeps of it; its Names are sorted.
 	Delivery state.Delivery
+	// Restore: the Host names again a delivery it recorded settled (SPEC 6.2). A refusal of it
+	// here (a pool's readback concluded it absent on this node while another node held it) is
+	// lifted: its lease did not fail.
+	Restore bool
 }
 
 func (op PutSecrets) apply(s *state.Desired) Answer {
@@ -26,7 +30,7 @@ func (op PutSecrets) apply(s *state.Desired) Answer {
 		return Answer{Replayed: true}
 	}
 	d := op.Delivery
-	if _, gone := s.Refused[d.DeliveryID]; gone {
+	if _, gone := s.Refused[d.DeliveryID]; gone && !op.Restore {
 		// A readback concluded it absent and the Host failed its lease (SPEC 3.5): a copy still
 		// on its way never lands after that.
 		return refused(refusal(adminapi.CodeDeliveryRefused, ShowsNothing, "delivery %s was concluded absent by a readback; it never lands now", d.DeliveryID))
@@ -41,6 +45,10 @@ func (op PutSecrets) apply(s *state.Desired) Answer {
 	}
 	if !slices.Equal(d.Names, cur.SecretNames) {
 		return refused(refusal(adminapi.CodeSecretNames, ShowsNothing, "the delivery names %v; script %s declares %v", d.Names, op.Name, cur.SecretNames))
+	}
+	if _, gone := s.Refused[d.DeliveryID]; gone {
+		s.Refused = cloneMap(s.Refused)
+		delete(s.Refused, d.DeliveryID)
 	}
 	next := *cur
 	next.Delivery = &d

@@ -59,7 +59,7 @@ func (q *Queries) OfferingDigestMove(ctx context.Context, arg OfferingDigestMove
 }
 
 const runtimeNodeDrain = `-- name: RuntimeNodeDrain :one
-UPDATE runtime_nodes SET state = 'draining', changed_at = db_now()
+UPDATE runtime_nodes SET state = 'draining', changed_at = db_now(), pool_epoch = pool_epoch + 1
 WHERE installation = $1 AND name = $2 AND state IN ('joining', 'serving')
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
 `
@@ -149,7 +149,7 @@ const runtimeNodeInsert = `-- name: RuntimeNodeInsert :one
 INSERT INTO runtime_nodes (installation, name, url, state, pool_epoch, added_at, changed_at)
 VALUES ($1, $2, $3, $4,
         coalesce((SELECT max(pool_epoch) FROM runtime_nodes WHERE installation = $1), 1),
-        db_now(), db_now())
+        coalesce($5::timestamptz, db_now()), db_now())
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
 `
 
@@ -158,14 +158,18 @@ type RuntimeNodeInsertParams struct {
 	Name         string
 	URL          string
 	State        RuntimeNodeState
+	AddedAt      *time.Time
 }
 
+// added_at: now, or, for the catalog's node written when a pool gets its first row, the time it
+// has been a member since (before any replica read the pool).
 func (q *Queries) RuntimeNodeInsert(ctx context.Context, arg RuntimeNodeInsertParams) (RuntimeNode, error) {
 	row := q.db.QueryRow(ctx, runtimeNodeInsert,
 		arg.Installation,
 		arg.Name,
 		arg.URL,
 		arg.State,
+		arg.AddedAt,
 	)
 	var i RuntimeNode
 	err := row.Scan(
@@ -182,7 +186,7 @@ func (q *Queries) RuntimeNodeInsert(ctx context.Context, arg RuntimeNodeInsertPa
 }
 
 const runtimeNodeRemove = `-- name: RuntimeNodeRemove :one
-UPDATE runtime_nodes SET state = 'removed', changed_at = db_now()
+UPDATE runtime_nodes SET state = 'removed', changed_at = db_now(), pool_epoch = pool_epoch + 1
 WHERE installation = $1 AND name = $2 AND state = 'draining'
   AND changed_at + make_interval(secs => $3::double precision) <= db_now()
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
@@ -308,7 +312,7 @@ func (q *Queries) RuntimeNodes(ctx context.Context, installation string) ([]Runt
 }
 
 const runtimeNodesAsOf = `-- name: RuntimeNodesAsOf :many
-SELECT name, url, state, pool_epoch, changed_at, (SELECT db_now())::timestamptz AS as_of
+SELECT name, url, state, pool_epoch, added_at, changed_at, (SELECT db_now())::timestamptz AS as_of
 FROM runtime_nodes
 WHERE installation = $1
 ORDER BY added_at, name
@@ -319,6 +323,7 @@ type RuntimeNodesAsOfRow struct {
 	URL       string
 	State     RuntimeNodeState
 	PoolEpoch int64
+	AddedAt   time.Time
 	ChangedAt time.Time
 	AsOf      time.Time
 }
@@ -338,6 +343,7 @@ func (q *Queries) RuntimeNodesAsOf(ctx context.Context, installation string) ([]
 			&i.URL,
 			&i.State,
 			&i.PoolEpoch,
+			&i.AddedAt,
 			&i.ChangedAt,
 			&i.AsOf,
 		); err != nil {

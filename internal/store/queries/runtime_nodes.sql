@@ -7,7 +7,7 @@ ORDER BY added_at, name;
 
 -- name: RuntimeNodesAsOf :many
 -- The members of an installation's pool with the database's time of the read, for the backend.
-SELECT name, url, state, pool_epoch, changed_at, (SELECT db_now())::timestamptz AS as_of
+SELECT name, url, state, pool_epoch, added_at, changed_at, (SELECT db_now())::timestamptz AS as_of
 FROM runtime_nodes
 WHERE installation = @installation
 ORDER BY added_at, name;
@@ -17,10 +17,12 @@ ORDER BY added_at, name;
 SELECT pg_advisory_xact_lock(hashtextextended(@lock_key::text, 0));
 
 -- name: RuntimeNodeInsert :one
+-- added_at: now, or, for the catalog's node written when a pool gets its first row, the time it
+-- has been a member since (before any replica read the pool).
 INSERT INTO runtime_nodes (installation, name, url, state, pool_epoch, added_at, changed_at)
 VALUES (@installation, @name, @url, @state,
         coalesce((SELECT max(pool_epoch) FROM runtime_nodes WHERE installation = @installation), 1),
-        db_now(), db_now())
+        coalesce(sqlc.narg(added_at)::timestamptz, db_now()), db_now())
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
 
 -- name: RuntimeNodeServe :execrows
@@ -30,14 +32,14 @@ WHERE installation = @installation AND name = @name AND state = 'joining';
 
 -- name: RuntimeNodeDrain :one
 -- A member that may route starts leaving the pool.
-UPDATE runtime_nodes SET state = 'draining', changed_at = db_now()
+UPDATE runtime_nodes SET state = 'draining', changed_at = db_now(), pool_epoch = pool_epoch + 1
 WHERE installation = @installation AND name = @name AND state IN ('joining', 'serving')
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
 
 -- name: RuntimeNodeRemove :one
 -- A drained member that confirmed it holds nothing leaves the pool: draining for at least
 -- fence_seconds by the database's clock.
-UPDATE runtime_nodes SET state = 'removed', changed_at = db_now()
+UPDATE runtime_nodes SET state = 'removed', changed_at = db_now(), pool_epoch = pool_epoch + 1
 WHERE installation = sqlc.arg(installation) AND name = sqlc.arg(name) AND state = 'draining'
   AND changed_at + make_interval(secs => sqlc.arg(fence_seconds)::double precision) <= db_now()
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;

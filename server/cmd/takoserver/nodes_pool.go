@@ -196,6 +196,12 @@ installation's admin token before its first start (copy the token file to <state
 			}
 			text := fmt.Sprintf("node %s (%s) joined pool %s at epoch %d; the node reconciler brings it up to date, then it reads serving (takoserver nodes list)",
 				n.Name, n.URL, inst.Name, n.Epoch)
+			// Told at once that it is joining: its health check fails until it serves.
+			if members, err := (nodepool.Members{DB: db}).Members(ctx, inst); err == nil {
+				if _, err := selfhost.Tell(ctx, inst, members, n.Name); err != nil {
+					text += fmt.Sprintf(" (telling it it joins failed: %v; the node reconciler tells it)", err)
+				}
+			}
 			if lacking, err := dbsqlc.New(db).WorkersWithoutPoolBlob(ctx, inst.Name); err == nil && lacking > 0 {
 				// Delivered before the pool key was set: the Host kept nothing to name again.
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %d live workers of %s hold secrets delivered before the pool key was set; the new node cannot get them, and those workers read not Ready on it until their runtime inputs are delivered again (bump bindings_wo_version)\n",
@@ -405,31 +411,28 @@ A retired node must never serve again: wipe its state directory before it is sta
 			if err != nil {
 				return err
 			}
-			routing := 0
 			for _, m := range members {
-				if m.MayRoute() {
-					routing++
-				}
 				if m.Name != lost || !m.MayRoute() {
 					continue
 				}
-				// A node that answers is not lost: its absences must be its own.
+				// A node that answers is not lost: its absences must be its own. A refusal of the
+				// token is an answer; a node that cannot be reached, or a proxy in front of it
+				// answering 5xx, is not.
 				c, err := selfhost.NewFromConfig(selfhost.Config{URL: m.URL, TokenFile: inst.RuntimeTokenFile,
 					CAFile: inst.RuntimeCAFile, ClientCertFile: inst.RuntimeClientCertFile, ClientKeyFile: inst.RuntimeClientKeyFile})
-				if err == nil {
-					c.Attempts = 1
-					pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-					_, err = c.Status(pctx)
-					cancel()
-					if err == nil {
-						return fmt.Errorf("node %s answers at %s: it is not lost. Stop it (and wipe its state directory) first, or drain it (nothing was changed)", lost, m.URL)
-					}
+				if err != nil {
+					return err
+				}
+				c.Attempts = 1
+				pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				_, err = c.Status(pctx)
+				cancel()
+				var refused *selfhost.ProblemError
+				if err == nil || (errors.As(err, &refused) && refused.StatusCode < 500) {
+					return fmt.Errorf("node %s answers at %s: it is not lost. Stop it (and wipe its state directory) first, or drain and remove it (nothing was changed)", lost, m.URL)
 				}
 			}
-			if routing == 1 && !lastNode {
-				return fmt.Errorf("%s is the last node of pool %s that may route: retiring it confirms the absence of everything the pool holds and stops every worker on it until a node is added; pass --last-node to do so (nothing was changed)", lost, inst.Name)
-			}
-			n, err := nodepool.Retire(ctx, db, inst, lost, since, operator(by))
+			n, err := nodepool.Retire(ctx, db, inst, lost, since, operator(by), lastNode)
 			if err != nil {
 				return err
 			}

@@ -30,8 +30,10 @@ type Holdings struct {
 	Objects []Held
 	// GenerationFloor: a worker write at or below it may be refused as stale on some name.
 	GenerationFloor int64
-	// Node names the pool member listed (a selfhost pool's, SPEC 6.2).
+	// Node names the pool member listed (a selfhost pool's, SPEC 6.2), and Boot the start of it
+	// that answered.
 	Node string
+	Boot string
 }
 
 // Inventory is a Mutator whose backend the Host's reconciler puts back to what the ledger says:
@@ -51,10 +53,10 @@ type PoolInventory interface {
 	Members(ctx context.Context) ([]Mutator, error)
 }
 
-// PoolAnnouncer tells the members of a pool their place in it (SPEC 6.2): each member that may
-// route and that a sweep found wholly up to date (caughtUp, by name) is confirmed, which a member
-// of a pool of two or more waits for after a restart before it serves; a retired or removed member
-// that answers is told so, and serves nothing from then on.
+// PoolAnnouncer tells the members of a pool their place in it (SPEC 6.2). A member that a sweep
+// found wholly up to date (caughtUp: its name, and the start of it the sweep read) is confirmed
+// for that start, which a member of a pool of two or more waits for after a restart before it
+// serves; a retired or removed member that answers is told so, and serves nothing from then on.
 type PoolAnnouncer interface {
-	Announce(ctx context.Context, caughtUp map[string]bool) error
+	Announce(ctx context.Context, caughtUp map[string]string) error
 }

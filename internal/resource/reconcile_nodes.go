@@ -73,13 +73,13 @@ func (s *Service) ReconcileNodes(ctx context.Context, db interface {
 			errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
 			continue
 		}
-		caughtUps := map[string]bool{}
+		caughtUps := map[string]string{}
 		for _, node := range nodes {
 			inv, ok := backend.As[backend.Inventory](node)
 			if !ok {
 				continue
 			}
-			done, caughtUp, err := s.reconcileNode(ctx, db, name, node, inv, len(nodes) > 1)
+			done, caughtUp, boot, err := s.reconcileNode(ctx, db, name, node, inv, len(nodes) > 1)
 			out = append(out, done...)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
@@ -91,7 +91,7 @@ func (s *Service) ReconcileNodes(ctx context.Context, db interface {
 					errs = append(errs, fmt.Errorf("installation %s: %w", name, err))
 					continue
 				}
-				caughtUps[caughtUp] = true
+				caughtUps[caughtUp] = boot
 			}
 		}
 		// Each member found up to date is confirmed in its place (a member of a pool of two or
@@ -133,17 +133,17 @@ type heldKey struct{ kind, name string }
 func (s *Service) reconcileNode(ctx context.Context, db interface {
 	store.Beginner
 	dbsqlc.DBTX
-}, installation string, mut backend.Mutator, inv backend.Inventory, pooled bool) ([]Reconciled, string, error) {
+}, installation string, mut backend.Mutator, inv backend.Inventory, pooled bool) ([]Reconciled, string, string, error) {
 	// What the node holds is read first: every deployment is in the ledger before any node is
 	// asked to hold it, so one the ledger lacks after this read was never the ledger's.
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	held, err := inv.Holdings(lctx)
 	cancel()
 	if errors.Is(err, backend.ErrPoolEmpty) {
-		return nil, "", nil // every node was retired: none to bring up to date
+		return nil, "", "", nil // every node was retired: none to bring up to date
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("list what the node holds: %w", err)
+		return nil, "", "", fmt.Errorf("list what the node holds: %w", err)
 	}
 	q := dbsqlc.New(db)
 	ids := make([]uuid.UUID, 0, len(held.Objects))
@@ -154,14 +154,14 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 	}
 	rows, err := q.ReconcileKnown(ctx, ids)
 	if err != nil {
-		return nil, "", fmt.Errorf("resource: deployments a node holds: %w", store.Classify(err))
+		return nil, "", "", fmt.Errorf("resource: deployments a node holds: %w", store.Classify(err))
 	}
 	known := make(map[uuid.UUID]dbsqlc.ReconcileKnownRow, len(rows))
 	for _, r := range rows {
 		known[r.ID] = r
 	}
 	if err := q.DeploymentSequenceAdvance(ctx, held.GenerationFloor); err != nil {
-		return nil, "", fmt.Errorf("resource: move generations past the node's: %w", store.Classify(err))
+		return nil, "", "", fmt.Errorf("resource: move generations past the node's: %w", store.Classify(err))
 	}
 
 	var out []Reconciled
@@ -190,7 +190,7 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 
 	current, err := q.ReconcileCurrent(ctx, installation)
 	if err != nil {
-		return out, "", errors.Join(append(errs, fmt.Errorf("resource: what the node must hold: %w", store.Classify(err)))...)
+		return out, "", "", errors.Join(append(errs, fmt.Errorf("resource: what the node must hold: %w", store.Classify(err)))...)
 	}
 	// Scripts before routes, so that a route written again finds its script.
 	slices.SortStableFunc(current, func(a, b dbsqlc.ReconcileCurrentRow) int {
@@ -229,9 +229,9 @@ func (s *Service) reconcileNode(ctx context.Context, db interface {
 	if err != nil || capped || len(out) > 0 {
 		// Caught up only after a sweep that found nothing to change: what this one wrote is
 		// then on the node.
-		return out, "", err
+		return out, "", "", err
 	}
-	return out, held.Node, nil
+	return out, held.Node, held.Boot, nil
 }
 
 // restoreDeliveries names again, to a node that holds a live worker's script without any

@@ -13,7 +13,7 @@ import (
 func (n *Node) status(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	out := adminapi.Status{Scripts: []adminapi.ScriptStatus{}, Routes: []adminapi.RouteStatus{}, Brakes: n.brakesLocked(), Sandbox: n.sandboxMode()}
+	out := adminapi.Status{Scripts: []adminapi.ScriptStatus{}, Routes: []adminapi.RouteStatus{}, Brakes: n.brakesLocked(), Sandbox: n.sandboxMode(), Boot: n.member.boot}
 	for _, name := range slices.Sorted(maps.Keys(n.desired.Scripts)) {
 		out.Scripts = append(out.Scripts, n.scriptStatusLocked(name))
 		out.GenerationFloor = max(out.GenerationFloor, n.desired.Scripts[name].Generation)

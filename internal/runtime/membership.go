@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +12,9 @@ import (
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 )
-
-// membershipFile keeps the node's place in its pool (SPEC 6.2) in its state directory.
-const membershipFile = "membership.json"
 
 // membership is the node's place in its pool as the Host last told it, and whether the Host has
 // confirmed it since the node started.
@@ -22,6 +22,8 @@ type membership struct {
 	mu        sync.Mutex
 	m         *adminapi.Membership
 	confirmed bool
+	// boot identifies this start of the node (adminapi.Status.Boot).
+	boot string
 }
 
 // loadMembership reads the membership the node kept. A member of a pool of two or more comes back
@@ -29,7 +31,12 @@ type membership struct {
 // have missed changes (a deletion its peers confirmed) while it was away. A node that was never
 // told, or is a pool of one, serves at once from its own state.
 func (n *Node) loadMembership() error {
-	raw, err := safedir.ReadFile(n.store.Dir(), membershipFile, n.store.Owner())
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	n.member.boot = hex.EncodeToString(b[:])
+	raw, err := safedir.ReadFile(n.store.Dir(), state.MembershipFile, n.store.Owner())
 	if errors.Is(err, fs.ErrNotExist) {
 		n.member.confirmed = true
 		return nil
@@ -39,7 +46,7 @@ func (n *Node) loadMembership() error {
 	}
 	var m adminapi.Membership
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return fmt.Errorf("read the node's membership (%s): %w", membershipFile, err)
+		return fmt.Errorf("read the node's membership (%s): %w", state.MembershipFile, err)
 	}
 	n.member.m = &m
 	n.member.confirmed = m.PoolSize < 2
@@ -82,8 +89,9 @@ func (n *Node) memberHealth() (bool, string) {
 	return true, ""
 }
 
-// putMembership takes the node's place in its pool from the Host and keeps it; with Confirms, the
-// Host found the node up to date, and a restarted member serves again.
+// putMembership takes the node's place in its pool from the Host and keeps it; with Confirms
+// naming this start of the node, the Host found it up to date, and a restarted member serves
+// again (a confirmation of an earlier start, read before a restart, confirms nothing).
 // A membership of an older epoch than the one held is refused: a Host replica with an old view
 // cannot bring back a node a newer retirement took out.
 func (n *Node) putMembership(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -118,16 +126,16 @@ func (n *Node) putMembership(_ http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
-	if old := n.member.m; old != nil && (n.member.confirmed || !req.Confirms) {
+	if old := n.member.m; old != nil && (n.member.confirmed || req.Confirms != n.member.boot) {
 		if was, err := json.Marshal(old); err == nil && string(was) == string(raw) {
 			return n.member.statusLocked(), nil // told again each sweep: nothing to write
 		}
 	}
-	if err := safedir.WriteFile(n.store.Dir(), membershipFile, raw, n.store.Owner()); err != nil {
+	if err := safedir.WriteFile(n.store.Dir(), state.MembershipFile, raw, n.store.Owner()); err != nil {
 		return nil, fmt.Errorf("keep the node's membership: %w", err)
 	}
 	n.member.m = &req
-	if req.Confirms {
+	if req.Confirms != "" && req.Confirms == n.member.boot {
 		n.member.confirmed = true
 	}
 	return n.member.statusLocked(), nil
@@ -142,5 +150,5 @@ func (n *Node) getMembership(http.ResponseWriter, *http.Request) (any, error) {
 
 func (ms *membership) statusLocked() adminapi.MembershipStatus {
 	ok, why := ms.routesLocked(time.Now())
-	return adminapi.MembershipStatus{Membership: ms.m, Confirmed: ms.confirmed, Routes: ok, Reason: why}
+	return adminapi.MembershipStatus{Membership: ms.m, Boot: ms.boot, Confirmed: ms.confirmed, Routes: ok, Reason: why}
 }

@@ -36,7 +36,13 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 	tell := func(m adminapi.Membership) (adminapi.MembershipStatus, error) {
 		return f.client.SetMembership(f.ctx, m)
 	}
-	base := adminapi.Membership{Pool: "selfhost", Node: "node-a", Epoch: 1, PoolSize: 3, FenceSeconds: 1, Confirms: true}
+	boot := func() string {
+		st, err := f.client.Membership(f.ctx)
+		require.NoError(t, err)
+		require.NotEmpty(t, st.Boot)
+		return st.Boot
+	}
+	base := adminapi.Membership{Pool: "selfhost", Node: "node-a", Epoch: 1, PoolSize: 3, FenceSeconds: 1, Confirms: boot()}
 	joining := base
 	joining.State = adminapi.MemberJoining
 	st, err := tell(joining)
@@ -61,10 +67,15 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 	require.False(t, got.Confirmed)
 	require.Contains(t, got.Reason, "until the Host confirms")
 	unconfirmed := serving
-	unconfirmed.Confirms = false
+	unconfirmed.Confirms = ""
 	_, err = tell(unconfirmed)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, serves(), "told its place without being found up to date")
+	_, err = tell(serving)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, serves(), "a confirmation of its start before the restart confirms nothing")
+	serving.Confirms = boot()
+	base.Confirms = serving.Confirms
 	_, err = tell(serving)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, serves())

@@ -19,7 +19,7 @@ func (n *runtimeNode) Holdings(ctx context.Context) (backend.Holdings, error) {
 	if err != nil {
 		return backend.Holdings{}, wrap(c, err)
 	}
-	out := backend.Holdings{GenerationFloor: st.GenerationFloor, Node: n.member.Name}
+	out := backend.Holdings{GenerationFloor: st.GenerationFloor, Node: n.member.Name, Boot: st.Boot}
 	for _, s := range st.Scripts {
 		if s.Present {
 			out.Objects = append(out.Objects, backend.Held{Kind: backend.NativeWorker, NativeName: s.ScriptName, DeploymentID: parseID(s.DeploymentID),

@@ -573,7 +573,7 @@ const announceWait = 2 * time.Second
 
 // Announce tells each member of the pool its place (SPEC 6.2), retired and removed ones too if
 // they answer; the members in caughtUp are confirmed, the others are not.
-func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
+func (p *pool) Announce(ctx context.Context, caughtUp map[string]string) error {
 	if p.members == nil {
 		return nil
 	}
@@ -608,8 +608,8 @@ func (p *pool) Announce(ctx context.Context, caughtUp map[string]bool) error {
 var _ backend.PoolAnnouncer = (*pool)(nil)
 
 // membership is what the member is told of its place in the pool of size members that may route;
-// confirms when the Host found it wholly up to date.
-func (n *runtimeNode) membership(size int, confirms bool) adminapi.Membership {
+// confirms names the start of it the Host found wholly up to date ("" confirms nothing).
+func (n *runtimeNode) membership(size int, confirms string) adminapi.Membership {
 	m := adminapi.Membership{Pool: n.inst.Name, Node: n.member.Name, State: n.member.State, Epoch: max(n.member.Epoch, 1),
 		PoolSize: size, FenceSeconds: int(n.inst.Fence().Seconds()), Confirms: confirms}
 	if m.State == backend.MemberDraining {
@@ -620,7 +620,7 @@ func (n *runtimeNode) membership(size int, confirms bool) adminapi.Membership {
 }
 
 // announce tells the member its place in the pool.
-func (n *runtimeNode) announce(ctx context.Context, size int, confirms bool) error {
+func (n *runtimeNode) announce(ctx context.Context, size int, confirms string) error {
 	c, err := n.api(ctx)
 	if err != nil {
 		return err
@@ -649,7 +649,7 @@ func Tell(ctx context.Context, inst catalog.Installation, members []backend.Pool
 	if err != nil {
 		return adminapi.MembershipStatus{}, err
 	}
-	return c.SetMembership(ctx, n.membership(size, false))
+	return c.SetMembership(ctx, n.membership(size, ""))
 }
 
 // Implicit reports whether the node is the catalog's node of a pool without membership rows.

@@ -557,6 +557,9 @@ type Status struct {
 	// Sandbox says how workers run (SPEC 5.1): SandboxBwrap, or SandboxOff when the node was
 	// started with --insecure-no-sandbox.
 	Sandbox string `json:"sandbox"`
+	// Boot identifies this start of the node: the Host confirms a member's place in its pool only
+	// for the start it found up to date (SPEC 6.2).
+	Boot string `json:"boot,omitempty"`
 }
 
 // Pool is the pool key a node holds (GET PathPool): its pool's name and public key, both empty
@@ -583,9 +586,10 @@ type Membership struct {
 	PoolSize      int        `json:"poolSize"`
 	FenceSeconds  int        `json:"fenceSeconds"`
 	DrainingSince *time.Time `json:"drainingSince,omitempty"`
-	// Confirms: the Host found the node wholly up to date just now (a restarted member of a pool
-	// of two or more serves again only then).
-	Confirms bool `json:"confirms,omitempty"`
+	// Confirms names the start of the node (Status.Boot) the Host found wholly up to date: a
+	// restarted member of a pool of two or more serves again only once its own start is
+	// confirmed. Empty confirms nothing.
+	Confirms string `json:"confirms,omitempty"`
 }
 
 // States of a pool member (SPEC 6.2).
@@ -601,6 +605,7 @@ const (
 // any), whether the Host confirmed it since the node started, and whether its edge routes.
 type MembershipStatus struct {
 	Membership *Membership `json:"membership,omitempty"`
+	Boot       string      `json:"boot"`
 	Confirmed  bool        `json:"confirmed"`
 	Routes     bool        `json:"routes"`
 	Reason     string      `json:"reason,omitempty"`

@@ -91,6 +91,15 @@ func (s *Store) Backup(w io.Writer, d *Desired) error {
 			return err
 		}
 	}
+	// The node's place in its pool (SPEC 6.2): a member of a pool of two or more, restored,
+	// serves nothing until the Host confirms it.
+	if b, err := safedir.ReadFile(s.dir, MembershipFile, s.owner); err == nil {
+		if err := put(MembershipFile, b); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("backup: the node's membership: %w", err)
+	}
 	for _, uid := range sealed {
 		b, err := safedir.ReadFile(filepath.Join(s.dir, secretsDir), uid, s.owner)
 		if err != nil {
@@ -186,6 +195,11 @@ func Restore(r io.Reader, dir string, opts RestoreOptions) (err error) {
 			return fmt.Errorf("restore: the backup does not begin with its manifest (%s)", manifestName)
 		case h.Name == desiredFile:
 			desired = b
+		case h.Name == MembershipFile:
+			// Kept as the node held it; a directory's own is replaced only by the backup's.
+			if err := safedir.WriteFile(dir, MembershipFile, b, owner); err != nil {
+				return err
+			}
 		case sub == bundlesDir && validRef(name):
 			if err := safedir.WriteFile(filepath.Join(dir, bundlesDir), name, b, owner); err != nil {
 				return err

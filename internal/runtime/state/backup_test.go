@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
@@ -140,4 +141,31 @@ func unpack(t *testing.T, b []byte) ([]string, string) {
 		all.Write(c)
 	}
 	return names, all.String()
+}
+
+// A node's place in its pool goes with its backup (SPEC 6.2): restored anywhere, a member of a
+// pool of two or more comes back as one (and serves nothing until the Host confirms it).
+func TestABackupCarriesTheNodesPlaceInItsPool(t *testing.T) {
+	t.Parallel()
+	key := testKey(t)
+	dir := filepath.Join(t.TempDir(), "runtime")
+	s, err := Open(dir, key)
+	require.NoError(t, err)
+	d, err := s.Load()
+	require.NoError(t, err)
+	place := []byte(`{"pool":"selfhost","node":"node-2","state":"serving","epoch":3,"poolSize":3,"fenceSeconds":300}`)
+	require.NoError(t, safedir.WriteFile(dir, MembershipFile, place, s.Owner()))
+	var backup bytes.Buffer
+	require.NoError(t, s.Backup(&backup, d))
+	s.Close()
+	names, _ := unpack(t, backup.Bytes())
+	require.Contains(t, names, MembershipFile)
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	require.NoError(t, Restore(bytes.NewReader(backup.Bytes()), fresh, RestoreOptions{}))
+	back, err := Open(fresh, key)
+	require.NoError(t, err)
+	defer back.Close()
+	got, err := safedir.ReadFile(fresh, MembershipFile, back.Owner())
+	require.NoError(t, err)
+	require.JSONEq(t, string(place), string(got))
 }

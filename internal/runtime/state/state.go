@@ -48,10 +48,12 @@ const IsolateVersion = 3
 
 const (
 	desiredFile = "desired.json"
-	lockFile    = "lock"
-	secretsDir  = "secrets"
-	socketsDir  = "sockets"
-	bundlesDir  = "bundles"
+	// MembershipFile keeps the node's place in its pool (SPEC 6.2), as the Host last told it.
+	MembershipFile = "membership.json"
+	lockFile       = "lock"
+	secretsDir     = "secrets"
+	socketsDir     = "sockets"
+	bundlesDir     = "bundles"
 	// legacyIncarnationsDir held one directory per running incarnation, in the runtime before org
 	// processes; a start removes it.
 	legacyIncarnationsDir = "incarnations"

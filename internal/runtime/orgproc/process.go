@@ -596,6 +596,10 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 		allowance = LoadAllowance
 	}
 	var loadMissedSince time.Time
+	// loading: a load was in progress when the liveness probe in flight went out. A probe the
+	// load held that is answered (missed) just after the load ended is the load's miss all the
+	// same (seen in CI: the weight dropped at the load's end).
+	loading := false
 	// A probe still unanswered after StallAfter, with no answer of its workers meanwhile, already
 	// says the thread is held: the weight drops then, not only once the probe has timed out.
 	slow := time.NewTimer(time.Hour)
@@ -606,7 +610,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 		case <-slow.C:
 			// Busy is not stuck: a process whose workers answered since the probe went out
 			// keeps its weight (the miss below makes the same exception).
-			if probing && p.answered.Load() == lastAnswered && !p.anyProbing() {
+			if probing && p.answered.Load() == lastAnswered && !loading && !p.anyProbing() {
 				stall(true)
 			}
 		case err := <-exited:
@@ -624,6 +628,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				continue
 			}
 			probing = true
+			loading = p.anyProbing()
 			// What the workers answered since the last probe is this period's witness.
 			before := lastAnswered
 			lastAnswered = p.answered.Load()
@@ -659,7 +664,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			}
 			// One allowance per streak of misses: a load begun later in the streak (a tenant
 			// may deploy at will) does not start another.
-			if p.anyProbing() {
+			if loading || p.anyProbing() {
 				if loadMissedSince.IsZero() {
 					loadMissedSince = time.Now()
 				}

@@ -310,6 +310,12 @@ type PoolMembers interface {
 	Members(ctx context.Context, inst catalog.Installation) ([]PoolMember, error)
 }
 
+// FreshPoolMembers is a PoolMembers that can also read the membership afresh, bypassing any
+// cached read: what the node reconciler and the announcements read, off the request path.
+type FreshPoolMembers interface {
+	Fresh(ctx context.Context, inst catalog.Installation) ([]PoolMember, error)
+}
+
 // Registry hands out the mutator of each installation.
 type Registry struct {
 	// Packs makes the mutators of each pack, by its name (internal/backend/packs names every pack

@@ -100,6 +100,13 @@ func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]back
 	return slices.Clone(out), nil
 }
 
+// Fresh reads inst's members afresh, whatever the cache holds.
+func (m Members) Fresh(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
+	return Members{DB: m.DB}.Members(ctx, inst)
+}
+
+var _ backend.FreshPoolMembers = Members{}
+
 func implicit(inst catalog.Installation) backend.PoolMember {
 	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true, Settled: true}
 }

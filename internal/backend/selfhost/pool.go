@@ -51,12 +51,25 @@ const nodeStatusWait = 2 * time.Second
 
 // targets are the members that may route, as runtimeNodes.
 func (p *pool) targets(ctx context.Context) ([]*runtimeNode, error) {
-	members := []backend.PoolMember{{Name: "node-1", URL: p.inst.RuntimeURL, State: backend.MemberServing, Settled: true}}
-	if p.members != nil {
-		var err error
-		if members, err = p.members.Members(ctx, p.inst); err != nil {
-			return nil, fmt.Errorf("%w: installation %s: read its pool: %v", backend.ErrUnreachable, p.inst.Name, err)
-		}
+	return p.targetsOf(ctx, false)
+}
+
+// read reads the pool's members; fresh bypasses a cached read (the reconciler's, off the request
+// path: it must never write to a member another replica's cache still shows serving).
+func (p *pool) read(ctx context.Context, fresh bool) ([]backend.PoolMember, error) {
+	if p.members == nil {
+		return []backend.PoolMember{{Name: "node-1", URL: p.inst.RuntimeURL, State: backend.MemberServing, Settled: true}}, nil
+	}
+	if f, ok := p.members.(backend.FreshPoolMembers); ok && fresh {
+		return f.Fresh(ctx, p.inst)
+	}
+	return p.members.Members(ctx, p.inst)
+}
+
+func (p *pool) targetsOf(ctx context.Context, fresh bool) ([]*runtimeNode, error) {
+	members, err := p.read(ctx, fresh)
+	if err != nil {
+		return nil, fmt.Errorf("%w: installation %s: read its pool: %v", backend.ErrUnreachable, p.inst.Name, err)
 	}
 	var out []*runtimeNode
 	for _, m := range members {
@@ -544,7 +557,7 @@ func (p *pool) Holdings(ctx context.Context) (backend.Holdings, error) {
 // Members are the pool's joining and serving members, each as a mutator of that node alone, for
 // the node reconciler to bring each up to date on its own.
 func (p *pool) Members(ctx context.Context) ([]backend.Mutator, error) {
-	nodes, err := p.targets(ctx)
+	nodes, err := p.targetsOf(ctx, true)
 	if err != nil {
 		return nil, err
 	}
@@ -577,7 +590,7 @@ func (p *pool) Announce(ctx context.Context, caughtUp map[string]string) error {
 	if p.members == nil {
 		return nil
 	}
-	members, err := p.members.Members(ctx, p.inst)
+	members, err := p.read(ctx, true)
 	if err != nil {
 		return err
 	}

@@ -307,6 +307,17 @@ added again under a new name.`,
 			if err != nil {
 				return fmt.Errorf("take everything off node %s: %w (%d objects taken off; run remove again)", n.Name, err, takenOff)
 			}
+			// A Host replica may still hold a read of the pool from before the drain: once every
+			// such read has expired, the node must still hold nothing.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(nodepool.CacheTTL + time.Second):
+			}
+			again, err := takeEverythingOff(ctx, c)
+			if err != nil || again > 0 {
+				return fmt.Errorf("node %s was written again after everything was taken off it (%d objects; %v): run remove again (it is not removed)", n.Name, again, err)
+			}
 			removed, err := nodepool.Remove(ctx, db, inst, n.Name, operator(by), takenOff)
 			if err != nil {
 				return err

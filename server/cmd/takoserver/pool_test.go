@@ -267,7 +267,17 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 
 	// Removed: everything taken off it, read back, and it leaves the pool; a deletion then needs
 	// node A alone.
-	out := decodeJSON(t, run(t, p.dbURL, "nodes", "remove", "node-b", "--config", p.catalog, "--installation", "selfhost", "--output", "json"))
+	// It refuses until the drain's fence has passed, and while a write still lands on the node
+	// (a sweep begun before the drain); the operator runs it again.
+	var out map[string]any
+	require.Eventually(t, func() bool {
+		stdout, _, err := runRaw(p.dbURL, "nodes", "remove", "node-b", "--config", p.catalog, "--installation", "selfhost", "--output", "json")
+		if err != nil {
+			return false
+		}
+		out = decodeJSON(t, stdout)
+		return true
+	}, 60*time.Second, time.Second)
 	require.Equal(t, "removed", out["state"])
 	bc, err := selfhost.New(nodeB.adminURL, nodeB.tokenFile)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
@@ -40,6 +41,17 @@ func (f *poolFlags) load() (catalog.Installation, error) {
 		return catalog.Installation{}, fmt.Errorf("the catalog has no selfhost installation %q", f.installation)
 	}
 	return inst, nil
+}
+
+// open loads the installation the flags name and opens the database, as every command on a
+// pool's membership does first. The caller closes the pool.
+func (f *poolFlags) open(cmd *cobra.Command, g *globals) (catalog.Installation, *pgxpool.Pool, error) {
+	inst, err := f.load()
+	if err != nil {
+		return catalog.Installation{}, nil, err
+	}
+	db, err := g.outputAndPool(cmd.Context())
+	return inst, db, err
 }
 
 // operator names who ran a command, for the pool's event ledger: --by, or the user and machine.
@@ -81,11 +93,7 @@ func nodesListCommand(g *globals) *cobra.Command {
 		Short: "List the nodes of a selfhost pool and their states",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			inst, err := f.load()
-			if err != nil {
-				return err
-			}
-			db, err := g.outputAndPool(cmd.Context())
+			inst, db, err := f.open(cmd, g)
 			if err != nil {
 				return err
 			}
@@ -230,16 +238,12 @@ its edge serves nothing. It still receives every change and must confirm every a
 deletions wait for it until it is retired.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			inst, err := f.load()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			db, err := g.outputAndPool(ctx)
+			inst, db, err := f.open(cmd, g)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			ctx := cmd.Context()
 			n, err := nodepool.Drain(ctx, db, inst, args[0], operator(by))
 			if err != nil {
 				return err
@@ -276,16 +280,12 @@ absences are not needed. The node is told it was removed, and serves nothing unt
 added again under a new name.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			inst, err := f.load()
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			db, err := g.outputAndPool(ctx)
+			inst, db, err := f.open(cmd, g)
 			if err != nil {
 				return err
 			}
 			defer db.Close()
+			ctx := cmd.Context()
 			n, err := nodepool.Removable(ctx, db, inst, args[0])
 			if err != nil {
 				return err

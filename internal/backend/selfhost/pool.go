@@ -600,21 +600,26 @@ func (p *pool) Announce(ctx context.Context, caughtUp map[string]string) error {
 			size++
 		}
 	}
-	var errs []error
-	for _, m := range members {
-		// Every member is told its place on every sweep (a node that missed its drain, or that
-		// has just joined, learns it); only one found wholly up to date is confirmed.
+	// Every member is told its place on every sweep (a node that missed its drain, or that has
+	// just joined, learns it); only one found wholly up to date is confirmed. All at once, so
+	// that lost and retired nodes that never answer hold a sweep for announceWait at most,
+	// however many the pool has had.
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
 		if m.Implicit {
 			continue
 		}
-		n := &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m}
-		actx, cancel := context.WithTimeout(ctx, announceWait)
-		err := n.announce(actx, size, caughtUp[m.Name])
-		cancel()
-		if err != nil && m.MayRoute() {
-			errs = append(errs, fmt.Errorf("node %s: tell it its place in the pool: %w", m.Name, err))
-		}
+		wg.Go(func() {
+			n := &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m}
+			actx, cancel := context.WithTimeout(ctx, announceWait)
+			defer cancel()
+			if err := n.announce(actx, size, caughtUp[m.Name]); err != nil && m.MayRoute() {
+				errs[i] = fmt.Errorf("node %s: tell it its place in the pool: %w", m.Name, err)
+			}
+		})
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -53,10 +53,18 @@ const CacheTTL = 5 * time.Second
 // written to it: long enough that every replica's cached read from before it joined has expired.
 const MemberSettle = 3 * CacheTTL
 
-// Cache keeps each pool's membership read for CacheTTL.
+// Cache keeps each pool's membership read for CacheTTL, and when this process first read each
+// joining member settled by the database's clock.
+//
+// A joining member is settled for this process only CacheTTL after that first read (by its own
+// clock), so that the rule holds even when the database's clock jumps forward: every other
+// replica's read from before the member joined has expired by then, so none confirms an absence
+// without asking it; and the reconciler marks it serving only then, so that every replica's read
+// in use writes every change to it.
 type Cache struct {
-	mu    sync.Mutex
-	reads map[string]cachedRead
+	mu      sync.Mutex
+	reads   map[string]cachedRead
+	settled map[string]time.Time
 }
 
 type cachedRead struct {
@@ -66,12 +74,23 @@ type cachedRead struct {
 
 // NewMembers is a membership reader on db that caches its reads.
 func NewMembers(db dbsqlc.DBTX) Members {
-	return Members{DB: db, Cache: &Cache{reads: map[string]cachedRead{}}}
+	return Members{DB: db, Cache: &Cache{reads: map[string]cachedRead{}, settled: map[string]time.Time{}}}
 }
 
 // Members lists inst's members, the catalog's node alone when the pool has no rows.
 func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
-	if m.Cache != nil {
+	return m.read(ctx, inst, true)
+}
+
+// Fresh reads inst's members afresh, whatever the cache holds.
+func (m Members) Fresh(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
+	return m.read(ctx, inst, false)
+}
+
+var _ backend.FreshPoolMembers = Members{}
+
+func (m Members) read(ctx context.Context, inst catalog.Installation, cached bool) ([]backend.PoolMember, error) {
+	if m.Cache != nil && cached {
 		m.Cache.mu.Lock()
 		r, ok := m.Cache.reads[inst.Name]
 		m.Cache.mu.Unlock()
@@ -90,9 +109,12 @@ func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]back
 		for i, r := range rows {
 			out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, Since: r.ChangedAt,
 				Settled: !r.AsOf.Before(r.AddedAt.Add(MemberSettle))}
+			if m.Cache != nil && out[i].State == backend.MemberJoining && out[i].Settled {
+				out[i].Settled = m.Cache.settledSince(inst.Name+"\x00"+r.Name+"\x00"+r.URL, start)
+			}
 		}
 	}
-	if m.Cache != nil {
+	if m.Cache != nil && cached {
 		m.Cache.mu.Lock()
 		m.Cache.reads[inst.Name] = cachedRead{at: start, members: out}
 		m.Cache.mu.Unlock()
@@ -100,12 +122,17 @@ func (m Members) Members(ctx context.Context, inst catalog.Installation) ([]back
 	return slices.Clone(out), nil
 }
 
-// Fresh reads inst's members afresh, whatever the cache holds.
-func (m Members) Fresh(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
-	return Members{DB: m.DB}.Members(ctx, inst)
+// settledSince records at as when this process first read the member key settled, and reports
+// whether CacheTTL has passed since then.
+func (c *Cache) settledSince(key string, at time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	first, ok := c.settled[key]
+	if !ok {
+		c.settled[key], first = at, at
+	}
+	return time.Since(first) >= CacheTTL
 }
-
-var _ backend.FreshPoolMembers = Members{}
 
 func implicit(inst catalog.Installation) backend.PoolMember {
 	return backend.PoolMember{Name: ImplicitNode, URL: inst.RuntimeURL, State: backend.MemberServing, Epoch: 1, Implicit: true, Settled: true}
@@ -362,12 +389,18 @@ func retireRefusal(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installa
 	return fmt.Errorf("%w: %s is not a member of %s", ErrNoSuchNode, name, inst.Name)
 }
 
-// MarkServing moves a joining member the reconciler found up to date to serving.
+// ServeAfter is how long, by the database's clock, a joining member waits before it serves (enters
+// the Ready set): it is settled, and every replica's cached read shows it settled, so that no
+// replica reads a worker Ready that it never wrote to the member.
+const ServeAfter = MemberSettle + CacheTTL
+
+// MarkServing moves a joining member the reconciler found up to date to serving; it answers false
+// when the member was not joining, or joined less than ServeAfter ago.
 func MarkServing(ctx context.Context, db DB, inst catalog.Installation, name string) (bool, error) {
 	changed := false
 	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		n, err := q.RuntimeNodeServe(ctx, dbsqlc.RuntimeNodeServeParams{Installation: inst.Name, Name: name})
+		n, err := q.RuntimeNodeServe(ctx, dbsqlc.RuntimeNodeServeParams{Installation: inst.Name, Name: name, SettleSeconds: ServeAfter.Seconds()})
 		if err != nil || n == 0 {
 			return store.Classify(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
@@ -95,7 +96,16 @@ func TestRetireNeedsTheFenceAndMovesTheEpochOn(t *testing.T) {
 	_, err = nodepool.Add(ctx, db, inst, "Node_3", "http://127.0.0.1:9789", "op")
 	require.ErrorIs(t, err, nodepool.ErrBadName)
 
+	// A joining node serves only once every replica's read writes to it.
 	ok, err := nodepool.MarkServing(ctx, db, inst, "node-2")
+	require.NoError(t, err)
+	require.False(t, ok, "joined moments ago")
+	skew(t, db, nodepool.ServeAfter-2*time.Second)
+	ok, err = nodepool.MarkServing(ctx, db, inst, "node-2")
+	require.NoError(t, err)
+	require.False(t, ok, "joined 2 s short of ServeAfter")
+	skew(t, db, 3*time.Second)
+	ok, err = nodepool.MarkServing(ctx, db, inst, "node-2")
 	require.NoError(t, err)
 	require.True(t, ok)
 	ok, err = nodepool.MarkServing(ctx, db, inst, "node-2")
@@ -211,11 +221,29 @@ func TestAJoiningMemberSettlesOnlyAfterEveryCachedReadExpired(t *testing.T) {
 	require.Len(t, fresh, 2)
 	require.True(t, fresh[0].Settled)
 	require.False(t, fresh[1].Settled, "joined moments ago")
-	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ($1::interval)
-		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`, (nodepool.MemberSettle + time.Second).String())
-	require.NoError(t, err)
+	skew(t, db, nodepool.MemberSettle+time.Second)
 	fresh, err = nodepool.Members{DB: db}.Members(ctx, inst)
 	require.NoError(t, err)
 	require.True(t, fresh[1].Settled, "settled once every cached read has expired")
 	require.Greater(t, nodepool.MemberSettle, nodepool.CacheTTL)
+
+	// The database's clock jumped past MemberSettle: a Host's reader that first reads the member
+	// settled holds it unsettled for CacheTTL more by its own clock (another replica's read from
+	// before the member joined may still be in use that long).
+	fresh, err = cached.Fresh(ctx, inst)
+	require.NoError(t, err)
+	require.False(t, fresh[1].Settled, "first read settled by the database's clock moments ago")
+	time.Sleep(nodepool.CacheTTL)
+	fresh, err = cached.Fresh(ctx, inst)
+	require.NoError(t, err)
+	require.True(t, fresh[1].Settled)
+	require.True(t, fresh[0].Settled, "a serving member is settled whenever this process first reads it")
+}
+
+// skew moves the database's clock d on.
+func skew(t *testing.T, db *pgxpool.Pool, d time.Duration) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `INSERT INTO clock_skew (skew) VALUES ($1::interval)
+		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`, d.String())
+	require.NoError(t, err)
 }

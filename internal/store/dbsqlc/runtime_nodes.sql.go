@@ -258,16 +258,19 @@ func (q *Queries) RuntimeNodeRetire(ctx context.Context, arg RuntimeNodeRetirePa
 const runtimeNodeServe = `-- name: RuntimeNodeServe :execrows
 UPDATE runtime_nodes SET state = 'serving', changed_at = db_now()
 WHERE installation = $1 AND name = $2 AND state = 'joining'
+  AND added_at <= db_now() - make_interval(secs => $3::double precision)
 `
 
 type RuntimeNodeServeParams struct {
-	Installation string
-	Name         string
+	Installation  string
+	Name          string
+	SettleSeconds float64
 }
 
-// A joining member caught up: it serves.
+// A joining member caught up serves, once it joined long enough ago (settle_seconds, by the
+// database's clock) that every replica's read of the pool writes every change to it.
 func (q *Queries) RuntimeNodeServe(ctx context.Context, arg RuntimeNodeServeParams) (int64, error) {
-	result, err := q.db.Exec(ctx, runtimeNodeServe, arg.Installation, arg.Name)
+	result, err := q.db.Exec(ctx, runtimeNodeServe, arg.Installation, arg.Name, arg.SettleSeconds)
 	if err != nil {
 		return 0, err
 	}

@@ -26,9 +26,11 @@ VALUES (@installation, @name, @url, @state,
 RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
 
 -- name: RuntimeNodeServe :execrows
--- A joining member caught up: it serves.
+-- A joining member caught up serves, once it joined long enough ago (settle_seconds, by the
+-- database's clock) that every replica's read of the pool writes every change to it.
 UPDATE runtime_nodes SET state = 'serving', changed_at = db_now()
-WHERE installation = @installation AND name = @name AND state = 'joining';
+WHERE installation = @installation AND name = @name AND state = 'joining'
+  AND added_at <= db_now() - make_interval(secs => sqlc.arg('settle_seconds')::double precision);
 
 -- name: RuntimeNodeDrain :one
 -- A member that may route starts leaving the pool.

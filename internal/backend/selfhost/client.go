@@ -427,6 +427,11 @@ func (c *Client) once(ctx context.Context, method, path, token string, payload [
 	if resp.StatusCode >= 300 {
 		pe := &ProblemError{StatusCode: resp.StatusCode}
 		if json.Unmarshal(b, &pe.Problem) != nil || pe.Problem.Code == "" {
+			switch resp.StatusCode {
+			case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+				// A proxy or load balancer in front of the node answered for it: the node did not.
+				return fmt.Errorf("%w: %s %s: %d from a gateway in front of the node", ErrNodeUnreachable, method, path, resp.StatusCode)
+			}
 			pe.Problem = *adminapi.NewProblem(resp.StatusCode, "http_"+fmt.Sprint(resp.StatusCode), http.StatusText(resp.StatusCode), "the runtime node answered without a problem document")
 		}
 		return pe

@@ -160,6 +160,22 @@ func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
 		t.Fatal("the retried call never reached the node")
 	}
 
+	// A gateway in front of a node that is down answers for it: the node is unreachable. Any other
+	// answer without a problem document is the node's refusal.
+	for code, unreachable := range map[int]bool{http.StatusBadGateway: true, http.StatusServiceUnavailable: true, http.StatusGatewayTimeout: true,
+		http.StatusInternalServerError: false, http.StatusNotFound: false} {
+		gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "upstream down", code)
+		}))
+		c = selfhost.NewWithToken(gw.URL, "token")
+		c.Attempts, c.Backoff = 2, time.Millisecond
+		_, err = c.Status(context.Background())
+		gw.Close()
+		require.Equal(t, unreachable, errors.Is(err, selfhost.ErrNodeUnreachable), "%d: %v", code, err)
+		var pe *selfhost.ProblemError
+		require.Equal(t, !unreachable, errors.As(err, &pe), "%d: %v", code, err)
+	}
+
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	require.NoError(t, closed.Close())

@@ -69,6 +69,9 @@ type Client struct {
 	Attempts int
 	// Backoff is the first retry delay, doubling.
 	Backoff time.Duration
+	// Once, when set and true at a call, makes that call try once: a node that has been silent
+	// long enough is asked, not waited on again.
+	Once func() bool
 }
 
 // Config says how to reach one runtime node: its admin URL, its token file and, for https://, how
@@ -363,6 +366,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		}
 	}
 	backoff := c.Backoff
+	attempts := c.Attempts
+	if c.Once != nil && c.Once() {
+		attempts = 1
+	}
 	var lastErr error
 	reread := false
 	for attempt := 1; ; attempt++ {
@@ -382,7 +389,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 			return err
 		}
 		lastErr = err
-		if attempt >= c.Attempts {
+		if attempt >= attempts {
 			return lastErr
 		}
 		select {

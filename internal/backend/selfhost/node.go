@@ -50,6 +50,14 @@ type shared struct {
 	silentSince map[string]time.Time
 }
 
+// suspect reports whether the member at url has been silent for after.
+func (s *shared) suspect(url string, after time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	since, ok := s.silentSince[url]
+	return ok && time.Since(since) >= after
+}
+
 // api returns the member's admin client, reading the token file on first use (and again after a
 // failure, so a runtime started after the Host is found). Every member of a pool takes the
 // installation's token and TLS files.
@@ -67,6 +75,10 @@ func (n *runtimeNode) api(context.Context) (*Client, error) {
 		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, n.member.URL, err)
 	}
 	c.Log = n.log
+	// A member suspect in a pool (silent for suspectAfter) is asked once per call: every read of
+	// the pool asks it, and must not wait on it (SPEC 6.2).
+	url, suspectAfter := n.member.URL, n.inst.Suspect()
+	c.Once = func() bool { return n.shared.suspect(url, suspectAfter) }
 	n.shared.clients[n.member.URL] = c
 	return c, nil
 }

@@ -102,10 +102,7 @@ func (p *pool) heard(n *runtimeNode, err error) {
 
 // suspect reports whether n has been silent for the pool's suspectAfter.
 func (p *pool) suspect(n *runtimeNode) bool {
-	p.shared.mu.Lock()
-	defer p.shared.mu.Unlock()
-	since, ok := p.shared.silentSince[n.member.URL]
-	return ok && time.Since(since) >= p.inst.Suspect()
+	return p.shared.suspect(n.member.URL, p.inst.Suspect())
 }
 
 // writable reports whether changes are written to n now: not to a suspect member (the

@@ -182,7 +182,7 @@ var (
 	ErrNoPoolKey   = errors.New("a pool of several nodes needs the catalog's poolPublicKey: its secrets reach every node sealed to the pool's key (takoserver nodes init-pool-key)")
 	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
 	ErrNotDrained  = errors.New("the node has not drained")
-	ErrLastNode    = errors.New("the pool's last node is retired only on purpose (--last-node)")
+	ErrLastNode    = errors.New("the pool's last node is taken out only on purpose (--last-node)")
 	ErrBadName     = errors.New("a node's name is a name: lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63")
 )
 
@@ -227,7 +227,7 @@ func Add(ctx context.Context, db DB, inst catalog.Installation, name, url, actor
 // Drain starts a member's way out of inst's pool: it leaves the Ready set at once, its health check
 // fails once it is told (the caller tells it), and it stops serving the pool's fenceSeconds later.
 // It still receives every change and must confirm every absence until it is removed or retired.
-func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor string) (Node, error) {
+func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor string, lastNode bool) (Node, error) {
 	if inst.Pack != catalog.PackSelfhost {
 		return Node{}, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
 	}
@@ -237,6 +237,17 @@ func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor st
 		rows, err := lockedMembers(ctx, q, inst)
 		if err != nil {
 			return err
+		}
+		serving, target := 0, false
+		for _, r := range rows {
+			if r.State == dbsqlc.RuntimeNodeStateServing {
+				serving++
+				target = target || r.Name == name
+			}
+		}
+		if target && serving == 1 && !lastNode {
+			return fmt.Errorf("%w: %s is the last serving node of pool %s: draining it stops every worker of the pool once the fence has passed",
+				ErrLastNode, name, inst.Name)
 		}
 		row, err := q.RuntimeNodeDrain(ctx, dbsqlc.RuntimeNodeDrainParams{Installation: inst.Name, Name: name})
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -177,10 +177,10 @@ func TestRemoveFollowsADrainOfTheFencesLength(t *testing.T) {
 	require.NoError(t, err)
 	_, err = nodepool.Removable(ctx, db, inst, "node-2")
 	require.ErrorIs(t, err, nodepool.ErrNotDrained, "joining")
-	n, err := nodepool.Drain(ctx, db, inst, "node-2", "op")
+	n, err := nodepool.Drain(ctx, db, inst, "node-2", "op", false)
 	require.NoError(t, err)
 	require.Equal(t, backend.MemberDraining, n.State)
-	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op")
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
 	require.NoError(t, err, "draining again tells it again")
 	_, err = nodepool.Remove(ctx, db, inst, "node-2", "op", 0)
 	require.ErrorIs(t, err, nodepool.ErrNotDrained, "the fence has not passed")
@@ -195,8 +195,42 @@ func TestRemoveFollowsADrainOfTheFencesLength(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, backend.MemberRemoved, n.State)
 	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "removed"}, states(t, db, inst))
-	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op")
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
 	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
+}
+
+// Draining the pool's last serving node stops every worker of the pool: it is refused and
+// changes nothing unless asked for on purpose. Each drain moves the pool's epoch on, on every
+// member, so that a node told its place by an older epoch is refused.
+func TestDrainRefusesTheLastServingNodeAndMovesTheEpochOn(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	_, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+	_, err = nodepool.Drain(ctx, db, inst, "node-1", "op", false)
+	require.ErrorIs(t, err, nodepool.ErrLastNode, "node-2 is joining: node-1 is the last serving node")
+	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "joining"}, states(t, db, inst))
+	epochs := func() map[string]int64 {
+		list, err := nodepool.List(ctx, db, inst)
+		require.NoError(t, err)
+		out := map[string]int64{}
+		for _, n := range list {
+			out[n.Name] = n.Epoch
+		}
+		return out
+	}
+	before := epochs()
+	require.Equal(t, before["node-1"], before["node-2"])
+
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
+	require.NoError(t, err, "a joining node is not serving: draining it leaves node-1 serving")
+	after := epochs()
+	require.Equal(t, map[string]int64{"node-1": before["node-1"] + 1, "node-2": before["node-2"] + 1}, after)
+
+	n, err := nodepool.Drain(ctx, db, inst, "node-1", "oncall", true)
+	require.NoError(t, err, "on purpose")
+	require.Equal(t, backend.MemberDraining, n.State)
+	require.Equal(t, after["node-1"]+1, epochs()["node-1"])
 }
 
 // A replica's cached read of the pool may lack a member that joined since; that member reads

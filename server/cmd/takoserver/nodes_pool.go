@@ -228,6 +228,7 @@ installation's admin token before its first start (copy the token file to <state
 func nodesDrainCommand(g *globals) *cobra.Command {
 	var f poolFlags
 	var by string
+	var lastNode bool
 	cmd := &cobra.Command{
 		Use:   "drain NAME --config FILE --installation NAME",
 		Short: "Take a node out of its pool's service: its health check fails, then it serves nothing",
@@ -235,7 +236,8 @@ func nodesDrainCommand(g *globals) *cobra.Command {
 fails as soon as it is told (at once, and again by every sweep of the node reconciler), and it keeps
 serving workers for the pool's fenceSeconds (default 300) while load balancers take it out; then
 its edge serves nothing. It still receives every change and must confirm every absence, so
-deletions wait for it until it is retired.`,
+deletions wait for it until it is removed or retired. It refuses the pool's last serving node
+unless --last-node says so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			inst, db, err := f.open(cmd, g)
@@ -244,7 +246,7 @@ deletions wait for it until it is retired.`,
 			}
 			defer db.Close()
 			ctx := cmd.Context()
-			n, err := nodepool.Drain(ctx, db, inst, args[0], operator(by))
+			n, err := nodepool.Drain(ctx, db, inst, args[0], operator(by), lastNode)
 			if err != nil {
 				return err
 			}
@@ -263,6 +265,7 @@ deletions wait for it until it is retired.`,
 	}
 	f.register(cmd)
 	cmd.Flags().StringVar(&by, "by", "", "who drains it, for the pool's ledger (default: user@host)")
+	cmd.Flags().BoolVar(&lastNode, "last-node", false, "drain the pool's last serving node: every worker of the pool stops once the fence has passed")
 	return cmd
 }
 

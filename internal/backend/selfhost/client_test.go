@@ -176,6 +176,17 @@ func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
 		require.Equal(t, !unreachable, errors.As(err, &pe), "%d: %v", code, err)
 	}
 
+	// A node the pool holds suspect is asked once, not waited on.
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.NoError(t, gone.Close())
+	c = selfhost.NewWithToken("http://"+gone.Addr().String(), "token")
+	c.Attempts, c.Backoff, c.Once = 100, time.Second, func() bool { return true }
+	start := time.Now()
+	_, err = c.Status(context.Background())
+	require.ErrorIs(t, err, selfhost.ErrNodeUnreachable)
+	require.Less(t, time.Since(start), time.Second, "one attempt, no backoff")
+
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	require.NoError(t, closed.Close())
@@ -183,7 +194,7 @@ func TestUnreachableRuntimeIsRetriedThenReported(t *testing.T) {
 	defer cancel()
 	c = selfhost.NewWithToken("http://"+closed.Addr().String(), "token")
 	c.Attempts, c.Backoff = 100, time.Second
-	start := time.Now()
+	start = time.Now()
 	_, err = c.Status(ctx)
 	require.ErrorIs(t, err, selfhost.ErrNodeUnreachable)
 	require.Less(t, time.Since(start), 5*time.Second, "the context bounds the retries")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -525,14 +526,108 @@ func (p *pool) RunTick(ctx context.Context, t backend.Tick) (backend.TickOutcome
 
 var _ backend.CronRunner = (*pool)(nil)
 
-// WorkerLogs reads the logs of one member (the first serving one). A pool of several keeps each
-// node's requests' logs on that node: the others' are not merged in (not built).
+// WorkerLogs reads a worker's logs from every member that may route: each node keeps the logs of
+// the requests it served, so a pool's are merged. A read (not following) asks every member at once
+// and hands on their entries in time order; a member that does not answer is left out, and the read
+// fails only when none answers. Following, each member's new entries are handed on as they
+// arrive, until ctx ends or every member's stream has ended.
 func (p *pool) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
-	n, err := p.first(ctx)
+	nodes, err := p.targets(ctx)
 	if err != nil {
+		return p.unlessEmpty(err)
+	}
+	if len(nodes) == 1 {
+		return nodes[0].WorkerLogs(ctx, scriptName, workerUID, q, each, flush)
+	}
+	if q.Follow {
+		return p.followLogs(ctx, nodes, scriptName, workerUID, q, each, flush)
+	}
+	read := make([][]backend.LogEntry, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			errs[i] = n.WorkerLogs(ctx, scriptName, workerUID, q, func(e backend.LogEntry) error {
+				read[i] = append(read[i], e)
+				return nil
+			}, func() error { return nil })
+			p.heard(n, errs[i])
+		})
+	}
+	wg.Wait()
+	var merged []backend.LogEntry
+	answered := 0
+	for i := range nodes {
+		if errs[i] == nil {
+			answered++
+			merged = append(merged, read[i]...)
+		}
+	}
+	if answered == 0 {
+		return fmt.Errorf("no node of the pool answered for the logs: %w", errors.Join(errs...))
+	}
+	slices.SortStableFunc(merged, func(a, b backend.LogEntry) int { return a.Time.Compare(b.Time) })
+	for _, e := range merged {
+		if err := each(e); err != nil {
+			return err
+		}
+	}
+	return flush()
+}
+
+// followLogs follows every member's logs at once, handing each entry on from one goroutine.
+func (p *pool) followLogs(ctx context.Context, nodes []*runtimeNode, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	entries := make(chan backend.LogEntry, 256)
+	ended := make(chan error, len(nodes))
+	for _, n := range nodes {
+		go func() {
+			err := n.WorkerLogs(ctx, scriptName, workerUID, q, func(e backend.LogEntry) error {
+				select {
+				case entries <- e:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, func() error { return nil })
+			p.heard(n, err)
+			ended <- err
+		}()
+	}
+	var errs []error
+	for running := len(nodes); running > 0; {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-entries:
+			if err := each(e); err != nil {
+				return err
+			}
+			if len(entries) == 0 {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		case err := <-ended:
+			running--
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for len(entries) > 0 {
+		if err := each(<-entries); err != nil {
+			return err
+		}
+	}
+	if err := flush(); err != nil {
 		return err
 	}
-	return n.WorkerLogs(ctx, scriptName, workerUID, q, each, flush)
+	if len(errs) == len(nodes) {
+		return fmt.Errorf("no node of the pool answered for the logs: %w", errors.Join(errs...))
+	}
+	return nil
 }
 
 // Holdings lists what the pool's one node holds; the reconciler lists a pool of several member by

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -29,6 +30,8 @@ type standIn struct {
 	mu         sync.Mutex
 	concluded  []string
 	unanswered bool
+	// logs is what the node answers a log read from the start of its ring (then nothing new).
+	logs []adminapi.LogEntry
 }
 
 func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
@@ -39,6 +42,12 @@ func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case strings.HasSuffix(r.URL.Path, "/logs"):
+			page := adminapi.LogPage{Epoch: "ring", Next: uint64(len(s.logs))}
+			if r.URL.Query().Get("epoch") == "" {
+				page.Entries = s.logs
+			}
+			_ = json.NewEncoder(w).Encode(page)
 		case strings.HasSuffix(r.URL.Path, "/readback"):
 			var req adminapi.ReadbackRequest
 			_ = json.NewDecoder(r.Body).Decode(&req)
@@ -188,4 +197,59 @@ func TestAnUnsettledMemberIsWrittenNothing(t *testing.T) {
 	views, err := p.Members(context.Background())
 	require.NoError(t, err)
 	require.Len(t, views, 1, "the reconciler leaves it too")
+}
+
+// Each node of a pool keeps the logs of the requests it served: a read merges every member's, in
+// time order, leaves out one that does not answer, and fails only when none does.
+func TestAPoolsLogsAreEveryMembersMergedInTimeOrder(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	entry := func(sec int, msg string) adminapi.LogEntry {
+		return adminapi.LogEntry{Time: at.Add(time.Duration(sec) * time.Second), Level: "log", Message: msg}
+	}
+	a := newStandIn(t, adminapi.RouteStatus{}, false)
+	a.logs = []adminapi.LogEntry{entry(1, "a1"), entry(4, "a4")}
+	b := newStandIn(t, adminapi.RouteStatus{}, false)
+	b.logs = []adminapi.LogEntry{entry(2, "b2"), entry(3, "b3"), entry(5, "b5")}
+	c := newStandIn(t, adminapi.RouteStatus{}, false)
+	c.unanswered = true
+	p := poolOf(t, a, b, c)
+	read := func() ([]string, error) {
+		var got []string
+		err := p.WorkerLogs(context.Background(), "s", uuid.New(), backend.LogQuery{}, func(e backend.LogEntry) error {
+			got = append(got, e.Message)
+			return nil
+		}, func() error { return nil })
+		return got, err
+	}
+	got, err := read()
+	require.NoError(t, err, "a member that does not answer is left out")
+	require.Equal(t, []string{"a1", "b2", "b3", "a4", "b5"}, got)
+
+	a.unanswered, b.unanswered = true, true
+	_, err = read()
+	require.ErrorContains(t, err, "no node of the pool answered for the logs")
+
+	// Following: every member's entries are handed on.
+	a.unanswered, b.unanswered = false, false
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := map[string]bool{}
+	done := make(chan error, 1)
+	var mu sync.Mutex
+	go func() {
+		done <- p.WorkerLogs(ctx, "s", uuid.New(), backend.LogQuery{Follow: true}, func(e backend.LogEntry) error {
+			mu.Lock()
+			seen[e.Message] = true
+			mu.Unlock()
+			return nil
+		}, func() error { return nil })
+	}()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 5
+	}, 10*time.Second, 20*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
 }

@@ -3,6 +3,7 @@ package main_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -48,10 +49,11 @@ func invariantStandin(t *testing.T) *cfstandin.Server {
 }
 
 // invariantCatalog writes a catalog selling the selfhost installation that drives n (reached
-// through adminURL) and a workers-dev one on s.
-func invariantCatalog(t *testing.T, n node, adminURL string, s *cfstandin.Server) string {
+// through adminURL), with the installation's fields extra, and a workers-dev one on s.
+func invariantCatalog(t *testing.T, n node, adminURL string, s *cfstandin.Server, extra map[string]any) string {
 	t.Helper()
 	local := map[string]any{"name": "selfhost", "pack": "selfhost", "runtimeUrl": adminURL, "runtimeTokenFile": n.tokenFile, "edgeListen": n.edgeAddr}
+	maps.Copy(local, extra)
 	if n.poolPublicKey != "" {
 		local["poolPublicKey"] = n.poolPublicKey
 	}
@@ -88,9 +90,13 @@ func workersDevCatalog(t *testing.T, s *cfstandin.Server, propagation int, other
 }
 
 // placeWorkers puts half of the sequence's worker names (picked at random) on workers-dev, the
-// other half on selfhost.
-func (w *world) placeWorkers() {
+// other half on selfhost; a pooled sequence (pool) puts them all on its pool.
+func (w *world) placeWorkers(pool bool) {
 	w.onWD = map[string]bool{}
+	if pool {
+		w.t.Logf("every worker on the selfhost pool")
+		return
+	}
 	// A generator of its own, so that the sequence's own draws stay what its seed made them.
 	place := rand.New(rand.NewPCG(w.seed^0x5bd1e995, w.seed))
 	for _, i := range place.Perm(len(invariantWorkerNames))[:len(invariantWorkerNames)/2] {

@@ -21,10 +21,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
 	"github.com/takoform/terraform-provider-takoform/internal/pgcluster"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtimeinput"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
@@ -224,25 +223,55 @@ func (w *world) killMidDispatch() {
 	require.NotEmpty(w.t, ref, "the preparation for the mid-dispatch kill")
 	op := w.preparations[len(w.preparations)-1].operationID
 
-	held := w.admin.arm()
+	// The delivery of this worker is held at whichever node it reaches first (in a pool, the Host
+	// gives the sealed blob to each member in turn: the others never see it from this Host).
+	script := "/v1/scripts/" + backend.ScriptName(backend.WorkerRef{TenantRef: org.id, Space: invariantSpace, Name: worker}) + "/secrets"
+	proxies := w.nodeProxies()
+	held := make(chan struct{}, len(proxies))
+	stop := make(chan struct{})
+	for _, p := range proxies {
+		ch := p.armFor(func(r *http.Request) bool { return isDelivery(r) && r.URL.Path == script })
+		go func() {
+			select {
+			case <-ch:
+				held <- struct{}{}
+			case <-stop:
+			}
+		}()
+	}
 	done := make(chan answer, 1)
-	go func() {
+	consume := func() {
 		a, _ := w.send(h, org, http.MethodPut, workerPath(worker), fmt.Sprintf(secretWorker, ref), "")
 		done <- a
-	}()
-	select {
-	case <-held:
-	case a := <-done:
-		w.admin.disarm()
-		w.fail("the consumption for the mid-dispatch kill never reached its delivery: %d %s", a.status, a.body)
-	case <-time.After(90 * time.Second):
-		w.fail("the consumption for the mid-dispatch kill never reached its delivery in 90s")
+	}
+	go consume()
+	// A pool that just lost a node may fail the deployment before its delivery (a member still
+	// read serving, that does not answer): the consumption is applied again, as the provider does.
+	for attempt := 1; ; attempt++ {
+		select {
+		case <-held:
+		case a := <-done:
+			if (a.status == http.StatusBadGateway || a.status == http.StatusServiceUnavailable) && w.members != nil && attempt < 5 {
+				w.log = append(w.log, fmt.Sprintf("%s PUT %s on host %d -> %d before its delivery, applied again", org.name, workerPath(worker), i, a.status))
+				time.Sleep(2 * time.Second)
+				go consume()
+				continue
+			}
+			w.fail("the consumption for the mid-dispatch kill never reached its delivery: %d %s", a.status, a.body)
+		case <-time.After(90 * time.Second):
+			w.fail("the consumption for the mid-dispatch kill never reached its delivery in 90s")
+		}
+		break
 	}
 	require.NoError(w.t, w.procs[i].Process.Signal(syscall.SIGKILL))
 	_ = w.procs[i].Wait()
 	<-done
+	close(stop)
 	forward := w.pick(2) == 0
-	w.admin.release(forward)
+	for _, p := range proxies {
+		p.disarm()
+		p.release(forward) // the held one goes on (or is dropped); the others hold nothing
+	}
 	w.progress.midDispatchKills++
 	w.log = append(w.log, fmt.Sprintf("%s PUT %s on host %d -> killed mid-dispatch (delivery %s)", org.name, workerPath(worker), i,
 		map[bool]string{true: "landed", false: "dropped"}[forward]))
@@ -266,19 +295,17 @@ func (w *world) killMidDispatch() {
 	if !forward && status != "failed" {
 		w.fail("a lease whose delivery was dropped with its Host ended %q, not failed", status)
 	}
-	c, err := selfhost.New(w.node.adminURL, w.node.tokenFile)
-	require.NoError(w.t, err)
 	if status != "failed" {
 		return // settled by readback: delivered once (recovery may since have deleted a create that never committed)
 	}
-	// Failed: its delivery never lands now. A refused copy is answered at once; one still being
-	// applied would show within the wait.
+	// Failed: its delivery never lands now, on any node. A refused copy is answered at once; one
+	// still being applied would show within the wait.
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-		st, err := c.Status(context.Background())
-		require.NoError(w.t, err)
-		for _, sc := range st.Scripts {
-			if sc.Present && sc.Secrets.Delivered && sc.Secrets.DeliveryID == delivery {
-				w.fail("a lease whose Host was killed mid-dispatch ended failed, and then its delivery landed on script %s", sc.ScriptName)
+		for _, v := range w.runtimeViews() {
+			for _, sc := range v.st.Scripts {
+				if sc.Present && sc.Secrets.Delivered && sc.Secrets.DeliveryID == delivery {
+					w.fail("a lease whose Host was killed mid-dispatch ended failed, and then its delivery landed on script %s of runtime %s", sc.ScriptName, v.name)
+				}
 			}
 		}
 	}
@@ -287,7 +314,7 @@ func (w *world) killMidDispatch() {
 // checkLeases states the one-shot lease of SPEC 3.5: sealed values exist only while a preparation
 // is prepared or claimed; whatever the runtime holds for a script came from a preparation that was
 // dispatched to that very worker UID; and no delivery is held by two scripts.
-func (w *world) checkLeases(st adminapi.Status) {
+func (w *world) checkLeases(views []runtimeView) {
 	w.t.Helper()
 	ctx := context.Background()
 	var bad int
@@ -311,19 +338,21 @@ func (w *world) checkLeases(st adminapi.Status) {
 		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations WHERE pool_blob IS NOT NULL`).Scan(&blobs))
 		w.progress.poolBlobs = max(w.progress.poolBlobs, blobs)
 	}
-	seen := map[string]string{}
-	for _, s := range st.Scripts {
-		if !s.Present || !s.Secrets.Delivered {
-			continue
-		}
-		if other, ok := seen[s.Secrets.DeliveryID]; ok {
-			w.fail("delivery %s is held by scripts %s and %s", s.Secrets.DeliveryID, other, s.ScriptName)
-		}
-		seen[s.Secrets.DeliveryID] = s.ScriptName
-		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations
-			WHERE material_set_id = $1::uuid AND worker_uid = $2::uuid AND dispatched_at IS NOT NULL`, s.Secrets.DeliveryID, s.WorkerUID).Scan(&bad))
-		if bad != 1 {
-			w.fail("the runtime holds delivery %s for worker %s (script %s), which no preparation dispatched to that worker", s.Secrets.DeliveryID, s.WorkerUID, s.ScriptName)
+	for _, v := range views {
+		seen := map[string]string{}
+		for _, s := range v.st.Scripts {
+			if !s.Present || !s.Secrets.Delivered {
+				continue
+			}
+			if other, ok := seen[s.Secrets.DeliveryID]; ok {
+				w.fail("delivery %s is held by scripts %s and %s on runtime %s", s.Secrets.DeliveryID, other, s.ScriptName, v.name)
+			}
+			seen[s.Secrets.DeliveryID] = s.ScriptName
+			require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM runtime_input_preparations
+				WHERE material_set_id = $1::uuid AND worker_uid = $2::uuid AND dispatched_at IS NOT NULL`, s.Secrets.DeliveryID, s.WorkerUID).Scan(&bad))
+			if bad != 1 {
+				w.fail("runtime %s holds delivery %s for worker %s (script %s), which no preparation dispatched to that worker", v.name, s.Secrets.DeliveryID, s.WorkerUID, s.ScriptName)
+			}
 		}
 	}
 }
@@ -340,11 +369,16 @@ func (w *world) finish() {
 		}
 		return float64(ok) / float64(of)
 	}
-	if s := share(p.endpointCreated, p.endpointCreates); s < minEndpointCreateShare {
-		w.fail("only %d of %d endpoint creates succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.endpointCreated, p.endpointCreates, 100*s, 100*minEndpointCreateShare)
+	// A pool's sequence loses nodes, and requests fail meanwhile by design: half the shares.
+	minCreates, minActivations := minEndpointCreateShare, minActivationShare
+	if w.members != nil {
+		minCreates, minActivations = minCreates/2, minActivations/2
 	}
-	if s := share(p.activated, p.activations); s < minActivationShare {
-		w.fail("only %d of %d activations succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.activated, p.activations, 100*s, 100*minActivationShare)
+	if s := share(p.endpointCreated, p.endpointCreates); s < minCreates {
+		w.fail("only %d of %d endpoint creates succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.endpointCreated, p.endpointCreates, 100*s, 100*minCreates)
+	}
+	if s := share(p.activated, p.activations); s < minActivations {
+		w.fail("only %d of %d activations succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.activated, p.activations, 100*s, 100*minActivations)
 	}
 	if p.settled == 0 {
 		w.fail("no runtime input was delivered and settled in %d consumptions", p.consumptions)
@@ -354,6 +388,10 @@ func (w *world) finish() {
 		require.NoError(w.t, w.db.QueryRow(context.Background(), `SELECT count(*) FROM runtime_input_preparations
 			WHERE installation = 'selfhost' AND status IN ('dispatched', 'settled')`).Scan(&local))
 		if local > 0 && p.poolBlobs == 0 {
+			var rows string
+			_ = w.db.QueryRow(context.Background(), `SELECT string_agg(format('%s %s %s blob=%s worker=%s ref=%s', p.operation_id, p.installation, p.status, p.pool_blob IS NOT NULL, w.status, w.runtime_input_reference = p.reference), '; ')
+				FROM runtime_input_preparations p LEFT JOIN workers w ON w.uid = p.worker_uid`).Scan(&rows)
+			w.t.Logf("the preparations: %s", rows)
 			w.fail("the pool's sequence dispatched %d runtime input(s) to its node and never kept one sealed to the pool", local)
 		}
 		w.t.Logf("pool: %d runtime input(s) dispatched to the node, up to %d kept sealed to the pool at once", local, p.poolBlobs)
@@ -385,6 +423,9 @@ type heldAdmin struct {
 	decided chan bool
 	// deliveries counts the secret deliveries that went on to the runtime node.
 	deliveries atomic.Int64
+	// cut, while set, answers every request 502 as a gateway does for a node it cannot reach: the
+	// node runs on, and its edge serves, but the Hosts cannot reach its admin API (a partition).
+	cut atomic.Bool
 }
 
 // isDelivery matches a secret delivery to the runtime node.
@@ -410,6 +451,10 @@ func holdAdmin(t interface {
 	proxy.ErrorLog = log.New(io.Discard, "", 0) // a killed Host's requests end in errors on purpose
 	a := &heldAdmin{}
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if a.cut.Load() {
+			http.Error(rw, "upstream unreachable", http.StatusBadGateway)
+			return
+		}
 		a.mu.Lock()
 		match := a.match
 		a.mu.Unlock()

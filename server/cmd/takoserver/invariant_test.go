@@ -19,10 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
-	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
-	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -78,6 +76,9 @@ type progress struct {
 	rechecks, lateRemoved int
 	// poolBlobs: the most deliveries kept sealed to the pool at once (a pooled sequence).
 	poolBlobs int
+	// A pool of three: nodes killed, started again on their disk, retired as lost, added in
+	// their place, and retired ones started again.
+	nodeKills, nodeRestarts, nodeRetires, nodeAdds, nodesBack, partitions int
 }
 
 // secretWorker is a worker that needs one secret, delivered through a runtime input.
@@ -130,6 +131,10 @@ type world struct {
 	// names the sequence placed there.
 	standin *cfstandin.Server
 	onWD    map[string]bool
+	// members is the pool of a pooled sequence (nil otherwise), in the order they joined;
+	// losing is set while a member is down (loseNode), so that no second one goes.
+	members []*member
+	losing  bool
 }
 
 type seenEndpoint struct {
@@ -211,6 +216,25 @@ func (w *world) send(h host, org tenant, method, path, body string, ifMatch stri
 	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Takoform-Replayed"), body: b.String()}, nil
 }
 
+// hostLogOf is every Host's log lines naming the request id in the problem body.
+func (w *world) hostLogOf(body string) string {
+	var p struct {
+		RequestID string `json:"requestId"`
+	}
+	if json.Unmarshal([]byte(body), &p) != nil || p.RequestID == "" {
+		return ""
+	}
+	var out []string
+	for _, l := range w.hostLogs {
+		for line := range strings.Lines(l.String()) {
+			if strings.Contains(line, p.RequestID) {
+				out = append(out, strings.TrimSpace(line))
+			}
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
 // note records an answer and keeps the token book: a delete that answered 200 ends the object,
 // a tombstoned or conflicting token is replaced.
 func (w *world) note(org tenant, method, path string, a answer, err error) {
@@ -219,7 +243,7 @@ func (w *world) note(org tenant, method, path string, a answer, err error) {
 		w.log = append(w.log, fmt.Sprintf("%s %s %s -> transport error %v", org.name, method, path, err))
 		return
 	case a.status >= 500 && a.status != http.StatusBadGateway && a.status != http.StatusServiceUnavailable:
-		w.fail("%s %s %s answered %d: %s", org.name, method, path, a.status, a.body)
+		w.fail("%s %s %s answered %d: %s\nthe Hosts' log of it:\n%s", org.name, method, path, a.status, a.body, w.hostLogOf(a.body))
 	}
 	code := ""
 	var p map[string]any
@@ -424,6 +448,9 @@ func (w *world) do(m mutation, h host) {
 // step runs one random step and then checks the invariant.
 func (w *world) step() {
 	w.steps++
+	if w.members != nil && !w.losing && w.pick(15) == 0 && w.loseNode(w.pick(2) == 0, w.pick(2) == 0) {
+		return
+	}
 	switch r := w.pick(20); {
 	case r < 4:
 		if w.pick(3) == 0 {
@@ -610,30 +637,39 @@ func (w *world) check() {
 		}
 	}
 
-	// 3. Against the runtime: every route it holds belongs to an endpoint of the organization
-	// whose reservation (if any) holds that route's origin.
-	c, err := selfhost.New(w.node.adminURL, w.node.tokenFile)
-	require.NoError(w.t, err)
-	st, err := c.Status(ctx)
-	require.NoError(w.t, err)
-	w.checkScripts(st)
+	// 3. Against the runtime, on every node that may route (in a pool, every member whose process
+	// runs): every route it holds belongs to an endpoint of the organization whose reservation (if
+	// any) holds that route's origin. A node retired as lost and started again on its disk may
+	// still hold routes; it serves none of them.
+	views := w.runtimeViews()
+	w.checkScripts(views)
 	w.checkStandin()
-	w.checkLeases(st)
-	for _, rt := range st.Routes {
-		if !rt.Present {
-			continue
-		}
-		var endpointOrg string
-		err := w.db.QueryRow(ctx, `SELECT organization_id FROM worker_endpoints WHERE uid = $1`, rt.EndpointUID).Scan(&endpointOrg)
-		if err != nil {
-			w.fail("the runtime routes %s for endpoint %s, which the database does not know", rt.Hostname, rt.EndpointUID)
-		}
-		require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM worker_endpoint_origin_reservations r
-			WHERE split_part(split_part(r.canonical_origin, '://', 2), ':', 1) = $1
-			  AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
-			  AND r.organization_id <> $2`, rt.Hostname, endpointOrg).Scan(&bad))
-		if bad > 0 {
-			w.fail("the runtime still routes %s for %s while another organization's reservation holds it", rt.Hostname, endpointOrg)
+	w.checkLeases(views)
+	for _, v := range views {
+		for _, rt := range v.st.Routes {
+			if !rt.Present {
+				continue
+			}
+			if v.retired {
+				w.checkServesNothing(v, rt.Hostname)
+				continue
+			}
+			var endpointOrg, endpointStatus string
+			err := w.db.QueryRow(ctx, `SELECT organization_id, status::text FROM worker_endpoints WHERE uid = $1`, rt.EndpointUID).Scan(&endpointOrg, &endpointStatus)
+			if err != nil {
+				w.fail("runtime %s routes %s for endpoint %s, which the database does not know", v.name, rt.Hostname, rt.EndpointUID)
+			}
+			// A deletion completes only once every node that may route confirmed the route absent.
+			if endpointStatus == "deleted" {
+				w.fail("runtime %s still routes %s for endpoint %s of %s, whose deletion completed", v.name, rt.Hostname, rt.EndpointUID, endpointOrg)
+			}
+			require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM worker_endpoint_origin_reservations r
+				WHERE split_part(split_part(r.canonical_origin, '://', 2), ':', 1) = $1
+				  AND (r.status IN ('prepared', 'bound', 'activated') OR (r.status = 'expired' AND r.endpoint_uid IS NOT NULL))
+				  AND r.organization_id <> $2`, rt.Hostname, endpointOrg).Scan(&bad))
+			if bad > 0 {
+				w.fail("runtime %s still routes %s for %s while another organization's reservation holds it", v.name, rt.Hostname, endpointOrg)
+			}
 		}
 	}
 }
@@ -641,16 +677,19 @@ func (w *world) check() {
 // checkScripts states script custody (SPEC 3.4): a script the runtime holds for one worker UID is
 // that worker's, never another live worker's, whatever their organizations; and a worker the API
 // reads Ready is served by its own script.
-func (w *world) checkScripts(st adminapi.Status) {
+func (w *world) checkScripts(views []runtimeView) {
 	w.t.Helper()
 	ctx := context.Background()
-	held := map[string]string{} // script name -> worker UID on the runtime
-	for _, s := range st.Scripts {
-		if s.Present {
-			held[s.ScriptName] = s.WorkerUID
+	held := map[string]map[string]string{} // node -> script name -> worker UID
+	for _, v := range views {
+		held[v.name] = map[string]string{}
+		for _, s := range v.st.Scripts {
+			if s.Present {
+				held[v.name][s.ScriptName] = s.WorkerUID
+			}
 		}
+		w.checkHeldScriptsAreLiveWorkers(ctx, "runtime "+v.name, held[v.name])
 	}
-	w.checkHeldScriptsAreLiveWorkers(ctx, "runtime", held)
 	for _, org := range w.orgs {
 		for _, name := range invariantWorkerNames {
 			a, err := w.send(w.hosts[0], org, http.MethodGet, "/v1/spaces/"+invariantSpace+"/workers/"+name, "", "")
@@ -667,8 +706,14 @@ func (w *world) checkScripts(st adminapi.Status) {
 			if len(conds) == 0 || (conds[0].(map[string]any)["status"] == "True") != ready {
 				w.fail("worker %s of %s reads ready=%v against its Ready condition %v", name, org.name, ready, conds)
 			}
-			if ready && wk["offeringId"] != offeringWDWorker && held[wk["scriptName"].(string)] != wk["uid"] {
-				w.fail("worker %s of %s reads Ready while the runtime holds its script %s for %q", name, org.name, wk["scriptName"], held[wk["scriptName"].(string)])
+			if !ready || wk["offeringId"] == offeringWDWorker {
+				continue
+			}
+			// Ready is every node of the Ready set holding it (SPEC 6.2).
+			for _, v := range views {
+				if script := wk["scriptName"].(string); v.readySet && held[v.name][script] != wk["uid"] {
+					w.fail("worker %s of %s reads Ready while runtime %s (%+v) holds its script %s for %q: %s", name, org.name, v.name, v.readySet, script, held[v.name][script], a.body)
+				}
 			}
 		}
 	}
@@ -681,7 +726,9 @@ func (w *world) startHost() (host, *exec.Cmd) {
 	return h, h.cmd
 }
 
-func newWorld(t *testing.T, seed uint64) *world {
+// newWorld starts a sequence's database, runtime and Hosts; with pool, its selfhost installation
+// is a pool of three nodes (invariant_pool_test.go).
+func newWorld(t *testing.T, seed uint64, pool bool) *world {
 	t.Helper()
 	dbURL := testdb.URL(t)
 	run(t, dbURL, "migrate", "up")
@@ -702,7 +749,7 @@ func newWorld(t *testing.T, seed uint64) *world {
 	w.kek = sealingKey(t)
 	// Every other sequence runs its node with a pool key (SPEC 6.2): its deliveries are sealed to
 	// the pool, and the same custody and one-shot rules hold.
-	if seed%2 == 0 {
+	if pool || seed%2 == 0 {
 		w.node = startPooledRuntime(t)
 	} else {
 		w.node = startRuntime(t)
@@ -711,11 +758,20 @@ func newWorld(t *testing.T, seed uint64) *world {
 	// Host is killed while its dispatch is in flight.
 	w.admin = holdAdmin(t, w.node.adminURL)
 	w.standin = invariantStandin(t)
-	w.catalog = invariantCatalog(t, w.node, w.admin.url, w.standin)
-	w.placeWorkers()
+	var poolFields map[string]any
+	if pool {
+		poolFields = map[string]any{"suspectAfterSeconds": 2, "fenceSeconds": 1}
+	}
+	w.catalog = invariantCatalog(t, w.node, w.admin.url, w.standin, poolFields)
+	w.placeWorkers(pool)
 	for range 2 {
 		h, cmd := w.startHost()
 		w.hosts, w.procs = append(w.hosts, h), append(w.procs, cmd)
+	}
+	if pool {
+		w.members = []*member{{name: "node-1", n: w.node, admin: w.admin}}
+		w.addMember()
+		w.addMember()
 	}
 	return w
 }
@@ -735,23 +791,9 @@ func TestCustodyInvariantUnderRandomSequences(t *testing.T) {
 	for n := 0; n < sequences || time.Now().Before(until); n++ {
 		seed := *invariantSeed + uint64(n)
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Logf("seed %d (replay with go test -run 'TestCustodyInvariantUnderRandomSequences/seed=%d$' ./server/cmd/takoserver -invariant.seed=%d)", seed, seed, seed)
-			w := newWorld(t, seed)
-			for n := range steps {
-				if n == steps/2 { // every sequence kills a Host mid-dispatch once, halfway
-					w.steps++
-					w.killMidDispatch()
-					w.check()
-				}
-				w.step()
-			}
-			w.settleLateWrites()
-			w.finish()
+			w := runSequence(t, "TestCustodyInvariantUnderRandomSequences", seed, steps, false)
 			totalSteps += w.steps
 			total.add(w.progress)
-			if os.Getenv("TAKOFORM_INVARIANT_VERBOSE") != "" {
-				t.Log("steps:\n  " + strings.Join(w.log, "\n  "))
-			}
 		})
 		if t.Failed() {
 			return
@@ -763,6 +805,39 @@ func TestCustodyInvariantUnderRandomSequences(t *testing.T) {
 			total.wdEndpointCreated, total.wdScriptsSeen, totalSteps)
 	}
 	t.Logf("custody invariant held over %d steps: %+v", totalSteps, total)
+}
+
+// runSequence runs the sequence of seed, steps long, of the test named test (on a pool of three
+// nodes with pool), with its end-of-sequence checks.
+func runSequence(t *testing.T, test string, seed uint64, steps int, pool bool) *world {
+	t.Logf("seed %d (replay with go test -run '%s/seed=%d$' ./server/cmd/takoserver -invariant.seed=%d)", seed, test, seed, seed)
+	w := newWorld(t, seed, pool)
+	for n := range steps {
+		if n == steps/2 { // every sequence kills a Host mid-dispatch once, halfway
+			w.steps++
+			w.killMidDispatch()
+			w.check()
+		}
+		if pool && (n == steps/4 || n == 3*steps/4) { // and a pool loses a node twice: for good, then for a while
+			w.steps++
+			w.loseNode(n == steps/4, true)
+			continue
+		}
+		start := time.Now()
+		w.step()
+		if d := time.Since(start); d > 5*time.Second {
+			t.Logf("step %d took %s: %s", w.steps, d.Round(time.Millisecond), w.log[len(w.log)-1])
+		}
+	}
+	w.settleLateWrites()
+	w.finish()
+	if pool {
+		w.finishPool()
+	}
+	if os.Getenv("TAKOFORM_INVARIANT_VERBOSE") != "" {
+		t.Log("steps:\n  " + strings.Join(w.log, "\n  "))
+	}
+	return w
 }
 
 func (p *progress) add(o progress) {
@@ -779,6 +854,12 @@ func (p *progress) add(o progress) {
 	p.rechecks += o.rechecks
 	p.lateRemoved += o.lateRemoved
 	p.poolBlobs += o.poolBlobs
+	p.nodeKills += o.nodeKills
+	p.nodeRestarts += o.nodeRestarts
+	p.nodeRetires += o.nodeRetires
+	p.nodeAdds += o.nodeAdds
+	p.nodesBack += o.nodesBack
+	p.partitions += o.partitions
 }
 
 // checkHeldScriptsAreLiveWorkers fails when a backend (named by where) holds a script name for

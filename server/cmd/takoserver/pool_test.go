@@ -2,6 +2,10 @@ package main_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -17,6 +21,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/testpki"
 )
 
 // member starts a new node for p's pool, as an operator starts one on a new machine: a new
@@ -24,12 +29,20 @@ import (
 // at edge.
 func (p *pair) member(t *testing.T, edge string) node {
 	t.Helper()
+	return startMemberOf(t, p.node, edge)
+}
+
+// startMemberOf starts a new node for first's pool: a new sealing key and state directory, the
+// pool's key and the installation's admin token (first's), its edge at edge, with the runtime's
+// flags extra.
+func startMemberOf(t *testing.T, first node, edge string, extra ...string) node {
+	t.Helper()
 	stateDir := filepath.Join(t.TempDir(), "member")
 	require.NoError(t, os.Mkdir(stateDir, 0o700))
-	token, err := os.ReadFile(p.node.tokenFile)
+	token, err := os.ReadFile(first.tokenFile)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(stateDir, "admin-token"), token, 0o600))
-	return startPooledRuntimeAt(t, stateDir, runtimetest.SealingKeyFile(t), p.node.poolKeyFile, nil, "127.0.0.1:0", edge)
+	return startPooledRuntimeAt(t, stateDir, runtimetest.SealingKeyFile(t), first.poolKeyFile, extra, "127.0.0.1:0", edge)
 }
 
 // answers reports whether n's edge answers body at hostname.
@@ -91,7 +104,7 @@ func TestANodeLostForGoodIsRetiredAndReplacedWithNoTenantAction(t *testing.T) {
 	fenced := time.Now().Add(-10 * time.Minute).UTC().Truncate(time.Second)
 	_, errOut, err = runRaw(p.dbURL, append(retire, "--fenced-since", fenced.Format(time.RFC3339))...)
 	require.Error(t, err)
-	require.Contains(t, errOut, "the pool's last node is retired only on purpose (--last-node)")
+	require.Contains(t, errOut, "the pool's last node is taken out only on purpose (--last-node)")
 	run(t, p.dbURL, append(retire, "--fenced-since", fenced.Format(time.RFC3339), "--last-node")...)
 	got := nodes()
 	require.Len(t, got, 1)
@@ -132,7 +145,7 @@ func TestANodeLostForGoodIsRetiredAndReplacedWithNoTenantAction(t *testing.T) {
 			}
 		}
 		return false
-	}, 30*time.Second, 200*time.Millisecond, "the new node serves once caught up")
+	}, 60*time.Second, 200*time.Millisecond, "the new node serves once caught up")
 	code, _ := edgeGet(t, p.node.edgeAddr, old["hostname"].(string))
 	require.Equal(t, http.StatusNotFound, code, "the deleted endpoint is never written to the new node")
 	require.Eventually(t, func() bool {
@@ -174,7 +187,7 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 	require.Eventually(t, func() bool {
 		s := states()
 		return s["node-1"] == "serving" && s["node-b"] == "serving" && s["node-c"] == "serving"
-	}, 30*time.Second, 200*time.Millisecond)
+	}, 60*time.Second, 200*time.Millisecond)
 	health := func(n node) int {
 		res, err := http.Get("http://" + n.edgeAddr + "/healthz") // a load balancer's check, by address
 		if err != nil {
@@ -195,6 +208,14 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 	for _, n := range []node{nodeA, nodeB, nodeC} {
 		require.Eventually(t, answers(t, n, one["hostname"].(string), "ok"), 30*time.Second, 200*time.Millisecond)
 	}
+
+	// A node that answers is not lost: retire refuses it and changes nothing.
+	retireC := []string{"nodes", "retire", "--lost", "node-c", "--fenced-since", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339),
+		"--config", p.catalog, "--installation", "selfhost"}
+	_, errOut, err := runRaw(p.dbURL, retireC...)
+	require.Error(t, err)
+	require.Contains(t, errOut, "it is not lost")
+	require.Equal(t, "serving", states()["node-c"])
 
 	// Node C dies. Once it is suspect, a worker is deployed on A and B and reads Ready there.
 	require.NoError(t, nodeC.cmd.Process.Signal(syscall.SIGKILL))
@@ -229,8 +250,7 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT status::text FROM deletion_attestations WHERE uid = $1`, two["uid"]).Scan(&status))
 	require.Equal(t, "open", status)
 
-	run(t, p.dbURL, "nodes", "retire", "--lost", "node-c", "--fenced-since", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339),
-		"--config", p.catalog, "--installation", "selfhost")
+	run(t, p.dbURL, retireC...)
 	require.Eventually(t, func() bool {
 		a, err := p.send(1, http.MethodDelete, endpointPath("two"), "token-pool3-endpoint-two1", "")
 		return err == nil && a.status == http.StatusOK
@@ -252,6 +272,13 @@ func TestAPoolOfThreeNodesServesEveryWorkerOnEachAndKeepsCustodyWhenOneIsLost(t 
 		_, body := edgeGet(t, nodeC.edgeAddr, ep["hostname"].(string))
 		return strings.Contains(body, "retired from pool selfhost")
 	}, 30*time.Second, 200*time.Millisecond, "the Host tells it it was retired")
+	// It joins again only wiped: added as it is, with the scripts and routes from before, it is
+	// refused, and the pool is unchanged.
+	_, errOut, err = runRaw(p.dbURL, "nodes", "add", "node-d", "--url", nodeC.adminURL, "--config", p.catalog, "--installation", "selfhost")
+	require.Error(t, err)
+	require.Contains(t, errOut, "scripts and routes from before: a node joins a pool empty")
+	_, ok := states()["node-d"]
+	require.False(t, ok, "a refused add writes nothing")
 
 	// Draining node B: its health check fails at once, it serves for the fence (1 s), then not;
 	// node A serves throughout.
@@ -333,4 +360,52 @@ func TestADatabaseFromBeforePoolsKeepsItsWorkersPlaced(t *testing.T) {
 	p.hosts[0] = h
 	p.must(0, http.MethodPut, workerPath("api"), "token-digest-worker-api-01", update, http.StatusOK)
 	require.Contains(t, p.logs[len(p.logs)-1].String(), "offering digests moved to their pools'")
+}
+
+// HTTPS on a pool with the operator's certificate files (SPEC 6.2): every node is started with the
+// same wildcard certificate for the endpoint suffix (issued however the operator likes, DNS-01
+// included, and renewed by replacing the files and sending SIGHUP), so each node's edge answers
+// every worker over HTTPS with it, whichever node the load balancer picks.
+func TestAPoolServesHTTPSOnEveryNodeWithTheOperatorsCertificateFiles(t *testing.T) {
+	t.Parallel()
+	ca := testpki.NewCA(t, "pool-edge")
+	pair := ca.Server(t, "pool", "*.workers.localhost")
+	tlsFlags := []string{"--edge-tls-cert", pair.CertFile, "--edge-tls-key", pair.KeyFile}
+	p := newPairOn(t, func(t *testing.T) node {
+		dir := filepath.Join(t.TempDir(), "pool")
+		require.NoError(t, os.Mkdir(dir, 0o700))
+		poolKey := filepath.Join(dir, "pool-key")
+		run(t, "", "nodes", "init-pool-key", "--pool", "selfhost", "--out", poolKey)
+		return startPooledRuntimeAt(t, filepath.Join(t.TempDir(), "runtime"), runtimetest.SealingKeyFile(t), poolKey, tlsFlags, "127.0.0.1:0", "127.0.0.1:0")
+	})
+	second := startMemberOf(t, p.node, "127.0.0.1:0", tlsFlags...)
+	run(t, p.dbURL, "nodes", "add", "node-2", "--url", second.adminURL, "--config", p.catalog, "--installation", "selfhost")
+
+	p.must(0, http.MethodPut, reservationsPath+"res-tls", "token-pool-tls-res-000001", `{"space":"prod","workerName":"tls"}`, http.StatusCreated)
+	p.must(0, http.MethodPut, workerPath("tls"), "token-pool-tls-worker-001", invariantWorker, http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("tls"), "token-pool-tls-endpoint-1", `{"worker":"tls","originReservationId":"res-tls"}`, http.StatusCreated)
+	hostname := ep["hostname"].(string)
+
+	roots := x509.NewCertPool()
+	pem, err := os.ReadFile(ca.CertFile)
+	require.NoError(t, err)
+	require.True(t, roots.AppendCertsFromPEM(pem))
+	for name, n := range map[string]node{"node-1": p.node, "node-2": second} {
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: roots},
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, n.edgeAddr)
+			},
+			DisableKeepAlives: true,
+		}}
+		require.Eventually(t, func() bool {
+			resp, err := client.Get("https://" + hostname + "/")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode == http.StatusOK && string(b) == "ok"
+		}, 60*time.Second, 200*time.Millisecond, "%s answers the worker over HTTPS with the pool's certificate", name)
+	}
 }

@@ -94,7 +94,9 @@ func (m Members) read(ctx context.Context, inst catalog.Installation, cached boo
 		m.Cache.mu.Lock()
 		r, ok := m.Cache.reads[inst.Name]
 		m.Cache.mu.Unlock()
-		if ok && time.Since(r.at) < CacheTTL {
+		// While a member is joining, every call reads afresh: the call after it is promoted sees it
+		// serving (and writes to it, and counts it in Ready) at once, not one cache period later.
+		if ok && time.Since(r.at) < CacheTTL && !slices.ContainsFunc(r.members, joining) {
 			return slices.Clone(r.members), nil
 		}
 	}
@@ -121,6 +123,8 @@ func (m Members) read(ctx context.Context, inst catalog.Installation, cached boo
 	}
 	return slices.Clone(out), nil
 }
+
+func joining(m backend.PoolMember) bool { return m.State == backend.MemberJoining }
 
 // settledSince records at as when this process first read the member key settled, and reports
 // whether CacheTTL has passed since then.
@@ -401,8 +405,11 @@ func retireRefusal(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installa
 }
 
 // ServeAfter is how long, by the database's clock, a joining member waits before it serves (enters
-// the Ready set): it is settled, and every replica's cached read shows it settled, so that no
-// replica reads a worker Ready that it never wrote to the member.
+// the Ready set): settled by the database's clock, so that a replica's read shows it settled
+// unless that replica first read it so less than CacheTTL ago by its own clock. A replica reads
+// the pool afresh on every call while a member is joining, so it sees the promotion at its next
+// call; one that skipped the member just before (holding it unsettled) may have read a worker
+// Ready without it, which the node reconciler writes at its next sweep.
 const ServeAfter = MemberSettle + CacheTTL
 
 // MarkServing moves a joining member the reconciler found up to date to serving; it answers false

@@ -48,6 +48,8 @@ type shared struct {
 	poolOK map[string]time.Time
 	// silentSince is when each member that has not answered since first failed to answer.
 	silentSince map[string]time.Time
+	// routing is how many members may route, as of the last read of the pool.
+	routing int
 }
 
 // suspect reports whether the member at url has been silent for after.
@@ -56,6 +58,13 @@ func (s *shared) suspect(url string, after time.Duration) bool {
 	defer s.mu.Unlock()
 	since, ok := s.silentSince[url]
 	return ok && time.Since(since) >= after
+}
+
+// several reports whether the pool had more than one member that may route when last read.
+func (s *shared) several() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.routing > 1
 }
 
 // api returns the member's admin client, reading the token file on first use (and again after a
@@ -75,10 +84,10 @@ func (n *runtimeNode) api(context.Context) (*Client, error) {
 		return nil, fmt.Errorf("%w: runtime node %s: %v (is `takoserver runtime` running, and is runtimeTokenFile its admin token?)", backend.ErrUnreachable, n.member.URL, err)
 	}
 	c.Log = n.log
-	// A member suspect in a pool (silent for suspectAfter) is asked once per call: every read of
-	// the pool asks it, and must not wait on it (SPEC 6.2).
+	// A member suspect in a pool of several (silent for suspectAfter) is asked once per call: every
+	// read of the pool asks it, and must not wait on it (SPEC 6.2). A pool of one retries as before.
 	url, suspectAfter := n.member.URL, n.inst.Suspect()
-	c.Once = func() bool { return n.shared.suspect(url, suspectAfter) }
+	c.Once = func() bool { return n.shared.several() && n.shared.suspect(url, suspectAfter) }
 	n.shared.clients[n.member.URL] = c
 	return c, nil
 }

@@ -78,6 +78,9 @@ func (p *pool) targetsOf(ctx context.Context, fresh bool) ([]*runtimeNode, error
 			out = append(out, &runtimeNode{inst: p.inst, log: p.log, shared: p.shared, member: m})
 		}
 	}
+	p.shared.mu.Lock()
+	p.shared.routing = len(out)
+	p.shared.mu.Unlock()
 	if len(out) == 0 {
 		return nil, backend.ErrPoolEmpty
 	}
@@ -547,20 +550,30 @@ func (p *pool) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() {
-			errs[i] = n.WorkerLogs(ctx, scriptName, workerUID, q, func(e backend.LogEntry) error {
+			rctx, cancel := context.WithTimeout(ctx, logReadWait)
+			defer cancel()
+			errs[i] = n.WorkerLogs(rctx, scriptName, workerUID, q, func(e backend.LogEntry) error {
 				read[i] = append(read[i], e)
 				return nil
 			}, func() error { return nil })
-			p.heard(n, errs[i])
+			if errs[i] == nil && rctx.Err() != nil && ctx.Err() == nil {
+				errs[i] = fmt.Errorf("%w: runtime node %s did not answer for the logs within %s", backend.ErrUnreachable, n.member.URL, logReadWait)
+			}
+			if ctx.Err() == nil {
+				p.heard(n, errs[i])
+			}
 		})
 	}
 	wg.Wait()
 	var merged []backend.LogEntry
 	answered := 0
 	for i := range nodes {
-		if errs[i] == nil {
+		switch {
+		case errs[i] == nil:
 			answered++
 			merged = append(merged, read[i]...)
+		case !errors.Is(errs[i], backend.ErrUnreachable):
+			return fmt.Errorf("node %s: %w", nodes[i].member.Name, errs[i]) // a refusal is not silence
 		}
 	}
 	if answered == 0 {
@@ -575,28 +588,51 @@ func (p *pool) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid
 	return flush()
 }
 
-// followLogs follows every member's logs at once, handing each entry on from one goroutine.
+// logReadWait bounds one member's part of a log read (not following): a member that does not
+// answer in time is left out, as one that cannot be reached.
+const logReadWait = 10 * time.Second
+
+// followLogs follows every member's logs at once, handing each entry on from one goroutine. flush
+// runs at once, whenever no entry is pending, and every second besides, so that the caller's
+// stream opens and its checks (is the worker still there?) run on a quiet worker too. A member
+// whose stream ends is followed again after a second, until ctx ends.
 func (p *pool) followLogs(ctx context.Context, nodes []*runtimeNode, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	entries := make(chan backend.LogEntry, 256)
-	ended := make(chan error, len(nodes))
 	for _, n := range nodes {
 		go func() {
-			err := n.WorkerLogs(ctx, scriptName, workerUID, q, func(e backend.LogEntry) error {
-				select {
-				case entries <- e:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
+			since := q
+			for {
+				err := n.WorkerLogs(ctx, scriptName, workerUID, since, func(e backend.LogEntry) error {
+					select {
+					case entries <- e:
+						if !e.Time.IsZero() {
+							since.Since = e.Time.Add(time.Nanosecond) // followed again: from after the last entry
+						}
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}, func() error { return nil })
+				if ctx.Err() != nil {
+					return
 				}
-			}, func() error { return nil })
-			p.heard(n, err)
-			ended <- err
+				p.heard(n, err)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+			}
 		}()
 	}
-	var errs []error
-	for running := len(nodes); running > 0; {
+	if err := flush(); err != nil {
+		return err
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
@@ -609,25 +645,12 @@ func (p *pool) followLogs(ctx context.Context, nodes []*runtimeNode, scriptName 
 					return err
 				}
 			}
-		case err := <-ended:
-			running--
-			if err != nil {
-				errs = append(errs, err)
+		case <-tick.C:
+			if err := flush(); err != nil {
+				return err
 			}
 		}
 	}
-	for len(entries) > 0 {
-		if err := each(<-entries); err != nil {
-			return err
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	if len(errs) == len(nodes) {
-		return fmt.Errorf("no node of the pool answered for the logs: %w", errors.Join(errs...))
-	}
-	return nil
 }
 
 // Holdings lists what the pool's one node holds; the reconciler lists a pool of several member by

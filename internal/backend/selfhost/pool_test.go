@@ -252,4 +252,32 @@ func TestAPoolsLogsAreEveryMembersMergedInTimeOrder(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond)
 	cancel()
 	require.NoError(t, <-done)
+
+	// A quiet worker's stream opens at once and is flushed on a timer besides, so the caller's own
+	// checks (is the worker still there?) run on it too.
+	a.logs, b.logs = nil, nil
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	var flushes sync.WaitGroup
+	flushes.Add(2)
+	n := 0
+	go func() {
+		done <- p.WorkerLogs(ctx, "s", uuid.New(), backend.LogQuery{Follow: true}, func(backend.LogEntry) error { return nil }, func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			if n++; n <= 2 {
+				flushes.Done()
+			}
+			return nil
+		})
+	}()
+	waited := make(chan struct{})
+	go func() { flushes.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a quiet pool's log stream was never flushed twice")
+	}
+	cancel()
+	require.NoError(t, <-done)
 }

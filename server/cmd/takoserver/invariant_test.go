@@ -688,7 +688,9 @@ func (w *world) checkScripts(views []runtimeView) {
 				held[v.name][s.ScriptName] = s.WorkerUID
 			}
 		}
-		w.checkHeldScriptsAreLiveWorkers(ctx, "runtime "+v.name, held[v.name])
+		if !v.retired { // a node retired and started again keeps what it held, and serves none of it
+			w.checkHeldScriptsAreLiveWorkers(ctx, "runtime "+v.name, held[v.name])
+		}
 	}
 	for _, org := range w.orgs {
 		for _, name := range invariantWorkerNames {

@@ -200,11 +200,7 @@ func (w *world) loseNode(retire, back bool) bool {
 		m.admin.cut.Store(true)
 		m.state = memberCut
 		w.progress.partitions++
-		w.log = append(w.log, "node cut off from the Hosts: "+m.name)
-		w.check()
-		for range 2 + w.pick(4) {
-			w.step()
-		}
+		w.whileSilent("node cut off from the Hosts: "+m.name, 2, 4)
 		m.admin.cut.Store(false)
 		m.state = memberUp
 		w.log = append(w.log, "node reachable again: "+m.name)
@@ -214,11 +210,7 @@ func (w *world) loseNode(retire, back bool) bool {
 	w.stopNode(m.n)
 	m.state = memberDown
 	w.progress.nodeKills++
-	w.log = append(w.log, "node killed: "+m.name)
-	w.check()
-	for range 1 + w.pick(3) {
-		w.step()
-	}
+	w.whileSilent("node killed: "+m.name, 1, 3)
 	if !retire {
 		w.startAgain(m)
 		m.state = memberUp
@@ -248,6 +240,17 @@ func (w *world) loseNode(retire, back bool) bool {
 	}
 	w.check()
 	return true
+}
+
+// whileSilent logs what befell a member, checks, and runs least to least+spread-1 steps while
+// the member is silent.
+func (w *world) whileSilent(event string, least, spread int) {
+	w.t.Helper()
+	w.log = append(w.log, event)
+	w.check()
+	for range least + w.pick(spread) {
+		w.step()
+	}
 }
 
 // finishPool asserts that the pooled sequence lost nodes each way, and that its members converge:

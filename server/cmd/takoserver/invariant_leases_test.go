@@ -369,15 +369,17 @@ func (w *world) finish() {
 		}
 		return float64(ok) / float64(of)
 	}
-	// A pool's sequence loses nodes, and requests fail meanwhile by design: half the shares.
-	minCreates, minActivations := minEndpointCreateShare, minActivationShare
+	// A pool's sequence loses nodes, and requests fail meanwhile by design: half the shares. Its
+	// timing decides how many activations it attempts (few, on some runs of a seed): their share
+	// counts from five.
+	minCreates, minActivations, fewActivations := minEndpointCreateShare, minActivationShare, false
 	if w.members != nil {
-		minCreates, minActivations = minCreates/2, minActivations/2
+		minCreates, minActivations, fewActivations = minCreates/2, minActivations/2, p.activations < 5
 	}
 	if s := share(p.endpointCreated, p.endpointCreates); s < minCreates {
 		w.fail("only %d of %d endpoint creates succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.endpointCreated, p.endpointCreates, 100*s, 100*minCreates)
 	}
-	if s := share(p.activated, p.activations); s < minActivations {
+	if s := share(p.activated, p.activations); s < minActivations && !fewActivations {
 		w.fail("only %d of %d activations succeeded (%.0f%% < %.0f%%): the sequence made no real progress", p.activated, p.activations, 100*s, 100*minActivations)
 	}
 	if p.settled == 0 {

@@ -427,7 +427,9 @@ func (p *pool) PoolSeal(d backend.Delivery, plaintext []byte) ([]byte, bool, err
 // DeliverSealed gives the blob to every member; it is delivered when one member took it (each
 // member that missed it gets it from the reconciler).
 func (p *pool) DeliverSealed(ctx context.Context, d backend.Delivery, blob []byte) error {
-	nodes, err := p.targets(ctx)
+	// The pool is read afresh for a delivery (one round trip, once per delivery): a cached read may
+	// still name a node retired or removed since, which must never be given a secret.
+	nodes, err := p.targetsOf(ctx, true)
 	if err != nil {
 		return p.unlessEmpty(err)
 	}

@@ -32,6 +32,8 @@ type standIn struct {
 	unanswered bool
 	// logs is what the node answers a log read from the start of its ring (then nothing new).
 	logs []adminapi.LogEntry
+	// deliveries counts the secret deliveries it was sent.
+	deliveries int
 }
 
 func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
@@ -42,6 +44,11 @@ func newStandIn(t *testing.T, route adminapi.RouteStatus, holds bool) *standIn {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		switch {
+		case r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/secrets"):
+			s.mu.Lock()
+			s.deliveries++
+			s.mu.Unlock()
+			_ = json.NewEncoder(w).Encode(adminapi.ScriptStatus{})
 		case strings.HasSuffix(r.URL.Path, "/logs"):
 			page := adminapi.LogPage{Epoch: "ring", Next: uint64(len(s.logs))}
 			if r.URL.Query().Get("epoch") == "" {
@@ -280,4 +287,30 @@ func TestAPoolsLogsAreEveryMembersMergedInTimeOrder(t *testing.T) {
 	}
 	cancel()
 	require.NoError(t, <-done)
+}
+
+// staleMembers is a membership whose cached read still names a node the fresh read shows retired.
+type staleMembers struct{ cached, fresh members }
+
+func (m staleMembers) Members(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
+	return m.cached.Members(ctx, inst)
+}
+
+func (m staleMembers) Fresh(ctx context.Context, inst catalog.Installation) ([]backend.PoolMember, error) {
+	return m.fresh.Members(ctx, inst)
+}
+
+// A delivery reads the pool afresh: a node retired since a replica's cached read is never given
+// the secret.
+func TestADeliveryGoesOnlyToTheMembersOfAFreshRead(t *testing.T) {
+	t.Parallel()
+	a, b := newStandIn(t, adminapi.RouteStatus{}, false), newStandIn(t, adminapi.RouteStatus{}, false)
+	p := poolOf(t, a, b)
+	cached := members{p.members.(members)[0], p.members.(members)[1]}
+	fresh := members{cached[0], cached[1]}
+	fresh[0].State = backend.MemberRetired
+	p.members = staleMembers{cached: cached, fresh: fresh}
+	require.NoError(t, p.DeliverSealed(context.Background(), backend.Delivery{ScriptName: "s", WorkerUID: uuid.New(), MaterialSetID: uuid.New(), EffectID: uuid.New()}, []byte("blob")))
+	require.Zero(t, a.deliveries, "the retired node was given the delivery")
+	require.Equal(t, 1, b.deliveries)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 )
@@ -128,6 +129,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.log.LogAttrs(c.Request().Context(), slog.LevelError, "database unavailable",
 			slog.String("request_id", reqID), slog.String("route", routeOf(c)), slog.String("error", err.Error()))
 		ae = &apierr.Error{Code: apierr.Unavailable, Detail: "the Host cannot reach its database; retry shortly"}
+	case errors.Is(err, backend.ErrUnreachable):
+		// A backend that could not be reached on a path that does not say so itself (the recovery
+		// of an interrupted operation, reading a pool member back): the caller retries.
+		ae = &apierr.Error{Code: apierr.BackendUnreachable, Detail: "the backend could not be reached; apply again to retry"}
 	case errors.As(err, &he):
 		code, ok := codeForStatus[he.Code]
 		if !ok {

@@ -533,9 +533,10 @@ var _ backend.CronRunner = (*pool)(nil)
 
 // WorkerLogs reads a worker's logs from every member that may route: each node keeps the logs of
 // the requests it served, so a pool's are merged. A read (not following) asks every member at once
-// and hands on their entries in time order; a member that does not answer is left out, and the read
-// fails only when none answers. Following, each member's new entries are handed on as they
-// arrive, until ctx ends or every member's stream has ended.
+// and hands on their entries in time order; a member that cannot be reached within logReadWait is
+// left out, and the read fails when none can be reached or one refuses. Following, each member's
+// new entries are handed on as they arrive, and a member whose stream ends is followed again,
+// until ctx ends.
 func (p *pool) WorkerLogs(ctx context.Context, scriptName string, workerUID uuid.UUID, q backend.LogQuery, each func(backend.LogEntry) error, flush func() error) error {
 	nodes, err := p.targets(ctx)
 	if err != nil {

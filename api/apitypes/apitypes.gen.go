@@ -111,6 +111,11 @@ type Effect struct {
 	// installation left the catalog; `detail` says so.
 	Status string  `json:"status"`
 	Detail *string `json:"detail"`
+
+	// Node On a pool of runtime nodes, a deployment is one effect per member (SPEC 6.2): the
+	// pack's effect (`node` null), followed by one for each member node that may route,
+	// which ends as that node answered. Null on every other effect.
+	Node *string `json:"node"`
 }
 
 // Endpoint defines model for Endpoint.

@@ -127,6 +127,25 @@ type Observation struct {
 	// long after this read (route propagation, KV caches; SPEC 8), so its deletion is certain only
 	// then. Zero: absence is certain at once.
 	Lingers time.Duration
+	// Members, on a pool of runtime nodes: what each member that may route answered to this
+	// read, for the ledger's effect per member (SPEC 6.2). Empty where the backend is no pool.
+	Members []MemberRead
+}
+
+// MemberRead is one pool member's answer to a read of an object.
+type MemberRead struct {
+	Name  string
+	State string
+	// Err says why the member did not answer; empty when it did.
+	Err          string
+	Present      bool
+	DeploymentID uuid.UUID
+	Admitted     bool
+}
+
+// Holds reports whether the member answered that it holds deployment.
+func (m MemberRead) Holds(deployment uuid.UUID) bool {
+	return m.Err == "" && m.Present && m.DeploymentID == deployment
 }
 
 // Holds reports whether the backend holds deployment, as far as it can tell.

@@ -60,10 +60,62 @@ func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, or
 		return planned{}, fmt.Errorf("resource: plan deployment: %w", err)
 	}
 	pl.desired.DeploymentID, pl.desired.EffectID, pl.desired.Sequence = pl.deployment, pl.effect, seq
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: m.Operation, DeploymentID: pl.deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}); err != nil {
-		return planned{}, fmt.Errorf("resource: plan effect: %w", err)
+	if err := planEffect(ctx, q, pl.effect, m.Operation, pl.deployment, dbsqlc.EffectActionApply); err != nil {
+		return planned{}, err
 	}
 	return pl, nil
+}
+
+// planEffect records a deployment's effect as dispatched and, on a pool, one under it for each
+// member that may route (SPEC 6.2), read from the membership rows in this transaction.
+func planEffect(ctx context.Context, q *dbsqlc.Queries, effect, operation, deployment uuid.UUID, action dbsqlc.EffectAction) error {
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: operation, DeploymentID: deployment, Action: action, Status: dbsqlc.EffectStatusDispatched}); err != nil {
+		return fmt.Errorf("resource: plan effect: %w", err)
+	}
+	if err := q.EffectsPlanMembers(ctx, effect); err != nil {
+		return fmt.Errorf("resource: plan the pool members' effects: %w", err)
+	}
+	return nil
+}
+
+// settleMembers ends the pool members' effects under parent as each member answered the
+// outcome's read; a member the read did not reach ends failed.
+func settleMembers(ctx context.Context, q *dbsqlc.Queries, parent uuid.UUID, o outcome) error {
+	for _, m := range o.obs.Members {
+		status, detail := dbsqlc.EffectStatusFailed, memberShortfall(o, m)
+		if detail == nil {
+			status = dbsqlc.EffectStatusSucceeded
+		}
+		if _, err := q.EffectMemberSettle(ctx, dbsqlc.EffectMemberSettleParams{ParentID: parent, Node: m.Name, Status: status, Detail: detail}); err != nil {
+			return fmt.Errorf("resource: settle the effect on node %s: %w", m.Name, err)
+		}
+	}
+	detail := "the pool's read did not reach this node"
+	if err := q.EffectMembersUnsettled(ctx, dbsqlc.EffectMembersUnsettledParams{ParentID: parent, Status: dbsqlc.EffectStatusFailed, Detail: &detail}); err != nil {
+		return fmt.Errorf("resource: settle the pool members' effects: %w", err)
+	}
+	return nil
+}
+
+// memberShortfall says why member m does not confirm the outcome's effect (nil: it does): a
+// delete's absence, an apply's admission of the deployment.
+func memberShortfall(o outcome, m backend.MemberRead) *string {
+	var why string
+	switch {
+	case m.Err != "":
+		why = "no answer: " + m.Err
+	case o.pl.action == dbsqlc.EffectActionDelete && m.Holds(o.pl.deployment):
+		why = "the node still holds the deployment"
+	case o.pl.action == dbsqlc.EffectActionDelete:
+		return nil
+	case m.Holds(o.pl.deployment) && m.Admitted:
+		return nil
+	case m.Holds(o.pl.deployment):
+		why = "the node holds the deployment but has not admitted it"
+	default:
+		why = "the node does not hold the deployment"
+	}
+	return &why
 }
 
 // deployed rebuilds what a recorded deployment of a resource of kind wrote, for its delete or its
@@ -100,8 +152,8 @@ func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, ki
 			FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting)}); err != nil {
 			return nil, fmt.Errorf("resource: mark deployment deleting: %w", err)
 		}
-		if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: pl.effect, OperationID: operation, DeploymentID: d.ID, Action: dbsqlc.EffectActionDelete, Status: dbsqlc.EffectStatusDispatched}); err != nil {
-			return nil, fmt.Errorf("resource: plan effect: %w", err)
+		if err := planEffect(ctx, q, pl.effect, operation, d.ID, dbsqlc.EffectActionDelete); err != nil {
+			return nil, err
 		}
 		out = append(out, pl)
 	}
@@ -176,6 +228,9 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 		FromStatuses: texts(dbsqlc.EffectStatusPlanned, dbsqlc.EffectStatusDispatched)}); err != nil {
 		return fmt.Errorf("resource: settle effect: %w", err)
 	}
+	if err := settleMembers(ctx, q, o.pl.effect, o); err != nil {
+		return err
+	}
 	switch {
 	case o.pl.action == dbsqlc.EffectActionApply && o.done:
 		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusActive,
@@ -188,8 +243,10 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 			FromStatuses: texts(dbsqlc.DeploymentStatusPending)})
 		return err
 	case o.done:
-		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusDeleted,
-			FromStatuses: texts(dbsqlc.DeploymentStatusDeleting, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusPending)}); err != nil {
+		// Deleted only if every member of its pool that may route confirmed it (a member added
+		// while the delete ran holds it deleting: the request is refused, and a retry asks it).
+		deleted, err := q.DeploymentDeletedEverywhere(ctx, dbsqlc.DeploymentDeletedEverywhereParams{ID: o.pl.deployment, EffectID: o.pl.effect})
+		if err != nil || !deleted {
 			return err
 		}
 		return recordLingering(ctx, q, o)
@@ -216,26 +273,36 @@ func recordLingering(ctx context.Context, q *dbsqlc.Queries, o outcome) error {
 // so that every fence counts the deployment as live (the refused operation it undoes would not)
 // until the janitor confirms its absence.
 func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
-	status, to := dbsqlc.EffectStatusFailed, dbsqlc.DeploymentStatusDeleting
 	if o.done {
-		status, to = dbsqlc.EffectStatusSucceeded, dbsqlc.DeploymentStatusDeleted
-	} else {
-		operation = uuid.Must(uuid.NewV7())
-		code := "compensation_pending"
-		if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
-			ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,
-		}); err != nil {
-			return fmt.Errorf("resource: record pending compensation: %w", err)
+		// Confirmed by the pack, and, on a pool, by every member that may route now.
+		effect := uuid.New()
+		if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: operation, DeploymentID: o.pl.deployment, Action: dbsqlc.EffectActionDelete, Status: dbsqlc.EffectStatusSucceeded}); err != nil {
+			return err
+		}
+		if err := settleMembers(ctx, q, effect, o); err != nil {
+			return err
+		}
+		deleted, err := q.DeploymentDeletedEverywhere(ctx, dbsqlc.DeploymentDeletedEverywhereParams{ID: o.pl.deployment, EffectID: effect})
+		if err != nil {
+			return err
+		}
+		if deleted {
+			return recordLingering(ctx, q, o)
 		}
 	}
-	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: dbsqlc.EffectActionDelete, Status: status}); err != nil {
+	operation = uuid.Must(uuid.NewV7())
+	code := "compensation_pending"
+	if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
+		ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,
+	}); err != nil {
+		return fmt.Errorf("resource: record pending compensation: %w", err)
+	}
+	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: dbsqlc.EffectActionDelete, Status: dbsqlc.EffectStatusFailed}); err != nil {
 		return err
 	}
-	if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: to,
-		FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting, dbsqlc.DeploymentStatusFailed)}); err != nil {
-		return err
-	}
-	return recordLingering(ctx, q, o)
+	_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusDeleting,
+		FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting, dbsqlc.DeploymentStatusFailed)})
+	return err
 }
 
 func backendFailed(o outcome) error {

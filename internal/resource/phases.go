@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,8 @@ type effects struct {
 	create  bool
 	work    []planned
 	pending []outcome // performed and confirmed, not recorded yet
+	// unconfirmed: the commit found a deployment a pool member did not confirm deleted.
+	unconfirmed bool
 }
 
 // putEffects is the runner of a put's apply on placement p.
@@ -147,10 +150,34 @@ func (r *effects) record(ctx context.Context, q *dbsqlc.Queries) error {
 	if !r.removal {
 		return nil
 	}
+	if err := r.deletedEverywhere(ctx, q); err != nil {
+		return err
+	}
 	if err := q.AttestationClose(ctx, r.uid); err != nil {
 		return fmt.Errorf("resource: close attestation: %w", err)
 	}
 	return nil
+}
+
+// deletedEverywhere refuses the close of a deletion whose deployments are not all deleted: on a
+// pool, a member that may route did not confirm the absence (it was added while the delete ran,
+// or the pack's read of the pool missed it). The request answers 503, which the provider retries,
+// and the retry asks that member too.
+func (r *effects) deletedEverywhere(ctx context.Context, q *dbsqlc.Queries) error {
+	open, err := q.DeploymentsOpen(ctx, r.uid)
+	if err != nil || len(open) == 0 {
+		return err
+	}
+	nodes, err := q.ResourceMembersUnconfirmed(ctx, dbsqlc.ResourceMembersUnconfirmedParams{ResourceUID: r.uid, OperationID: r.m.Operation})
+	if err != nil {
+		return err
+	}
+	r.unconfirmed = true
+	who := "a node of the pool"
+	if len(nodes) > 0 {
+		who = "node " + strings.Join(nodes, ", node ")
+	}
+	return apierr.New(apierr.BackendUnreachable, "%s did not confirm the deletion (it joined the pool while the delete ran); delete again to retry (the deletion attestation stays open until every node confirms)", who)
 }
 
 func (r *effects) recordOutcomes(ctx context.Context, q *dbsqlc.Queries) error {
@@ -182,6 +209,9 @@ func (r *effects) commit(ctx context.Context, fn func(tx pgx.Tx) (ownership.Resp
 	var answered *pgconn.PgError
 	if err != nil && (refused || errors.As(err, &answered)) {
 		r.undo(ctx)
+	}
+	if err != nil && r.unconfirmed {
+		r.refuse(r.pending, nil) // the refusal records the outcomes: the deployments stay deleting
 	}
 	return resp, err
 }

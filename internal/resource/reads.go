@@ -78,7 +78,7 @@ func (s *Service) Operation(ctx context.Context, db dbsqlc.DBTX, org string, id 
 	}
 	for _, e := range effects {
 		o.Effects = append(o.Effects, Effect{ID: e.ID.String(), DeploymentID: e.DeploymentID.String(), ResourceKind: string(e.ResourceKind),
-			ResourceUID: e.ResourceUID.String(), Action: string(e.Action), Status: string(e.Status), Detail: e.Detail})
+			ResourceUID: e.ResourceUID.String(), Action: string(e.Action), Status: string(e.Status), Detail: e.Detail, Node: e.Node})
 	}
 	return o, nil
 }

@@ -95,6 +95,9 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 				FromStatuses: texts(dbsqlc.EffectStatusPlanned, dbsqlc.EffectStatusDispatched)}); err != nil {
 				return err
 			}
+			if err := q.EffectMembersUnsettled(ctx, dbsqlc.EffectMembersUnsettledParams{ParentID: id, Status: dbsqlc.EffectStatusUnobservable, Detail: &detail}); err != nil {
+				return err
+			}
 		}
 		for _, c := range creating {
 			if c.Kind == dbsqlc.ResourceKindWorker {

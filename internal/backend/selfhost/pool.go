@@ -130,15 +130,18 @@ func (p *pool) Apply(ctx context.Context, d backend.Desired) (backend.Observatio
 	}
 	var first *backend.Observation
 	var lagging []string
+	var reads []read
 	for _, n := range nodes {
 		if !p.writable(n) {
 			// Silent for suspectAfter (a blackholed machine must not spend the deployment's
 			// time), or not settled yet: the reconciler writes it later.
 			lagging = append(lagging, n.member.Name)
+			reads = append(reads, read{node: n, err: errNotWritten})
 			continue
 		}
 		obs, err := n.Apply(ctx, d)
 		p.heard(n, err)
+		reads = append(reads, read{node: n, obs: obs, err: err})
 		must := p.mustTake(n)
 		switch {
 		case err != nil && must:
@@ -149,8 +152,10 @@ func (p *pool) Apply(ctx context.Context, d backend.Desired) (backend.Observatio
 			continue
 		case obs.Failed || (obs.Present && obs.DeploymentID != d.DeploymentID):
 			// Refused (the candidate failed), or rewritten meanwhile: the caller decides.
+			obs.Members = memberReads(reads)
 			return obs, nil
 		case !obs.Admitted:
+			obs.Members = memberReads(reads)
 			return obs, nil
 		}
 		if first == nil || must {
@@ -165,8 +170,13 @@ func (p *pool) Apply(ctx context.Context, d backend.Desired) (backend.Observatio
 	if len(lagging) > 0 && obs.Message == "" {
 		obs.Message = "lagging: " + strings.Join(lagging, ", ")
 	}
+	obs.Members = memberReads(reads)
 	return obs, nil
 }
+
+// errNotWritten is a member's part in a change the pool did not write to it: the node reconciler
+// brings it up to date.
+var errNotWritten = errors.New("not written now (silent, or joined moments ago): the node reconciler brings it up to date")
 
 // unlessEmpty is err, or the change's error of a pool with no member.
 func (p *pool) unlessEmpty(err error) error {
@@ -263,6 +273,9 @@ func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Ob
 			obs.Ready, obs.Reason = false, adminapi.ReasonPending
 			obs.Message = strings.TrimSpace(obs.Message + " (not Ready on a serving node: " + nodes[0].member.Name + " is " + nodes[0].member.State + ")")
 		}
+		if err == nil {
+			obs.Members = memberReads([]read{{node: nodes[0], obs: obs}})
+		}
 		return obs, err
 	}
 	reads := p.readAll(ctx, nodes, kind, nativeName)
@@ -339,7 +352,27 @@ func (p *pool) Observe(ctx context.Context, kind, nativeName string) (backend.Ob
 		}
 		obs.Message = strings.TrimSpace(obs.Message + " (not Ready on: " + strings.Join(lagging, ", ") + ")")
 	}
+	obs.Members = memberReads(reads)
 	return obs, nil
+}
+
+// memberReads is what each member answered, for the ledger (the catalog's node of a pool without
+// membership rows has no effect of its own).
+func memberReads(reads []read) []backend.MemberRead {
+	var out []backend.MemberRead
+	for _, r := range reads {
+		if r.node.member.Implicit {
+			continue
+		}
+		m := backend.MemberRead{Name: r.node.member.Name, State: r.node.member.State}
+		if r.err != nil {
+			m.Err = r.err.Error()
+		} else {
+			m.Present, m.DeploymentID, m.Admitted = r.obs.Present, r.obs.DeploymentID, r.obs.Admitted
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // ObserveChange holds a read on a pool of one node until its status changes; a pool of several
@@ -351,6 +384,9 @@ func (p *pool) ObserveChange(ctx context.Context, kind, nativeName string, since
 	}
 	obs, err := nodes[0].ObserveChange(ctx, kind, nativeName, since, within)
 	p.heard(nodes[0], err)
+	if err == nil {
+		obs.Members = memberReads([]read{{node: nodes[0], obs: obs}})
+	}
 	return obs, err
 }
 

@@ -779,6 +779,8 @@ type BackendEffect struct {
 	Detail       *string
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	Node         *string
+	ParentID     *uuid.UUID
 }
 
 type ClockSkew struct {

@@ -60,11 +60,11 @@ func (q *Queries) OperationBegin(ctx context.Context, arg OperationBeginParams) 
 }
 
 const operationEffects = `-- name: OperationEffects :many
-SELECT e.id, e.deployment_id, d.resource_kind, d.resource_uid, e.action, e.status, e.detail
+SELECT e.id, e.deployment_id, d.resource_kind, d.resource_uid, e.action, e.status, e.detail, e.node
 FROM backend_effects e
 JOIN deployments d ON d.id = e.deployment_id
 WHERE e.operation_id = $1
-ORDER BY e.created_at, e.id
+ORDER BY e.created_at, coalesce(e.parent_id, e.id), e.parent_id NULLS FIRST, e.node
 `
 
 type OperationEffectsRow struct {
@@ -75,8 +75,10 @@ type OperationEffectsRow struct {
 	Action       EffectAction
 	Status       EffectStatus
 	Detail       *string
+	Node         *string
 }
 
+// each member's effect right after its pack's effect
 func (q *Queries) OperationEffects(ctx context.Context, operationID uuid.UUID) ([]OperationEffectsRow, error) {
 	rows, err := q.db.Query(ctx, operationEffects, operationID)
 	if err != nil {
@@ -94,6 +96,7 @@ func (q *Queries) OperationEffects(ctx context.Context, operationID uuid.UUID) (
 			&i.Action,
 			&i.Status,
 			&i.Detail,
+			&i.Node,
 		); err != nil {
 			return nil, err
 		}
@@ -201,7 +204,7 @@ SELECT e.id AS effect_id, e.action, d.id AS deployment_id, d.status AS deploymen
        d.resource_uid, d.generation, d.seq, d.route_script, d.native_name, d.installation
 FROM backend_effects e
 JOIN deployments d ON d.id = e.deployment_id
-WHERE e.operation_id = $1 AND e.status IN ('planned', 'dispatched')
+WHERE e.operation_id = $1 AND e.status IN ('planned', 'dispatched') AND e.parent_id IS NULL
 ORDER BY e.created_at, e.id
 `
 

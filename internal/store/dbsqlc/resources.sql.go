@@ -200,6 +200,37 @@ func (q *Queries) DeploymentActivePlacement(ctx context.Context, resourceUid uui
 	return i, err
 }
 
+const deploymentDeletedEverywhere = `-- name: DeploymentDeletedEverywhere :one
+WITH u AS (
+    UPDATE deployments d SET status = 'deleted', updated_at = (SELECT db_now())
+    WHERE d.id = $1 AND d.status IN ('pending', 'active', 'deleting', 'failed')
+      AND NOT EXISTS (
+          SELECT 1 FROM runtime_nodes n
+          WHERE n.installation = d.installation AND n.state IN ('joining', 'serving', 'draining')
+            AND NOT EXISTS (SELECT 1 FROM backend_effects c
+                            WHERE c.parent_id = $2::uuid AND c.node = n.name AND c.status = 'succeeded'))
+    RETURNING 1
+)
+SELECT (EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM deployments x WHERE x.id = $1 AND x.status = 'deleted'))::boolean AS deleted
+`
+
+type DeploymentDeletedEverywhereParams struct {
+	ID       uuid.UUID
+	EffectID uuid.UUID
+}
+
+// A deployment whose delete effect confirmed absence is deleted, unless a member of its pool that
+// may route did not confirm it under that effect. The membership is read in this same statement as
+// the members' confirmations (SPEC 6.2): a member another replica added while the delete ran, or
+// one the pack's cached read of the pool missed, holds the deletion (and its attestation) open.
+// deleted: the deployment is deleted now (by this statement or before it).
+func (q *Queries) DeploymentDeletedEverywhere(ctx context.Context, arg DeploymentDeletedEverywhereParams) (bool, error) {
+	row := q.db.QueryRow(ctx, deploymentDeletedEverywhere, arg.ID, arg.EffectID)
+	var deleted bool
+	err := row.Scan(&deleted)
+	return deleted, err
+}
+
 const deploymentInsert = `-- name: DeploymentInsert :one
 INSERT INTO deployments (id, organization_id, resource_kind, resource_uid, generation, native_name,
                          offering_id, offering_digest, pack, installation, status, route_script)
@@ -421,6 +452,60 @@ func (q *Queries) EffectInsert(ctx context.Context, arg EffectInsertParams) erro
 	return err
 }
 
+const effectMemberSettle = `-- name: EffectMemberSettle :execrows
+WITH settled AS (
+    UPDATE backend_effects c
+    SET status = $1, detail = $2, updated_at = (SELECT db_now())
+    WHERE c.parent_id = $4 AND c.node = $3::text AND c.status IN ('planned', 'dispatched')
+    RETURNING c.id
+)
+INSERT INTO backend_effects (id, operation_id, deployment_id, action, status, detail, node, parent_id)
+SELECT gen_random_uuid(), p.operation_id, p.deployment_id, p.action, $1, $2, $3::text, p.id
+FROM backend_effects p
+WHERE p.id = $4 AND NOT EXISTS (SELECT 1 FROM settled)
+ON CONFLICT DO NOTHING
+`
+
+type EffectMemberSettleParams struct {
+	Status   EffectStatus
+	Detail   *string
+	Node     string
+	ParentID uuid.UUID
+}
+
+// One member's effect ends as that member answered; a member the plan did not know (it joined
+// before the call) gets its effect recorded now.
+func (q *Queries) EffectMemberSettle(ctx context.Context, arg EffectMemberSettleParams) (int64, error) {
+	result, err := q.db.Exec(ctx, effectMemberSettle,
+		arg.Status,
+		arg.Detail,
+		arg.Node,
+		arg.ParentID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const effectMembersUnsettled = `-- name: EffectMembersUnsettled :exec
+UPDATE backend_effects
+SET status = $1, detail = $2, updated_at = (SELECT db_now())
+WHERE parent_id = $3::uuid AND status IN ('planned', 'dispatched')
+`
+
+type EffectMembersUnsettledParams struct {
+	Status   EffectStatus
+	Detail   *string
+	ParentID uuid.UUID
+}
+
+// The members' effects the pack's read did not answer for end as status (failed, or unobservable).
+func (q *Queries) EffectMembersUnsettled(ctx context.Context, arg EffectMembersUnsettledParams) error {
+	_, err := q.db.Exec(ctx, effectMembersUnsettled, arg.Status, arg.Detail, arg.ParentID)
+	return err
+}
+
 const effectSetStatus = `-- name: EffectSetStatus :execrows
 UPDATE backend_effects SET status = $1, detail = $2, updated_at = (SELECT db_now())
 WHERE id = $3 AND status = ANY (($4::text[])::effect_status[])
@@ -445,6 +530,23 @@ func (q *Queries) EffectSetStatus(ctx context.Context, arg EffectSetStatusParams
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const effectsPlanMembers = `-- name: EffectsPlanMembers :exec
+INSERT INTO backend_effects (id, operation_id, deployment_id, action, status, node, parent_id)
+SELECT gen_random_uuid(), p.operation_id, p.deployment_id, p.action, p.status, n.name, p.id
+FROM backend_effects p
+JOIN deployments d ON d.id = p.deployment_id
+JOIN runtime_nodes n ON n.installation = d.installation AND n.state IN ('joining', 'serving', 'draining')
+WHERE p.id = $1 AND p.parent_id IS NULL
+`
+
+// A deployment on a pool is one effect per member (SPEC 6.2): under the pack's effect, one for
+// each member that may route, read from the membership rows in the plan's transaction. None on an
+// installation without membership rows (a Cloudflare pack, a pool of one from before pools).
+func (q *Queries) EffectsPlanMembers(ctx context.Context, parentID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, effectsPlanMembers, parentID)
+	return err
 }
 
 const endpointAbandonCreate = `-- name: EndpointAbandonCreate :execrows
@@ -714,6 +816,44 @@ func (q *Queries) ResourceAbandonCreate(ctx context.Context, uid uuid.UUID) (int
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const resourceMembersUnconfirmed = `-- name: ResourceMembersUnconfirmed :many
+SELECT DISTINCT n.name::text AS name
+FROM deployments d
+JOIN runtime_nodes n ON n.installation = d.installation AND n.state IN ('joining', 'serving', 'draining')
+WHERE d.resource_uid = $1 AND d.status IN ('pending', 'active', 'deleting')
+  AND NOT EXISTS (SELECT 1 FROM backend_effects c
+                  WHERE c.deployment_id = d.id AND c.operation_id = $2 AND c.action = 'delete'
+                    AND c.node = n.name AND c.status = 'succeeded')
+ORDER BY 1
+`
+
+type ResourceMembersUnconfirmedParams struct {
+	ResourceUID uuid.UUID
+	OperationID uuid.UUID
+}
+
+// The members of the pool that may route and did not confirm, in operation_id, the deletion of a
+// deployment of the resource that is still open.
+func (q *Queries) ResourceMembersUnconfirmed(ctx context.Context, arg ResourceMembersUnconfirmedParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, resourceMembersUnconfirmed, arg.ResourceUID, arg.OperationID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		items = append(items, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const resourcesCreatingByOperation = `-- name: ResourcesCreatingByOperation :many

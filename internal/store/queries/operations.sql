@@ -27,11 +27,12 @@ FROM operations
 WHERE id = @id AND organization_id = @organization_id;
 
 -- name: OperationEffects :many
-SELECT e.id, e.deployment_id, d.resource_kind, d.resource_uid, e.action, e.status, e.detail
+SELECT e.id, e.deployment_id, d.resource_kind, d.resource_uid, e.action, e.status, e.detail, e.node
 FROM backend_effects e
 JOIN deployments d ON d.id = e.deployment_id
 WHERE e.operation_id = @operation_id
-ORDER BY e.created_at, e.id;
+-- each member's effect right after its pack's effect
+ORDER BY e.created_at, coalesce(e.parent_id, e.id), e.parent_id NULLS FIRST, e.node;
 
 -- name: OperationUnsettledEffects :many
 -- The effects of an interrupted operation that never reached a terminal status, with what
@@ -41,5 +42,5 @@ SELECT e.id AS effect_id, e.action, d.id AS deployment_id, d.status AS deploymen
        d.resource_uid, d.generation, d.seq, d.route_script, d.native_name, d.installation
 FROM backend_effects e
 JOIN deployments d ON d.id = e.deployment_id
-WHERE e.operation_id = @operation_id AND e.status IN ('planned', 'dispatched')
+WHERE e.operation_id = @operation_id AND e.status IN ('planned', 'dispatched') AND e.parent_id IS NULL
 ORDER BY e.created_at, e.id;

@@ -190,6 +190,68 @@ LIMIT 50;
 INSERT INTO backend_effects (id, operation_id, deployment_id, action, status)
 VALUES (@id, @operation_id, @deployment_id, @action, @status);
 
+-- name: EffectsPlanMembers :exec
+-- A deployment on a pool is one effect per member (SPEC 6.2): under the pack's effect, one for
+-- each member that may route, read from the membership rows in the plan's transaction. None on an
+-- installation without membership rows (a Cloudflare pack, a pool of one from before pools).
+INSERT INTO backend_effects (id, operation_id, deployment_id, action, status, node, parent_id)
+SELECT gen_random_uuid(), p.operation_id, p.deployment_id, p.action, p.status, n.name, p.id
+FROM backend_effects p
+JOIN deployments d ON d.id = p.deployment_id
+JOIN runtime_nodes n ON n.installation = d.installation AND n.state IN ('joining', 'serving', 'draining')
+WHERE p.id = @parent_id AND p.parent_id IS NULL;
+
+-- name: EffectMemberSettle :execrows
+-- One member's effect ends as that member answered; a member the plan did not know (it joined
+-- before the call) gets its effect recorded now.
+WITH settled AS (
+    UPDATE backend_effects c
+    SET status = @status, detail = sqlc.narg('detail'), updated_at = (SELECT db_now())
+    WHERE c.parent_id = @parent_id AND c.node = @node::text AND c.status IN ('planned', 'dispatched')
+    RETURNING c.id
+)
+INSERT INTO backend_effects (id, operation_id, deployment_id, action, status, detail, node, parent_id)
+SELECT gen_random_uuid(), p.operation_id, p.deployment_id, p.action, @status, sqlc.narg('detail'), @node::text, p.id
+FROM backend_effects p
+WHERE p.id = @parent_id AND NOT EXISTS (SELECT 1 FROM settled)
+ON CONFLICT DO NOTHING;
+
+-- name: EffectMembersUnsettled :exec
+-- The members' effects the pack's read did not answer for end as status (failed, or unobservable).
+UPDATE backend_effects
+SET status = @status, detail = sqlc.narg('detail'), updated_at = (SELECT db_now())
+WHERE parent_id = @parent_id::uuid AND status IN ('planned', 'dispatched');
+
+-- name: DeploymentDeletedEverywhere :one
+-- A deployment whose delete effect confirmed absence is deleted, unless a member of its pool that
+-- may route did not confirm it under that effect. The membership is read in this same statement as
+-- the members' confirmations (SPEC 6.2): a member another replica added while the delete ran, or
+-- one the pack's cached read of the pool missed, holds the deletion (and its attestation) open.
+-- deleted: the deployment is deleted now (by this statement or before it).
+WITH u AS (
+    UPDATE deployments d SET status = 'deleted', updated_at = (SELECT db_now())
+    WHERE d.id = @id AND d.status IN ('pending', 'active', 'deleting', 'failed')
+      AND NOT EXISTS (
+          SELECT 1 FROM runtime_nodes n
+          WHERE n.installation = d.installation AND n.state IN ('joining', 'serving', 'draining')
+            AND NOT EXISTS (SELECT 1 FROM backend_effects c
+                            WHERE c.parent_id = @effect_id::uuid AND c.node = n.name AND c.status = 'succeeded'))
+    RETURNING 1
+)
+SELECT (EXISTS (SELECT 1 FROM u) OR EXISTS (SELECT 1 FROM deployments x WHERE x.id = @id AND x.status = 'deleted'))::boolean AS deleted;
+
+-- name: ResourceMembersUnconfirmed :many
+-- The members of the pool that may route and did not confirm, in operation_id, the deletion of a
+-- deployment of the resource that is still open.
+SELECT DISTINCT n.name::text AS name
+FROM deployments d
+JOIN runtime_nodes n ON n.installation = d.installation AND n.state IN ('joining', 'serving', 'draining')
+WHERE d.resource_uid = @resource_uid AND d.status IN ('pending', 'active', 'deleting')
+  AND NOT EXISTS (SELECT 1 FROM backend_effects c
+                  WHERE c.deployment_id = d.id AND c.operation_id = @operation_id AND c.action = 'delete'
+                    AND c.node = n.name AND c.status = 'succeeded')
+ORDER BY 1;
+
 -- name: EffectSetStatus :execrows
 -- Compare-and-swap on the effect's status.
 UPDATE backend_effects SET status = @status, detail = sqlc.narg('detail'), updated_at = (SELECT db_now())

@@ -187,6 +187,7 @@ var (
 	ErrTooEarly    = errors.New("the node has not been fenced for the pool's fenceSeconds yet")
 	ErrNotDrained  = errors.New("the node has not drained")
 	ErrLastNode    = errors.New("the pool's last node is taken out only on purpose (--last-node)")
+	ErrInFlight    = errors.New("the node is still being written")
 	ErrBadName     = errors.New("a node's name is a name: lowercase letters, digits, '-' and '_', starting with a letter or digit, at most 63")
 )
 
@@ -316,11 +317,17 @@ func Remove(ctx context.Context, db DB, inst catalog.Installation, name, actor s
 		}
 		row, err := q.RuntimeNodeRemove(ctx, dbsqlc.RuntimeNodeRemoveParams{Installation: inst.Name, Name: name, FenceSeconds: inst.Fence().Seconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
-			_, err := Removable(ctx, tx, inst, name)
-			if err == nil {
-				err = fmt.Errorf("%w: %s changed meanwhile", ErrNotDrained, name)
+			if _, err := Removable(ctx, tx, inst, name); err != nil {
+				return err
 			}
-			return err
+			inFlight, err := q.RuntimeNodeEffectsInFlight(ctx, dbsqlc.RuntimeNodeEffectsInFlightParams{Name: name, Installation: inst.Name})
+			if err != nil {
+				return store.Classify(err)
+			}
+			if inFlight > 0 {
+				return fmt.Errorf("%w: %d changes in flight are planned on %s; run remove again once they ended", ErrInFlight, inFlight, name)
+			}
+			return fmt.Errorf("%w: %s changed meanwhile", ErrNotDrained, name)
 		}
 		if err != nil {
 			return fmt.Errorf("nodepool: remove %s: %w", name, store.Classify(err))

@@ -6,12 +6,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
 )
 
@@ -197,6 +200,48 @@ func TestRemoveFollowsADrainOfTheFencesLength(t *testing.T) {
 	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "removed"}, states(t, db, inst))
 	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
 	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
+}
+
+// A drained node is not removed while a running operation has an effect planned on it (a deploy
+// in flight that read the pool before the drain may still write to it): the remove reads those
+// effects in its own statement, and goes through once the operation ended.
+func TestRemoveWaitsForTheChangesInFlightOnTheNode(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	inst.FenceSeconds = 1
+	q := dbsqlc.New(db)
+	_, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+	org, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	op := uuid.Must(uuid.NewV7())
+	require.NoError(t, q.OperationRecord(ctx, dbsqlc.OperationRecordParams{ID: op, OrganizationID: org.ID, Kind: "worker", ExternalKey: "prod/api", Method: "PUT", Status: dbsqlc.OperationStatusCommitted}))
+	_, err = db.Exec(ctx, `UPDATE operations SET status = 'running', finished_at = NULL WHERE id = $1`, op)
+	require.NoError(t, err)
+	deployment, effect := uuid.New(), uuid.New()
+	_, err = q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{ID: deployment, OrganizationID: org.ID, ResourceKind: dbsqlc.ResourceKindWorker, ResourceUID: uuid.New(),
+		Generation: 1, NativeName: "api", OfferingID: "selfhost-worker", OfferingDigest: "d", Pack: "selfhost", Installation: inst.Name})
+	require.NoError(t, err)
+	require.NoError(t, q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: op, DeploymentID: deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}))
+	require.NoError(t, q.EffectsPlanMembers(ctx, effect))
+	var planned string
+	require.NoError(t, db.QueryRow(ctx, `SELECT string_agg(node, ',' ORDER BY node) FROM backend_effects WHERE parent_id = $1`, effect).Scan(&planned))
+	require.Equal(t, "node-1,node-2", planned, "one effect per member that may route")
+
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ('2 minutes'::interval)
+		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`)
+	require.NoError(t, err)
+	_, err = nodepool.Remove(ctx, db, inst, "node-2", "op", 0)
+	require.ErrorIs(t, err, nodepool.ErrInFlight)
+	require.Equal(t, map[string]string{"node-1": "serving", "node-2": "draining"}, states(t, db, inst))
+
+	_, err = db.Exec(ctx, `UPDATE operations SET status = 'committed', finished_at = now() WHERE id = $1`, op)
+	require.NoError(t, err)
+	n, err := nodepool.Remove(ctx, db, inst, "node-2", "op", 0)
+	require.NoError(t, err)
+	require.Equal(t, backend.MemberRemoved, n.State)
 }
 
 // Draining the pool's last serving node stops every worker of the pool: it is refused and

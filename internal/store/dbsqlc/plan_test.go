@@ -40,7 +40,7 @@ var offPath = []string{
 	// The cron loop's, beside the janitor's: every replica's pass reads the due rows by index.
 	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim", "CronTicksAbandoned",
 	// A pool's membership changes: `takoserver nodes` and the reconciler's.
-	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodeDrain", "RuntimeNodeRemove", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
+	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodeDrain", "RuntimeNodeRemove", "RuntimeNodeEffectsInFlight", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
 	// Start-up: the one-time rewrite of digests from before pools.
 	"OfferingDigestMove", "WorkersWithoutPoolBlob",
 }

@@ -86,6 +86,28 @@ func (q *Queries) RuntimeNodeDrain(ctx context.Context, arg RuntimeNodeDrainPara
 	return i, err
 }
 
+const runtimeNodeEffectsInFlight = `-- name: RuntimeNodeEffectsInFlight :one
+SELECT count(*)::bigint AS effects
+FROM backend_effects c
+JOIN operations o ON o.id = c.operation_id
+JOIN deployments d ON d.id = c.deployment_id
+WHERE c.node = $1::text AND d.installation = $2::text
+  AND c.status IN ('planned', 'dispatched') AND o.status = 'running'
+`
+
+type RuntimeNodeEffectsInFlightParams struct {
+	Name         string
+	Installation string
+}
+
+// How many effects of running operations are in flight on the member.
+func (q *Queries) RuntimeNodeEffectsInFlight(ctx context.Context, arg RuntimeNodeEffectsInFlightParams) (int64, error) {
+	row := q.db.QueryRow(ctx, runtimeNodeEffectsInFlight, arg.Name, arg.Installation)
+	var effects int64
+	err := row.Scan(&effects)
+	return effects, err
+}
+
 const runtimeNodeEvent = `-- name: RuntimeNodeEvent :exec
 INSERT INTO runtime_node_events (installation, node, action, actor, at, detail)
 VALUES ($1, $2, $3, $4, db_now(), $5)
@@ -186,10 +208,15 @@ func (q *Queries) RuntimeNodeInsert(ctx context.Context, arg RuntimeNodeInsertPa
 }
 
 const runtimeNodeRemove = `-- name: RuntimeNodeRemove :one
-UPDATE runtime_nodes SET state = 'removed', changed_at = db_now(), pool_epoch = pool_epoch + 1
-WHERE installation = $1 AND name = $2 AND state = 'draining'
-  AND changed_at + make_interval(secs => $3::double precision) <= db_now()
-RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since
+UPDATE runtime_nodes n SET state = 'removed', changed_at = db_now(), pool_epoch = pool_epoch + 1
+WHERE n.installation = $1 AND n.name = $2 AND n.state = 'draining'
+  AND n.changed_at + make_interval(secs => $3::double precision) <= db_now()
+  AND NOT EXISTS (SELECT 1 FROM backend_effects c
+                  JOIN operations o ON o.id = c.operation_id
+                  JOIN deployments d ON d.id = c.deployment_id
+                  WHERE c.node = n.name AND d.installation = n.installation
+                    AND c.status IN ('planned', 'dispatched') AND o.status = 'running')
+RETURNING n.installation, n.name, n.url, n.state, n.pool_epoch, n.added_at, n.changed_at, n.fenced_since
 `
 
 type RuntimeNodeRemoveParams struct {
@@ -199,7 +226,8 @@ type RuntimeNodeRemoveParams struct {
 }
 
 // A drained member that confirmed it holds nothing leaves the pool: draining for at least
-// fence_seconds by the database's clock.
+// fence_seconds by the database's clock, and no running operation has an effect on it still in
+// flight (one that planned a write to it, read in this same statement: SPEC 6.2).
 func (q *Queries) RuntimeNodeRemove(ctx context.Context, arg RuntimeNodeRemoveParams) (RuntimeNode, error) {
 	row := q.db.QueryRow(ctx, runtimeNodeRemove, arg.Installation, arg.Name, arg.FenceSeconds)
 	var i RuntimeNode

@@ -40,11 +40,26 @@ RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenc
 
 -- name: RuntimeNodeRemove :one
 -- A drained member that confirmed it holds nothing leaves the pool: draining for at least
--- fence_seconds by the database's clock.
-UPDATE runtime_nodes SET state = 'removed', changed_at = db_now(), pool_epoch = pool_epoch + 1
-WHERE installation = sqlc.arg(installation) AND name = sqlc.arg(name) AND state = 'draining'
-  AND changed_at + make_interval(secs => sqlc.arg(fence_seconds)::double precision) <= db_now()
-RETURNING installation, name, url, state, pool_epoch, added_at, changed_at, fenced_since;
+-- fence_seconds by the database's clock, and no running operation has an effect on it still in
+-- flight (one that planned a write to it, read in this same statement: SPEC 6.2).
+UPDATE runtime_nodes n SET state = 'removed', changed_at = db_now(), pool_epoch = pool_epoch + 1
+WHERE n.installation = sqlc.arg(installation) AND n.name = sqlc.arg(name) AND n.state = 'draining'
+  AND n.changed_at + make_interval(secs => sqlc.arg(fence_seconds)::double precision) <= db_now()
+  AND NOT EXISTS (SELECT 1 FROM backend_effects c
+                  JOIN operations o ON o.id = c.operation_id
+                  JOIN deployments d ON d.id = c.deployment_id
+                  WHERE c.node = n.name AND d.installation = n.installation
+                    AND c.status IN ('planned', 'dispatched') AND o.status = 'running')
+RETURNING n.installation, n.name, n.url, n.state, n.pool_epoch, n.added_at, n.changed_at, n.fenced_since;
+
+-- name: RuntimeNodeEffectsInFlight :one
+-- How many effects of running operations are in flight on the member.
+SELECT count(*)::bigint AS effects
+FROM backend_effects c
+JOIN operations o ON o.id = c.operation_id
+JOIN deployments d ON d.id = c.deployment_id
+WHERE c.node = @name::text AND d.installation = @installation::text
+  AND c.status IN ('planned', 'dispatched') AND o.status = 'running';
 
 -- name: RuntimeNodeRetire :one
 -- Retires a member the operator attests lost: fenced since fenced_since, which is at least

@@ -18,20 +18,23 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, error)
 func (n *Node) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	route := func(pattern string, h handlerFunc) { mux.Handle(pattern, n.authed(h)) }
-	route("PUT "+adminapi.PatternScript, n.putScript)
+	// A write gives the node something to serve or hold: a node that left its pool takes none
+	// (deletes, reads and its membership still go through).
+	write := func(pattern string, h handlerFunc) { route(pattern, n.inPool(h)) }
+	write("PUT "+adminapi.PatternScript, n.putScript)
 	route("GET "+adminapi.PatternScript, n.getScript)
 	route("DELETE "+adminapi.PatternScript, n.deleteScript)
-	route("PUT "+adminapi.PatternScriptSecrets, n.putSecrets)
+	write("PUT "+adminapi.PatternScriptSecrets, n.putSecrets)
 	route("DELETE "+adminapi.PatternScriptSecrets, n.deleteSecrets)
 	route("POST "+adminapi.PatternScriptReadback, n.readback)
 	route("GET "+adminapi.PatternScriptLogs, n.getLogs)
-	route("POST "+adminapi.PatternScriptScheduled, n.runScheduled)
-	route("PUT "+adminapi.PatternRoute, n.putRoute)
+	write("POST "+adminapi.PatternScriptScheduled, n.runScheduled)
+	write("PUT "+adminapi.PatternRoute, n.putRoute)
 	route("GET "+adminapi.PatternRoute, n.getRoute)
 	route("DELETE "+adminapi.PatternRoute, n.deleteRoute)
 	route("GET "+adminapi.PathStatus, n.status)
 	route("GET "+adminapi.PathPool, n.poolKey)
-	route("POST "+adminapi.PathPoolReseal, n.reseal)
+	write("POST "+adminapi.PathPoolReseal, n.reseal)
 	route("GET "+adminapi.PathMembership, n.getMembership)
 	route("PUT "+adminapi.PathMembership, n.putMembership)
 	route("GET "+adminapi.PathBrakes, n.getBrakes)

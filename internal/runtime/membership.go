@@ -75,6 +75,23 @@ func (ms *membership) routesLocked(now time.Time) (bool, string) {
 	return true, ""
 }
 
+// inPool refuses h while the node's kept membership says it was retired or removed from its pool,
+// from the moment it starts on that state: it is never again given a script, route, delivery or
+// tick (a Host replica with an older view of the pool may still try), until it is wiped and added
+// again under a new name.
+func (n *Node) inPool(h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		n.member.mu.Lock()
+		m := n.member.m
+		n.member.mu.Unlock()
+		if m != nil && (m.State == adminapi.MemberRetired || m.State == adminapi.MemberRemoved) {
+			return nil, adminapi.NewProblem(http.StatusConflict, adminapi.CodeLeftPool, "Node left its pool",
+				fmt.Sprintf("node %s was %s from pool %s: it takes nothing until its state directory is wiped and it is added again", m.Node, m.State, m.Pool))
+		}
+		return h(w, r)
+	}
+}
+
 // memberHealth is the membership's part of the edge's GET /healthz: 200 only for a serving member
 // whose edge routes.
 func (n *Node) memberHealth() (bool, string) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 // A node's place in its pool (SPEC 6.2), as the Host tells it: the edge's health check answers
@@ -104,4 +105,18 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 	f.h.Restart(t)
 	f.reconnect()
 	require.Equal(t, http.StatusServiceUnavailable, serves(), "retired, across a restart")
+
+	// From the state it starts on, a retired node takes no write (a Host replica with an older
+	// view of the pool may still send one): no script, route, delivery or tick. What it holds can
+	// still be read and deleted.
+	_, err = f.client.PutScript(f.ctx, "other", f.scriptPut("uid-other", 1, "v1"))
+	require.True(t, selfhost.IsCode(err, adminapi.CodeLeftPool), "a script: %v", err)
+	_, err = f.client.PutRoute(f.ctx, "other.workers.localhost", adminapi.RoutePut{EffectID: f.effect(), ScriptName: "echo", EndpointUID: "ep-other", DeploymentID: "dep-ep-other"})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeLeftPool), "a route: %v", err)
+	_, err = f.client.PutSecrets(f.ctx, "echo", adminapi.SecretsPut{EffectID: f.effect(), WorkerUID: "uid-echo", DeliveryID: "d-1", Values: map[string]vocab.Secret{"TOKEN": vocab.NewSecret("canary-left-pool")}})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeLeftPool), "a delivery: %v", err)
+	_, err = f.client.RunScheduled(f.ctx, "echo", adminapi.ScheduledRun{})
+	require.True(t, selfhost.IsCode(err, adminapi.CodeLeftPool), "a tick: %v", err)
+	_, err = f.client.DeleteRoute(f.ctx, "echo.workers.localhost", "echo", "ep-echo")
+	require.NoError(t, err, "what it holds is still taken down")
 }

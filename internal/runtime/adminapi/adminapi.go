@@ -684,8 +684,11 @@ const (
 	// CodeStaleMembership: a membership the node refuses (an older epoch, or one that would bring
 	// back a node that left its pool).
 	CodeStaleMembership = "stale_membership"
-	CodeNotReady        = "script_not_ready"
-	CodeUpstreamError   = "upstream_error"
+	// CodeLeftPool: the node was retired or removed from its pool, as it was last told: it takes
+	// no write (a script, route, delivery or tick) until its state is wiped and it is added again.
+	CodeLeftPool      = "node_left_pool"
+	CodeNotReady      = "script_not_ready"
+	CodeUpstreamError = "upstream_error"
 	// Limits of the edge (SPEC 5.1).
 	CodeResponseTimeout = "response_timeout"
 	CodeBodyTooLarge    = "body_too_large"

@@ -96,6 +96,11 @@ func wrap(c *Client, err error) error {
 	if errors.Is(err, ErrNodeUnreachable) {
 		return fmt.Errorf("%w: runtime node %s: %v", backend.ErrUnreachable, c.BaseURL(), err)
 	}
+	if IsCode(err, adminapi.CodeLeftPool) {
+		// Asked on a read of the pool from before it left (another replica's change): the
+		// caller retries, and a fresh read leaves it out.
+		return fmt.Errorf("%w: runtime node %s left the pool: %v", backend.ErrUnreachable, c.BaseURL(), err)
+	}
 	return err
 }
 

@@ -314,3 +314,22 @@ func TestADeliveryGoesOnlyToTheMembersOfAFreshRead(t *testing.T) {
 	require.Zero(t, a.deliveries, "the retired node was given the delivery")
 	require.Equal(t, 1, b.deliveries)
 }
+
+// A member that left the pool (another replica retired or removed it since this one read the
+// pool) refuses the write: the change fails as unreachable, which the caller retries on a fresh
+// read, not as the backend refusing the change.
+func TestAWriteToAMemberThatLeftThePoolIsRetried(t *testing.T) {
+	t.Parallel()
+	left := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", adminapi.ProblemContentType)
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(adminapi.NewProblem(http.StatusConflict, adminapi.CodeLeftPool, "Node left its pool", "node a was retired from pool pool"))
+	}))
+	t.Cleanup(left.Close)
+	a := &standIn{srv: left}
+	p := poolOf(t, a)
+	_, err := p.Apply(context.Background(), backend.Desired{Kind: backend.NativeRoute, NativeName: "api.workers.localhost", ScriptName: "api",
+		DeploymentID: uuid.New(), ResourceUID: uuid.New(), EffectID: uuid.New()})
+	require.ErrorIs(t, err, backend.ErrUnreachable)
+	require.ErrorContains(t, err, "left the pool")
+}

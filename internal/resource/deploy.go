@@ -231,6 +231,20 @@ func record(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.
 	if err := settleMembers(ctx, q, o.pl.effect, o); err != nil {
 		return err
 	}
+	if err := recordDeployment(ctx, q, o, resourceUID); err != nil {
+		return err
+	}
+	if o.done && o.pl.desired.Kind == backend.NativeWorker {
+		// A deployment that stopped being active needs its kept bundle no more.
+		if err := q.WorkerKeptBundlesPrune(ctx, resourceUID); err != nil {
+			return fmt.Errorf("resource: prune kept bundles: %w", err)
+		}
+	}
+	return nil
+}
+
+// recordDeployment moves the outcome's deployment on by compare-and-swap on its status.
+func recordDeployment(ctx context.Context, q *dbsqlc.Queries, o outcome, resourceUID uuid.UUID) error {
 	switch {
 	case o.pl.action == dbsqlc.EffectActionApply && o.done:
 		if _, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusActive,

@@ -359,6 +359,11 @@ func (w *Worker) save(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUI
 	if err != nil {
 		return err
 	}
+	// The bundle the active deployment runs is kept while the new generation is not active, for
+	// a node that must be written it again (a member joining the pool, one that lost its state).
+	if err := q.WorkerKeepActiveBundle(ctx, dbsqlc.WorkerKeepActiveBundleParams{UID: w.UID, Generation: w.Generation}); err != nil {
+		return fmt.Errorf("resource: keep the active deployment's bundle: %w", err)
+	}
 	revision, err := q.WorkerUpdate(ctx, dbsqlc.WorkerUpdateParams{
 		UID: w.UID, Revision: w.Revision, Generation: w.Generation, Modules: modules, ModuleFiles: files, MainModule: w.MainModule,
 		CompatibilityDate: w.CompatibilityDate, Settings: settings, RequiredSensitiveVars: w.RequiredSensitiveVars,

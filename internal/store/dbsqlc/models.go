@@ -1133,6 +1133,16 @@ type WorkerEndpointOriginReservation struct {
 	ReleasedAt          *time.Time
 }
 
+type WorkerKeptBundle struct {
+	DeploymentID          uuid.UUID
+	WorkerUID             uuid.UUID
+	Modules               []byte
+	MainModule            string
+	CompatibilityDate     string
+	Settings              []byte
+	RequiredSensitiveVars []string
+}
+
 type WorkerServiceBinding struct {
 	CallerUID uuid.UUID
 	Binding   string

@@ -139,6 +139,12 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 	exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status)
 		SELECT md5('x' || d.id)::uuid, md5('op' || (1 + abs(hashtext(d.id::text)) % $1))::uuid, d.id, 'apply', 'succeeded'
 		FROM deployments d`)
+	exec(`INSERT INTO backend_effects (id, operation_id, deployment_id, action, status, node, parent_id)
+		SELECT md5('xm' || x.id)::uuid, x.operation_id, x.deployment_id, x.action, x.status, 'node-1', x.id
+		FROM backend_effects x WHERE $1 > 0`)
+	exec(`INSERT INTO worker_kept_bundles (deployment_id, worker_uid, modules, main_module, compatibility_date, settings, required_sensitive_vars)
+		SELECT d.id, d.resource_uid, '{}', 'index.js', '2025-01-01', '{}', '{}'
+		FROM deployments d WHERE d.resource_kind = 'worker' AND $1 > 0`)
 	exec(`INSERT INTO deletion_attestations (uid, organization_id, resource_kind, status, closed_at)
 		SELECT md5('w' || i)::uuid, 'org_t00000001', 'worker', (CASE WHEN i % 10 = 1 THEN 'open' ELSE 'closed' END)::attestation_status,
 		       CASE WHEN i % 10 = 1 THEN NULL ELSE now() END

@@ -998,6 +998,39 @@ func (q *Queries) WorkerInsert(ctx context.Context, arg WorkerInsertParams) erro
 	return err
 }
 
+const workerKeepActiveBundle = `-- name: WorkerKeepActiveBundle :exec
+INSERT INTO worker_kept_bundles (deployment_id, worker_uid, modules, main_module, compatibility_date, settings, required_sensitive_vars)
+SELECT d.id, w.uid, w.modules, w.main_module, w.compatibility_date, w.settings, w.required_sensitive_vars
+FROM workers w
+JOIN deployments d ON d.resource_uid = w.uid AND d.generation = w.generation AND d.status = 'active'
+WHERE w.uid = $1 AND w.generation <> $2::bigint
+ON CONFLICT (deployment_id) DO NOTHING
+`
+
+type WorkerKeepActiveBundleParams struct {
+	UID        uuid.UUID
+	Generation int64
+}
+
+// Before an update moves the worker's row to a new generation: the bundle its active deployment
+// runs, kept for the node reconciler while that deployment stays active (the update may fail).
+func (q *Queries) WorkerKeepActiveBundle(ctx context.Context, arg WorkerKeepActiveBundleParams) error {
+	_, err := q.db.Exec(ctx, workerKeepActiveBundle, arg.UID, arg.Generation)
+	return err
+}
+
+const workerKeptBundlesPrune = `-- name: WorkerKeptBundlesPrune :exec
+DELETE FROM worker_kept_bundles k
+WHERE k.worker_uid = $1
+  AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.id = k.deployment_id AND d.status = 'active')
+`
+
+// The kept bundles of the worker's deployments that are no longer active.
+func (q *Queries) WorkerKeptBundlesPrune(ctx context.Context, workerUid uuid.UUID) error {
+	_, err := q.db.Exec(ctx, workerKeptBundlesPrune, workerUid)
+	return err
+}
+
 const workerLock = `-- name: WorkerLock :one
 SELECT v.uid, v.organization_id, v.space, v.name, v.generation, v.revision, v.modules, v.main_module, v.compatibility_date, v.required_sensitive_vars, v.runtime_input_reference, v.script_name, v.offering_id, v.offering_digest, v.pack, v.installation, v.status, v.operation_id, v.created_at, v.updated_at, v.deleted_at, v.script_collision, v.settings, v.module_files, v.present, v.deployment_status, v.deployment_id, v.runtime_input_status, v.runtime_input_worker_uid FROM worker_states v
 JOIN workers w ON w.uid = v.uid

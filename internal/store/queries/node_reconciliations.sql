@@ -19,7 +19,8 @@ SELECT d.id, d.resource_kind, d.resource_uid, d.native_name, d.seq, d.route_scri
 FROM deployments d
 WHERE d.installation = @installation AND d.status = 'active'
   AND (EXISTS (SELECT 1 FROM workers w
-               WHERE w.uid = d.resource_uid AND w.status = 'live' AND w.generation = d.generation AND NOT w.script_collision)
+               WHERE w.uid = d.resource_uid AND w.status = 'live' AND NOT w.script_collision
+                 AND (w.generation = d.generation OR EXISTS (SELECT 1 FROM worker_kept_bundles k WHERE k.deployment_id = d.id)))
        OR EXISTS (SELECT 1 FROM worker_endpoints e WHERE e.uid = d.resource_uid AND e.status = 'live'))
   AND NOT EXISTS (SELECT 1 FROM deployments o
                   WHERE o.resource_uid = d.resource_uid AND o.id <> d.id AND o.status IN ('pending', 'deleting'))
@@ -31,12 +32,16 @@ ORDER BY d.seq;
 -- is seen here (a deployment open beside this one, or the worker no longer live): then no row.
 -- The deployment takes the next generation (seq), past whatever the node moved its name to.
 WITH w AS (
-    SELECT w.uid, w.organization_id, w.space, w.name, w.modules, w.main_module, w.compatibility_date, w.settings,
-           w.required_sensitive_vars, w.script_name
+    SELECT w.uid, w.organization_id, w.space, w.name,
+           coalesce(k.modules, w.modules) AS modules, coalesce(k.main_module, w.main_module) AS main_module,
+           coalesce(k.compatibility_date, w.compatibility_date) AS compatibility_date, coalesce(k.settings, w.settings) AS settings,
+           coalesce(k.required_sensitive_vars, w.required_sensitive_vars) AS required_sensitive_vars, w.script_name
     FROM workers w
+    LEFT JOIN worker_kept_bundles k ON k.deployment_id = @deployment_id AND k.worker_uid = w.uid
     WHERE w.uid = @uid AND w.status = 'live' AND NOT w.script_collision
       AND EXISTS (SELECT 1 FROM deployments d
-                  WHERE d.id = @deployment_id AND d.resource_uid = w.uid AND d.generation = w.generation AND d.status = 'active')
+                  WHERE d.id = @deployment_id AND d.resource_uid = w.uid AND d.status = 'active'
+                    AND (d.generation = w.generation OR k.deployment_id IS NOT NULL))
       AND NOT EXISTS (SELECT 1 FROM deployments d
                       WHERE d.resource_uid = w.uid AND d.id <> @deployment_id AND d.status IN ('pending', 'deleting'))
     FOR UPDATE OF w

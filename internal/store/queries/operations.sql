@@ -27,9 +27,11 @@ FROM operations
 WHERE id = @id AND organization_id = @organization_id;
 
 -- name: OperationEffects :many
+-- (Each effect's one deployment by its key: LIMIT 1 keeps the planner from joining the whole
+-- table when it cannot tell how few effects an operation has.)
 SELECT e.id, e.deployment_id, d.resource_kind, d.resource_uid, e.action, e.status, e.detail, e.node
 FROM backend_effects e
-JOIN deployments d ON d.id = e.deployment_id
+CROSS JOIN LATERAL (SELECT x.resource_kind, x.resource_uid FROM deployments x WHERE x.id = e.deployment_id LIMIT 1) d
 WHERE e.operation_id = @operation_id
 -- each member's effect right after its pack's effect
 ORDER BY e.created_at, coalesce(e.parent_id, e.id), e.parent_id NULLS FIRST, e.node;

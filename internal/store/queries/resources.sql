@@ -59,6 +59,22 @@ SET generation = @generation, revision = revision + 1, modules = @modules, modul
 WHERE uid = @uid AND revision = @revision
 RETURNING revision;
 
+-- name: WorkerKeepActiveBundle :exec
+-- Before an update moves the worker's row to a new generation: the bundle its active deployment
+-- runs, kept for the node reconciler while that deployment stays active (the update may fail).
+INSERT INTO worker_kept_bundles (deployment_id, worker_uid, modules, main_module, compatibility_date, settings, required_sensitive_vars)
+SELECT d.id, w.uid, w.modules, w.main_module, w.compatibility_date, w.settings, w.required_sensitive_vars
+FROM workers w
+JOIN deployments d ON d.resource_uid = w.uid AND d.generation = w.generation AND d.status = 'active'
+WHERE w.uid = @uid AND w.generation <> @generation::bigint
+ON CONFLICT (deployment_id) DO NOTHING;
+
+-- name: WorkerKeptBundlesPrune :exec
+-- The kept bundles of the worker's deployments that are no longer active.
+DELETE FROM worker_kept_bundles k
+WHERE k.worker_uid = @worker_uid
+  AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.id = k.deployment_id AND d.status = 'active');
+
 -- name: WorkerStandingEndpoints :many
 -- Endpoints that still stand on a worker: its delete waits for them (SPEC 3.3, safe order).
 SELECT e.name

@@ -304,9 +304,9 @@ func (w *world) finishPool() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	// A worker whose last update failed keeps serving its older deployment where it had it; a node
-	// that joined since gets nothing of it until an apply succeeds (the Host keeps the bundle of the
-	// current generation only). Counted, as a known gap.
+	// A worker whose last update failed keeps serving its older deployment, on every member: the
+	// Host keeps that deployment's bundle, so a node that joined since holds it too (the check
+	// above). Counted.
 	var behind int
 	require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM workers w WHERE w.status = 'live' AND w.installation = 'selfhost'
 		AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.resource_uid = w.uid AND d.generation = w.generation AND d.status = 'active')`).Scan(&behind))

@@ -72,6 +72,45 @@ func TestANodeThatLostItsStateGetsItsWorkersBackFromTheHost(t *testing.T) {
 	require.False(t, strings.Contains(logs, `"action":"fenced"`), "nothing is fenced")
 }
 
+// A worker whose last update failed (its code does not start) keeps serving its earlier
+// deployment, and a node that lost its state gets that deployment back from the Host: the Host
+// keeps the bundle of the active deployment while the worker's row names a newer generation, so
+// every node (a new member of a pool too) runs what the others run.
+func TestANodeThatLostItsStateGetsBackTheDeploymentOfAWorkerWhoseLastUpdateFailed(t *testing.T) {
+	t.Parallel()
+	p := newPair(t)
+	p.must(0, http.MethodPut, workerPath("api"), "token-failed-worker-00001", invariantWorker, http.StatusCreated)
+	ep := p.must(0, http.MethodPut, endpointPath("api"), "token-failed-endpoint-0001", `{"worker":"api"}`, http.StatusCreated)
+	hostname := ep["hostname"].(string)
+	broken := strings.Replace(invariantWorker, "export default { async fetch() { return new Response('ok') } }", "export default { fetch( {", 1)
+	require.NotEqual(t, invariantWorker, broken)
+	p.must(0, http.MethodPut, workerPath("api"), "token-failed-worker-00001", broken, http.StatusUnprocessableEntity)
+	code, body := edgeGet(t, p.node.edgeAddr, hostname)
+	require.Equal(t, http.StatusOK, code, body)
+	require.Equal(t, "ok", body, "the earlier deployment keeps serving")
+
+	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.node.cmd.Wait()
+	require.NoError(t, os.RemoveAll(p.node.stateDir))
+	admin, err := url.Parse(p.node.adminURL)
+	require.NoError(t, err)
+	p.node = startRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, admin.Host, p.node.edgeAddr)
+	require.Eventually(t, func() bool {
+		code, body := edgeGet(t, p.node.edgeAddr, hostname)
+		return code == http.StatusOK && body == "ok"
+	}, 60*time.Second, 200*time.Millisecond, "the node gets the active deployment back, not the failed one nor nothing")
+
+	var kept int
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM worker_kept_bundles`).Scan(&kept))
+	require.Equal(t, 1, kept)
+	// Once a fixed update is active, the kept bundle goes.
+	fixed := strings.Replace(invariantWorker, "return new Response('ok') }", "return new Response('ok') } /* fixed */", 1)
+	require.NotEqual(t, invariantWorker, fixed)
+	p.must(1, http.MethodPut, workerPath("api"), "token-failed-worker-00001", fixed, http.StatusOK)
+	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM worker_kept_bundles`).Scan(&kept))
+	require.Zero(t, kept)
+}
+
 // SPEC 6.2, secrets in a pool, with real processes: a worker's secret is delivered sealed to the
 // pool's key, and the Host keeps only that blob. Its node is killed, its state directory destroyed,
 // and a node with a new sealing key of its own but the pool's key starts at the same addresses:

@@ -308,6 +308,9 @@ type PoolMember struct {
 	// without it (a cached read). Nothing is written to an unsettled member, so that no replica
 	// confirms an absence without asking a member that holds the object.
 	Settled bool
+	// Fence is the pool's fenceSeconds as recorded in the database (nil: not recorded yet, so the
+	// catalog's): every replica tells members this one.
+	Fence *time.Duration
 }
 
 // States of a pool member.

@@ -111,6 +111,10 @@ func (m Members) read(ctx context.Context, inst catalog.Installation, cached boo
 		for i, r := range rows {
 			out[i] = backend.PoolMember{Name: r.Name, URL: r.URL, State: string(r.State), Epoch: r.PoolEpoch, Since: r.ChangedAt,
 				Settled: !r.AsOf.Before(r.AddedAt.Add(MemberSettle))}
+			if r.PoolFenceSeconds >= 0 {
+				f := time.Duration(r.PoolFenceSeconds) * time.Second
+				out[i].Fence = &f
+			}
 			if m.Cache != nil && out[i].State == backend.MemberJoining && out[i].Settled {
 				out[i].Settled = m.Cache.settledSince(inst.Name+"\x00"+r.Name+"\x00"+r.URL, start)
 			}
@@ -274,7 +278,11 @@ func Drain(ctx context.Context, db DB, inst catalog.Installation, name, actor st
 			return fmt.Errorf("nodepool: move the pool's epoch on: %w", store.Classify(err))
 		}
 		out = node(row)
-		return event(ctx, q, inst.Name, name, "drain", actor, map[string]any{"fenceSeconds": int64(inst.Fence().Seconds())})
+		fence, err := poolFence(ctx, q, inst)
+		if err != nil {
+			return err
+		}
+		return event(ctx, q, inst.Name, name, "drain", actor, map[string]any{"fenceSeconds": int64(fence.Seconds())})
 	})
 	return out, err
 }
@@ -298,7 +306,11 @@ func Removable(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation, n
 		if err != nil {
 			return Node{}, store.Classify(err)
 		}
-		if at := r.ChangedAt.Add(inst.Fence()); now.Before(at) {
+		fence, err := readFence(ctx, q, inst)
+		if err != nil {
+			return Node{}, err
+		}
+		if at := r.ChangedAt.Add(fence); now.Before(at) {
 			return Node{}, fmt.Errorf("%w: %s drains until %s (the database's clock reads %s)", ErrNotDrained, name, at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
 		return node(r), nil
@@ -315,7 +327,11 @@ func Remove(ctx context.Context, db DB, inst catalog.Installation, name, actor s
 		if _, err := lockedMembers(ctx, q, inst); err != nil {
 			return err
 		}
-		row, err := q.RuntimeNodeRemove(ctx, dbsqlc.RuntimeNodeRemoveParams{Installation: inst.Name, Name: name, FenceSeconds: inst.Fence().Seconds()})
+		fence, err := poolFence(ctx, q, inst)
+		if err != nil {
+			return err
+		}
+		row, err := q.RuntimeNodeRemove(ctx, dbsqlc.RuntimeNodeRemoveParams{Installation: inst.Name, Name: name, FenceSeconds: fence.Seconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
 			if _, err := Removable(ctx, tx, inst, name); err != nil {
 				return err
@@ -368,10 +384,13 @@ func Retire(ctx context.Context, db DB, inst catalog.Installation, name string, 
 			return fmt.Errorf("%w: %s is the last node of pool %s that may route: retiring it confirms the absence of everything the pool holds and stops every worker on it until a node is added",
 				ErrLastNode, name, inst.Name)
 		}
-		fence := inst.Fence()
+		fence, err := poolFence(ctx, q, inst)
+		if err != nil {
+			return err
+		}
 		row, err := q.RuntimeNodeRetire(ctx, dbsqlc.RuntimeNodeRetireParams{Installation: inst.Name, Name: name, FencedSince: fencedSince, FenceSeconds: fence.Seconds()})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return retireRefusal(ctx, q, inst, name, fencedSince)
+			return retireRefusal(ctx, q, inst, name, fencedSince, fence)
 		}
 		if err != nil {
 			return fmt.Errorf("nodepool: retire %s: %w", name, store.Classify(err))
@@ -388,7 +407,7 @@ func Retire(ctx context.Context, db DB, inst catalog.Installation, name string, 
 }
 
 // retireRefusal says why a retire changed nothing.
-func retireRefusal(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation, name string, fencedSince time.Time) error {
+func retireRefusal(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation, name string, fencedSince time.Time, fence time.Duration) error {
 	rows, err := q.RuntimeNodes(ctx, inst.Name)
 	if err != nil {
 		return store.Classify(err)
@@ -404,9 +423,9 @@ func retireRefusal(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installa
 		if err != nil {
 			return store.Classify(err)
 		}
-		at := fencedSince.Add(inst.Fence())
+		at := fencedSince.Add(fence)
 		return fmt.Errorf("%w: fenced since %s, so it may be retired from %s (the database's clock reads %s; the pool's fenceSeconds is %d)",
-			ErrTooEarly, fencedSince.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), int64(inst.Fence().Seconds()))
+			ErrTooEarly, fencedSince.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), int64(fence.Seconds()))
 	}
 	return fmt.Errorf("%w: %s is not a member of %s", ErrNoSuchNode, name, inst.Name)
 }
@@ -435,11 +454,79 @@ func MarkServing(ctx context.Context, db DB, inst catalog.Installation, name str
 	return changed, err
 }
 
+// poolFence is the pool's fenceSeconds, which every replica and command uses: recorded from the
+// catalog by the pool's first node command (the caller holds the pool's lock), and from then on the
+// recorded one, whatever the catalog a command is given says (SetFence changes it).
+func poolFence(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation) (time.Duration, error) {
+	s, err := q.RuntimePoolFenceRecord(ctx, dbsqlc.RuntimePoolFenceRecordParams{Installation: inst.Name, CatalogFenceSeconds: int32(inst.Fence().Seconds())})
+	if err != nil {
+		return 0, fmt.Errorf("nodepool: the pool's fence: %w", store.Classify(err))
+	}
+	return time.Duration(s) * time.Second, nil
+}
+
+// readFence is the pool's recorded fenceSeconds, or the catalog's while none is recorded.
+func readFence(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation) (time.Duration, error) {
+	s, err := q.RuntimePoolFence(ctx, inst.Name)
+	if err != nil {
+		return 0, fmt.Errorf("nodepool: the pool's fence: %w", store.Classify(err))
+	}
+	if s < 0 {
+		return inst.Fence(), nil
+	}
+	return time.Duration(s) * time.Second, nil
+}
+
+// Fence is inst's pool's fenceSeconds as every replica and command uses it, and whether it was
+// recorded (false: none yet, so the catalog's).
+func Fence(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation) (time.Duration, bool, error) {
+	s, err := dbsqlc.New(db).RuntimePoolFence(ctx, inst.Name)
+	if err != nil {
+		return 0, false, fmt.Errorf("nodepool: the pool's fence: %w", store.Classify(err))
+	}
+	if s < 0 {
+		return inst.Fence(), false, nil
+	}
+	return time.Duration(s) * time.Second, true, nil
+}
+
+// SetFence changes inst's pool's fenceSeconds for every replica and command; members are told
+// at the next sweep. Who changed it last is kept beside it (runtime_pools).
+func SetFence(ctx context.Context, db DB, inst catalog.Installation, fence time.Duration, actor string) (time.Duration, error) {
+	if inst.Pack != catalog.PackSelfhost {
+		return 0, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
+	}
+	if fence < 0 || fence%time.Second != 0 {
+		return 0, fmt.Errorf("a fence is a whole number of seconds, not negative (got %s)", fence)
+	}
+	var was time.Duration
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if _, err := lockedMembers(ctx, q, inst); err != nil {
+			return err
+		}
+		var err error
+		if was, err = poolFence(ctx, q, inst); err != nil {
+			return err
+		}
+		if err := q.RuntimePoolFenceSet(ctx, dbsqlc.RuntimePoolFenceSetParams{Installation: inst.Name, FenceSeconds: int32(fence.Seconds()), ChangedBy: actor}); err != nil {
+			return fmt.Errorf("nodepool: set the pool's fence: %w", store.Classify(err))
+		}
+		return nil
+	})
+	return was, err
+}
+
 // lockedMembers takes the pool's lock and reads its rows, writing the catalog's node's first
-// when there are none: from the first change on, the rows alone say who the members are.
+// when there are none: from the first change on, the rows alone say who the members are (and the
+// pool's fence is the recorded one).
 func lockedMembers(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation) ([]dbsqlc.RuntimeNode, error) {
 	if err := q.RuntimeNodesLock(ctx, "runtime_nodes:"+inst.Name); err != nil {
 		return nil, store.Classify(err)
+	}
+	// The pool's first node command records its fence from the catalog.
+	if _, err := poolFence(ctx, q, inst); err != nil {
+		return nil, err
 	}
 	rows, err := q.RuntimeNodes(ctx, inst.Name)
 	if err != nil || len(rows) > 0 {

@@ -244,6 +244,45 @@ func TestRemoveWaitsForTheChangesInFlightOnTheNode(t *testing.T) {
 	require.Equal(t, backend.MemberRemoved, n.State)
 }
 
+// The pool's fence is one value for every Host replica and node command (SPEC 6.2): recorded
+// from the catalog by the pool's first node command. A command given a catalog with a shorter
+// fenceSeconds still uses the recorded one (it cannot retire a node early), the members' reads
+// carry it (every replica tells nodes the same), and nodes set-fence changes it.
+func TestThePoolsFenceIsOneValueWhateverACommandsCatalogSays(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	inst.FenceSeconds = 600
+	fence, recorded, err := nodepool.Fence(ctx, db, inst)
+	require.NoError(t, err)
+	require.False(t, recorded, "no node command yet: the catalog's")
+	require.Equal(t, 600*time.Second, fence)
+	_, err = nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+
+	short := inst
+	short.FenceSeconds = 1
+	fence, recorded, err = nodepool.Fence(ctx, db, short)
+	require.NoError(t, err)
+	require.True(t, recorded)
+	require.Equal(t, 600*time.Second, fence)
+	_, err = nodepool.Retire(ctx, db, short, "node-2", time.Now().Add(-time.Minute), "op", false)
+	require.ErrorIs(t, err, nodepool.ErrTooEarly, "a catalog with a shorter fence retires nothing early")
+	require.ErrorContains(t, err, "fenceSeconds is 600")
+	members, err := nodepool.Members{DB: db}.Members(ctx, short)
+	require.NoError(t, err)
+	for _, m := range members {
+		require.NotNil(t, m.Fence, m.Name)
+		require.Equal(t, 600*time.Second, *m.Fence, "every replica tells %s the pool's fence", m.Name)
+	}
+
+	was, err := nodepool.SetFence(ctx, db, short, 30*time.Second, "oncall@example.com")
+	require.NoError(t, err)
+	require.Equal(t, 600*time.Second, was)
+	n, err := nodepool.Retire(ctx, db, inst, "node-2", time.Now().Add(-time.Minute), "op", false)
+	require.NoError(t, err, "the catalog's 600 no longer holds either: the pool's is 30")
+	require.Equal(t, backend.MemberRetired, n.State)
+}
+
 // Draining the pool's last serving node stops every worker of the pool: it is refused and
 // changes nothing unless asked for on purpose. Each drain moves the pool's epoch on, on every
 // member, so that a node told its place by an older epoch is refused.

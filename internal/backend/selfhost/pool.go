@@ -782,8 +782,12 @@ var _ backend.PoolAnnouncer = (*pool)(nil)
 // membership is what the member is told of its place in the pool of size members that may route;
 // confirms names the start of it the Host found wholly up to date ("" confirms nothing).
 func (n *runtimeNode) membership(size int, confirms string) adminapi.Membership {
+	fence := n.inst.Fence()
+	if n.member.Fence != nil {
+		fence = *n.member.Fence // the pool's, recorded: every replica tells the same
+	}
 	m := adminapi.Membership{Pool: n.inst.Name, Node: n.member.Name, State: n.member.State, Epoch: max(n.member.Epoch, 1),
-		PoolSize: size, FenceSeconds: int(n.inst.Fence().Seconds()), Confirms: confirms}
+		PoolSize: size, FenceSeconds: int(fence.Seconds()), Confirms: confirms}
 	if m.State == backend.MemberDraining {
 		since := n.member.Since
 		m.DrainingSince = &since

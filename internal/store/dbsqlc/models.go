@@ -1040,6 +1040,13 @@ type RuntimeNodeEvent struct {
 	Detail       []byte
 }
 
+type RuntimePool struct {
+	Installation string
+	FenceSeconds int32
+	ChangedAt    time.Time
+	ChangedBy    string
+}
+
 type SealingKey struct {
 	ID         string
 	Status     SealingKeyStatus

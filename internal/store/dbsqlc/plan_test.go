@@ -40,13 +40,13 @@ var offPath = []string{
 	// The cron loop's, beside the janitor's: every replica's pass reads the due rows by index.
 	"CronsUnscheduled", "CronSchedule", "CronsDue", "CronClaim", "CronTickInsert", "CronTickFinish", "CronTicksTrim", "CronTicksAbandoned",
 	// A pool's membership changes: `takoserver nodes` and the reconciler's.
-	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodeDrain", "RuntimeNodeRemove", "RuntimeNodeEffectsInFlight", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
+	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodeDrain", "RuntimeNodeRemove", "RuntimeNodeEffectsInFlight", "RuntimePoolFenceRecord", "RuntimePoolFence", "RuntimePoolFenceSet", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
 	// Start-up: the one-time rewrite of digests from before pools.
 	"OfferingDigestMove", "WorkersWithoutPoolBlob",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.
-var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations", "runtime_nodes"}
+var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations", "runtime_nodes", "runtime_pools"}
 
 // extra are statements that run inside the plpgsql functions of the request path (a plan of a
 // function call does not show them), written as the functions run them.

@@ -343,23 +343,26 @@ func (q *Queries) RuntimeNodes(ctx context.Context, installation string) ([]Runt
 }
 
 const runtimeNodesAsOf = `-- name: RuntimeNodesAsOf :many
-SELECT name, url, state, pool_epoch, added_at, changed_at, (SELECT db_now())::timestamptz AS as_of
+SELECT name, url, state, pool_epoch, added_at, changed_at, (SELECT db_now())::timestamptz AS as_of,
+       coalesce((SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = $1), -1)::integer AS pool_fence_seconds
 FROM runtime_nodes
 WHERE installation = $1
 ORDER BY added_at, name
 `
 
 type RuntimeNodesAsOfRow struct {
-	Name      string
-	URL       string
-	State     RuntimeNodeState
-	PoolEpoch int64
-	AddedAt   time.Time
-	ChangedAt time.Time
-	AsOf      time.Time
+	Name             string
+	URL              string
+	State            RuntimeNodeState
+	PoolEpoch        int64
+	AddedAt          time.Time
+	ChangedAt        time.Time
+	AsOf             time.Time
+	PoolFenceSeconds int32
 }
 
-// The members of an installation's pool with the database's time of the read, for the backend.
+// The members of an installation's pool with the database's time of the read and the pool's
+// recorded fence (-1: not recorded yet, the catalog's), for the backend.
 func (q *Queries) RuntimeNodesAsOf(ctx context.Context, installation string) ([]RuntimeNodesAsOfRow, error) {
 	rows, err := q.db.Query(ctx, runtimeNodesAsOf, installation)
 	if err != nil {
@@ -377,6 +380,7 @@ func (q *Queries) RuntimeNodesAsOf(ctx context.Context, installation string) ([]
 			&i.AddedAt,
 			&i.ChangedAt,
 			&i.AsOf,
+			&i.PoolFenceSeconds,
 		); err != nil {
 			return nil, err
 		}
@@ -410,6 +414,58 @@ SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))
 // Serializes changes of one pool's membership: every node command takes it first.
 func (q *Queries) RuntimeNodesLock(ctx context.Context, lockKey string) error {
 	_, err := q.db.Exec(ctx, runtimeNodesLock, lockKey)
+	return err
+}
+
+const runtimePoolFence = `-- name: RuntimePoolFence :one
+SELECT coalesce((SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = $1), -1)::integer AS fence_seconds
+`
+
+// The pool's recorded fence (-1: not recorded yet).
+func (q *Queries) RuntimePoolFence(ctx context.Context, installation string) (int32, error) {
+	row := q.db.QueryRow(ctx, runtimePoolFence, installation)
+	var fence_seconds int32
+	err := row.Scan(&fence_seconds)
+	return fence_seconds, err
+}
+
+const runtimePoolFenceRecord = `-- name: RuntimePoolFenceRecord :one
+WITH ins AS (
+    INSERT INTO runtime_pools (installation, fence_seconds, changed_at, changed_by)
+    VALUES ($1, $2::integer, db_now(), 'catalog')
+    ON CONFLICT (installation) DO NOTHING
+    RETURNING fence_seconds
+)
+SELECT coalesce((SELECT fence_seconds FROM ins), (SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = $1))::integer AS fence_seconds
+`
+
+type RuntimePoolFenceRecordParams struct {
+	Installation        string
+	CatalogFenceSeconds int32
+}
+
+// The pool's fence, recorded from the catalog (catalog_fence_seconds) when the pool has none yet.
+func (q *Queries) RuntimePoolFenceRecord(ctx context.Context, arg RuntimePoolFenceRecordParams) (int32, error) {
+	row := q.db.QueryRow(ctx, runtimePoolFenceRecord, arg.Installation, arg.CatalogFenceSeconds)
+	var fence_seconds int32
+	err := row.Scan(&fence_seconds)
+	return fence_seconds, err
+}
+
+const runtimePoolFenceSet = `-- name: RuntimePoolFenceSet :exec
+INSERT INTO runtime_pools (installation, fence_seconds, changed_at, changed_by)
+VALUES ($1, $2::integer, db_now(), $3)
+ON CONFLICT (installation) DO UPDATE SET fence_seconds = excluded.fence_seconds, changed_at = excluded.changed_at, changed_by = excluded.changed_by
+`
+
+type RuntimePoolFenceSetParams struct {
+	Installation string
+	FenceSeconds int32
+	ChangedBy    string
+}
+
+func (q *Queries) RuntimePoolFenceSet(ctx context.Context, arg RuntimePoolFenceSetParams) error {
+	_, err := q.db.Exec(ctx, runtimePoolFenceSet, arg.Installation, arg.FenceSeconds, arg.ChangedBy)
 	return err
 }
 

@@ -6,8 +6,10 @@ WHERE installation = @installation
 ORDER BY added_at, name;
 
 -- name: RuntimeNodesAsOf :many
--- The members of an installation's pool with the database's time of the read, for the backend.
-SELECT name, url, state, pool_epoch, added_at, changed_at, (SELECT db_now())::timestamptz AS as_of
+-- The members of an installation's pool with the database's time of the read and the pool's
+-- recorded fence (-1: not recorded yet, the catalog's), for the backend.
+SELECT name, url, state, pool_epoch, added_at, changed_at, (SELECT db_now())::timestamptz AS as_of,
+       coalesce((SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = @installation), -1)::integer AS pool_fence_seconds
 FROM runtime_nodes
 WHERE installation = @installation
 ORDER BY added_at, name;
@@ -121,3 +123,22 @@ JOIN workers w ON w.uid = p.worker_uid
 WHERE w.installation = @installation AND w.status = 'live' AND p.status = 'settled' AND p.pool_blob IS NULL
   AND NOT EXISTS (SELECT 1 FROM runtime_input_preparations n
                   WHERE n.worker_uid = p.worker_uid AND n.status = 'settled' AND n.dispatched_at > p.dispatched_at);
+
+-- name: RuntimePoolFenceRecord :one
+-- The pool's fence, recorded from the catalog (catalog_fence_seconds) when the pool has none yet.
+WITH ins AS (
+    INSERT INTO runtime_pools (installation, fence_seconds, changed_at, changed_by)
+    VALUES (@installation, @catalog_fence_seconds::integer, db_now(), 'catalog')
+    ON CONFLICT (installation) DO NOTHING
+    RETURNING fence_seconds
+)
+SELECT coalesce((SELECT fence_seconds FROM ins), (SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = @installation))::integer AS fence_seconds;
+
+-- name: RuntimePoolFence :one
+-- The pool's recorded fence (-1: not recorded yet).
+SELECT coalesce((SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = @installation), -1)::integer AS fence_seconds;
+
+-- name: RuntimePoolFenceSet :exec
+INSERT INTO runtime_pools (installation, fence_seconds, changed_at, changed_by)
+VALUES (@installation, @fence_seconds::integer, db_now(), @changed_by)
+ON CONFLICT (installation) DO UPDATE SET fence_seconds = excluded.fence_seconds, changed_at = excluded.changed_at, changed_by = excluded.changed_by;

@@ -188,6 +188,20 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	} else if moved > 0 {
 		log.Info("offering digests moved to their pools' (SPEC 6.2)", "rows", moved)
 	}
+	// Every replica tells a pool's members the pool's recorded fence, whatever its catalog says.
+	for _, inst := range cat.Installations {
+		if inst.Pack != catalog.PackSelfhost {
+			continue
+		}
+		fence, recorded, err := nodepool.Fence(ctx, db, inst)
+		if err != nil {
+			return err
+		}
+		if recorded && fence != inst.Fence() {
+			log.Warn("this catalog's fenceSeconds differs from the pool's; the pool's is used (takoserver nodes set-fence changes it)",
+				"installation", inst.Name, "catalog", int64(inst.Fence().Seconds()), "pool", int64(fence.Seconds()))
+		}
+	}
 	// A replica whose key-encryption key cannot unwrap the current data key refuses to start.
 	ring, err := sealing.OpenRing(ctx, db, kek)
 	if err != nil {

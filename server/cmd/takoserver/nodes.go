@@ -21,7 +21,7 @@ func nodesCommand(g *globals) *cobra.Command {
 		Use:   "nodes",
 		Short: "The runtime nodes of a selfhost pool",
 	}
-	cmd.AddCommand(nodesListCommand(g), nodesAddCommand(g), nodesDrainCommand(g), nodesRemoveCommand(g), nodesRetireCommand(g), nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
+	cmd.AddCommand(nodesListCommand(g), nodesAddCommand(g), nodesDrainCommand(g), nodesRemoveCommand(g), nodesRetireCommand(g), nodesSetFenceCommand(g), nodesInitPoolKeyCommand(g), nodesRotatePoolKeyCommand(g))
 	return cmd
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -259,8 +260,12 @@ unless --last-node says so.`,
 			if _, err := selfhost.Tell(tctx, inst, members, n.Name); err != nil {
 				return fmt.Errorf("node %s is draining in the pool, but telling it failed: %w (run drain again; the node reconciler tells it too)", n.Name, err)
 			}
+			fence, _, err := nodepool.Fence(ctx, db, inst)
+			if err != nil {
+				return err
+			}
 			return g.print(cmd.OutOrStdout(), n, fmt.Sprintf("node %s of pool %s is draining: its health check fails now, and it stops serving in %d s",
-				n.Name, inst.Name, int64(inst.Fence().Seconds())))
+				n.Name, inst.Name, int64(fence.Seconds())))
 		},
 	}
 	f.register(cmd)
@@ -303,8 +308,12 @@ added again under a new name.`,
 				return fmt.Errorf("ask node %s at %s whether it still serves: %w (nothing was changed; a node that never answers again is retired: nodes retire --lost)", n.Name, n.URL, err)
 			}
 			if place.Routes {
+				fence, _, err := nodepool.Fence(ctx, db, inst)
+				if err != nil {
+					return err
+				}
 				return fmt.Errorf("node %s still serves workers (it was not told of its drain, or its fence has not passed on its clock): run nodes drain %s again and wait %d s (nothing was changed)",
-					n.Name, n.Name, int64(inst.Fence().Seconds()))
+					n.Name, n.Name, int64(fence.Seconds()))
 			}
 			takenOff, err := takeEverythingOff(ctx, c)
 			if err != nil {
@@ -380,6 +389,42 @@ func takeEverythingOff(ctx context.Context, c *selfhost.Client) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// nodesSetFenceCommand is `takoserver nodes set-fence SECONDS`.
+func nodesSetFenceCommand(g *globals) *cobra.Command {
+	var f poolFlags
+	var by string
+	cmd := &cobra.Command{
+		Use:   "set-fence SECONDS --config FILE --installation NAME",
+		Short: "Change the pool's fenceSeconds for every Host replica and node command",
+		Long: `set-fence changes how long the pool waits for a node out of DNS and the load balancers: a
+drained node serves on that long, and a lost node is retired only that long after it was fenced.
+The pool keeps one value in the database, recorded from the catalog by its first node command, so
+that every Host replica and every command uses the same one whatever their catalogs say; members
+are told the new value at the next sweep. Set the catalogs' fenceSeconds to it too.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			seconds, err := strconv.ParseInt(args[0], 10, 32)
+			if err != nil || seconds < 0 {
+				return fmt.Errorf("the fence is a whole number of seconds, not negative (got %q)", args[0])
+			}
+			inst, db, err := f.open(cmd, g)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			was, err := nodepool.SetFence(cmd.Context(), db, inst, time.Duration(seconds)*time.Second, operator(by))
+			if err != nil {
+				return err
+			}
+			out := map[string]any{"installation": inst.Name, "fenceSeconds": seconds, "was": int64(was.Seconds())}
+			return g.print(cmd.OutOrStdout(), out, fmt.Sprintf("pool %s: fenceSeconds %d (was %d); members are told at the next sweep", inst.Name, seconds, int64(was.Seconds())))
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&by, "by", "", "who changes it, kept beside it (default: user@host)")
+	return cmd
 }
 
 // nodesRetireCommand is `takoserver nodes retire --lost NAME --fenced-since TIME`.

@@ -409,3 +409,26 @@ func TestAPoolServesHTTPSOnEveryNodeWithTheOperatorsCertificateFiles(t *testing.
 		}, 60*time.Second, 200*time.Millisecond, "%s answers the worker over HTTPS with the pool's certificate", name)
 	}
 }
+
+// A pool grown from a node whose workers got their secrets before the pool key was set: the Host
+// kept no pool blob of those deliveries, so the new node cannot get them. `nodes add` adds the
+// node all the same, and warns, naming how many workers and what brings them back.
+func TestAddingANodeWarnsOfSecretsDeliveredBeforeThePoolKey(t *testing.T) {
+	t.Parallel()
+	p := newPair(t) // no pool key: the delivery goes to the node alone
+	p.secretWorker(t, "token-prekey")
+
+	dir := filepath.Join(t.TempDir(), "pool")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	poolKey := filepath.Join(dir, "pool-key")
+	run(t, "", "nodes", "init-pool-key", "--pool", "selfhost", "--out", poolKey)
+	first := p.node
+	first.poolKeyFile = poolKey
+	added := startMemberOf(t, first, "127.0.0.1:0")
+	withKey := node{adminURL: p.admin.url, tokenFile: p.node.tokenFile, edgeAddr: p.node.edgeAddr, poolPublicKey: added.poolPublicKey}.catalog(t)
+	out, errOut, err := runRaw(p.dbURL, "nodes", "add", "node-b", "--url", added.adminURL, "--config", withKey, "--installation", "selfhost")
+	require.NoError(t, err, "%s%s", out, errOut)
+	require.Contains(t, errOut, "warning: 1 live workers of selfhost hold secrets delivered before the pool key was set")
+	require.Contains(t, errOut, "bump bindings_wo_version")
+	require.Contains(t, out, "node-b")
+}

@@ -19,8 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/backend/selfhost"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -165,7 +167,7 @@ func (w *world) token(org, path string) string {
 		return tok
 	}
 	w.serial++
-	tok := fmt.Sprintf("inv-%d-%08d", w.seed%100000, w.serial)
+	tok := fmt.Sprintf("inv-%05d-%08d", w.seed%100000, w.serial) // 18 characters, whatever the seed
 	w.tokens[k] = tok
 	return tok
 }
@@ -641,6 +643,20 @@ func (w *world) check() {
 	// runs): every route it holds belongs to an endpoint of the organization whose reservation (if
 	// any) holds that route's origin. A node retired as lost and started again on its disk may
 	// still hold routes; it serves none of them.
+	// The endpoints whose deletion completed (no deployment of theirs open, so every node that may
+	// route confirmed the route absent) are read before the nodes: one that completes after this
+	// read may still be on a node read before it completed. An abandoned create's endpoint reads
+	// deleted while its compensation is pending; its deletion has not completed.
+	completed := map[string]bool{}
+	completedRows, err := w.db.Query(ctx, `SELECT e.uid::text FROM worker_endpoints e WHERE e.status = 'deleted'
+		AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.resource_uid = e.uid AND d.status IN ('pending', 'active', 'deleting'))`)
+	require.NoError(w.t, err)
+	for completedRows.Next() {
+		var uid string
+		require.NoError(w.t, completedRows.Scan(&uid))
+		completed[uid] = true
+	}
+	require.NoError(w.t, completedRows.Err())
 	views := w.runtimeViews()
 	w.checkScripts(views)
 	w.checkStandin()
@@ -654,13 +670,13 @@ func (w *world) check() {
 				w.checkServesNothing(v, rt.Hostname)
 				continue
 			}
-			var endpointOrg, endpointStatus string
-			err := w.db.QueryRow(ctx, `SELECT organization_id, status::text FROM worker_endpoints WHERE uid = $1`, rt.EndpointUID).Scan(&endpointOrg, &endpointStatus)
+			var endpointOrg string
+			err := w.db.QueryRow(ctx, `SELECT organization_id FROM worker_endpoints WHERE uid = $1`, rt.EndpointUID).Scan(&endpointOrg)
 			if err != nil {
 				w.fail("runtime %s routes %s for endpoint %s, which the database does not know", v.name, rt.Hostname, rt.EndpointUID)
 			}
 			// A deletion completes only once every node that may route confirmed the route absent.
-			if endpointStatus == "deleted" {
+			if completed[rt.EndpointUID] {
 				w.fail("runtime %s still routes %s for endpoint %s of %s, whose deletion completed", v.name, rt.Hostname, rt.EndpointUID, endpointOrg)
 			}
 			require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM worker_endpoint_origin_reservations r
@@ -711,14 +727,41 @@ func (w *world) checkScripts(views []runtimeView) {
 			if !ready || wk["offeringId"] == offeringWDWorker {
 				continue
 			}
-			// Ready is every node of the Ready set holding it (SPEC 6.2).
+			// Ready is every node of the Ready set holding it (SPEC 6.2). The node was read before the
+			// worker, and the node reconciler may have written it the script in between: it lacked
+			// the script when the worker read Ready only if it still lacks it now (a live worker's
+			// script is never taken off a member).
 			for _, v := range views {
-				if script := wk["scriptName"].(string); v.readySet && held[v.name][script] != wk["uid"] {
-					w.fail("worker %s of %s reads Ready while runtime %s (%+v) holds its script %s for %q: %s", name, org.name, v.name, v.readySet, script, held[v.name][script], a.body)
+				script := wk["scriptName"].(string)
+				if !v.readySet || held[v.name][script] == wk["uid"] {
+					continue
+				}
+				if again := holderOf(w.statusOf(v.n), script); again != wk["uid"] {
+					w.fail("worker %s of %s reads Ready while runtime %s (%+v) holds its script %s for %q, before the read and after it: %s", name, org.name, v.name, v.readySet, script, again, a.body)
 				}
 			}
 		}
 	}
+}
+
+// statusOf reads node n's status from its admin API directly.
+func (w *world) statusOf(n node) adminapi.Status {
+	w.t.Helper()
+	c, err := selfhost.New(n.adminURL, n.tokenFile)
+	require.NoError(w.t, err)
+	st, err := c.Status(context.Background())
+	require.NoError(w.t, err)
+	return st
+}
+
+// holderOf is the worker UID a node's status holds script for ("" when it holds none).
+func holderOf(st adminapi.Status, script string) string {
+	for _, s := range st.Scripts {
+		if s.Present && s.ScriptName == script {
+			return s.WorkerUID
+		}
+	}
+	return ""
 }
 
 func (w *world) startHost() (host, *exec.Cmd) {

@@ -52,7 +52,7 @@ func TestAMemberAddedWhileADeleteRanHoldsTheAttestationOpen(t *testing.T) {
 	w.mu.Unlock()
 	r := h.deleteEndpoint("prod", "api", endpointToken)
 	p := r.problem(t, http.StatusServiceUnavailable, "backend_unreachable")
-	require.Contains(t, p["detail"], "node node-2 did not confirm the deletion")
+	require.Contains(t, p["detail"], "node node-2 of the pool was not asked to confirm the deletion")
 	require.Equal(t, "open", h.attestation(uid))
 	require.Equal(t, 1, count(t, h, `deployments WHERE resource_uid = $1 AND status = 'deleting'`, uid))
 	var deleted string

@@ -496,8 +496,8 @@ func SetFence(ctx context.Context, db DB, inst catalog.Installation, fence time.
 	if inst.Pack != catalog.PackSelfhost {
 		return 0, fmt.Errorf("%w: %s", ErrNotSelfhost, inst.Name)
 	}
-	if fence < 0 || fence%time.Second != 0 {
-		return 0, fmt.Errorf("a fence is a whole number of seconds, not negative (got %s)", fence)
+	if fence < time.Second || fence%time.Second != 0 {
+		return 0, fmt.Errorf("a fence is a whole number of seconds, at least 1 (got %s)", fence)
 	}
 	var was time.Duration
 	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
@@ -517,11 +517,15 @@ func SetFence(ctx context.Context, db DB, inst catalog.Installation, fence time.
 	return was, err
 }
 
+// LockKey names the advisory lock of installation's pool: every node command takes it, and a
+// transaction that plans effects on the members holds it shared.
+func LockKey(installation string) string { return "runtime_nodes:" + installation }
+
 // lockedMembers takes the pool's lock and reads its rows, writing the catalog's node's first
 // when there are none: from the first change on, the rows alone say who the members are (and the
 // pool's fence is the recorded one).
 func lockedMembers(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation) ([]dbsqlc.RuntimeNode, error) {
-	if err := q.RuntimeNodesLock(ctx, "runtime_nodes:"+inst.Name); err != nil {
+	if err := q.RuntimeNodesLock(ctx, LockKey(inst.Name)); err != nil {
 		return nil, store.Classify(err)
 	}
 	// The pool's first node command records its fence from the catalog.

@@ -244,6 +244,56 @@ func TestRemoveWaitsForTheChangesInFlightOnTheNode(t *testing.T) {
 	require.Equal(t, backend.MemberRemoved, n.State)
 }
 
+// A remove waits for a transaction that is planning effects on the pool (it holds the pool's
+// lock shared) and then sees the effect that transaction committed: no member is removed while a
+// plan naming it is being committed.
+func TestRemoveWaitsForAPlanBeingCommitted(t *testing.T) {
+	t.Parallel()
+	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
+	inst.FenceSeconds = 1
+	q := dbsqlc.New(db)
+	_, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
+	require.NoError(t, err)
+	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
+	require.NoError(t, err)
+	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ('2 minutes'::interval)
+		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`)
+	require.NoError(t, err)
+	org, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	op := uuid.Must(uuid.NewV7())
+	require.NoError(t, q.OperationRecord(ctx, dbsqlc.OperationRecordParams{ID: op, OrganizationID: org.ID, Kind: "worker", ExternalKey: "prod/api", Method: "PUT", Status: dbsqlc.OperationStatusCommitted}))
+	_, err = db.Exec(ctx, `UPDATE operations SET status = 'running', finished_at = NULL WHERE id = $1`, op)
+	require.NoError(t, err)
+
+	// The plan: its own transaction, holding the pool's lock shared, not committed yet.
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	tq := dbsqlc.New(tx)
+	deployment, effect := uuid.New(), uuid.New()
+	_, err = tq.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{ID: deployment, OrganizationID: org.ID, ResourceKind: dbsqlc.ResourceKindWorker, ResourceUID: uuid.New(),
+		Generation: 1, NativeName: "api", OfferingID: "selfhost-worker", OfferingDigest: "d", Pack: "selfhost", Installation: inst.Name})
+	require.NoError(t, err)
+	require.NoError(t, tq.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: op, DeploymentID: deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}))
+	require.NoError(t, tq.RuntimeNodesShareLock(ctx, nodepool.LockKey(inst.Name)))
+	require.NoError(t, tq.EffectsPlanMembers(ctx, effect))
+
+	removed := make(chan error, 1)
+	go func() {
+		_, err := nodepool.Remove(ctx, db, inst, "node-2", "op", 0)
+		removed <- err
+	}()
+	select {
+	case err := <-removed:
+		t.Fatalf("the remove did not wait for the plan: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, tx.Commit(ctx))
+	require.ErrorIs(t, <-removed, nodepool.ErrInFlight, "the plan's effect on node-2, committed, is seen")
+	require.Equal(t, "draining", states(t, db, inst)["node-2"])
+}
+
 // The pool's fence is one value for every Host replica and node command (SPEC 6.2): recorded
 // from the catalog by the pool's first node command. A command given a catalog with a shorter
 // fenceSeconds still uses the recorded one (it cannot retire a node early), the members' reads

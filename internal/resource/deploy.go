@@ -10,6 +10,8 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
@@ -60,17 +62,24 @@ func planApply(ctx context.Context, q *dbsqlc.Queries, m *ownership.Mutation, or
 		return planned{}, fmt.Errorf("resource: plan deployment: %w", err)
 	}
 	pl.desired.DeploymentID, pl.desired.EffectID, pl.desired.Sequence = pl.deployment, pl.effect, seq
-	if err := planEffect(ctx, q, pl.effect, m.Operation, pl.deployment, dbsqlc.EffectActionApply); err != nil {
+	if err := planEffect(ctx, q, p, pl.effect, m.Operation, pl.deployment, dbsqlc.EffectActionApply); err != nil {
 		return planned{}, err
 	}
 	return pl, nil
 }
 
 // planEffect records a deployment's effect as dispatched and, on a pool, one under it for each
-// member that may route (SPEC 6.2), read from the membership rows in this transaction.
-func planEffect(ctx context.Context, q *dbsqlc.Queries, effect, operation, deployment uuid.UUID, action dbsqlc.EffectAction) error {
+// member that may route (SPEC 6.2), read from the membership rows in this transaction, which
+// holds the pool's lock shared until it commits (a node command waits for it).
+func planEffect(ctx context.Context, q *dbsqlc.Queries, p Placement, effect, operation, deployment uuid.UUID, action dbsqlc.EffectAction) error {
 	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: operation, DeploymentID: deployment, Action: action, Status: dbsqlc.EffectStatusDispatched}); err != nil {
 		return fmt.Errorf("resource: plan effect: %w", err)
+	}
+	if p.Pack != catalog.PackSelfhost {
+		return nil
+	}
+	if err := q.RuntimeNodesShareLock(ctx, nodepool.LockKey(p.Installation)); err != nil {
+		return fmt.Errorf("resource: hold the pool's lock: %w", err)
 	}
 	if err := q.EffectsPlanMembers(ctx, effect); err != nil {
 		return fmt.Errorf("resource: plan the pool members' effects: %w", err)
@@ -152,7 +161,7 @@ func planDeletes(ctx context.Context, q *dbsqlc.Queries, operation uuid.UUID, ki
 			FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting)}); err != nil {
 			return nil, fmt.Errorf("resource: mark deployment deleting: %w", err)
 		}
-		if err := planEffect(ctx, q, pl.effect, operation, d.ID, dbsqlc.EffectActionDelete); err != nil {
+		if err := planEffect(ctx, q, p, pl.effect, operation, d.ID, dbsqlc.EffectActionDelete); err != nil {
 			return nil, err
 		}
 		out = append(out, pl)
@@ -286,22 +295,27 @@ func recordLingering(ctx context.Context, q *dbsqlc.Queries, o outcome) error {
 // janitor. One the backend did not confirm is recorded under an operation of its own, committed,
 // so that every fence counts the deployment as live (the refused operation it undoes would not)
 // until the janitor confirms its absence.
-func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) error {
+func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, operation uuid.UUID, o outcome) (deleted bool, err error) {
 	if o.done {
 		// Confirmed by the pack, and, on a pool, by every member that may route now.
 		effect := uuid.New()
 		if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: operation, DeploymentID: o.pl.deployment, Action: dbsqlc.EffectActionDelete, Status: dbsqlc.EffectStatusSucceeded}); err != nil {
-			return err
+			return false, err
 		}
 		if err := settleMembers(ctx, q, effect, o); err != nil {
-			return err
+			return false, err
 		}
 		deleted, err := q.DeploymentDeletedEverywhere(ctx, dbsqlc.DeploymentDeletedEverywhereParams{ID: o.pl.deployment, EffectID: effect})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if deleted {
-			return recordLingering(ctx, q, o)
+			if o.pl.desired.Kind == backend.NativeWorker {
+				if err := q.WorkerKeptBundlesPrune(ctx, o.pl.desired.ResourceUID); err != nil {
+					return false, fmt.Errorf("resource: prune kept bundles: %w", err)
+				}
+			}
+			return true, recordLingering(ctx, q, o)
 		}
 	}
 	operation = uuid.Must(uuid.NewV7())
@@ -309,14 +323,14 @@ func recordCompensation(ctx context.Context, q *dbsqlc.Queries, org string, oper
 	if err := q.OperationRecord(ctx, dbsqlc.OperationRecordParams{
 		ID: operation, OrganizationID: org, Kind: "compensation", ExternalKey: o.pl.deployment.String(), Method: "DELETE", Status: dbsqlc.OperationStatusCommitted, Code: &code,
 	}); err != nil {
-		return fmt.Errorf("resource: record pending compensation: %w", err)
+		return false, fmt.Errorf("resource: record pending compensation: %w", err)
 	}
 	if err := q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: uuid.New(), OperationID: operation, DeploymentID: o.pl.deployment, Action: dbsqlc.EffectActionDelete, Status: dbsqlc.EffectStatusFailed}); err != nil {
-		return err
+		return false, err
 	}
-	_, err := q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusDeleting,
+	_, err = q.DeploymentSetStatus(ctx, dbsqlc.DeploymentSetStatusParams{ID: o.pl.deployment, Status: dbsqlc.DeploymentStatusDeleting,
 		FromStatuses: texts(dbsqlc.DeploymentStatusPending, dbsqlc.DeploymentStatusActive, dbsqlc.DeploymentStatusDeleting, dbsqlc.DeploymentStatusFailed)})
-	return err
+	return false, err
 }
 
 func backendFailed(o outcome) error {

@@ -195,7 +195,8 @@ func (s *Service) settleRecheck(ctx context.Context, db store.Beginner, r dbsqlc
 		}); err != nil {
 			return err
 		}
-		return recordCompensation(ctx, q, r.OrganizationID, op, outcome{pl: planned{deployment: r.DeploymentID, action: dbsqlc.EffectActionDelete}, done: true})
+		_, err = recordCompensation(ctx, q, r.OrganizationID, op, outcome{pl: planned{deployment: r.DeploymentID, action: dbsqlc.EffectActionDelete}, done: true})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resource: settle the late-write re-check of %s: %w", r.ScriptName, err)

@@ -177,7 +177,7 @@ func (r *effects) deletedEverywhere(ctx context.Context, q *dbsqlc.Queries) erro
 	if len(nodes) > 0 {
 		who = "node " + strings.Join(nodes, ", node ")
 	}
-	return apierr.New(apierr.BackendUnreachable, "%s did not confirm the deletion (it joined the pool while the delete ran); delete again to retry (the deletion attestation stays open until every node confirms)", who)
+	return apierr.New(apierr.BackendUnreachable, "%s of the pool was not asked to confirm the deletion (this Host's read of the pool did not have it: it was added meanwhile, or the read was a few seconds old); delete again to retry (the deletion attestation stays open until every node confirms)", who)
 }
 
 func (r *effects) recordOutcomes(ctx context.Context, q *dbsqlc.Queries) error {
@@ -241,7 +241,7 @@ func (r *effects) refuse(outs, undone []outcome) {
 			}
 		}
 		for _, o := range undone {
-			if err := recordCompensation(ctx, q, org, op, o); err != nil {
+			if _, err := recordCompensation(ctx, q, org, op, o); err != nil {
 				return err
 			}
 		}

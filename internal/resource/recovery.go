@@ -85,7 +85,7 @@ func (s *Service) Recover(ctx context.Context, r *ownership.Recovery) error {
 			}
 		}
 		for _, o := range undone {
-			if err := recordCompensation(ctx, q, r.OrganizationID, r.Operation, o); err != nil {
+			if _, err := recordCompensation(ctx, q, r.OrganizationID, r.Operation, o); err != nil {
 				return err
 			}
 		}
@@ -154,6 +154,7 @@ func (s *Service) CollectOrphans(ctx context.Context, db interface {
 		pl.desired.EffectID = uuid.New()
 		o := perform(ctx, mut, pl)
 		op := uuid.Must(uuid.NewV7())
+		deleted := false
 		err = store.WithTx(ctx, db, func(tx pgx.Tx) error {
 			q := dbsqlc.New(tx)
 			code := "orphan_collected"
@@ -162,9 +163,11 @@ func (s *Service) CollectOrphans(ctx context.Context, db interface {
 			}); err != nil {
 				return err
 			}
-			return recordCompensation(ctx, q, d.OrganizationID, op, o)
+			var err error
+			deleted, err = recordCompensation(ctx, q, d.OrganizationID, op, o)
+			return err
 		})
-		if err == nil && o.done {
+		if err == nil && deleted {
 			closed++
 		}
 	}

@@ -108,7 +108,7 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 
 	// From the state it starts on, a retired node takes no write (a Host replica with an older
 	// view of the pool may still send one): no script, route, delivery or tick. What it holds can
-	// still be read and deleted.
+	// still be deleted.
 	_, err = f.client.PutScript(f.ctx, "other", f.scriptPut("uid-other", 1, "v1"))
 	require.True(t, selfhost.IsCode(err, adminapi.CodeLeftPool), "a script: %v", err)
 	_, err = f.client.PutRoute(f.ctx, "other.workers.localhost", adminapi.RoutePut{EffectID: f.effect(), ScriptName: "echo", EndpointUID: "ep-other", DeploymentID: "dep-ep-other"})

@@ -316,9 +316,9 @@ func TestADeliveryGoesOnlyToTheMembersOfAFreshRead(t *testing.T) {
 }
 
 // A member that left the pool (another replica retired or removed it since this one read the
-// pool) refuses the write: the change fails as unreachable, which the caller retries on a fresh
-// read, not as the backend refusing the change.
-func TestAWriteToAMemberThatLeftThePoolIsRetried(t *testing.T) {
+// pool) refuses the write: the change fails as unreachable (which the API answers 503, and the
+// provider retries on a fresh read), not as the backend refusing the change.
+func TestAWriteToAMemberThatLeftThePoolFailsAsUnreachable(t *testing.T) {
 	t.Parallel()
 	left := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", adminapi.ProblemContentType)
@@ -332,4 +332,18 @@ func TestAWriteToAMemberThatLeftThePoolIsRetried(t *testing.T) {
 		DeploymentID: uuid.New(), ResourceUID: uuid.New(), EffectID: uuid.New()})
 	require.ErrorIs(t, err, backend.ErrUnreachable)
 	require.ErrorContains(t, err, "left the pool")
+}
+
+// Every replica tells the members the pool's recorded fence, whatever its own catalog says; the
+// catalog's only while none is recorded.
+func TestAMemberIsToldThePoolsRecordedFence(t *testing.T) {
+	t.Parallel()
+	inst := catalog.Installation{Name: "pool", Pack: catalog.PackSelfhost, FenceSeconds: 600}
+	recorded := 30 * time.Second
+	n := &runtimeNode{inst: inst, member: backend.PoolMember{Name: "a", State: backend.MemberDraining, Epoch: 2, Since: time.Unix(100, 0), Fence: &recorded}}
+	m := n.membership(3, "")
+	require.Equal(t, 30, m.FenceSeconds)
+	require.NotNil(t, m.DrainingSince)
+	n.member.Fence = nil
+	require.Equal(t, 600, n.membership(3, "").FenceSeconds)
 }

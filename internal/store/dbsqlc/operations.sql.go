@@ -80,7 +80,7 @@ type OperationEffectsRow struct {
 
 // (Each effect's one deployment by its key: LIMIT 1 keeps the planner from joining the whole
 // table when it cannot tell how few effects an operation has.)
-// each member's effect right after its pack's effect
+// each member's effect after its pack's effect (those planned with it right after it)
 func (q *Queries) OperationEffects(ctx context.Context, operationID uuid.UUID) ([]OperationEffectsRow, error) {
 	rows, err := q.db.Query(ctx, operationEffects, operationID)
 	if err != nil {

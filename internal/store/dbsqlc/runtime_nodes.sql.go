@@ -417,6 +417,18 @@ func (q *Queries) RuntimeNodesLock(ctx context.Context, lockKey string) error {
 	return err
 }
 
+const runtimeNodesShareLock = `-- name: RuntimeNodesShareLock :exec
+SELECT pg_advisory_xact_lock_shared(hashtextextended($1::text, 0))
+`
+
+// Held by a transaction that plans effects on the pool's members: a node command (which takes
+// RuntimeNodesLock) waits for it, so that no member is removed while an effect planned on it is
+// being committed.
+func (q *Queries) RuntimeNodesShareLock(ctx context.Context, lockKey string) error {
+	_, err := q.db.Exec(ctx, runtimeNodesShareLock, lockKey)
+	return err
+}
+
 const runtimePoolFence = `-- name: RuntimePoolFence :one
 SELECT coalesce((SELECT p.fence_seconds FROM runtime_pools p WHERE p.installation = $1), -1)::integer AS fence_seconds
 `

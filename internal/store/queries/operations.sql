@@ -33,7 +33,7 @@ SELECT e.id, e.deployment_id, d.resource_kind, d.resource_uid, e.action, e.statu
 FROM backend_effects e
 CROSS JOIN LATERAL (SELECT x.resource_kind, x.resource_uid FROM deployments x WHERE x.id = e.deployment_id LIMIT 1) d
 WHERE e.operation_id = @operation_id
--- each member's effect right after its pack's effect
+-- each member's effect after its pack's effect (those planned with it right after it)
 ORDER BY e.created_at, coalesce(e.parent_id, e.id), e.parent_id NULLS FIRST, e.node;
 
 -- name: OperationUnsettledEffects :many

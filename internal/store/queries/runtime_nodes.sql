@@ -18,6 +18,12 @@ ORDER BY added_at, name;
 -- Serializes changes of one pool's membership: every node command takes it first.
 SELECT pg_advisory_xact_lock(hashtextextended(@lock_key::text, 0));
 
+-- name: RuntimeNodesShareLock :exec
+-- Held by a transaction that plans effects on the pool's members: a node command (which takes
+-- RuntimeNodesLock) waits for it, so that no member is removed while an effect planned on it is
+-- being committed.
+SELECT pg_advisory_xact_lock_shared(hashtextextended(@lock_key::text, 0));
+
 -- name: RuntimeNodeInsert :one
 -- added_at: now, or, for the catalog's node written when a pool gets its first row, the time it
 -- has been a member since (before any replica read the pool).

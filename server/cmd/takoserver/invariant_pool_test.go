@@ -305,8 +305,8 @@ func (w *world) finishPool() {
 		time.Sleep(500 * time.Millisecond)
 	}
 	// A worker whose last update failed keeps serving its older deployment, on every member: the
-	// Host keeps that deployment's bundle, so a node that joined since holds it too (the check
-	// above). Counted.
+	// Host keeps that deployment's bundle, so a node that joined since holds its script too (the
+	// check above compares worker UIDs, not which deployment a node holds). Counted.
 	var behind int
 	require.NoError(w.t, w.db.QueryRow(ctx, `SELECT count(*) FROM workers w WHERE w.status = 'live' AND w.installation = 'selfhost'
 		AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.resource_uid = w.uid AND d.generation = w.generation AND d.status = 'active')`).Scan(&behind))

@@ -406,8 +406,8 @@ are told the new value at the next sweep. Set the catalogs' fenceSeconds to it t
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			seconds, err := strconv.ParseInt(args[0], 10, 32)
-			if err != nil || seconds < 0 {
-				return fmt.Errorf("the fence is a whole number of seconds, not negative (got %q)", args[0])
+			if err != nil || seconds < 1 {
+				return fmt.Errorf("the fence is a whole number of seconds, at least 1 (got %q)", args[0])
 			}
 			inst, db, err := f.open(cmd, g)
 			if err != nil {

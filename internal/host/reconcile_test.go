@@ -178,8 +178,9 @@ func TestTheReconcileStepNeverWritesBackAWorkerBeingDeleted(t *testing.T) {
 	require.NoError(t, err)
 	swept := make(chan struct{})
 	go func() { f.host.Sweep(ctx); close(swept) }()
+	// Known by the statement's name: pg_stat_activity keeps only the first 1 KiB of its text.
 	require.Eventually(t, func() bool {
-		return f.text(`SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE OF w%'`) == "1"
+		return f.text(`SELECT count(*)::text FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%name: ReconcileLockWorker %'`) == "1"
 	}, 10*time.Second, 10*time.Millisecond, "the janitor waits for the worker's row")
 	_, err = tx.Exec(ctx, `UPDATE workers SET status = 'deleting' WHERE uid = $1`, w.UID)
 	require.NoError(t, err)

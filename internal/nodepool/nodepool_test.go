@@ -202,6 +202,33 @@ func TestRemoveFollowsADrainOfTheFencesLength(t *testing.T) {
 	require.ErrorIs(t, err, nodepool.ErrNoSuchNode)
 }
 
+// runningOperation records an operation of a new organization that is still running, and answers
+// it and the organization.
+func runningOperation(t *testing.T, db *pgxpool.Pool) (uuid.UUID, string) {
+	t.Helper()
+	ctx := context.Background()
+	org, err := auth.CreateOrganization(ctx, db, "acme")
+	require.NoError(t, err)
+	op := uuid.Must(uuid.NewV7())
+	require.NoError(t, dbsqlc.New(db).OperationRecord(ctx, dbsqlc.OperationRecordParams{ID: op, OrganizationID: org.ID, Kind: "worker", ExternalKey: "prod/api", Method: "PUT", Status: dbsqlc.OperationStatusCommitted}))
+	_, err = db.Exec(ctx, `UPDATE operations SET status = 'running', finished_at = NULL WHERE id = $1`, op)
+	require.NoError(t, err)
+	return op, org.ID
+}
+
+// planApply records, through q, a worker deployment of org on inst and its apply effect under
+// operation op, dispatched, and answers the effect.
+func planApply(t *testing.T, q *dbsqlc.Queries, inst catalog.Installation, op uuid.UUID, org string) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	deployment, effect := uuid.New(), uuid.New()
+	_, err := q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{ID: deployment, OrganizationID: org, ResourceKind: dbsqlc.ResourceKindWorker, ResourceUID: uuid.New(),
+		Generation: 1, NativeName: "api", OfferingID: "selfhost-worker", OfferingDigest: "d", Pack: "selfhost", Installation: inst.Name})
+	require.NoError(t, err)
+	require.NoError(t, q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: op, DeploymentID: deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}))
+	return effect
+}
+
 // A drained node is not removed while a running operation has an effect planned on it (a deploy
 // in flight that read the pool before the drain may still write to it): the remove reads those
 // effects in its own statement, and goes through once the operation ended.
@@ -212,17 +239,8 @@ func TestRemoveWaitsForTheChangesInFlightOnTheNode(t *testing.T) {
 	q := dbsqlc.New(db)
 	_, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
 	require.NoError(t, err)
-	org, err := auth.CreateOrganization(ctx, db, "acme")
-	require.NoError(t, err)
-	op := uuid.Must(uuid.NewV7())
-	require.NoError(t, q.OperationRecord(ctx, dbsqlc.OperationRecordParams{ID: op, OrganizationID: org.ID, Kind: "worker", ExternalKey: "prod/api", Method: "PUT", Status: dbsqlc.OperationStatusCommitted}))
-	_, err = db.Exec(ctx, `UPDATE operations SET status = 'running', finished_at = NULL WHERE id = $1`, op)
-	require.NoError(t, err)
-	deployment, effect := uuid.New(), uuid.New()
-	_, err = q.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{ID: deployment, OrganizationID: org.ID, ResourceKind: dbsqlc.ResourceKindWorker, ResourceUID: uuid.New(),
-		Generation: 1, NativeName: "api", OfferingID: "selfhost-worker", OfferingDigest: "d", Pack: "selfhost", Installation: inst.Name})
-	require.NoError(t, err)
-	require.NoError(t, q.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: op, DeploymentID: deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}))
+	op, org := runningOperation(t, db)
+	effect := planApply(t, q, inst, op, org)
 	require.NoError(t, q.EffectsPlanMembers(ctx, effect))
 	var planned string
 	require.NoError(t, db.QueryRow(ctx, `SELECT string_agg(node, ',' ORDER BY node) FROM backend_effects WHERE parent_id = $1`, effect).Scan(&planned))
@@ -251,7 +269,6 @@ func TestRemoveWaitsForAPlanBeingCommitted(t *testing.T) {
 	t.Parallel()
 	db, ctx, inst := testdb.Pool(t), context.Background(), selfhost()
 	inst.FenceSeconds = 1
-	q := dbsqlc.New(db)
 	_, err := nodepool.Add(ctx, db, inst, "node-2", "http://127.0.0.1:9788", "op")
 	require.NoError(t, err)
 	_, err = nodepool.Drain(ctx, db, inst, "node-2", "op", false)
@@ -259,23 +276,14 @@ func TestRemoveWaitsForAPlanBeingCommitted(t *testing.T) {
 	_, err = db.Exec(ctx, `INSERT INTO clock_skew (skew) VALUES ('2 minutes'::interval)
 		ON CONFLICT (singleton) DO UPDATE SET skew = clock_skew.skew + excluded.skew`)
 	require.NoError(t, err)
-	org, err := auth.CreateOrganization(ctx, db, "acme")
-	require.NoError(t, err)
-	op := uuid.Must(uuid.NewV7())
-	require.NoError(t, q.OperationRecord(ctx, dbsqlc.OperationRecordParams{ID: op, OrganizationID: org.ID, Kind: "worker", ExternalKey: "prod/api", Method: "PUT", Status: dbsqlc.OperationStatusCommitted}))
-	_, err = db.Exec(ctx, `UPDATE operations SET status = 'running', finished_at = NULL WHERE id = $1`, op)
-	require.NoError(t, err)
+	op, org := runningOperation(t, db)
 
 	// The plan: its own transaction, holding the pool's lock shared, not committed yet.
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	tq := dbsqlc.New(tx)
-	deployment, effect := uuid.New(), uuid.New()
-	_, err = tq.DeploymentInsert(ctx, dbsqlc.DeploymentInsertParams{ID: deployment, OrganizationID: org.ID, ResourceKind: dbsqlc.ResourceKindWorker, ResourceUID: uuid.New(),
-		Generation: 1, NativeName: "api", OfferingID: "selfhost-worker", OfferingDigest: "d", Pack: "selfhost", Installation: inst.Name})
-	require.NoError(t, err)
-	require.NoError(t, tq.EffectInsert(ctx, dbsqlc.EffectInsertParams{ID: effect, OperationID: op, DeploymentID: deployment, Action: dbsqlc.EffectActionApply, Status: dbsqlc.EffectStatusDispatched}))
+	effect := planApply(t, tq, inst, op, org)
 	require.NoError(t, tq.RuntimeNodesShareLock(ctx, nodepool.LockKey(inst.Name)))
 	require.NoError(t, tq.EffectsPlanMembers(ctx, effect))
 

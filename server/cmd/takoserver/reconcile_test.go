@@ -50,12 +50,7 @@ func TestANodeThatLostItsStateGetsItsWorkersBackFromTheHost(t *testing.T) {
 	code, body := get()
 	require.Equal(t, http.StatusOK, code, body)
 
-	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
-	_ = p.node.cmd.Wait()
-	require.NoError(t, os.RemoveAll(p.node.stateDir))
-	admin, err := url.Parse(p.node.adminURL)
-	require.NoError(t, err)
-	p.node = startRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, admin.Host, p.node.edgeAddr)
+	p.loseNodeState(t)
 
 	require.Eventually(t, func() bool {
 		code, body := get()
@@ -89,12 +84,7 @@ func TestANodeThatLostItsStateGetsBackTheDeploymentOfAWorkerWhoseLastUpdateFaile
 	require.Equal(t, http.StatusOK, code, body)
 	require.Equal(t, "ok", body, "the earlier deployment keeps serving")
 
-	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
-	_ = p.node.cmd.Wait()
-	require.NoError(t, os.RemoveAll(p.node.stateDir))
-	admin, err := url.Parse(p.node.adminURL)
-	require.NoError(t, err)
-	p.node = startRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, admin.Host, p.node.edgeAddr)
+	p.loseNodeState(t)
 	require.Eventually(t, func() bool {
 		code, body := edgeGet(t, p.node.edgeAddr, hostname)
 		return code == http.StatusOK && body == "ok"
@@ -109,6 +99,18 @@ func TestANodeThatLostItsStateGetsBackTheDeploymentOfAWorkerWhoseLastUpdateFaile
 	p.must(1, http.MethodPut, workerPath("api"), "token-failed-worker-00001", fixed, http.StatusOK)
 	require.NoError(t, p.db.QueryRow(context.Background(), `SELECT count(*) FROM worker_kept_bundles`).Scan(&kept))
 	require.Zero(t, kept)
+}
+
+// loseNodeState kills p's node, deletes its state directory and starts an empty node (the same
+// sealing key) at the same addresses: a machine whose disk was lost, replaced in place.
+func (p *pair) loseNodeState(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.node.cmd.Process.Signal(syscall.SIGKILL))
+	_ = p.node.cmd.Wait()
+	require.NoError(t, os.RemoveAll(p.node.stateDir))
+	admin, err := url.Parse(p.node.adminURL)
+	require.NoError(t, err)
+	p.node = startRuntimeAt(t, p.node.stateDir, p.node.sealingKeyFile, admin.Host, p.node.edgeAddr)
 }
 
 // SPEC 6.2, secrets in a pool, with real processes: a worker's secret is delivered sealed to the

@@ -22,6 +22,9 @@ type membership struct {
 	mu        sync.Mutex
 	m         *adminapi.Membership
 	confirmed bool
+	// drained: this draining member's fence passed and it stopped serving; it does not serve
+	// again if it is later told a longer fence (its load balancers took it out already).
+	drained bool
 	// boot identifies this start of the node (adminapi.Status.Boot).
 	boot string
 }
@@ -60,6 +63,7 @@ func (n *Node) routes() (bool, string) {
 	return n.member.routesLocked(time.Now())
 }
 
+// routesLocked is routes with ms.mu held; it latches a drain whose fence has passed.
 func (ms *membership) routesLocked(now time.Time) (bool, string) {
 	m := ms.m
 	switch {
@@ -69,7 +73,8 @@ func (ms *membership) routesLocked(now time.Time) (bool, string) {
 		return false, fmt.Sprintf("this node is %s from pool %s: it serves nothing until it is added again", m.State, m.Pool)
 	case !ms.confirmed:
 		return false, fmt.Sprintf("this node restarted as a member of pool %s (%d nodes): it serves nothing until the Host confirms it is up to date", m.Pool, m.PoolSize)
-	case m.State == adminapi.MemberDraining && m.DrainingSince != nil && !now.Before(m.DrainingSince.Add(time.Duration(m.FenceSeconds)*time.Second)):
+	case m.State == adminapi.MemberDraining && (ms.drained || m.DrainingSince != nil && !now.Before(m.DrainingSince.Add(time.Duration(m.FenceSeconds)*time.Second))):
+		ms.drained = true
 		return false, fmt.Sprintf("this node has drained from pool %s", m.Pool)
 	}
 	return true, ""
@@ -152,6 +157,9 @@ func (n *Node) putMembership(_ http.ResponseWriter, r *http.Request) (any, error
 		return nil, fmt.Errorf("keep the node's membership: %w", err)
 	}
 	n.member.m = &req
+	if req.State != adminapi.MemberDraining {
+		n.member.drained = false
+	}
 	if req.Confirms != "" && req.Confirms == n.member.boot {
 		n.member.confirmed = true
 	}

@@ -91,6 +91,11 @@ func TestANodeServesOnlyWhatItsPlaceInThePoolAllows(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, health())
 	require.Equal(t, http.StatusOK, serves(), "it serves on while the load balancers take it out")
 	require.Eventually(t, func() bool { return serves() == http.StatusServiceUnavailable }, 5*time.Second, 50*time.Millisecond, "drained")
+	longer := draining
+	longer.FenceSeconds = 600
+	_, err = tell(longer)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, serves(), "a drained node does not serve again when told a longer fence")
 
 	// An older epoch is refused; a retired node serves nothing and cannot be brought back.
 	retired := base

@@ -306,7 +306,7 @@ func Removable(ctx context.Context, db dbsqlc.DBTX, inst catalog.Installation, n
 		if err != nil {
 			return Node{}, store.Classify(err)
 		}
-		fence, err := readFence(ctx, q, inst)
+		fence, _, err := Fence(ctx, db, inst)
 		if err != nil {
 			return Node{}, err
 		}
@@ -461,18 +461,6 @@ func poolFence(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation
 	s, err := q.RuntimePoolFenceRecord(ctx, dbsqlc.RuntimePoolFenceRecordParams{Installation: inst.Name, CatalogFenceSeconds: int32(inst.Fence().Seconds())})
 	if err != nil {
 		return 0, fmt.Errorf("nodepool: the pool's fence: %w", store.Classify(err))
-	}
-	return time.Duration(s) * time.Second, nil
-}
-
-// readFence is the pool's recorded fenceSeconds, or the catalog's while none is recorded.
-func readFence(ctx context.Context, q *dbsqlc.Queries, inst catalog.Installation) (time.Duration, error) {
-	s, err := q.RuntimePoolFence(ctx, inst.Name)
-	if err != nil {
-		return 0, fmt.Errorf("nodepool: the pool's fence: %w", store.Classify(err))
-	}
-	if s < 0 {
-		return inst.Fence(), nil
 	}
 	return time.Duration(s) * time.Second, nil
 }

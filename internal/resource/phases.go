@@ -173,7 +173,7 @@ func (r *effects) deletedEverywhere(ctx context.Context, q *dbsqlc.Queries) erro
 		return err
 	}
 	r.unconfirmed = true
-	who := "a node of the pool"
+	who := "a node"
 	if len(nodes) > 0 {
 		who = "node " + strings.Join(nodes, ", node ")
 	}

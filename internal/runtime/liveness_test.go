@@ -422,7 +422,10 @@ func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testi
 	for round, at := range loops[:2] {
 		stall := stalled(siblingCalls, at)
 		t.Logf("round %d: the looper's sibling went %s without an answer", round+1, stall.Round(time.Millisecond))
-		require.Less(t, stall, 6*time.Second, "round %d: its organization stalls for about the liveness bound (3 to 4 s, more on a loaded machine), then is served again", round+1)
+		// Three missed probes a second apart (3 to 4 s), then the organization's process restarts
+		// and loads its isolates again, which took up to 2.5 s more on a loaded CI machine. Ten
+		// misses, or no kill at all, would stall it for longer than this bound.
+		require.Less(t, stall, 9*time.Second, "round %d: its organization stalls for about the liveness bound plus a restart, then is served again", round+1)
 	}
 	st, err := f.client.GetScript(f.ctx, "looper")
 	require.NoError(t, err)

@@ -64,6 +64,9 @@ func (s *Server) offerings(c echo.Context) error {
 			if d := o.CronDelivery(); d != "" {
 				v.CronDelivery = &d
 			}
+			if o.CustomDomains != nil {
+				v.CustomDomains = &apitypes.OfferingCustomDomains{Target: o.CustomDomains.Target}
+			}
 		}
 		out = append(out, v)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/reservation"
@@ -46,6 +47,9 @@ type Config struct {
 	JanitorEvery time.Duration
 	// CronEvery is how often Serve claims the cron ticks due (a second when zero).
 	CronEvery time.Duration
+	// DomainCheckEvery is how often Serve looks for custom domains due for a lookup (2 s when
+	// zero; each claim has its own backoff).
+	DomainCheckEvery time.Duration
 	// KeyCacheTTL is how long a key that authenticated is trusted without asking the database
 	// again: how soon a revocation reaches this replica (one second when zero; negative: never
 	// cached).
@@ -71,6 +75,7 @@ type Server struct {
 	registry      *prometheus.Registry
 	owners        *ownership.Manager
 	reservations  *reservation.Service
+	domains       *customdomain.Service
 	resources     *resource.Service
 	runtimeInputs *runtimeinput.Service
 	keys          *auth.Cache
@@ -113,6 +118,7 @@ func New(cfg Config) *Server {
 		registry:      reg,
 		owners:        h.Owners,
 		reservations:  h.Reservations,
+		domains:       h.Domains,
 		resources:     h.Resources,
 		runtimeInputs: h.RuntimeInputs,
 		keys:          &auth.Cache{TTL: cfg.KeyCacheTTL},
@@ -149,6 +155,9 @@ func (s *Server) routes() {
 	read, write := requireScope(auth.ScopeRead), requireScope(auth.ScopeWrite)
 	v1.GET("/capabilities", s.capabilities, read)
 	v1.GET("/offerings", s.offerings, read)
+	v1.GET("/custom-domains/:hostname", s.getCustomDomain, read)
+	v1.PUT("/custom-domains/:hostname", s.putCustomDomain, write)
+	v1.DELETE("/custom-domains/:hostname", s.deleteCustomDomain, write)
 	v1.GET("/worker-endpoint-origin-reservations/:reservationId", s.getReservation, read)
 	v1.PUT("/worker-endpoint-origin-reservations/:reservationId", s.putReservation, write)
 	v1.DELETE("/worker-endpoint-origin-reservations/:reservationId", s.deleteReservation, write)
@@ -211,6 +220,11 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		cronEvery = time.Second
 	}
 	go s.host.Crons(ctx, cronEvery)
+	domainEvery := s.cfg.DomainCheckEvery
+	if domainEvery <= 0 {
+		domainEvery = 2 * time.Second
+	}
+	go s.host.DomainChecks(ctx, domainEvery)
 	select {
 	case err := <-errc:
 		return err

@@ -22,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
@@ -110,6 +111,8 @@ type options struct {
 	logStreamAge                       time.Duration
 	// cfBudget overrides the Cloudflare API budget (defaults where zero).
 	cfBudget ratebudget.Budget
+	// dnsResolver is where custom domains' records are looked up (a dnstest server).
+	dnsResolver string
 }
 
 func setup(t *testing.T, opts ...func(*options)) *harness {
@@ -164,6 +167,7 @@ func setup(t *testing.T, opts ...func(*options)) *harness {
 		WrapBackend:       o.wrap,
 		CloudflareEdge:    o.cloudflareEdge,
 		CloudflareBudget:  o.cfBudget,
+		DNSResolver:       &customdomain.Resolver{Server: o.dnsResolver, Timeout: time.Second},
 	})
 	srv := server.New(server.Config{
 		Host:                      hst,

@@ -64,6 +64,20 @@ type Condition struct {
 	Message string `json:"message"`
 }
 
+// CustomDomain defines model for CustomDomain.
+type CustomDomain struct {
+	Hostname       string            `json:"hostname"`
+	Status         string            `json:"status"`
+	DNSRecords     []DNSRecord       `json:"dnsRecords"`
+	VerifiedAt     *string           `json:"verifiedAt"`
+	Conditions     []DomainCondition `json:"conditions"`
+	Revision       int64             `json:"revision"`
+	OwnershipToken *string           `json:"ownershipToken"`
+}
+
+// CustomDomainRequest Nothing to give: the hostname is the path's.
+type CustomDomainRequest = map[string]interface{}
+
 // Derivation defines model for Derivation.
 type Derivation struct {
 	OfferingID          string  `json:"offeringId"`
@@ -90,10 +104,29 @@ type DerivationRequest struct {
 	Space      string  `json:"space"`
 	WorkerName string  `json:"workerName"`
 	Subdomain  *string `json:"subdomain,omitempty"`
+	Hostname   *string `json:"hostname,omitempty"`
 	OfferingID *string `json:"offeringId,omitempty"`
 
 	// OriginReservationID The reservation the caller will use (or replaces): its own hold on the origin does not count against availability.
 	OriginReservationID *string `json:"originReservationId,omitempty"`
+}
+
+// DNSRecord defines model for DnsRecord.
+type DNSRecord struct {
+	Type  string `json:"type"`
+	Name  string `json:"name"`
+	Value string `json:"value"`
+
+	// OfferingID For a routing record: the offering whose edge it points at.
+	OfferingID *string `json:"offeringId,omitempty"`
+}
+
+// DomainCondition defines model for DomainCondition.
+type DomainCondition struct {
+	Type        string  `json:"type"`
+	Message     string  `json:"message"`
+	CheckedAt   *string `json:"checkedAt,omitempty"`
+	NextCheckAt *string `json:"nextCheckAt,omitempty"`
 }
 
 // Effect defines model for Effect.
@@ -186,8 +219,16 @@ type Offering struct {
 	// CronDelivery On a module-worker offering that runs cron triggers: how each tick is delivered (at-most-once on selfhost: a tick the Host claimed runs once or not at all; at-least-once where Cloudflare runs them). Absent: a worker with crons is refused 422 crons_unsupported.
 	CronDelivery *string `json:"cronDelivery,omitempty"`
 
+	// CustomDomains On a module-worker offering that serves custom domains (SPEC 3.7): where a custom hostname's DNS points (`target`, published as a CNAME, or as an A/AAAA record when it is an IP address). Absent: a reservation naming a hostname is refused 422 custom_domain_unsupported.
+	CustomDomains *OfferingCustomDomains `json:"customDomains,omitempty"`
+
 	// Ceilings On a module-worker offering: the most a worker's `limits` may ask for. `fixedMemory`: the offering runs every worker with exactly `memoryMb` (Cloudflare's 128 MB), so `limits.memoryMb` must be that or omitted.
 	Ceilings *OfferingCeilings `json:"ceilings,omitempty"`
+}
+
+// OfferingCustomDomains On a module-worker offering that serves custom domains (SPEC 3.7): where a custom hostname's DNS points (`target`, published as a CNAME, or as an A/AAAA record when it is an IP address). Absent: a reservation naming a hostname is refused 422 custom_domain_unsupported.
+type OfferingCustomDomains struct {
+	Target string `json:"target"`
 }
 
 // OfferingCeilings On a module-worker offering: the most a worker's `limits` may ask for. `fixedMemory`: the offering runs every worker with exactly `memoryMb` (Cloudflare's 128 MB), so `limits.memoryMb` must be that or omitted.
@@ -291,11 +332,16 @@ type Problem struct {
 
 // Reservation defines model for Reservation.
 type Reservation struct {
-	Format          string     `json:"format"`
-	ID              string     `json:"id"`
-	Space           string     `json:"space"`
-	WorkerName      string     `json:"workerName"`
-	Subdomain       string     `json:"subdomain"`
+	Format     string `json:"format"`
+	ID         string `json:"id"`
+	Space      string `json:"space"`
+	WorkerName string `json:"workerName"`
+
+	// Subdomain The label under the offering's suffix; empty when the reservation holds a custom hostname.
+	Subdomain string `json:"subdomain"`
+
+	// Hostname The custom hostname the reservation holds, when it holds one.
+	Hostname        *string    `json:"hostname,omitempty"`
 	CanonicalOrigin string     `json:"canonicalOrigin"`
 	Revision        int64      `json:"revision"`
 	ExpiresAt       string     `json:"expiresAt"`
@@ -311,6 +357,9 @@ type ReservationRequest struct {
 	Space      string  `json:"space"`
 	WorkerName string  `json:"workerName"`
 	Subdomain  *string `json:"subdomain,omitempty"`
+
+	// Hostname A verified custom domain of the organization, or one name under a verified wildcard, instead of a subdomain (exclusive).
+	Hostname   *string `json:"hostname,omitempty"`
 	TTLSeconds *int64  `json:"ttlSeconds,omitempty"`
 	OfferingID *string `json:"offeringId,omitempty"`
 }
@@ -430,6 +479,9 @@ type WorkerSpec struct {
 	ModuleFiles map[string]string `json:"moduleFiles,omitempty"`
 }
 
+// Hostname defines model for Hostname.
+type Hostname = string
+
 // IfMatch defines model for IfMatch.
 type IfMatch = string
 
@@ -492,6 +544,26 @@ type Unprocessable = Problem
 
 // UnsupportedMediaType defines model for UnsupportedMediaType.
 type UnsupportedMediaType = Problem
+
+// DeleteCustomDomainParams defines parameters for DeleteCustomDomain.
+type DeleteCustomDomainParams struct {
+	TakoformOwnershipToken OwnershipToken `json:"Takoform-Ownership-Token"`
+
+	// IfMatch The object's revision as the caller last read it (quoted or not). A PUT or DELETE whose
+	// If-Match names another revision is refused with `409 revision_conflict` and changes nothing;
+	// the revision is part of the request hash, so a replay must send the same one.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
+
+// PutCustomDomainParams defines parameters for PutCustomDomain.
+type PutCustomDomainParams struct {
+	TakoformOwnershipToken OwnershipToken `json:"Takoform-Ownership-Token"`
+
+	// IfMatch The object's revision as the caller last read it (quoted or not). A PUT or DELETE whose
+	// If-Match names another revision is refused with `409 revision_conflict` and changes nothing;
+	// the revision is part of the request hash, so a replay must send the same one.
+	IfMatch *IfMatch `json:"If-Match,omitempty"`
+}
 
 // DeletePreparationParams defines parameters for DeletePreparation.
 type DeletePreparationParams struct {
@@ -607,6 +679,9 @@ type ActivateReservationParams struct {
 	// the revision is part of the request hash, so a replay must send the same one.
 	IfMatch *IfMatch `json:"If-Match,omitempty"`
 }
+
+// PutCustomDomainJSONRequestBody defines body for PutCustomDomain for application/json ContentType.
+type PutCustomDomainJSONRequestBody = CustomDomainRequest
 
 // PutPreparationJSONRequestBody defines body for PutPreparation for application/json ContentType.
 type PutPreparationJSONRequestBody = PreparationRequest

@@ -86,6 +86,18 @@ const (
 	LogsUnsupported Code = "logs_unsupported"
 	// CronsUnsupported: the worker's offering runs no cron triggers (its cronDelivery is null).
 	CronsUnsupported Code = "crons_unsupported"
+
+	// DomainTaken: another organization verified this custom domain (SPEC 3.7; names nobody).
+	DomainTaken Code = "domain_taken"
+	// DomainReserved: the name is, or is under, one the operator reserves.
+	DomainReserved Code = "domain_reserved"
+	// DomainInUse: a reservation names this custom domain; release it first.
+	DomainInUse Code = "domain_in_use"
+	// DomainNotVerified: a reservation names a hostname no verified custom domain of the
+	// organization covers.
+	DomainNotVerified Code = "domain_not_verified"
+	// CustomDomainUnsupported: the offering serves no custom domains.
+	CustomDomainUnsupported Code = "custom_domain_unsupported"
 )
 
 // Retryable reports whether a refusal with code clears by itself, so that the caller should retry

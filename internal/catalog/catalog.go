@@ -179,13 +179,35 @@ type Offering struct {
 	// MaxBundleBytes bounds a module-worker's bundle on the offering: its modules' names and
 	// contents, bytes modules decoded (0: DefaultMaxBundleBytes; SPEC 3.6). What a worker may
 	// hold, not where it runs: not in the digest.
-	MaxBundleBytes int64  `json:"maxBundleBytes,omitempty"`
-	Pack           string `json:"-"`
-	Digest         string `json:"-"`
+	MaxBundleBytes int64 `json:"maxBundleBytes,omitempty"`
+	// CustomDomains: the offering serves its organizations' verified custom domains (SPEC 3.7),
+	// and where their DNS points. Unset: it serves none. What is sold, not where it runs: not in
+	// the digest.
+	CustomDomains *CustomDomains `json:"customDomains,omitempty"`
+	Pack          string         `json:"-"`
+	Digest        string         `json:"-"`
 	// LegacyDigest is the digest objects placed on a selfhost offering carry when a release
 	// before pools wrote them (it covered runtimeUrl): the Host rewrites it to Digest once, at
 	// start (nodepool.MoveDigests). Empty for other packs.
 	LegacyDigest string `json:"-"`
+}
+
+// CustomDomains is how an offering serves custom domains: Target is what a custom hostname's DNS
+// points at, a host name (published as a CNAME) or an IP address (an A or AAAA record).
+type CustomDomains struct {
+	Target string `json:"target"`
+}
+
+// RoutingRecord is the record a custom hostname publishes to reach the offering: its type and
+// value (the name is the hostname's own).
+func (c CustomDomains) RoutingRecord() (recordType, value string) {
+	if ip := net.ParseIP(c.Target); ip != nil {
+		if ip.To4() != nil {
+			return "A", c.Target
+		}
+		return "AAAA", c.Target
+	}
+	return "CNAME", c.Target
 }
 
 // SellsChosenLabels reports whether a reservation on the offering may choose its subdomain.
@@ -275,6 +297,26 @@ type Catalog struct {
 	Rates Rates
 	// ReservedLabels are labels no reservation may choose (SPEC 3.3): the operator's own names.
 	ReservedLabels map[string]bool
+	// ReservedDomains are names no custom domain may claim, nor any name under them (SPEC 3.7):
+	// the catalog's reservedDomains, every installation's endpoint suffix and base domain, and
+	// workers.dev.
+	ReservedDomains []string
+	// CustomDomainsPerOrganization bounds the custom domains one organization may claim (SPEC 3.7;
+	// quotas.customDomains, default DefaultCustomDomains).
+	CustomDomainsPerOrganization int
+}
+
+// DefaultCustomDomains is the default number of custom domains per organization (SPEC 3.7).
+const DefaultCustomDomains = 20
+
+// DomainReserved reports the reserved domain name is (or is under), or "".
+func (c *Catalog) DomainReserved(name string) string {
+	for _, d := range c.ReservedDomains {
+		if name == d || strings.HasSuffix(name, "."+d) {
+			return d
+		}
+	}
+	return ""
 }
 
 // Rates is the token bucket each API key gets on each Host replica: PerSecond tokens a second up
@@ -302,6 +344,8 @@ type file struct {
 	Rates         *ratesFile     `json:"rates,omitempty"`
 	// ReservedLabels are labels no reservation may choose.
 	ReservedLabels []string `json:"reservedLabels,omitempty"`
+	// ReservedDomains are names no custom domain may claim (besides the installations' own).
+	ReservedDomains []string `json:"reservedDomains,omitempty"`
 }
 
 // quotasFile is the config file's top-level "quotas": the default ceilings, each optional.
@@ -310,6 +354,7 @@ type quotasFile struct {
 	Endpoints     *int `json:"endpoints"`
 	Reservations  *int `json:"reservations"`
 	RuntimeInputs *int `json:"runtimeInputs"`
+	CustomDomains *int `json:"customDomains"`
 }
 
 // ratesFile is the config file's top-level "rates".
@@ -346,7 +391,8 @@ func DefaultWithEdge(runtimeURL, tokenFile, edgeListen, scheme string) *Catalog 
 			RuntimeURL: runtimeURL, RuntimeTokenFile: tokenFile,
 		}},
 		Offerings: []Offering{
-			{ID: "selfhost-module-worker", Kind: KindWorker, Installation: "selfhost", SoldTo: []string{everyOrganization}},
+			{ID: "selfhost-module-worker", Kind: KindWorker, Installation: "selfhost", SoldTo: []string{everyOrganization},
+				CustomDomains: edgeTarget(edgeListen)},
 			{ID: "selfhost-worker-endpoint", Kind: KindEndpoint, Installation: "selfhost", SoldTo: []string{everyOrganization}},
 		},
 	})
@@ -354,6 +400,16 @@ func DefaultWithEdge(runtimeURL, tokenFile, edgeListen, scheme string) *Catalog 
 		panic(err)
 	}
 	return c
+}
+
+// edgeTarget is where a custom domain of the default catalog points: the edge's address when it
+// listens on one IP, else none is served.
+func edgeTarget(edgeListen string) *CustomDomains {
+	host, _, err := net.SplitHostPort(edgeListen)
+	if err != nil || net.ParseIP(host) == nil || net.ParseIP(host).IsUnspecified() {
+		return nil
+	}
+	return &CustomDomains{Target: host}
 }
 
 // SetPoolKey names the pool public key of the selfhost installation name (`takoserver dev` gives
@@ -398,9 +454,22 @@ var (
 
 func build(f file) (*Catalog, error) {
 	c := &Catalog{Installations: map[string]Installation{}, Quotas: quota.Defaults(),
-		Rates: Rates{PerSecond: DefaultRatePerSecond, Burst: DefaultRateBurst}}
+		Rates: Rates{PerSecond: DefaultRatePerSecond, Burst: DefaultRateBurst}, CustomDomainsPerOrganization: DefaultCustomDomains}
 	if err := f.Quotas.apply(&c.Quotas); err != nil {
 		return nil, fmt.Errorf("quotas: %w", err)
+	}
+	if f.Quotas != nil && f.Quotas.CustomDomains != nil {
+		if n := *f.Quotas.CustomDomains; n < 0 || n > 10_000 {
+			return nil, fmt.Errorf("quotas: customDomains must be between 0 and 10000")
+		}
+		c.CustomDomainsPerOrganization = *f.Quotas.CustomDomains
+	}
+	c.ReservedDomains = []string{"workers.dev"}
+	for _, d := range f.ReservedDomains {
+		if !vocab.IsHostname(d) {
+			return nil, fmt.Errorf("reservedDomains: %q is not a lowercase DNS name", d)
+		}
+		c.ReservedDomains = append(c.ReservedDomains, d)
 	}
 	if err := f.Rates.apply(&c.Rates); err != nil {
 		return nil, fmt.Errorf("rates: %w", err)
@@ -431,6 +500,11 @@ func build(f file) (*Catalog, error) {
 		}
 		namespaces[ns] = inst.Name
 		c.Installations[inst.Name] = inst
+		for _, d := range []string{inst.EndpointSuffix, inst.BaseDomain} {
+			if d != "" {
+				c.ReservedDomains = append(c.ReservedDomains, d)
+			}
+		}
 	}
 	seen := map[string]bool{}
 	for _, o := range f.Offerings {
@@ -470,6 +544,12 @@ func build(f file) (*Catalog, error) {
 			return nil, fmt.Errorf("offering %q: a runtime node ends a request that computes for longer than its liveness bound (%d ms) with its organization's process; maxCpuMs must be at most %d", o.ID, SelfhostMaxCPUMs, SelfhostMaxCPUMs)
 		case o.Pack == PackWorkersDev && o.ChosenLabels != nil && *o.ChosenLabels:
 			return nil, fmt.Errorf("offering %q: workers-dev sells no chosen labels (a worker's only label there is its script name); remove chosenLabels", o.ID)
+		case o.CustomDomains != nil && o.Pack == PackWorkersDev:
+			return nil, fmt.Errorf("offering %q: workers-dev cannot serve another party's domain (Cloudflare's Workers Custom Domains need a zone in the operator's account); remove customDomains", o.ID)
+		case o.CustomDomains != nil && o.Kind != KindWorker:
+			return nil, fmt.Errorf("offering %q: customDomains belongs on the module-worker offering, which reservations are placed on", o.ID)
+		case o.CustomDomains != nil && net.ParseIP(o.CustomDomains.Target) == nil && !vocab.IsHostname(o.CustomDomains.Target):
+			return nil, fmt.Errorf("offering %q: customDomains.target %q is neither a DNS name nor an IP address", o.ID, o.CustomDomains.Target)
 		case o.MaxBundleBytes < 0 || o.MaxBundleBytes > MaxBundleBytesCeiling:
 			return nil, fmt.Errorf("offering %q: maxBundleBytes must be between 1 and %d (a bundle travels in one request to the Host and one to the node)", o.ID, MaxBundleBytesCeiling)
 		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:

@@ -110,3 +110,32 @@ func (h *Host) CronPass(ctx context.Context) {
 	h.claimTicks(ctx, slots)
 	slots.running.Wait()
 }
+
+// maxDomainChecksPerPass bounds the custom-domain lookups one replica makes in a pass.
+const maxDomainChecksPerPass = 32
+
+// DomainChecks looks up the custom domains due for a check (SPEC 3.7), a pass every interval until
+// ctx ends; every replica runs it, and each claim is looked up by one at a time.
+func (h *Host) DomainChecks(ctx context.Context, every time.Duration) {
+	if h.Domains.Available() != nil {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		for {
+			n, err := h.Domains.CheckDue(ctx, h.DB, maxDomainChecksPerPass)
+			if err != nil && ctx.Err() == nil {
+				h.Log.Warn("custom domain checks", "error", err)
+			}
+			if n < maxDomainChecksPerPass || ctx.Err() != nil {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

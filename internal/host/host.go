@@ -16,6 +16,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/backend/packs"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain"
 	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
 	"github.com/takoform/terraform-provider-takoform/internal/ratebudget"
@@ -49,6 +50,9 @@ type Config struct {
 	// CloudflareEdge reaches Cloudflare's edge for the wfp-managed Ready probe (default: a plain
 	// client); tests and demos resolve worker hostnames to a stand-in's edge with it.
 	CloudflareEdge *http.Client
+	// DNSResolver looks custom domains' TXT records up (SPEC 3.7: serve --dns-resolver); the
+	// first nameserver of /etc/resolv.conf when nil.
+	DNSResolver *customdomain.Resolver
 	// CloudflareBudget overrides the Cloudflare API budget's capacity, rate and organization share
 	// (ratebudget's defaults where zero; tests make it small).
 	CloudflareBudget ratebudget.Budget
@@ -67,6 +71,7 @@ type Host struct {
 	Reservations  *reservation.Service
 	Resources     *resource.Service
 	RuntimeInputs *runtimeinput.Service
+	Domains       *customdomain.Service
 	backends      *backend.Registry
 }
 
@@ -98,6 +103,11 @@ func New(cfg Config) *Host {
 	h.Resources = &resource.Service{Catalog: cfg.Catalog, Backends: backends, Reservations: h.Reservations,
 		RuntimeInputs: h.RuntimeInputs, Hooks: cfg.RuntimeInputHooks}
 	h.Owners.Recover = h.Resources.Recover
+	resolver := cfg.DNSResolver
+	if resolver == nil {
+		resolver = &customdomain.Resolver{}
+	}
+	h.Domains = &customdomain.Service{Catalog: cfg.Catalog, Ring: cfg.SealingRing, Resolver: resolver}
 	return h
 }
 

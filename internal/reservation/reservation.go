@@ -20,6 +20,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/backend"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain"
 	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -59,6 +60,7 @@ type Reservation struct {
 	Space               string
 	WorkerName          string
 	Subdomain           string
+	Hostname            *string
 	CanonicalOrigin     string
 	TTLSeconds          int
 	Revision            int64
@@ -81,7 +83,7 @@ func fromRow(r dbsqlc.WorkerEndpointOriginReservation, status dbsqlc.Reservation
 	}
 	return Reservation{
 		OrganizationID: r.OrganizationID, ID: r.ID, UID: r.UID, Format: r.Format, Space: r.Space, WorkerName: r.WorkerName,
-		Subdomain: r.Subdomain, CanonicalOrigin: r.CanonicalOrigin, TTLSeconds: int(r.TTLSeconds), Revision: r.Revision,
+		Subdomain: r.Subdomain, Hostname: r.Hostname, CanonicalOrigin: r.CanonicalOrigin, TTLSeconds: int(r.TTLSeconds), Revision: r.Revision,
 		Status: status, ExpiresAt: r.ExpiresAt, HostMinted: r.HostMinted, BoundWorkerUID: r.BoundWorkerUID,
 		BoundWorkerRevision: r.BoundWorkerRevision, EndpointUID: r.EndpointUID, EndpointRevision: r.EndpointRevision,
 		OfferingID: r.OfferingID, OfferingDigest: r.OfferingDigest, Pack: r.Pack, Installation: r.Installation,
@@ -100,7 +102,7 @@ func (r Reservation) Project(token string) Projection {
 	p := Projection{
 		Format: r.Format, ID: r.ID, Space: r.Space, WorkerName: r.WorkerName, Subdomain: r.Subdomain,
 		CanonicalOrigin: r.CanonicalOrigin, Revision: r.Revision, ExpiresAt: r.ExpiresAt.UTC().Format(time.RFC3339),
-		Status: string(r.Status), HostMinted: r.HostMinted,
+		Status: string(r.Status), HostMinted: r.HostMinted, Hostname: r.Hostname,
 	}
 	if r.BoundWorkerUID != nil {
 		p.BoundWorker = &ObjectRef{UID: r.BoundWorkerUID.String(), Revision: *r.BoundWorkerRevision}
@@ -154,10 +156,13 @@ func CheckReadableID(id string) error {
 // desired is what a request asks for once defaults and derivation are applied.
 type desired struct {
 	space, workerName, subdomain, origin string
-	ttl                                  int
-	offering                             catalog.Offering
-	inst                                 catalog.Installation
-	backend                              backend.Backend
+	// hostname is a custom hostname the reservation holds instead of a subdomain (SPEC 3.7), and
+	// customDomain the organization's verified claim that covers it (set by checkDomain).
+	hostname, customDomain string
+	ttl                    int
+	offering               catalog.Offering
+	inst                   catalog.Installation
+	backend                backend.Backend
 	// chosen: the subdomain is the caller's choice, not the worker's own derived label.
 	chosen bool
 }
@@ -193,6 +198,9 @@ func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
 	if d.backend, err = backend.For(d.inst); err != nil {
 		return desired{}, err
 	}
+	if req.Hostname != nil {
+		return s.resolveHostname(d, req)
+	}
 	own := d.backend.DefaultLabel(backend.WorkerRef{TenantRef: org.ID, Space: req.Space, Name: req.WorkerName})
 	d.subdomain = own
 	if req.Subdomain != nil {
@@ -208,6 +216,49 @@ func (s *Service) resolve(org auth.Organization, req Request) (desired, error) {
 	}
 	d.origin = d.backend.CanonicalOrigin(d.subdomain)
 	return d, nil
+}
+
+// resolveHostname is resolve for a reservation that names a custom hostname: the offering must
+// serve custom domains, and the origin is https://<hostname> (SPEC 3.7). Which verified claim
+// covers it is checked in the request's transaction (checkDomain).
+func (s *Service) resolveHostname(d desired, req Request) (desired, error) {
+	h := *req.Hostname
+	if req.Subdomain != nil {
+		return desired{}, apierr.New(apierr.InvalidRequest, "subdomain and hostname are exclusive: a reservation holds a label under the offering's suffix or a custom hostname")
+	}
+	if strings.HasPrefix(h, "*.") {
+		return desired{}, apierr.New(apierr.InvalidRequest, "hostname %q is a wildcard; a reservation holds one name (a wildcard custom domain covers the names one label below it)", h)
+	}
+	if _, err := customdomain.Parse(s.Catalog, h); err != nil {
+		return desired{}, err
+	}
+	if d.offering.CustomDomains == nil {
+		return desired{}, apierr.New(apierr.CustomDomainUnsupported, "offering %s serves no custom domains; leave hostname out, or choose an offering that does (takoform_offerings shows customDomains)", d.offering.ID)
+	}
+	d.hostname, d.origin = h, "https://"+h
+	return d, nil
+}
+
+// checkDomain finds the organization's verified claim that covers a reservation's custom hostname:
+// the name itself, or the wildcard one label above it unless another organization verified the
+// exact name (SPEC 3.7).
+func checkDomain(ctx context.Context, db dbsqlc.DBTX, org string, d *desired) error {
+	if d.hostname == "" {
+		return nil
+	}
+	exact, wildcard := customdomain.Covering(d.hostname)
+	row, err := dbsqlc.New(db).CustomDomainCovering(ctx, dbsqlc.CustomDomainCoveringParams{OrganizationID: org, Hostname: exact, Wildcard: wildcard})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return apierr.New(apierr.DomainNotVerified, "hostname %q is not a verified custom domain of this organization, nor under one of its verified wildcards; claim it (takoform_custom_domain) and publish its TXT record first", d.hostname)
+	}
+	if err != nil {
+		return fmt.Errorf("reservation: custom domain: %w", err)
+	}
+	if row.Hostname != exact && row.ExactElsewhere {
+		return apierr.New(apierr.DomainTaken, "hostname %q is verified by another organization; a wildcard never covers a name verified exactly elsewhere", d.hostname)
+	}
+	d.customDomain = row.Hostname
+	return nil
 }
 
 // Shapes of the labels the Host derives (SPEC 3.3, 3.4): a v2 script name, a managed default
@@ -324,6 +375,9 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err := checkHeld(ctx, tx, d); err != nil {
 		return Reservation{}, err
 	}
+	if err := checkDomain(ctx, tx, org.ID, &d); err != nil {
+		return Reservation{}, err
+	}
 	// The organization's reservation ceiling (SPEC 5.1), held until this transaction ends, the lazy
 	// expiry of what the new row could conflict with, and the insert, in one round trip. A refusal
 	// of the quota step ends the transaction, and the sweep and insert with it.
@@ -331,6 +385,9 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 		OrganizationID: org.ID, ID: id, UID: uuid.Must(uuid.NewV7()), Space: d.space, WorkerName: d.workerName,
 		Subdomain: d.subdomain, CanonicalOrigin: d.origin, TTLSeconds: int32(d.ttl),
 		OfferingID: d.offering.ID, OfferingDigest: d.offering.Digest, Pack: d.offering.Pack, Installation: d.inst.Name,
+	}
+	if d.hostname != "" {
+		params.Hostname, params.CustomDomain = &d.hostname, &d.customDomain
 	}
 	var row dbsqlc.WorkerEndpointOriginReservation
 	err = store.Pipeline(ctx, tx,
@@ -378,8 +435,8 @@ func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	if r.Space != d.space || r.WorkerName != d.workerName {
 		diffs = append(diffs, "space/workerName")
 	}
-	if r.Subdomain != d.subdomain || r.CanonicalOrigin != d.origin {
-		diffs = append(diffs, "subdomain")
+	if r.Subdomain != d.subdomain || r.CanonicalOrigin != d.origin || deref(r.Hostname) != d.hostname {
+		diffs = append(diffs, "subdomain/hostname")
 	}
 	if r.TTLSeconds != d.ttl {
 		diffs = append(diffs, "ttlSeconds")
@@ -438,6 +495,13 @@ func release(ctx context.Context, tx pgx.Tx, orgID, id string, uid uuid.UUID) (R
 
 func b(v *bool) bool { return v != nil && *v }
 
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // Derivation is the answer of the non-mutating derivation route (SPEC 3.1).
 // Its HeldBy says who holds an origin that is not available, as far as the caller may know: its
 // own organization's reservation or endpoint by name, or another organization by nothing more.
@@ -488,11 +552,14 @@ func (s *Service) Derive(ctx context.Context, db dbsqlc.DBTX, org auth.Organizat
 		}
 		reservationID = *req.OriginReservationID
 	}
-	d, err := s.resolve(org, Request{Space: req.Space, WorkerName: req.WorkerName, Subdomain: req.Subdomain, OfferingID: req.OfferingID})
+	d, err := s.resolve(org, Request{Space: req.Space, WorkerName: req.WorkerName, Subdomain: req.Subdomain, Hostname: req.Hostname, OfferingID: req.OfferingID})
 	if err != nil {
 		return Derivation{}, err
 	}
 	if err := checkHeld(ctx, db, d); err != nil {
+		return Derivation{}, err
+	}
+	if err := checkDomain(ctx, db, org.ID, &d); err != nil {
 		return Derivation{}, err
 	}
 	out := Derivation{OfferingID: d.offering.ID, CanonicalOrigin: d.origin, Subdomain: d.subdomain}

@@ -111,13 +111,15 @@ type Ring struct {
 	keys map[string][]byte
 	// commitments caches unwrapped runtime-input commitment secrets by id (they never retire).
 	commitments map[string][]byte
+	// hostSecrets holds the unwrapped Host secrets by name, read at open (they never rotate).
+	hostSecrets map[string][]byte
 }
 
 // OpenRing opens the ring in the database, creating its first data key when it has none. It
 // refuses when kek cannot unwrap the current data key: a replica must never seal under a key
 // nobody else has.
 func OpenRing(ctx context.Context, db dbsqlc.DBTX, kek KEK) (*Ring, error) {
-	r := &Ring{db: db, kek: kek, keys: map[string][]byte{}, commitments: map[string][]byte{}}
+	r := &Ring{db: db, kek: kek, keys: map[string][]byte{}, commitments: map[string][]byte{}, hostSecrets: map[string][]byte{}}
 	q := dbsqlc.New(db)
 	id := newKeyID()
 	wrapped, err := r.wrap(id, randomKey())
@@ -143,6 +145,9 @@ func OpenRing(ctx context.Context, db dbsqlc.DBTX, kek KEK) (*Ring, error) {
 		r.keys[row.ID] = key
 	}
 	if err := r.initCommitmentSecret(ctx, q); err != nil {
+		return nil, err
+	}
+	if err := r.initHostSecret(ctx, q, DomainChallengeSecret); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -10,7 +10,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
-// Rewrap wraps every data key and runtime-input commitment secret under next instead of current,
+// Rewrap wraps every data key, runtime-input commitment secret and Host secret under next instead of current,
 // in one transaction, so that a leaked key-encryption key can be retired (takoserver keys
 // rewrap). What is already under next is left as it is, so a second run changes nothing; one
 // under a third key-encryption key refuses the whole re-wrap. The data keys themselves do not
@@ -72,6 +72,31 @@ func Rewrap(ctx context.Context, db store.Beginner, current, next KEK) (int, err
 			}
 			if err := q.CommitmentSecretRewrap(ctx, dbsqlc.CommitmentSecretRewrapParams{ID: c.ID, KEKID: next.ID, WrappedSecret: wrapped}); err != nil {
 				return fmt.Errorf("sealing: re-wrap commitment secret %s: %w", c.ID, err)
+			}
+			n++
+		}
+		hostSecrets, err := q.HostSecretsForRewrap(ctx)
+		if err != nil {
+			return fmt.Errorf("sealing: read the Host secrets: %w", err)
+		}
+		for _, h := range hostSecrets {
+			switch h.KEKID {
+			case next.ID:
+				continue
+			case current.ID:
+			default:
+				return fmt.Errorf("sealing: Host secret %s is wrapped by key-encryption key %s, neither the current (%s) nor the new one (%s): nothing was re-wrapped", h.Name, h.KEKID, current.ID, next.ID)
+			}
+			plain, err := from.unwrapAs(hostSecretAAD(h.Name), h.WrappedSecret)
+			if err != nil {
+				return fmt.Errorf("sealing: Host secret %s does not unwrap under the current key-encryption key: nothing was re-wrapped", h.Name)
+			}
+			wrapped, err := to.wrapAs(hostSecretAAD(h.Name), plain)
+			if err != nil {
+				return err
+			}
+			if err := q.HostSecretRewrap(ctx, dbsqlc.HostSecretRewrapParams{Name: h.Name, KEKID: next.ID, WrappedSecret: wrapped}); err != nil {
+				return fmt.Errorf("sealing: re-wrap Host secret %s: %w", h.Name, err)
 			}
 			n++
 		}

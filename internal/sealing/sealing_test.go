@@ -201,7 +201,7 @@ func TestARewrapUnderANewKEKKeepsEverythingOpenable(t *testing.T) {
 
 	n, err := Rewrap(ctx, db, old, next)
 	require.NoError(t, err)
-	require.Equal(t, 3, n, "two data keys and the commitment secret")
+	require.Equal(t, 4, n, "two data keys, the commitment secret and the domain challenge secret")
 	var under int
 	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM sealing_keys WHERE wrapped_key IS NOT NULL AND kek_id <> $1`, next.ID).Scan(&under))
 	require.Zero(t, under)
@@ -215,6 +215,9 @@ func TestARewrapUnderANewKEKKeepsEverythingOpenable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, secretID, id)
 	require.Equal(t, before, after, "the commitment keys are the same: references computed before still check")
+	require.Equal(t, running.DomainChallenge("org_a", "app.example.com"), fresh.DomainChallenge("org_a", "app.example.com"),
+		"a custom domain's TXT value is the same: published records still verify")
+	require.NotEqual(t, fresh.DomainChallenge("org_a", "app.example.com"), fresh.DomainChallenge("org_b", "app.example.com"))
 
 	got, err = running.Open(ctx, db, sealed, aad)
 	require.NoError(t, err, "a replica still on the old key keeps serving")

@@ -119,6 +119,59 @@ func AllCronTickOutcomeValues() []CronTickOutcome {
 	}
 }
 
+type CustomDomainStatus string
+
+const (
+	CustomDomainStatusPending  CustomDomainStatus = "pending"
+	CustomDomainStatusVerified CustomDomainStatus = "verified"
+	CustomDomainStatusFailed   CustomDomainStatus = "failed"
+	CustomDomainStatusRevoked  CustomDomainStatus = "revoked"
+)
+
+func (e *CustomDomainStatus) Scan(src interface{}) error {
+	switch s := src.(type) {
+	case []byte:
+		*e = CustomDomainStatus(s)
+	case string:
+		*e = CustomDomainStatus(s)
+	default:
+		return fmt.Errorf("unsupported scan type for CustomDomainStatus: %T", src)
+	}
+	return nil
+}
+
+type NullCustomDomainStatus struct {
+	CustomDomainStatus CustomDomainStatus
+	Valid              bool // Valid is true if CustomDomainStatus is not NULL
+}
+
+// Scan implements the Scanner interface.
+func (ns *NullCustomDomainStatus) Scan(value interface{}) error {
+	if value == nil {
+		ns.CustomDomainStatus, ns.Valid = "", false
+		return nil
+	}
+	ns.Valid = true
+	return ns.CustomDomainStatus.Scan(value)
+}
+
+// Value implements the driver Valuer interface.
+func (ns NullCustomDomainStatus) Value() (driver.Value, error) {
+	if !ns.Valid {
+		return nil, nil
+	}
+	return string(ns.CustomDomainStatus), nil
+}
+
+func AllCustomDomainStatusValues() []CustomDomainStatus {
+	return []CustomDomainStatus{
+		CustomDomainStatusPending,
+		CustomDomainStatusVerified,
+		CustomDomainStatusFailed,
+		CustomDomainStatusRevoked,
+	}
+}
+
 type DeploymentStatus string
 
 const (
@@ -807,6 +860,23 @@ type CronTick struct {
 	FinishedAt   *time.Time
 }
 
+type CustomDomain struct {
+	OrganizationID string
+	Hostname       string
+	UID            uuid.UUID
+	Revision       int64
+	Status         CustomDomainStatus
+	Message        string
+	VerifiedAt     *time.Time
+	NextCheckAt    time.Time
+	Checks         int32
+	AbsentInARow   int32
+	CheckedAt      *time.Time
+	PendingUntil   time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
 type DeletionAttestation struct {
 	UID            uuid.UUID
 	OrganizationID string
@@ -870,6 +940,13 @@ type EndpointState struct {
 	Present             bool
 	DeploymentStatus    string
 	DeploymentID        uuid.UUID
+}
+
+type HostSecret struct {
+	Name          string
+	KEKID         string
+	WrappedSecret []byte
+	CreatedAt     time.Time
 }
 
 type LateWriteRecheck struct {
@@ -1138,6 +1215,8 @@ type WorkerEndpointOriginReservation struct {
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	ReleasedAt          *time.Time
+	Hostname            *string
+	CustomDomain        *string
 }
 
 type WorkerKeptBundle struct {

@@ -43,10 +43,12 @@ var offPath = []string{
 	"RuntimeNodesLock", "RuntimeNodeInsert", "RuntimeNodeServe", "RuntimeNodeRetire", "RuntimeNodeDrain", "RuntimeNodeRemove", "RuntimeNodeEffectsInFlight", "RuntimePoolFenceRecord", "RuntimePoolFence", "RuntimePoolFenceSet", "RuntimeNodesBumpEpoch", "RuntimeNodeEvent", "RuntimeNodeEvents", "DBNow",
 	// Start-up: the one-time rewrite of digests from before pools.
 	"OfferingDigestMove", "WorkersWithoutPoolBlob",
+	// The custom-domain checker's claim of the due rows (every replica's pass, by index).
+	"CustomDomainsDue",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.
-var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations", "runtime_nodes", "runtime_pools"}
+var small = []string{"clock_skew", "deployment_brakes", "sealing_keys", "runtime_input_commitment_secrets", "schema_migrations", "runtime_nodes", "runtime_pools", "host_secrets"}
 
 // extra are statements that run inside the plpgsql functions of the request path (a plan of a
 // function call does not show them), written as the functions run them.
@@ -161,6 +163,11 @@ func fill(t *testing.T, ctx context.Context, db *pgxpool.Pool, n int) {
 		       'o', 'd', 'selfhost', 'selfhost'
 		FROM generate_series(1, $1) i,
 		     LATERAL (SELECT (ARRAY['released', 'released', 'released', 'expired', 'prepared', 'bound', 'activated']::reservation_status[])[1 + i % 7] AS status) s`)
+	exec(`INSERT INTO custom_domains (organization_id, hostname, uid, status, verified_at, next_check_at, pending_until)
+		SELECT 'org_t' || lpad((1 + i % ($1 / 10))::text, 8, '0'), 'd' || i || '.example.com', md5('cd' || i)::uuid, s.status,
+		       CASE WHEN s.status = 'verified' THEN now() END, now() + (i % 1000) * interval '1 minute', now() + interval '7 days'
+		FROM generate_series(1, $1) i,
+		     LATERAL (SELECT (ARRAY['pending', 'verified', 'verified', 'failed', 'revoked']::custom_domain_status[])[1 + i % 5] AS status) s`)
 	exec(`INSERT INTO ownership_bindings (organization_id, kind, external_key, token, request_hash, object_uid, response_status, response_body)
 		SELECT 'org_t00000001', 'worker', 'prod/w' || i, 'token-tenant-' || lpad(i::text, 8, '0'), sha256(i::text::bytea),
 		       md5('w' || i)::uuid, 200, '{}'

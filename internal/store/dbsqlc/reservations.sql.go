@@ -19,7 +19,7 @@ WHERE organization_id = $2 AND id = $3
   AND reservation_effective_status(status, expires_at, endpoint_uid, (SELECT db_now())) = 'bound'
   AND endpoint_uid = $4 AND bound_worker_uid = $5 AND canonical_origin = $6
   AND pack = $7 AND installation = $8
-RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
+RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at, hostname, custom_domain
 `
 
 type ReservationActivateParams struct {
@@ -72,6 +72,8 @@ func (q *Queries) ReservationActivate(ctx context.Context, arg ReservationActiva
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ReleasedAt,
+		&i.Hostname,
+		&i.CustomDomain,
 	)
 	return i, err
 }
@@ -255,21 +257,24 @@ const reservationCreate = `-- name: ReservationCreate :one
 WITH t AS MATERIALIZED (SELECT db_now() AS at) -- the time, read once (not folded into each use)
 INSERT INTO worker_endpoint_origin_reservations AS r (
     organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds,
-    status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at)
+    status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at,
+    hostname, custom_domain)
 SELECT $1, $2, $3, 'takoserver.worker-endpoint-origin-reservation.v2', $4, $5,
        $6, $7, $8::integer, 'prepared', t.at + make_interval(secs => $8::integer),
-       false, $9, $10, $11, $12, t.at, t.at
+       false, $9, $10, $11, $12, t.at, t.at,
+       $13::text, $14::text
 FROM t
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, format = excluded.format, space = excluded.space, worker_name = excluded.worker_name,
     subdomain = excluded.subdomain, canonical_origin = excluded.canonical_origin, ttl_seconds = excluded.ttl_seconds,
+    hostname = excluded.hostname, custom_domain = excluded.custom_domain,
     revision = r.revision + 1, status = 'prepared', expires_at = excluded.expires_at, host_minted = false,
     bound_worker_uid = NULL, bound_worker_revision = NULL, endpoint_uid = NULL, endpoint_revision = NULL,
     offering_id = excluded.offering_id, offering_digest = excluded.offering_digest, pack = excluded.pack,
     installation = excluded.installation, created_at = excluded.created_at, updated_at = excluded.updated_at, released_at = NULL
 WHERE r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
   AND (r.status = 'released' OR (r.status = 'expired' AND r.endpoint_uid IS NULL))
-RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
+RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at, hostname, custom_domain
 `
 
 type ReservationCreateParams struct {
@@ -285,6 +290,8 @@ type ReservationCreateParams struct {
 	OfferingDigest  string
 	Pack            string
 	Installation    string
+	Hostname        *string
+	CustomDomain    *string
 }
 
 // A new incarnation (new UID) in state prepared. A released row of the same id, or an expired one
@@ -304,6 +311,8 @@ func (q *Queries) ReservationCreate(ctx context.Context, arg ReservationCreatePa
 		arg.OfferingDigest,
 		arg.Pack,
 		arg.Installation,
+		arg.Hostname,
+		arg.CustomDomain,
 	)
 	var i WorkerEndpointOriginReservation
 	err := row.Scan(
@@ -331,6 +340,8 @@ func (q *Queries) ReservationCreate(ctx context.Context, arg ReservationCreatePa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ReleasedAt,
+		&i.Hostname,
+		&i.CustomDomain,
 	)
 	return i, err
 }
@@ -340,7 +351,7 @@ UPDATE worker_endpoint_origin_reservations
 SET status = 'bound', revision = revision + 1, updated_at = (SELECT db_now())
 WHERE organization_id = $1 AND id = $2
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2' AND status = 'activated'
-RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
+RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at, hostname, custom_domain
 `
 
 type ReservationDeactivateParams struct {
@@ -377,6 +388,8 @@ func (q *Queries) ReservationDeactivate(ctx context.Context, arg ReservationDeac
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ReleasedAt,
+		&i.Hostname,
+		&i.CustomDomain,
 	)
 	return i, err
 }
@@ -431,7 +444,7 @@ func (q *Queries) ReservationHostMintedSiblings(ctx context.Context, arg Reserva
 }
 
 const reservationLock = `-- name: ReservationLock :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, r.hostname, r.custom_domain, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status
 FROM worker_endpoint_origin_reservations r
 WHERE r.organization_id = $1 AND r.id = $2
 FOR UPDATE
@@ -477,6 +490,8 @@ func (q *Queries) ReservationLock(ctx context.Context, arg ReservationLockParams
 		&i.WorkerEndpointOriginReservation.CreatedAt,
 		&i.WorkerEndpointOriginReservation.UpdatedAt,
 		&i.WorkerEndpointOriginReservation.ReleasedAt,
+		&i.WorkerEndpointOriginReservation.Hostname,
+		&i.WorkerEndpointOriginReservation.CustomDomain,
 		&i.EffectiveStatus,
 	)
 	return i, err
@@ -498,7 +513,7 @@ SET uid = excluded.uid, status = 'bound', revision = r.revision + 1, expires_at 
     offering_digest = excluded.offering_digest, pack = excluded.pack, installation = excluded.installation,
     created_at = excluded.created_at, updated_at = excluded.updated_at, released_at = NULL
 WHERE r.status = 'released' AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
-RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
+RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at, hostname, custom_domain
 `
 
 type ReservationMintParams struct {
@@ -564,6 +579,8 @@ func (q *Queries) ReservationMint(ctx context.Context, arg ReservationMintParams
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ReleasedAt,
+		&i.Hostname,
+		&i.CustomDomain,
 	)
 	return i, err
 }
@@ -731,7 +748,7 @@ func (q *Queries) ReservationOriginHoldingReservation(ctx context.Context, arg R
 }
 
 const reservationRead = `-- name: ReservationRead :one
-SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status,
+SELECT r.organization_id, r.id, r.uid, r.format, r.space, r.worker_name, r.subdomain, r.canonical_origin, r.ttl_seconds, r.revision, r.status, r.expires_at, r.host_minted, r.bound_worker_uid, r.bound_worker_revision, r.endpoint_uid, r.endpoint_revision, r.offering_id, r.offering_digest, r.pack, r.installation, r.created_at, r.updated_at, r.released_at, r.hostname, r.custom_domain, reservation_effective_status(r.status, r.expires_at, r.endpoint_uid, (SELECT db_now())) AS effective_status,
        COALESCE((SELECT b.token FROM ownership_bindings b
                  WHERE b.organization_id = r.organization_id AND b.kind = $1 AND b.external_key = r.id), '')::text AS ownership_token
 FROM worker_endpoint_origin_reservations r
@@ -780,6 +797,8 @@ func (q *Queries) ReservationRead(ctx context.Context, arg ReservationReadParams
 		&i.WorkerEndpointOriginReservation.CreatedAt,
 		&i.WorkerEndpointOriginReservation.UpdatedAt,
 		&i.WorkerEndpointOriginReservation.ReleasedAt,
+		&i.WorkerEndpointOriginReservation.Hostname,
+		&i.WorkerEndpointOriginReservation.CustomDomain,
 		&i.EffectiveStatus,
 		&i.OwnershipToken,
 	)
@@ -853,7 +872,7 @@ WHERE organization_id = $1 AND id = $2 AND host_minted
   AND format = 'takoserver.worker-endpoint-origin-reservation.v2'
   AND status = 'expired' AND endpoint_uid IS NULL
   AND (bound_worker_uid IS NULL OR bound_worker_uid = $3)
-RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at
+RETURNING organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds, revision, status, expires_at, host_minted, bound_worker_uid, bound_worker_revision, endpoint_uid, endpoint_revision, offering_id, offering_digest, pack, installation, created_at, updated_at, released_at, hostname, custom_domain
 `
 
 type ReservationReviveParams struct {
@@ -893,6 +912,8 @@ func (q *Queries) ReservationRevive(ctx context.Context, arg ReservationRevivePa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.ReleasedAt,
+		&i.Hostname,
+		&i.CustomDomain,
 	)
 	return i, err
 }

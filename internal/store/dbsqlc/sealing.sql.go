@@ -111,6 +111,90 @@ func (q *Queries) CommitmentSecretsForRewrap(ctx context.Context) ([]CommitmentS
 	return items, nil
 }
 
+const hostSecretGet = `-- name: HostSecretGet :one
+SELECT name, kek_id, wrapped_secret FROM host_secrets WHERE name = $1
+`
+
+type HostSecretGetRow struct {
+	Name          string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+func (q *Queries) HostSecretGet(ctx context.Context, name string) (HostSecretGetRow, error) {
+	row := q.db.QueryRow(ctx, hostSecretGet, name)
+	var i HostSecretGetRow
+	err := row.Scan(&i.Name, &i.KEKID, &i.WrappedSecret)
+	return i, err
+}
+
+const hostSecretInit = `-- name: HostSecretInit :execrows
+INSERT INTO host_secrets (name, kek_id, wrapped_secret)
+VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+`
+
+type HostSecretInitParams struct {
+	Name          string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+// A Host secret that never rotates (the custom-domain challenge secret): the first replica to start
+// creates it, and every later one keeps it.
+func (q *Queries) HostSecretInit(ctx context.Context, arg HostSecretInitParams) (int64, error) {
+	result, err := q.db.Exec(ctx, hostSecretInit, arg.Name, arg.KEKID, arg.WrappedSecret)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const hostSecretRewrap = `-- name: HostSecretRewrap :exec
+UPDATE host_secrets SET kek_id = $1, wrapped_secret = $2 WHERE name = $3
+`
+
+type HostSecretRewrapParams struct {
+	KEKID         string
+	WrappedSecret []byte
+	Name          string
+}
+
+func (q *Queries) HostSecretRewrap(ctx context.Context, arg HostSecretRewrapParams) error {
+	_, err := q.db.Exec(ctx, hostSecretRewrap, arg.KEKID, arg.WrappedSecret, arg.Name)
+	return err
+}
+
+const hostSecretsForRewrap = `-- name: HostSecretsForRewrap :many
+SELECT name, kek_id, wrapped_secret FROM host_secrets ORDER BY name FOR UPDATE
+`
+
+type HostSecretsForRewrapRow struct {
+	Name          string
+	KEKID         string
+	WrappedSecret []byte
+}
+
+func (q *Queries) HostSecretsForRewrap(ctx context.Context) ([]HostSecretsForRewrapRow, error) {
+	rows, err := q.db.Query(ctx, hostSecretsForRewrap)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []HostSecretsForRewrapRow
+	for rows.Next() {
+		var i HostSecretsForRewrapRow
+		if err := rows.Scan(&i.Name, &i.KEKID, &i.WrappedSecret); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sealingKeyCurrentID = `-- name: SealingKeyCurrentID :one
 SELECT id FROM sealing_keys WHERE status = 'current'
 `

@@ -110,14 +110,17 @@ WHERE r.organization_id = c.organization_id AND r.id = c.id
 WITH t AS MATERIALIZED (SELECT db_now() AS at) -- the time, read once (not folded into each use)
 INSERT INTO worker_endpoint_origin_reservations AS r (
     organization_id, id, uid, format, space, worker_name, subdomain, canonical_origin, ttl_seconds,
-    status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at)
+    status, expires_at, host_minted, offering_id, offering_digest, pack, installation, created_at, updated_at,
+    hostname, custom_domain)
 SELECT @organization_id, @id, @uid, 'takoserver.worker-endpoint-origin-reservation.v2', @space, @worker_name,
        @subdomain, @canonical_origin, @ttl_seconds::integer, 'prepared', t.at + make_interval(secs => @ttl_seconds::integer),
-       false, @offering_id, @offering_digest, @pack, @installation, t.at, t.at
+       false, @offering_id, @offering_digest, @pack, @installation, t.at, t.at,
+       sqlc.narg(hostname)::text, sqlc.narg(custom_domain)::text
 FROM t
 ON CONFLICT (organization_id, id) DO UPDATE
 SET uid = excluded.uid, format = excluded.format, space = excluded.space, worker_name = excluded.worker_name,
     subdomain = excluded.subdomain, canonical_origin = excluded.canonical_origin, ttl_seconds = excluded.ttl_seconds,
+    hostname = excluded.hostname, custom_domain = excluded.custom_domain,
     revision = r.revision + 1, status = 'prepared', expires_at = excluded.expires_at, host_minted = false,
     bound_worker_uid = NULL, bound_worker_revision = NULL, endpoint_uid = NULL, endpoint_revision = NULL,
     offering_id = excluded.offering_id, offering_digest = excluded.offering_digest, pack = excluded.pack,

@@ -65,3 +65,19 @@ SELECT id, kek_id, wrapped_secret FROM runtime_input_commitment_secrets ORDER BY
 
 -- name: CommitmentSecretRewrap :exec
 UPDATE runtime_input_commitment_secrets SET kek_id = @kek_id, wrapped_secret = @wrapped_secret WHERE id = @id;
+
+-- name: HostSecretInit :execrows
+-- A Host secret that never rotates (the custom-domain challenge secret): the first replica to start
+-- creates it, and every later one keeps it.
+INSERT INTO host_secrets (name, kek_id, wrapped_secret)
+VALUES (@name, @kek_id, @wrapped_secret)
+ON CONFLICT DO NOTHING;
+
+-- name: HostSecretGet :one
+SELECT name, kek_id, wrapped_secret FROM host_secrets WHERE name = @name;
+
+-- name: HostSecretsForRewrap :many
+SELECT name, kek_id, wrapped_secret FROM host_secrets ORDER BY name FOR UPDATE;
+
+-- name: HostSecretRewrap :exec
+UPDATE host_secrets SET kek_id = @kek_id, wrapped_secret = @wrapped_secret WHERE name = @name;

@@ -23,6 +23,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/netlisten"
 	"github.com/takoform/terraform-provider-takoform/internal/nodepool"
@@ -116,6 +117,8 @@ type serveOptions struct {
 	// cloudflareEdge, cloudflareEdgeCA: where the wfp-managed Ready probe reaches Cloudflare's
 	// edge instead of DNS (a stand-in's edge, for demos), and the CA its certificate is from.
 	cloudflareEdge, cloudflareEdgeCA string
+	// dnsResolver is where custom domains' TXT records are looked up (host:port).
+	dnsResolver string
 }
 
 func (o *serveOptions) flags(cmd *cobra.Command) {
@@ -126,6 +129,7 @@ func (o *serveOptions) flags(cmd *cobra.Command) {
 	cmd.Flags().DurationVar(&o.tombstoneRetention, "tombstone-retention", 30*24*time.Hour, "how long ownership tombstones are kept (a late replay of a deleted object's request is refused while its tombstone lasts)")
 	cmd.Flags().StringVar(&o.cloudflareEdge, "cloudflare-edge", "", "send the wfp-managed Ready probe to this address instead of resolving the hostname (a Cloudflare stand-in's edge, for demos and tests)")
 	cmd.Flags().StringVar(&o.cloudflareEdgeCA, "cloudflare-edge-ca", "", "PEM file of the CA the --cloudflare-edge address's certificate is from")
+	cmd.Flags().StringVar(&o.dnsResolver, "dns-resolver", os.Getenv("TAKOSERVER_DNS_RESOLVER"), "the recursive DNS resolver (host:port) custom domains' TXT records are looked up through (env TAKOSERVER_DNS_RESOLVER; default: the first nameserver of /etc/resolv.conf)")
 	cmd.Flags().DurationVar(&o.janitorEvery, "janitor-every", time.Minute, "how often the janitor recovers abandoned requests, collects orphans, releases Host-minted reservations of deleted workers and purges tombstones")
 	cmd.Flags().DurationVar(&o.listenWait, "listen-wait", 30*time.Second, "how long a --listen address in use (the previous process still stopping) is tried again before the start fails")
 }
@@ -222,7 +226,8 @@ func serve(ctx context.Context, log *slog.Logger, databaseURL string, o serveOpt
 	if err != nil {
 		return err
 	}
-	h := host.New(host.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, CloudflareEdge: edge})
+	h := host.New(host.Config{DB: db, Catalog: cat, Logger: log, SealingRing: ring, TombstoneRetention: o.tombstoneRetention, CloudflareEdge: edge,
+		DNSResolver: &customdomain.Resolver{Server: o.dnsResolver}})
 	srv := server.New(server.Config{Host: h, JanitorEvery: o.janitorEvery})
 	return srv.Serve(ctx, l)
 }

@@ -1,0 +1,89 @@
+// Package customdomain is the authority over custom domains (SPEC 3.7): an organization's claim on
+// a DNS name, verified by a TXT record the Host looks up, held by one organization at a time (the
+// first to verify), re-checked daily and revoked when its record is gone for a week.
+package customdomain
+
+import (
+	"net"
+	"strings"
+
+	"golang.org/x/net/publicsuffix"
+
+	"github.com/takoform/terraform-provider-takoform/internal/apierr"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
+)
+
+// Kind is the ownership kind of custom domains; ResourceType the provider resource that holds them.
+const (
+	Kind         = "custom-domain"
+	ResourceType = "takoform_custom_domain"
+)
+
+// ChallengeLabel is the label the TXT record is published under: _takoform-challenge.<name>.
+const ChallengeLabel = "_takoform-challenge"
+
+// Name is a checked custom domain hostname: Hostname as claimed ("*." included for a wildcard),
+// Base without it.
+type Name struct {
+	Hostname string
+	Base     string
+	Wildcard bool
+}
+
+// ChallengeName is where the claim's TXT record is looked up.
+func (n Name) ChallengeName() string { return ChallengeLabel + "." + n.Base }
+
+// Parse checks a claimed hostname (SPEC 3.7): a lowercase A-label DNS name of at least two labels,
+// at most 253 octets, no trailing dot and no IP literal, or "*." and one; neither it nor a
+// wildcard's base may be a public suffix, and no name the operator reserves (nor one under it) may
+// be claimed.
+func Parse(c *catalog.Catalog, hostname string) (Name, error) {
+	n := Name{Hostname: hostname, Base: hostname}
+	if rest, ok := strings.CutPrefix(hostname, "*."); ok {
+		n.Base, n.Wildcard = rest, true
+	}
+	switch {
+	case hostname != strings.ToLower(hostname):
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q must be lowercase", hostname)
+	case strings.HasSuffix(hostname, "."):
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q must have no trailing dot", hostname)
+	case net.ParseIP(strings.Trim(n.Base, "[]")) != nil:
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is an IP address; a custom domain is a DNS name", hostname)
+	case !vocab.IsHostname(n.Base) || strings.HasPrefix(n.Base, "xn--") && !validALabel(n.Base) || len(hostname) > 253:
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is not a lowercase A-label DNS name of at most 253 octets (or *. and one)", hostname)
+	case !strings.Contains(n.Base, "."):
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is a top-level name; a custom domain has at least two labels", hostname)
+	}
+	if suffix, _ := publicsuffix.PublicSuffix(n.Base); suffix == n.Base {
+		if n.Wildcard {
+			return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is a wildcard over a public suffix (%s): it would cover names of many owners", hostname, n.Base)
+		}
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is a public suffix: names under it belong to many owners", hostname)
+	}
+	if d := c.DomainReserved(n.Base); d != "" {
+		return Name{}, apierr.New(apierr.DomainReserved, "hostname %q is under %s, which the operator reserves; a worker gets an address there through a reservation's subdomain", hostname, d)
+	}
+	return n, nil
+}
+
+// validALabel reports whether every xn-- label of name at least has something after its prefix
+// (full Punycode validation is the registrar's; the Host only refuses what cannot be a name).
+func validALabel(name string) bool {
+	for _, l := range strings.Split(name, ".") {
+		if l == "xn--" {
+			return false
+		}
+	}
+	return true
+}
+
+// Covering names the claims that may cover a reservation's hostname: the hostname itself, then the
+// wildcard one label above it ("" when it has no parent that could be claimed).
+func Covering(hostname string) (exact, wildcard string) {
+	_, parent, ok := strings.Cut(hostname, ".")
+	if !ok || !strings.Contains(parent, ".") {
+		return hostname, ""
+	}
+	return hostname, "*." + parent
+}

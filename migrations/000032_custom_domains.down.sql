@@ -1,0 +1,7 @@
+DROP INDEX worker_endpoint_origin_reservations_custom_domain;
+ALTER TABLE worker_endpoint_origin_reservations DROP CONSTRAINT worker_endpoint_origin_reservations_hostname_pair;
+ALTER TABLE worker_endpoint_origin_reservations DROP COLUMN custom_domain;
+ALTER TABLE worker_endpoint_origin_reservations DROP COLUMN hostname;
+DROP TABLE host_secrets;
+DROP TABLE custom_domains;
+DROP TYPE custom_domain_status;

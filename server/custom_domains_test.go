@@ -1,0 +1,326 @@
+package server_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain/dnstest"
+)
+
+// domainsCatalog sells a selfhost worker offering that serves custom domains (its edge at
+// 203.0.113.7 for the routing record), one that does not, and reserves example.net.
+const domainsCatalog = `{
+  "installations": [{"name": "local", "pack": "selfhost", "endpointSuffix": "workers.test"}],
+  "offerings": [
+    {"id": "worker", "kind": "module-worker", "installation": "local", "soldTo": ["*"], "customDomains": {"target": "203.0.113.7"}},
+    {"id": "worker-plain", "kind": "module-worker", "installation": "local", "soldTo": ["*"]},
+    {"id": "endpoint", "kind": "worker-endpoint", "installation": "local", "soldTo": ["*"]}
+  ],
+  "reservedDomains": ["example.net"],
+  "quotas": {"customDomains": 3}
+}`
+
+const domainsPath = "/v1/custom-domains/"
+
+const tokenC = "token-cccccccccccccccc"
+
+// domainHarness is a Host whose resolver is a real DNS server the test publishes records on.
+func domainHarness(t *testing.T) (*harness, *dnstest.Server) {
+	t.Helper()
+	d, err := dnstest.Start()
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	h := setup(t, func(o *options) { o.catalogJSON, o.dnsResolver = domainsCatalog, d.Addr })
+	return h, d
+}
+
+func (h *harness) putDomain(key, hostname, token string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodPut, path: domainsPath + hostname, key: key, token: token, body: map[string]any{}})
+}
+
+func (h *harness) getDomain(key, hostname string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodGet, path: domainsPath + hostname, key: key})
+}
+
+func (h *harness) deleteDomain(key, hostname, token string) reply {
+	h.t.Helper()
+	return h.do(req{method: http.MethodDelete, path: domainsPath + hostname, key: key, token: token})
+}
+
+// txtRecord is the claim's TXT record: its name and value.
+func txtRecord(t *testing.T, claim map[string]any) (string, string) {
+	t.Helper()
+	records := claim["dnsRecords"].([]any)
+	first := records[0].(map[string]any)
+	require.Equal(t, "TXT", first["type"])
+	return first["name"].(string), first["value"].(string)
+}
+
+// checkDomains runs one pass of the Host's custom-domain checker, as a replica's loop does.
+func (h *harness) checkDomains() int {
+	h.t.Helper()
+	n, err := h.host.Domains.CheckDue(context.Background(), h.db, 100)
+	require.NoError(h.t, err)
+	return n
+}
+
+func (h *harness) domainStatus(key, hostname string) string {
+	h.t.Helper()
+	r := h.getDomain(key, hostname)
+	require.Equal(h.t, http.StatusOK, r.status, "body: %s", r.body)
+	return r.json(h.t)["status"].(string)
+}
+
+// A claim is pending until its TXT record is found, by the create's own lookup or by the checker
+// with backoff; the record's value is the organization's for that name and survives deleting and
+// claiming again; the first organization to verify holds the name, and a later claim is refused
+// naming nobody (SPEC 3.7).
+func TestACustomDomainIsVerifiedByItsTXTRecordAndHeldByTheFirstToVerify(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	created := h.putDomain(h.key, "app.example.com", tokenA)
+	require.Equal(t, http.StatusCreated, created.status, "body: %s", created.body)
+	claim := created.json(t)
+	require.Equal(t, "pending", claim["status"])
+	name, value := txtRecord(t, claim)
+	require.Equal(t, "_takoform-challenge.app.example.com", name)
+	require.Len(t, value, 64)
+	routing := claim["dnsRecords"].([]any)[1].(map[string]any)
+	require.Equal(t, map[string]any{"type": "A", "name": "app.example.com", "value": "203.0.113.7", "offeringId": "worker"}, routing,
+		"the record that points the name at the offering that serves custom domains, and only that one")
+	require.Len(t, claim["dnsRecords"], 2)
+	require.Contains(t, claim["conditions"].([]any)[0].(map[string]any)["message"], "does not exist (NXDOMAIN)")
+
+	// Another organization's pending claim coexists; its value differs.
+	globex, globexKey := h.newOrg("globex")
+	other := h.putDomain(globexKey, "app.example.com", tokenB)
+	require.Equal(t, http.StatusCreated, other.status, "body: %s", other.body)
+	_, otherValue := txtRecord(t, other.json(t))
+	require.NotEqual(t, value, otherValue, "the value is the organization's")
+
+	// Published, the record is found on the next look (not before its backoff).
+	d.SetTXT(name, "unrelated", value)
+	require.Zero(t, h.checkDomains(), "nothing is due before the backoff")
+	h.advance("6 seconds")
+	require.Equal(t, 2, h.checkDomains())
+	require.Equal(t, "verified", h.domainStatus(h.key, "app.example.com"))
+	got := h.getDomain(h.key, "app.example.com").json(t)
+	require.NotNil(t, got["verifiedAt"])
+	require.Equal(t, tokenA, got["ownershipToken"])
+
+	// The other organization publishes its own record too late: the name is held.
+	d.SetTXT(name, value, otherValue)
+	h.advance("11 seconds")
+	h.checkDomains()
+	otherClaim := h.getDomain(globexKey, "app.example.com").json(t)
+	require.Equal(t, "pending", otherClaim["status"])
+	require.Contains(t, otherClaim["conditions"].([]any)[0].(map[string]any)["message"], "another organization verified this name first")
+	_, thirdKey := h.newOrg("initech")
+	p := h.putDomain(thirdKey, "app.example.com", tokenC).problem(t, http.StatusConflict, "domain_taken")
+	require.NotContains(t, p["detail"], "acme")
+	require.NotContains(t, p["detail"], h.org.ID)
+	require.NotContains(t, p["detail"], globex.ID)
+
+	// Deleted and claimed again, under a new token: the same record verifies it at once.
+	require.Equal(t, http.StatusOK, h.deleteDomain(h.key, "app.example.com", tokenA).status)
+	again := h.putDomain(h.key, "app.example.com", "token-claim-again-00001")
+	require.Equal(t, http.StatusCreated, again.status, "body: %s", again.body)
+	require.Equal(t, "verified", again.json(t)["status"], "the create's own lookup found the record")
+	_, againValue := txtRecord(t, again.json(t))
+	require.Equal(t, value, againValue, "deleting and claiming again needs no new record")
+}
+
+// Names a claim may not take: malformed ones, public suffixes, and the operator's (SPEC 3.7). Each
+// refusal writes nothing; the quota bounds what one organization claims.
+func TestACustomDomainClaimRefusesNamesItMayNotTake(t *testing.T) {
+	t.Parallel()
+	h, _ := domainHarness(t)
+	for _, bad := range []string{"App.example.com", "app.example.com.", "127.0.0.1", "com", "co.uk", "*.co.uk", "*.com", "-a.example.com", "a..example.com", "xn--.example.com"} {
+		h.putDomain(h.key, bad, tokenA).problem(t, http.StatusUnprocessableEntity, "invalid_request")
+	}
+	for _, reserved := range []string{"example.net", "www.example.net", "*.example.net", "api.workers.test", "workers.test", "x.workers.dev"} {
+		p := h.putDomain(h.key, reserved, tokenA).problem(t, http.StatusUnprocessableEntity, "domain_reserved")
+		require.Contains(t, p["detail"], "reserves")
+	}
+	require.Zero(t, h.count(`SELECT count(*) FROM custom_domains`))
+	for i, name := range []string{"a.example.com", "*.example.org", "b.example.com"} {
+		require.Equal(t, http.StatusCreated, h.putDomain(h.key, name, tokenA+string(rune('a'+i))).status, name)
+	}
+	p := h.putDomain(h.key, "c.example.com", tokenB).problem(t, http.StatusTooManyRequests, "quota_exceeded")
+	require.Contains(t, p["detail"], "ceiling is 3")
+	require.Equal(t, 3, h.count(`SELECT count(*) FROM custom_domains`))
+}
+
+// A verified domain whose record is gone on seven daily lookups in a row is revoked; a resolver
+// failure counts for nothing, and a record seen again starts the count over. A pending claim that
+// is not verified within a week fails (SPEC 3.7).
+func TestAVerifiedDomainIsRevokedAfterSevenAbsentLookupsAndAPendingOneFailsAfterAWeek(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	claim := h.putDomain(h.key, "shop.example.com", tokenA).json(t)
+	name, value := txtRecord(t, claim)
+	d.SetTXT(name, value)
+	h.advance("6 seconds")
+	h.checkDomains()
+	require.Equal(t, "verified", h.domainStatus(h.key, "shop.example.com"))
+
+	day := func() {
+		t.Helper()
+		h.advance("1 day 1 second")
+		require.Equal(t, 1, h.checkDomains())
+	}
+	d.SetTXT(name)
+	for range 6 {
+		day()
+	}
+	require.Equal(t, "verified", h.domainStatus(h.key, "shop.example.com"), "six absent lookups do not revoke")
+	d.SetTXT(name, value)
+	day()
+	d.SetTXT(name)
+	for range 6 {
+		day()
+	}
+	d.Fail(name, dns.RcodeServerFailure)
+	h.advance("1 day")
+	for range 30 {
+		h.advance("1 hour 1 second")
+		h.checkDomains()
+	}
+	require.Equal(t, "verified", h.domainStatus(h.key, "shop.example.com"), "a record seen again starts over, and a resolver error counts for nothing")
+	d.Fail(name, 0)
+	day()
+	revoked := h.getDomain(h.key, "shop.example.com").json(t)
+	require.Equal(t, "revoked", revoked["status"])
+	require.Contains(t, revoked["conditions"].([]any)[0].(map[string]any)["message"], "absent on 7 daily lookups")
+	h.advance("2 days")
+	require.Zero(t, h.checkDomains(), "a revoked claim is not looked up again")
+
+	// Nothing new is served on it: a reservation naming it is refused.
+	h.putReservation(h.key, "res-shop", tokenB, map[string]any{"space": "prod", "workerName": "api", "hostname": "shop.example.com", "offeringId": "worker"}).
+		problem(t, http.StatusUnprocessableEntity, "domain_not_verified")
+
+	pending := h.putDomain(h.key, "late.example.com", tokenC)
+	require.Equal(t, "pending", pending.json(t)["status"])
+	for range 20 {
+		h.advance("10 hours")
+		h.checkDomains()
+	}
+	failed := h.getDomain(h.key, "late.example.com").json(t)
+	require.Equal(t, "failed", failed["status"])
+	require.Contains(t, failed["conditions"].([]any)[0].(map[string]any)["message"], "not verified within 7 days")
+}
+
+// Two replicas' checkers running at once look each due claim up once (SPEC 3.7: deduplicated).
+func TestCustomDomainChecksAreDeduplicatedAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	names := []string{"a.example.com", "b.example.com", "c.example.com"}
+	for i, n := range names {
+		require.Equal(t, http.StatusCreated, h.putDomain(h.key, n, tokenA+string(rune('a'+i))).status)
+	}
+	before := map[string]int{}
+	for _, n := range names {
+		before[n] = d.Queries("_takoform-challenge." + n)
+	}
+	h.advance("6 seconds")
+	// A slow resolver: each checker starts while the ones before it are still looking up.
+	d.Delay(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { _, _ = h.host.Domains.CheckDue(context.Background(), h.db, 100) })
+		time.Sleep(50 * time.Millisecond)
+	}
+	wg.Wait()
+	for _, n := range names {
+		require.Equal(t, 1, d.Queries("_takoform-challenge."+n)-before[n], "%s looked up once", n)
+	}
+}
+
+// A reservation may hold a verified custom hostname instead of a subdomain (SPEC 3.7): its origin
+// is https://<hostname>, an endpoint on it is served by the edge at that name, and the claim
+// cannot be deleted while the reservation holds it. A name the organization has not verified, a
+// name another organization verified exactly (even under this one's wildcard), an offering that
+// serves no custom domains, and a subdomain beside it are refused, at the derivation route and
+// at PUT.
+func TestAReservationHoldsAVerifiedCustomHostname(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	verify := func(key, hostname, token string) {
+		t.Helper()
+		claim := h.putDomain(key, hostname, token)
+		require.Equal(t, http.StatusCreated, claim.status, "body: %s", claim.body)
+		name, value := txtRecord(t, claim.json(t))
+		d.SetTXT(name, value)
+		h.advance("6 seconds")
+		h.checkDomains()
+		require.Equal(t, "verified", h.domainStatus(key, hostname))
+	}
+	verify(h.key, "*.example.com", tokenA)
+	_, globexKey := h.newOrg("globex")
+	verify(globexKey, "taken.example.com", tokenB)
+
+	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	body := func(hostname string) map[string]any {
+		return map[string]any{"space": "prod", "workerName": "api", "hostname": hostname, "offeringId": "worker"}
+	}
+	for _, c := range []struct {
+		body   map[string]any
+		status int
+		code   string
+	}{
+		{body("app.other.com"), http.StatusUnprocessableEntity, "domain_not_verified"},
+		{body("deep.app.example.com"), http.StatusUnprocessableEntity, "domain_not_verified"},
+		{body("taken.example.com"), http.StatusConflict, "domain_taken"},
+		{body("*.example.com"), http.StatusUnprocessableEntity, "invalid_request"},
+		{map[string]any{"space": "prod", "workerName": "api", "hostname": "app.example.com", "offeringId": "worker-plain"}, http.StatusUnprocessableEntity, "custom_domain_unsupported"},
+		{map[string]any{"space": "prod", "workerName": "api", "hostname": "app.example.com", "subdomain": "app", "offeringId": "worker"}, http.StatusUnprocessableEntity, "invalid_request"},
+	} {
+		h.deriveLabel(h.key, c.body).problem(t, c.status, c.code)
+		h.putReservation(h.key, "res-app", tokenC, c.body).problem(t, c.status, c.code)
+	}
+	require.Zero(t, h.rowCount("id = 'res-app'"))
+
+	derived := h.deriveLabel(h.key, body("app.example.com"))
+	require.Equal(t, http.StatusOK, derived.status, "body: %s", derived.body)
+	require.Equal(t, "https://app.example.com", derived.json(t)["canonicalOrigin"])
+	r := h.putReservation(h.key, "res-app", tokenC, body("app.example.com"))
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.Equal(t, "https://app.example.com", r.json(t)["canonicalOrigin"])
+	require.Equal(t, "app.example.com", r.json(t)["hostname"])
+	replay := h.putReservation(h.key, "res-app", tokenC, body("app.example.com"))
+	require.Equal(t, r.body, replay.body, "a replay")
+	require.Equal(t, "true", replay.header.Get("Takoform-Replayed"))
+	h.putReservation(h.key, "res-app", tokenC, map[string]any{"space": "prod", "workerName": "api", "subdomain": "app", "offeringId": "worker"}).
+		problem(t, http.StatusConflict, "reservation_mismatch")
+
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-app"})
+	require.Equal(t, "https://app.example.com/", e["url"])
+	require.Equal(t, "app.example.com", e["hostname"])
+	status, answer, _ := h.runtime.Get(t, "app.example.com", "/")
+	require.Equal(t, http.StatusOK, status, answer)
+	require.True(t, strings.HasPrefix(answer, "hello"), answer)
+
+	h.deleteDomain(h.key, "*.example.com", tokenA).problem(t, http.StatusConflict, "domain_in_use")
+	require.Equal(t, "verified", h.domainStatus(h.key, "*.example.com"))
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "api", endpointToken).status)
+	h.waitReleasable("res-app", tokenC)
+	require.Equal(t, http.StatusOK, h.deleteDomain(h.key, "*.example.com", tokenA).status, "once the reservation is released")
+}
+
+// waitReleasable releases reservation id once its fences allow (the endpoint's route removal
+// closes its attestation).
+func (h *harness) waitReleasable(id, token string) {
+	h.t.Helper()
+	require.Eventually(h.t, func() bool { return h.deleteReservation(h.key, id, token).status == http.StatusOK },
+		30*time.Second, 100*time.Millisecond)
+}

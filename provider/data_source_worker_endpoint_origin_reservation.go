@@ -24,6 +24,7 @@ type reservationDataSourceModel struct {
 	Space           types.String `tfsdk:"space"`
 	WorkerName      types.String `tfsdk:"worker_name"`
 	Subdomain       types.String `tfsdk:"subdomain"`
+	Hostname        types.String `tfsdk:"hostname"`
 	CanonicalOrigin types.String `tfsdk:"canonical_origin"`
 	Revision        types.Int64  `tfsdk:"revision"`
 	Status          types.String `tfsdk:"status"`
@@ -47,7 +48,8 @@ func (d *reservationDataSource) Schema(_ context.Context, _ datasource.SchemaReq
 			"id":               schema.StringAttribute{Required: true, MarkdownDescription: "The reservation id."},
 			"space":            computed("Space of the worker the origin is for."),
 			"worker_name":      computed("Name of the worker the origin is for."),
-			"subdomain":        computed("DNS label of the origin."),
+			"subdomain":        computed("DNS label of the origin (empty when it holds a custom hostname)."),
+			"hostname":         computed("The custom hostname the reservation holds, or null."),
 			"canonical_origin": computed("The origin held, `scheme://host[:port]`."),
 			"revision":         schema.Int64Attribute{Computed: true, MarkdownDescription: "The reservation's revision."},
 			"status":           computed("`prepared`, `bound`, `activated` or `expired`."),
@@ -75,6 +77,7 @@ func (d *reservationDataSource) Read(ctx context.Context, req datasource.ReadReq
 		return
 	}
 	m.Space, m.WorkerName, m.Subdomain = types.StringValue(res.Space), types.StringValue(res.WorkerName), types.StringValue(res.Subdomain)
+	m.Hostname = stringOrNull(res.Hostname)
 	m.CanonicalOrigin, m.Revision, m.Status = types.StringValue(res.CanonicalOrigin), types.Int64Value(res.Revision), types.StringValue(res.Status)
 	m.ExpiresAt, m.HostMinted = types.StringValue(res.ExpiresAt), types.BoolValue(res.HostMinted)
 	m.BoundWorkerID, m.EndpointID = types.StringNull(), types.StringNull()

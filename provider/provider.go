@@ -164,6 +164,8 @@ func (p *takoformProvider) Resources(context.Context) []func() resource.Resource
 		newWorkerResource,
 		newEndpointResource,
 		newActivationResource,
+		newCustomDomainResource,
+		newCustomDomainVerificationResource,
 	}
 }
 

@@ -44,6 +44,7 @@ type reservationModel struct {
 	Space           types.String   `tfsdk:"space"`
 	WorkerName      types.String   `tfsdk:"worker_name"`
 	Subdomain       types.String   `tfsdk:"subdomain"`
+	Hostname        types.String   `tfsdk:"hostname"`
 	TTL             types.String   `tfsdk:"ttl"`
 	OfferingID      types.String   `tfsdk:"offering_id"`
 	CanonicalOrigin types.String   `tfsdk:"canonical_origin"`
@@ -92,8 +93,17 @@ func (r *reservationResource) Schema(ctx context.Context, _ resource.SchemaReque
 			"subdomain": schema.StringAttribute{
 				MarkdownDescription: "DNS label of the origin. Omitted, the backend's derived label for the worker is used (that address is only ever the worker's). A chosen label needs an offering that sells chosen labels (`label_not_sold`), may not take a shape the Host derives for workers or one the operator reserved (`label_reserved`), and on `workers-dev` can only be the worker's own script name (`subdomain_not_derivable`): each checked at plan.",
 				Optional:            true,
-				Validators:          []validator.String{stringvalidator.RegexMatches(vocab.Label, "must be one lowercase DNS label")},
-				PlanModifiers:       replace,
+				Validators: []validator.String{stringvalidator.RegexMatches(vocab.Label, "must be one lowercase DNS label"),
+					stringvalidator.ConflictsWith(path.MatchRoot("hostname"))},
+				PlanModifiers: replace,
+			},
+			"hostname": schema.StringAttribute{
+				MarkdownDescription: "A custom hostname to hold instead of a label under the offering's suffix: a verified `takoform_custom_domain` of the organization, or one name under a verified wildcard. " +
+					"The origin is `https://<hostname>`. Give it as `takoform_custom_domain_verification.<name>.hostname`, so that the reservation waits for the verification. " +
+					"The offering must serve custom domains (`custom_domain_unsupported`); a name another organization verified fails the plan (`domain_taken`).",
+				Optional:      true,
+				Validators:    []validator.String{stringvalidator.RegexMatches(customDomainHostname, "must be a lowercase DNS name of at least two labels")},
+				PlanModifiers: replace,
 			},
 			"ttl": schema.StringAttribute{
 				MarkdownDescription: "How long the hold lasts while nothing publishes on it, as a duration between `1m` and `720h`. Defaults to `24h`. An activated reservation, or one whose endpoint stands, does not age.",
@@ -168,16 +178,28 @@ func (r *reservationResource) ModifyPlan(ctx context.Context, req resource.Modif
 	if plan.ID.IsUnknown() {
 		var config reservationModel
 		resp.Diagnostics.Append(getConfig(ctx, req.Config, &config)...)
-		if config.ID.IsNull() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() && !config.Subdomain.IsUnknown() && !config.OfferingID.IsUnknown() {
+		if config.ID.IsNull() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() && !config.Subdomain.IsUnknown() &&
+			!config.Hostname.IsUnknown() && !config.OfferingID.IsUnknown() {
+			// A hostname takes the subdomain's place in the id (a label has no dot, a hostname
+			// has: the two never meet).
 			plan.ID = types.StringValue(defaultReservationID(plan.Space.ValueString(), plan.WorkerName.ValueString(),
-				config.Subdomain.ValueString(), config.OfferingID.ValueString()))
+				config.Subdomain.ValueString()+config.Hostname.ValueString(), config.OfferingID.ValueString()))
 		}
 	}
 	if r.client != nil && !plan.ID.IsUnknown() && !plan.Space.IsUnknown() && !plan.WorkerName.IsUnknown() &&
-		!plan.Subdomain.IsUnknown() && !plan.OfferingID.IsUnknown() {
+		!plan.Subdomain.IsUnknown() && !plan.Hostname.IsUnknown() && !plan.OfferingID.IsUnknown() {
 		id := plan.ID.ValueString()
 		d, err := r.client.Derive(ctx, client.DerivationRequest{Space: plan.Space.ValueString(), WorkerName: plan.WorkerName.ValueString(),
-			Subdomain: strPtr(plan.Subdomain), OfferingID: strPtr(plan.OfferingID), OriginReservationID: &id})
+			Subdomain: strPtr(plan.Subdomain), Hostname: strPtr(plan.Hostname), OfferingID: strPtr(plan.OfferingID), OriginReservationID: &id})
+		if client.IsCode(err, "domain_not_verified") {
+			// The claim is most often verified in this very apply (its verification resource
+			// waits before this reservation is created); its origin is known all the same, and
+			// the apply refuses if the name is still not the organization's.
+			plan.CanonicalOrigin = types.StringValue("https://" + plan.Hostname.ValueString())
+			r.origins.record(id, plan.CanonicalOrigin.ValueString())
+			resp.Diagnostics.Append(setPlan(ctx, &resp.Plan, &plan)...)
+			return
+		}
 		if err != nil {
 			addError(&resp.Diagnostics, "Unable to derive the reservation's origin", err)
 			return
@@ -262,7 +284,7 @@ func (r *reservationResource) Create(ctx context.Context, req resource.CreateReq
 	token := newToken()
 	res, _, err := r.client.PutReservation(ctx, plan.ID.ValueString(), token, client.ReservationRequest{
 		Space: plan.Space.ValueString(), WorkerName: plan.WorkerName.ValueString(), Subdomain: strPtr(plan.Subdomain),
-		TTLSeconds: &ttlSeconds, OfferingID: strPtr(plan.OfferingID),
+		Hostname: strPtr(plan.Hostname), TTLSeconds: &ttlSeconds, OfferingID: strPtr(plan.OfferingID),
 	})
 	if err != nil {
 		if isUnknownOutcome(err) {
@@ -322,7 +344,14 @@ func (r *reservationResource) Read(ctx context.Context, req resource.ReadRequest
 		return
 	}
 	importing := state.Space.IsNull()
-	if importing {
+	if res.Hostname != nil {
+		state.Hostname = types.StringValue(*res.Hostname)
+	}
+	if importing && res.Hostname != nil {
+		if state.TTL.IsNull() {
+			state.TTL = types.StringValue("24h")
+		}
+	} else if importing {
 		// An import knows only the id: the subdomain is set only when it is not the derived
 		// default, so that a configuration without one matches.
 		d, err := r.client.Derive(ctx, client.DerivationRequest{Space: res.Space, WorkerName: res.WorkerName, OriginReservationID: &res.ID})

@@ -41,6 +41,7 @@ func TestTypesMatchTheDocument(t *testing.T) {
 		"Derivation": Derivation{}, "WorkerSpec": WorkerSpec{}, "Condition": Condition{}, "Worker": Worker{},
 		"EndpointSpec": EndpointSpec{}, "Endpoint": Endpoint{}, "PreparationRequest": PreparationRequest{},
 		"Preparation": Preparation{}, "Attestation": Attestation{}, "CommitmentKey": CommitmentKey{}, "CommitmentKeyRequest": CommitmentKeyRequest{},
+		"CustomDomain": CustomDomain{}, "DnsRecord": DNSRecord{}, "DomainCondition": DomainCondition{},
 	} {
 		s, ok := schemas[name]
 		require.True(t, ok, "schema %s is in the document", name)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // One method per operation of api/openapi.yaml that the provider uses.
@@ -101,6 +102,32 @@ func (c *Client) PutReservation(ctx context.Context, id, token string, req Reser
 func (c *Client) DeleteReservation(ctx context.Context, id, token string) (Reservation, error) {
 	var out Reservation
 	_, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: reservationPath(id), OwnershipToken: token}, &out)
+	return out, err
+}
+
+// customDomainPath is the path of one custom domain ("*" travels escaped).
+func customDomainPath(hostname string) string {
+	return "/v1/custom-domains/" + strings.ReplaceAll(url.PathEscape(hostname), "*", "%2A")
+}
+
+// GetCustomDomain reads a custom domain claim with its ownership token.
+func (c *Client) GetCustomDomain(ctx context.Context, hostname string) (CustomDomain, error) {
+	var out CustomDomain
+	_, err := c.Do(ctx, Request{Method: http.MethodGet, Path: customDomainPath(hostname)}, &out)
+	return out, err
+}
+
+// PutCustomDomain claims a custom domain under token; the Host looks its TXT record up at once.
+func (c *Client) PutCustomDomain(ctx context.Context, hostname, token string) (CustomDomain, Response, error) {
+	var out CustomDomain
+	resp, err := c.Do(ctx, Request{Method: http.MethodPut, Path: customDomainPath(hostname), Body: map[string]any{}, OwnershipToken: token}, &out)
+	return out, resp, err
+}
+
+// DeleteCustomDomain lets a claim go (refused while a reservation holds a name on it).
+func (c *Client) DeleteCustomDomain(ctx context.Context, hostname, token string) (CustomDomain, error) {
+	var out CustomDomain
+	_, err := c.Do(ctx, Request{Method: http.MethodDelete, Path: customDomainPath(hostname), OwnershipToken: token}, &out)
 	return out, err
 }
 

@@ -48,6 +48,10 @@ type (
 	// Preparation is a runtime input's projection: names, never values.
 	Preparation = apitypes.Preparation
 	Attestation = apitypes.Attestation
+	// CustomDomain is a custom domain claim: its status and the DNS records to publish.
+	CustomDomain    = apitypes.CustomDomain
+	DNSRecord       = apitypes.DNSRecord
+	DomainCondition = apitypes.DomainCondition
 )
 
 // PreparationFormat is the format of a preparation PUT body.

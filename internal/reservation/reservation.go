@@ -247,8 +247,18 @@ func checkDomain(ctx context.Context, db dbsqlc.DBTX, org string, d *desired) er
 		return nil
 	}
 	exact, wildcard := customdomain.Covering(d.hostname)
-	row, err := dbsqlc.New(db).CustomDomainCovering(ctx, dbsqlc.CustomDomainCoveringParams{OrganizationID: org, Hostname: exact, Wildcard: wildcard})
+	q := dbsqlc.New(db)
+	row, err := q.CustomDomainCovering(ctx, dbsqlc.CustomDomainCoveringParams{OrganizationID: org, Hostname: exact, Wildcard: wildcard})
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Another organization's verified claim is said as its PUT would say it (naming nobody),
+		// so that a configuration claiming a held name fails at plan.
+		taken, terr := q.CustomDomainVerifiedElsewhere(ctx, dbsqlc.CustomDomainVerifiedElsewhereParams{OrganizationID: org, Hostname: exact})
+		if terr != nil {
+			return fmt.Errorf("reservation: custom domain: %w", terr)
+		}
+		if taken {
+			return apierr.New(apierr.DomainTaken, "hostname %q is verified by another organization; a name has one holder at a time", d.hostname)
+		}
 		return apierr.New(apierr.DomainNotVerified, "hostname %q is not a verified custom domain of this organization, nor under one of its verified wildcards; claim it (takoform_custom_domain) and publish its TXT record first", d.hostname)
 	}
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
@@ -50,6 +51,9 @@ type Options struct {
 	// Runtime, when set, adjusts the runtime node's config (for example its edge's HTTPS); the
 	// default catalog then carries the edge's scheme.
 	Runtime func(*runtime.Config)
+	// DNSResolver is where custom domains' TXT records are looked up (a dnstest server's
+	// address); the Host's checker then runs as Serve runs it.
+	DNSResolver string
 }
 
 // Start starts a Host for t on a fresh database. The caller's package must run testdb.Main from
@@ -89,7 +93,8 @@ func Start(t testing.TB, opts Options) *Host {
 	logs := &runtimetest.Buffer{}
 	hst := host.New(host.Config{
 		DB: db, Catalog: cat, SealingRing: ring, CloudflareEdge: opts.CloudflareEdge,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		DNSResolver: &customdomain.Resolver{Server: opts.DNSResolver, Timeout: time.Second},
+		Logger:      slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	srv := server.New(server.Config{Host: hst})
 	ts := httptest.NewServer(srv.Handler())
@@ -100,6 +105,12 @@ func Start(t testing.TB, opts Options) *Host {
 	done := make(chan struct{})
 	go func() { defer close(done); hst.Crons(crons, 200*time.Millisecond) }()
 	t.Cleanup(func() { stopCrons(); <-done })
+	if opts.DNSResolver != "" {
+		checks, stopChecks := context.WithCancel(context.Background())
+		checked := make(chan struct{})
+		go func() { defer close(checked); hst.DomainChecks(checks, 200*time.Millisecond) }()
+		t.Cleanup(func() { stopChecks(); <-checked })
+	}
 	name := opts.Organization
 	if name == "" {
 		name = "acme"

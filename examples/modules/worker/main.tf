@@ -15,6 +15,7 @@ resource "takoform_worker_endpoint_origin_reservation" "this" {
   space       = var.space
   worker_name = var.name
   subdomain   = var.subdomain
+  hostname    = var.hostname
   offering_id = var.offering_id
 }
 

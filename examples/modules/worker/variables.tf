@@ -67,6 +67,12 @@ variable "subdomain" {
   default     = null
 }
 
+variable "hostname" {
+  description = "A verified custom domain of the organization (or one name under a verified wildcard) to serve the worker at, instead of a subdomain: pass takoform_custom_domain_verification.<name>.hostname so that the worker's reservation waits for it. The origin is https://<hostname>."
+  type        = string
+  default     = null
+}
+
 variable "offering_id" {
   description = "The module-worker offering to run on; null when the organization is sold exactly one."
   type        = string

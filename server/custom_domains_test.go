@@ -324,3 +324,31 @@ func (h *harness) waitReleasable(id, token string) {
 	require.Eventually(h.t, func() bool { return h.deleteReservation(h.key, id, token).status == http.StatusOK },
 		30*time.Second, 100*time.Millisecond)
 }
+
+// A reservation taken while its domain was verified publishes nothing new once the domain is
+// revoked: an endpoint create on it is refused and writes nothing (SPEC 3.7).
+func TestNothingNewIsServedOnARevokedDomain(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	claim := h.putDomain(h.key, "solo.example.com", tokenA).json(t)
+	name, value := txtRecord(t, claim)
+	d.SetTXT(name, value)
+	h.advance("6 seconds")
+	h.checkDomains()
+	require.Equal(t, "verified", h.domainStatus(h.key, "solo.example.com"))
+	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	r := h.putReservation(h.key, "res-solo", tokenB, map[string]any{"space": "prod", "workerName": "api", "hostname": "solo.example.com", "offeringId": "worker", "ttlSeconds": 2592000})
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+
+	d.SetTXT(name)
+	for range 7 {
+		h.advance("1 day 1 second")
+		h.checkDomains()
+	}
+	require.Equal(t, "revoked", h.domainStatus(h.key, "solo.example.com"))
+	h.putEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-solo"}).
+		problem(t, http.StatusUnprocessableEntity, "domain_not_verified")
+	require.Zero(t, h.count(`SELECT count(*) FROM worker_endpoints`))
+	require.Equal(t, "prepared", h.getReservation(h.key, "res-solo").json(t)["status"], "the refused create bound nothing")
+}

@@ -271,6 +271,18 @@ func checkDomain(ctx context.Context, db dbsqlc.DBTX, org string, d *desired) er
 	return nil
 }
 
+// CheckServable refuses to publish anything new on a reservation whose custom hostname is no
+// longer covered by a verified claim of its organization (revoked, or deleted and claimed by
+// another organization): SPEC 3.7, "until then nothing new is served on it". A reservation under
+// the offering's suffix is always servable.
+func CheckServable(ctx context.Context, db dbsqlc.DBTX, r Reservation) error {
+	if r.Hostname == nil {
+		return nil
+	}
+	d := desired{hostname: *r.Hostname}
+	return checkDomain(ctx, db, r.OrganizationID, &d)
+}
+
 // Shapes of the labels the Host derives (SPEC 3.3, 3.4): a v2 script name, a managed default
 // label, and a v1 script name (reserved only while a live script holds it).
 var (

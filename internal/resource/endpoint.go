@@ -338,6 +338,9 @@ func (s *Service) planEndpoint(ctx context.Context, m *ownership.Mutation, run *
 			reservationID = minted.ID
 		}
 		r, err := s.Reservations.Bind(ctx, tx, reservationID, inc, witness)
+		if err == nil {
+			err = reservation.CheckServable(ctx, tx, r)
+		}
 		if err != nil {
 			return err
 		}

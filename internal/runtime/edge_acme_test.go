@@ -196,3 +196,35 @@ func TestEdgeACMEOrdersOnlyForRoutedHostnames(t *testing.T) {
 	require.Equal(t, expectReply("v1", ""), body)
 	require.Equal(t, []string{"app.workers.test"}, p.orders())
 }
+
+// One organization's hostnames spend at most its share of the node's ACME orders (SPEC 3.7: a
+// per-organization order budget): past it, its next routed hostname's handshake fails with no
+// order, while another organization's hostname is still ordered.
+func TestEdgeACMEOrdersAreBudgetedPerOrganization(t *testing.T) {
+	edgeL, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	edgePort := edgeL.Addr().(*net.TCPAddr).Port
+	p := startPebble(t, edgePort)
+	f := setup(t, func(c *runtime.Config) {
+		c.EdgeListener = edgeL
+		c.EdgeTLS.ACME = edge.ACMEOptions{Email: "ops@example.test", CA: p.dirURL, CARoot: p.caFile, OrdersPerHour: 10, OrdersPerOrganizationPerHour: 1}
+	})
+	f.orgScript("shop-a", "org-a", "uid-shop-a", loopingSource)
+	f.orgScript("shop-b", "org-b", "uid-shop-b", loopingSource)
+	f.route("a1.example.com", "shop-a", "ep-a1")
+	f.route("a2.example.com", "shop-a", "ep-a2")
+	f.route("b1.example.com", "shop-b", "ep-b1")
+	f.waitReady("shop-a")
+	f.waitReady("shop-b")
+	client := httpsClient(t, f.h.Info.EdgeAddr, p.roots, true)
+	url := func(host string) string { return "https://" + host + ":" + strconv.Itoa(edgePort) + "/" }
+
+	resp, _ := getTLS(t, client, url("a1.example.com"))
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err = peerCert(t, f.h.Info.EdgeAddr, "a2.example.com")
+	require.Error(t, err, "org-a's second hostname is past its hour's share")
+	require.Contains(t, f.h.Logs.String(), "organization for this hour")
+	resp, _ = getTLS(t, client, url("b1.example.com"))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "another organization still gets its certificate")
+	require.Equal(t, []string{"a1.example.com", "b1.example.com"}, p.orders())
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/certmagic"
@@ -36,6 +37,18 @@ type ACMEOptions struct {
 	// allows an account 300 new orders per 3 hours). Orders beyond it fail the handshake that
 	// asked; the next handshake for that hostname tries again.
 	OrdersPerHour int
+	// OrdersPerOrganizationPerHour caps one organization's share of them (default a fifth of
+	// OrdersPerHour, at least 1): the organization is the routed worker's, so one tenant naming
+	// many custom hostnames cannot spend the node's whole hour (SPEC 3.7).
+	OrdersPerOrganizationPerHour int
+}
+
+// organizationShare is OrdersPerOrganizationPerHour's default.
+func (o ACMEOptions) organizationShare() int {
+	if o.OrdersPerOrganizationPerHour > 0 {
+		return o.OrdersPerOrganizationPerHour
+	}
+	return max(1, o.OrdersPerHour/5)
 }
 
 // DefaultACMEOrdersPerHour is ACMEOptions.OrdersPerHour's default.
@@ -48,18 +61,48 @@ const ACMEDir = "acme"
 var (
 	errNotRouted     = errors.New("no worker is routed at this hostname: no certificate is ordered for it")
 	errOrdersLimited = errors.New("the edge's ACME order limit for this hour is reached")
+	errOrgLimited    = errors.New("the ACME order limit of this hostname's organization for this hour is reached")
 )
 
 type acmeManager struct {
 	cache   *certmagic.Cache
 	config  *certmagic.Config
 	limiter *certmagic.RingBufferRateLimiter
+	orgs    *orgLimiters
+}
+
+// orgLimiters are the organizations' order limits, made when an organization first orders.
+type orgLimiters struct {
+	perHour int
+	mu      sync.Mutex
+	by      map[string]*certmagic.RingBufferRateLimiter
+}
+
+func (l *orgLimiters) allow(org string) bool {
+	l.mu.Lock()
+	r, ok := l.by[org]
+	if !ok {
+		r = certmagic.NewRateLimiter(l.perHour, time.Hour)
+		l.by[org] = r
+	}
+	l.mu.Unlock()
+	return r.Allow()
+}
+
+func (l *orgLimiters) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.by {
+		r.Stop()
+	}
 }
 
 // newACME configures certmagic for on-demand issuance. The decision consults the edge's routes
-// (serves), so an unknown hostname never reaches storage or the CA; TLS-ALPN-01 is the only
-// challenge, answered by the edge's own listener at edgeAddr (the CA must reach it on port 443).
-func newACME(o ACMEOptions, serves func(string) bool, edgeAddr net.Addr, stateDir string, owner safedir.Owner, log *slog.Logger) (*acmeManager, error) {
+// (serves), so an unknown hostname never reaches storage or the CA; an order counts against the
+// node's hour and against the hour of the organization whose worker is routed there (ownerOf);
+// TLS-ALPN-01 is the only challenge, answered by the edge's own listener at edgeAddr (the CA must
+// reach it on port 443).
+func newACME(o ACMEOptions, serves func(string) bool, ownerOf func(string) string, edgeAddr net.Addr, stateDir string, owner safedir.Owner, log *slog.Logger) (*acmeManager, error) {
 	dir := filepath.Join(stateDir, ACMEDir)
 	if err := safedir.Ensure(dir, owner); err != nil {
 		return nil, err
@@ -90,7 +133,8 @@ func newACME(o ACMEOptions, serves func(string) bool, edgeAddr net.Addr, stateDi
 		return nil, err
 	}
 	zl := zap.New(slogCore{h: log.With("part", "edge-acme").Handler()})
-	m := &acmeManager{limiter: certmagic.NewRateLimiter(o.OrdersPerHour, time.Hour)}
+	m := &acmeManager{limiter: certmagic.NewRateLimiter(o.OrdersPerHour, time.Hour),
+		orgs: &orgLimiters{perHour: o.organizationShare(), by: map[string]*certmagic.RingBufferRateLimiter{}}}
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return m.config, nil },
 		Logger:           zl,
@@ -115,7 +159,7 @@ func newACME(o ACMEOptions, serves func(string) bool, edgeAddr net.Addr, stateDi
 		ListenHost: host, AltTLSALPNPort: port,
 		Logger: zl,
 	})
-	m.config.Issuers = []certmagic.Issuer{limitedIssuer{ACMEIssuer: issuer, limiter: m.limiter}}
+	m.config.Issuers = []certmagic.Issuer{limitedIssuer{ACMEIssuer: issuer, limiter: m.limiter, orgs: m.orgs, ownerOf: ownerOf}}
 	return m, nil
 }
 
@@ -124,16 +168,25 @@ func (m *acmeManager) tlsConfig() *tls.Config { return m.config.TLSConfig() }
 func (m *acmeManager) close() {
 	m.cache.Stop()
 	m.limiter.Stop()
+	m.orgs.stop()
 }
 
-// limitedIssuer is the ACME issuer behind the order limit: a certificate already in storage is
-// loaded without an order, so only new orders count.
+// limitedIssuer is the ACME issuer behind the order limits: a certificate already in storage is
+// loaded without an order, so only new orders count. The organization's limit is asked first, so
+// that an organization past its own spends nothing of the node's.
 type limitedIssuer struct {
 	*certmagic.ACMEIssuer
 	limiter *certmagic.RingBufferRateLimiter
+	orgs    *orgLimiters
+	ownerOf func(string) string
 }
 
 func (i limitedIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) (*certmagic.IssuedCertificate, error) {
+	for _, name := range csr.DNSNames {
+		if org := i.ownerOf(Hostname(name)); org != "" && !i.orgs.allow(org) {
+			return nil, certmagic.ErrNoRetry{Err: errOrgLimited}
+		}
+	}
 	if !i.limiter.Allow() {
 		return nil, certmagic.ErrNoRetry{Err: errOrdersLimited}
 	}

@@ -258,6 +258,15 @@ func (h *Handler) Serves(hostname string) bool {
 	return outcome != UnknownHost
 }
 
+// OwnerOf names the organization whose worker is routed at hostname now, or "".
+func (h *Handler) OwnerOf(hostname string) string {
+	target, outcome := h.resolve.Resolve(hostname)
+	if o, ok := target.(Owned); ok && outcome != UnknownHost {
+		return o.Organization()
+	}
+	return ""
+}
+
 // ServeEgress routes one request that a worker of this node sent through its egress.
 func (h *Handler) ServeEgress(w http.ResponseWriter, r *http.Request) {
 	// A worker's subrequest comes from this node's own loopback: it is never a trusted proxy's.

@@ -60,8 +60,8 @@ func (o TLSOptions) Validate() error {
 	if o.ACME.Email == "" && (o.ACME.CA != "" || o.ACME.CARoot != "") {
 		return errors.New("--edge-acme-ca and --edge-acme-ca-root need --edge-acme-email, which turns ACME on")
 	}
-	if o.ACME.OrdersPerHour < 0 {
-		return errors.New("--edge-acme-orders-per-hour must not be negative")
+	if o.ACME.OrdersPerHour < 0 || o.ACME.OrdersPerOrganizationPerHour < 0 {
+		return errors.New("--edge-acme-orders-per-hour and --edge-acme-orders-per-organization must not be negative")
 	}
 	if o.PublicHTTPSPort < 0 || o.PublicHTTPSPort > 65535 {
 		return fmt.Errorf("--edge-https-port %d is not a TCP port", o.PublicHTTPSPort)
@@ -114,7 +114,7 @@ func NewTLS(opts TLSOptions, h *Handler, edgeAddr net.Addr, stateDir string, own
 		t.done.Add(1)
 		go func() { defer t.done.Done(); files.watch(every, t.stop) }()
 	} else {
-		m, err := newACME(opts.ACME, h.Serves, edgeAddr, stateDir, owner, log)
+		m, err := newACME(opts.ACME, h.Serves, h.OwnerOf, edgeAddr, stateDir, owner, log)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -351,4 +352,58 @@ func TestNothingNewIsServedOnARevokedDomain(t *testing.T) {
 		problem(t, http.StatusUnprocessableEntity, "domain_not_verified")
 	require.Zero(t, h.count(`SELECT count(*) FROM worker_endpoints`))
 	require.Equal(t, "prepared", h.getReservation(h.key, "res-solo").json(t)["status"], "the refused create bound nothing")
+}
+
+// Two organizations whose records are both published verify the same name from checkers of
+// several replicas at once, with the create path of a third claim racing them: exactly one
+// organization holds it, whatever the order (SPEC 3.7: one organization per hostname).
+func TestExactlyOneOrganizationVerifiesANameWhateverTheRace(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	const name = "_takoform-challenge.race.example.com"
+	type claimant struct{ key, token, value string }
+	var claimants []claimant
+	for i, org := range []string{"globex", "initech", "umbrella"} {
+		_, key := h.newOrg(org)
+		token := fmt.Sprintf("token-race-%02d-000000000", i)
+		r := h.putDomain(key, "race.example.com", token)
+		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+		_, value := txtRecord(t, r.json(t))
+		claimants = append(claimants, claimant{key, token, value})
+	}
+	values := []string{claimants[0].value, claimants[1].value, claimants[2].value}
+	d.SetTXT(name, values...)
+	d.Delay(100 * time.Millisecond)
+	h.advance("6 seconds")
+	// Each checker takes one claim, so the three lookups end, and their outcomes are recorded, at
+	// the same moment.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { _, _ = h.host.Domains.CheckDue(context.Background(), h.db, 1) })
+	}
+	// The caller's own organization claims it too, while the checkers look: its create finds the
+	// record at once.
+	_, acmeValue := func() (string, string) {
+		r := h.putDomain(h.key, "race.example.com", tokenA)
+		if r.status == http.StatusConflict {
+			return "", ""
+		}
+		require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+		return txtRecord(t, r.json(t))
+	}()
+	wg.Wait()
+	if acmeValue != "" {
+		d.SetTXT(name, append(values, acmeValue)...)
+	}
+	for range 3 {
+		h.advance("11 minutes")
+		h.checkDomains()
+	}
+	require.Equal(t, 1, h.count(`SELECT count(*) FROM custom_domains WHERE hostname = 'race.example.com' AND status = 'verified'`))
+	require.Zero(t, h.count(`SELECT count(*) FROM custom_domains WHERE hostname = 'race.example.com' AND status = 'failed'`))
+	// Two checkers recording at the very same instant both pass the check in Go; the database's
+	// unique index over verified claims is what refuses the second.
+	_, err := h.db.Exec(context.Background(), `UPDATE custom_domains SET status = 'verified', verified_at = now()
+		WHERE hostname = 'race.example.com' AND status = 'pending'`)
+	require.ErrorContains(t, err, "custom_domains_verified_key")
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -23,9 +25,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
+	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/customdomain/dnstest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/testhost"
 	"github.com/takoform/terraform-provider-takoform/internal/testpki"
 )
@@ -41,12 +45,17 @@ resource "takoform_custom_domain" "d" {
 
 // customDomainGraph is the graph of SPEC 4 for one worker on a verified custom hostname: the
 // reservation takes the verification's hostname, so it is created once the name is verified.
-func customDomainGraph() string {
+func customDomainGraph(offering string) string {
 	g := graph("shop", "front", "s3cret-value", 1)
 	g = strings.Replace(g, `  worker_name = "front"
 }`, `  worker_name = "front"
   hostname    = takoform_custom_domain_verification.v.hostname
+  offering_id = "`+offering+`"
 }`, 1)
+	g = strings.Replace(g, `  name                    = "front"
+`, `  name                    = "front"
+  offering_id             = "`+offering+`"
+`, 1)
 	return customDomainClaim + `
 resource "takoform_custom_domain_verification" "v" {
   hostname = takoform_custom_domain.d.hostname
@@ -70,8 +79,26 @@ func TestAccCustomDomain(t *testing.T) {
 	t.Cleanup(d.Close)
 	ca := testpki.NewCA(t, "edge")
 	pair := ca.Server(t, "edge", "*.workers.localhost", "app.example.com")
+	// Two worker offerings serve custom domains, so the worker can move between them.
 	h := testhost.Start(t, testhost.Options{DNSResolver: d.Addr, Runtime: func(c *runtime.Config) {
 		c.EdgeTLS.CertFile, c.EdgeTLS.KeyFile = pair.CertFile, pair.KeyFile
+	}, CatalogFor: func(node *runtimetest.Harness) *catalog.Catalog {
+		serves := map[string]any{"target": "127.0.0.1"}
+		doc, err := json.Marshal(map[string]any{
+			"installations": []any{map[string]any{"name": "selfhost", "pack": "selfhost", "endpointSuffix": "workers.localhost",
+				"edgeListen": node.Info.EdgeAddr, "scheme": "https", "runtimeUrl": node.Info.AdminURL, "runtimeTokenFile": node.Info.TokenFile}},
+			"offerings": []any{
+				map[string]any{"id": "shop-a", "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}, "customDomains": serves},
+				map[string]any{"id": "shop-b", "kind": "module-worker", "installation": "selfhost", "soldTo": []string{"*"}, "customDomains": serves, "maxCpuMs": 1000},
+				map[string]any{"id": "selfhost-worker-endpoint", "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}},
+			},
+		})
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), "catalog.json")
+		require.NoError(t, os.WriteFile(path, doc, 0o600))
+		cat, err := catalog.Load(path)
+		require.NoError(t, err)
+		return cat
 	}})
 	api, err := client.New(client.Config{Endpoint: h.URL, APIKey: h.Key, OrganizationID: h.Organization.ID, MaxRetries: 2})
 	require.NoError(t, err)
@@ -106,7 +133,7 @@ func TestAccCustomDomain(t *testing.T) {
 				},
 			},
 			{
-				Config: f.config(customDomainGraph()),
+				Config: f.config(customDomainGraph("shop-a")),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringExact("https://app.example.com")),
 				}},
@@ -135,11 +162,36 @@ func TestAccCustomDomain(t *testing.T) {
 					resource.Test(t, resource.TestCase{
 						ProtoV6ProviderFactories: factories,
 						Steps: []resource.TestStep{{
-							Config:      providerConfig(h.URL, globexKey, globex.ID) + customDomainGraph(),
+							Config:      providerConfig(h.URL, globexKey, globex.ID) + customDomainGraph("shop-a"),
 							PlanOnly:    true,
 							ExpectError: regexp.MustCompile(`verified by another organization`),
 						}},
 					})
+					return nil
+				},
+			},
+			{
+				// The worker moves to the other offering: its graph is replaced, its URL is the
+				// same custom origin, and it answers there.
+				Config: f.config(customDomainGraph("shop-b")),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(workerAddr, plancheck.ResourceActionReplace),
+					plancheck.ExpectResourceAction(customDomainAddr, plancheck.ResourceActionNoop),
+					plancheck.ExpectKnownValue(reservationAddr, tfjsonpath.New("canonical_origin"), knownvalue.StringExact("https://app.example.com")),
+				}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(endpointAddr, tfjsonpath.New("url"), knownvalue.StringExact("https://app.example.com/")),
+					statecheck.ExpectKnownValue(workerAddr, tfjsonpath.New("offering_id"), knownvalue.StringExact("shop-b")),
+				},
+				Check: func(*terraform.State) error {
+					resp, err := edge.Get("https://app.example.com/")
+					if err != nil {
+						return fmt.Errorf("GET https://app.example.com/ after the move: %w", err)
+					}
+					defer resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						return fmt.Errorf("https://app.example.com/ answered %d after the move", resp.StatusCode)
+					}
 					return nil
 				},
 			},

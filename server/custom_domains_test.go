@@ -407,3 +407,68 @@ func TestExactlyOneOrganizationVerifiesANameWhateverTheRace(t *testing.T) {
 		WHERE hostname = 'race.example.com' AND status = 'pending'`)
 	require.ErrorContains(t, err, "custom_domains_verified_key")
 }
+
+// A revoked domain is let go (SPEC 3.7): the janitor deactivates, deletes the endpoint (its route
+// removed) and releases the reservation standing on it, each under its owner's token in the
+// destroy order, so the owner's own destroy later replays those answers; the name can then be
+// verified and used by the organization that holds it now.
+func TestARevokedDomainIsLetGoAndCanChangeHands(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	claim := h.putDomain(h.key, "moving.example.com", tokenA).json(t)
+	name, value := txtRecord(t, claim)
+	d.SetTXT(name, value)
+	h.advance("6 seconds")
+	h.checkDomains()
+	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	r := h.putReservation(h.key, "res-moving", tokenB, map[string]any{"space": "prod", "workerName": "api", "hostname": "moving.example.com", "offeringId": "worker"})
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	e := h.mustEndpoint("prod", "api", endpointToken, map[string]any{"worker": "api", "originReservationId": "res-moving"})
+	a := h.putActivation("res-moving", tokenC, e["uid"].(string))
+	require.Equal(t, http.StatusCreated, a.status, "body: %s", a.body)
+	status, _, _ := h.runtime.Get(t, "moving.example.com", "/")
+	require.Equal(t, http.StatusOK, status)
+
+	// Nothing is let go while the claim is verified.
+	h.host.Sweep(context.Background())
+	require.Equal(t, http.StatusOK, h.get("/v1/spaces/prod/worker-endpoints/api").status)
+
+	// The name changes hands: its record is gone for a week.
+	d.SetTXT(name)
+	for range 7 {
+		h.advance("1 day 1 second")
+		h.checkDomains()
+	}
+	require.Equal(t, "revoked", h.domainStatus(h.key, "moving.example.com"))
+	require.Eventually(t, func() bool {
+		h.host.Sweep(context.Background())
+		return h.getReservation(h.key, "res-moving").status == http.StatusNotFound
+	}, 30*time.Second, 200*time.Millisecond, "the reservation is released once the endpoint's attestation closed")
+	require.Equal(t, http.StatusNotFound, h.get("/v1/spaces/prod/worker-endpoints/api").status)
+	status, _, _ = h.runtime.Get(t, "moving.example.com", "/")
+	require.Equal(t, http.StatusNotFound, status, "the route is removed")
+
+	// The owner's destroy, in order, replays the janitor's answers.
+	for _, r := range []reply{
+		h.deleteActivation("res-moving", tokenC),
+		h.deleteEndpoint("prod", "api", endpointToken),
+		h.deleteReservation(h.key, "res-moving", tokenB),
+	} {
+		require.Equal(t, http.StatusOK, r.status, "body: %s", r.body)
+		require.Equal(t, "true", r.header.Get("Takoform-Replayed"))
+	}
+	require.Equal(t, http.StatusOK, h.deleteDomain(h.key, "moving.example.com", tokenA).status)
+
+	// The new holder of the name verifies it and takes the origin.
+	_, otherKey := h.newOrg("newco")
+	other := h.putDomain(otherKey, "moving.example.com", "token-newco-claim-00001")
+	require.Equal(t, http.StatusCreated, other.status, "body: %s", other.body)
+	_, otherValue := txtRecord(t, other.json(t))
+	d.SetTXT(name, otherValue)
+	h.advance("6 seconds")
+	h.checkDomains()
+	require.Equal(t, "verified", h.domainStatus(otherKey, "moving.example.com"))
+	taken := h.putReservation(otherKey, "res-newco", "token-newco-res-000001", map[string]any{"space": "web", "workerName": "front", "hostname": "moving.example.com", "offeringId": "worker"})
+	require.Equal(t, http.StatusCreated, taken.status, "body: %s", taken.body)
+}

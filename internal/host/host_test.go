@@ -64,6 +64,7 @@ func TestAFailedStepIsLoggedAndTheOthersStillRun(t *testing.T) {
 		"collect orphaned deployments",
 		"re-check scripts a late upload may have landed on",
 		"release Host-minted reservations of deleted workers",
+		"let go of what stands on revoked custom domains",
 		"expire lapsed reservations",
 		"close deletion attestations whose route propagation ended",
 		"expire runtime inputs",

@@ -45,6 +45,10 @@ func (h *Host) steps() []step {
 		name: "release-minted", run: func(ctx context.Context) (int64, error) { return count(h.Reservations.ReleaseGone(ctx, h.DB)) },
 		done: "released Host-minted reservations of deleted workers", fails: "release Host-minted reservations of deleted workers",
 	}, {
+		// What stands on revoked custom domains, undone in the destroy order on the owners' behalf.
+		name: "revoked-domains", run: h.letGoOfRevoked,
+		done: "let go of endpoints and reservations on revoked custom domains", fails: "let go of what stands on revoked custom domains",
+	}, {
 		// Reservations whose TTL passed, stored expired.
 		name: "expire-reservations", run: func(ctx context.Context) (int64, error) { return h.Reservations.ExpireLapsed(ctx, h.DB) },
 		done: "expired reservations whose TTL passed", fails: "expire lapsed reservations",

@@ -45,6 +45,8 @@ var offPath = []string{
 	"OfferingDigestMove", "WorkersWithoutPoolBlob",
 	// The custom-domain checker's claim of the due rows (every replica's pass, by index).
 	"CustomDomainsDue",
+	// The janitor's pass over revoked custom domains.
+	"CustomDomainRevokedHolds",
 }
 
 // small tables: a seq scan of them is cheaper than any index and never grows with tenants.

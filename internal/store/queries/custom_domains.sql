@@ -85,3 +85,24 @@ FROM custom_domains c
 WHERE c.organization_id = @organization_id AND c.status = 'verified' AND c.hostname IN (@hostname, @wildcard)
 ORDER BY c.hostname = @hostname DESC
 LIMIT 1;
+
+-- name: CustomDomainRevokedHolds :many
+-- What still stands on revoked custom domains (SPEC 3.7: a domain that changes hands is let go):
+-- each reservation that holds a name on one, its activation, the endpoint recorded on it while
+-- that is not deleted, and the owners' tokens of the three, so that the janitor undoes them in the
+-- destroy order on their owners' behalf.
+SELECT r.organization_id, o.name AS organization_name, r.id AS reservation_id, r.status AS reservation_status,
+       e.space AS endpoint_space, e.name AS endpoint_name,
+       COALESCE(ba.token, '')::text AS activation_token, COALESCE(be.token, '')::text AS endpoint_token,
+       COALESCE(br.token, '')::text AS reservation_token
+FROM custom_domains c
+JOIN worker_endpoint_origin_reservations r ON r.organization_id = c.organization_id AND r.custom_domain = c.hostname
+JOIN organizations o ON o.id = r.organization_id
+LEFT JOIN worker_endpoints e ON e.uid = r.endpoint_uid AND e.status <> 'deleted'
+LEFT JOIN ownership_bindings ba ON ba.organization_id = r.organization_id AND ba.kind = 'worker-endpoint-activation' AND ba.external_key = r.id
+LEFT JOIN ownership_bindings be ON be.organization_id = r.organization_id AND be.kind = 'worker-endpoint' AND be.external_key = e.space || '/' || e.name
+LEFT JOIN ownership_bindings br ON br.organization_id = r.organization_id AND br.kind = 'worker-endpoint-origin-reservation' AND br.external_key = r.id
+WHERE c.status = 'revoked' AND r.status <> 'released'
+  AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
+ORDER BY r.updated_at
+LIMIT 50;

@@ -5,7 +5,7 @@ CREATE TYPE custom_domain_status AS ENUM ('pending', 'verified', 'failed', 'revo
 
 CREATE TABLE custom_domains (
     organization_id  text NOT NULL REFERENCES organizations (id),
-    hostname         text NOT NULL CHECK (hostname ~ '^(\*\.)?[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'),
+    hostname         text NOT NULL CHECK (hostname ~ '^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$' AND length(hostname) <= 255),
     uid              uuid NOT NULL UNIQUE,
     revision         bigint NOT NULL DEFAULT 1 CHECK (revision > 0),
     status           custom_domain_status NOT NULL,
@@ -33,6 +33,9 @@ CREATE UNIQUE INDEX custom_domains_verified_key ON custom_domains (hostname) WHE
 
 -- The checker's queue: the claims due for a look, pending and verified alike.
 CREATE INDEX custom_domains_due ON custom_domains (next_check_at) WHERE status IN ('pending', 'verified');
+
+-- The janitor's pass over revoked claims (what still stands on them is let go).
+CREATE INDEX custom_domains_revoked ON custom_domains (organization_id, hostname) WHERE status = 'revoked';
 
 -- Secrets of the Host that never rotate, each wrapped by the key-encryption key under an AAD of
 -- its own name (sealing): the custom-domain challenge secret first.

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"regexp"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -19,10 +18,12 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/takoform/terraform-provider-takoform/internal/client"
+	"github.com/takoform/terraform-provider-takoform/internal/vocab"
 )
 
 var (
 	_ resource.ResourceWithConfigure   = (*customDomainResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*customDomainResource)(nil)
 	_ resource.ResourceWithImportState = (*customDomainResource)(nil)
 	_ resource.ResourceWithIdentity    = (*customDomainResource)(nil)
 )
@@ -53,7 +54,7 @@ type customDomainIdentityModel struct {
 
 // customDomainHostname is the shape of a claimable name: a lowercase A-label DNS name of at least
 // two labels, or "*." and one (the Host checks the rest: public suffixes, reserved names).
-var customDomainHostname = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+var customDomainHostname = vocab.CustomDomain
 
 var dnsRecordType = types.ObjectType{AttrTypes: map[string]attr.Type{
 	"type": types.StringType, "name": types.StringType, "value": types.StringType, "offering_id": types.StringType,
@@ -116,6 +117,27 @@ func (r *customDomainResource) IdentitySchema(_ context.Context, _ resource.Iden
 
 func (r *customDomainResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.client = configureData(req.ProviderData, &resp.Diagnostics)
+}
+
+// ModifyPlan replaces a claim that failed (not verified within 7 days): the Host looks at it no
+// more, and a new claim under the same name starts over, with the same TXT record.
+func (r *customDomainResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+		return
+	}
+	var state customDomainModel
+	resp.Diagnostics.Append(getState(ctx, req.State, &state)...)
+	if resp.Diagnostics.HasError() || state.Status.ValueString() != "failed" {
+		return
+	}
+	var plan customDomainModel
+	resp.Diagnostics.Append(getPlan(ctx, req.Plan, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	plan.Status, plan.VerifiedAt, plan.ID = types.StringUnknown(), types.StringUnknown(), plan.Hostname
+	resp.Diagnostics.Append(setPlan(ctx, &resp.Plan, &plan)...)
+	resp.RequiresReplace = append(resp.RequiresReplace, path.Root("hostname"))
 }
 
 // fill copies a claim's projection into m.

@@ -57,7 +57,8 @@ func (r *customDomainVerificationResource) Schema(ctx context.Context, _ resourc
 				Validators:          []validator.String{stringvalidator.RegexMatches(customDomainHostname, "must be a lowercase DNS name of at least two labels, or *. and one")},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
-			"verified_at": schema.StringAttribute{MarkdownDescription: "When the claim was verified (RFC 3339).", Computed: true},
+			"verified_at": schema.StringAttribute{MarkdownDescription: "When the claim was verified (RFC 3339).", Computed: true,
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
 		},
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true}),

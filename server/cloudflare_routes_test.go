@@ -26,6 +26,10 @@ import (
 const (
 	cfBaseDomain = "apps.example.com"
 	cfNamespace  = "tenants"
+	// cfSaaSZone is the operator's Cloudflare for SaaS zone, and cfSaaSTarget where users point
+	// their custom domains (SPEC 3.7).
+	cfSaaSZone   = "0123456789abcdef0123456789abcdef"
+	cfSaaSTarget = "customers.apps.example.com"
 	cfRoutingKV  = "0f2ac74b498b48028cb68387c421e279"
 	// cfPropagation is the test installations' routePropagationSeconds, and the stand-in's KV
 	// staleness: the edge keeps routing a deleted entry for as long as the Host waits.
@@ -45,7 +49,7 @@ func setupCloudflareHost(t *testing.T, host func(*options), opts ...func(*cfstan
 	t.Helper()
 	cfg := cfstandin.Config{Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t),
 		DispatchNamespaces: []string{cfNamespace}, KVNamespaces: []string{cfRoutingKV}, BaseDomain: cfBaseDomain,
-		RoutingKVNamespace: cfRoutingKV, RoutingDispatchNamespace: cfNamespace, KVStale: cfPropagation}
+		RoutingKVNamespace: cfRoutingKV, RoutingDispatchNamespace: cfNamespace, KVStale: cfPropagation, SaaSZoneID: cfSaaSZone}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -64,13 +68,14 @@ func setupCloudflareHost(t *testing.T, host func(*options), opts ...func(*cfstan
 				"apiTokenFile": tokenFile, "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": seconds},
 			map[string]any{"name": "wfp", "pack": "wfp-managed", "baseDomain": cfBaseDomain, "dispatchNamespace": cfNamespace,
 				"dispatchWorkerName": "takoform-dispatch", "routingKvNamespaceId": cfRoutingKV, "accountId": cfAccount,
-				"apiTokenFile": tokenFile, "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": seconds},
+				"apiTokenFile": tokenFile, "apiBaseUrl": s.BaseURL(), "routePropagationSeconds": seconds,
+				"saasZoneId": cfSaaSZone, "saasCnameTarget": cfSaaSTarget},
 		},
 		"offerings": []any{
 			map[string]any{"id": "local-worker", "kind": "module-worker", "installation": "local", "soldTo": []string{"*"}},
 			map[string]any{"id": "cf-worker", "kind": "module-worker", "installation": "cf", "soldTo": []string{"*"}},
 			map[string]any{"id": "cf-endpoint", "kind": "worker-endpoint", "installation": "cf", "soldTo": []string{"*"}},
-			map[string]any{"id": "wfp-worker", "kind": "module-worker", "installation": "wfp", "soldTo": []string{"*"}},
+			map[string]any{"id": "wfp-worker", "kind": "module-worker", "installation": "wfp", "soldTo": []string{"*"}, "customDomains": map[string]any{}},
 			map[string]any{"id": "wfp-endpoint", "kind": "worker-endpoint", "installation": "wfp", "soldTo": []string{"*"}},
 		},
 	})

@@ -12,7 +12,9 @@ import (
 	"github.com/miekg/dns"
 	"github.com/stretchr/testify/require"
 
+	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/customdomain/dnstest"
+	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
 // domainsCatalog sells a selfhost worker offering that serves custom domains (its edge at
@@ -471,4 +473,100 @@ func TestARevokedDomainIsLetGoAndCanChangeHands(t *testing.T) {
 	require.Equal(t, "verified", h.domainStatus(otherKey, "moving.example.com"))
 	taken := h.putReservation(otherKey, "res-newco", "token-newco-res-000001", map[string]any{"space": "web", "workerName": "front", "hostname": "moving.example.com", "offeringId": "worker"})
 	require.Equal(t, http.StatusCreated, taken.status, "body: %s", taken.body)
+}
+
+// On wfp-managed a custom domain is a Cloudflare for SaaS custom hostname of the operator's zone
+// plus the routing entry (SPEC 3.7): created through the SDK (a lost answer to the create makes
+// no second one), Ready only once the custom hostname and its certificate read active and the
+// dispatch worker answers for it, served at https://<name>/ by the stand-in's edge, and deleted
+// with the endpoint. The claim's records point the name at the zone's CNAME target.
+func TestACustomDomainOnWFPIsACloudflareForSaaSCustomHostname(t *testing.T) {
+	t.Parallel()
+	d, err := dnstest.Start()
+	require.NoError(t, err)
+	t.Cleanup(d.Close)
+	h, s := setupCloudflareHost(t, func(o *options) { o.dnsResolver = d.Addr },
+		func(c *cfstandin.Config) { c.CustomHostnameReadsToActive = 4 })
+	claim := h.putDomain(h.key, "shop.example.org", tokenA)
+	require.Equal(t, http.StatusCreated, claim.status, "body: %s", claim.body)
+	require.Contains(t, claim.json(t)["dnsRecords"], map[string]any{"type": "CNAME", "name": "shop.example.org", "value": cfSaaSTarget, "offeringId": "wfp-worker"})
+	name, value := txtRecord(t, claim.json(t))
+	d.SetTXT(name, value)
+	h.advance("6 seconds")
+	h.checkDomains()
+	require.Equal(t, "verified", h.domainStatus(h.key, "shop.example.org"))
+
+	w := h.putWorker("prod", "shop", workerToken, wfpWorkerBody("shop-v1"))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+	r := h.putReservation(h.key, "res-shop", tokenB, map[string]any{"space": "prod", "workerName": "shop", "hostname": "shop.example.org", "offeringId": "wfp-worker"})
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+	require.NoError(t, s.Inject(cfstandin.Fault{Kind: cfstandin.FaultLostAnswer, Method: http.MethodPost, PathContains: "/custom_hostnames"}))
+	var e reply
+	require.Eventually(t, func() bool {
+		e = h.putEndpoint("prod", "shop", endpointToken, map[string]any{"worker": "shop", "offeringId": "wfp-endpoint", "originReservationId": "res-shop"})
+		return e.status == http.StatusCreated
+	}, 30*time.Second, 200*time.Millisecond, "the endpoint is created once a retry reads the lost create back")
+	require.Equal(t, "https://shop.example.org/", e.json(t)["url"])
+	creates := 0
+	for _, req := range s.Requests() {
+		if req.Method == http.MethodPost && strings.Contains(req.Path, "/custom_hostnames") && req.Applied {
+			creates++
+		}
+	}
+	require.Equal(t, 1, creates, "a lost answer to the create makes no second custom hostname")
+	require.Eventually(t, func() bool {
+		return h.get("/v1/spaces/prod/worker-endpoints/shop").json(t)["ready"] == true
+	}, 30*time.Second, 200*time.Millisecond, "Ready once the custom hostname is active")
+	require.Equal(t, map[string]bool{"shop.example.org": true}, s.CustomHostnames())
+	status, body := eventually(t, s, "https://shop.example.org/", func(_ int, body string) bool { return body == "shop-v1" })
+	require.Equal(t, http.StatusOK, status, body)
+
+	require.Equal(t, http.StatusOK, h.deleteEndpoint("prod", "shop", endpointToken).status)
+	require.Empty(t, s.CustomHostnames(), "the custom hostname goes with the endpoint")
+}
+
+// A claim's delete and a reservation created under it serialize (SPEC 3.7: deleting a claim is
+// refused while a reservation names it): the reservation's transaction holds the claim it stands
+// under FOR SHARE, so a delete that comes meanwhile waits, then sees the reservation and answers
+// domain_in_use. Without the lock both would commit, leaving a held name with no claim.
+func TestADomainDeleteWaitsForAReservationBeingCreatedUnderIt(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	claim := h.putDomain(h.key, "busy.example.com", tokenA).json(t)
+	name, value := txtRecord(t, claim)
+	d.SetTXT(name, value)
+	h.advance("6 seconds")
+	h.checkDomains()
+	require.Equal(t, "verified", h.domainStatus(h.key, "busy.example.com"))
+
+	ctx := context.Background()
+	tx, err := h.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	// What the reservation create runs first: the covering claim, locked.
+	_, err = dbsqlc.New(tx).CustomDomainCoveringLocked(ctx, dbsqlc.CustomDomainCoveringLockedParams{
+		OrganizationID: h.org.ID, Hostname: "busy.example.com", Wildcard: "*.example.com"})
+	require.NoError(t, err)
+	deleted := make(chan reply, 1)
+	go func() {
+		r, err := h.try(req{method: http.MethodDelete, path: domainsPath + "busy.example.com", key: h.key, token: tokenA})
+		if err != nil {
+			r = reply{body: []byte(err.Error())}
+		}
+		deleted <- r
+	}()
+	select {
+	case r := <-deleted:
+		t.Fatalf("the delete did not wait for the reservation's transaction: %d %s", r.status, r.body)
+	case <-time.After(500 * time.Millisecond):
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO worker_endpoint_origin_reservations (organization_id, id, uid, format, space, worker_name,
+		subdomain, canonical_origin, ttl_seconds, status, expires_at, offering_id, offering_digest, pack, installation, hostname, custom_domain)
+		VALUES ($1, 'res-busy', gen_random_uuid(), 'takoserver.worker-endpoint-origin-reservation.v2', 'prod', 'api', '',
+		'https://busy.example.com', 86400, 'prepared', now() + interval '1 day', 'worker', 'd', 'selfhost', 'local', 'busy.example.com', 'busy.example.com')`, h.org.ID)
+	require.NoError(t, err)
+	require.NoError(t, tx.Commit(ctx))
+	r := <-deleted
+	r.problem(t, http.StatusConflict, "domain_in_use")
+	require.Equal(t, "verified", h.domainStatus(h.key, "busy.example.com"))
 }

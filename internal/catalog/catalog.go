@@ -96,6 +96,12 @@ type Installation struct {
 	DispatchNamespace    string `json:"dispatchNamespace,omitempty"`
 	DispatchWorkerName   string `json:"dispatchWorkerName,omitempty"`
 	RoutingKVNamespaceID string `json:"routingKvNamespaceId,omitempty"`
+	// SaaSZoneID and SaaSCnameTarget: the operator's zone whose Cloudflare for SaaS custom
+	// hostnames carry users' custom domains (SPEC 3.7), and the target users point them at. The
+	// zone's */* route reaches the dispatch worker; the API token also needs the zone's "SSL and
+	// Certificates: Edit". Not in the digest: where custom domains land, not where workers run.
+	SaaSZoneID      string `json:"saasZoneId,omitempty"`
+	SaaSCnameTarget string `json:"saasCnameTarget,omitempty"`
 }
 
 // Defaults of the Cloudflare packs (SPEC 8).
@@ -544,16 +550,23 @@ func build(f file) (*Catalog, error) {
 			return nil, fmt.Errorf("offering %q: a runtime node ends a request that computes for longer than its liveness bound (%d ms) with its organization's process; maxCpuMs must be at most %d", o.ID, SelfhostMaxCPUMs, SelfhostMaxCPUMs)
 		case o.Pack == PackWorkersDev && o.ChosenLabels != nil && *o.ChosenLabels:
 			return nil, fmt.Errorf("offering %q: workers-dev sells no chosen labels (a worker's only label there is its script name); remove chosenLabels", o.ID)
+		case o.CustomDomains != nil && o.Pack == PackWFPManaged && inst.SaaSZoneID == "":
+			return nil, fmt.Errorf("offering %q: a wfp-managed offering serves custom domains through Cloudflare for SaaS: give installation %q saasZoneId and saasCnameTarget", o.ID, inst.Name)
+		case o.CustomDomains != nil && o.Pack == PackWFPManaged && o.CustomDomains.Target != "" && o.CustomDomains.Target != inst.SaaSCnameTarget:
+			return nil, fmt.Errorf("offering %q: on wfp-managed, custom domains point at the installation's saasCnameTarget; leave customDomains.target out", o.ID)
 		case o.CustomDomains != nil && o.Pack == PackWorkersDev:
 			return nil, fmt.Errorf("offering %q: workers-dev cannot serve another party's domain (Cloudflare's Workers Custom Domains need a zone in the operator's account); remove customDomains", o.ID)
 		case o.CustomDomains != nil && o.Kind != KindWorker:
 			return nil, fmt.Errorf("offering %q: customDomains belongs on the module-worker offering, which reservations are placed on", o.ID)
-		case o.CustomDomains != nil && net.ParseIP(o.CustomDomains.Target) == nil && !vocab.IsHostname(o.CustomDomains.Target):
+		case o.CustomDomains != nil && o.Pack != PackWFPManaged && net.ParseIP(o.CustomDomains.Target) == nil && !vocab.IsHostname(o.CustomDomains.Target):
 			return nil, fmt.Errorf("offering %q: customDomains.target %q is neither a DNS name nor an IP address", o.ID, o.CustomDomains.Target)
 		case o.MaxBundleBytes < 0 || o.MaxBundleBytes > MaxBundleBytesCeiling:
 			return nil, fmt.Errorf("offering %q: maxBundleBytes must be between 1 and %d (a bundle travels in one request to the Host and one to the node)", o.ID, MaxBundleBytesCeiling)
 		case o.MaxMemoryMB != 0 && o.MaxMemoryMB < workerconf.MinMemoryMB:
 			return nil, fmt.Errorf("offering %q: maxMemoryMb %d is below %d: workerd cannot start in it", o.ID, o.MaxMemoryMB, workerconf.MinMemoryMB)
+		}
+		if o.CustomDomains != nil && o.Pack == PackWFPManaged {
+			o.CustomDomains = &CustomDomains{Target: inst.SaaSCnameTarget}
 		}
 		o.Digest = digest(o, inst, "")
 		if inst.Pack == PackSelfhost {
@@ -686,6 +699,12 @@ func validateInstallation(inst *Installation) error {
 		}
 		if inst.EndpointSuffix != "" || inst.EdgeListen != "" || inst.Scheme != "" || inst.RuntimeURL != "" || inst.RuntimeTokenFile != "" || inst.AccountSubdomain != "" {
 			return fmt.Errorf("wfp-managed takes baseDomain, dispatchNamespace, dispatchWorkerName and routingKvNamespaceId, with accountId, apiTokenFile, apiBaseUrl, scriptCeiling and routePropagationSeconds")
+		}
+		if (inst.SaaSZoneID == "") != (inst.SaaSCnameTarget == "") {
+			return fmt.Errorf("wfp-managed saasZoneId and saasCnameTarget go together (the Cloudflare for SaaS zone of custom domains, and where users point them)")
+		}
+		if inst.SaaSZoneID != "" && (!cfName.MatchString(inst.SaaSZoneID) || !vocab.IsHostname(inst.SaaSCnameTarget)) {
+			return fmt.Errorf("wfp-managed saasZoneId must be a zone id and saasCnameTarget a lowercase DNS name")
 		}
 		// The dispatch worker caches each routing entry for Cloudflare's smallest KV cacheTtl
 		// (60 s): a shorter propagation window would close a deleted route's attestation, and

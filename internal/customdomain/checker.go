@@ -28,7 +28,9 @@ type DB interface {
 // their next check on, so that replicas running this at once look each name up once. It returns
 // how many it checked.
 func (s *Service) CheckDue(ctx context.Context, db DB, max int) (int, error) {
-	rows, err := dbsqlc.New(db).CustomDomainsDue(ctx, dbsqlc.CustomDomainsDueParams{MaxClaims: int32(max), LeaseSeconds: checkLease.Seconds()})
+	// The lease outlasts the whole batch, each lookup taking up to the resolver's timeout.
+	lease := checkLease + time.Duration(max)*s.Resolver.timeout()
+	rows, err := dbsqlc.New(db).CustomDomainsDue(ctx, dbsqlc.CustomDomainsDueParams{MaxClaims: int32(max), LeaseSeconds: lease.Seconds()})
 	if err != nil {
 		return 0, fmt.Errorf("custom domain: claims due: %w", err)
 	}
@@ -43,10 +45,14 @@ func (s *Service) CheckDue(ctx context.Context, db DB, max int) (int, error) {
 	return len(rows), errors.Join(errs...)
 }
 
+// errVerifiedMeanwhile ends a record whose claim another organization verified in the same
+// instant: its transaction is rolled back, and the next look says so.
+var errVerifiedMeanwhile = errors.New("custom domain: verified by another organization meanwhile")
+
 // record writes one lookup's outcome on the claim it was made for, unless the claim changed
 // meanwhile (deleted and claimed again, or decided by its owner's PUT).
 func (s *Service) record(ctx context.Context, db store.Beginner, due dbsqlc.CustomDomainsDueRow, l look) error {
-	return store.WithTx(ctx, db, func(tx pgx.Tx) error {
+	err := store.WithTx(ctx, db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		row, err := q.CustomDomainLock(ctx, dbsqlc.CustomDomainLockParams{OrganizationID: due.OrganizationID, Hostname: due.Hostname})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -72,10 +78,14 @@ func (s *Service) record(ctx context.Context, db store.Beginner, due dbsqlc.Cust
 		}
 		if _, err := q.CustomDomainSetState(ctx, c.params(row)); err != nil {
 			if store.IsUniqueViolation(err, "custom_domains_verified_key") {
-				return nil // verified elsewhere in the same instant: the next look says so
+				return errVerifiedMeanwhile
 			}
 			return fmt.Errorf("custom domain: record a check: %w", err)
 		}
 		return nil
 	})
+	if errors.Is(err, errVerifiedMeanwhile) {
+		return nil
+	}
+	return err
 }

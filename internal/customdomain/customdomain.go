@@ -250,7 +250,7 @@ func transition(row dbsqlc.CustomDomain, l look, expired bool) change {
 		case expired || row.Status == dbsqlc.CustomDomainStatusFailed:
 			c.status = dbsqlc.CustomDomainStatusFailed
 			if expired {
-				c.message = "not verified within 7 days; the last lookup: " + l.message + ". Publish the record and PUT the claim again, or delete it"
+				c.message = "not verified within 7 days; the last lookup: " + l.message + ". Publish the record, then delete the claim and claim it again (OpenTofu replaces a failed takoform_custom_domain by itself)"
 			}
 		default:
 			c.next = min(maxPendingBackoff, firstPendingBackoff<<min(row.Checks, 16))

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 
+	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
 
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
@@ -50,10 +51,10 @@ func Parse(c *catalog.Catalog, hostname string) (Name, error) {
 		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q must have no trailing dot", hostname)
 	case net.ParseIP(strings.Trim(n.Base, "[]")) != nil:
 		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is an IP address; a custom domain is a DNS name", hostname)
-	case !vocab.IsHostname(n.Base) || strings.HasPrefix(n.Base, "xn--") && !validALabel(n.Base) || len(hostname) > 253:
+	case !vocab.CustomDomain.MatchString(hostname) || !validALabels(n.Base) || len(hostname) > 253:
 		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is not a lowercase A-label DNS name of at most 253 octets (or *. and one)", hostname)
-	case !strings.Contains(n.Base, "."):
-		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q is a top-level name; a custom domain has at least two labels", hostname)
+	case allDigits(n.Base[strings.LastIndexByte(n.Base, '.')+1:]):
+		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q ends in a numeric label: it is an address, not a DNS name", hostname)
 	}
 	if suffix, _ := publicsuffix.PublicSuffix(n.Base); suffix == n.Base {
 		if n.Wildcard {
@@ -67,15 +68,22 @@ func Parse(c *catalog.Catalog, hostname string) (Name, error) {
 	return n, nil
 }
 
-// validALabel reports whether every xn-- label of name at least has something after its prefix
-// (full Punycode validation is the registrar's; the Host only refuses what cannot be a name).
-func validALabel(name string) bool {
-	for _, l := range strings.Split(name, ".") {
-		if l == "xn--" {
+// validALabels reports whether every xn-- label of name is valid Punycode of an IDNA name.
+func validALabels(name string) bool {
+	if !strings.Contains(name, "xn--") {
+		return true
+	}
+	_, err := idna.Lookup.ToUnicode(name)
+	return err == nil
+}
+
+func allDigits(label string) bool {
+	for _, c := range label {
+		if c < '0' || c > '9' {
 			return false
 		}
 	}
-	return true
+	return label != ""
 }
 
 // Covering names the claims that may cover a reservation's hostname: the hostname itself, then the

@@ -43,6 +43,14 @@ type Resolver struct {
 	Timeout time.Duration
 }
 
+// timeout is how long one lookup may take.
+func (r *Resolver) timeout() time.Duration {
+	if r.Timeout <= 0 {
+		return 3 * time.Second
+	}
+	return r.Timeout
+}
+
 // server is the resolver's address.
 func (r *Resolver) server() (string, error) {
 	s := r.Server
@@ -66,10 +74,7 @@ func (r *Resolver) Check(ctx context.Context, name, value string) (Outcome, stri
 	if err != nil {
 		return Unknown, err.Error()
 	}
-	timeout := r.Timeout
-	if timeout <= 0 {
-		timeout = 3 * time.Second
-	}
+	timeout := r.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	q := new(dns.Msg)
@@ -90,12 +95,20 @@ func (r *Resolver) Check(ctx context.Context, name, value string) (Outcome, stri
 	default:
 		return Unknown, fmt.Sprintf("the resolver answered %s for %s", dns.RcodeToString[answer.Rcode], name)
 	}
+	// The TXT records of the name, or of the end of a CNAME chain from it (a challenge delegated
+	// elsewhere): never a record of another owner the answer happens to carry.
+	owners := map[string]bool{strings.ToLower(dns.Fqdn(name)): true}
+	for range answer.Answer {
+		for _, rr := range answer.Answer {
+			if c, ok := rr.(*dns.CNAME); ok && owners[strings.ToLower(c.Hdr.Name)] {
+				owners[strings.ToLower(c.Target)] = true
+			}
+		}
+	}
 	found := 0
 	for _, rr := range answer.Answer {
-		// The answer is to this question: a TXT at the end of a CNAME chain (a challenge delegated
-		// elsewhere) counts as the name's own.
 		txt, ok := rr.(*dns.TXT)
-		if !ok {
+		if !ok || !owners[strings.ToLower(txt.Hdr.Name)] {
 			continue
 		}
 		found++

@@ -30,6 +30,20 @@ func (h *Host) letGoOfRevoked(ctx context.Context) (int64, error) {
 	var errs []error
 	for _, r := range holds {
 		org := auth.Organization{ID: r.OrganizationID, Name: r.OrganizationName}
+		// A name the organization verified again (its exact name after the wildcard it stood under
+		// was revoked) is still its own: the reservation is recorded under that claim and kept.
+		claim, err := reservation.CoveringClaim(ctx, h.DB, org.ID, r.Hostname)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reservation %s: %w", r.ReservationID, err))
+			continue
+		}
+		if claim != "" {
+			if _, err := dbsqlc.New(h.DB).ReservationCustomDomainRepoint(ctx, dbsqlc.ReservationCustomDomainRepointParams{
+				OrganizationID: org.ID, ID: r.ReservationID, CustomDomain: &claim}); err != nil {
+				errs = append(errs, fmt.Errorf("reservation %s: %w", r.ReservationID, err))
+			}
+			continue
+		}
 		resPath := "/v1/worker-endpoint-origin-reservations/" + url.PathEscape(r.ReservationID)
 		if r.ReservationStatus == dbsqlc.ReservationStatusActivated && r.ActivationToken != "" {
 			in := h.revokedIntent(org, reservation.ActivationKind, r.ReservationID, r.ActivationToken, resPath+"/activation", "takoform_worker_endpoint_activation")
@@ -53,11 +67,8 @@ func (h *Host) letGoOfRevoked(ctx context.Context) (int64, error) {
 			}
 			n++
 		}
-		if r.ReservationToken == "" {
-			continue
-		}
 		in := h.revokedIntent(org, reservation.Kind, r.ReservationID, r.ReservationToken, resPath, reservation.ResourceType)
-		_, err := h.Owners.Delete(ctx, in, func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
+		_, err = h.Owners.Delete(ctx, in, func(ctx context.Context, m *ownership.Mutation) (ownership.Response, error) {
 			return h.Reservations.Delete(ctx, m, org, r.ReservationID)
 		})
 		var refusal *apierr.Error

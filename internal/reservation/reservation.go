@@ -241,14 +241,24 @@ func (s *Service) resolveHostname(d desired, req Request) (desired, error) {
 
 // checkDomain finds the organization's verified claim that covers a reservation's custom hostname:
 // the name itself, or the wildcard one label above it unless another organization verified the
-// exact name (SPEC 3.7).
-func checkDomain(ctx context.Context, db dbsqlc.DBTX, org string, d *desired) error {
+// exact name (SPEC 3.7). lock, in a mutation, holds the claim FOR SHARE until the transaction ends,
+// so that a delete of the claim and a reservation under it never both commit.
+func checkDomain(ctx context.Context, db dbsqlc.DBTX, org string, d *desired, lock bool) error {
 	if d.hostname == "" {
 		return nil
 	}
 	exact, wildcard := customdomain.Covering(d.hostname)
 	q := dbsqlc.New(db)
-	row, err := q.CustomDomainCovering(ctx, dbsqlc.CustomDomainCoveringParams{OrganizationID: org, Hostname: exact, Wildcard: wildcard})
+	params := dbsqlc.CustomDomainCoveringParams{OrganizationID: org, Hostname: exact, Wildcard: wildcard}
+	var row dbsqlc.CustomDomainCoveringRow
+	var err error
+	if lock {
+		var locked dbsqlc.CustomDomainCoveringLockedRow
+		locked, err = q.CustomDomainCoveringLocked(ctx, dbsqlc.CustomDomainCoveringLockedParams(params))
+		row = dbsqlc.CustomDomainCoveringRow(locked)
+	} else {
+		row, err = q.CustomDomainCovering(ctx, params)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Another organization's verified claim is said as its PUT would say it (naming nobody),
 		// so that a configuration claiming a held name fails at plan.
@@ -280,7 +290,18 @@ func CheckServable(ctx context.Context, db dbsqlc.DBTX, r Reservation) error {
 		return nil
 	}
 	d := desired{hostname: *r.Hostname}
-	return checkDomain(ctx, db, r.OrganizationID, &d)
+	return checkDomain(ctx, db, r.OrganizationID, &d, true)
+}
+
+// CoveringClaim names the organization's verified claim that covers hostname now, or "" when
+// none does (the janitor asks before it lets a reservation on a revoked claim go).
+func CoveringClaim(ctx context.Context, db dbsqlc.DBTX, org, hostname string) (string, error) {
+	d := desired{hostname: hostname}
+	err := checkDomain(ctx, db, org, &d, false)
+	if e, ok := apierr.As(err); ok && (e.Code == apierr.DomainNotVerified || e.Code == apierr.DomainTaken) {
+		return "", nil
+	}
+	return d.customDomain, err
 }
 
 // Shapes of the labels the Host derives (SPEC 3.3, 3.4): a v2 script name, a managed default
@@ -397,7 +418,7 @@ func (s *Service) Create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err := checkHeld(ctx, tx, d); err != nil {
 		return Reservation{}, err
 	}
-	if err := checkDomain(ctx, tx, org.ID, &d); err != nil {
+	if err := checkDomain(ctx, tx, org.ID, &d, true); err != nil {
 		return Reservation{}, err
 	}
 	// The organization's reservation ceiling (SPEC 5.1), held until this transaction ends, the lazy
@@ -457,8 +478,11 @@ func (s *Service) Reconcile(ctx context.Context, tx pgx.Tx, org auth.Organizatio
 	if r.Space != d.space || r.WorkerName != d.workerName {
 		diffs = append(diffs, "space/workerName")
 	}
-	if r.Subdomain != d.subdomain || r.CanonicalOrigin != d.origin || deref(r.Hostname) != d.hostname {
-		diffs = append(diffs, "subdomain/hostname")
+	switch {
+	case deref(r.Hostname) != d.hostname:
+		diffs = append(diffs, "hostname")
+	case r.Subdomain != d.subdomain || r.CanonicalOrigin != d.origin:
+		diffs = append(diffs, "subdomain")
 	}
 	if r.TTLSeconds != d.ttl {
 		diffs = append(diffs, "ttlSeconds")
@@ -581,7 +605,7 @@ func (s *Service) Derive(ctx context.Context, db dbsqlc.DBTX, org auth.Organizat
 	if err := checkHeld(ctx, db, d); err != nil {
 		return Derivation{}, err
 	}
-	if err := checkDomain(ctx, db, org.ID, &d); err != nil {
+	if err := checkDomain(ctx, db, org.ID, &d, false); err != nil {
 		return Derivation{}, err
 	}
 	out := Derivation{OfferingID: d.offering.ID, CanonicalOrigin: d.origin, Subdomain: d.subdomain}

@@ -9,6 +9,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/apierr"
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/reservation"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
@@ -28,6 +29,10 @@ func (s *Service) Activate(ctx context.Context, m *ownership.Mutation, org auth.
 			return ownership.Response{}, apierr.New(apierr.ActivationMismatch, "endpoint %s/%s is not Ready (%s)", e.Space, e.Name, e.conditions()[0].Reason)
 		}
 		r, err := s.Reservations.Activate(ctx, tx, org.ID, reservationID, e.incarnation())
+		if err == nil {
+			// Nothing new on a custom domain no longer verified (SPEC 3.7).
+			err = reservation.CheckServable(ctx, tx, r)
+		}
 		if err != nil {
 			return ownership.Response{}, err
 		}

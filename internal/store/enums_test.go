@@ -22,6 +22,7 @@ import (
 var goEnums = map[string][]string{
 	"attestation_status":         values(dbsqlc.AllAttestationStatusValues()),
 	"cron_tick_outcome":          values(dbsqlc.AllCronTickOutcomeValues()),
+	"custom_domain_status":       values(dbsqlc.AllCustomDomainStatusValues()),
 	"deployment_status":          values(dbsqlc.AllDeploymentStatusValues()),
 	"effect_action":              values(dbsqlc.AllEffectActionValues()),
 	"effect_status":              values(dbsqlc.AllEffectStatusValues()),

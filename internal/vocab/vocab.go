@@ -21,6 +21,9 @@ const (
 	LabelPattern = `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`
 	// HostnamePattern is lowercase DNS labels joined by dots.
 	HostnamePattern = `^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`
+	// CustomDomainPattern is a custom domain claim's hostname: a hostname of at least two labels,
+	// or "*." and one (a wildcard; SPEC 3.7).
+	CustomDomainPattern = `^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$`
 	// BindingNamePattern is a worker binding's name (a JavaScript identifier of ASCII letters,
 	// digits and underscores).
 	BindingNamePattern = `^[A-Za-z_][A-Za-z0-9_]*$`
@@ -42,6 +45,7 @@ var (
 	OperationID   = regexp.MustCompile(OperationIDPattern)
 	UUID          = regexp.MustCompile(UUIDPattern)
 	Date          = regexp.MustCompile(DatePattern)
+	CustomDomain  = regexp.MustCompile(CustomDomainPattern)
 
 	hostname = regexp.MustCompile(HostnamePattern)
 )

@@ -64,7 +64,7 @@ func TestTheDocumentsSpellTheSameShapes(t *testing.T) {
 	}
 	ours := map[string]bool{vocab.NamePattern: true, vocab.ReservationIDPattern: true, vocab.LabelPattern: true,
 		vocab.HostnamePattern: true, vocab.BindingNamePattern: true, vocab.OperationIDPattern: true,
-		vocab.UUIDPattern: true, vocab.DatePattern: true}
+		vocab.UUIDPattern: true, vocab.DatePattern: true, vocab.CustomDomainPattern: true}
 	byColumn := map[string]string{"space": vocab.NamePattern, "name": vocab.NamePattern,
 		"worker_name": vocab.NamePattern, "operation_id": vocab.OperationIDPattern}
 

@@ -17,6 +17,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
@@ -52,6 +53,8 @@ const (
 	strMap
 	// limits is the worker's limits object: optional cpu_ms and memory_mb numbers.
 	limits
+	// records is a custom domain's DNS records: a list of {type, name, value, offering_id}.
+	records
 )
 
 type attribute struct {
@@ -69,6 +72,8 @@ type shape struct {
 	attrs    []attribute
 	identity []string
 	update   bool
+	// createOnly: the timeouts block has create alone.
+	createOnly bool
 }
 
 // Shapes are the Takoform resources' shapes (shape_test.go holds them to the provider's schemas).
@@ -87,6 +92,7 @@ var Shapes = []shape{
 			{name: "revision", kind: num, mode: computed},
 			{name: "space", kind: str, mode: required},
 			{name: "status", kind: str, mode: computed},
+			{name: "hostname", kind: str, mode: optional},
 			{name: "subdomain", kind: str, mode: optional},
 			{name: "ttl", kind: str, mode: optionalComputed},
 			{name: "worker_name", kind: str, mode: required},
@@ -174,6 +180,28 @@ var Shapes = []shape{
 			{name: "status", kind: str, mode: computed},
 		},
 	},
+	{
+		name:     "custom_domain",
+		identity: []string{"hostname"},
+		attrs: []attribute{
+			{name: "dns_records", kind: records, mode: computed},
+			{name: "hostname", kind: str, mode: required},
+			{name: "id", kind: str, mode: computed},
+			{name: "status", kind: str, mode: computed},
+			{name: "txt_name", kind: str, mode: computed},
+			{name: "txt_value", kind: str, mode: computed},
+			{name: "verified_at", kind: str, mode: computed},
+		},
+	},
+	{
+		name:       "custom_domain_verification",
+		createOnly: true,
+		attrs: []attribute{
+			{name: "hostname", kind: str, mode: required},
+			{name: "id", kind: str, mode: computed},
+			{name: "verified_at", kind: str, mode: computed},
+		},
+	},
 }
 
 func main() {
@@ -223,6 +251,10 @@ func (zeroProvider) Configure(context.Context, provider.ConfigureRequest, *provi
 func (zeroProvider) Resources(context.Context) []func() resource.Resource {
 	var out []func() resource.Resource
 	for _, s := range Shapes {
+		if len(s.identity) == 0 {
+			out = append(out, func() resource.Resource { return plainResource{zeroResource{s}} })
+			continue
+		}
 		out = append(out, func() resource.Resource { return zeroResource{s} })
 	}
 	return out
@@ -257,6 +289,10 @@ func (r zeroResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 			attrs[a.name] = schema.SetAttribute{ElementType: types.StringType, Required: req, Optional: opt, Computed: comp, Sensitive: a.sensitive} // sets cannot be write-only
 		case strMap:
 			attrs[a.name] = schema.MapAttribute{ElementType: types.StringType, Required: req, Optional: opt, Computed: comp, Sensitive: a.sensitive, WriteOnly: a.writeOnly}
+		case records:
+			attrs[a.name] = schema.ListAttribute{Required: req, Optional: opt, Computed: comp, ElementType: types.ObjectType{AttrTypes: map[string]attr.Type{
+				"type": types.StringType, "name": types.StringType, "value": types.StringType, "offering_id": types.StringType,
+			}}}
 		case limits:
 			attrs[a.name] = schema.SingleNestedAttribute{Required: req, Optional: opt, Computed: comp, Attributes: map[string]schema.Attribute{
 				"cpu_ms": schema.Int64Attribute{Optional: true}, "memory_mb": schema.Int64Attribute{Optional: true},
@@ -266,7 +302,7 @@ func (r zeroResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp
 	resp.Schema = schema.Schema{
 		Attributes: attrs,
 		Blocks: map[string]schema.Block{
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: r.update, Delete: true}),
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: r.update, Delete: !r.createOnly}),
 		},
 	}
 }
@@ -295,6 +331,29 @@ func (zeroResource) Update(_ context.Context, req resource.UpdateRequest, resp *
 }
 
 func (zeroResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}
+
+// plainResource is a zeroResource without an identity, for a Takoform resource that has none.
+type plainResource struct{ r zeroResource }
+
+func (p plainResource) Metadata(ctx context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	p.r.Metadata(ctx, req, resp)
+}
+
+func (p plainResource) Schema(ctx context.Context, req resource.SchemaRequest, resp *resource.SchemaResponse) {
+	p.r.Schema(ctx, req, resp)
+}
+
+func (plainResource) Create(_ context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	resp.State.Raw = known(req.Plan.Raw)
+}
+
+func (plainResource) Read(context.Context, resource.ReadRequest, *resource.ReadResponse) {}
+
+func (p plainResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	p.r.Update(ctx, req, resp)
+}
+
+func (plainResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}
 
 // known gives every unknown value in a planned object a made-up value of its type: a fresh random
 // string, 1, true, or an empty collection.

@@ -213,8 +213,9 @@ func (r wfpRoutes) read(ctx context.Context, sdk *Services, hostname string) (*r
 }
 
 func (r wfpRoutes) Apply(ctx context.Context, d backend.Desired) (backend.Observation, error) {
-	if !strings.HasSuffix(d.NativeName, "."+r.inst.BaseDomain) || d.ScriptName == "" {
-		return backend.Observation{}, fmt.Errorf("wfp-managed backend: %s is not a hostname under %s of installation %s", d.NativeName, r.inst.BaseDomain, r.inst.Name)
+	custom := r.isCustom(d.NativeName)
+	if (custom && r.inst.SaaSZoneID == "") || d.ScriptName == "" {
+		return backend.Observation{}, fmt.Errorf("wfp-managed backend: %s is not a hostname under %s of installation %s, which serves no custom domains", d.NativeName, r.inst.BaseDomain, r.inst.Name)
 	}
 	sdk, err := r.api(ctx)
 	if err != nil {
@@ -227,6 +228,13 @@ func (r wfpRoutes) Apply(ctx context.Context, d backend.Desired) (backend.Observ
 	// One endpoint routes one hostname: an entry of another endpoint is never overwritten.
 	if now != nil && now.EndpointUID != d.ResourceUID.String() {
 		return backend.Observation{}, fmt.Errorf("%w: the routing entry of %s on installation %s names another endpoint", backend.ErrScriptHeld, d.NativeName, r.inst.Name)
+	}
+	// A custom domain is served through its Cloudflare for SaaS custom hostname (SPEC 3.7).
+	var ch *customHostname
+	if custom {
+		if ch, err = r.ensureHostname(ctx, sdk, d.NativeName); err != nil {
+			return backend.Observation{}, err
+		}
 	}
 	// The entry carries the worker's cpuMs, which the dispatch worker dispatches with (SPEC 8).
 	value, err := json.Marshal(routeEntry{RouteEntry: dispatch.RouteEntry{ScriptName: d.ScriptName, EndpointUID: d.ResourceUID.String(), CPUMs: d.CPUMs}, DeploymentID: d.DeploymentID.String()})
@@ -250,8 +258,9 @@ func (r wfpRoutes) Apply(ctx context.Context, d backend.Desired) (backend.Observ
 	if err != nil {
 		return backend.Observation{}, err
 	}
-	obs := r.observed(ctx, e, d.NativeName)
-	if !obs.Holds(d.DeploymentID) || obs.Ready {
+	obs := r.observed(ctx, e, ch, d.NativeName)
+	if !obs.Holds(d.DeploymentID) || obs.Ready || (custom && !ch.active()) {
+		// A custom hostname still validating is Cloudflare's to finish: readiness asks again.
 		return obs, nil
 	}
 	deadline := time.Now().Add(r.probeWait)
@@ -275,11 +284,18 @@ func (r wfpRoutes) Delete(ctx context.Context, d backend.Desired) error {
 		return err
 	}
 	now, err := r.read(ctx, sdk, d.NativeName)
-	if err != nil || now == nil {
+	if err != nil {
 		return err
 	}
+	if now == nil {
+		// The entry is gone (perhaps by an earlier attempt): a custom domain's hostname goes too.
+		if r.isCustom(d.NativeName) && r.inst.SaaSZoneID != "" {
+			return r.deleteHostname(ctx, sdk, d.NativeName)
+		}
+		return nil
+	}
 	// KV has no conditional delete (SPEC 8): read, compare, delete, read again. An entry of
-	// another endpoint is its successor's and stays.
+	// another endpoint is its successor's and stays, with its custom hostname.
 	if now.EndpointUID != d.ResourceUID.String() {
 		return nil
 	}
@@ -297,6 +313,9 @@ func (r wfpRoutes) Delete(ctx context.Context, d backend.Desired) error {
 	if now != nil && now.EndpointUID == d.ResourceUID.String() {
 		return fmt.Errorf("wfp-managed backend: the routing entry of %s still reads back after its delete", d.NativeName)
 	}
+	if now == nil && r.isCustom(d.NativeName) && r.inst.SaaSZoneID != "" {
+		return r.deleteHostname(ctx, sdk, d.NativeName)
+	}
 	return nil
 }
 
@@ -312,20 +331,31 @@ func (r wfpRoutes) Observe(ctx context.Context, _ string, hostname string) (back
 	if err != nil {
 		return backend.Observation{}, err
 	}
-	return r.observed(ctx, e, hostname), nil
+	var ch *customHostname
+	if e != nil && r.isCustom(hostname) && r.inst.SaaSZoneID != "" {
+		if ch, err = r.readHostname(ctx, sdk, hostname); err != nil {
+			return backend.Observation{}, err
+		}
+	}
+	return r.observed(ctx, e, ch, hostname), nil
 }
 
 // observed is the observation of hostname's entry e as read back (nil: absent), its Ready from
-// one probe.
-func (r wfpRoutes) observed(ctx context.Context, e *routeEntry, hostname string) backend.Observation {
+// one probe; a custom domain's also needs its custom hostname ch active, certificate included.
+func (r wfpRoutes) observed(ctx context.Context, e *routeEntry, ch *customHostname, hostname string) backend.Observation {
 	if e == nil {
 		return backend.Observation{Lingers: r.inst.Propagation()}
 	}
 	obs := backend.Observation{Present: true, Admitted: true}
 	obs.DeploymentID, _ = uuid.Parse(e.DeploymentID)
-	if e.EndpointUID != "" && r.probe(ctx, hostname) == e.EndpointUID {
+	switch {
+	case r.isCustom(hostname) && ch == nil:
+		obs.Reason, obs.Message = "CustomHostnamePending", "the routing entry is written; the custom domain's Cloudflare for SaaS custom hostname does not read back"
+	case r.isCustom(hostname) && !ch.active():
+		obs.Reason, obs.Message = "CustomHostnamePending", fmt.Sprintf("the custom hostname's status is %q and its certificate's %q: Cloudflare activates it once the name points at %s", ch.Status, ch.SSLStatus, r.inst.SaaSCnameTarget)
+	case e.EndpointUID != "" && r.probe(ctx, hostname) == e.EndpointUID:
 		obs.Ready = true
-	} else {
+	default:
 		obs.Reason, obs.Message = "RoutePropagating", "the routing entry is written; the dispatch worker does not answer for the hostname yet"
 	}
 	return obs

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cloudflare/cloudflare-go/v6/custom_hostnames"
 	"github.com/cloudflare/cloudflare-go/v6/kv"
 	"github.com/cloudflare/cloudflare-go/v6/option"
 	"github.com/cloudflare/cloudflare-go/v6/workers"
@@ -54,6 +55,9 @@ type Services struct {
 	DispatchNamespaces *workers_for_platforms.DispatchNamespaceService
 	// KVValues: Workers KV values.
 	KVValues *kv.NamespaceValueService
+	// CustomHostnames: Cloudflare for SaaS custom hostnames of the operator's zone (custom domains
+	// on wfp-managed, SPEC 3.7).
+	CustomHostnames *custom_hostnames.CustomHostnameService
 }
 
 // New builds the services of one installation.
@@ -84,6 +88,7 @@ func New(o Options) (*Services, error) {
 		Subdomains:         workers.NewSubdomainService(opts...),
 		DispatchNamespaces: workers_for_platforms.NewDispatchNamespaceService(opts...),
 		KVValues:           kv.NewNamespaceValueService(opts...),
+		CustomHostnames:    custom_hostnames.NewCustomHostnameService(opts...),
 	}, nil
 }
 

@@ -74,6 +74,13 @@ func (s *Server) apiHandler() http.Handler {
 	route("GET "+values, s.getKV)
 	route("DELETE "+values, s.deleteKV)
 
+	// Cloudflare for SaaS custom hostnames of the SaaS zone.
+	const hostnames = "/client/v4/zones/{zone}/custom_hostnames"
+	route("POST "+hostnames, s.createCustomHostname)
+	route("GET "+hostnames, s.listCustomHostnames)
+	route("GET "+hostnames+"/{id}", s.getCustomHostname)
+	route("DELETE "+hostnames+"/{id}", s.deleteCustomHostname)
+
 	mux.Handle("/__standin/", s.adminHandler())
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, fail(http.StatusNotFound, CodeNoRoute, "No route for that URI"))

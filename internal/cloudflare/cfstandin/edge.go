@@ -46,7 +46,7 @@ func (s *Server) serveEdge(w http.ResponseWriter, r *http.Request) {
 		s.proxy(w, r, scriptKey{"", name}, sc.Current.ID)
 		return
 	}
-	if base != "" && strings.HasSuffix(host, "."+base) {
+	if (base != "" && strings.HasSuffix(host, "."+base)) || s.servesCustomHostname(host) {
 		s.dispatch(w, r)
 		return
 	}

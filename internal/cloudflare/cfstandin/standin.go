@@ -75,6 +75,13 @@ type Config struct {
 	// largest upload in bytes (default 10 MiB).
 	MaxScripts    int
 	MaxScriptSize int
+	// SaaSZoneID is the zone whose Cloudflare for SaaS custom hostnames the account may manage
+	// (custom domains on wfp-managed); an active one is served through the dispatch worker.
+	// CustomHostnameReadsToActive is how many reads a new custom hostname answers pending before it
+	// reads active, certificate included (default 1: pending in the create's answer, active when
+	// read back; more stands for a slow validation).
+	SaaSZoneID                  string
+	CustomHostnameReadsToActive int
 	// Workerd is the workerd binary that runs uploads. Empty: scripts are kept but never run (no
 	// startup validation, and the edge answers 503).
 	Workerd string
@@ -94,6 +101,9 @@ func (c *Config) defaults() error {
 	}
 	if c.RateBlock == 0 {
 		c.RateBlock = 5 * time.Minute
+	}
+	if c.CustomHostnameReadsToActive == 0 {
+		c.CustomHostnameReadsToActive = 1
 	}
 	if c.MaxScripts == 0 {
 		c.MaxScripts = 500
@@ -125,6 +135,8 @@ type Server struct {
 	rate        rateState
 	requests    []Request
 	credentials map[string]bool
+	// customHostnames are the SaaS zone's custom hostnames by id.
+	customHostnames map[string]*customHostname
 
 	runner *runner
 	ca     *edgeCA
@@ -166,6 +178,8 @@ func Listen(cfg Config, apiAddr, edgeAddr string) (*Server, error) {
 		namespaces:  map[string]time.Time{},
 		kv:          map[string]map[string]*kvKey{},
 		credentials: map[string]bool{},
+
+		customHostnames: map[string]*customHostname{},
 	}
 	now := cfg.Now()
 	for _, ns := range cfg.DispatchNamespaces {

@@ -57,6 +57,41 @@ func (q *Queries) CustomDomainCovering(ctx context.Context, arg CustomDomainCove
 	return i, err
 }
 
+const customDomainCoveringLocked = `-- name: CustomDomainCoveringLocked :one
+SELECT c.hostname,
+       EXISTS (SELECT 1 FROM custom_domains o WHERE o.hostname = $1 AND o.status = 'verified'
+               AND o.organization_id <> $2)::boolean AS exact_elsewhere
+FROM custom_domains c
+WHERE c.organization_id = $2 AND c.status = 'verified' AND c.hostname IN ($1, $3)
+ORDER BY c.hostname = $1 DESC
+LIMIT 1
+FOR SHARE OF c
+`
+
+type CustomDomainCoveringLockedParams struct {
+	Hostname       string
+	OrganizationID string
+	Wildcard       string
+}
+
+type CustomDomainCoveringLockedRow struct {
+	Hostname       string
+	ExactElsewhere bool
+}
+
+// CustomDomainCovering for a mutation: the claim is locked FOR SHARE until the transaction ends, so
+// that a delete of it (FOR UPDATE, then its in-use check) and a reservation created under it
+// serialize: one sees the other.
+// The organization's verified claim a reservation's hostname stands under: the hostname itself,
+// or the wildcard one label above it; and whether another organization verified the exact name
+// (a wildcard never covers it).
+func (q *Queries) CustomDomainCoveringLocked(ctx context.Context, arg CustomDomainCoveringLockedParams) (CustomDomainCoveringLockedRow, error) {
+	row := q.db.QueryRow(ctx, customDomainCoveringLocked, arg.Hostname, arg.OrganizationID, arg.Wildcard)
+	var i CustomDomainCoveringLockedRow
+	err := row.Scan(&i.Hostname, &i.ExactElsewhere)
+	return i, err
+}
+
 const customDomainCreate = `-- name: CustomDomainCreate :one
 WITH t AS MATERIALIZED (SELECT db_now() AS at)
 INSERT INTO custom_domains (organization_id, hostname, uid, status, message, verified_at, next_check_at,
@@ -227,6 +262,7 @@ func (q *Queries) CustomDomainRead(ctx context.Context, arg CustomDomainReadPara
 
 const customDomainRevokedHolds = `-- name: CustomDomainRevokedHolds :many
 SELECT r.organization_id, o.name AS organization_name, r.id AS reservation_id, r.status AS reservation_status,
+       COALESCE(r.hostname, '')::text AS hostname,
        e.space AS endpoint_space, e.name AS endpoint_name,
        COALESCE(ba.token, '')::text AS activation_token, COALESCE(be.token, '')::text AS endpoint_token,
        COALESCE(br.token, '')::text AS reservation_token
@@ -239,6 +275,11 @@ LEFT JOIN ownership_bindings be ON be.organization_id = r.organization_id AND be
 LEFT JOIN ownership_bindings br ON br.organization_id = r.organization_id AND br.kind = 'worker-endpoint-origin-reservation' AND br.external_key = r.id
 WHERE c.status = 'revoked' AND r.status <> 'released'
   AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
+  -- What the janitor cannot undo under an owner's token is left out, so that it never holds back
+  -- the others (a row without an owner is the operator's to look at).
+  AND br.token IS NOT NULL
+  AND (r.status <> 'activated' OR ba.token IS NOT NULL)
+  AND (e.uid IS NULL OR be.token IS NOT NULL)
 ORDER BY r.updated_at
 LIMIT 50
 `
@@ -248,6 +289,7 @@ type CustomDomainRevokedHoldsRow struct {
 	OrganizationName  string
 	ReservationID     string
 	ReservationStatus ReservationStatus
+	Hostname          string
 	EndpointSpace     *string
 	EndpointName      *string
 	ActivationToken   string
@@ -273,6 +315,7 @@ func (q *Queries) CustomDomainRevokedHolds(ctx context.Context) ([]CustomDomainR
 			&i.OrganizationName,
 			&i.ReservationID,
 			&i.ReservationStatus,
+			&i.Hostname,
 			&i.EndpointSpace,
 			&i.EndpointName,
 			&i.ActivationToken,
@@ -434,4 +477,25 @@ func (q *Queries) CustomDomainsDue(ctx context.Context, arg CustomDomainsDuePara
 		return nil, err
 	}
 	return items, nil
+}
+
+const reservationCustomDomainRepoint = `-- name: ReservationCustomDomainRepoint :execrows
+UPDATE worker_endpoint_origin_reservations SET custom_domain = $1
+WHERE organization_id = $2 AND id = $3 AND hostname IS NOT NULL
+`
+
+type ReservationCustomDomainRepointParams struct {
+	CustomDomain   *string
+	OrganizationID string
+	ID             string
+}
+
+// Records that another verified claim of the organization now covers a reservation's hostname (its
+// exact name verified after the wildcard it stood under was revoked), so that it is not let go.
+func (q *Queries) ReservationCustomDomainRepoint(ctx context.Context, arg ReservationCustomDomainRepointParams) (int64, error) {
+	result, err := q.db.Exec(ctx, reservationCustomDomainRepoint, arg.CustomDomain, arg.OrganizationID, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

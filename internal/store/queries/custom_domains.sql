@@ -86,12 +86,29 @@ WHERE c.organization_id = @organization_id AND c.status = 'verified' AND c.hostn
 ORDER BY c.hostname = @hostname DESC
 LIMIT 1;
 
+-- name: CustomDomainCoveringLocked :one
+-- CustomDomainCovering for a mutation: the claim is locked FOR SHARE until the transaction ends, so
+-- that a delete of it (FOR UPDATE, then its in-use check) and a reservation created under it
+-- serialize: one sees the other.
+-- The organization's verified claim a reservation's hostname stands under: the hostname itself,
+-- or the wildcard one label above it; and whether another organization verified the exact name
+-- (a wildcard never covers it).
+SELECT c.hostname,
+       EXISTS (SELECT 1 FROM custom_domains o WHERE o.hostname = @hostname AND o.status = 'verified'
+               AND o.organization_id <> @organization_id)::boolean AS exact_elsewhere
+FROM custom_domains c
+WHERE c.organization_id = @organization_id AND c.status = 'verified' AND c.hostname IN (@hostname, @wildcard)
+ORDER BY c.hostname = @hostname DESC
+LIMIT 1
+FOR SHARE OF c;
+
 -- name: CustomDomainRevokedHolds :many
 -- What still stands on revoked custom domains (SPEC 3.7: a domain that changes hands is let go):
 -- each reservation that holds a name on one, its activation, the endpoint recorded on it while
 -- that is not deleted, and the owners' tokens of the three, so that the janitor undoes them in the
 -- destroy order on their owners' behalf.
 SELECT r.organization_id, o.name AS organization_name, r.id AS reservation_id, r.status AS reservation_status,
+       COALESCE(r.hostname, '')::text AS hostname,
        e.space AS endpoint_space, e.name AS endpoint_name,
        COALESCE(ba.token, '')::text AS activation_token, COALESCE(be.token, '')::text AS endpoint_token,
        COALESCE(br.token, '')::text AS reservation_token
@@ -104,5 +121,16 @@ LEFT JOIN ownership_bindings be ON be.organization_id = r.organization_id AND be
 LEFT JOIN ownership_bindings br ON br.organization_id = r.organization_id AND br.kind = 'worker-endpoint-origin-reservation' AND br.external_key = r.id
 WHERE c.status = 'revoked' AND r.status <> 'released'
   AND r.format = 'takoserver.worker-endpoint-origin-reservation.v2'
+  -- What the janitor cannot undo under an owner's token is left out, so that it never holds back
+  -- the others (a row without an owner is the operator's to look at).
+  AND br.token IS NOT NULL
+  AND (r.status <> 'activated' OR ba.token IS NOT NULL)
+  AND (e.uid IS NULL OR be.token IS NOT NULL)
 ORDER BY r.updated_at
 LIMIT 50;
+
+-- name: ReservationCustomDomainRepoint :execrows
+-- Records that another verified claim of the organization now covers a reservation's hostname (its
+-- exact name verified after the wildcard it stood under was revoked), so that it is not let go.
+UPDATE worker_endpoint_origin_reservations SET custom_domain = @custom_domain
+WHERE organization_id = @organization_id AND id = @id AND hostname IS NOT NULL;

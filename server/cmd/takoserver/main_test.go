@@ -145,8 +145,8 @@ func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
 	require.EqualValues(t, 32, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 30, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "30", "--output", "json"))["version"])
+	require.EqualValues(t, 31, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "31", "--output", "json"))["version"])
 	require.EqualValues(t, 32, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
 	require.Contains(t, run(t, url, "migrate", "version"), "version 32")
 }
@@ -823,7 +823,7 @@ func TestSealingKeyFileAndRotation(t *testing.T) {
 	// A leaked key-encryption key is retired: re-wrapped under a new one, a Host starts with the
 	// new file, and no longer with the old one.
 	rewrapped := decodeJSON(t, run(t, url, "keys", "rewrap", "--sealing-key-file", kek, "--new-kek", other, "--output", "json"))
-	require.EqualValues(t, 5, rewrapped["rewrapped"], "four data keys (the current and three previous) and the commitment secret")
+	require.EqualValues(t, 6, rewrapped["rewrapped"], "four data keys (the current and three previous), the commitment secret and the custom-domain challenge secret")
 	startHost(t, url, other)
 	_, errOut, err = runRaw(url, "serve", "--listen", "127.0.0.1:0", "--sealing-key-file", kek)
 	require.Error(t, err)

@@ -68,6 +68,20 @@ func txtRecord(t *testing.T, claim map[string]any) (string, string) {
 	return first["name"].(string), first["value"].(string)
 }
 
+// verifyDomain claims hostname for key under token, publishes its record on d, and runs the
+// checker past the first backoff: the claim reads verified. It returns the TXT record.
+func (h *harness) verifyDomain(d *dnstest.Server, key, hostname, token string) (name, value string) {
+	h.t.Helper()
+	claim := h.putDomain(key, hostname, token)
+	require.Equal(h.t, http.StatusCreated, claim.status, "body: %s", claim.body)
+	name, value = txtRecord(h.t, claim.json(h.t))
+	d.SetTXT(name, value)
+	h.advance("6 seconds")
+	h.checkDomains()
+	require.Equal(h.t, "verified", h.domainStatus(key, hostname))
+	return name, value
+}
+
 // checkDomains runs one pass of the Host's custom-domain checker, as a replica's loop does.
 func (h *harness) checkDomains() int {
 	h.t.Helper()
@@ -169,12 +183,7 @@ func TestACustomDomainClaimRefusesNamesItMayNotTake(t *testing.T) {
 func TestAVerifiedDomainIsRevokedAfterSevenAbsentLookupsAndAPendingOneFailsAfterAWeek(t *testing.T) {
 	t.Parallel()
 	h, d := domainHarness(t)
-	claim := h.putDomain(h.key, "shop.example.com", tokenA).json(t)
-	name, value := txtRecord(t, claim)
-	d.SetTXT(name, value)
-	h.advance("6 seconds")
-	h.checkDomains()
-	require.Equal(t, "verified", h.domainStatus(h.key, "shop.example.com"))
+	name, value := h.verifyDomain(d, h.key, "shop.example.com", tokenA)
 
 	day := func() {
 		t.Helper()
@@ -257,19 +266,9 @@ func TestCustomDomainChecksAreDeduplicatedAcrossReplicas(t *testing.T) {
 func TestAReservationHoldsAVerifiedCustomHostname(t *testing.T) {
 	t.Parallel()
 	h, d := domainHarness(t)
-	verify := func(key, hostname, token string) {
-		t.Helper()
-		claim := h.putDomain(key, hostname, token)
-		require.Equal(t, http.StatusCreated, claim.status, "body: %s", claim.body)
-		name, value := txtRecord(t, claim.json(t))
-		d.SetTXT(name, value)
-		h.advance("6 seconds")
-		h.checkDomains()
-		require.Equal(t, "verified", h.domainStatus(key, hostname))
-	}
-	verify(h.key, "*.example.com", tokenA)
+	h.verifyDomain(d, h.key, "*.example.com", tokenA)
 	_, globexKey := h.newOrg("globex")
-	verify(globexKey, "taken.example.com", tokenB)
+	h.verifyDomain(d, globexKey, "taken.example.com", tokenB)
 
 	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
 	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
@@ -333,12 +332,7 @@ func (h *harness) waitReleasable(id, token string) {
 func TestNothingNewIsServedOnARevokedDomain(t *testing.T) {
 	t.Parallel()
 	h, d := domainHarness(t)
-	claim := h.putDomain(h.key, "solo.example.com", tokenA).json(t)
-	name, value := txtRecord(t, claim)
-	d.SetTXT(name, value)
-	h.advance("6 seconds")
-	h.checkDomains()
-	require.Equal(t, "verified", h.domainStatus(h.key, "solo.example.com"))
+	name, _ := h.verifyDomain(d, h.key, "solo.example.com", tokenA)
 	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
 	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
 	r := h.putReservation(h.key, "res-solo", tokenB, map[string]any{"space": "prod", "workerName": "api", "hostname": "solo.example.com", "offeringId": "worker", "ttlSeconds": 2592000})
@@ -417,11 +411,7 @@ func TestExactlyOneOrganizationVerifiesANameWhateverTheRace(t *testing.T) {
 func TestARevokedDomainIsLetGoAndCanChangeHands(t *testing.T) {
 	t.Parallel()
 	h, d := domainHarness(t)
-	claim := h.putDomain(h.key, "moving.example.com", tokenA).json(t)
-	name, value := txtRecord(t, claim)
-	d.SetTXT(name, value)
-	h.advance("6 seconds")
-	h.checkDomains()
+	name, _ := h.verifyDomain(d, h.key, "moving.example.com", tokenA)
 	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
 	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
 	r := h.putReservation(h.key, "res-moving", tokenB, map[string]any{"space": "prod", "workerName": "api", "hostname": "moving.example.com", "offeringId": "worker"})
@@ -532,12 +522,7 @@ func TestACustomDomainOnWFPIsACloudflareForSaaSCustomHostname(t *testing.T) {
 func TestADomainDeleteWaitsForAReservationBeingCreatedUnderIt(t *testing.T) {
 	t.Parallel()
 	h, d := domainHarness(t)
-	claim := h.putDomain(h.key, "busy.example.com", tokenA).json(t)
-	name, value := txtRecord(t, claim)
-	d.SetTXT(name, value)
-	h.advance("6 seconds")
-	h.checkDomains()
-	require.Equal(t, "verified", h.domainStatus(h.key, "busy.example.com"))
+	h.verifyDomain(d, h.key, "busy.example.com", tokenA)
 
 	ctx := context.Background()
 	tx, err := h.db.Begin(ctx)

@@ -136,9 +136,11 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 func TestAnOrganizationLoadingALargeBundleKeepsItsWeightAndItsProcess(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *runtime.Config) {
-		// Probes every 100 ms, each allowed 75: every load is probed while it runs, and one
-		// of a few hundred milliseconds misses three of them.
-		c.LivenessPeriod = 100 * time.Millisecond
+		// Probes every 200 ms, each allowed 150: the load (about 500 ms on an idle machine,
+		// seconds on a loaded one) is probed while it runs and misses them, while a probe of
+		// the idle process is not missed for a busy machine alone (at 100 ms, each allowed 75, a
+		// loaded CI machine missed probes outside the load).
+		c.LivenessPeriod = 200 * time.Millisecond
 	})
 	f.putSource("small", "uid-small", echoSource)
 	procs := descendants(t, f.waitReady("small").Incarnation.PID)

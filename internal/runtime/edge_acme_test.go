@@ -51,7 +51,11 @@ func (p *pebble) orders() []string {
 	return append([]string(nil), p.ordered...)
 }
 
-func startPebble(t *testing.T, edgePort int) *pebble {
+func startPebble(t *testing.T, edgePort int) *pebble { return startPebbleOn(t, 1, edgePort) }
+
+// startPebbleOn is startPebble validating HTTP-01 on httpPort and TLS-ALPN-01 on tlsPort (port 1:
+// nothing answers there).
+func startPebbleOn(t *testing.T, httpPort, tlsPort int) *pebble {
 	t.Helper()
 	// Before va.New and wfe.New read them: validate at once, never refuse a good nonce.
 	t.Setenv("PEBBLE_VA_NOSLEEP", "1")
@@ -77,7 +81,7 @@ func startPebble(t *testing.T, edgePort int) *pebble {
 
 	store := db.NewMemoryStore()
 	authority := ca.New(logger, store, "", "ecdsa", 0, 1, map[string]ca.Profile{"default": {Description: "default"}})
-	validator := va.New(logger, 1, edgePort, false, dnsL.Addr().String(), store)
+	validator := va.New(logger, httpPort, tlsPort, false, dnsL.Addr().String(), store)
 	front := wfe.New(logger, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
 	p := &pebble{}
 	handler := front.Handler()
@@ -227,4 +231,38 @@ func TestEdgeACMEOrdersAreBudgetedPerOrganization(t *testing.T) {
 	resp, _ = getTLS(t, client, url("b1.example.com"))
 	require.Equal(t, http.StatusOK, resp.StatusCode, "another organization still gets its certificate")
 	require.Equal(t, []string{"a1.example.com", "b1.example.com"}, p.orders())
+}
+
+// HTTP-01 is answered on the plain-HTTP listener (SPEC 3.7: ACME on demand by TLS-ALPN-01 or
+// HTTP-01): with only it asked for, and the CA unable to reach the edge's TLS port, the first
+// HTTPS request to a routed hostname still gets its certificate, and the listener keeps
+// redirecting other paths.
+func TestEdgeACMEAnswersHTTP01OnThePlainHTTPListener(t *testing.T) {
+	edgeL, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	httpL, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	edgePort := edgeL.Addr().(*net.TCPAddr).Port
+	p := startPebbleOn(t, httpL.Addr().(*net.TCPAddr).Port, 1)
+	f := setup(t, func(c *runtime.Config) {
+		c.EdgeListener = edgeL
+		c.EdgeTLS.HTTPListener = httpL
+		c.EdgeTLS.ACME = edge.ACMEOptions{Email: "ops@example.test", CA: p.dirURL, CARoot: p.caFile, Challenges: []string{edge.ChallengeHTTP}}
+	})
+	f.script("acme-http", "uid-acme-http", 1, "v1")
+	f.route("plain.example.com", "acme-http", "ep-acme-http")
+	f.waitReady("acme-http")
+	resp, body := getTLS(t, httpsClient(t, f.h.Info.EdgeAddr, p.roots, true), "https://plain.example.com:"+strconv.Itoa(edgePort)+"/")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, expectReply("v1", ""), body)
+	require.Equal(t, []string{"plain.example.com"}, p.orders())
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	req, err := http.NewRequest(http.MethodGet, "http://"+httpL.Addr().String()+"/path", nil)
+	require.NoError(t, err)
+	req.Host = "plain.example.com"
+	r, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, http.StatusPermanentRedirect, r.StatusCode, "other paths are still redirected")
 }

@@ -15,16 +15,24 @@ import (
 // --edge-acme-*), and opens the plain-HTTP redirect listener (--edge-http-listen) beside it.
 func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 	opts := n.cfg.EdgeTLS
-	t, err := edge.NewTLS(opts, handler, edgeL.Addr(), n.store.Dir(), n.store.Owner(), n.log)
-	if err != nil || t == nil {
+	if err := opts.Validate(); err != nil {
 		return err
 	}
+	// The plain-HTTP listener first: ACME answers HTTP-01 on it, and is told its address.
 	httpL := opts.HTTPListener
-	if httpL == nil && opts.HTTPListen != "" {
+	if httpL == nil && opts.HTTPListen != "" && opts.Enabled() {
+		var err error
 		if httpL, err = n.listen(opts.HTTPListen, "edge (plain HTTP)"); err != nil {
-			t.Close()
 			return fmt.Errorf("edge: plain-HTTP listen on %s: %w", opts.HTTPListen, err)
 		}
+		opts.HTTPListener = httpL
+	}
+	t, err := edge.NewTLS(opts, handler, edgeL.Addr(), n.store.Dir(), n.store.Owner(), n.log)
+	if err != nil || t == nil {
+		if httpL != nil && n.cfg.EdgeTLS.HTTPListener == nil {
+			_ = httpL.Close()
+		}
+		return err
 	}
 	n.edgeTLS, n.edgeHTTPL = t, httpL
 	if c := t.Collector(); c != nil {
@@ -33,7 +41,7 @@ func (n *Node) openEdgeTLS(handler *edge.Handler, edgeL net.Listener) error {
 	if httpL != nil {
 		// The redirect names the port clients reach the HTTPS edge on, not the one it listens on
 		// (a port mapping or a load balancer may stand between).
-		n.edgeHTTP = &http.Server{Handler: edge.Redirect(handler, opts.PublicHTTPSPort), ReadHeaderTimeout: 10 * time.Second,
+		n.edgeHTTP = &http.Server{Handler: t.HTTPChallenge(edge.Redirect(handler, opts.PublicHTTPSPort)), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
 			ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,24 @@ type ACMEOptions struct {
 	// OrdersPerHour, at least 1): the organization is the routed worker's, so one tenant naming
 	// many custom hostnames cannot spend the node's whole hour (SPEC 3.7).
 	OrdersPerOrganizationPerHour int
+	// Challenges are the ACME challenge types the edge answers: "tls-alpn-01" on its own port
+	// (the CA must reach it on 443) and "http-01" on the plain-HTTP listener (the CA must reach
+	// it on 80; only with --edge-http-listen). Empty: both, HTTP-01 where there is a listener.
+	Challenges []string
+}
+
+// The challenge types the edge answers.
+const (
+	ChallengeTLSALPN = "tls-alpn-01"
+	ChallengeHTTP    = "http-01"
+)
+
+// challenges reports which challenge types the options ask for.
+func (o ACMEOptions) challenges() (tlsALPN, http01 bool) {
+	if len(o.Challenges) == 0 {
+		return true, true
+	}
+	return slices.Contains(o.Challenges, ChallengeTLSALPN), slices.Contains(o.Challenges, ChallengeHTTP)
 }
 
 // organizationShare is OrdersPerOrganizationPerHour's default.
@@ -67,6 +86,7 @@ var (
 type acmeManager struct {
 	cache   *certmagic.Cache
 	config  *certmagic.Config
+	issuer  *certmagic.ACMEIssuer
 	limiter *certmagic.RingBufferRateLimiter
 	orgs    *orgLimiters
 }
@@ -100,9 +120,23 @@ func (l *orgLimiters) stop() {
 // newACME configures certmagic for on-demand issuance. The decision consults the edge's routes
 // (serves), so an unknown hostname never reaches storage or the CA; an order counts against the
 // node's hour and against the hour of the organization whose worker is routed there (ownerOf);
-// TLS-ALPN-01 is the only challenge, answered by the edge's own listener at edgeAddr (the CA must
-// reach it on port 443).
-func newACME(o ACMEOptions, serves func(string) bool, ownerOf func(string) string, edgeAddr net.Addr, stateDir string, owner safedir.Owner, log *slog.Logger) (*acmeManager, error) {
+// TLS-ALPN-01 is answered by the edge's own listener at edgeAddr (the CA must reach it on port
+// 443), and HTTP-01 by the plain-HTTP listener at httpAddr (nil: none) through HTTPChallenge.
+func newACME(o ACMEOptions, serves func(string) bool, ownerOf func(string) string, edgeAddr, httpAddr net.Addr, stateDir string, owner safedir.Owner, log *slog.Logger) (*acmeManager, error) {
+	tlsALPN, http01 := o.challenges()
+	httpPort := 0
+	if httpAddr != nil {
+		_, p, err := net.SplitHostPort(httpAddr.String())
+		if err != nil {
+			return nil, err
+		}
+		if httpPort, err = strconv.Atoi(p); err != nil {
+			return nil, err
+		}
+	} else if http01 && len(o.Challenges) > 0 && !tlsALPN {
+		return nil, errors.New("--edge-acme-challenges http-01 needs --edge-http-listen: the CA asks for the challenge over plain HTTP")
+	}
+	http01 = http01 && httpPort != 0
 	dir := filepath.Join(stateDir, ACMEDir)
 	if err := safedir.Ensure(dir, owner); err != nil {
 		return nil, err
@@ -154,16 +188,23 @@ func newACME(o ACMEOptions, serves func(string) bool, ownerOf func(string) strin
 	issuer := certmagic.NewACMEIssuer(m.config, certmagic.ACMEIssuer{
 		CA: o.CA, Email: o.Email, Agreed: true, TrustedRoots: roots,
 		// TLS-ALPN-01 on the edge's own port: the challenge is answered in the edge's handshake.
-		// Naming that address makes certmagic find it taken and never open a listener of its own.
-		DisableHTTPChallenge: true, DisableDistributedSolvers: true,
-		ListenHost: host, AltTLSALPNPort: port,
+		// HTTP-01 on the plain-HTTP listener, through HTTPChallenge. Naming those addresses makes
+		// certmagic find them taken and never open a listener of its own.
+		DisableTLSALPNChallenge: !tlsALPN, DisableHTTPChallenge: !http01, DisableDistributedSolvers: true,
+		ListenHost: host, AltTLSALPNPort: port, AltHTTPPort: httpPort,
 		Logger: zl,
 	})
+	m.issuer = issuer
 	m.config.Issuers = []certmagic.Issuer{limitedIssuer{ACMEIssuer: issuer, limiter: m.limiter, orgs: m.orgs, ownerOf: ownerOf}}
 	return m, nil
 }
 
 func (m *acmeManager) tlsConfig() *tls.Config { return m.config.TLSConfig() }
+
+// httpChallenge answers the CA's HTTP-01 requests (/.well-known/acme-challenge/) in front of h.
+func (m *acmeManager) httpChallenge(h http.Handler) http.Handler {
+	return m.issuer.HTTPChallengeHandler(h)
+}
 
 func (m *acmeManager) close() {
 	m.cache.Stop()

@@ -60,6 +60,14 @@ func (o TLSOptions) Validate() error {
 	if o.ACME.Email == "" && (o.ACME.CA != "" || o.ACME.CARoot != "") {
 		return errors.New("--edge-acme-ca and --edge-acme-ca-root need --edge-acme-email, which turns ACME on")
 	}
+	for _, c := range o.ACME.Challenges {
+		if c != ChallengeTLSALPN && c != ChallengeHTTP {
+			return fmt.Errorf("--edge-acme-challenges: %q is not %s or %s", c, ChallengeTLSALPN, ChallengeHTTP)
+		}
+	}
+	if tlsALPN, http01 := o.ACME.challenges(); len(o.ACME.Challenges) > 0 && !tlsALPN && http01 && o.HTTPListen == "" && o.HTTPListener == nil {
+		return errors.New("--edge-acme-challenges http-01 needs --edge-http-listen: the CA asks for the challenge over plain HTTP")
+	}
 	if o.ACME.OrdersPerHour < 0 || o.ACME.OrdersPerOrganizationPerHour < 0 {
 		return errors.New("--edge-acme-orders-per-hour and --edge-acme-orders-per-organization must not be negative")
 	}
@@ -114,7 +122,11 @@ func NewTLS(opts TLSOptions, h *Handler, edgeAddr net.Addr, stateDir string, own
 		t.done.Add(1)
 		go func() { defer t.done.Done(); files.watch(every, t.stop) }()
 	} else {
-		m, err := newACME(opts.ACME, h.Serves, h.OwnerOf, edgeAddr, stateDir, owner, log)
+		var httpAddr net.Addr
+		if opts.HTTPListener != nil {
+			httpAddr = opts.HTTPListener.Addr()
+		}
+		m, err := newACME(opts.ACME, h.Serves, h.OwnerOf, edgeAddr, httpAddr, stateDir, owner, log)
 		if err != nil {
 			return nil, err
 		}
@@ -146,6 +158,15 @@ func (t *TLS) Collector() prometheus.Collector {
 
 // Config is the tls.Config of the edge's server (HTTP/2 and HTTP/1.1 by ALPN).
 func (t *TLS) Config() *tls.Config { return t.config.Clone() }
+
+// HTTPChallenge puts the ACME HTTP-01 answers in front of h, the plain-HTTP listener's handler
+// (h itself without ACME).
+func (t *TLS) HTTPChallenge(h http.Handler) http.Handler {
+	if t.acme == nil {
+		return h
+	}
+	return t.acme.httpChallenge(h)
+}
 
 // Reload reads the certificate files again now (what SIGHUP does); with ACME it does nothing.
 func (t *TLS) Reload() error {

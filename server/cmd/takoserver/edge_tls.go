@@ -21,6 +21,7 @@ func edgeTLSFlags(fs *pflag.FlagSet, o *edge.TLSOptions) {
 	fs.StringVar(&o.ACME.CARoot, "edge-acme-ca-root", "", "CA certificate(s) (PEM) that issued a private ACME server's HTTPS certificate")
 	fs.IntVar(&o.ACME.OrdersPerHour, "edge-acme-orders-per-hour", edge.DefaultACMEOrdersPerHour, "new certificate orders the edge may place in any hour; beyond it a new hostname's handshake fails until the hour has room")
 	fs.IntVar(&o.ACME.OrdersPerOrganizationPerHour, "edge-acme-orders-per-organization", 0, "new certificate orders one organization's hostnames may place in any hour (default a fifth of --edge-acme-orders-per-hour, at least 1), so that one tenant's custom domains cannot spend the node's hour")
+	fs.StringSliceVar(&o.ACME.Challenges, "edge-acme-challenges", nil, "the ACME challenge types the edge answers: tls-alpn-01 (on the edge's port; the CA must reach it on 443) and http-01 (on --edge-http-listen; the CA must reach it on 80); default both, http-01 where there is a plain-HTTP listener")
 	fs.StringVar(&o.HTTPListen, "edge-http-listen", "", "with HTTPS on, also listen for plain HTTP here and redirect routed hostnames to https:// (other hosts get 404); without it no plain HTTP is served")
 	fs.IntVar(&o.PublicHTTPSPort, "edge-https-port", 0, "the port clients reach the HTTPS edge on, named by the plain-HTTP redirect (behind a port mapping or load balancer); default 443, left out of the redirect's URL")
 }

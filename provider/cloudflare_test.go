@@ -1,6 +1,7 @@
 package provider_test
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/client"
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
+	"github.com/takoform/terraform-provider-takoform/internal/customdomain/dnstest"
 	"github.com/takoform/terraform-provider-takoform/internal/leakscan"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
@@ -32,6 +34,8 @@ import (
 
 // The stand-in's account, and what a wfp-managed installation on it names.
 const (
+	// cfSaaSZone is the stand-in's Cloudflare for SaaS zone (custom domains on wfp-managed).
+	cfSaaSZone   = "0123456789abcdef0123456789abcdef"
 	cfAccount    = "0123456789abcdef0123456789abcdef"
 	cfSubdomain  = "acme"
 	cfToken      = "cf-canary-token-5eb1c0ffee"
@@ -47,6 +51,8 @@ type cloud struct {
 	standin *cfstandin.Server // nil on a real account
 	fetch   *http.Client
 	live    bool
+	// dns is the DNS server the Host resolves custom domains through on the stand-in (nil live).
+	dns *dnstest.Server
 }
 
 // liveAccount reports the real account the live suite runs on, or skips.
@@ -83,6 +89,9 @@ func newCloud(t *testing.T) *cloud {
 		wfp["dispatchNamespace"] = os.Getenv("TAKOFORM_CLOUDFLARE_DISPATCH_NAMESPACE")
 		wfp["dispatchWorkerName"] = os.Getenv("TAKOFORM_CLOUDFLARE_DISPATCH_WORKER")
 		wfp["routingKvNamespaceId"] = os.Getenv("TAKOFORM_CLOUDFLARE_ROUTING_KV")
+		if zone := os.Getenv("TAKOFORM_CLOUDFLARE_SAAS_ZONE"); zone != "" {
+			wfp["saasZoneId"], wfp["saasCnameTarget"] = zone, os.Getenv("TAKOFORM_CLOUDFLARE_SAAS_TARGET")
+		}
 		c.fetch = http.DefaultClient
 	} else {
 		token, account = cfToken, cfAccount
@@ -90,10 +99,15 @@ func newCloud(t *testing.T) *cloud {
 			Token: cfToken, AccountID: cfAccount, AccountSubdomain: cfSubdomain, Workerd: workerdtest.Binary(t),
 			DispatchNamespaces: []string{cfNamespace}, KVNamespaces: []string{cfRoutingKV},
 			BaseDomain: cfBaseDomain, RoutingKVNamespace: cfRoutingKV, RoutingDispatchNamespace: cfNamespace,
-			KVStale: time.Second,
+			KVStale: time.Second, SaaSZoneID: cfSaaSZone, CustomHostnameReadsToActive: 2,
 		})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
+		wfp["saasZoneId"], wfp["saasCnameTarget"] = cfSaaSZone, "customers."+cfBaseDomain
+		d, err := dnstest.Start()
+		require.NoError(t, err)
+		t.Cleanup(d.Close)
+		c.dns = d
 		c.standin, c.fetch = s, s.EdgeClient()
 		workersDev["accountSubdomain"], workersDev["apiBaseUrl"], wfp["apiBaseUrl"] = cfSubdomain, s.BaseURL(), s.BaseURL()
 		wfp["baseDomain"], wfp["dispatchNamespace"], wfp["dispatchWorkerName"], wfp["routingKvNamespaceId"] = cfBaseDomain, cfNamespace, "takoform-dispatch", cfRoutingKV
@@ -103,6 +117,10 @@ func newCloud(t *testing.T) *cloud {
 	require.NoError(t, safedir.WriteFile(private, "api-token", []byte(token+"\n"), safedir.Current()))
 	for _, inst := range []map[string]any{workersDev, wfp} {
 		inst["accountId"], inst["apiTokenFile"] = account, filepath.Join(private, "api-token")
+	}
+	wfpWorker := map[string]any{"id": "cf-wfp-worker", "kind": "module-worker", "installation": "cf-wfp", "soldTo": []string{"*"}}
+	if wfp["saasZoneId"] != nil {
+		wfpWorker["customDomains"] = map[string]any{}
 	}
 	opts := testhost.Options{CatalogFor: func(node *runtimetest.Harness) *catalog.Catalog {
 		doc, err := json.Marshal(map[string]any{
@@ -116,7 +134,7 @@ func newCloud(t *testing.T) *cloud {
 				map[string]any{"id": "selfhost-worker-endpoint", "kind": "worker-endpoint", "installation": "selfhost", "soldTo": []string{"*"}},
 				map[string]any{"id": "cf-dev-worker", "kind": "module-worker", "installation": "cf-dev", "soldTo": []string{"*"}},
 				map[string]any{"id": "cf-dev-endpoint", "kind": "worker-endpoint", "installation": "cf-dev", "soldTo": []string{"*"}},
-				map[string]any{"id": "cf-wfp-worker", "kind": "module-worker", "installation": "cf-wfp", "soldTo": []string{"*"}},
+				wfpWorker,
 				map[string]any{"id": "cf-wfp-endpoint", "kind": "worker-endpoint", "installation": "cf-wfp", "soldTo": []string{"*"}},
 			},
 		})
@@ -129,6 +147,10 @@ func newCloud(t *testing.T) *cloud {
 	}}
 	if c.standin != nil {
 		opts.CloudflareEdge = c.standin.EdgeClient()
+		opts.DNSResolver = c.dns.Addr
+	} else {
+		// Live: custom domains are looked up through a public resolver (TAKOFORM_CLOUDFLARE_DNS_RESOLVER).
+		opts.DNSResolver = cmp.Or(os.Getenv("TAKOFORM_CLOUDFLARE_DNS_RESOLVER"), "1.1.1.1:53")
 	}
 	h := testhost.Start(t, opts)
 	api, err := client.New(client.Config{Endpoint: h.URL, APIKey: h.Key, OrganizationID: h.Organization.ID, MaxRetries: 2})

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/stretchr/testify/require"
 
 	"github.com/takoform/terraform-provider-takoform/internal/backend/cloudflare"
@@ -121,6 +125,73 @@ func TestAccWFPServiceBindingAndCPULimit(t *testing.T) {
 			}
 			if n := c.standin.KVKeys(cfRoutingKV); n != 0 {
 				return fmt.Errorf("%d routing entries left", n)
+			}
+			return nil
+		},
+	})
+}
+
+// TestAccCustomDomainOnWFP applies the quickstart graph on wfp-managed at a verified custom domain
+// (SPEC 3.7): the claim's records point the name at the SaaS zone's target, the endpoint's url is
+// https://<name>/ and answers with the secret's digest once Cloudflare's custom hostname is active,
+// and destroy leaves no custom hostname on the zone. On a real account it is skipped: publishing
+// the claim's TXT record needs a DNS zone the live suite does not manage.
+func TestAccCustomDomainOnWFP(t *testing.T) {
+	t.Parallel()
+	c := newCloud(t)
+	if c.live {
+		t.Skip("custom domains on a real account need the claim's TXT record published in a zone of yours; the suite runs them on the stand-in")
+	}
+	const hostname, secret = "shop.example.org", "sealed-canary-wfp-domain-77a1"
+	code := strings.ReplaceAll(cloudWorker, "VERSION", "v1")
+	claim := `
+resource "takoform_custom_domain" "d" {
+  hostname = "` + hostname + `"
+}
+`
+	graph := claim + `
+resource "takoform_custom_domain_verification" "v" {
+  hostname = takoform_custom_domain.d.hostname
+}
+` + strings.Replace(cloudGraph("cf-wfp", "saas", "", code, secret, 1), `  offering_id = "cf-wfp-worker"
+`, `  offering_id = "cf-wfp-worker"
+  hostname    = takoform_custom_domain_verification.v.hostname
+`, 1)
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: factories,
+		Steps: []resource.TestStep{
+			{
+				Config: c.config(claim),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("takoform_custom_domain.d", tfjsonpath.New("dns_records"), knownvalue.ListPartial(map[int]knownvalue.Check{
+						1: knownvalue.ObjectExact(map[string]knownvalue.Check{
+							"type": knownvalue.StringExact("CNAME"), "name": knownvalue.StringExact(hostname),
+							"value": knownvalue.StringExact("customers." + cfBaseDomain), "offering_id": knownvalue.StringExact("cf-wfp-worker"),
+						}),
+					})),
+				},
+				Check: func(s *terraform.State) error {
+					attrs := s.RootModule().Resources["takoform_custom_domain.d"].Primary.Attributes
+					c.dns.SetTXT(attrs["txt_name"], attrs["txt_value"])
+					return nil
+				},
+			},
+			{
+				Config: c.config(graph),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(endpointAddr, tfjsonpath.New("url"), knownvalue.StringExact("https://"+hostname+"/")),
+				},
+				Check: resource.ComposeTestCheckFunc(c.urlAnswers(http.StatusOK, "v1 "+digest(secret)), func(*terraform.State) error {
+					if got := c.standin.CustomHostnames(); !got[hostname] {
+						return fmt.Errorf("the zone's custom hostnames are %v", got)
+					}
+					return nil
+				}),
+			},
+		},
+		CheckDestroy: func(*terraform.State) error {
+			if got := c.standin.CustomHostnames(); len(got) != 0 {
+				return fmt.Errorf("custom hostnames left on the zone: %v", got)
 			}
 			return nil
 		},

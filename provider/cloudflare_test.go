@@ -89,8 +89,8 @@ func newCloud(t *testing.T) *cloud {
 		wfp["dispatchNamespace"] = os.Getenv("TAKOFORM_CLOUDFLARE_DISPATCH_NAMESPACE")
 		wfp["dispatchWorkerName"] = os.Getenv("TAKOFORM_CLOUDFLARE_DISPATCH_WORKER")
 		wfp["routingKvNamespaceId"] = os.Getenv("TAKOFORM_CLOUDFLARE_ROUTING_KV")
-		if zone := os.Getenv("TAKOFORM_CLOUDFLARE_SAAS_ZONE"); zone != "" {
-			wfp["saasZoneId"], wfp["saasCnameTarget"] = zone, os.Getenv("TAKOFORM_CLOUDFLARE_SAAS_TARGET")
+		if zone, target := os.Getenv("TAKOFORM_CLOUDFLARE_SAAS_ZONE"), os.Getenv("TAKOFORM_CLOUDFLARE_SAAS_TARGET"); zone != "" && target != "" {
+			wfp["saasZoneId"], wfp["saasCnameTarget"] = zone, target
 		}
 		c.fetch = http.DefaultClient
 	} else {

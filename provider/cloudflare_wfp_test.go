@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/cloudflare/cloudflare-go/v6/dns"
+	"github.com/cloudflare/cloudflare-go/v6/option"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -134,15 +138,21 @@ func TestAccWFPServiceBindingAndCPULimit(t *testing.T) {
 // TestAccCustomDomainOnWFP applies the quickstart graph on wfp-managed at a verified custom domain
 // (SPEC 3.7): the claim's records point the name at the SaaS zone's target, the endpoint's url is
 // https://<name>/ and answers with the secret's digest once Cloudflare's custom hostname is active,
-// and destroy leaves no custom hostname on the zone. On a real account it is skipped: publishing
-// the claim's TXT record needs a DNS zone the live suite does not manage.
+// and destroy leaves no custom hostname on the zone. On a real account (TAKOFORM_CLOUDFLARE_LIVE=1)
+// it needs the SaaS zone (TAKOFORM_CLOUDFLARE_SAAS_ZONE, _SAAS_TARGET), a hostname already CNAMEd
+// to the target (TAKOFORM_CLOUDFLARE_CUSTOM_HOSTNAME), and the zone of that hostname
+// (TAKOFORM_CLOUDFLARE_DNS_ZONE), where the test publishes the claim's TXT record through the API
+// token and deletes it afterwards.
 func TestAccCustomDomainOnWFP(t *testing.T) {
 	t.Parallel()
 	c := newCloud(t)
+	hostname, target := "shop.example.org", "customers."+cfBaseDomain
 	if c.live {
-		t.Skip("custom domains on a real account need the claim's TXT record published in a zone of yours; the suite runs them on the stand-in")
+		liveSetting(t, "TAKOFORM_CLOUDFLARE_SAAS_ZONE")
+		hostname, target = liveSetting(t, "TAKOFORM_CLOUDFLARE_CUSTOM_HOSTNAME"), liveSetting(t, "TAKOFORM_CLOUDFLARE_SAAS_TARGET")
+		liveSetting(t, "TAKOFORM_CLOUDFLARE_DNS_ZONE")
 	}
-	const hostname, secret = "shop.example.org", "sealed-canary-wfp-domain-77a1"
+	const secret = "sealed-canary-wfp-domain-77a1"
 	code := strings.ReplaceAll(cloudWorker, "VERSION", "v1")
 	claim := `
 resource "takoform_custom_domain" "d" {
@@ -166,14 +176,13 @@ resource "takoform_custom_domain_verification" "v" {
 					statecheck.ExpectKnownValue("takoform_custom_domain.d", tfjsonpath.New("dns_records"), knownvalue.ListPartial(map[int]knownvalue.Check{
 						1: knownvalue.ObjectExact(map[string]knownvalue.Check{
 							"type": knownvalue.StringExact("CNAME"), "name": knownvalue.StringExact(hostname),
-							"value": knownvalue.StringExact("customers." + cfBaseDomain), "offering_id": knownvalue.StringExact("cf-wfp-worker"),
+							"value": knownvalue.StringExact(target), "offering_id": knownvalue.StringExact("cf-wfp-worker"),
 						}),
 					})),
 				},
 				Check: func(s *terraform.State) error {
 					attrs := s.RootModule().Resources["takoform_custom_domain.d"].Primary.Attributes
-					c.dns.SetTXT(attrs["txt_name"], attrs["txt_value"])
-					return nil
+					return c.publishTXT(t, attrs["txt_name"], attrs["txt_value"])
 				},
 			},
 			{
@@ -182,6 +191,9 @@ resource "takoform_custom_domain_verification" "v" {
 					statecheck.ExpectKnownValue(endpointAddr, tfjsonpath.New("url"), knownvalue.StringExact("https://"+hostname+"/")),
 				},
 				Check: resource.ComposeTestCheckFunc(c.urlAnswers(http.StatusOK, "v1 "+digest(secret)), func(*terraform.State) error {
+					if c.live {
+						return nil
+					}
 					if got := c.standin.CustomHostnames(); !got[hostname] {
 						return fmt.Errorf("the zone's custom hostnames are %v", got)
 					}
@@ -190,10 +202,43 @@ resource "takoform_custom_domain_verification" "v" {
 			},
 		},
 		CheckDestroy: func(*terraform.State) error {
+			if c.live {
+				return nil
+			}
 			if got := c.standin.CustomHostnames(); len(got) != 0 {
 				return fmt.Errorf("custom hostnames left on the zone: %v", got)
 			}
 			return nil
 		},
 	})
+}
+
+// publishTXT publishes a TXT record as the domain's owner would: on the stand-in's DNS server, or
+// on a real account in TAKOFORM_CLOUDFLARE_DNS_ZONE through the API token (deleted when the test
+// ends).
+func (c *cloud) publishTXT(t *testing.T, name, value string) error {
+	if !c.live {
+		c.dns.SetTXT(name, value)
+		return nil
+	}
+	records := dns.NewRecordService(option.WithAPIToken(os.Getenv("CLOUDFLARE_API_TOKEN")), option.WithMaxRetries(2))
+	zone := os.Getenv("TAKOFORM_CLOUDFLARE_DNS_ZONE")
+	var body dns.TXTRecordParam
+	body.Name.Value, body.Name.Present = name, true
+	body.Content.Value, body.Content.Present = `"`+value+`"`, true
+	body.TTL.Value, body.TTL.Present = dns.TTL(60), true
+	body.Type.Value, body.Type.Present = dns.TXTRecordTypeTXT, true
+	var p dns.RecordNewParams
+	p.ZoneID.Value, p.ZoneID.Present = zone, true
+	p.Body = body
+	rec, err := records.New(context.Background(), p)
+	if err != nil {
+		return fmt.Errorf("publish the TXT record %s: %w", name, err)
+	}
+	t.Cleanup(func() {
+		var d dns.RecordDeleteParams
+		d.ZoneID.Value, d.ZoneID.Present = zone, true
+		_, _ = records.Delete(context.Background(), rec.ID, d)
+	})
+	return nil
 }

@@ -92,6 +92,11 @@ func (f *stoppableFront) arm() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.armed = true
+	// From here each connection carries one request: a create can then only meet a refused
+	// connection (known not sent), never a connection opened before the stop that is closed under
+	// it (which may have reached the Host, and is rightly retried until the resource's timeout;
+	// seen once in CI, the apply then took the ten minutes).
+	f.srv.Config.SetKeepAlivesEnabled(false)
 }
 
 const hostDownConfig = `

@@ -30,13 +30,8 @@ type Server struct {
 
 // Start serves on a free loopback port (UDP and TCP on the same port) until Close.
 func Start() (*Server, error) {
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	pc, l, err := listen()
 	if err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
 		return nil, err
 	}
 	s := &Server{Addr: pc.LocalAddr().String(), txt: map[string][]string{}, a: map[string]net.IP{}, fail: map[string]int{}, queries: map[string]int{}}
@@ -50,6 +45,24 @@ func Start() (*Server, error) {
 	<-up
 	<-up
 	return s, nil
+}
+
+// listen takes a free UDP port and the same TCP port, trying other ports while the TCP one is
+// taken (the UDP port's number may be in use over TCP).
+func listen() (net.PacketConn, net.Listener, error) {
+	var err error
+	for range 20 {
+		var pc net.PacketConn
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			return nil, nil, err
+		}
+		var l net.Listener
+		if l, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			return pc, l, nil
+		}
+		pc.Close()
+	}
+	return nil, nil, err
 }
 
 // Close stops the server.

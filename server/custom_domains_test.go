@@ -555,3 +555,38 @@ func TestADomainDeleteWaitsForAReservationBeingCreatedUnderIt(t *testing.T) {
 	r.problem(t, http.StatusConflict, "domain_in_use")
 	require.Equal(t, "verified", h.domainStatus(h.key, "busy.example.com"))
 }
+
+// The other order of the same race: a delete holding the claim (FOR UPDATE, as Delete takes it)
+// holds back a reservation create under it, which then proceeds once the delete rolled back. So the
+// create really takes the claim's lock, not only the query it runs.
+func TestAReservationCreateWaitsForADomainDeleteInFlight(t *testing.T) {
+	t.Parallel()
+	h, d := domainHarness(t)
+	h.verifyDomain(d, h.key, "held.example.com", tokenA)
+	w := h.putWorker("prod", "api", workerToken, withOffering(workerBody(), "worker"))
+	require.Equal(t, http.StatusCreated, w.status, "body: %s", w.body)
+
+	ctx := context.Background()
+	tx, err := h.db.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = dbsqlc.New(tx).CustomDomainLock(ctx, dbsqlc.CustomDomainLockParams{OrganizationID: h.org.ID, Hostname: "held.example.com"})
+	require.NoError(t, err)
+	created := make(chan reply, 1)
+	go func() {
+		r, err := h.try(req{method: http.MethodPut, path: resPath + "res-held", key: h.key, token: tokenB,
+			body: map[string]any{"space": "prod", "workerName": "api", "hostname": "held.example.com", "offeringId": "worker"}})
+		if err != nil {
+			r = reply{body: []byte(err.Error())}
+		}
+		created <- r
+	}()
+	select {
+	case r := <-created:
+		t.Fatalf("the reservation create did not wait for the claim's lock: %d %s", r.status, r.body)
+	case <-time.After(500 * time.Millisecond):
+	}
+	require.NoError(t, tx.Rollback(ctx))
+	r := <-created
+	require.Equal(t, http.StatusCreated, r.status, "body: %s", r.body)
+}

@@ -13,8 +13,12 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/wire"
 )
 
-// hostnameParam is the path's hostname, unescaped ("*" may come as %2A).
-func hostnameParam(c echo.Context) (string, error) {
+// hostnameParam is the path's hostname, unescaped ("*" may come as %2A), on a Host that serves
+// custom domains.
+func (s *Server) hostnameParam(c echo.Context) (string, error) {
+	if err := s.domains.Available(); err != nil {
+		return "", err
+	}
 	h, err := url.PathUnescape(c.Param("hostname"))
 	if err != nil {
 		return "", apierr.New(apierr.InvalidRequest, "hostname is not a valid path segment")
@@ -23,10 +27,7 @@ func hostnameParam(c echo.Context) (string, error) {
 }
 
 func (s *Server) getCustomDomain(c echo.Context) error {
-	if err := s.domains.Available(); err != nil {
-		return err
-	}
-	hostname, err := hostnameParam(c)
+	hostname, err := s.hostnameParam(c)
 	if err != nil {
 		return err
 	}
@@ -40,10 +41,7 @@ func (s *Server) getCustomDomain(c echo.Context) error {
 
 // putCustomDomain claims a custom domain (SPEC 3.7), its TXT record looked up first.
 func (s *Server) putCustomDomain(c echo.Context) error {
-	if err := s.domains.Available(); err != nil {
-		return err
-	}
-	hostname, err := hostnameParam(c)
+	hostname, err := s.hostnameParam(c)
 	if err != nil {
 		return err
 	}
@@ -61,10 +59,7 @@ func (s *Server) putCustomDomain(c echo.Context) error {
 
 // deleteCustomDomain lets a claim go, refused while a reservation names it.
 func (s *Server) deleteCustomDomain(c echo.Context) error {
-	if err := s.domains.Available(); err != nil {
-		return err
-	}
-	hostname, err := hostnameParam(c)
+	hostname, err := s.hostnameParam(c)
 	if err != nil {
 		return err
 	}

@@ -36,7 +36,7 @@ func (s *Service) CheckDue(ctx context.Context, db DB, max int) (int, error) {
 	}
 	var errs []error
 	for _, due := range rows {
-		n, _ := nameOf(due.Hostname)
+		n := nameOf(due.Hostname)
 		l := s.lookUp(ctx, auth.Organization{ID: due.OrganizationID}, n)
 		if err := s.record(ctx, db, due, l); err != nil {
 			errs = append(errs, err)

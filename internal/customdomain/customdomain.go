@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -52,7 +53,7 @@ type Projection = apitypes.CustomDomain
 
 // Project renders d for org with its ownership token ("" on a delete's answer).
 func (s *Service) Project(org auth.Organization, d Domain, token string) Projection {
-	n, _ := nameOf(d.Hostname)
+	n := nameOf(d.Hostname)
 	p := Projection{Hostname: d.Hostname, Status: string(d.Status), Revision: d.Revision,
 		DNSRecords: []apitypes.DNSRecord{{Type: "TXT", Name: n.ChallengeName(), Value: s.Ring.DomainChallenge(org.ID, d.Hostname)}},
 		Conditions: []apitypes.DomainCondition{}}
@@ -87,18 +88,9 @@ func (s *Service) Project(org auth.Organization, d Domain, token string) Project
 }
 
 // nameOf splits a stored hostname (checked when it was claimed).
-func nameOf(hostname string) (Name, bool) {
-	if base, ok := cutWildcard(hostname); ok {
-		return Name{Hostname: hostname, Base: base, Wildcard: true}, true
-	}
-	return Name{Hostname: hostname, Base: hostname}, false
-}
-
-func cutWildcard(h string) (string, bool) {
-	if len(h) > 2 && h[:2] == "*." {
-		return h[2:], true
-	}
-	return h, false
+func nameOf(hostname string) Name {
+	base, wildcard := strings.CutPrefix(hostname, "*.")
+	return Name{Hostname: hostname, Base: base, Wildcard: wildcard}
 }
 
 // Available refuses a Host without a sealing key: the TXT value is made under a sealed secret.

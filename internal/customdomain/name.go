@@ -40,10 +40,7 @@ func (n Name) ChallengeName() string { return ChallengeLabel + "." + n.Base }
 // wildcard's base may be a public suffix, and no name the operator reserves (nor one under it) may
 // be claimed.
 func Parse(c *catalog.Catalog, hostname string) (Name, error) {
-	n := Name{Hostname: hostname, Base: hostname}
-	if rest, ok := strings.CutPrefix(hostname, "*."); ok {
-		n.Base, n.Wildcard = rest, true
-	}
+	n := nameOf(hostname)
 	switch {
 	case hostname != strings.ToLower(hostname):
 		return Name{}, apierr.New(apierr.InvalidRequest, "hostname %q must be lowercase", hostname)

@@ -21,6 +21,6 @@ func (op Admit) apply(s *state.Desired) Answer {
 	next.Admitted = op.Incarnation
 	next.Serving = &state.Served{DeploymentID: cur.DeploymentID, Generation: cur.Generation, Modules: cur.Modules,
 		MainModule: cur.MainModule, CompatibilityDate: cur.CompatibilityDate, Settings: cur.Settings, DeliveryID: op.DeliveryID}
-	setScript(s, &next)
+	s.SetScript(&next)
 	return Answer{Changed: true}
 }

@@ -458,14 +458,19 @@ func TestTheOldestEffectsAreForgottenBeyondMaxEffects(t *testing.T) {
 	for i := range MaxEffects {
 		s.Effects[fmt.Sprintf("e-%05d", i)] = state.EffectEntry{Target: "route:x", RequestMAC: "m", At: now.Add(time.Duration(i%(MaxEffects/2)) * time.Second)}
 	}
-	op := PutRoute{Effect: fresh("e-newest"), Route: state.Route{Hostname: "new.example", ScriptName: "app", EndpointUID: "ep-n"}}
+	newest := fresh("e-newest")
+	newest.At = now.Add(MaxEffects * time.Second)
+	op := PutRoute{Effect: newest, Route: state.Route{Hostname: "new.example", ScriptName: "app", EndpointUID: "ep-n"}}
 	got, a := Apply(s, op)
 	require.True(t, a.Changed)
-	require.Len(t, got.Effects, MaxEffects)
+	require.Len(t, got.Effects, keptEffects, "past the bound, the oldest tenth goes at once")
 	require.Contains(t, got.Effects, "e-newest")
 	require.NotContains(t, got.Effects, "e-00000", "the oldest is forgotten")
-	require.Contains(t, got.Effects, fmt.Sprintf("e-%05d", MaxEffects/2), "of two as old, the first by id goes")
-	require.Contains(t, got.Effects, "e-00001")
+	// Pairs of one arrival (e-i and e-(i+5000)) go oldest first: 500 pairs, and of the 501st, the
+	// first by id.
+	require.NotContains(t, got.Effects, "e-00500")
+	require.Contains(t, got.Effects, "e-05500", "of two as old, the first by id goes")
+	require.Contains(t, got.Effects, "e-00501")
 	require.Len(t, s.Effects, MaxEffects, "the state given keeps its effects")
 }
 

@@ -4,13 +4,12 @@
 // The admin handlers decode a request, call Apply under the node's lock, persist the state it
 // returns, then perform the side effects its Answer asks for.
 //
-// Apply never modifies the state it is given: the state it returns shares every map and script it
-// did not change, and replaces those it did with copies.
+// Apply never modifies the state it is given: the state it returns is its derivation
+// (state.Desired.Derive), which shares every map and script it did not change, replaces those it
+// did with copies, and names the entries it wrote for the save that follows.
 package desired
 
 import (
-	"maps"
-
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
 
@@ -56,7 +55,7 @@ type Answer struct {
 // Apply applies op to s and returns the state that results with the decision. A refused or
 // replayed operation, or one that changes nothing, returns s itself.
 func Apply(s state.Desired, op Op) (state.Desired, Answer) {
-	next := s
+	next := s.Derive()
 	a := op.apply(&next)
 	if a.Refused != nil || a.Replayed || !a.Changed {
 		return s, a
@@ -65,18 +64,3 @@ func Apply(s state.Desired, op Op) (state.Desired, Answer) {
 }
 
 func refused(r *Refusal) Answer { return Answer{Refused: r} }
-
-// setScript puts a script into a copy of s's script map.
-func setScript(s *state.Desired, sc *state.Script) {
-	s.Scripts = cloneMap(s.Scripts)
-	s.Scripts[sc.Name] = sc
-}
-
-// cloneMap copies m, never nil, so that writing the copy leaves m as it was.
-func cloneMap[K comparable, V any](m map[K]V) map[K]V {
-	out := maps.Clone(m)
-	if out == nil {
-		out = map[K]V{}
-	}
-	return out
-}

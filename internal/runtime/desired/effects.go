@@ -9,8 +9,12 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 )
 
-// MaxEffects bounds the remembered effect ids; the oldest are forgotten first.
-const MaxEffects = 10000
+// MaxEffects bounds the remembered effect ids; the oldest are forgotten first, down to
+// keptEffects.
+const (
+	MaxEffects  = 10000
+	keptEffects = MaxEffects - MaxEffects/10
+)
 
 // Effect identifies one mutation of the Host (SPEC 5: every mutation is idempotent by its effect
 // id): the id, a keyed digest of its request (the node's MAC: no reusable digest of a secret the
@@ -37,11 +41,11 @@ func replay(s *state.Desired, e Effect, target string) (bool, *Refusal) {
 	return false, refusal(adminapi.CodeEffectConflict, ShowsNothing, "effect %s was already applied with another request", e.ID)
 }
 
-// record remembers an applied effect in a copy of the effect map, forgetting the oldest (by
-// arrival, then id) beyond MaxEffects.
+// record remembers an applied effect, forgetting the oldest (by arrival, then id) once there are
+// more than MaxEffects: down to keptEffects at once, so that the sort is paid once per thousand
+// effects, not on every one.
 func record(s *state.Desired, e Effect, target string) {
-	s.Effects = cloneMap(s.Effects)
-	s.Effects[e.ID] = state.EffectEntry{Target: target, RequestMAC: e.RequestMAC, At: e.At.UTC()}
+	s.SetEffect(e.ID, state.EffectEntry{Target: target, RequestMAC: e.RequestMAC, At: e.At.UTC()})
 	if len(s.Effects) <= MaxEffects {
 		return
 	}
@@ -56,8 +60,8 @@ func record(s *state.Desired, e Effect, target string) {
 		}
 		return ids[i] < ids[j]
 	})
-	for _, id := range ids[:len(ids)-MaxEffects] {
-		delete(s.Effects, id)
+	for _, id := range ids[:len(ids)-keptEffects] {
+		s.DeleteEffect(id)
 	}
 }
 

@@ -24,7 +24,6 @@ func (op AssignOrgUID) apply(s *state.Desired) Answer {
 			return refused(refusal(CodeUIDHeld, ShowsNothing, "uid %d is another organization's", op.UID))
 		}
 	}
-	s.OrgUIDs = cloneMap(s.OrgUIDs)
-	s.OrgUIDs[op.Organization] = op.UID
+	s.SetOrgUID(op.Organization, op.UID)
 	return Answer{Changed: true}
 }

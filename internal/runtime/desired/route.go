@@ -24,8 +24,7 @@ func (op PutRoute) apply(s *state.Desired) Answer {
 		return refused(refusal(adminapi.CodeRouteConflict, ShowsRoute, "hostname %s is routed for another endpoint", host))
 	}
 	route := op.Route
-	s.Routes = cloneMap(s.Routes)
-	s.Routes[host] = &route
+	s.SetRoute(&route)
 	record(s, op.Effect, at)
 	return Answer{Changed: true}
 }
@@ -44,7 +43,6 @@ func (op DeleteRoute) apply(s *state.Desired) Answer {
 	if cur == nil || cur.ScriptName != op.ScriptName || cur.EndpointUID != op.EndpointUID {
 		return Answer{}
 	}
-	s.Routes = cloneMap(s.Routes)
-	delete(s.Routes, op.Hostname)
+	s.DeleteRoute(op.Hostname)
 	return Answer{Changed: true}
 }

@@ -59,7 +59,7 @@ func (op PutScript) apply(s *state.Desired) Answer {
 		// A worker that declares no secrets keeps no values here (SPEC 3.5).
 		a.Erase, next.Delivery = next.Delivery.WorkerUID, nil
 	}
-	setScript(s, next)
+	s.SetScript(next)
 	record(s, op.Effect, at)
 	return a
 }
@@ -84,11 +84,9 @@ func (op DeleteScript) apply(s *state.Desired) Answer {
 	if cur == nil || cur.WorkerUID != op.WorkerUID {
 		return Answer{}
 	}
-	s.Scripts = cloneMap(s.Scripts)
-	delete(s.Scripts, op.Name)
+	s.DeleteScript(op.Name)
 	if cur.Generation > s.Floors[op.Name] {
-		s.Floors = cloneMap(s.Floors)
-		s.Floors[op.Name] = cur.Generation
+		s.SetFloor(op.Name, cur.Generation)
 	}
 	// The worker's values and log go with it: a later worker of this script name (another UID)
 	// starts with its own.

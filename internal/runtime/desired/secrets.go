@@ -47,12 +47,11 @@ func (op PutSecrets) apply(s *state.Desired) Answer {
 		return refused(refusal(adminapi.CodeSecretNames, ShowsNothing, "the delivery names %v; script %s declares %v", d.Names, op.Name, cur.SecretNames))
 	}
 	if _, gone := s.Refused[d.DeliveryID]; gone {
-		s.Refused = cloneMap(s.Refused)
-		delete(s.Refused, d.DeliveryID)
+		s.DeleteRefused(d.DeliveryID)
 	}
 	next := *cur
 	next.Delivery = &d
-	setScript(s, &next)
+	s.SetScript(&next)
 	record(s, op.Effect, at)
 	// The new delivery is a new incarnation, admitted through the update path.
 	return Answer{Changed: true, Seal: true, RetryFailed: true, Reconcile: op.Name}
@@ -72,7 +71,7 @@ func (op DeleteSecrets) apply(s *state.Desired) Answer {
 	}
 	next := *cur
 	next.Delivery = nil
-	setScript(s, &next)
+	s.SetScript(&next)
 	return Answer{Changed: true, Erase: op.WorkerUID, Reconcile: op.Name}
 }
 
@@ -96,12 +95,11 @@ func (op ConcludeAbsent) apply(s *state.Desired) Answer {
 	if _, ok := s.Refused[op.DeliveryID]; ok {
 		return Answer{}
 	}
-	s.Refused = cloneMap(s.Refused)
 	for id, at := range s.Refused {
 		if op.At.Sub(at) > RefusedFor {
-			delete(s.Refused, id)
+			s.DeleteRefused(id) // writes a copy: the range goes on over the map it began with
 		}
 	}
-	s.Refused[op.DeliveryID] = op.At
+	s.SetRefused(op.DeliveryID, op.At)
 	return Answer{Changed: true}
 }

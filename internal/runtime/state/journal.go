@@ -103,16 +103,16 @@ func saved(d *Desired) *Desired {
 	return &c
 }
 
-// record is what changed from the last save (prev) to d: the scripts changed (nil for removed),
-// with the files of those not removed.
-func record(prev, d *Desired, changed map[string]**Script, files map[string]*scriptFile) *journalRecord {
+// record is what changed from the last save (prev) to d, among the entries written (or every
+// entry, when whole): the scripts changed (nil for removed), with the files of those not removed.
+func record(prev, d *Desired, written *changes, whole bool, changed map[string]**Script, files map[string]*scriptFile) *journalRecord {
 	r := &journalRecord{
-		Effects: diffMap(prev.Effects, d.Effects, equal[EffectEntry]),
-		Floors:  diffMap(prev.Floors, d.Floors, equal[int64]),
-		Refused: diffMap(prev.Refused, d.Refused, func(a, b time.Time) bool { return a.Equal(b) }),
-		OrgUIDs: diffMap(prev.OrgUIDs, d.OrgUIDs, equal[int]),
+		Effects: entriesChanged(prev.Effects, d.Effects, written.effects, whole, equal[EffectEntry]),
+		Floors:  entriesChanged(prev.Floors, d.Floors, written.floors, whole, equal[int64]),
+		Refused: entriesChanged(prev.Refused, d.Refused, written.refused, whole, func(a, b time.Time) bool { return a.Equal(b) }),
+		OrgUIDs: entriesChanged(prev.OrgUIDs, d.OrgUIDs, written.orgUIDs, whole, equal[int]),
 	}
-	for host, v := range diffMap(prev.Routes, d.Routes, func(a, b *Route) bool { return a == b || *a == *b }) {
+	for host, v := range entriesChanged(prev.Routes, d.Routes, written.routes, whole, func(a, b *Route) bool { return a == b || *a == *b }) {
 		if r.Routes == nil {
 			r.Routes = map[string]*Route{}
 		}

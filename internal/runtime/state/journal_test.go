@@ -179,3 +179,32 @@ func TestAGrownJournalBecomesASnapshotAndLeftoversGo(t *testing.T) {
 	require.Len(t, back.Floors, 20)
 	require.NotContains(t, back.Floors, "stale")
 }
+
+// A save appends only what a derivation wrote when the state it came from is the last one saved,
+// maps and all: a copy of a saved state whose map was replaced before it was derived is compared
+// whole, so the replaced map's entries are kept too.
+func TestADerivationOfAnAlteredCopyIsNotTakenForOneOfTheSavedState(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "runtime")
+	s := openStore(t, dir)
+	d, err := s.Load()
+	require.NoError(t, err)
+	first := d.Derive()
+	first.SetRoute(&Route{Hostname: "a.example", ScriptName: "a"})
+	require.NoError(t, s.Save(&first))
+	second := first.Derive()
+	second.SetRoute(&Route{Hostname: "b.example", ScriptName: "b"})
+	require.NoError(t, s.Save(&second)) // a journal line
+
+	altered := second
+	altered.Routes = map[string]*Route{"c.example": {Hostname: "c.example", ScriptName: "c"}}
+	third := altered.Derive()
+	third.SetFloor("a", 3)
+	require.NoError(t, s.Save(&third))
+	s.Close()
+
+	back, err := openStore(t, dir).Load()
+	require.NoError(t, err)
+	require.Equal(t, map[string]*Route{"c.example": {Hostname: "c.example", ScriptName: "c"}}, back.Routes)
+	require.Equal(t, map[string]int64{"a": 3}, back.Floors)
+}

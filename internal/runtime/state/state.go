@@ -83,6 +83,11 @@ type Desired struct {
 	// OrgUIDs keeps the sandbox uid of each organization (by its label), so that an organization
 	// runs as the same uid across restarts and a uid never passes to another (SPEC 5.1).
 	OrgUIDs map[string]int `json:"orgUids,omitempty"`
+
+	// changes names what a derivation of this state wrote (changes.go), nil for a state that
+	// was not derived; saved numbers the save that wrote this very state (0: none did).
+	changes *changes
+	saved   uint64
 }
 
 // Script is one script's desired deployment and the metadata of its delivery.
@@ -175,9 +180,14 @@ type Store struct {
 	refs    map[string]int
 	collect bool
 	// prev is the desired state the last save wrote (nil before the first), and journal the
-	// file saves append to (nil until the first save's snapshot).
-	prev    *Desired
-	journal *journal
+	// file saves append to (nil until the first save's snapshot). prevShared: prev is the state
+	// the caller saved, not a copy, because it was derived (its maps are never written again).
+	// saves numbers the saves, failed ones included, so that a derivation names the save its
+	// state came from.
+	prev       *Desired
+	prevShared bool
+	journal    *journal
+	saves      uint64
 }
 
 // Open validates (or creates) the state directory and its private subdirectories, takes its lock,
@@ -415,18 +425,28 @@ func (s *Store) Save(d *Desired) error {
 	s.saveMu.Lock()
 	defer s.saveMu.Unlock()
 	d.Version = desiredVersion
+	derived := d.changes != nil
+	// A state derived from the last save's names what it changed; any other is compared whole,
+	// and against a copy: after a derived save, prev is no copy, so such a state gets a snapshot.
+	known := s.prevShared && d.derivedFrom(s.prev, s.saves)
 	var err error
-	if s.prev == nil || s.journal == nil || s.journal.due() {
+	if s.prev == nil || s.journal == nil || s.journal.due() || (!known && s.prevShared) {
 		err = s.saveSnapshot(d)
 	} else {
-		err = s.saveChanges(d)
+		err = s.saveChanges(d, known)
 	}
+	s.saves++
 	if err != nil {
 		// What the store knows may be part way: the next save starts again from the whole state.
-		s.prev, s.collect = nil, true
+		s.prev, s.prevShared, s.collect = nil, false, true
 		return err
 	}
-	s.prev = saved(d)
+	d.saved, d.changes = s.saves, nil
+	if derived {
+		s.prev, s.prevShared = d, true
+	} else {
+		s.prev, s.prevShared = saved(d), false
+	}
 	return nil
 }
 
@@ -453,11 +473,16 @@ func (s *Store) saveSnapshot(d *Desired) error {
 	return nil
 }
 
-// saveChanges appends to the journal what changed since the last save, and then removes the
-// bundles no script names any more.
-func (s *Store) saveChanges(d *Desired) error {
+// saveChanges appends to the journal what changed since the last save (among the entries d's
+// derivation wrote when known, or compared whole), and then removes the bundles no script names
+// any more.
+func (s *Store) saveChanges(d *Desired, known bool) error {
 	w := &bundleWriter{s: s}
-	changed := diffMap(s.prev.Scripts, d.Scripts, equal[*Script])
+	var written changes
+	if known {
+		written = *d.changes
+	}
+	changed := entriesChanged(s.prev.Scripts, d.Scripts, written.scripts, !known, equal[*Script])
 	files := make(map[string]*scriptFile, len(changed))
 	for name, sc := range changed {
 		if sc != nil {
@@ -471,7 +496,7 @@ func (s *Store) saveChanges(d *Desired) error {
 	if err := w.synced(); err != nil {
 		return fmt.Errorf("write the bundles: %w", err)
 	}
-	if r := record(s.prev, d, changed, files); !r.empty() {
+	if r := record(s.prev, d, &written, !known, changed, files); !r.empty() {
 		if err := s.appendRecord(r); err != nil {
 			return err
 		}

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/host"
@@ -26,6 +28,7 @@ import (
 // reservation) per worker, with the API key of the worker's organization. A PUT of a worker
 // answers once the node admitted its deployment, so its rate is the rate users see.
 type viaHost struct {
+	db     *pgxpool.Pool
 	base   string
 	keys   []string
 	client *http.Client
@@ -34,8 +37,8 @@ type viaHost struct {
 
 // startHost starts a throwaway PostgreSQL cluster under dir and a Host on it whose selfhost
 // installation is the node of info, with orgs organizations and a key each, their ceilings lifted
-// to hold n workers. stop ends both.
-func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int) (_ *viaHost, stop func(), err error) {
+// to hold n workers (and with statements, pg_stat_statements loaded). stop ends both.
+func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int, statements bool) (_ *viaHost, stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -51,7 +54,11 @@ func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int) 
 	if err != nil {
 		return nil, stop, err
 	}
-	cluster, err := pgcluster.Open(ctx, filepath.Join(dir, "pg"), pgcluster.Options{Port: port})
+	opts := pgcluster.Options{Port: port}
+	if statements {
+		opts.Settings = map[string]string{"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track_planning": "on", "pg_stat_statements.track": "all"}
+	}
+	cluster, err := pgcluster.Open(ctx, filepath.Join(dir, "pg"), opts)
 	if err != nil {
 		return nil, stop, err
 	}
@@ -68,6 +75,11 @@ func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int) 
 		return nil, stop, err
 	}
 	stops = append(stops, db.Close)
+	if statements {
+		if _, err := db.Exec(ctx, "CREATE EXTENSION pg_stat_statements"); err != nil {
+			return nil, stop, err
+		}
+	}
 	kekFile := filepath.Join(dir, "host-sealing-key")
 	if _, err := sealing.WriteKEKFile(kekFile); err != nil {
 		return nil, stop, err
@@ -84,7 +96,7 @@ func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int) 
 	cat.Rates = catalog.Rates{} // the request path, not the limiter in front of it
 	per := n/orgs + 1
 	cat.Quotas = quota.Ceilings{Workers: per, Endpoints: per, Reservations: 2 * per, RuntimeInputs: per}
-	h := &viaHost{client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, hosts: make([]string, n)}
+	h := &viaHost{db: db, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, hosts: make([]string, n)}
 	for o := range orgs {
 		name := fmt.Sprintf("org-%d", o)
 		if _, err := auth.CreateOrganization(ctx, db, name); err != nil {
@@ -154,4 +166,29 @@ func (h *viaHost) put(ctx context.Context, key, path, token string, body any) (m
 		return nil, err
 	}
 	return out, nil
+}
+
+// reportStatements prints the n statements that took PostgreSQL the most time (planning and
+// execution) since the cluster started, with their calls and the time per worker created.
+func (h *viaHost) reportStatements(n int) {
+	ctx := context.Background()
+	rows, err := h.db.Query(ctx, `SELECT calls, total_plan_time + total_exec_time, left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements ORDER BY total_plan_time + total_exec_time DESC LIMIT $1`, n)
+	if err != nil {
+		fmt.Println("pg_stat_statements:", err)
+		return
+	}
+	defer rows.Close()
+	workers := len(h.hosts)
+	fmt.Printf("PostgreSQL statements by time (ms per worker created, calls per worker):\n")
+	for rows.Next() {
+		var calls int64
+		var ms float64
+		var query string
+		if err := rows.Scan(&calls, &ms, &query); err != nil {
+			fmt.Println("pg_stat_statements:", err)
+			return
+		}
+		fmt.Printf("  %6.3f ms %5.2f× %s\n", ms/float64(workers), float64(calls)/float64(workers), query)
+	}
 }

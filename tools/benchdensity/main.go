@@ -48,6 +48,7 @@ func main() {
 	timeout := flag.Duration("timeout", 10*time.Minute, "how long all workers may take to become Ready")
 	host := flag.Bool("host", false, "create the workers through a Host on a throwaway PostgreSQL cluster (a worker and its endpoint each), not the node's admin API")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this process (the runtime node, and the Host with -host) to this file")
+	statements := flag.Int("pg-statements", 0, "with -host: report the PostgreSQL statements that took the most time (pg_stat_statements), this many")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -61,7 +62,7 @@ func main() {
 		defer f.Close()
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*n, *orgs, *clients, *insecure, *host, *settle, *timeout); err != nil {
+	if err := run(*n, *orgs, *clients, *insecure, *host, *statements, *settle, *timeout); err != nil {
 		fmt.Fprintln(os.Stderr, "benchdensity:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)
@@ -72,7 +73,7 @@ const workerSource = `export default {
   async fetch(req) { return new Response("worker %d of organization %d\n"); }
 };`
 
-func run(n, orgs, clients int, insecure, viaHostAPI bool, settle, timeout time.Duration) error {
+func run(n, orgs, clients int, insecure, viaHostAPI bool, statements int, settle, timeout time.Duration) error {
 	dir, err := os.MkdirTemp("", "benchdensity-")
 	if err != nil {
 		return err
@@ -121,11 +122,14 @@ func run(n, orgs, clients int, insecure, viaHostAPI bool, settle, timeout time.D
 	create := func(ctx context.Context, i int) error { return createScript(ctx, c, i, orgs) }
 	hostOf := hostname
 	if viaHostAPI {
-		h, stop, err := startHost(ctx, dir, info, orgs, n)
+		h, stop, err := startHost(ctx, dir, info, orgs, n, statements > 0)
 		if err != nil {
 			return err
 		}
 		defer stop()
+		if statements > 0 {
+			defer h.reportStatements(statements)
+		}
 		how, create = "a Host (worker and endpoint PUTs)", func(ctx context.Context, i int) error { return h.create(ctx, i, orgs) }
 		hostOf = func(i int) string { return h.hosts[i] }
 	}

@@ -222,8 +222,12 @@ func (h *Handler) counter(code int) prometheus.Counter {
 
 // Hostname normalizes a Host header: port removed, lowercase, no trailing dot.
 func Hostname(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
+	// Only a host with a colon can carry a port (most carry none, and SplitHostPort's error for
+	// them is two allocations a request).
+	if strings.IndexByte(host, ':') >= 0 {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
 	}
 	return strings.TrimSuffix(strings.ToLower(host), ".")
 }

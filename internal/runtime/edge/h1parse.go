@@ -57,6 +57,17 @@ type lineReader struct {
 	budget int // bytes of the head left
 	long   []byte
 	crlf   bool // lines must end with CRLF (a chunked body's, as net/http wants them)
+	// values and fields are readHead's, kept for the connection's next request: the bytes of a
+	// head's values, and where each field's value lies in them.
+	values []byte
+	fields []field
+}
+
+// field is one header field of a head: its canonical name, and where its value lies in the head's
+// values.
+type field struct {
+	key        string
+	start, end int
 }
 
 // line returns the next line without its terminator. A line that takes the budget past zero is a
@@ -101,9 +112,10 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 	if perr := h.requestLine(line); perr != nil {
 		return nil, perr
 	}
-	h.header = make(http.Header, 12)
-	var lengths, encodings, hosts int
-	var lengthValue, encodingValue string
+	// The values are gathered into one buffer and made one string, of which each is a part, and
+	// the header's value lists share one array: a request's head costs a few allocations, not two
+	// for each of its fields.
+	lr.values, lr.fields = lr.values[:0], lr.fields[:0]
 	for {
 		line, perr := lr.line()
 		if perr != nil {
@@ -123,9 +135,18 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 		if !validValue(value) {
 			return nil, refused(http.StatusBadRequest, "invalid header value")
 		}
-		key := canonicalKey(line[:colon])
-		v := string(value)
-		switch key {
+		start := len(lr.values)
+		lr.values = append(lr.values, value...)
+		lr.fields = append(lr.fields, field{key: canonicalKey(line[:colon]), start: start, end: len(lr.values)})
+	}
+	all := string(lr.values)
+	lists := make([]string, 0, len(lr.fields))
+	h.header = make(http.Header, len(lr.fields))
+	var lengths, encodings, hosts int
+	var lengthValue, encodingValue string
+	for _, f := range lr.fields {
+		v := all[f.start:f.end]
+		switch f.key {
 		case "Host":
 			hosts++
 			h.host = v
@@ -137,7 +158,15 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 			encodings++
 			encodingValue = v
 		}
-		h.header[key] = append(h.header[key], v)
+		if cur := h.header[f.key]; cur != nil {
+			h.header[f.key] = append(cur, v) // a repeated field: its own array from here
+			continue
+		}
+		lists = append(lists, v)
+		h.header[f.key] = lists[len(lists)-1 : len(lists) : len(lists)]
+	}
+	if cap(lr.values) > maxKeptLine {
+		lr.values = nil // a large head's buffer is not held for the connection's life
 	}
 	if h.major != 1 {
 		return nil, refused(http.StatusHTTPVersionNotSupported, "unsupported protocol version")

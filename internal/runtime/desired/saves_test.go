@@ -146,3 +146,44 @@ func onDisk(t *testing.T, d state.Desired) string {
 	require.NoError(t, err)
 	return string(b)
 }
+
+// BenchmarkPutRouteOnANodeOf measures one route put, applied and saved, on a node holding n
+// scripts and as many remembered effects: a save appends what the put wrote, so its cost should
+// hardly grow with n; what does grow is the copy of each map the put writes (copy on write).
+func BenchmarkPutRouteOnANodeOf(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("scripts=%d", n), func(b *testing.B) {
+			dir := filepath.Join(b.TempDir(), "runtime")
+			key := filepath.Join(b.TempDir(), "runtime-sealing-key")
+			require.NoError(b, state.WriteSealingKeyFile(key))
+			store, err := state.Open(dir, state.SealingKey{File: key})
+			require.NoError(b, err)
+			defer store.Close()
+			d, err := store.Load()
+			require.NoError(b, err)
+			cur := *d
+			code := state.NewCode(map[string]string{"index.js": "x"})
+			for i := range n {
+				name := fmt.Sprintf("s%05d", i)
+				cur.Scripts[name] = &state.Script{Name: name, WorkerUID: "uid-" + name, DeploymentID: "dep", Generation: 1, Modules: code, MainModule: "index.js"}
+				cur.Effects[fmt.Sprintf("e-%06d", i)] = state.EffectEntry{Target: "script:" + name, RequestMAC: "m", At: now}
+			}
+			require.NoError(b, store.Save(&cur))
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				i++
+				host := fmt.Sprintf("h%d.example", i%n)
+				next, a := Apply(cur, PutRoute{Effect: Effect{ID: fmt.Sprintf("r-%09d", i), RequestMAC: "m", At: now.Add(time.Duration(i) * time.Second)},
+					Route: state.Route{Hostname: host, ScriptName: fmt.Sprintf("s%05d", i%n), EndpointUID: "ep-" + host}})
+				if !a.Changed {
+					b.Fatal("unchanged")
+				}
+				if err := store.Save(&next); err != nil {
+					b.Fatal(err)
+				}
+				cur = next
+			}
+		})
+	}
+}

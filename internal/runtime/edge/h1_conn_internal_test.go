@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // serveOwn starts the edge's own loop with handler on a loopback port and returns its address.
@@ -29,12 +30,16 @@ func serveOwn(t *testing.T, handler http.Handler, l Limits) (*Server, string) {
 
 // A header line longer than the connection's reader is read into a buffer of its own, which the
 // connection does not keep for its keep-alive life: by the handler of the next request it is
-// gone.
+// gone. So are the buffers of a head of many fields (values and their index).
 func TestOwnLoopDropsALongLinesBuffer(t *testing.T) {
 	t.Parallel()
 	_, addr := serveOwn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hw := w.(*h1writer)
-		_, _ = io.WriteString(w, r.URL.Path+" "+strconv.Itoa(cap(hw.c.lr.long)))
+		kept := cap(hw.c.lr.long)
+		if cap(hw.c.lr.fields) > maxKeptFields || cap(hw.c.lr.values) > maxKeptLine {
+			kept += cap(hw.c.lr.fields)*int(unsafe.Sizeof(field{})) + cap(hw.c.lr.values)
+		}
+		_, _ = io.WriteString(w, r.URL.Path+" "+strconv.Itoa(kept))
 	}), Limits{})
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -46,6 +51,8 @@ func TestOwnLoopDropsALongLinesBuffer(t *testing.T) {
 	for _, req := range []string{
 		"GET /long HTTP/1.1\r\nHost: a\r\nX-Long: " + strings.Repeat("l", 32<<10) + "\r\n\r\n",
 		"GET /next HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /many HTTP/1.1\r\nHost: a\r\n" + strings.Repeat("a:b\r\n", 5000) + "\r\n",
+		"GET /after HTTP/1.1\r\nHost: a\r\n\r\n",
 	} {
 		if _, err := io.WriteString(c, req); err != nil {
 			t.Fatal(err)
@@ -57,7 +64,7 @@ func TestOwnLoopDropsALongLinesBuffer(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		path, kept, _ := strings.Cut(string(b), " ")
 		if kept != "0" {
-			t.Fatalf("%s: the connection holds a %s-byte line buffer", path, kept)
+			t.Fatalf("%s: the connection holds %s bytes of buffers for its heads", path, kept)
 		}
 	}
 }

@@ -63,6 +63,10 @@ type lineReader struct {
 	fields []field
 }
 
+// maxKeptFields is the most fields a connection keeps room for between requests (a head of
+// thousands of short fields fits the header budget).
+const maxKeptFields = 128
+
 // field is one header field of a head: its canonical name, and where its value lies in the head's
 // values.
 type field struct {
@@ -165,8 +169,12 @@ func readHead(br *bufio.Reader, maxBytes int, lr *lineReader) (*head, *parseErro
 		lists = append(lists, v)
 		h.header[f.key] = lists[len(lists)-1 : len(lists) : len(lists)]
 	}
+	// A large head's buffers are not held for the connection's life.
 	if cap(lr.values) > maxKeptLine {
-		lr.values = nil // a large head's buffer is not held for the connection's life
+		lr.values = nil
+	}
+	if cap(lr.fields) > maxKeptFields {
+		lr.fields = nil
 	}
 	if h.major != 1 {
 		return nil, refused(http.StatusHTTPVersionNotSupported, "unsupported protocol version")

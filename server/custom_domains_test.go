@@ -14,6 +14,7 @@ import (
 
 	"github.com/takoform/terraform-provider-takoform/internal/cloudflare/cfstandin"
 	"github.com/takoform/terraform-provider-takoform/internal/customdomain/dnstest"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
 )
 
@@ -175,6 +176,14 @@ func TestACustomDomainClaimRefusesNamesItMayNotTake(t *testing.T) {
 	p := h.putDomain(h.key, "c.example.com", tokenB).problem(t, http.StatusTooManyRequests, "quota_exceeded")
 	require.Contains(t, p["detail"], "ceiling is 3")
 	require.Equal(t, 3, h.count(`SELECT count(*) FROM custom_domains`))
+
+	// An operator's override of the organization's ceiling (takoserver orgs quota
+	// --custom-domains) is what the next claim is held to.
+	four := 4
+	require.NoError(t, quota.Set(context.Background(), h.db, h.org.ID, quota.CustomDomains, &four))
+	require.Equal(t, http.StatusCreated, h.putDomain(h.key, "c.example.com", tokenB).status)
+	p = h.putDomain(h.key, "d.example.com", tokenB+"d").problem(t, http.StatusTooManyRequests, "quota_exceeded")
+	require.Contains(t, p["detail"], "ceiling is 4")
 }
 
 // A verified domain whose record is gone on seven daily lookups in a row is revoked; a resolver

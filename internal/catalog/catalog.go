@@ -307,13 +307,7 @@ type Catalog struct {
 	// the catalog's reservedDomains, every installation's endpoint suffix and base domain, and
 	// workers.dev.
 	ReservedDomains []string
-	// CustomDomainsPerOrganization bounds the custom domains one organization may claim (SPEC 3.7;
-	// quotas.customDomains, default DefaultCustomDomains).
-	CustomDomainsPerOrganization int
 }
-
-// DefaultCustomDomains is the default number of custom domains per organization (SPEC 3.7).
-const DefaultCustomDomains = 20
 
 // DomainReserved reports the reserved domain name is (or is under), or "".
 func (c *Catalog) DomainReserved(name string) string {
@@ -460,7 +454,7 @@ var (
 
 func build(f file) (*Catalog, error) {
 	c := &Catalog{Installations: map[string]Installation{}, Quotas: quota.Defaults(),
-		Rates: Rates{PerSecond: DefaultRatePerSecond, Burst: DefaultRateBurst}, CustomDomainsPerOrganization: DefaultCustomDomains}
+		Rates: Rates{PerSecond: DefaultRatePerSecond, Burst: DefaultRateBurst}}
 	if err := f.Quotas.apply(&c.Quotas); err != nil {
 		return nil, fmt.Errorf("quotas: %w", err)
 	}
@@ -468,7 +462,7 @@ func build(f file) (*Catalog, error) {
 		if n := *f.Quotas.CustomDomains; n < 0 || n > 10_000 {
 			return nil, fmt.Errorf("quotas: customDomains must be between 0 and 10000")
 		}
-		c.CustomDomainsPerOrganization = *f.Quotas.CustomDomains
+		c.Quotas.CustomDomains = *f.Quotas.CustomDomains
 	}
 	c.ReservedDomains = []string{"workers.dev"}
 	for _, d := range f.ReservedDomains {

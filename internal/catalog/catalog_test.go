@@ -141,12 +141,12 @@ func TestOfferingDigestCoversPlacementOnly(t *testing.T) {
 func TestQuotasAndRatesDefaultAndOverride(t *testing.T) {
 	t.Parallel()
 	d := Default()
-	require.Equal(t, quota.Ceilings{Workers: 100, Endpoints: 100, Reservations: 200, RuntimeInputs: 100}, d.Quotas)
+	require.Equal(t, quota.Ceilings{Workers: 100, Endpoints: 100, Reservations: 200, RuntimeInputs: 100, CustomDomains: 20}, d.Quotas)
 	require.Equal(t, Rates{PerSecond: 100, Burst: 1000}, d.Rates)
 
-	c, err := Load(write(t, `{"installations":[],"quotas":{"workers":3,"runtimeInputs":0},"rates":{"perKeyPerSecond":2.5}}`))
+	c, err := Load(write(t, `{"installations":[],"quotas":{"workers":3,"runtimeInputs":0,"customDomains":5},"rates":{"perKeyPerSecond":2.5}}`))
 	require.NoError(t, err)
-	require.Equal(t, quota.Ceilings{Workers: 3, Endpoints: 100, Reservations: 200, RuntimeInputs: 0}, c.Quotas, "a key left out keeps its default; 0 is a ceiling")
+	require.Equal(t, quota.Ceilings{Workers: 3, Endpoints: 100, Reservations: 200, RuntimeInputs: 0, CustomDomains: 5}, c.Quotas, "a key left out keeps its default; 0 is a ceiling")
 	require.Equal(t, Rates{PerSecond: 2.5, Burst: 1000}, c.Rates)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/catalog"
 	"github.com/takoform/terraform-provider-takoform/internal/ownership"
+	"github.com/takoform/terraform-provider-takoform/internal/quota"
 	"github.com/takoform/terraform-provider-takoform/internal/sealing"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/store/dbsqlc"
@@ -151,8 +152,12 @@ func (s *Service) create(ctx context.Context, tx pgx.Tx, org auth.Organization, 
 	if err != nil {
 		return Domain{}, fmt.Errorf("custom domain: create: %w", err)
 	}
-	if ceiling := s.Catalog.CustomDomainsPerOrganization; int(held) >= ceiling {
-		return Domain{}, apierr.New(apierr.QuotaExceeded, "the organization holds %d custom domains and its ceiling is %d: delete one, or ask an operator to raise it (quotas.customDomains)", held, ceiling).
+	ceiling, err := quota.Ceiling(ctx, tx, org.ID, quota.CustomDomains, s.Catalog.Quotas.CustomDomains)
+	if err != nil {
+		return Domain{}, fmt.Errorf("custom domain: create: %w", err)
+	}
+	if int(held) >= ceiling {
+		return Domain{}, apierr.New(apierr.QuotaExceeded, "the organization holds %d custom domains and its ceiling is %d: delete one, or ask an operator to raise it (takoserver orgs quota --custom-domains)", held, ceiling).
 			With("quota", map[string]any{"resource": "customDomains", "ceiling": ceiling, "used": held})
 	}
 	status, next := dbsqlc.CustomDomainStatusPending, firstPendingBackoff

@@ -30,15 +30,24 @@ const (
 	Reservations  Resource = "reservations"
 	RuntimeInputs Resource = "runtime_inputs"
 	Workers       Resource = "workers"
+	// CustomDomains are an organization's custom-domain claims (SPEC 3.7). They have no counter
+	// shards: a claim's create counts them under a lock of the organization's own.
+	CustomDomains Resource = "custom_domains"
 )
 
-// Resources lists every resource, in lock order.
+// Resources lists every resource the quota step counts with counter shards, in lock order.
 var Resources = []Resource{Endpoints, Reservations, RuntimeInputs, Workers}
+
+// Overridable lists every resource an organization's ceiling may be overridden for.
+var Overridable = append(slices.Clone(Resources), CustomDomains)
 
 // Name is r as the API, the config file's "quotas" and the admin command's JSON spell it.
 func (r Resource) Name() string {
-	if r == RuntimeInputs {
+	switch r {
+	case RuntimeInputs:
 		return "runtimeInputs"
+	case CustomDomains:
+		return "customDomains"
 	}
 	return string(r)
 }
@@ -63,6 +72,7 @@ type Ceilings struct {
 	Endpoints     int
 	Reservations  int
 	RuntimeInputs int
+	CustomDomains int
 }
 
 // Built-in defaults. A worker is a process on a runtime node (its memory, and its organization's
@@ -75,13 +85,15 @@ const (
 	DefaultEndpoints     = 100
 	DefaultReservations  = 200
 	DefaultRuntimeInputs = 100
+	DefaultCustomDomains = 20
 	// MaxCeiling bounds any ceiling (the column's check says the same).
 	MaxCeiling = 1_000_000
 )
 
 // Defaults are the built-in defaults, used where the catalog sets none.
 func Defaults() Ceilings {
-	return Ceilings{Workers: DefaultWorkers, Endpoints: DefaultEndpoints, Reservations: DefaultReservations, RuntimeInputs: DefaultRuntimeInputs}
+	return Ceilings{Workers: DefaultWorkers, Endpoints: DefaultEndpoints, Reservations: DefaultReservations, RuntimeInputs: DefaultRuntimeInputs,
+		CustomDomains: DefaultCustomDomains}
 }
 
 // Of returns the ceiling of r.
@@ -95,6 +107,8 @@ func (c Ceilings) Of(r Resource) int {
 		return c.Reservations
 	case RuntimeInputs:
 		return c.RuntimeInputs
+	case CustomDomains:
+		return c.CustomDomains
 	}
 	panic("quota: unknown resource " + string(r))
 }
@@ -180,9 +194,16 @@ func Report(ctx context.Context, db dbsqlc.DBTX, defaults Ceilings, org string) 
 	if err != nil {
 		return nil, fmt.Errorf("quota: count: %w", err)
 	}
-	out := make([]Usage, 0, len(Resources))
-	for _, r := range Resources {
-		u := Usage{Resource: r, Ceiling: defaults.Of(r), Used: held(usage, r)}
+	domains, err := q.CustomDomainsHeld(ctx, org)
+	if err != nil {
+		return nil, fmt.Errorf("quota: count: %w", err)
+	}
+	out := make([]Usage, 0, len(Overridable))
+	for _, r := range Overridable {
+		u := Usage{Resource: r, Ceiling: defaults.Of(r), Used: int64(domains)}
+		if r != CustomDomains {
+			u.Used = held(usage, r)
+		}
 		for _, o := range overrides {
 			if o.Resource == string(r) && o.Ceiling != nil {
 				u.Ceiling, u.Override = int(*o.Ceiling), true
@@ -193,11 +214,25 @@ func Report(ctx context.Context, db dbsqlc.DBTX, defaults Ceilings, org string) 
 	return out, nil
 }
 
+// Ceiling is the organization's ceiling of r: its override, else the default given.
+func Ceiling(ctx context.Context, db dbsqlc.DBTX, org string, r Resource, byDefault int) (int, error) {
+	overrides, err := dbsqlc.New(db).QuotaOverrides(ctx, org)
+	if err != nil {
+		return 0, fmt.Errorf("quota: overrides: %w", err)
+	}
+	for _, o := range overrides {
+		if o.Resource == string(r) && o.Ceiling != nil {
+			return int(*o.Ceiling), nil
+		}
+	}
+	return byDefault, nil
+}
+
 // Set overrides the organization's ceiling of r, or with nil returns it to the catalog's default.
 // A ceiling below what the organization holds leaves everything standing and refuses creates
 // until it holds less.
 func Set(ctx context.Context, db dbsqlc.DBTX, org string, r Resource, ceiling *int) error {
-	if !slices.Contains(Resources, r) {
+	if !slices.Contains(Overridable, r) {
 		return fmt.Errorf("quota: unknown resource %q", r)
 	}
 	var c *int32

@@ -125,6 +125,7 @@ func TestQuotaUsageIsServedByIndexesBesideOtherTenantsRows(t *testing.T) {
 		{Resource: quota.Reservations, Ceiling: 200, Used: 2000},
 		{Resource: quota.RuntimeInputs, Ceiling: 100, Used: 0},
 		{Resource: quota.Workers, Ceiling: 100, Used: 10000},
+		{Resource: quota.CustomDomains, Ceiling: 20, Used: 0},
 	}, usage)
 }
 

@@ -479,6 +479,18 @@ func (q *Queries) CustomDomainsDue(ctx context.Context, arg CustomDomainsDuePara
 	return items, nil
 }
 
+const customDomainsHeld = `-- name: CustomDomainsHeld :one
+SELECT count(*)::integer AS held FROM custom_domains WHERE organization_id = $1
+`
+
+// How many claims the organization holds, for an operator's report (takoserver orgs quota).
+func (q *Queries) CustomDomainsHeld(ctx context.Context, organizationID string) (int32, error) {
+	row := q.db.QueryRow(ctx, customDomainsHeld, organizationID)
+	var held int32
+	err := row.Scan(&held)
+	return held, err
+}
+
 const reservationCustomDomainRepoint = `-- name: ReservationCustomDomainRepoint :execrows
 UPDATE worker_endpoint_origin_reservations SET custom_domain = $1
 WHERE organization_id = $2 AND id = $3 AND hostname IS NOT NULL

@@ -20,6 +20,10 @@ SELECT EXISTS (SELECT 1 FROM custom_domains
 WITH locked AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended('takoform custom domains ' || @organization_id::text, 0)))
 SELECT count(*)::integer AS held FROM custom_domains, locked WHERE organization_id = @organization_id;
 
+-- name: CustomDomainsHeld :one
+-- How many claims the organization holds, for an operator's report (takoserver orgs quota).
+SELECT count(*)::integer AS held FROM custom_domains WHERE organization_id = @organization_id;
+
 -- name: CustomDomainCreate :one
 -- A new claim: pending until verified, for at most pending_seconds; verified at once when the
 -- create's own lookup found the record (and no other organization holds the name).

@@ -433,7 +433,7 @@ func quotaCommand(g *globals) *cobra.Command {
 	var config string
 	flags := map[quota.Resource]*ceilingFlag{}
 	cmd := &cobra.Command{
-		Use:   "quota ORG [--workers N] [--endpoints N] [--reservations N] [--runtime-inputs N]",
+		Use:   "quota ORG [--workers N] [--endpoints N] [--reservations N] [--runtime-inputs N] [--custom-domains N]",
 		Short: "Show an organization's ceilings, or override them",
 		Long: `quota shows the organization's effective ceilings and what it holds of each. Each flag overrides
 one ceiling for this organization (0 refuses every create of it), or with "default" returns it to the
@@ -464,7 +464,7 @@ change on the next create.`,
 				return err
 			}
 			err = store.WithTx(ctx, db, func(tx pgx.Tx) error {
-				for _, r := range quota.Resources {
+				for _, r := range quota.Overridable {
 					if f := flags[r]; f.set {
 						if err := quota.Set(ctx, tx, org.ID, r, f.value); err != nil {
 							return err
@@ -506,6 +506,7 @@ change on the next create.`,
 		{quota.Endpoints, "endpoints", "endpoints (deleted ones do not count)"},
 		{quota.Reservations, "reservations", "live reservations, Host-minted ones included (released and expired ones do not count)"},
 		{quota.RuntimeInputs, "runtime-inputs", "pending runtime inputs (prepared or claimed; settled, aborted and expired ones do not count)"},
+		{quota.CustomDomains, "custom-domains", "custom-domain claims, of any status"},
 	} {
 		flags[f.r] = &ceilingFlag{}
 		cmd.Flags().Var(flags[f.r], f.flag, "ceiling on "+f.what+", or default")

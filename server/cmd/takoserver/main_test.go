@@ -144,11 +144,11 @@ func TestAdminCommandsScriptableOutput(t *testing.T) {
 func TestMigrateCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t)
-	require.EqualValues(t, 33, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
-	require.EqualValues(t, 32, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
-	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "32", "--output", "json"))["version"])
-	require.EqualValues(t, 33, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
-	require.Contains(t, run(t, url, "migrate", "version"), "version 33")
+	require.EqualValues(t, 34, decodeJSON(t, run(t, url, "migrate", "version", "--output", "json"))["version"])
+	require.EqualValues(t, 33, decodeJSON(t, run(t, url, "migrate", "down", "--output", "json"))["version"])
+	require.EqualValues(t, 0, decodeJSON(t, run(t, url, "migrate", "down", "--steps", "33", "--output", "json"))["version"])
+	require.EqualValues(t, 34, decodeJSON(t, run(t, url, "migrate", "up", "--output", "json"))["version"])
+	require.Contains(t, run(t, url, "migrate", "version"), "version 34")
 }
 
 // host is one running `takoserver serve` process.

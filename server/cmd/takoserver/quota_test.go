@@ -38,6 +38,7 @@ func TestOrgsQuotaShowsAndChangesTheCeilingsARunningHostApplies(t *testing.T) {
 		"endpoints":     map[string]any{"resource": "endpoints", "ceiling": 100.0, "override": false, "used": 0.0},
 		"reservations":  map[string]any{"resource": "reservations", "ceiling": 1.0, "override": false, "used": 0.0},
 		"runtimeInputs": map[string]any{"resource": "runtimeInputs", "ceiling": 100.0, "override": false, "used": 0.0},
+		"customDomains": map[string]any{"resource": "customDomains", "ceiling": 20.0, "override": false, "used": 0.0},
 	}, quotas(), "the config file's default, else the built-in ones")
 
 	h := startHost(t, url, sealingKey(t), "--config", config)
@@ -50,7 +51,8 @@ func TestOrgsQuotaShowsAndChangesTheCeilingsARunningHostApplies(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, b.status, b.body)
 	require.Contains(t, b.body, `"quota":{"ceiling":1,"resource":"reservations","used":1}`)
 
-	got := quotas("--reservations", "2", "--workers", "0")
+	got := quotas("--reservations", "2", "--workers", "0", "--custom-domains", "3")
+	require.Equal(t, map[string]any{"resource": "customDomains", "ceiling": 3.0, "override": true, "used": 0.0}, got["customDomains"])
 	require.Equal(t, map[string]any{"resource": "reservations", "ceiling": 2.0, "override": true, "used": 1.0}, got["reservations"])
 	require.Equal(t, map[string]any{"resource": "workers", "ceiling": 0.0, "override": true, "used": 0.0}, got["workers"])
 	b, err = put(res+"res-b", key, "token-quota-000000000b", `{"space":"prod","workerName":"b"}`)

@@ -94,8 +94,11 @@ func startHost(ctx context.Context, dir string, info runtime.Info, orgs, n int, 
 	}
 	cat := catalog.DefaultWithRuntime(info.AdminURL, info.TokenFile, info.EdgeAddr)
 	cat.Rates = catalog.Rates{} // the request path, not the limiter in front of it
-	per := n/orgs + 1
-	cat.Quotas = quota.Ceilings{Workers: per, Endpoints: per, Reservations: 2 * per, RuntimeInputs: per}
+	// Ceilings well above what each organization will hold: within 32 of a ceiling the quota step
+	// counts exactly and takes every slot (creates of one organization then wait for each other),
+	// which is the path of an organization at its ceiling, not of a node filling up.
+	per := 2*(n/orgs+1) + 64
+	cat.Quotas = quota.Ceilings{Workers: per, Endpoints: per, Reservations: 2 * per, RuntimeInputs: per, CustomDomains: quota.DefaultCustomDomains}
 	h := &viaHost{db: db, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, hosts: make([]string, n)}
 	for o := range orgs {
 		name := fmt.Sprintf("org-%d", o)

@@ -87,34 +87,56 @@ type acmeManager struct {
 	cache   *certmagic.Cache
 	config  *certmagic.Config
 	issuer  *certmagic.ACMEIssuer
-	limiter *certmagic.RingBufferRateLimiter
+	limiter *orgLimiters // the node's orders, under one key
 	orgs    *orgLimiters
 }
 
-// orgLimiters are the organizations' order limits, made when an organization first orders.
+// nodeOrders is the key the node's own order limit counts under.
+const nodeOrders = "node"
+
+// orgLimiters are the organizations' order limits (and, under nodeOrders, the node's): the times of each organization's orders in
+// the last hour, at most perHour of them. An organization whose orders are all older is dropped.
+// (certmagic's limiter hands out permits from a goroutine of its own, so one made and asked at
+// once could refuse an organization's first order.)
 type orgLimiters struct {
 	perHour int
+	now     func() time.Time
 	mu      sync.Mutex
-	by      map[string]*certmagic.RingBufferRateLimiter
+	by      map[string][]time.Time
 }
 
+func newOrgLimiters(perHour int, now func() time.Time) *orgLimiters {
+	return &orgLimiters{perHour: perHour, now: now, by: map[string][]time.Time{}}
+}
+
+// allow records an order of org and reports true while its last hour holds fewer than perHour.
 func (l *orgLimiters) allow(org string) bool {
 	l.mu.Lock()
-	r, ok := l.by[org]
-	if !ok {
-		r = certmagic.NewRateLimiter(l.perHour, time.Hour)
-		l.by[org] = r
+	defer l.mu.Unlock()
+	now := l.now()
+	since := now.Add(-time.Hour)
+	for o, times := range l.by {
+		for len(times) > 0 && !times[0].After(since) {
+			times = times[1:]
+		}
+		if len(times) == 0 {
+			delete(l.by, o)
+		} else {
+			l.by[o] = times
+		}
 	}
-	l.mu.Unlock()
-	return r.Allow()
+	if len(l.by[org]) >= l.perHour {
+		return false
+	}
+	l.by[org] = append(l.by[org], now)
+	return true
 }
 
-func (l *orgLimiters) stop() {
+// held is how many organizations have orders in the hour.
+func (l *orgLimiters) held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, r := range l.by {
-		r.Stop()
-	}
+	return len(l.by)
 }
 
 // newACME configures certmagic for on-demand issuance. The decision consults the edge's routes
@@ -167,8 +189,8 @@ func newACME(o ACMEOptions, serves func(string) bool, ownerOf func(string) strin
 		return nil, err
 	}
 	zl := zap.New(slogCore{h: log.With("part", "edge-acme").Handler()})
-	m := &acmeManager{limiter: certmagic.NewRateLimiter(o.OrdersPerHour, time.Hour),
-		orgs: &orgLimiters{perHour: o.organizationShare(), by: map[string]*certmagic.RingBufferRateLimiter{}}}
+	m := &acmeManager{limiter: newOrgLimiters(o.OrdersPerHour, time.Now),
+		orgs: newOrgLimiters(o.organizationShare(), time.Now)}
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return m.config, nil },
 		Logger:           zl,
@@ -208,8 +230,6 @@ func (m *acmeManager) httpChallenge(h http.Handler) http.Handler {
 
 func (m *acmeManager) close() {
 	m.cache.Stop()
-	m.limiter.Stop()
-	m.orgs.stop()
 }
 
 // limitedIssuer is the ACME issuer behind the order limits: a certificate already in storage is
@@ -217,7 +237,7 @@ func (m *acmeManager) close() {
 // that an organization past its own spends nothing of the node's.
 type limitedIssuer struct {
 	*certmagic.ACMEIssuer
-	limiter *certmagic.RingBufferRateLimiter
+	limiter *orgLimiters
 	orgs    *orgLimiters
 	ownerOf func(string) string
 }
@@ -228,7 +248,7 @@ func (i limitedIssuer) Issue(ctx context.Context, csr *x509.CertificateRequest) 
 			return nil, certmagic.ErrNoRetry{Err: errOrgLimited}
 		}
 	}
-	if !i.limiter.Allow() {
+	if !i.limiter.allow(nodeOrders) {
 		return nil, certmagic.ErrNoRetry{Err: errOrdersLimited}
 	}
 	return i.ACMEIssuer.Issue(ctx, csr)

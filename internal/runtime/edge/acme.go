@@ -87,30 +87,30 @@ type acmeManager struct {
 	cache   *certmagic.Cache
 	config  *certmagic.Config
 	issuer  *certmagic.ACMEIssuer
-	limiter *orgLimiters // the node's orders, under one key
-	orgs    *orgLimiters
+	limiter *hourLimits // the node's orders, under one key
+	orgs    *hourLimits
 }
 
 // nodeOrders is the key the node's own order limit counts under.
 const nodeOrders = "node"
 
-// orgLimiters are the organizations' order limits (and, under nodeOrders, the node's): the times of each organization's orders in
-// the last hour, at most perHour of them. An organization whose orders are all older is dropped.
-// (certmagic's limiter hands out permits from a goroutine of its own, so one made and asked at
-// once could refuse an organization's first order.)
-type orgLimiters struct {
+// hourLimits count orders in a sliding hour, at most perHour under each key: the organizations'
+// shares, and (another instance, under nodeOrders) the node's own limit. A key whose orders are
+// all older is dropped. (certmagic's limiter hands out permits from a goroutine of its own, so one
+// made and asked at once could refuse an organization's first order.)
+type hourLimits struct {
 	perHour int
 	now     func() time.Time
 	mu      sync.Mutex
 	by      map[string][]time.Time
 }
 
-func newOrgLimiters(perHour int, now func() time.Time) *orgLimiters {
-	return &orgLimiters{perHour: perHour, now: now, by: map[string][]time.Time{}}
+func newHourLimits(perHour int, now func() time.Time) *hourLimits {
+	return &hourLimits{perHour: perHour, now: now, by: map[string][]time.Time{}}
 }
 
 // allow records an order of org and reports true while its last hour holds fewer than perHour.
-func (l *orgLimiters) allow(org string) bool {
+func (l *hourLimits) allow(org string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
@@ -133,7 +133,7 @@ func (l *orgLimiters) allow(org string) bool {
 }
 
 // held is how many organizations have orders in the hour.
-func (l *orgLimiters) held() int {
+func (l *hourLimits) held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.by)
@@ -189,8 +189,8 @@ func newACME(o ACMEOptions, serves func(string) bool, ownerOf func(string) strin
 		return nil, err
 	}
 	zl := zap.New(slogCore{h: log.With("part", "edge-acme").Handler()})
-	m := &acmeManager{limiter: newOrgLimiters(o.OrdersPerHour, time.Now),
-		orgs: newOrgLimiters(o.organizationShare(), time.Now)}
+	m := &acmeManager{limiter: newHourLimits(o.OrdersPerHour, time.Now),
+		orgs: newHourLimits(o.organizationShare(), time.Now)}
 	m.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return m.config, nil },
 		Logger:           zl,
@@ -237,8 +237,8 @@ func (m *acmeManager) close() {
 // that an organization past its own spends nothing of the node's.
 type limitedIssuer struct {
 	*certmagic.ACMEIssuer
-	limiter *orgLimiters
-	orgs    *orgLimiters
+	limiter *hourLimits
+	orgs    *hourLimits
 	ownerOf func(string) string
 }
 

@@ -14,7 +14,7 @@ import (
 func TestAnOrganizationsFirstOrderIsAllowedAndItsShareThenSpent(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
-	l := newOrgLimiters(2, func() time.Time { return now })
+	l := newHourLimits(2, func() time.Time { return now })
 	for i := range 2000 {
 		if !l.allow(fmt.Sprintf("org-%d", i)) {
 			t.Fatalf("org-%d's first order was refused", i)

@@ -120,9 +120,30 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 	go func() { _, _, _, _ = f.h.TryGet("hog.workers.localhost", "/loop") }()
 	require.Eventually(t, func() bool { return weight() == strconv.Itoa(sandbox.StalledCPUWeight) }, 5*time.Second, 50*time.Millisecond,
 		"the organization of a stalled process yields the CPU")
+	// From here until its new process answers, no process of the organization runs at its full
+	// weight: the new sandbox, workerd's start and the loads are where a loop asked again at once
+	// spends the CPU others want.
+	tasks := orgTasks(t, procs[len(procs)-1])
+	done, watched := make(chan struct{}), make(chan []string)
+	go func() {
+		var atFull []string
+		for {
+			select {
+			case <-done:
+				watched <- atFull
+				return
+			case <-time.After(time.Millisecond):
+			}
+			if running := tasks(); len(running) > 0 && weight() != strconv.Itoa(sandbox.StalledCPUWeight) {
+				atFull = append(atFull, strings.Join(running, ","))
+			}
+		}
+	}()
 	st := f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool {
 		return s.Ready && s.Incarnation.PID != first.Incarnation.PID
 	}, "hog")
+	close(done)
+	require.Empty(t, <-watched, "processes of an organization killed for a loop ran at its full weight as it started again")
 	require.Equal(t, strconv.Itoa(sandbox.StalledCPUWeight), weight(), "an organization killed for a loop still yields the CPU as it starts again")
 	f.answers("hog.workers.localhost", "served=1\n")
 	require.Eventually(t, func() bool { return weight() == strconv.Itoa(sandbox.DefaultCPUWeight) }, suspect+5*time.Second, 100*time.Millisecond,
@@ -203,26 +224,31 @@ func TestACandidateWhoseLoadNeverEndsFailsAfterTheAllowance(t *testing.T) {
 	t.Logf("a load that never ended failed %s after its put", took.Round(time.Millisecond))
 }
 
+// orgTasks lists, on each call, the tasks in the CPU cgroups of the organization whose sandboxed
+// process pid is in (every process of the organization has a cgroup below its organization's).
+func orgTasks(t *testing.T, pid int) func() []string {
+	t.Helper()
+	org := filepath.Dir(orgCPUFile(t, pid))
+	return func() []string {
+		var tasks []string
+		files, _ := filepath.Glob(filepath.Join(org, "*", "cgroup.procs"))
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err == nil {
+				tasks = append(tasks, strings.Fields(string(b))...)
+			}
+		}
+		return tasks
+	}
+}
+
 // orgCPUWeight reads, on each call, the CPU weight of the organization whose sandboxed process
 // pid is in (the parent of its process's cgroup): cpu.weight on v2, cpu.shares on v1, where it
 // reads as the weight the runtime wrote it for (shares are the weight scaled by 1024/100, at
 // least 2).
 func orgCPUWeight(t *testing.T, pid int) func() string {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	require.NoError(t, err)
-	var file string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		switch {
-		case len(parts) != 3:
-		case strings.Contains(","+parts[1]+",", ",cpu,"):
-			file = filepath.Join("/sys/fs/cgroup", parts[1], filepath.Dir(parts[2]), "cpu.shares")
-		case parts[0] == "0" && parts[1] == "" && file == "":
-			file = filepath.Join("/sys/fs/cgroup", filepath.Dir(parts[2]), "cpu.weight")
-		}
-	}
-	require.NotEmpty(t, file, "process %d is in no CPU cgroup: %s", pid, b)
+	file := orgCPUFile(t, pid)
 	return func() string {
 		b, err := os.ReadFile(file)
 		if err != nil {
@@ -239,6 +265,27 @@ func orgCPUWeight(t *testing.T, pid int) func() string {
 		}
 		return v
 	}
+}
+
+// orgCPUFile is the file holding the CPU weight of the organization whose sandboxed process pid
+// is in: cpu.weight on v2, cpu.shares on v1.
+func orgCPUFile(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	require.NoError(t, err)
+	var file string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		switch {
+		case len(parts) != 3:
+		case strings.Contains(","+parts[1]+",", ",cpu,"):
+			file = filepath.Join("/sys/fs/cgroup", parts[1], filepath.Dir(parts[2]), "cpu.shares")
+		case parts[0] == "0" && parts[1] == "" && file == "":
+			file = filepath.Join("/sys/fs/cgroup", filepath.Dir(parts[2]), "cpu.weight")
+		}
+	}
+	require.NotEmpty(t, file, "process %d is in no CPU cgroup: %s", pid, b)
+	return file
 }
 
 func TestWorkerCallingItselfThroughTheEdgeEndsWith508(t *testing.T) {

@@ -235,6 +235,38 @@ type Manager struct {
 	gen     int
 	closed  bool
 	wg      sync.WaitGroup
+
+	// suspects are the organizations liveness killed a process of lately, and until when they
+	// yield the CPU (Options.SuspectFor): every process of theirs, a restart or a quarantine
+	// process included, starts and runs at the least CPU weight until then. Its own mutex: every
+	// process's watch reads it once a probe.
+	suspectMu sync.Mutex
+	suspects  map[string]time.Time
+}
+
+// suspect reports whether liveness killed a process of organization org within SuspectFor.
+func (m *Manager) suspect(org string) bool {
+	m.suspectMu.Lock()
+	defer m.suspectMu.Unlock()
+	until, ok := m.suspects[org]
+	if ok && !time.Now().Before(until) {
+		delete(m.suspects, org)
+		return false
+	}
+	return ok
+}
+
+// suspected records that liveness killed a process of organization org just now.
+func (m *Manager) suspected(org string) {
+	if m.opts.SuspectFor <= 0 {
+		return
+	}
+	m.suspectMu.Lock()
+	defer m.suspectMu.Unlock()
+	if m.suspects == nil {
+		m.suspects = map[string]time.Time{}
+	}
+	m.suspects[org] = time.Now().Add(m.opts.SuspectFor)
 }
 
 // New returns a Manager; Close stops every process it started. What a previous run left in

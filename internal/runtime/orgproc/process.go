@@ -58,9 +58,9 @@ type Process struct {
 	files           map[string][]byte
 	probeEntrypoint string
 	client          *http.Client
-	// suspectUntil: liveness killed its last workerd, and its organization yields the CPU until
-	// then (Options.SuspectFor; only its own watch reads and writes it).
-	suspectUntil time.Time
+	// startedStalled: its current workerd started counted stalled, its organization a suspect
+	// (only its own run goroutine reads and writes it).
+	startedStalled bool
 
 	// epoch counts the liveness probes' results; answered the responses its workers began (a
 	// witness of liveness besides the probe).
@@ -473,9 +473,12 @@ func (p *Process) startWorkerd(out *output) (workerdProcess, error) {
 		p.mu.Lock()
 		memory := p.memoryCeilingLocked()
 		p.mu.Unlock()
+		// An organization killed for a loop lately starts again yielding the CPU: its start and
+		// its loads are where a loop asked again at once spends the CPU others want.
+		p.startedStalled = p.m.suspect(p.key.org)
 		proc, err := sb.Start(sandbox.Program{
 			Path: p.m.opts.Workerd, Args: args, Dir: p.sock.confDir, Files: slices.Sorted(maps.Keys(p.files)), Env: []string{},
-			UID: p.uid, Name: "proc-" + p.name, MemoryBytes: memory, ExtraFiles: []*os.File{ingress},
+			UID: p.uid, Name: "proc-" + p.name, MemoryBytes: memory, Stalled: p.startedStalled, ExtraFiles: []*os.File{ingress},
 			BindDir: p.sock.dirFD, BindAt: sandboxSocketDir, NoNetwork: true, Stdout: out, Stderr: out,
 		})
 		if err != nil {
@@ -569,10 +572,10 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	lastAnswered := p.answered.Load()
 	stable := func() bool { return time.Since(started) >= o.StableAfter }
 	// While a worker holds the thread (from its first missed probe until the process answers),
-	// and for o.SuspectFor after its organization's process was killed for it, the organization
+	// and for o.SuspectFor after liveness killed a process of its organization, the organization
 	// yields the CPU to every other organization's (SPEC 5.1: one tenant's loop does not slow
 	// another's). The weight is only a share under contention: an idle node still runs it.
-	stalled := false
+	stalled := p.startedStalled
 	stall := func(v bool) {
 		if v == stalled {
 			return
@@ -583,7 +586,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 		}
 		stalled = v
 	}
-	suspect := func() bool { return time.Now().Before(p.suspectUntil) }
+	suspect := func() bool { return p.m.suspect(p.key.org) }
 	stall(suspect())
 	// A load holds the thread as a loop does, but the node asked for it (a 10 MiB bundle compiles
 	// for seconds on a busy node). While one is in progress (a probe: a load on a request's
@@ -687,7 +690,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			}
 			p.setState(procState{phase: phaseRestarting, reason: adminapi.ReasonUnresponsive, message: why + "; killing it", pid: proc.Pid()})
 			p.kill(exited, proc)
-			p.suspectUntil = time.Now().Add(o.SuspectFor)
+			p.m.suspected(p.key.org)
 			p.log.Warn("workerd killed: unresponsive", "misses", misses)
 			return outcome{ran: true, stable: stable(), killed: true, cutoff: firstMissed, reason: adminapi.ReasonUnresponsive, why: why}
 		}

@@ -381,12 +381,18 @@ func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
 
 // create makes org-<uid>/<name> in every hierarchy with the ceilings written: memory and pids per
 // process, CPU weight per organization (every organization the same, so that an organization
-// gets an equal share however many processes it runs), CPU quota per process when set.
-func (c *cgroups) create(uid int, name string, memory int64) (_ *group, err error) {
+// gets an equal share however many processes it runs), CPU quota per process when set. A group
+// created stalled counts so from the start (setStalled), and its organization's weight is
+// written at StalledCPUWeight before any process enters it.
+func (c *cgroups) create(uid int, name string, memory int64, stalled bool) (_ *group, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	g := &group{c: c, uid: uid, memory: c.processMemory(memory)}
 	memory = g.memory
+	if stalled {
+		c.countStalledLocked(uid, true)
+		g.stalled = true
+	}
 	defer func() {
 		if err != nil {
 			g.removeLocked()
@@ -673,14 +679,18 @@ func (g *group) setStalled(stalled bool) error {
 
 func (g *group) removeLocked() error {
 	var errs []error
+	for _, dir := range g.dirs {
+		if err := emptyAndRemove(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Its organization's weight comes back only once nothing of it runs: a stalled program
+	// killed is in its group until the kernel lets it go.
 	if g.stalled {
 		g.stalled = false
 		errs = append(errs, g.c.setStalledLocked(g.uid, false))
 	}
 	for _, dir := range g.dirs {
-		if err := emptyAndRemove(dir); err != nil {
-			errs = append(errs, err)
-		}
 		// Another incarnation of the organization keeps it busy: that one removes it later.
 		_ = os.Remove(filepath.Dir(dir))
 	}

@@ -273,6 +273,11 @@ type Program struct {
 	// MemoryBytes is this program's own memory ceiling; 0 takes Limits.MemoryBytes, and more
 	// than the organization's ceiling takes that (SetMemory changes it while it runs).
 	MemoryBytes int64
+	// Stalled starts the program counted stalled (Process.SetStalled), so that its organization
+	// runs at StalledCPUWeight before the program's first instruction: an organization that
+	// liveness killed lately starts again yielding the CPU, not at its full weight until its new
+	// process answers.
+	Stalled bool
 	// ExtraFiles become descriptors 3, 4, … in the sandbox (the listening socket).
 	ExtraFiles []*os.File
 	// BindDir, when set, is a directory of the host the sandbox sees read-write at BindAt (an
@@ -373,7 +378,7 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 		dataFDs = append(dataFDs, fd(f))
 	}
 
-	g, err := s.cg.create(p.UID, p.Name, p.MemoryBytes)
+	g, err := s.cg.create(p.UID, p.Name, p.MemoryBytes, p.Stalled)
 	if err != nil {
 		statusR.Close()
 		return nil, err

@@ -411,7 +411,7 @@ func startStatic(b *testing.B, body string) (addr string, pid int) {
 const config :Workerd.Config = (
   services = [ (name = "main", worker = .w) ],
   sockets = [ (name = "http", address = %q, http = (), service = "main") ],
-  v8Flags = ["--max-semi-space-size=1", "--initial-old-space-size=8", "--max-old-space-size=128"],
+  v8Flags = ["--no-concurrent-recompilation", "--max-semi-space-size=1", "--initial-old-space-size=8", "--max-old-space-size=128"],
 );
 const w :Workerd.Worker = (
   modules = [ (name = "main.js", esModule = embed "main.js") ],

@@ -216,7 +216,17 @@ func (o Org) Files() (map[string][]byte, error) {
 	// requests of a trivial worker and was killed, the worker implicated; starting it at 8 MiB,
 	// the same load levels off near 105 MiB (measured with the pinned workerd). The heap limit is
 	// per isolate (Cloudflare's 128 MB per worker is the reference).
-	fmt.Fprintf(&b, "  v8Flags = [\"--max-semi-space-size=1\", \"--initial-old-space-size=8\", \"--max-old-space-size=%d\"],\n);\n\n", o.HeapLimitMB)
+	//
+	// Optimization is compiled on the process's own thread, not a background one. With background
+	// compiles, a busy worker's hot loop fell back to V8's baseline code within a minute in most
+	// processes once other organizations' loops contended for the CPU, and stayed there (perf: the
+	// loop's arithmetic in Add_Generic_Baseline, a heap number allocated every turn): its CPU a
+	// request rose from 0.4-0.55 ms to 0.85-2.0 ms and did not come back (make bench-tenants,
+	// about ten runs); compiled in place, it stayed at 0.4-0.55 ms in every window of three runs.
+	// The price is a pause of the organization's thread while a hot function compiles (Maglev took
+	// 2-3.5 ms for the bench's handler; once per function), of the kind its workers' requests
+	// already make.
+	fmt.Fprintf(&b, "  v8Flags = [\"--no-concurrent-recompilation\", \"--max-semi-space-size=1\", \"--initial-old-space-size=8\", \"--max-old-space-size=%d\"],\n);\n\n", o.HeapLimitMB)
 	fmt.Fprintf(&b, "const router :Workerd.Worker = (\n  modules = [ (name = %s, esModule = embed %s) ],\n", Quote(RouterFile), Quote(RouterFile))
 	// ctx.exports (the entrypoints stamped per isolate) needs enable_ctx_exports at this date.
 	// service_binding_extra_handlers lets the router call an isolate's scheduled handler: the

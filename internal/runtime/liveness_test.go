@@ -2,8 +2,10 @@ package runtime_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -117,9 +119,15 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 	weight := orgCPUWeight(t, procs[len(procs)-1])
 	require.Equal(t, strconv.Itoa(sandbox.DefaultCPUWeight), weight())
 
+	idle := orgCPUIdle(t, procs[len(procs)-1])
+	require.Contains(t, []string{"0", "absent"}, idle())
+
 	go func() { _, _, _, _ = f.h.TryGet("hog.workers.localhost", "/loop") }()
 	require.Eventually(t, func() bool { return weight() == strconv.Itoa(sandbox.StalledCPUWeight) }, 5*time.Second, 50*time.Millisecond,
 		"the organization of a stalled process yields the CPU")
+	// Its one process held, it serves no one: where the kernel has cpu.idle, it is also of the idle
+	// class, which any other organization's thread that wakes preempts at once.
+	require.Contains(t, []string{"1", "absent"}, idle(), "an organization whose every process is held is of the idle class")
 	// From here until its new process answers, no process of the organization runs at its full
 	// weight: the new sandbox, workerd's start and the loads are where a loop asked again at once
 	// spends the CPU others want.
@@ -145,6 +153,7 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 	close(done)
 	require.Empty(t, <-watched, "processes of an organization killed for a loop ran at its full weight as it started again")
 	require.Equal(t, strconv.Itoa(sandbox.StalledCPUWeight), weight(), "an organization killed for a loop still yields the CPU as it starts again")
+	require.Contains(t, []string{"0", "absent"}, idle(), "but is of the idle class no more: its new process answers")
 	f.answers("hog.workers.localhost", "served=1\n")
 	require.Eventually(t, func() bool { return weight() == strconv.Itoa(sandbox.DefaultCPUWeight) }, suspect+5*time.Second, 100*time.Millisecond,
 		"a process that answers gets its organization's weight back once the suspicion is over")
@@ -242,6 +251,22 @@ func orgTasks(t *testing.T, pid int) func() []string {
 	}
 }
 
+// orgCPUIdle reads, on each call, cpu.idle of the organization whose sandboxed process pid is in
+// ("absent" where the kernel has none).
+func orgCPUIdle(t *testing.T, pid int) func() string {
+	t.Helper()
+	file := filepath.Join(filepath.Dir(orgCPUFile(t, pid)), "cpu.idle")
+	return func() string {
+		b, err := os.ReadFile(file)
+		if errors.Is(err, fs.ErrNotExist) {
+			return "absent"
+		} else if err != nil {
+			return err.Error()
+		}
+		return strings.TrimSpace(string(b))
+	}
+}
+
 // orgCPUWeight reads, on each call, the CPU weight of the organization whose sandboxed process
 // pid is in (the parent of its process's cgroup): cpu.weight on v2, cpu.shares on v1, where it
 // reads as the weight the runtime wrote it for (shares are the weight scaled by 1024/100, at
@@ -249,7 +274,13 @@ func orgTasks(t *testing.T, pid int) func() []string {
 func orgCPUWeight(t *testing.T, pid int) func() string {
 	t.Helper()
 	file := orgCPUFile(t, pid)
+	idle := orgCPUIdle(t, pid)
 	return func() string {
+		if idle() == "1" {
+			// The kernel reports an idle group's own weight (3 in shares) and refuses another:
+			// the runtime writes the least weight before it makes the group idle.
+			return strconv.Itoa(sandbox.StalledCPUWeight)
+		}
 		b, err := os.ReadFile(file)
 		if err != nil {
 			return err.Error()
@@ -457,9 +488,39 @@ func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testi
 	}
 	sibling, other := f.poll("sibling.test"), f.poll("other.test")
 	var loops []time.Time
+	var idleWhileAlone []string
 	for round := 1; round <= 3; round++ {
 		loops = append(loops, time.Now())
+		done := make(chan struct{})
+		sampled := make(chan []string, 1)
+		if round == 3 {
+			// The looper runs alone now, and its organization's shared process answers: the
+			// organization is never of the idle class meanwhile (on a saturated node its other
+			// workers would get nothing).
+			st, err := f.client.GetScript(f.ctx, "sibling")
+			require.NoError(t, err)
+			procs := descendants(t, st.Incarnation.PID)
+			idle := orgCPUIdle(t, procs[len(procs)-1])
+			go func() {
+				var seen []string
+				for {
+					select {
+					case <-done:
+						sampled <- seen
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+					if v := idle(); v != "0" && v != "absent" {
+						seen = append(seen, v)
+					}
+				}
+			}()
+		}
 		code, _, _, _ := f.h.TryGet("looper.test", "/loop")
+		close(done)
+		if round == 3 {
+			idleWhileAlone = <-sampled
+		}
 		require.GreaterOrEqual(t, code, 500, "round %d: the looping request ends with its process", round)
 		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
 			return s.Ready && s.Incarnation.Restarts >= round
@@ -485,6 +546,7 @@ func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testi
 	t.Logf("round 3, the looper alone: its sibling's slowest call %s, %d failed", most.Round(time.Millisecond), failed)
 	require.Zero(t, failed, "a quarantined worker's loop fails none of its organization's other requests")
 	require.Less(t, most, time.Second, "nor stalls them")
+	require.Empty(t, idleWhileAlone, "nor makes its organization of the idle class")
 	most, failed = slowest(otherCalls, loops[0])
 	t.Logf("another organization, throughout: slowest call %s, %d failed", most.Round(time.Millisecond), failed)
 	require.Zero(t, failed, "another organization's requests never fail for the loop")

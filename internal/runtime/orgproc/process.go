@@ -456,8 +456,10 @@ type workerdProcess interface {
 	Pid() int
 	Wait() error
 	LimitHit() string
-	// SetStalled says whether a worker holds the process's thread (sandbox.Process.SetStalled).
+	// SetStalled says whether the process yields the CPU (sandbox.Process.SetStalled), SetHeld
+	// whether a worker holds its thread now (sandbox.Process.SetHeld).
 	SetStalled(stalled bool) error
+	SetHeld(held bool) error
 }
 
 // startWorkerd starts workerd on the process's config, handing it the ingress socket as
@@ -512,8 +514,10 @@ func (u unsandboxed) Pid() int         { return u.cmd.Process.Pid }
 func (u unsandboxed) Wait() error      { return u.cmd.Wait() }
 func (u unsandboxed) LimitHit() string { return "" }
 
-// SetStalled does nothing: without a sandbox there is no organization's cgroup to weigh.
+// SetStalled and SetHeld do nothing: without a sandbox there is no organization's cgroup to
+// weigh.
 func (u unsandboxed) SetStalled(bool) error { return nil }
+func (u unsandboxed) SetHeld(bool) error    { return nil }
 
 // awaitFirstAnswer probes the new workerd until it answers (first witness), exits, or its start
 // deadline passes. A nil outcome means it runs.
@@ -586,7 +590,27 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 		}
 		stalled = v
 	}
+	// held: a worker holds the thread now (a probe unanswered while nothing answered, or missed
+	// past a load's allowance). While every process of its organization is held, the organization
+	// is also of the idle class (sandbox.Process.SetHeld): it serves no one meanwhile.
+	held := false
+	hold := func(v bool) {
+		if v == held {
+			return
+		}
+		if err := proc.SetHeld(v); err != nil {
+			p.log.Warn("could not change a process's CPU class", "held", v, "error", err)
+			return
+		}
+		held = v
+	}
 	suspect := func() bool { return p.m.suspect(p.key.org) }
+	// yield is the CPU share of a process no worker holds: the least while its organization is a
+	// suspect, its own otherwise.
+	yield := func() {
+		hold(false)
+		stall(suspect())
+	}
 	stall(suspect())
 	// A load holds the thread as a loop does, but the node asked for it (a 10 MiB bundle compiles
 	// for seconds on a busy node). While one is in progress (a probe: a load on a request's
@@ -615,6 +639,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			// keeps its weight (the miss below makes the same exception).
 			if probing && p.answered.Load() == lastAnswered && !loading && !p.anyProbing() {
 				stall(true)
+				hold(true)
 			}
 		case err := <-exited:
 			why := "workerd exited: " + exitText(err)
@@ -646,7 +671,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			switch {
 			case a.err == nil:
 				misses, streak = 0, 0
-				stall(suspect())
+				yield()
 				p.alive.Store(time.Now().UnixNano())
 				loadMissedSince = time.Time{}
 				continue
@@ -659,7 +684,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				// stuck (a worker in a loop holds the one thread, and nothing answers).
 				misses, streak = 0, 0
 				loadMissedSince = time.Time{}
-				stall(suspect())
+				yield()
 				continue
 			}
 			if streak++; streak == 1 {
@@ -672,7 +697,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 					loadMissedSince = time.Now()
 				}
 				if time.Since(loadMissedSince) < allowance {
-					stall(suspect())
+					yield()
 					p.log.Info("liveness probe missed while the process loads; not counted yet", "allowance", allowance.String())
 					continue
 				}
@@ -680,6 +705,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			// Past the allowance, a load holds the thread as a loop does.
 			misses++
 			stall(true)
+			hold(true)
 			p.log.Warn("liveness probe missed", "misses", misses)
 			if misses < LivenessMisses {
 				continue

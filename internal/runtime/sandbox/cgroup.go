@@ -192,9 +192,12 @@ type cgroups struct {
 	limits      Limits
 	// mu orders creating an organization's directory with removing it once empty.
 	mu sync.Mutex
-	// stalled counts, by uid, the organization's processes whose thread a worker holds (a
-	// liveness probe missed): while any is, the organization runs at StalledCPUWeight.
-	stalled map[int]int
+	// stalled counts, by uid, the organization's processes that yield the CPU (a worker holds
+	// their thread, or liveness killed one of the organization's lately): while any does, the
+	// organization runs at StalledCPUWeight. held counts those whose thread a worker holds now,
+	// and groups all of them: while every process of an organization is held, it is also of the
+	// idle class where the kernel has cpu.idle.
+	stalled, held, groups map[int]int
 }
 
 // discoverCgroups finds the runtime's own cgroups and decides which hierarchy sets each ceiling:
@@ -373,8 +376,10 @@ type group struct {
 	uid    int
 	memory int64    // its memory ceiling
 	dirs   []string // one per hierarchy, in the order of c.hierarchies
-	// stalled: its program's thread is held, and its organization counts it so (setStalled).
-	stalled bool
+	// stalled: its program yields the CPU, and its organization counts it so (setStalled); held:
+	// a worker holds its thread now (setHeld); counted: its organization counts it among its
+	// groups.
+	stalled, held, counted bool
 }
 
 func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
@@ -387,10 +392,11 @@ func orgName(uid int) string { return fmt.Sprintf("org-%d", uid) }
 func (c *cgroups) create(uid int, name string, memory int64, stalled bool) (_ *group, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	g := &group{c: c, uid: uid, memory: c.processMemory(memory)}
+	g := &group{c: c, uid: uid, memory: c.processMemory(memory), counted: true}
 	memory = g.memory
+	count(&c.groups, uid, true)
 	if stalled {
-		c.countStalledLocked(uid, true)
+		count(&c.stalled, uid, true)
 		g.stalled = true
 	}
 	defer func() {
@@ -428,7 +434,7 @@ func (c *cgroups) writeOrg(h hierarchy, org string, uid int) error {
 		files = append(files, [2]string{"pids.max", strconv.FormatInt(l.OrgPids, 10)})
 	}
 	if h.serves(ctlCPU) {
-		files = append(files, cpuWeightFile(h, c.weightLocked(uid)))
+		files = append(files, cpuFiles(h, c.cpuStateLocked(uid))...)
 	}
 	if err := writeAll(org, files); err != nil {
 		return err
@@ -447,32 +453,56 @@ func cpuWeightFile(h hierarchy, weight int) [2]string {
 	return [2]string{"cpu.shares", strconv.Itoa(max(2, weight*1024/100))}
 }
 
-// weightLocked is the CPU weight organization uid runs at now (c.mu held).
-func (c *cgroups) weightLocked(uid int) int {
+// cpuState is how an organization's CPU files read.
+type cpuState struct {
+	weight int
+	idle   bool
+}
+
+// cpuStateLocked is the CPU state organization uid runs in now (c.mu held).
+func (c *cgroups) cpuStateLocked(uid int) cpuState {
+	st := cpuState{weight: c.limits.CPUWeight}
 	if c.stalled[uid] > 0 {
-		return StalledCPUWeight
+		st.weight = StalledCPUWeight
 	}
-	return c.limits.CPUWeight
+	st.idle = c.held[uid] > 0 && c.held[uid] >= c.groups[uid]
+	return st
 }
 
-// countStalledLocked counts one of uid's processes stalled or no longer (c.mu held).
-func (c *cgroups) countStalledLocked(uid int, stalled bool) {
-	if c.stalled == nil {
-		c.stalled = map[int]int{}
+// cpuFiles are the CPU files of an organization's cgroup in h for st, in the order to write them.
+// Where the kernel has cpu.idle, an organization every process of which a worker holds is also of
+// the idle class: a thread of any other organization that wakes takes the CPU from it at once,
+// where the least weight alone still lets it run out its slice. It serves no one meanwhile, and
+// one process of it that answers takes it out of the class (a quarantined loop does not starve
+// its organization's other workers on a saturated node). An idle group's weight cannot be
+// written (the kernel refuses it), so the weight goes first into the class and last out of it.
+func cpuFiles(h hierarchy, st cpuState) [][2]string {
+	weight := cpuWeightFile(h, st.weight)
+	if !exists(filepath.Join(h.base, "cpu.idle")) {
+		return [][2]string{weight}
 	}
-	if stalled {
-		c.stalled[uid]++
-	} else if c.stalled[uid]--; c.stalled[uid] <= 0 {
-		delete(c.stalled, uid)
+	if st.idle {
+		return [][2]string{weight, {"cpu.idle", "1"}}
+	}
+	return [][2]string{{"cpu.idle", "0"}, weight}
+}
+
+// count counts one of uid's processes in or out of m.
+func count(m *map[int]int, uid int, in bool) {
+	if *m == nil {
+		*m = map[int]int{}
+	}
+	if in {
+		(*m)[uid]++
+	} else if (*m)[uid]--; (*m)[uid] <= 0 {
+		delete(*m, uid)
 	}
 }
 
-// setStalledLocked counts one of uid's processes stalled or no longer (c.mu held), and writes the
-// organization's weight when that changes it.
-func (c *cgroups) setStalledLocked(uid int, stalled bool) error {
-	before := c.weightLocked(uid)
-	c.countStalledLocked(uid, stalled)
-	after := c.weightLocked(uid)
+// updateCPULocked writes organization uid's CPU files when its state moved from before (c.mu
+// held).
+func (c *cgroups) updateCPULocked(uid int, before cpuState) error {
+	after := c.cpuStateLocked(uid)
 	if after == before {
 		return nil
 	}
@@ -485,7 +515,7 @@ func (c *cgroups) setStalledLocked(uid int, stalled bool) error {
 		if !exists(org) {
 			continue
 		}
-		errs = append(errs, writeAll(org, [][2]string{cpuWeightFile(h, after)}))
+		errs = append(errs, writeAll(org, cpuFiles(h, after)))
 	}
 	return errors.Join(errs...)
 }
@@ -662,18 +692,33 @@ func (g *group) remove() error {
 // answers; an idle node still gives it all it asks, so a long synchronous request is slowed only
 // where others wait for the CPU, and ended, as before, only by the liveness bound.
 func (g *group) setStalled(stalled bool) error {
+	return g.setCounted(&g.stalled, &g.c.stalled, stalled)
+}
+
+// setHeld says whether a worker holds the group's program's thread now (a liveness probe has
+// gone unanswered while nothing else answered): while every process of an organization is held,
+// the organization is also of the idle class (cpuFiles).
+func (g *group) setHeld(held bool) error {
+	return g.setCounted(&g.held, &g.c.held, held)
+}
+
+// setCounted sets one of the group's flags, counted in its organization's m, and writes the
+// organization's CPU files when that moves them.
+func (g *group) setCounted(flag *bool, m *map[int]int, v bool) error {
 	g.c.mu.Lock()
 	defer g.c.mu.Unlock()
-	if g.stalled == stalled || len(g.dirs) == 0 {
+	if *flag == v || len(g.dirs) == 0 {
 		return nil
 	}
-	if err := g.c.setStalledLocked(g.uid, stalled); err != nil {
+	before := g.c.cpuStateLocked(g.uid)
+	count(m, g.uid, v)
+	if err := g.c.updateCPULocked(g.uid, before); err != nil {
 		// Undo the count, so that the group, the count and its caller agree that nothing
 		// changed, and a later call tries the write again.
-		g.c.countStalledLocked(g.uid, !stalled)
+		count(m, g.uid, !v)
 		return err
 	}
-	g.stalled = stalled
+	*flag = v
 	return nil
 }
 
@@ -686,10 +731,17 @@ func (g *group) removeLocked() error {
 	}
 	// Its organization's weight comes back only once nothing of it runs: a stalled program
 	// killed is in its group until the kernel lets it go.
-	if g.stalled {
-		g.stalled = false
-		errs = append(errs, g.c.setStalledLocked(g.uid, false))
+	before := g.c.cpuStateLocked(g.uid)
+	for _, c := range []struct {
+		flag *bool
+		m    *map[int]int
+	}{{&g.stalled, &g.c.stalled}, {&g.held, &g.c.held}, {&g.counted, &g.c.groups}} {
+		if *c.flag {
+			*c.flag = false
+			count(c.m, g.uid, false)
+		}
 	}
+	errs = append(errs, g.c.updateCPULocked(g.uid, before))
 	for _, dir := range g.dirs {
 		// Another incarnation of the organization keeps it busy: that one removes it later.
 		_ = os.Remove(filepath.Dir(dir))

@@ -569,6 +569,12 @@ func (p *Process) LimitHit() string { return p.limitHit }
 // StalledCPUWeight. The program's end clears it.
 func (p *Process) SetStalled(stalled bool) error { return p.group.setStalled(stalled) }
 
+// SetHeld says whether a worker holds the program's thread now (its liveness probe has gone
+// unanswered while nothing else of it answered): while every process of an organization is
+// held, the organization is also of the idle class where the kernel has cpu.idle. The program's
+// end clears it.
+func (p *Process) SetHeld(held bool) error { return p.group.setHeld(held) }
+
 // SetMemory changes the program's memory ceiling while it runs (capped, as at Start, by the
 // organization's).
 func (p *Process) SetMemory(bytes int64) error { return p.group.setMemory(bytes) }

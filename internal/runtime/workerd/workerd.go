@@ -223,9 +223,9 @@ func (o Org) Files() (map[string][]byte, error) {
 	// loop's arithmetic in Add_Generic_Baseline, a heap number allocated every turn): its CPU a
 	// request rose from 0.4-0.55 ms to 0.85-2.0 ms and did not come back (make bench-tenants,
 	// about ten runs); compiled in place, it stayed at 0.4-0.55 ms in every window of three runs.
-	// The price is a pause of the organization's thread while a hot function compiles (Maglev took
-	// 2-3.5 ms for the bench's handler; once per function), of the kind its workers' requests
-	// already make.
+	// The price is a pause of the organization's thread while a hot function compiles (for the
+	// bench's handler Maglev took 0.5-4 ms and TurboFan 4-9 ms, --trace-opt; a few times per
+	// function), of the kind its workers' requests already make.
 	fmt.Fprintf(&b, "  v8Flags = [\"--no-concurrent-recompilation\", \"--max-semi-space-size=1\", \"--initial-old-space-size=8\", \"--max-old-space-size=%d\"],\n);\n\n", o.HeapLimitMB)
 	fmt.Fprintf(&b, "const router :Workerd.Worker = (\n  modules = [ (name = %s, esModule = embed %s) ],\n", Quote(RouterFile), Quote(RouterFile))
 	// ctx.exports (the entrypoints stamped per isolate) needs enable_ctx_exports at this date.

@@ -579,31 +579,11 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	// and for o.SuspectFor after liveness killed a process of its organization, the organization
 	// yields the CPU to every other organization's (SPEC 5.1: one tenant's loop does not slow
 	// another's). The weight is only a share under contention: an idle node still runs it.
-	stalled := p.startedStalled
-	stall := func(v bool) {
-		if v == stalled {
-			return
-		}
-		if err := proc.SetStalled(v); err != nil {
-			p.log.Warn("could not change a process's CPU weight", "stalled", v, "error", err)
-			return
-		}
-		stalled = v
-	}
+	stall := p.cpuSetting("stalled", p.startedStalled, proc.SetStalled)
 	// held: a worker holds the thread now (a probe unanswered while nothing answered, or missed
 	// past a load's allowance). While every process of its organization is held, the organization
 	// is also of the idle class (sandbox.Process.SetHeld): it serves no one meanwhile.
-	held := false
-	hold := func(v bool) {
-		if v == held {
-			return
-		}
-		if err := proc.SetHeld(v); err != nil {
-			p.log.Warn("could not change a process's CPU class", "held", v, "error", err)
-			return
-		}
-		held = v
-	}
+	hold := p.cpuSetting("held", false, proc.SetHeld)
 	suspect := func() bool { return p.m.suspect(p.key.org) }
 	// yield is the CPU share of a process no worker holds: the least while its organization is a
 	// suspect, its own otherwise.
@@ -720,6 +700,22 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			p.log.Warn("workerd killed: unresponsive", "misses", misses)
 			return outcome{ran: true, stable: stable(), killed: true, cutoff: firstMissed, reason: adminapi.ReasonUnresponsive, why: why}
 		}
+	}
+}
+
+// cpuSetting keeps one of a running workerd's CPU settings, starting at initial: the function it
+// returns applies a new value through set, and remembers it only once set.
+func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) func(bool) {
+	current := initial
+	return func(v bool) {
+		if v == current {
+			return
+		}
+		if err := set(v); err != nil {
+			p.log.Warn("could not change a process's CPU share", name, v, "error", err)
+			return
+		}
+		current = v
 	}
 }
 

@@ -127,11 +127,17 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 		"the organization of a stalled process yields the CPU")
 	// Its one process held, it serves no one: where the kernel has cpu.idle, it is also of the idle
 	// class, which any other organization's thread that wakes preempts at once.
-	require.Contains(t, []string{"1", "absent"}, idle(), "an organization whose every process is held is of the idle class")
-	// From here until its new process answers, no process of the organization runs at its full
-	// weight: the new sandbox, workerd's start and the loads are where a loop asked again at once
-	// spends the CPU others want.
-	tasks := orgTasks(t, procs[len(procs)-1])
+	require.Eventually(t, func() bool { return idle() == "1" || idle() == "absent" }, 5*time.Second, 10*time.Millisecond,
+		"an organization whose every process is held is of the idle class")
+	// From here until its new process answers, no new process of the organization runs at its
+	// full weight: the new sandbox, workerd's start and the loads are where a loop asked again at
+	// once spends the CPU others want. (What is left of the killed one runs none of its code, and
+	// frees its memory at the organization's own weight.)
+	killed := map[string]bool{}
+	for _, pid := range procs {
+		killed[strconv.Itoa(pid)] = true
+	}
+	tasks := orgTasks(t, procs[len(procs)-1], killed)
 	done, watched := make(chan struct{}), make(chan []string)
 	go func() {
 		var atFull []string
@@ -234,8 +240,9 @@ func TestACandidateWhoseLoadNeverEndsFailsAfterTheAllowance(t *testing.T) {
 }
 
 // orgTasks lists, on each call, the tasks in the CPU cgroups of the organization whose sandboxed
-// process pid is in (every process of the organization has a cgroup below its organization's).
-func orgTasks(t *testing.T, pid int) func() []string {
+// process pid is in (every process of the organization has a cgroup below its organization's),
+// but those in except.
+func orgTasks(t *testing.T, pid int, except map[string]bool) func() []string {
 	t.Helper()
 	org := filepath.Dir(orgCPUFile(t, pid))
 	return func() []string {
@@ -243,8 +250,10 @@ func orgTasks(t *testing.T, pid int) func() []string {
 		files, _ := filepath.Glob(filepath.Join(org, "*", "cgroup.procs"))
 		for _, file := range files {
 			b, err := os.ReadFile(file)
-			if err == nil {
-				tasks = append(tasks, strings.Fields(string(b))...)
+			for _, task := range strings.Fields(string(b)) {
+				if err == nil && !except[task] {
+					tasks = append(tasks, task)
+				}
 			}
 		}
 		return tasks
@@ -252,10 +261,14 @@ func orgTasks(t *testing.T, pid int) func() []string {
 }
 
 // orgCPUIdle reads, on each call, cpu.idle of the organization whose sandboxed process pid is in
-// ("absent" where the kernel has none).
+// ("absent" where the kernel has none, which fails under CI=true: CI's kernel has it).
 func orgCPUIdle(t *testing.T, pid int) func() string {
 	t.Helper()
 	file := filepath.Join(filepath.Dir(orgCPUFile(t, pid)), "cpu.idle")
+	if os.Getenv("CI") == "true" {
+		_, err := os.Stat(file)
+		require.NoError(t, err, "the kernel has no cpu.idle here; the idle class is not tested")
+	}
 	return func() string {
 		b, err := os.ReadFile(file)
 		if errors.Is(err, fs.ErrNotExist) {

@@ -540,18 +540,37 @@ func (p *Process) awaitFirstAnswer(exited chan error, proc workerdProcess) *outc
 			}
 		}
 	}()
-	select {
-	case <-answered:
-		p.alive.Store(time.Now().UnixNano())
-		return nil
-	case err := <-exited:
-		return &outcome{why: "workerd exited before it answered: " + exitText(err), limitHit: proc.LimitHit()}
-	case <-p.stop:
-		p.terminate(exited, proc)
-		return &outcome{stopped: true}
-	case <-deadline.C:
-		p.kill(exited, proc)
-		return &outcome{why: fmt.Sprintf("workerd did not answer within %s of its start", p.m.opts.StartDeadline)}
+	// A start at the least weight (its organization a suspect) on a node others saturate could run
+	// past its deadline and fail for want of CPU: a third of the way there, it gets its
+	// organization's weight back until it answers.
+	var lift <-chan time.Time
+	if p.startedStalled {
+		t := time.NewTimer(p.m.opts.StartDeadline / 3)
+		defer t.Stop()
+		lift = t.C
+	}
+	for {
+		select {
+		case <-answered:
+			p.alive.Store(time.Now().UnixNano())
+			return nil
+		case err := <-exited:
+			return &outcome{why: "workerd exited before it answered: " + exitText(err), limitHit: proc.LimitHit()}
+		case <-p.stop:
+			p.terminate(exited, proc)
+			return &outcome{stopped: true}
+		case <-lift:
+			lift = nil
+			if err := proc.SetStalled(false); err != nil {
+				p.log.Warn("could not change a process's CPU share", "stalled", false, "error", err)
+				continue
+			}
+			p.startedStalled = false
+			p.log.Info("a start at the least CPU weight has not answered yet; it runs at its organization's weight", "after", (p.m.opts.StartDeadline / 3).String())
+		case <-deadline.C:
+			p.kill(exited, proc)
+			return &outcome{why: fmt.Sprintf("workerd did not answer within %s of its start", p.m.opts.StartDeadline)}
+		}
 	}
 }
 
@@ -588,8 +607,11 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	// yield is the CPU share of a process no worker holds: the least while its organization is a
 	// suspect, its own otherwise.
 	yield := func() {
-		hold(false)
-		stall(suspect())
+		// An organization of the idle class cannot be given a weight (the kernel refuses it):
+		// the weight follows only once the process is out of the class.
+		if hold(false) {
+			stall(suspect())
+		}
 	}
 	stall(suspect())
 	// A load holds the thread as a loop does, but the node asked for it (a 10 MiB bundle compiles
@@ -704,18 +726,20 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 }
 
 // cpuSetting keeps one of a running workerd's CPU settings, starting at initial: the function it
-// returns applies a new value through set, and remembers it only once set.
-func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) func(bool) {
+// returns applies a new value through set, remembers it only once set, and reports whether the
+// setting is now the value asked.
+func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) func(bool) bool {
 	current := initial
-	return func(v bool) {
+	return func(v bool) bool {
 		if v == current {
-			return
+			return true
 		}
 		if err := set(v); err != nil {
 			p.log.Warn("could not change a process's CPU share", name, v, "error", err)
-			return
+			return false
 		}
 		current = v
+		return true
 	}
 }
 

@@ -473,8 +473,8 @@ func (c *cgroups) cpuStateLocked(uid int) cpuState {
 // Where the kernel has cpu.idle, an organization every process of which a worker holds is also of
 // the idle class: a thread of any other organization that wakes takes the CPU from it at once,
 // where the least weight alone still lets it run out its slice. It serves no one meanwhile, and
-// one process of it that answers takes it out of the class (a quarantined loop does not starve
-// its organization's other workers on a saturated node). An idle group's weight cannot be
+// one process of it that answers takes it out of the class (beside a quarantined loop, its
+// organization's other workers keep the least weight's share on a saturated node, not none). An idle group's weight cannot be
 // written (the kernel refuses it), so the weight goes first into the class and last out of it.
 func cpuFiles(h hierarchy, st cpuState) [][2]string {
 	weight := cpuWeightFile(h, st.weight)
@@ -723,14 +723,8 @@ func (g *group) setCounted(flag *bool, m *map[int]int, v bool) error {
 }
 
 func (g *group) removeLocked() error {
-	var errs []error
-	for _, dir := range g.dirs {
-		if err := emptyAndRemove(dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	// Its organization's weight comes back only once nothing of it runs: a stalled program
-	// killed is in its group until the kernel lets it go.
+	// Its counts go first: what is left of a killed program runs no more of its code, and frees
+	// its memory faster at its organization's own weight (c.mu is held meanwhile).
 	before := g.c.cpuStateLocked(g.uid)
 	for _, c := range []struct {
 		flag *bool
@@ -741,8 +735,11 @@ func (g *group) removeLocked() error {
 			count(c.m, g.uid, false)
 		}
 	}
-	errs = append(errs, g.c.updateCPULocked(g.uid, before))
+	errs := []error{g.c.updateCPULocked(g.uid, before)}
 	for _, dir := range g.dirs {
+		if err := emptyAndRemove(dir); err != nil {
+			errs = append(errs, err)
+		}
 		// Another incarnation of the organization keeps it busy: that one removes it later.
 		_ = os.Remove(filepath.Dir(dir))
 	}

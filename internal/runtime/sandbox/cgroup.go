@@ -357,7 +357,9 @@ func enableSubtree(dir string, controllers []string) error {
 }
 
 func writeFile(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	// O_TRUNC, as a shell's redirection opens them: the kernel takes a cgroup file's value whole
+	// anyway, and a plain file (a test's) then holds only the value.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package runtime_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 )
 
 // victimSource does a little work per request (a short integer loop and a SHA-256) and answers
@@ -177,53 +177,6 @@ func (s sample) String() string {
 		float64(s.perRequest())/float64(time.Microsecond), s.busy, s.own)
 }
 
-// treeCPU is the CPU time process pid and its descendants have used (user and system, every
-// thread): the victim's pid is its sandbox's bwrap, whose child runs workerd. 0 when unreadable.
-func treeCPU(pid int) time.Duration {
-	type proc struct {
-		ppid int
-		cpu  time.Duration
-	}
-	procs := map[int]proc{}
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		n, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile("/proc/" + d.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name may hold spaces; the fields after it are fixed (proc(5)).
-		fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-		if len(fields) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		procs[n] = proc{ppid: ppid, cpu: time.Duration(utime+stime) * time.Second / clockTicks}
-	}
-	var total time.Duration
-	for n, p := range procs {
-		for at := n; at > 1; at = procs[at].ppid {
-			if at == pid {
-				total += p.cpu
-				break
-			}
-			if _, ok := procs[at]; !ok {
-				break
-			}
-		}
-	}
-	return total
-}
-
-// clockTicks is the kernel's USER_HZ, the unit of /proc's CPU times: 100 on every Linux
-// architecture Go supports.
-const clockTicks = 100
-
 // cpuTimes reads the machine's busy and total jiffies (/proc/stat) and this process's CPU time.
 func cpuTimes() (busy, total float64, own time.Duration) {
 	f, err := os.Open("/proc/stat")
@@ -254,7 +207,7 @@ func cpuTimes() (busy, total float64, own time.Duration) {
 // latency counts from when it was due (so a stall is not hidden by the requests it delayed).
 func (x *tenantBench) measure(clients int, interval, d time.Duration) sample {
 	victim := x.victimPID()
-	cpu0 := treeCPU(victim)
+	cpu0 := workerdtest.SubtreeCPU(victim)
 	busy0, total0, own0 := cpuTimes()
 	began := time.Now()
 	deadline := began.Add(d)
@@ -283,7 +236,7 @@ func (x *tenantBench) measure(clients int, interval, d time.Duration) sample {
 	}
 	wg.Wait()
 	busy1, total1, own1 := cpuTimes()
-	cpu1 := treeCPU(victim)
+	cpu1 := workerdtest.SubtreeCPU(victim)
 	elapsed := time.Since(began)
 	s := sample{latencies: slices.Concat(per...), failed: int(failed.Load()), window: d, own: own1.Seconds() - own0.Seconds()}
 	if cpu0 > 0 && cpu1 >= cpu0 && x.victimPID() == victim {

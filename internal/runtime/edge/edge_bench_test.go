@@ -30,6 +30,8 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/testpki"
 )
 
@@ -212,7 +214,7 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 		d := window()
 		for range rounds {
 			for _, p := range paths {
-				before, nginxBefore, workerdBefore := processCPU(), treeCPU(p.nginxPID), subtreeCPU(p.workerdPID)
+				before, nginxBefore, workerdBefore := processCPU(), treeCPU(p.nginxPID), workerdtest.SubtreeCPU(p.workerdPID)
 				readsBefore, writesBefore := processSyscalls()
 				stopProfile := profile(b, p.name)
 				n, lost, err := hammer(p.addr, benchHost, p.header, p.tls, workers, d)
@@ -223,7 +225,7 @@ func BenchmarkEdgeVersusDirect(b *testing.B) {
 				dropped[p.name] += lost
 				cpu[p.name] += processCPU() - before
 				nginxCPU[p.name] += treeCPU(p.nginxPID) - nginxBefore
-				workerdCPU[p.name] += subtreeCPU(p.workerdPID) - workerdBefore
+				workerdCPU[p.name] += workerdtest.SubtreeCPU(p.workerdPID) - workerdBefore
 				count[p.name] += n
 				if err != nil {
 					for _, h := range []*runtimetest.Harness{x.h, xt.h} {
@@ -361,33 +363,8 @@ func treeCPU(pid int) time.Duration {
 		if len(fields) > 12 {
 			utime, _ := strconv.ParseInt(fields[11], 10, 64)
 			stime, _ := strconv.ParseInt(fields[12], 10, 64)
-			total += time.Duration(utime+stime) * time.Second / clockTicks
+			total += time.Duration(utime+stime) * time.Second / workerdtest.ClockTicks
 		}
-	}
-	return total
-}
-
-// subtreeCPU is the CPU time (user and system) process pid and every process below it have used
-// (0 for pid 0).
-func subtreeCPU(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	var total time.Duration
-	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(fields) > 12 {
-		utime, _ := strconv.ParseInt(fields[11], 10, 64)
-		stime, _ := strconv.ParseInt(fields[12], 10, 64)
-		total += time.Duration(utime+stime) * time.Second / clockTicks
-	}
-	children, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	for _, child := range strings.Fields(string(children)) {
-		n, _ := strconv.Atoi(child)
-		total += subtreeCPU(n)
 	}
 	return total
 }
@@ -411,13 +388,13 @@ func startStatic(b *testing.B, body string) (addr string, pid int) {
 const config :Workerd.Config = (
   services = [ (name = "main", worker = .w) ],
   sockets = [ (name = "http", address = %q, http = (), service = "main") ],
-  v8Flags = ["--no-concurrent-recompilation", "--max-semi-space-size=1", "--initial-old-space-size=8", "--max-old-space-size=128"],
+  v8Flags = %s,
 );
 const w :Workerd.Worker = (
   modules = [ (name = "main.js", esModule = embed "main.js") ],
   compatibilityDate = "2024-09-23",
 );
-`, addr)
+`, addr, workerd.V8FlagsList(128))
 	require.NoError(b, os.WriteFile(filepath.Join(dir, "config.capnp"), []byte(conf), 0o600))
 	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.capnp"))
 	var out bytes.Buffer
@@ -433,9 +410,6 @@ const w :Workerd.Worker = (
 	b.Fatalf("the static workerd did not start: %s", out.String())
 	return "", 0
 }
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
-const clockTicks = 100
 
 // hammer keeps workers keep-alive connections to addr ("unix:" and a path, or host:port; over TLS
 // with tlsConfig, when given) busy with GET / for host, with header (whole lines) added, during d, and returns how many 200 answers came back and how many requests

@@ -226,7 +226,7 @@ func (o Org) Files() (map[string][]byte, error) {
 	// The price is a pause of the organization's thread while a hot function compiles (for the
 	// bench's handler Maglev took 0.5-4 ms and TurboFan 4-9 ms, --trace-opt; a few times per
 	// function), of the kind its workers' requests already make.
-	fmt.Fprintf(&b, "  v8Flags = [\"--no-concurrent-recompilation\", \"--max-semi-space-size=1\", \"--initial-old-space-size=8\", \"--max-old-space-size=%d\"],\n);\n\n", o.HeapLimitMB)
+	fmt.Fprintf(&b, "  v8Flags = %s,\n);\n\n", V8FlagsList(o.HeapLimitMB))
 	fmt.Fprintf(&b, "const router :Workerd.Worker = (\n  modules = [ (name = %s, esModule = embed %s) ],\n", Quote(RouterFile), Quote(RouterFile))
 	// ctx.exports (the entrypoints stamped per isolate) needs enable_ctx_exports at this date.
 	// service_binding_extra_handlers lets the router call an isolate's scheduled handler: the
@@ -248,6 +248,16 @@ func ServeArgs() []string { return []string{"serve", "--experimental", ConfigFil
 
 // ValidBindingName reports whether name can be a secret binding (SPEC 1).
 func ValidBindingName(name string) bool { return vocab.BindingName.MatchString(name) }
+
+// V8FlagsList is the V8 flags of an organization's process, heap limit heapLimitMB per isolate,
+// as a config's list (why each: Org.Files).
+func V8FlagsList(heapLimitMB int) string {
+	flags := []string{"--no-concurrent-recompilation", "--max-semi-space-size=1", "--initial-old-space-size=8", fmt.Sprintf("--max-old-space-size=%d", heapLimitMB)}
+	for i, f := range flags {
+		flags[i] = Quote(f)
+	}
+	return "[" + strings.Join(flags, ", ") + "]"
+}
 
 // Quote writes s as a Cap'n Proto text string literal.
 func Quote(s string) string {

@@ -36,7 +36,7 @@ func TestAnOrgProcessConfigHoldsOnlyTheRouterAndItsSockets(t *testing.T) {
 		`(name = "LOADER", workerLoader = ())`,
 		`address = "unix:/sockets/code.sock"`, `address = "unix:/sockets/egress.sock"`,
 		`address = "unix:/sockets/bindings.sock"`, `address = "unix:/sockets/tails.sock"`,
-		`style = proxy`, `"--initial-old-space-size=8"`, `"--max-old-space-size=128"`, `text = "takoformProbe_0123abcd"`,
+		`style = proxy`, `"--initial-old-space-size=8"`, `"--max-old-space-size=128"`, `"--no-concurrent-recompilation"`, `text = "takoformProbe_0123abcd"`,
 		`globalOutbound = "nowhere"`, `network = (allow = [])`,
 	} {
 		require.Contains(t, config, want)

@@ -476,8 +476,9 @@ func (c *cgroups) cpuStateLocked(uid int) cpuState {
 // the idle class: a thread of any other organization that wakes takes the CPU from it at once,
 // where the least weight alone still lets it run out its slice. It serves no one meanwhile, and
 // one process of it that answers takes it out of the class (beside a quarantined loop, its
-// organization's other workers keep the least weight's share on a saturated node, not none). An idle group's weight cannot be
-// written (the kernel refuses it), so the weight goes first into the class and last out of it.
+// organization's other workers keep the least weight's share on a saturated node, not none).
+// An idle group's weight cannot be written (the kernel refuses it), so the weight goes first into
+// the class and last out of it.
 func cpuFiles(h hierarchy, st cpuState) [][2]string {
 	weight := cpuWeightFile(h, st.weight)
 	if !exists(filepath.Join(h.base, "cpu.idle")) {

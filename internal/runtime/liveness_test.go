@@ -166,6 +166,75 @@ func TestAStalledOrganizationYieldsTheCPUUntilItsProcessAnswersAgain(t *testing.
 	require.Equal(t, st.Incarnation.PID, f.waitReady("hog").Incarnation.PID)
 }
 
+// busySource holds its process's thread for n turns of a loop a request, then answers.
+const busySource = `export default {
+  fetch(req) {
+    const n = Number(new URL(req.url).searchParams.get("n") || "0");
+    let acc = 0;
+    for (let i = 0; i < n; i++) acc = (acc * 31 + i) | 0;
+    return new Response("acc=" + acc + "\n");
+  }
+};`
+
+// A process whose worker holds the thread a few hundred milliseconds a request, one request after
+// another, answers its probes late but answers: it is busy, not held. Its organization yields the
+// CPU while a probe waits unanswered (StallAfter), but never enters the idle class, which only a
+// missed probe earns: there it would get nothing on a busy node, and miss for that alone.
+func TestABusyProcessIsNeverOfTheIdleClass(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *runtime.Config) {
+		c.LivenessPeriod, c.LivenessTimeout = 200*time.Millisecond, 750*time.Millisecond
+	})
+	f.putSource("busy", "uid-busy", busySource)
+	f.route("busy.workers.localhost", "busy", "ep-busy")
+	first := f.waitReady("busy")
+	procs := descendants(t, first.Incarnation.PID)
+	idle := orgCPUIdle(t, procs[len(procs)-1])
+
+	// Each request holds the thread for about 300 ms, whatever this machine's speed: far past
+	// StallAfter, well within the probe's timeout.
+	busy := func(n int) time.Duration {
+		began := time.Now()
+		code, body, _, err := f.h.TryGet("busy.workers.localhost", "/?n="+strconv.Itoa(n))
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code, body)
+		return time.Since(began)
+	}
+	n := 1_000_000
+	for range 8 {
+		took := busy(n)
+		if took > 200*time.Millisecond && took < 450*time.Millisecond {
+			break
+		}
+		n = int(float64(n) * float64(300*time.Millisecond) / float64(max(took, time.Millisecond)))
+	}
+	t.Logf("%d turns a request", n)
+
+	done, sampled := make(chan struct{}), make(chan []string, 1)
+	go func() {
+		var seen []string
+		for {
+			select {
+			case <-done:
+				sampled <- seen
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if v := idle(); v != "0" && v != "absent" {
+				seen = append(seen, v)
+			}
+		}
+	}()
+	var slowest time.Duration
+	for end := time.Now().Add(4 * time.Second); time.Now().Before(end); {
+		slowest = max(slowest, busy(n))
+	}
+	close(done)
+	t.Logf("slowest busy request %s", slowest.Round(time.Millisecond))
+	require.Empty(t, <-sampled, "a process that answers late but answers entered the idle class")
+	require.Equal(t, first.Incarnation.PID, f.waitReady("busy").Incarnation.PID, "busy is not stuck: it was not killed")
+}
+
 // A load holds the thread as a loop does, but the node asked for it: its organization keeps its
 // CPU weight while a large bundle compiles, and is not killed for the probes it misses meanwhile
 // (at the least weight, a 10 MiB load on a busy node took its three misses itself, seen in CI).

@@ -178,8 +178,9 @@ const busySource = `export default {
 
 // A process whose worker holds the thread a few hundred milliseconds a request, one request after
 // another, answers its probes late but answers: it is busy, not held. Its organization yields the
-// CPU while a probe waits unanswered (StallAfter), but never enters the idle class, which only a
-// missed probe earns: there it would get nothing on a busy node, and miss for that alone.
+// CPU while a probe waits unanswered (StallAfter), but never enters the idle class, which a late
+// probe earns only where a loop is presumed (none was ever killed here): there it would get
+// almost nothing on a busy node, and miss for that alone.
 func TestABusyProcessIsNeverOfTheIdleClass(t *testing.T) {
 	t.Parallel()
 	f := setup(t, func(c *runtime.Config) {

@@ -176,7 +176,7 @@ const busySource = `export default {
   }
 };`
 
-// A process whose worker holds the thread a few hundred milliseconds a request, one request after
+// A process whose worker holds the thread 200 milliseconds a request, one request after
 // another, answers its probes late but answers: it is busy, not held. Its organization yields the
 // CPU while a probe waits unanswered (StallAfter), but never enters the idle class, which a late
 // probe earns only where a loop is presumed (none was ever killed here): there it would get
@@ -192,8 +192,8 @@ func TestABusyProcessIsNeverOfTheIdleClass(t *testing.T) {
 	procs := descendants(t, first.Incarnation.PID)
 	idle := orgCPUIdle(t, procs[len(procs)-1])
 
-	// Each request holds the thread for about 300 ms, whatever this machine's speed: far past
-	// StallAfter, well within the probe's timeout.
+	// Each request holds the thread for about 200 ms, whatever this machine's speed: twice
+	// StallAfter, and a busy CI machine would have to slow it fourfold to miss a probe.
 	busy := func(n int) time.Duration {
 		began := time.Now()
 		code, body, _, err := f.h.TryGet("busy.workers.localhost", "/?n="+strconv.Itoa(n))
@@ -204,10 +204,10 @@ func TestABusyProcessIsNeverOfTheIdleClass(t *testing.T) {
 	n := 1_000_000
 	for range 8 {
 		took := busy(n)
-		if took > 200*time.Millisecond && took < 450*time.Millisecond {
+		if took > 150*time.Millisecond && took < 300*time.Millisecond {
 			break
 		}
-		n = int(float64(n) * float64(300*time.Millisecond) / float64(max(took, time.Millisecond)))
+		n = int(float64(n) * float64(200*time.Millisecond) / float64(max(took, time.Millisecond)))
 	}
 	t.Logf("%d turns a request", n)
 

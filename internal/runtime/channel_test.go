@@ -227,8 +227,11 @@ func TestATenantsWorkersShareOneLogBudget(t *testing.T) {
 			return lines+dropped == 1000
 		}, 10*time.Second, 20*time.Millisecond, "%s's lines, logged or counted", s.name)
 	}
+	t.Logf("kept: %v", logged)
 	// The organization's burst (200) is shared, each worker's ring lets 100 through: two budgets
-	// would have let both workers of org-flood through with 100 each.
-	require.Less(t, logged["flood-a"]+logged["flood-b"], 170, "two workers of one organization got a budget each")
+	// would have let both workers of org-flood through with 100 each. One budget lets the second
+	// through only what it refilled (100 lines a second) since the first emptied it: a few lines
+	// here, 78 once in a loaded run of the whole package.
+	require.Less(t, logged["flood-a"]+logged["flood-b"], 196, "two workers of one organization got a budget each")
 	require.GreaterOrEqual(t, logged["flood-c"], 90, "another organization's worker was held by the first one's budget")
 }

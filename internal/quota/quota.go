@@ -200,15 +200,11 @@ func Report(ctx context.Context, db dbsqlc.DBTX, defaults Ceilings, org string) 
 	}
 	out := make([]Usage, 0, len(Overridable))
 	for _, r := range Overridable {
-		u := Usage{Resource: r, Ceiling: defaults.Of(r), Used: int64(domains)}
+		u := Usage{Resource: r, Used: int64(domains)}
 		if r != CustomDomains {
 			u.Used = held(usage, r)
 		}
-		for _, o := range overrides {
-			if o.Resource == string(r) && o.Ceiling != nil {
-				u.Ceiling, u.Override = int(*o.Ceiling), true
-			}
-		}
+		u.Ceiling, u.Override = overridden(overrides, r, defaults.Of(r))
 		out = append(out, u)
 	}
 	return out, nil
@@ -220,12 +216,18 @@ func Ceiling(ctx context.Context, db dbsqlc.DBTX, org string, r Resource, byDefa
 	if err != nil {
 		return 0, fmt.Errorf("quota: overrides: %w", err)
 	}
+	ceiling, _ := overridden(overrides, r, byDefault)
+	return ceiling, nil
+}
+
+// overridden is the ceiling of r the overrides set, and whether they set one, else byDefault.
+func overridden(overrides []dbsqlc.QuotaOverridesRow, r Resource, byDefault int) (int, bool) {
 	for _, o := range overrides {
 		if o.Resource == string(r) && o.Ceiling != nil {
-			return int(*o.Ceiling), nil
+			return int(*o.Ceiling), true
 		}
 	}
-	return byDefault, nil
+	return byDefault, false
 }
 
 // Set overrides the organization's ceiling of r, or with nil returns it to the catalog's default.

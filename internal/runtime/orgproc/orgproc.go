@@ -256,20 +256,6 @@ func (m *Manager) suspect(org string) bool {
 	return ok
 }
 
-// presumedLooping reports whether a process of organization org that has not answered for
-// StallAfter is presumed held by a loop, before its probe times out: liveness killed a process of
-// org within SuspectFor (a looping worker is usually asked again at once), and none of its workers
-// runs in quarantine (there the loop is presumed, and a shared process of org slow at the least
-// weight is only slow).
-func (m *Manager) presumedLooping(org string) bool {
-	if !m.suspect(org) {
-		return false
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.quarantinesLocked(org) == 0
-}
-
 // suspected records that liveness killed a process of organization org just now.
 func (m *Manager) suspected(org string) {
 	if m.opts.SuspectFor <= 0 {

@@ -602,10 +602,9 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	// held: a worker holds the thread now (a probe missed while nothing answered, or missed past
 	// a load's allowance), until the process answers a probe. While every process of its
 	// organization is held, the organization is also of the idle class (sandbox.Process.SetHeld):
-	// it serves no one meanwhile. StallAfter unanswered holds it only where a loop is presumed
-	// (Manager.presumedLooping): a process merely slow at the least weight on a busy node can go
-	// that long without an answer (seen in CI beside a quarantined loop), and the idle class would
-	// starve it.
+	// it serves no one meanwhile. StallAfter unanswered does not hold it: a process merely slow at
+	// the least weight on a busy node, or a worker computing for a while, goes that long without an
+	// answer (seen in CI beside a quarantined loop), and the idle class would starve it.
 	hold := p.cpuSetting("held", false, proc.SetHeld)
 	suspect := func() bool { return p.m.suspect(p.key.org) }
 	// yield is the CPU share of a process no worker holds: the least while its organization is a
@@ -645,9 +644,6 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			// keeps its weight (the miss below makes the same exception).
 			if probing && p.answered.Load() == lastAnswered && !loading && !p.anyProbing() {
 				stall(true)
-				if p.m.presumedLooping(p.key.org) {
-					hold(true)
-				}
 			}
 		case err := <-exited:
 			why := "workerd exited: " + exitText(err)

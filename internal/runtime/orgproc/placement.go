@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
@@ -119,7 +119,7 @@ func (p *Process) reattempt(u *unit) *unit {
 		p.mu.Unlock()
 		return nil
 	}
-	nu := &unit{p: p, inc: u.inc, attempt: u.attempt + 1, flights: map[uint64]int{}}
+	nu := &unit{p: p, inc: u.inc, attempt: u.attempt + 1, open: map[*flight]struct{}{}}
 	nu.loaderID = loaderID(u.inc.spec.ID, nu.attempt)
 	nu.probing.Store(true)
 	p.units[nu.loaderID] = nu
@@ -136,37 +136,25 @@ func (p *Process) reattempt(u *unit) *unit {
 // process counts a restart; those implicated (SPEC 5.1) answer for it; a served one a worker
 // brake covers stays down after the restart.
 func (p *Process) died(out outcome, backoff time.Duration) {
-	type blamed struct {
-		u       *unit
-		loading bool
-	}
 	p.mu.Lock()
 	if p.stopping {
 		p.mu.Unlock()
 		return
 	}
-	var implicated []blamed
 	var everyone []*unit
+	var candidates []candidate
+	alive := p.alive.Load()
 	for _, u := range p.live {
 		everyone = append(everyone, u)
 		if !out.ran {
 			continue // it never ran: nothing of a tenant's did either
 		}
-		loading := u.probing.Load()
-		// A request that began after the first missed probe's result came when the thread was
-		// known held: it did not hold it. An abort has no such probe: any request counts.
-		cutoff := uint64(math.MaxUint64)
-		if out.killed {
-			cutoff = out.cutoff
-		}
 		// A request that ended unanswered since the process last answered a probe counts as in
 		// flight at its end: its connection may break before the runtime sees the process go
 		// (which waits for its cgroup to empty).
-		inRequest := u.inFlightBefore(cutoff, time.Unix(0, p.alive.Load()))
-		if loading || inRequest {
-			implicated = append(implicated, blamed{u, loading})
-		}
+		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), began: u.flightsSince(time.Unix(0, alive))})
 	}
+	implicated := blame(candidates, out.killed, time.Unix(0, alive), time.Unix(0, max(alive, p.responded.Load())))
 	if out.ran {
 		p.failedStarts = 0
 	} else {
@@ -194,8 +182,8 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 			u.held.Store(true)
 		}
 	}
-	for _, b := range implicated {
-		p.m.implicate(b.u, b.loading, out.why)
+	for _, c := range implicated {
+		p.m.implicate(c.u, c.loading, out.why)
 	}
 	if failedStarts >= 3 {
 		// A process that never runs fails the candidates waiting in it: none was to blame, but
@@ -207,6 +195,53 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 		}
 	}
 	p.refreshAll()
+}
+
+// candidate is an incarnation of a process that ended: whether a load of it was in progress, and
+// when each of its requests in flight at the end began.
+type candidate struct {
+	u       *unit
+	loading bool
+	began   []time.Time
+}
+
+// blame picks the incarnations a process's end implicates (SPEC 5.1), given when it last answered
+// a probe and when it last answered anything. A load or probe in progress
+// implicates its incarnation. An abort (a crash, a ceiling, a kill from outside) implicates every
+// request in flight. A liveness kill implicates the requests in flight that began before the
+// process's last answer (a probe's, or a response of its workers): each was in flight across a
+// moment the thread was free, and may have taken it since. Unless a load was in progress, or one
+// of those began after the last answered probe (it waited behind a response, and took the thread
+// once that was sent), it also implicates the request that began first after the last answer: the
+// thread was free when it began. The requests that came after it, while the thread was held, are
+// not to blame: a sibling of a looping worker with steady traffic always has one, and was
+// quarantined with the looper for it.
+func blame(candidates []candidate, killed bool, lastProbe, lastAnswer time.Time) []candidate {
+	var out []candidate
+	// first is the request that began first after the last answer, a request of candidates[of].
+	var first time.Time
+	of := -1
+	loading, recent := false, false
+	for i, c := range candidates {
+		implicated := c.loading
+		loading = loading || c.loading
+		for _, t := range c.began {
+			switch {
+			case !killed || t.Before(lastAnswer):
+				implicated = true
+				recent = recent || !t.Before(lastProbe)
+			case first.IsZero() || t.Before(first):
+				first, of = t, i
+			}
+		}
+		if implicated {
+			out = append(out, c)
+		}
+	}
+	if !killed || loading || recent || of < 0 || slices.ContainsFunc(out, func(c candidate) bool { return c.u == candidates[of].u }) {
+		return out
+	}
+	return append(out, candidates[of])
 }
 
 // implicate answers for one incarnation implicated in its process's kill or abort (SPEC 5.1): a

@@ -62,10 +62,10 @@ type Process struct {
 	// (only its own run goroutine reads and writes it).
 	startedStalled bool
 
-	// epoch counts the liveness probes' results; answered the responses its workers began (a
-	// witness of liveness besides the probe).
-	epoch    atomic.Uint64
-	answered atomic.Int64
+	// answered counts the responses its workers began (a witness of liveness besides the probe),
+	// responded is when the last of them began (unix nanoseconds).
+	answered  atomic.Int64
+	responded atomic.Int64
 	// alive is when the process last answered a liveness probe (unix nanoseconds).
 	alive atomic.Int64
 	// scrubber removes every value any of its incarnations holds from workerd's own output.
@@ -194,7 +194,7 @@ func (p *Process) place(inc *Incarnation, current, probe bool) (*unit, bool) {
 		p.mu.Unlock()
 		return nil, false
 	}
-	u := &unit{p: p, inc: inc, attempt: 1, flights: map[uint64]int{}}
+	u := &unit{p: p, inc: inc, attempt: 1, open: map[*flight]struct{}{}}
 	u.loaderID = loaderID(inc.spec.ID, u.attempt)
 	p.units[u.loaderID] = u
 	p.live[inc] = u
@@ -346,7 +346,6 @@ type outcome struct {
 	ran      bool   // it answered a liveness probe before it ended
 	stable   bool   // it stayed up long enough to start the backoff over
 	killed   bool   // liveness killed it
-	cutoff   uint64 // killed: the epoch its first missed probe's result began
 	reason   string // the status reason while it restarts
 	why      string // what ended it (never output of a worker)
 	limitHit string // the cgroup ceiling it ran into, if any
@@ -586,12 +585,11 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	type answer struct {
 		err    error
 		before int64
+		at     time.Time // when it came
 	}
 	answers := make(chan answer, 1)
-	// misses counts the probes missed in a row that count toward a kill; streak all of them
-	// (a load's allowance included), whose first is firstMissed.
-	probing, misses, streak := false, 0, 0
-	var firstMissed uint64
+	// misses counts the probes missed in a row that count toward a kill.
+	probing, misses := false, 0
 	lastAnswered := p.answered.Load()
 	stable := func() bool { return time.Since(started) >= o.StableAfter }
 	// While a worker holds the thread (from its first missed probe until the process answers),
@@ -664,19 +662,19 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			// What the workers answered since the last probe is this period's witness.
 			before := lastAnswered
 			lastAnswered = p.answered.Load()
-			go func() { answers <- answer{err: p.liveness(ctx, o.LivenessTimeout), before: before} }()
+			go func() {
+				err := p.liveness(ctx, o.LivenessTimeout)
+				answers <- answer{err: err, before: before, at: time.Now()}
+			}()
 			slow.Reset(min(StallAfter, o.LivenessTimeout))
 		case a := <-answers:
 			probing = false
 			slow.Stop()
-			// Requests that begin from here on came after this result: once it is a first miss,
-			// the thread was held before they came, and they are not to blame for it.
-			epoch := p.epoch.Add(1)
 			switch {
 			case a.err == nil:
-				misses, streak = 0, 0
+				misses = 0
 				yield()
-				p.alive.Store(time.Now().UnixNano())
+				p.alive.Store(a.at.UnixNano())
 				loadMissedSince = time.Time{}
 				continue
 			case nodeFault(a.err):
@@ -686,13 +684,10 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			case p.answered.Load() != a.before:
 				// The probe came late, but its workers answered requests meanwhile: busy, not
 				// stuck (a worker in a loop holds the one thread, and nothing answers).
-				misses, streak = 0, 0
+				misses = 0
 				loadMissedSince = time.Time{}
 				yield()
 				continue
-			}
-			if streak++; streak == 1 {
-				firstMissed = epoch
 			}
 			// One allowance per streak of misses: a load begun later in the streak (a tenant
 			// may deploy at will) does not start another.
@@ -722,7 +717,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			p.kill(exited, proc)
 			p.m.suspected(p.key.org)
 			p.log.Warn("workerd killed: unresponsive", "misses", misses)
-			return outcome{ran: true, stable: stable(), killed: true, cutoff: firstMissed, reason: adminapi.ReasonUnresponsive, why: why}
+			return outcome{ran: true, stable: stable(), killed: true, reason: adminapi.ReasonUnresponsive, why: why}
 		}
 	}
 }

@@ -30,12 +30,11 @@ type unit struct {
 	retired atomic.Bool
 
 	inflight atomic.Int64
-	// flights counts its requests in flight by the liveness epoch they began in (p.epoch), to
-	// tell which began before the first probe its process missed; broken are the last ones that
-	// ended unanswered.
-	mu      sync.Mutex
-	flights map[uint64]int
-	broken  []brokenFlight
+	// open are its requests in flight, and broken the last ones that ended unanswered: when each
+	// began tells which a liveness kill implicates (blame).
+	mu     sync.Mutex
+	open   map[*flight]struct{}
+	broken []brokenFlight
 }
 
 // Addr is the process's ingress socket, as the edge dials it.
@@ -60,9 +59,9 @@ func (u *unit) Acquire() (edge.Flight, bool) {
 		return nil, false
 	}
 	u.loaded.Store(true)
-	fl := &flight{u: u, epoch: u.p.epoch.Load(), end: u.inc.spec.Meter.Begin()}
+	fl := &flight{u: u, began: time.Now(), end: u.inc.spec.Meter.Begin()}
 	u.mu.Lock()
-	u.flights[fl.epoch]++
+	u.open[fl] = struct{}{}
 	u.mu.Unlock()
 	return fl, true
 }
@@ -70,7 +69,7 @@ func (u *unit) Acquire() (edge.Flight, bool) {
 // flight is one request of a unit.
 type flight struct {
 	u        *unit
-	epoch    uint64
+	began    time.Time
 	end      func()
 	answered bool
 	done     bool
@@ -81,6 +80,7 @@ type flight struct {
 func (f *flight) Answered() {
 	f.answered = true
 	f.u.p.answered.Add(1)
+	f.u.p.responded.Store(time.Now().UnixNano())
 }
 
 // Done ends the request. One that ends unanswered is remembered a moment: its process may have
@@ -93,11 +93,9 @@ func (f *flight) Done() {
 	f.end()
 	u := f.u
 	u.mu.Lock()
-	if u.flights[f.epoch]--; u.flights[f.epoch] <= 0 {
-		delete(u.flights, f.epoch)
-	}
+	delete(u.open, f)
 	if !f.answered {
-		u.broken = append(u.broken, brokenFlight{epoch: f.epoch, at: time.Now()})
+		u.broken = append(u.broken, brokenFlight{began: f.began, at: time.Now()})
 		if len(u.broken) > maxBroken {
 			u.broken = u.broken[len(u.broken)-maxBroken:]
 		}
@@ -106,10 +104,9 @@ func (f *flight) Done() {
 	u.inflight.Add(-1)
 }
 
-// brokenFlight is a request that ended unanswered: the epoch it began in, and when it ended.
+// brokenFlight is a request that ended unanswered: when it began, and when it ended.
 type brokenFlight struct {
-	epoch uint64
-	at    time.Time
+	began, at time.Time
 }
 
 // maxBroken is how many unanswered requests a unit remembers.
@@ -118,21 +115,20 @@ const maxBroken = 16
 // WallLimit is the worker's own wall-time limit per request (0: the edge's).
 func (u *unit) WallLimit() time.Duration { return u.inc.WallLimit() }
 
-// inFlightBefore reports whether a request of the unit that began before epoch was in flight at
-// since or later: still in flight, or ended unanswered since (its connection may break before
-// the runtime sees its process's end).
-func (u *unit) inFlightBefore(epoch uint64, since time.Time) bool {
+// flightsSince answers when each of its requests in flight at since or later began: those still
+// in flight, and those that ended unanswered since (a request's connection may break before the
+// runtime sees its process's end).
+func (u *unit) flightsSince(since time.Time) []time.Time {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for e, n := range u.flights {
-		if e < epoch && n > 0 {
-			return true
-		}
+	var began []time.Time
+	for f := range u.open {
+		began = append(began, f.began)
 	}
 	for _, b := range u.broken {
-		if b.epoch < epoch && !b.at.Before(since) {
-			return true
+		if !b.at.Before(since) {
+			began = append(began, b.began)
 		}
 	}
-	return false
+	return began
 }

@@ -645,6 +645,45 @@ func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testi
 	require.Less(t, most, time.Second, "nor stall")
 }
 
+// spinUID is the worker UID of a binding's callee that loops.
+const spinUID = "0b9c6f1e-2f53-4d8e-9a3c-000000000006"
+
+// A loop in a binding's callee is the callee's: the request that took the thread is its caller's,
+// and the call it made is implicated with it, so the callee runs alone after two kills; a sibling
+// with requests queued behind the loop does not (SPEC 5.1).
+func TestALoopInABindingsCalleeQuarantinesTheCallee(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("spinner", "org-bind", spinUID, `export default {
+  async fetch(req) {
+    if (new URL(req.url).pathname === "/who") { while (true) {} }
+    return new Response("spinner\n");
+  }
+};`)
+	f.caller("front", "uid-front", "org-bind", 1, map[string]string{"AUTH": spinUID})
+	f.orgScript("sibling", "org-bind", "uid-sib", loopingSource)
+	for _, name := range []string{"spinner", "front", "sibling"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
+	}
+	sibling := f.poll("sibling.test")
+	defer sibling.finish()
+	for round := 1; round <= 2; round++ {
+		code, _, _, _ := f.h.TryGet("front.test", "/")
+		require.GreaterOrEqual(t, code, 500, "round %d: the call loops until its process ends", round)
+		f.waitStatus("the callee back", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Restarts >= round
+		}, "spinner")
+		f.servedAny("sibling.test")
+	}
+	st, err := f.client.GetScript(f.ctx, "spinner")
+	require.NoError(t, err)
+	require.True(t, st.Quarantined, "the looping callee, implicated through its caller's call, runs alone")
+	sib, err := f.client.GetScript(f.ctx, "sibling")
+	require.NoError(t, err)
+	require.False(t, sib.Quarantined, "the sibling was quarantined with the callee: %s", sib.QuarantineMessage)
+}
+
 // servedAny waits until host answers 200 and returns its body.
 func (f *fixture) servedAny(host string) string {
 	f.t.Helper()

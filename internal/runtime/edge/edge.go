@@ -51,6 +51,12 @@ type Flight interface {
 	Done()
 }
 
+// CalledFlight is a Flight that is told the script whose subrequest or binding call it serves, when
+// it serves one: a loop that began in a call is its caller's too.
+type CalledFlight interface {
+	CalledBy(script string)
+}
+
 // WallLimited is a Target whose worker has a wall-time limit of its own per request (its
 // limits.cpuMs), below the edge's ResponseTimeout: past it the request ends with a 504.
 type WallLimited interface {
@@ -362,9 +368,10 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 			return
 		}
 		leave := func() {}
+		caller := ""
 		if fromEgress {
 			var ok bool
-			caller, _ := r.Context().Value(callerKey{}).(string)
+			caller, _ = r.Context().Value(callerKey{}).(string)
 			if leave, ok = h.enterLoop(caller, target.Script()); !ok {
 				h.log.Warn("edge refused a loop", "host", host, "script", target.Script())
 				code = writeProblem(w, problemLoop)
@@ -375,6 +382,9 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 		if !ok {
 			leave()
 			continue
+		}
+		if c, ok := flight.(CalledFlight); ok && caller != "" {
+			c.CalledBy(caller)
 		}
 		if local != nil {
 			// The call is the caller's process's to run now, and its answer the worker's: the edge

@@ -30,66 +30,70 @@ func TestImplicationsQuarantineAndOpenAnIncidentOnce(t *testing.T) {
 }
 
 // A liveness kill implicates the requests in flight across a moment the thread was free (begun
-// before the process's last answer), and the first one to begin after it when none of those came
-// since the last answered probe; never the requests that came after while the thread was held
-// (SPEC 5.1). An abort implicates every request in flight, a load in progress its incarnation.
+// before the process's last answer) and the first to begin after it, unless one began just before
+// the last answer (queued behind it); never the requests that came later while the thread was held
+// (SPEC 5.1). The calls an implicated request made are implicated with it. An abort implicates
+// every request in flight, a load in progress its incarnation.
 func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing.T) {
 	t.Parallel()
-	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
-	ms := func(n int) time.Time { return at.Add(time.Duration(n) * time.Millisecond) }
-	looper, sibling, calm := &unit{loaderID: "looper"}, &unit{loaderID: "sibling"}, &unit{loaderID: "calm"}
-	names := func(cs []candidate) []string {
-		var out []string
-		for _, c := range cs {
-			out = append(out, c.u.loaderID)
+	ms := func(n int) int64 { return int64(time.Duration(n) * time.Millisecond) }
+	worker := func(script string) *unit { return &unit{inc: &Incarnation{spec: Spec{Script: script}}} }
+	looper, sibling, calm, callee := worker("looper"), worker("sibling"), worker("calm"), worker("callee")
+	at := func(ns ...int) []begun {
+		var out []begun
+		for _, n := range ns {
+			out = append(out, begun{at: ms(n)})
 		}
 		return out
 	}
-	// The last probe answered at 0 ms, the last response at 40 ms.
-	probe, answer := ms(0), ms(40)
+	names := func(cs []candidate) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.u.inc.spec.Script)
+		}
+		return out
+	}
+	// The last answer (a probe's or a response's) at 1,000 ms.
+	answer := ms(1000)
 	for _, tc := range []struct {
 		name       string
 		candidates []candidate
 		killed     bool
 		want       []string
 	}{{
-		name: "the loop began on a free thread; a sibling's requests queued behind it",
-		candidates: []candidate{
-			{u: sibling, began: []time.Time{ms(70), ms(900)}},
-			{u: looper, began: []time.Time{ms(50)}},
-		},
-		killed: true, want: []string{"looper"},
+		name:       "the loop began on a free thread; a sibling's requests queued behind it",
+		candidates: []candidate{{u: sibling, flights: at(1020, 1900)}, {u: looper, flights: at(1010)}},
+		killed:     true, want: []string{"looper"},
 	}, {
-		name: "the loop waited behind the last response, then took the thread",
-		candidates: []candidate{
-			{u: looper, began: []time.Time{ms(30)}},
-			{u: sibling, began: []time.Time{ms(60)}},
-		},
-		killed: true, want: []string{"looper"},
+		name:       "the loop waited behind the last response, then took the thread",
+		candidates: []candidate{{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)}},
+		killed:     true, want: []string{"looper"},
 	}, {
-		name: "a request held since before the last probe may have looped after its wait; so may the first after the last answer",
-		candidates: []candidate{
-			{u: calm, began: []time.Time{ms(-5000)}},
-			{u: sibling, began: []time.Time{ms(300)}},
-			{u: looper, began: []time.Time{ms(200)}},
-		},
-		killed: true, want: []string{"calm", "looper"},
+		name:       "a request held since well before the last answer may have looped after its wait; so may the first after it",
+		candidates: []candidate{{u: calm, flights: at(-5000)}, {u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)}},
+		killed:     true, want: []string{"calm", "looper"},
 	}, {
-		name: "a load in progress holds the thread itself",
+		name:       "a load in progress may hold the thread; so may the first request after the last answer",
+		candidates: []candidate{{u: calm, loading: true}, {u: looper, flights: at(1010)}, {u: sibling, flights: at(1050)}},
+		killed:     true, want: []string{"calm", "looper"},
+	}, {
+		name: "a binding call of the request that took the thread, and its own call in turn",
 		candidates: []candidate{
-			{u: looper, loading: true},
-			{u: sibling, began: []time.Time{ms(50)}},
+			{u: sibling, flights: at(1030)},
+			{u: callee, flights: []begun{{at: ms(1040), caller: "looper"}}},
+			{u: calm, flights: []begun{{at: ms(1050), caller: "callee"}}},
+			{u: looper, flights: at(1010)},
 		},
-		killed: true, want: []string{"looper"},
+		killed: true, want: []string{"callee", "calm", "looper"},
 	}, {
 		name:       "an abort implicates every request in flight",
-		candidates: []candidate{{u: sibling, began: []time.Time{ms(900)}}, {u: calm}, {u: looper, began: []time.Time{ms(50)}}},
+		candidates: []candidate{{u: sibling, flights: at(1900)}, {u: calm}, {u: looper, flights: at(1010)}},
 		killed:     false, want: []string{"sibling", "looper"},
 	}, {
 		name:       "nothing in flight",
 		candidates: []candidate{{u: sibling}, {u: looper}},
 		killed:     true, want: nil,
 	}} {
-		require.Equal(t, tc.want, names(blame(tc.candidates, tc.killed, probe, answer)), tc.name)
+		require.Equal(t, tc.want, names(blame(tc.candidates, tc.killed, answer)), tc.name)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -143,7 +144,6 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 	}
 	var everyone []*unit
 	var candidates []candidate
-	alive := p.alive.Load()
 	for _, u := range p.live {
 		everyone = append(everyone, u)
 		if !out.ran {
@@ -152,9 +152,9 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 		// A request that ended unanswered since the process last answered a probe counts as in
 		// flight at its end: its connection may break before the runtime sees the process go
 		// (which waits for its cgroup to empty).
-		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), began: u.flightsSince(time.Unix(0, alive))})
+		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load())})
 	}
-	implicated := blame(candidates, out.killed, time.Unix(0, alive), time.Unix(0, max(alive, p.responded.Load())))
+	implicated := blame(candidates, out.killed, p.lastAnswer.Load())
 	if out.ran {
 		p.failedStarts = 0
 	} else {
@@ -198,50 +198,66 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 }
 
 // candidate is an incarnation of a process that ended: whether a load of it was in progress, and
-// when each of its requests in flight at the end began.
+// its requests in flight at the end.
 type candidate struct {
 	u       *unit
 	loading bool
-	began   []time.Time
+	flights []begun
 }
 
+// queuedBehind is how long before a process's last answer a request that began may have waited
+// for the thread behind the request answered, and taken it once that was sent.
+const queuedBehind = 10 * time.Millisecond
+
 // blame picks the incarnations a process's end implicates (SPEC 5.1), given when it last answered
-// a probe and when it last answered anything. A load or probe in progress
-// implicates its incarnation. An abort (a crash, a ceiling, a kill from outside) implicates every
-// request in flight. A liveness kill implicates the requests in flight that began before the
-// process's last answer (a probe's, or a response of its workers): each was in flight across a
-// moment the thread was free, and may have taken it since. Unless a load was in progress, or one
-// of those began after the last answered probe (it waited behind a response, and took the thread
-// once that was sent), it also implicates the request that began first after the last answer: the
-// thread was free when it began. The requests that came after it, while the thread was held, are
-// not to blame: a sibling of a looping worker with steady traffic always has one, and was
-// quarantined with the looper for it.
-func blame(candidates []candidate, killed bool, lastProbe, lastAnswer time.Time) []candidate {
-	var out []candidate
-	// first is the request that began first after the last answer, a request of candidates[of].
-	var first time.Time
-	of := -1
-	loading, recent := false, false
-	for i, c := range candidates {
-		implicated := c.loading
-		loading = loading || c.loading
-		for _, t := range c.began {
-			switch {
-			case !killed || t.Before(lastAnswer):
-				implicated = true
-				recent = recent || !t.Before(lastProbe)
-			case first.IsZero() || t.Before(first):
-				first, of = t, i
+// anything (a probe, or a response of its workers; mono). A load or probe in progress implicates
+// its incarnation. An abort (a crash, a ceiling, a kill from outside) implicates every request in
+// flight. A liveness kill implicates the requests in flight that began before the last answer:
+// each was in flight across a moment the thread was free, and may have taken it since (after a
+// wait). Unless one of those began just before the last answer (queuedBehind: it waited behind
+// that response, and took the thread once it was sent), it also implicates the request that began
+// first after the last answer: the thread was free when it began. The requests that came after it
+// are not to blame: a sibling of a looping worker with steady traffic always has some, queued
+// behind the loop, and was quarantined with the looper for them. A call an implicated request made
+// (a binding call, or a subrequest to the node) is implicated with it: the loop may be the callee's.
+func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
+	first, behind := int64(math.MaxInt64), false
+	for _, c := range candidates {
+		for _, f := range c.flights {
+			if f.at >= lastAnswer {
+				first = min(first, f.at)
+			} else if f.at >= lastAnswer-int64(queuedBehind) {
+				behind = true
 			}
 		}
-		if implicated {
+	}
+	implicated := make([]bool, len(candidates))
+	scripts := map[string]bool{}
+	for i, c := range candidates {
+		implicated[i] = c.loading || slices.ContainsFunc(c.flights, func(f begun) bool {
+			return !killed || f.at < lastAnswer || (!behind && f.at == first)
+		})
+		if implicated[i] {
+			scripts[c.u.inc.spec.Script] = true
+		}
+	}
+	// The calls of implicated requests, and theirs in turn.
+	for grew := true; grew; {
+		grew = false
+		for i, c := range candidates {
+			if !implicated[i] && slices.ContainsFunc(c.flights, func(f begun) bool { return scripts[f.caller] }) {
+				implicated[i], grew = true, true
+				scripts[c.u.inc.spec.Script] = true
+			}
+		}
+	}
+	var out []candidate
+	for i, c := range candidates {
+		if implicated[i] {
 			out = append(out, c)
 		}
 	}
-	if !killed || loading || recent || of < 0 || slices.ContainsFunc(out, func(c candidate) bool { return c.u == candidates[of].u }) {
-		return out
-	}
-	return append(out, candidates[of])
+	return out
 }
 
 // implicate answers for one incarnation implicated in its process's kill or abort (SPEC 5.1): a

@@ -62,11 +62,11 @@ type Process struct {
 	// (only its own run goroutine reads and writes it).
 	startedStalled bool
 
-	// answered counts the responses its workers began (a witness of liveness besides the probe),
-	// responded is when the last of them began (unix nanoseconds).
-	answered  atomic.Int64
-	responded atomic.Int64
-	// alive is when the process last answered a liveness probe (unix nanoseconds).
+	// answered counts the responses its workers began (a witness of liveness besides the probe).
+	answered atomic.Int64
+	// lastAnswer is when it last answered anything, a probe or a request (mono).
+	lastAnswer atomic.Int64
+	// alive is when the process last answered a liveness probe (mono).
 	alive atomic.Int64
 	// scrubber removes every value any of its incarnations holds from workerd's own output.
 	scrubber atomic.Pointer[scrub.Scrubber]
@@ -551,7 +551,9 @@ func (p *Process) awaitFirstAnswer(exited chan error, proc workerdProcess) *outc
 	for {
 		select {
 		case <-answered:
-			p.alive.Store(time.Now().UnixNano())
+			at := mono()
+			p.alive.Store(at)
+			p.sawAnswer(at)
 			return nil
 		case err := <-exited:
 			return &outcome{why: "workerd exited before it answered: " + exitText(err), limitHit: proc.LimitHit()}
@@ -585,7 +587,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 	type answer struct {
 		err    error
 		before int64
-		at     time.Time // when it came
+		at     int64 // when it came (mono)
 	}
 	answers := make(chan answer, 1)
 	// misses counts the probes missed in a row that count toward a kill.
@@ -664,7 +666,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			lastAnswered = p.answered.Load()
 			go func() {
 				err := p.liveness(ctx, o.LivenessTimeout)
-				answers <- answer{err: err, before: before, at: time.Now()}
+				answers <- answer{err: err, before: before, at: mono()}
 			}()
 			slow.Reset(min(StallAfter, o.LivenessTimeout))
 		case a := <-answers:
@@ -674,7 +676,8 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			case a.err == nil:
 				misses = 0
 				yield()
-				p.alive.Store(a.at.UnixNano())
+				p.alive.Store(a.at)
+				p.sawAnswer(a.at)
 				loadMissedSince = time.Time{}
 				continue
 			case nodeFault(a.err):
@@ -737,6 +740,16 @@ func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) fu
 		}
 		current = v
 		return true
+	}
+}
+
+// sawAnswer records that the process answered a probe or a request at (mono).
+func (p *Process) sawAnswer(at int64) {
+	for {
+		last := p.lastAnswer.Load()
+		if at <= last || p.lastAnswer.CompareAndSwap(last, at) {
+			return
+		}
 	}
 }
 

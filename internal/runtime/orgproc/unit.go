@@ -59,7 +59,7 @@ func (u *unit) Acquire() (edge.Flight, bool) {
 		return nil, false
 	}
 	u.loaded.Store(true)
-	fl := &flight{u: u, began: time.Now(), end: u.inc.spec.Meter.Begin()}
+	fl := &flight{u: u, began: mono(), end: u.inc.spec.Meter.Begin()}
 	u.mu.Lock()
 	u.open[fl] = struct{}{}
 	u.mu.Unlock()
@@ -69,7 +69,8 @@ func (u *unit) Acquire() (edge.Flight, bool) {
 // flight is one request of a unit.
 type flight struct {
 	u        *unit
-	began    time.Time
+	began    int64 // mono
+	caller   string
 	end      func()
 	answered bool
 	done     bool
@@ -80,7 +81,7 @@ type flight struct {
 func (f *flight) Answered() {
 	f.answered = true
 	f.u.p.answered.Add(1)
-	f.u.p.responded.Store(time.Now().UnixNano())
+	f.u.p.sawAnswer(mono())
 }
 
 // Done ends the request. One that ends unanswered is remembered a moment: its process may have
@@ -95,7 +96,7 @@ func (f *flight) Done() {
 	u.mu.Lock()
 	delete(u.open, f)
 	if !f.answered {
-		u.broken = append(u.broken, brokenFlight{began: f.began, at: time.Now()})
+		u.broken = append(u.broken, brokenFlight{began: f.began, caller: f.caller, at: mono()})
 		if len(u.broken) > maxBroken {
 			u.broken = u.broken[len(u.broken)-maxBroken:]
 		}
@@ -104,9 +105,11 @@ func (f *flight) Done() {
 	u.inflight.Add(-1)
 }
 
-// brokenFlight is a request that ended unanswered: when it began, and when it ended.
+// brokenFlight is a request that ended unanswered: when it began and ended (mono), and the
+// script whose call it served.
 type brokenFlight struct {
-	began, at time.Time
+	began, at int64
+	caller    string
 }
 
 // maxBroken is how many unanswered requests a unit remembers.
@@ -115,20 +118,40 @@ const maxBroken = 16
 // WallLimit is the worker's own wall-time limit per request (0: the edge's).
 func (u *unit) WallLimit() time.Duration { return u.inc.WallLimit() }
 
-// flightsSince answers when each of its requests in flight at since or later began: those still
-// in flight, and those that ended unanswered since (a request's connection may break before the
-// runtime sees its process's end).
-func (u *unit) flightsSince(since time.Time) []time.Time {
+// flightsSince answers its requests in flight at since (mono) or later: those still in flight,
+// and those that ended unanswered since (a request's connection may break before the runtime sees
+// its process's end).
+func (u *unit) flightsSince(since int64) []begun {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var began []time.Time
+	var out []begun
 	for f := range u.open {
-		began = append(began, f.began)
+		out = append(out, begun{at: f.began, caller: f.caller})
 	}
 	for _, b := range u.broken {
-		if !b.at.Before(since) {
-			began = append(began, b.began)
+		if b.at >= since {
+			out = append(out, begun{at: b.began, caller: b.caller})
 		}
 	}
-	return began
+	return out
 }
+
+// begun is a request in flight: when it began (mono), and the script whose call it serves.
+type begun struct {
+	at     int64
+	caller string
+}
+
+// CalledBy records the script whose subrequest or binding call the request serves.
+func (f *flight) CalledBy(script string) {
+	f.u.mu.Lock()
+	f.caller = script
+	f.u.mu.Unlock()
+}
+
+// monoBase is the origin of mono.
+var monoBase = time.Now()
+
+// mono is now in nanoseconds since monoBase, on the monotonic clock: instants of requests and
+// answers compared across goroutines, which a step of the wall clock must not reorder.
+func mono() int64 { return int64(time.Since(monoBase)) }

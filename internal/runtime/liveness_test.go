@@ -210,32 +210,14 @@ func TestABusyProcessIsNeverOfTheIdleClass(t *testing.T) {
 		n = int(float64(n) * float64(200*time.Millisecond) / float64(max(took, time.Millisecond)))
 	}
 	t.Logf("%d turns a request", n)
-	// run keeps the worker busy for 8 s and answers the idle class's values seen meanwhile.
-	run := func() []string {
-		done, sampled := make(chan struct{}), make(chan []string, 1)
-		go func() {
-			var seen []string
-			for {
-				select {
-				case <-done:
-					sampled <- seen
-					return
-				case <-time.After(2 * time.Millisecond):
-				}
-				if v := idle(); v != "0" && v != "absent" {
-					seen = append(seen, v)
-				}
-			}
-		}()
-		var slowest time.Duration
-		for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
-			slowest = max(slowest, busy(n))
-		}
-		close(done)
-		t.Logf("slowest busy request %s", slowest.Round(time.Millisecond))
-		return <-sampled
+	// The worker is kept busy for 8 s.
+	stopIdle := watchIdle(idle)
+	var slowest time.Duration
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); {
+		slowest = max(slowest, busy(n))
 	}
-	require.Empty(t, run(), "a process that answers late but answers entered the idle class")
+	t.Logf("slowest busy request %s", slowest.Round(time.Millisecond))
+	require.Empty(t, stopIdle(), "a process that answers late but answers entered the idle class")
 	require.Equal(t, first.Incarnation.PID, f.waitReady("busy").Incarnation.PID, "busy is not stuck: it was not killed")
 }
 
@@ -350,6 +332,30 @@ func orgCPUIdle(t *testing.T, pid int) func() string {
 			return err.Error()
 		}
 		return strings.TrimSpace(string(b))
+	}
+}
+
+// watchIdle reads idle (orgCPUIdle) every few milliseconds until the function it returns is
+// called, which answers the values read other than "0" and "absent".
+func watchIdle(idle func() string) func() []string {
+	done, sampled := make(chan struct{}), make(chan []string, 1)
+	go func() {
+		var seen []string
+		for {
+			select {
+			case <-done:
+				sampled <- seen
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			if v := idle(); v != "0" && v != "absent" {
+				seen = append(seen, v)
+			}
+		}
+	}()
+	return func() []string {
+		close(done)
+		return <-sampled
 	}
 }
 
@@ -577,8 +583,7 @@ func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testi
 	var idleWhileAlone []string
 	for round := 1; round <= 3; round++ {
 		loops = append(loops, time.Now())
-		done := make(chan struct{})
-		sampled := make(chan []string, 1)
+		stopIdle := func() []string { return nil }
 		if round == 3 {
 			// The looper runs alone now, and its organization's shared process answers: the
 			// organization is never of the idle class meanwhile (on a saturated node its other
@@ -586,27 +591,10 @@ func TestALoopingWorkerStallsOnlyItsOrganizationAndForAboutThreeSeconds(t *testi
 			st, err := f.client.GetScript(f.ctx, "sibling")
 			require.NoError(t, err)
 			procs := descendants(t, st.Incarnation.PID)
-			idle := orgCPUIdle(t, procs[len(procs)-1])
-			go func() {
-				var seen []string
-				for {
-					select {
-					case <-done:
-						sampled <- seen
-						return
-					case <-time.After(5 * time.Millisecond):
-					}
-					if v := idle(); v != "0" && v != "absent" {
-						seen = append(seen, v)
-					}
-				}
-			}()
+			stopIdle = watchIdle(orgCPUIdle(t, procs[len(procs)-1]))
 		}
 		code, _, _, _ := f.h.TryGet("looper.test", "/loop")
-		close(done)
-		if round == 3 {
-			idleWhileAlone = <-sampled
-		}
+		idleWhileAlone = stopIdle()
 		require.GreaterOrEqual(t, code, 500, "round %d: the looping request ends with its process", round)
 		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
 			return s.Ready && s.Incarnation.Restarts >= round

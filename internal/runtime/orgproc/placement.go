@@ -205,29 +205,34 @@ type candidate struct {
 	flights []begun
 }
 
-// queuedBehind is how long before a process's last answer a request that began may have waited
-// for the thread behind the request answered, and taken it once that was sent.
-const queuedBehind = 10 * time.Millisecond
-
 // blame picks the incarnations a process's end implicates (SPEC 5.1), given when it last answered
-// anything (a probe, or a response of its workers; mono). A load or probe in progress implicates
-// its incarnation. An abort (a crash, a ceiling, a kill from outside) implicates every request in
-// flight. A liveness kill implicates the requests in flight that began before the last answer:
-// each was in flight across a moment the thread was free, and may have taken it since (after a
-// wait). Unless one of those began just before the last answer (queuedBehind: it waited behind
-// that response, and took the thread once it was sent), it also implicates the request that began
-// first after the last answer: the thread was free when it began. The requests that came after it
-// are not to blame: a sibling of a looping worker with steady traffic always has some, queued
-// behind the loop, and was quarantined with the looper for them. A call an implicated request made
-// (a binding call, or a subrequest to the node) is implicated with it: the loop may be the callee's.
+// anything (a probe, or a response of its workers, as the runtime saw it; mono). A load or probe in
+// progress implicates its incarnation. An abort (a crash, a ceiling, a kill from outside)
+// implicates every request in flight. A liveness kill implicates the requests in flight that began
+// before the last answer: each was in flight across a moment the thread was free, and took it since
+// (after a wait: a lazy load, a fetch, a request queued behind the last one answered). When there
+// is none, the request that began first after the last answer is implicated: the thread was free
+// when it began. The requests that came after it are not to blame: a sibling of a looping worker
+// with steady traffic always has some, queued behind the loop, and was quarantined with the looper
+// for them. The calls (binding calls, subrequests to the node) in flight that a worker of this
+// process made are implicated only with it, and theirs in turn: the loop may be the callee's.
 func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
-	first, behind := int64(math.MaxInt64), false
+	// A call of a worker of this process is judged by its caller: the router reports an
+	// in-process call's end late, so one that ended may still look in flight.
+	here := map[string]bool{}
+	for _, c := range candidates {
+		here[c.u.inc.spec.Script] = true
+	}
+	request := func(f begun) bool { return !here[f.caller] }
+	first, before := int64(math.MaxInt64), false
 	for _, c := range candidates {
 		for _, f := range c.flights {
-			if f.at >= lastAnswer {
+			switch {
+			case !request(f):
+			case f.at < lastAnswer:
+				before = true
+			default:
 				first = min(first, f.at)
-			} else if f.at >= lastAnswer-int64(queuedBehind) {
-				behind = true
 			}
 		}
 	}
@@ -235,7 +240,7 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	scripts := map[string]bool{}
 	for i, c := range candidates {
 		implicated[i] = c.loading || slices.ContainsFunc(c.flights, func(f begun) bool {
-			return !killed || f.at < lastAnswer || (!behind && f.at == first)
+			return !killed || (request(f) && (f.at < lastAnswer || (!before && f.at == first)))
 		})
 		if implicated[i] {
 			scripts[c.u.inc.spec.Script] = true

@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
+	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // loopingSource serves / normally and never returns from /loop.
@@ -670,6 +672,42 @@ func TestALoopInABindingsCalleeQuarantinesTheCallee(t *testing.T) {
 	sib, err := f.client.GetScript(f.ctx, "sibling")
 	require.NoError(t, err)
 	require.False(t, sib.Quarantined, "the sibling was quarantined with the callee: %s", sib.QuarantineMessage)
+
+	// Alone, it is called from another process, through the edge: each call handed back to be
+	// carried whole is no answer of its process, so its loop is ended however often it is called
+	// (a caller that gives up after 100 ms, so that its calls in flight never reach its cap:
+	// each hand-back used to count as an answer, and the loop went on as long as they came).
+	impatient := f.scriptPut("uid-impatient", 1, "impatient")
+	impatient.Labels.Organization = "org-bind"
+	impatient.Modules = map[string]string{"main.js": `export default {
+  async fetch(req, env) {
+    try {
+      await env.AUTH.fetch("http://auth.internal/who", { signal: AbortSignal.timeout(100) });
+    } catch (e) {}
+    return new Response("gave up\n");
+  }
+};`}
+	impatient.Settings = workerconf.Settings{ServiceBindings: map[string]string{"AUTH": spinUID}}
+	_, err = f.client.PutScript(f.ctx, "impatient", impatient)
+	require.NoError(t, err)
+	f.route("impatient.test", "impatient", "ep-impatient")
+	f.waitReady("impatient")
+	st, err = f.client.GetScript(f.ctx, "spinner")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			go func() { _, _, _, _ = f.h.TryGet("impatient.test", "/") }()
+			select {
+			case <-ctx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	f.waitStatus("the quarantined callee killed for its loop while it is called", func(s adminapi.ScriptStatus) bool {
+		return s.Incarnation.Restarts > st.Incarnation.Restarts
+	}, "spinner")
 }
 
 // servedAny waits until host answers 200 and returns its body.

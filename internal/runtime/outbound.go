@@ -50,11 +50,13 @@ func (n *Node) serveBinding(w http.ResponseWriter, r *http.Request, from *orgpro
 		return
 	}
 	// Admitted, the call is the caller's process's to run: the subrequest is released when it ends
-	// there. Refused before (no callee, a loop), it is released here.
+	// there. Refused before (no callee, a loop), or handed back, it is released here.
 	handed := false
 	n.edgeHandler.ServeBinding(w, r, caller, lookup, func(w http.ResponseWriter, t edge.Target, limit time.Duration, end func(bool)) bool {
-		handed = true
-		return local(w, t, limit, func(answered bool) { end(answered); release() })
+		// Handed back to be carried whole (false), the call is the edge's again, and the
+		// subrequest is released here.
+		handed = local(w, t, limit, func(answered bool) { end(answered); release() })
+		return handed
 	})
 	if !handed {
 		release()

@@ -57,6 +57,12 @@ type CalledFlight interface {
 	CalledBy(script string)
 }
 
+// WithdrawnFlight is a Flight that can end as though it never began: a binding call handed back
+// to be carried whole (a request of its own then) was neither answered by its callee nor failed.
+type WithdrawnFlight interface {
+	Withdraw()
+}
+
 // WallLimited is a Target whose worker has a wall-time limit of its own per request (its
 // limits.cpuMs), below the edge's ResponseTimeout: past it the request ends with a 504.
 type WallLimited interface {
@@ -325,8 +331,9 @@ func (h *Handler) ServeBinding(w http.ResponseWriter, r *http.Request, caller st
 // to run it in the caller's own process. limit is the time the call may take; end ends the call
 // (answered: the callee began its answer) and must be called once however the call ends, also
 // after Local returned. Local reports whether the call runs in the caller's process; when it
-// does not (the callee lives in another process), it has called end and told the caller to send
-// the call whole, which ServeBinding then carries without a Local.
+// does not (the callee lives in another process), it has told the caller to send the call whole,
+// which ServeBinding then carries without a Local, and has not called end: the edge withdraws the
+// callee's flight (WithdrawnFlight), which was neither answered nor failed.
 type Local func(w http.ResponseWriter, target Target, limit time.Duration, end func(answered bool)) (inProcess bool)
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, fromEgress bool) {
@@ -402,6 +409,15 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 			}
 			if local(w, target, h.responseTimeout(target), end) {
 				h.inProcess.Inc()
+			} else {
+				once.Do(func() {
+					if wf, ok := flight.(WithdrawnFlight); ok {
+						wf.Withdraw()
+					} else {
+						flight.Done()
+					}
+					leave()
+				})
 			}
 			return
 		}

@@ -85,7 +85,8 @@ func (c *calls) endAll() {
 func (p *Process) local(w http.ResponseWriter, target edge.Target, limit time.Duration, end func(answered bool)) bool {
 	callee, ok := target.(*unit)
 	if !ok || callee.p != p {
-		end(true)
+		// The edge withdraws the callee's flight: no answer of the callee's process, which
+		// liveness would take for one (a looping callee that is called kept looking busy).
 		w.Header().Set(workerd.HeaderElsewhere, "1")
 		w.WriteHeader(http.StatusNoContent)
 		return false

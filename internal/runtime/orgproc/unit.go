@@ -84,6 +84,13 @@ func (f *flight) Answered() {
 	f.u.p.sawAnswer(mono())
 }
 
+// Withdraw ends a request that never reached the worker (a binding call handed back to be carried
+// whole): neither an answer nor one that ended unanswered.
+func (f *flight) Withdraw() {
+	f.answered = true // not remembered as broken
+	f.Done()
+}
+
 // Done ends the request. One that ends unanswered is remembered a moment: its process may have
 // died under it, and the death implicates it even when its connection broke first.
 func (f *flight) Done() {

@@ -551,9 +551,7 @@ func (p *Process) awaitFirstAnswer(exited chan error, proc workerdProcess) *outc
 	for {
 		select {
 		case <-answered:
-			at := mono()
-			p.alive.Store(at)
-			p.sawAnswer(at)
+			p.probeAnswered(mono())
 			return nil
 		case err := <-exited:
 			return &outcome{why: "workerd exited before it answered: " + exitText(err), limitHit: proc.LimitHit()}
@@ -676,8 +674,7 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 			case a.err == nil:
 				misses = 0
 				yield()
-				p.alive.Store(a.at)
-				p.sawAnswer(a.at)
+				p.probeAnswered(a.at)
 				loadMissedSince = time.Time{}
 				continue
 			case nodeFault(a.err):
@@ -741,6 +738,12 @@ func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) fu
 		current = v
 		return true
 	}
+}
+
+// probeAnswered records that the process answered a probe at (mono).
+func (p *Process) probeAnswered(at int64) {
+	p.alive.Store(at)
+	p.sawAnswer(at)
 }
 
 // sawAnswer records that the process answered a probe or a request at (mono).

@@ -73,7 +73,9 @@ type flight struct {
 	caller   string
 	end      func()
 	answered bool
-	done     bool
+	// withdrawn: it never reached the worker, so ending it unanswered says nothing of the worker.
+	withdrawn bool
+	done      bool
 }
 
 // Answered counts a response the worker began: liveness takes it as a witness that the process
@@ -87,7 +89,7 @@ func (f *flight) Answered() {
 // Withdraw ends a request that never reached the worker (a binding call handed back to be carried
 // whole): neither an answer nor one that ended unanswered.
 func (f *flight) Withdraw() {
-	f.answered = true // not remembered as broken
+	f.withdrawn = true
 	f.Done()
 }
 
@@ -102,7 +104,7 @@ func (f *flight) Done() {
 	u := f.u
 	u.mu.Lock()
 	delete(u.open, f)
-	if !f.answered {
+	if !f.answered && !f.withdrawn {
 		u.broken = append(u.broken, brokenFlight{began: f.began, caller: f.caller, at: mono()})
 		if len(u.broken) > maxBroken {
 			u.broken = u.broken[len(u.broken)-maxBroken:]

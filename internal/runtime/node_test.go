@@ -466,6 +466,40 @@ func TestKilledProcessRestartsAsTheSameIncarnationAndRepeatedCrashesRaiseAnIncid
 	require.Contains(t, metrics, `takoform_runtime_restarts_total{script="crashy"} 6`)
 }
 
+// After a restart a worker's isolate is loaded by its first request. A client that leaves during
+// that load cancels it, and workerd's Worker Loader used to keep the canceled load under the
+// isolate's name: every later request answered 500 until the process restarted again. The router
+// now loads it afresh under a new name.
+func TestAClientLeavingDuringALoadDoesNotBreakTheWorker(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	// Megabytes of code make the load take long enough for the client to leave during it.
+	f.putSource("large", "uid-large", "const pad = \""+strings.Repeat("ab", 3<<20)+"\";\n"+
+		`export default { fetch() { return new Response("ok " + pad.length + "\n"); } };`)
+	f.route("large.test", "large", "ep-large")
+	st := f.waitReady("large")
+	want := fmt.Sprintf("ok %d\n", 6<<20)
+	f.answers("large.test", want)
+	for _, wait := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond} {
+		pid := f.kill("large")
+		st = f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "large")
+		ctx, cancel := context.WithTimeout(f.ctx, wait)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
+		require.NoError(t, err)
+		req.Host = "large.test"
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		cancel()
+		for range 3 {
+			code, body, _, err := f.h.TryGet("large.test", "/")
+			require.NoError(t, err)
+			require.Equal(t, want, body, "after a client left within %s (%d)", wait, code)
+		}
+	}
+	require.Equal(t, 2, st.Incarnation.Restarts)
+}
+
 // A worker's lifecycle brake holds its reload after its process died, while the process comes
 // back for its organization's other workers; an organization's brake keeps its process down,
 // while other organizations serve. Neither stops what serves (SPEC 5: a worker's lifecycle brake

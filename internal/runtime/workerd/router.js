@@ -86,7 +86,7 @@ export class Binding extends WorkerEntrypoint {
       const limit = new Promise((resolve) => {
         timer = setTimeout(resolve, Number(admitted.headers.get(DEADLINE)));
       });
-      const answer = load(this.env, this.ctx, callee).getEntrypoint().fetch(forward(request, headers));
+      const answer = call(this.env, this.ctx, callee, (w) => w.getEntrypoint().fetch(forward(request, headers)));
       const response = await Promise.race([answer, limit]);
       if (!response) return problem(504, "response_timeout", "Gateway Timeout", "the worker did not answer within the runtime node's response time limit");
       answered = true;
@@ -172,8 +172,14 @@ function bytes(b64) {
 }
 
 // load is the isolate of loader id `id`, loaded on first use from the code the runtime gives.
+//
+// A load runs in the request that asked first, and workerd cancels it with that request when its
+// client leaves; the Worker Loader then keeps the canceled load under its name, and every later
+// call answers CANCELED. So the isolate is loaded under a name of its own (the id, then the id
+// with a generation), and a name whose code never arrived is given up for a new one.
 function load(env, ctx, id) {
-  return env.LOADER.get(id, async () => {
+  const key = names.get(id) ?? id;
+  const stub = env.LOADER.get(key, async () => {
     const r = await env.CODE.fetch("http://code.takoform.invalid/" + encodeURIComponent(id));
     if (r.status !== 200) throw new Error(NO_CODE + id + " (" + r.status + ")");
     const c = await r.json();
@@ -184,6 +190,7 @@ function load(env, ctx, id) {
     }
     const modules = {};
     for (const m of c.modules) modules[m.name] = module(m);
+    coded.add(key);
     return {
       compatibilityDate: c.compatibilityDate,
       compatibilityFlags: c.compatibilityFlags,
@@ -194,6 +201,30 @@ function load(env, ctx, id) {
       tails: [ctx.exports.Tail({ props: { loader: id } })],
     };
   });
+  return { stub, key };
+}
+
+const CANCELED = "The execution context responding to this call was canceled";
+
+// names are the names isolates are loaded under now, by loader id (absent: the id itself), and
+// coded the names whose code arrived. A name given up holds no isolate worth counting: its
+// load never got its code.
+const names = new Map();
+const coded = new Set();
+let generation = 0;
+
+// call calls an isolate through use, once more under a new name when its load had been canceled
+// before its code arrived (then no code of the tenant's ran in it, so nothing is run twice; a
+// CANCELED from an isolate that did load is the isolate's own, and is thrown).
+async function call(env, ctx, id, use) {
+  const first = load(env, ctx, id);
+  try {
+    return await use(first.stub);
+  } catch (e) {
+    if (coded.has(first.key) || !String((e && e.message) || e).includes(CANCELED)) throw e;
+    if ((names.get(id) ?? id) === first.key) names.set(id, id + "~" + ++generation);
+    return use(load(env, ctx, id).stub);
+  }
 }
 
 // probe loads an incarnation and calls an entrypoint no module exports (its name is chosen per
@@ -201,7 +232,7 @@ function load(env, ctx, id) {
 // entrypoint" then means the code is ready, without running any handler of the tenant's.
 async function probe(env, ctx, id) {
   try {
-    await load(env, ctx, id).getEntrypoint(env.PROBE_ENTRYPOINT).fetch("http://probe.takoform.invalid/");
+    await call(env, ctx, id, (w) => w.getEntrypoint(env.PROBE_ENTRYPOINT).fetch("http://probe.takoform.invalid/"));
     return { outcome: "failed", message: "the worker answered a probe it should not have been able to" };
   } catch (e) {
     const message = String((e && e.message) || e);
@@ -215,9 +246,9 @@ async function probe(env, ctx, id) {
 // service_binding_extra_handlers flag. Only the runtime asks (the edge removes every takoform-*
 // header a client sends). What the handler printed, or the exception it threw, reaches its log
 // through its tail; the answer says only which it was.
-async function scheduled(worker, cron, time) {
+async function scheduled(env, ctx, id, cron, time) {
   try {
-    const r = await worker.getEntrypoint().scheduled({ cron, scheduledTime: new Date(time) });
+    const r = await call(env, ctx, id, (w) => w.getEntrypoint().scheduled({ cron, scheduledTime: new Date(time) }));
     if (r.outcome === "ok") return { outcome: "ok" };
     return { outcome: "exception", message: "the scheduled handler ended " + r.outcome };
   } catch (e) {
@@ -232,11 +263,11 @@ export default {
     if (probed) return Response.json(await probe(env, ctx, probed));
     const id = request.headers.get(INCARNATION);
     if (!id) return new Response("no incarnation named", { status: 404 });
-    const worker = load(env, ctx, id);
     const cron = request.headers.get(SCHEDULED);
-    if (cron !== null) return Response.json(await scheduled(worker, cron, Number(request.headers.get(SCHEDULED_TIME))));
+    if (cron !== null) return Response.json(await scheduled(env, ctx, id, cron, Number(request.headers.get(SCHEDULED_TIME))));
     try {
-      return await worker.getEntrypoint().fetch(new Request(request, { headers: withoutOurs(request.headers), redirect: "manual", cf: {} }));
+      const headers = withoutOurs(request.headers);
+      return await call(env, ctx, id, (w) => w.getEntrypoint().fetch(new Request(request, { headers, redirect: "manual", cf: {} })));
     } catch (e) {
       // The isolate's tail has the exception; nothing of it reaches the client or this
       // process's output.

@@ -21,6 +21,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
@@ -708,6 +709,36 @@ func TestALoopInABindingsCalleeQuarantinesTheCallee(t *testing.T) {
 	f.waitStatus("the quarantined callee killed for its loop while it is called", func(s adminapi.ScriptStatus) bool {
 		return s.Incarnation.Restarts > st.Incarnation.Restarts
 	}, "spinner")
+	cancel()
+
+	// A call handed back holds one of the caller's subrequests in flight only until it is handed
+	// back: more sequential calls than a worker may have in flight all answer.
+	patient := f.scriptPut("uid-patient", 1, "patient")
+	patient.Labels.Organization = "org-bind"
+	patient.Modules = map[string]string{"main.js": `export default {
+  async fetch(req, env) {
+    const r = await env.AUTH.fetch("http://auth.internal/");
+    return new Response("via binding " + r.status + ": " + (await r.text()));
+  }
+};`}
+	patient.Settings = workerconf.Settings{ServiceBindings: map[string]string{"AUTH": spinUID}}
+	_, err = f.client.PutScript(f.ctx, "patient", patient)
+	require.NoError(t, err)
+	f.route("patient.test", "patient", "ep-patient")
+	f.waitReady("patient")
+	// The impatient caller's last call may still loop until the callee is killed once more.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		code, body, _, err := f.h.TryGet("patient.test", "/")
+		if err == nil && body == "via binding 200: spinner\n" {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the callee answers again: %d %q %v", code, body, err)
+	}
+	for i := range egress.DefaultSubrequestLimit + 10 {
+		code, body, _, err := f.h.TryGet("patient.test", "/")
+		require.NoError(t, err)
+		require.Equal(t, "via binding 200: spinner\n", body, "call %d (%d)", i+1, code)
+	}
 }
 
 // servedAny waits until host answers 200 and returns its body.

@@ -467,37 +467,111 @@ func TestKilledProcessRestartsAsTheSameIncarnationAndRepeatedCrashesRaiseAnIncid
 }
 
 // After a restart a worker's isolate is loaded by its first request. A client that leaves during
-// that load cancels it, and workerd's Worker Loader used to keep the canceled load under the
-// isolate's name: every later request answered 500 until the process restarted again. The router
-// now loads it afresh under a new name.
+// that load cancels it, and workerd's Worker Loader keeps a canceled load under the isolate's name:
+// every later request used to answer 500 until the process restarted again. The router loads the
+// isolate afresh under a new name, and makes the call again unless its body is gone (then 503).
 func TestAClientLeavingDuringALoadDoesNotBreakTheWorker(t *testing.T) {
 	t.Parallel()
-	f := setup(t)
-	// Megabytes of code make the load take long enough for the client to leave during it.
-	f.putSource("large", "uid-large", "const pad = \""+strings.Repeat("ab", 3<<20)+"\";\n"+
-		`export default { fetch() { return new Response("ok " + pad.length + "\n"); } };`)
-	f.route("large.test", "large", "ep-large")
-	st := f.waitReady("large")
-	want := fmt.Sprintf("ok %d\n", 6<<20)
-	f.answers("large.test", want)
-	for _, wait := range []time.Duration{20 * time.Millisecond, 60 * time.Millisecond} {
-		pid := f.kill("large")
-		st = f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "large")
-		ctx, cancel := context.WithTimeout(f.ctx, wait)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
-		require.NoError(t, err)
-		req.Host = "large.test"
+	var held atomic.Bool
+	entered, release := make(chan string, 1), make(chan struct{})
+	var asked sync.Map // loader id → times its code was given
+	f := setup(t, func(c *runtime.Config) {
+		c.BeforeCode = func(id string) {
+			n, _ := asked.LoadOrStore(id, new(atomic.Int32))
+			n.(*atomic.Int32).Add(1)
+			if held.CompareAndSwap(true, false) {
+				entered <- id
+				<-release
+			}
+		}
+	})
+	f.putSource("leaving", "uid-leaving", `export default {
+  fetch(req) {
+    if (new URL(req.url).pathname === "/throw") throw new Error("The execution context responding to this call was canceled.");
+    return new Response("ok " + req.method + "\n");
+  }
+};`)
+	f.route("leaving.test", "leaving", "ep-leaving")
+	st := f.waitReady("leaving")
+	f.answers("leaving.test", "ok GET\n")
+	// A worker's own error of those words is its own: its isolate is not loaded again.
+	code, _, _, err := f.h.TryGet("leaving.test", "/throw")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusInternalServerError, code)
+	n, _ := asked.Load(st.Incarnation.ID + ".1")
+	require.NotNil(t, n, "loader ids are the incarnation's id and its attempt")
+	require.EqualValues(t, 1, n.(*atomic.Int32).Load(), "its code was given once, at its probe")
+
+	// The client leaves while its request's load waits for the code.
+	held.Store(true)
+	pid := f.kill("leaving")
+	f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "leaving")
+	ctx, cancel := context.WithCancel(f.ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
+	require.NoError(t, err)
+	req.Host = "leaving.test"
+	left := make(chan struct{})
+	go func() {
+		defer close(left)
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 		}
-		cancel()
-		for range 3 {
-			code, body, _, err := f.h.TryGet("large.test", "/")
-			require.NoError(t, err)
-			require.Equal(t, want, body, "after a client left within %s (%d)", wait, code)
-		}
+	}()
+	id := <-entered
+	cancel()
+	<-left
+	time.Sleep(300 * time.Millisecond) // the edge sees the client leave, and workerd the request
+	close(release)
+
+	// A request with a body cannot be made again: it is refused, to be retried, and the isolate
+	// is loaded afresh for the next.
+	post := func() (int, string, http.Header) {
+		req, err := http.NewRequest(http.MethodPost, "http://"+f.h.Info.EdgeAddr+"/", strings.NewReader("body"))
+		require.NoError(t, err)
+		req.Host = "leaving.test"
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b), resp.Header
 	}
-	require.Equal(t, 2, st.Incarnation.Restarts)
+	code, body, header := post()
+	require.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
+	require.Equal(t, "1", header.Get("Retry-After"))
+	code, body, _ = post()
+	require.Equal(t, http.StatusOK, code, "%s", body)
+	require.Equal(t, "ok POST\n", body)
+	get := func() {
+		t.Helper()
+		code, body, _, err := f.h.TryGet("leaving.test", "/")
+		require.NoError(t, err)
+		require.Equal(t, "ok GET\n", body, "%d", code)
+	}
+	get()
+	n, _ = asked.Load(id)
+	require.EqualValues(t, 3, n.(*atomic.Int32).Load(), "its code was given at its probe, to the canceled load and to the fresh one")
+
+	// A request without a body is made again at once.
+	held.Store(true)
+	release = make(chan struct{})
+	pid = f.kill("leaving")
+	f.waitStatus("restarted again", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "leaving")
+	ctx, cancel = context.WithCancel(f.ctx)
+	req = req.WithContext(ctx)
+	left = make(chan struct{})
+	go func() {
+		defer close(left)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	cancel()
+	<-left
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	get()
 }
 
 // A worker's lifecycle brake holds its reload after its process died, while the process comes

@@ -22,7 +22,7 @@ func (n *Node) processOptions(bin, channels string) orgproc.Options {
 		Backoff: cfg.RestartBackoff, MaxBackoff: cfg.MaxRestartBackoff,
 		StartDeadline: cfg.ProbeDeadline, ProbeDeadline: cfg.ProbeDeadline,
 		LivenessPeriod: cfg.LivenessPeriod, LivenessTimeout: cfg.LivenessTimeout, SuspectFor: cfg.StalledSuspectFor, LoadAllowance: cfg.LoadAllowance, DrainTimeout: cfg.DrainTimeout,
-		HeapLimitMB: cfg.HeapLimitMB, RecycleSecretsAfter: cfg.RecycleSecretsAfter,
+		HeapLimitMB: cfg.HeapLimitMB, RecycleSecretsAfter: cfg.RecycleSecretsAfter, BeforeCode: cfg.BeforeCode,
 		BrakedOrg:         func(org string) bool { return n.braked(adminapi.Labels{Organization: org}) },
 		BrakedIncarnation: n.braked,
 		Egress: func(w http.ResponseWriter, r *http.Request, from *orgproc.Incarnation) {

@@ -101,6 +101,9 @@ type Config struct {
 	// InsecureNoSandbox runs every workerd as the node's own user, without namespaces or
 	// ceilings, instead of refusing to start where the node cannot sandbox.
 	InsecureNoSandbox bool
+	// BeforeCode, when set, is called before an org process is given an isolate's code, with the
+	// isolate's loader id (tests hold a load with it).
+	BeforeCode func(loaderID string)
 
 	// Tuning; tests shorten them.
 	RestartBackoff    time.Duration // first restart delay of a process (default 250ms), doubling

@@ -29,6 +29,9 @@ func (p *Process) serveCode(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "no such incarnation in this process", http.StatusNotFound)
 		return
 	}
+	if p.m.opts.BeforeCode != nil {
+		p.m.opts.BeforeCode(id)
+	}
 	code, err := u.inc.spec.Code()
 	if err != nil {
 		// Logged without its values (the error names files and ids, never a value).

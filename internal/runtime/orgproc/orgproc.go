@@ -126,6 +126,10 @@ type Options struct {
 	RecycleRetiredBytes int64
 	RecycleSecretsAfter time.Duration
 
+	// BeforeCode, when set, is called before an isolate's code is given to its process, with its
+	// loader id (tests hold a load with it).
+	BeforeCode func(loaderID string)
+
 	// BrakedOrg reports whether a lifecycle brake holds an organization's processes down;
 	// BrakedIncarnation whether one holds an incarnation's reload.
 	BrakedOrg         func(org string) bool

@@ -81,12 +81,15 @@ export class Binding extends WorkerEntrypoint {
       return this.env.BINDINGS.fetch(forward(request, headers));
     }
     let answered = false;
+    let late = false;
     let timer;
     try {
       const limit = new Promise((resolve) => {
-        timer = setTimeout(resolve, Number(admitted.headers.get(DEADLINE)));
+        timer = setTimeout(() => { late = true; resolve(); }, Number(admitted.headers.get(DEADLINE)));
       });
-      const answer = call(this.env, this.ctx, callee, (w) => w.getEntrypoint().fetch(forward(request, headers)));
+      // Made again only in time, and without a body (the first attempt took it).
+      const answer = call(this.env, this.ctx, callee, (w) => w.getEntrypoint().fetch(forward(request, headers)),
+        () => !late && request.body === null);
       const response = await Promise.race([answer, limit]);
       if (!response) return problem(504, "response_timeout", "Gateway Timeout", "the worker did not answer within the runtime node's response time limit");
       answered = true;
@@ -120,12 +123,13 @@ async function reportEnded(env) {
   ended = ended.filter((e) => !carried.includes(e));
 }
 
-// failed answers a request whose isolate threw, or could not be loaded for want of code (503).
+// failed answers a request whose isolate threw (500), or could not be loaded for want of code or
+// is being loaded afresh (503).
 function failed(e) {
-  const gone = String((e && e.message) || e).includes(NO_CODE);
-  return new Response(gone ? "Service Unavailable" : "Internal Server Error", {
-    status: gone ? 503 : 500, headers: { "content-type": "text/plain" },
-  });
+  const gone = e instanceof Reloading || String((e && e.message) || e).includes(NO_CODE);
+  const headers = { "content-type": "text/plain" };
+  if (e instanceof Reloading) headers["retry-after"] = "1";
+  return new Response(gone ? "Service Unavailable" : "Internal Server Error", { status: gone ? 503 : 500, headers });
 }
 
 // problem is an answer of the runtime's own, as the edge writes them.
@@ -171,12 +175,8 @@ function bytes(b64) {
   return out.buffer;
 }
 
-// load is the isolate of loader id `id`, loaded on first use from the code the runtime gives.
-//
-// A load runs in the request that asked first, and workerd cancels it with that request when its
-// client leaves; the Worker Loader then keeps the canceled load under its name, and every later
-// call answers CANCELED. So the isolate is loaded under a name of its own (the id, then the id
-// with a generation), and a name whose code never arrived is given up for a new one.
+// load is the isolate of loader id `id`, loaded on first use from the code the runtime gives,
+// under the name it has now (see call).
 function load(env, ctx, id) {
   const key = names.get(id) ?? id;
   const stub = env.LOADER.get(key, async () => {
@@ -190,7 +190,6 @@ function load(env, ctx, id) {
     }
     const modules = {};
     for (const m of c.modules) modules[m.name] = module(m);
-    coded.add(key);
     return {
       compatibilityDate: c.compatibilityDate,
       compatibilityFlags: c.compatibilityFlags,
@@ -204,26 +203,46 @@ function load(env, ctx, id) {
   return { stub, key };
 }
 
-const CANCELED = "The execution context responding to this call was canceled";
-
-// names are the names isolates are loaded under now, by loader id (absent: the id itself), and
-// coded the names whose code arrived. A name given up holds no isolate worth counting: its
-// load never got its code.
+// names are the names isolates are loaded under now, by loader id (absent: the id itself).
 const names = new Map();
-const coded = new Set();
 let generation = 0;
 
-// call calls an isolate through use, once more under a new name when its load had been canceled
-// before its code arrived (then no code of the tenant's ran in it, so nothing is run twice; a
-// CANCELED from an isolate that did load is the isolate's own, and is thrown).
-async function call(env, ctx, id, use) {
+const CANCELED = "The execution context responding to this call was canceled";
+
+// Reloading ends a call whose isolate is loaded afresh when the call cannot be made again (a
+// request's body went to the canceled load): the client may retry.
+class Reloading extends Error {}
+
+// call calls the isolate of loader id `id` through use. A load runs in the request that asked
+// for it first, and is canceled with that request when its client leaves (ctx.waitUntil does not
+// keep it); the Worker Loader then keeps the canceled load under its name, and every later call
+// answers CANCELED. So a call that answers CANCELED, to an isolate that does not answer a probe
+// either (none started: no code of the tenant's ran), loads it under a new name, and is made once
+// more when again() allows. A CANCELED from an isolate that answers its probe is the isolate's own.
+async function call(env, ctx, id, use, again = () => true) {
   const first = load(env, ctx, id);
   try {
     return await use(first.stub);
   } catch (e) {
-    if (coded.has(first.key) || !String((e && e.message) || e).includes(CANCELED)) throw e;
+    if (!canceled(e) || !(await neverStarted(env, first.stub))) throw e;
     if ((names.get(id) ?? id) === first.key) names.set(id, id + "~" + ++generation);
+    if (!again()) throw new Reloading();
     return use(load(env, ctx, id).stub);
+  }
+}
+
+function canceled(e) {
+  return String((e && e.message) || e).includes(CANCELED);
+}
+
+// neverStarted reports whether the isolate behind stub never started: a probe of it answers
+// CANCELED rather than "no such entrypoint".
+async function neverStarted(env, stub) {
+  try {
+    await stub.getEntrypoint(env.PROBE_ENTRYPOINT).fetch("http://probe.takoform.invalid/");
+    return false;
+  } catch (e) {
+    return canceled(e);
   }
 }
 
@@ -267,7 +286,8 @@ export default {
     if (cron !== null) return Response.json(await scheduled(env, ctx, id, cron, Number(request.headers.get(SCHEDULED_TIME))));
     try {
       const headers = withoutOurs(request.headers);
-      return await call(env, ctx, id, (w) => w.getEntrypoint().fetch(new Request(request, { headers, redirect: "manual", cf: {} })));
+      return await call(env, ctx, id, (w) => w.getEntrypoint().fetch(new Request(request, { headers, redirect: "manual", cf: {} })),
+        () => request.body === null);
     } catch (e) {
       // The isolate's tail has the exception; nothing of it reaches the client or this
       // process's output.

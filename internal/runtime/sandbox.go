@@ -42,9 +42,7 @@ func (n *Node) openSandbox(workerdBin string) error {
 	}
 	cfg := n.cfg.Sandbox
 	if cfg.Node == "" {
-		// One cgroup per state directory: the directory's lock makes it this node's alone.
-		sum := sha256.Sum256([]byte(n.store.Dir()))
-		cfg.Node = "takoform-" + hex.EncodeToString(sum[:6])
+		cfg.Node = sandbox.NodeName(n.store.Dir())
 	}
 	sb, err := sandbox.New(cfg)
 	if err != nil {

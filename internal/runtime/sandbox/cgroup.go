@@ -204,6 +204,38 @@ type cgroups struct {
 // a v1 hierarchy that serves it, else the v2 hierarchy when its cgroup offers it. It fails when a
 // needed controller is nowhere (SPEC 5.1: a node that cannot set its ceilings does not start).
 func discoverCgroups(limits Limits, node string) (*cgroups, error) {
+	hs, err := ownHierarchies(node)
+	if err != nil {
+		return nil, err
+	}
+	c := &cgroups{hierarchies: hs, limits: limits}
+	if err := c.prepare(); err != nil {
+		return nil, err
+	}
+	if err := c.sweep(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// RemoveNode removes what a node named node left in the cgroups of this process's own
+// hierarchies, and its cgroups themselves: for a node that was killed and will not run again
+// (one that stops cleanly, or starts again with its state directory, leaves none). Nothing is
+// made where the node has no cgroup. The node must not be running.
+func RemoveNode(node string) error {
+	if !onePathElement(node) {
+		return fmt.Errorf("sandbox node name %q is not one path element", node)
+	}
+	hs, err := ownHierarchies(node)
+	if err != nil {
+		return nil // no node could have made cgroups here
+	}
+	return (&cgroups{hierarchies: hs}).close()
+}
+
+// ownHierarchies finds the runtime's own cgroup in each hierarchy that serves a controller it
+// needs, with the cgroup of node under it as the base.
+func ownHierarchies(node string) ([]hierarchy, error) {
 	procCgroup, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil, fmt.Errorf("read /proc/self/cgroup: %w", err)
@@ -246,14 +278,7 @@ func discoverCgroups(limits Limits, node string) (*cgroups, error) {
 	for i := range hs {
 		hs[i].base = filepath.Join(hs[i].dir, node)
 	}
-	c := &cgroups{hierarchies: hs, limits: limits}
-	if err := c.prepare(); err != nil {
-		return nil, err
-	}
-	if err := c.sweep(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return hs, nil
 }
 
 // prepare makes the node's cgroup in each hierarchy, and on v2 makes the runtime's own cgroup and

@@ -25,6 +25,8 @@
 package sandbox
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,7 +195,7 @@ func New(cfg Config) (*Sandbox, error) {
 	if bwrap, err = filepath.Abs(bwrap); err != nil {
 		return nil, err
 	}
-	if cfg.Node == "" || strings.ContainsAny(cfg.Node, "/\x00") || cfg.Node == "." || cfg.Node == ".." {
+	if !onePathElement(cfg.Node) {
 		return nil, fmt.Errorf("sandbox node name %q is not one path element", cfg.Node)
 	}
 	cg, err := discoverCgroups(cfg.Limits, cfg.Node)
@@ -311,7 +313,7 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 	if p.UID <= 0 || p.UID == os.Getuid() || !s.uids.Contains(p.UID) {
 		return nil, fmt.Errorf("uid %d is not an organization's uid of range %s", p.UID, s.uids)
 	}
-	if p.Name == "" || strings.ContainsAny(p.Name, "/\x00") || p.Name == "." || p.Name == ".." {
+	if !onePathElement(p.Name) {
 		return nil, fmt.Errorf("cgroup name %q is not one path element", p.Name)
 	}
 	libs, err := s.libraries(p.Path)
@@ -366,7 +368,7 @@ func (s *Sandbox) Start(p Program) (_ *Process, err error) {
 	}
 	var dataFDs []int
 	for _, name := range p.Files {
-		if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		if !onePathElement(name) {
 			statusR.Close()
 			return nil, fmt.Errorf("file name %q is not one path element", name)
 		}
@@ -600,4 +602,16 @@ func (s *Sandbox) libraries(binary string) ([]string, error) {
 	s.libs[binary] = libsEntry{stamp: stamp, libs: libs}
 	s.mu.Unlock()
 	return libs, nil
+}
+
+// onePathElement reports whether name is one element of a path, and not "." or "..".
+func onePathElement(name string) bool {
+	return name != "" && !strings.ContainsAny(name, "/\x00") && name != "." && name != ".."
+}
+
+// NodeName is the name of the cgroups of the node whose state directory is stateDir (an absolute
+// path): one per state directory, whose lock makes them that node's alone.
+func NodeName(stateDir string) string {
+	sum := sha256.Sum256([]byte(stateDir))
+	return "takoform-" + hex.EncodeToString(sum[:6])
 }

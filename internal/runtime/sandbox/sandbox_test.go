@@ -293,6 +293,41 @@ func TestANodeStartingAgainEndsWhatItsEarlierRunLeftInItsCgroups(t *testing.T) {
 	}
 }
 
+// A node killed for good (its state directory gone with it) is removed from the outside: what it
+// left ends, and its cgroups go.
+func TestRemoveNodeEndsAndRemovesWhatAKilledNodeLeft(t *testing.T) {
+	t.Parallel()
+	s := requireSandbox(t, Limits{})
+	p, out := probe(t, s, orgUID(t), "hold", nil, "", nil)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding") }, 10*time.Second, 10*time.Millisecond)
+	inside := p.SandboxPids()
+	require.Len(t, inside, 2)
+	bases := []string{}
+	for _, h := range s.cg.hierarchies {
+		require.DirExists(t, h.base)
+		bases = append(bases, h.base)
+	}
+
+	require.NoError(t, RemoveNode(filepath.Base(bases[0])))
+	for _, pid := range inside {
+		require.Eventually(t, func() bool {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return os.IsNotExist(err)
+		}, 5*time.Second, 10*time.Millisecond, "process %d of the node still runs", pid)
+	}
+	for _, base := range bases {
+		require.NoDirExists(t, base)
+	}
+	require.NoError(t, RemoveNode(filepath.Base(bases[0])), "a node with nothing left is nothing to remove")
+	require.Error(t, RemoveNode("../x"))
+}
+
+func TestNodeNameIsOnePerStateDirectory(t *testing.T) {
+	require.Equal(t, NodeName("/var/lib/takoform/runtime"), NodeName("/var/lib/takoform/runtime"))
+	require.NotEqual(t, NodeName("/var/lib/takoform/runtime"), NodeName("/var/lib/takoform/runtime2"))
+	require.Regexp(t, `^takoform-[0-9a-f]{12}$`, NodeName("/x"))
+}
+
 func TestNewRefusesANodeWithoutBubblewrap(t *testing.T) {
 	t.Parallel()
 	_, err := New(Config{Bwrap: filepath.Join(t.TempDir(), "bwrap")})

@@ -42,11 +42,13 @@ func TestRuntimeCommandServesHTTPSAndReloadsOnSIGHUP(t *testing.T) {
 		}
 	}
 	install(ca.Server(t, "first", "*.workers.localhost"))
-	cmd := exec.Command(binary, "runtime", "--state-dir", filepath.Join(t.TempDir(), "runtime"), "--workerd", workerdtest.Binary(t),
+	stateDir := filepath.Join(t.TempDir(), "runtime")
+	cmd := exec.Command(binary, "runtime", "--state-dir", stateDir, "--workerd", workerdtest.Binary(t),
 		"--sealing-key-file", runtimetest.SealingKeyFile(t), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0",
 		"--edge-tls-cert", certFile, "--edge-tls-key", keyFile, "--edge-http-listen", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
+	forgetCgroups(t, stateDir)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 

@@ -27,6 +27,7 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/auth"
 	"github.com/takoform/terraform-provider-takoform/internal/poolkey"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/store"
 	"github.com/takoform/terraform-provider-takoform/internal/testdb"
@@ -209,6 +210,7 @@ func startPooledRuntimeAt(t *testing.T, stateDir, key, poolKey string, extra []s
 	cmd.ExtraFiles = inherited
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
+	forgetCgroups(t, stateDir)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	started := regexp.MustCompile(`^takoserver runtime: admin API (\S+) \(token in (\S+)\), edge (\S+)$`)
@@ -223,6 +225,20 @@ func startPooledRuntimeAt(t *testing.T, stateDir, key, poolKey string, extra []s
 	require.NotEmpty(t, n.adminURL, "the runtime says where it listens")
 	go func() { _, _ = io.Copy(io.Discard, stderr) }()
 	return n
+}
+
+// forgetCgroups removes, once the test is over, the cgroups a runtime node on stateDir may have
+// left: a node killed with SIGKILL cannot remove its own, and none starts again on a test's
+// directory to sweep them. Called before the node's cleanup is registered, it runs after it.
+func forgetCgroups(t *testing.T, stateDir string) {
+	t.Helper()
+	abs, err := filepath.Abs(stateDir)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if err := sandbox.RemoveNode(sandbox.NodeName(abs)); err != nil {
+			t.Errorf("the cgroups of the node on %s: %v", abs, err)
+		}
+	})
 }
 
 // catalog writes a catalog file whose selfhost installation drives n, with installationFields

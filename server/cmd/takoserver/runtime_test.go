@@ -31,6 +31,7 @@ func TestRuntimeCommandServesBrakesAndStopsCleanly(t *testing.T) {
 		"--sealing-key-file", runtimetest.SealingKeyFile(t), "--admin-listen", "127.0.0.1:0", "--edge-listen", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
+	forgetCgroups(t, stateDir)
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 

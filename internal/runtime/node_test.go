@@ -32,7 +32,9 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/canonjson"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/adminapi"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/orgproc"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/runtimetest"
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/state"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/workerd/workerdtest"
 	"github.com/takoform/terraform-provider-takoform/internal/safedir"
 	"github.com/takoform/terraform-provider-takoform/internal/vocab"
@@ -464,6 +466,104 @@ func TestKilledProcessRestartsAsTheSameIncarnationAndRepeatedCrashesRaiseAnIncid
 	metrics := f.metrics()
 	require.Contains(t, metrics, `takoform_runtime_incident{script="crashy"} 1`)
 	require.Contains(t, metrics, `takoform_runtime_restarts_total{script="crashy"} 6`)
+}
+
+// A restart of the node forgets neither an implication of the last hour nor a quarantine (SPEC
+// 5.1: twice within an hour): implicated once before the node restarted and once after, a worker
+// is quarantined, and it still runs alone after the next restart. The node keeps no more than
+// ids and times.
+func TestANodeRestartForgetsNoImplicationNorQuarantine(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.putSource("crashy", "uid-c", holdSource)
+	f.route("crashy.workers.localhost", "crashy", "ep-c")
+	f.putSource("calm", "uid-q", holdSource)
+	f.route("calm.workers.localhost", "calm", "ep-q")
+	first := f.waitReady("crashy")
+	f.waitReady("calm")
+
+	f.hold("crashy.workers.localhost", "crashy")
+	pid := f.kill("crashy")
+	st := f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "crashy")
+	require.False(t, st.Quarantined, "implicated once")
+
+	f.h.RestartAfter(t, func() {})
+	f.reconnect()
+	st = f.waitReady("crashy")
+	require.Equal(t, first.Incarnation.ID, st.Incarnation.ID)
+	require.False(t, st.Quarantined)
+	f.hold("crashy.workers.localhost", "crashy")
+	pid = f.kill("crashy")
+	st = f.waitStatus("quarantined", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Quarantined }, "crashy")
+	require.NotEqual(t, pid, st.Incarnation.PID)
+
+	f.h.RestartAfter(t, func() {})
+	f.reconnect()
+	st = f.waitReady("crashy")
+	calm := f.waitReady("calm")
+	require.True(t, st.Quarantined, "still quarantined after the node restarted")
+	require.NotEqual(t, calm.Incarnation.PID, st.Incarnation.PID, "it runs alone from the start")
+	f.answers("crashy.workers.localhost", "c\n")
+	f.answers("calm.workers.localhost", "c\n")
+	kept, err := os.ReadFile(filepath.Join(f.h.StateDir, state.ImplicationsFile))
+	require.NoError(t, err)
+	require.Contains(t, string(kept), first.Incarnation.ID)
+	require.NotContains(t, string(kept), calm.Incarnation.ID, "a worker never implicated is not kept")
+}
+
+// What a node kept of its quarantines is held to the organization's quarantine processes when it
+// starts again: with five of one organization's workers kept quarantined, four run alone and the
+// fifth answers 503 until one is free. A file that does not parse is set aside with a warning.
+func TestKeptQuarantinesAreHeldToTheOrganizationsQuarantineProcesses(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	var ids []string
+	for i := range orgproc.MaxQuarantine + 1 {
+		name := fmt.Sprintf("w%d", i)
+		f.orgScript(name, "org-q", "uid-"+name, workerSource(name))
+		f.route(name+".test", name, "ep-"+name)
+		ids = append(ids, f.waitReady(name).Incarnation.ID)
+	}
+	kept := map[string]orgproc.Record{}
+	for _, id := range ids {
+		kept[id] = orgproc.Record{Implications: []time.Time{time.Now().Add(-time.Minute)}, Quarantined: true}
+	}
+	raw, err := json.Marshal(kept)
+	require.NoError(t, err)
+	f.h.RestartAfter(t, func() {
+		require.NoError(t, safedir.WriteFile(f.h.StateDir, state.ImplicationsFile, raw, safedir.Current()))
+	})
+	f.reconnect()
+	pids := map[int]bool{}
+	blocked := 0
+	for i := range orgproc.MaxQuarantine + 1 {
+		name := fmt.Sprintf("w%d", i)
+		st := f.waitStatus("placed", func(s adminapi.ScriptStatus) bool {
+			return s.Quarantined && (s.Ready || s.Reason == adminapi.ReasonQuarantined)
+		}, name)
+		if st.Ready {
+			pids[st.Incarnation.PID] = true
+			f.answers(name+".test", expectReply(name, ""))
+			continue
+		}
+		blocked++
+		require.Contains(t, st.QuarantineMessage, "answers 503")
+		code, _, _, err := f.h.TryGet(name+".test", "/")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusServiceUnavailable, code)
+	}
+	require.Equal(t, 1, blocked)
+	require.Len(t, pids, orgproc.MaxQuarantine, "each of the others runs alone")
+
+	f.h.RestartAfter(t, func() {
+		require.NoError(t, safedir.WriteFile(f.h.StateDir, state.ImplicationsFile, []byte("{not json"), safedir.Current()))
+	})
+	f.reconnect()
+	for i := range orgproc.MaxQuarantine + 1 {
+		name := fmt.Sprintf("w%d", i)
+		require.False(t, f.waitReady(name).Quarantined)
+	}
+	require.Contains(t, f.h.Logs.String(), "liveness starts without them")
 }
 
 // After a restart a worker's isolate is loaded by its first request. A client that leaves during

@@ -505,7 +505,12 @@ func (n *Node) startProcesses() (Processes, error) {
 	if n.channels, err = n.channelsDir(); err != nil {
 		return nil, err
 	}
-	m, err := orgproc.New(n.processOptions(n.bin, n.channels))
+	opts := n.processOptions(n.bin, n.channels)
+	if opts.Records, err = n.readImplications(); err != nil {
+		return nil, err
+	}
+	opts.Recorded = n.keepImplications
+	m, err := orgproc.New(opts)
 	if err != nil {
 		return nil, err
 	}

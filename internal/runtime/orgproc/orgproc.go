@@ -130,6 +130,12 @@ type Options struct {
 	// loader id (tests hold a load with it).
 	BeforeCode func(loaderID string)
 
+	// Records are what an earlier run of the node kept of its incarnations' implications, by
+	// incarnation id. Recorded, when set, is given every incarnation's record whenever one
+	// changes, for the node to keep across its restarts.
+	Records  map[string]Record
+	Recorded func(map[string]Record)
+
 	// BrakedOrg reports whether a lifecycle brake holds an organization's processes down;
 	// BrakedIncarnation whether one holds an incarnation's reload.
 	BrakedOrg         func(org string) bool
@@ -239,6 +245,11 @@ type Manager struct {
 	gen     int
 	closed  bool
 	wg      sync.WaitGroup
+	// earlier are the Records of incarnations not started since the manager began.
+	earlier map[string]Record
+	began   time.Time
+	// recordMu keeps Recorded's calls in order.
+	recordMu sync.Mutex
 
 	// suspects are the organizations liveness killed a process of lately, and until when they
 	// yield the CPU (Options.SuspectFor): every process of theirs, a restart or a quarantine
@@ -295,7 +306,8 @@ func New(opts Options) (*Manager, error) {
 		dirs = append(dirs, f)
 	}
 	return &Manager{opts: opts, log: opts.Logger, socketsDir: dirs[0], channelsDir: dirs[1],
-		procs: map[procKey]*Process{}, all: map[*Process]bool{}, blocked: map[*Incarnation]bool{}}, nil
+		procs: map[procKey]*Process{}, all: map[*Process]bool{}, blocked: map[*Incarnation]bool{},
+		earlier: maps.Clone(opts.Records), began: time.Now()}, nil
 }
 
 // Start places an incarnation in its organization's process (or a process of its own, when its
@@ -307,13 +319,13 @@ func (m *Manager) Start(spec Spec) (*Incarnation, error) {
 	}
 	inc := newIncarnation(m, spec)
 	key := procKey{org: spec.Org}
-	if spec.Alone {
-		key.alone = spec.ID
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, errors.New("the runtime node is closing")
+	}
+	if spec.Alone || m.rememberedLocked(inc) {
+		key.alone = spec.ID
 	}
 	if _, err := m.placeLocked(key, inc, !spec.Admitted); err != nil {
 		return nil, err

@@ -284,6 +284,7 @@ func (m *Manager) implicate(u *unit, loading bool, why string) {
 	if alone {
 		m.quarantine(inc, u)
 	}
+	m.record()
 }
 
 // quarantine moves inc out of its organization's shared process into one of its own, or, when

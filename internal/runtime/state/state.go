@@ -50,10 +50,13 @@ const (
 	desiredFile = "desired.json"
 	// MembershipFile keeps the node's place in its pool (SPEC 6.2), as the Host last told it.
 	MembershipFile = "membership.json"
-	lockFile       = "lock"
-	secretsDir     = "secrets"
-	socketsDir     = "sockets"
-	bundlesDir     = "bundles"
+	// ImplicationsFile keeps the implications of the node's incarnations in kills and aborts of
+	// their processes, and their quarantines (SPEC 5.1), across the node's restarts.
+	ImplicationsFile = "implications.json"
+	lockFile         = "lock"
+	secretsDir       = "secrets"
+	socketsDir       = "sockets"
+	bundlesDir       = "bundles"
 	// legacyIncarnationsDir held one directory per running incarnation, in the runtime before org
 	// processes; a start removes it.
 	legacyIncarnationsDir = "incarnations"

@@ -13,8 +13,8 @@ import (
 
 // readImplications reads what the node's last run kept of its incarnations' implications (SPEC
 // 5.1), so that a restart of the node forgets neither a quarantine nor an implication of the last
-// hour. A file that does not parse is set aside with a warning: it only ever holds what liveness
-// learnt, never what the node was told.
+// hour. A file that does not parse is ignored with a warning (and replaced at the next
+// implication): it only ever holds what liveness learnt, never what the node was told.
 func (n *Node) readImplications() (map[string]orgproc.Record, error) {
 	raw, err := safedir.ReadFile(n.store.Dir(), state.ImplicationsFile, n.store.Owner())
 	if errors.Is(err, fs.ErrNotExist) {

@@ -535,7 +535,8 @@ func TestKeptQuarantinesAreHeldToTheOrganizationsQuarantineProcesses(t *testing.
 	})
 	f.reconnect()
 	pids := map[int]bool{}
-	blocked := 0
+	var blocked []string
+	alone := ""
 	for i := range orgproc.MaxQuarantine + 1 {
 		name := fmt.Sprintf("w%d", i)
 		st := f.waitStatus("placed", func(s adminapi.ScriptStatus) bool {
@@ -543,25 +544,34 @@ func TestKeptQuarantinesAreHeldToTheOrganizationsQuarantineProcesses(t *testing.
 		}, name)
 		if st.Ready {
 			pids[st.Incarnation.PID] = true
+			alone = name
 			f.answers(name+".test", expectReply(name, ""))
 			continue
 		}
-		blocked++
+		blocked = append(blocked, name)
 		require.Contains(t, st.QuarantineMessage, "answers 503")
 		code, _, _, err := f.h.TryGet(name+".test", "/")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 	}
-	require.Equal(t, 1, blocked)
+	require.Len(t, blocked, 1)
 	require.Len(t, pids, orgproc.MaxQuarantine, "each of the others runs alone")
+	// One of theirs deleted, its quarantine process is the waiting one's.
+	_, err = f.client.DeleteScript(f.ctx, alone, "uid-"+alone)
+	require.NoError(t, err)
+	st := f.waitReady(blocked[0])
+	require.True(t, st.Quarantined)
+	require.False(t, pids[st.Incarnation.PID], "it runs alone")
+	f.answers(blocked[0]+".test", expectReply(blocked[0], ""))
 
 	f.h.RestartAfter(t, func() {
 		require.NoError(t, safedir.WriteFile(f.h.StateDir, state.ImplicationsFile, []byte("{not json"), safedir.Current()))
 	})
 	f.reconnect()
 	for i := range orgproc.MaxQuarantine + 1 {
-		name := fmt.Sprintf("w%d", i)
-		require.False(t, f.waitReady(name).Quarantined)
+		if name := fmt.Sprintf("w%d", i); name != alone {
+			require.False(t, f.waitReady(name).Quarantined)
+		}
 	}
 	require.Contains(t, f.h.Logs.String(), "liveness starts without them")
 }

@@ -329,7 +329,7 @@ func (n *Node) awaitResumed(timeout time.Duration) {
 		pending := false
 		n.mu.RLock()
 		for _, r := range n.scripts {
-			if r.serving != nil && !r.serving.inc.Ready() && !isDone(r.serving.inc) {
+			if r.serving != nil && !r.serving.inc.Ready() && !isDone(r.serving.inc) && !waitsForQuarantine(r.serving.inc) {
 				pending = true
 				break
 			}
@@ -340,6 +340,12 @@ func (n *Node) awaitResumed(timeout time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// waitsForQuarantine reports whether inc waits for a quarantine process of its organization to
+// be free (answering 503 meanwhile), which may take any time.
+func waitsForQuarantine(inc Incarnation) bool {
+	return inc.Status().Reason == adminapi.ReasonQuarantined
 }
 
 func isDone(inc Incarnation) bool {

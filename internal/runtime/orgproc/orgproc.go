@@ -324,11 +324,15 @@ func (m *Manager) Start(spec Spec) (*Incarnation, error) {
 	if m.closed {
 		return nil, errors.New("the runtime node is closing")
 	}
-	if spec.Alone || m.rememberedLocked(inc) {
+	kept, remembered := m.rememberedLocked(spec.ID)
+	if spec.Alone || kept.Quarantined && m.quarantinesLocked(spec.Org) < MaxQuarantine {
 		key.alone = spec.ID
 	}
 	if _, err := m.placeLocked(key, inc, !spec.Admitted); err != nil {
-		return nil, err
+		return nil, err // what was kept of it waits for the next start
+	}
+	if remembered {
+		m.resumeLocked(inc, kept, key.alone != "")
 	}
 	return inc, nil
 }

@@ -315,7 +315,7 @@ func (m *Manager) quarantine(inc *Incarnation, from *unit) {
 		return
 	}
 	delete(m.blocked, inc)
-	nu, err := m.placeLocked(procKey{org: inc.spec.Org, alone: inc.spec.ID}, inc, false)
+	nu, err := m.placeLocked(procKey{org: inc.spec.Org, alone: inc.spec.ID}, inc, !inc.isAdmitted())
 	m.mu.Unlock()
 	if err != nil {
 		inc.log.Error("start a quarantine process", "error", err)

@@ -28,26 +28,34 @@ func (i *Incarnation) record(now time.Time) Record {
 	return Record{Implications: recent(i.implications, now), Quarantined: i.quarantined || i.blocked}
 }
 
-// remembered takes what an earlier run of the node kept of the incarnation of spec, once: its
-// implications, and whether it was quarantined (and its organization can give it a quarantine
-// process now; if not, it waits for one, answering 503). m.mu held.
-func (m *Manager) rememberedLocked(inc *Incarnation) (alone bool) {
-	r, ok := m.earlier[inc.spec.ID]
-	if !ok {
-		return false
+// remembered is what an earlier run of the node kept of the incarnation of id, within an
+// IncidentWindow of this run's beginning (every incarnation the node still has starts within
+// moments of it; one started later is another deployment of the same content, which starts
+// afresh). m.mu held.
+func (m *Manager) rememberedLocked(id string) (Record, bool) {
+	r, ok := m.earlier[id]
+	if !ok || time.Since(m.began) >= IncidentWindow {
+		return Record{}, false
 	}
+	r.Implications = recent(r.Implications, time.Now())
+	return r, true
+}
+
+// resumeLocked gives inc, just placed, what was kept of it: its implications, and its quarantine
+// (it was placed alone, or, when its organization had no quarantine process left, waits for one,
+// answering 503). m.mu held.
+func (m *Manager) resumeLocked(inc *Incarnation, r Record, alone bool) {
 	delete(m.earlier, inc.spec.ID)
-	inc.implications = recent(r.Implications, time.Now())
-	if !r.Quarantined || inc.spec.Alone {
-		return false
-	}
-	if m.quarantinesLocked(inc.spec.Org) >= MaxQuarantine {
-		inc.blocked = true
+	blocked := r.Quarantined && !alone && !inc.spec.Alone
+	if blocked {
 		m.blocked[inc] = true
-		return false
 	}
-	inc.quarantined = true
-	return true
+	inc.mu.Lock()
+	inc.implications = r.Implications
+	inc.quarantined = alone && !inc.spec.Alone
+	inc.blocked = blocked
+	inc.mu.Unlock()
+	inc.refresh()
 }
 
 // record gives Options.Recorded the records of every incarnation the manager holds, and those an

@@ -33,9 +33,15 @@ const callerSource = `export default {
 
 func (f *fixture) caller(name, uid, org string, generation int64, bindings map[string]string) adminapi.ScriptStatus {
 	f.t.Helper()
+	return f.callerOf(name, uid, org, generation, callerSource, bindings)
+}
+
+// callerOf deploys source as worker uid of org under name, with service bindings.
+func (f *fixture) callerOf(name, uid, org string, generation int64, source string, bindings map[string]string) adminapi.ScriptStatus {
+	f.t.Helper()
 	p := f.scriptPut(uid, generation, "caller")
 	p.Labels.Organization = org
-	p.Modules = map[string]string{"main.js": callerSource}
+	p.Modules = map[string]string{"main.js": source}
 	p.Settings = workerconf.Settings{ServiceBindings: bindings}
 	st, err := f.client.PutScript(f.ctx, name, p)
 	require.NoError(f.t, err)

@@ -423,6 +423,17 @@ func (f *fixture) hold(host, script string) {
 		"a request of %s in flight", script)
 }
 
+// crashyAndCalm deploys two workers of one organization that hold a request to /hold for a
+// minute, at crashy.workers.localhost and calm.workers.localhost, and waits until both are Ready.
+func (f *fixture) crashyAndCalm() (crashy, calm adminapi.ScriptStatus) {
+	f.t.Helper()
+	f.putSource("crashy", "uid-c", holdSource)
+	f.route("crashy.workers.localhost", "crashy", "ep-c")
+	f.putSource("calm", "uid-q", holdSource)
+	f.route("calm.workers.localhost", "calm", "ep-q")
+	return f.waitReady("crashy"), f.waitReady("calm")
+}
+
 // A process that dies (here: killed by someone else) is restarted by continuity, and its
 // incarnations are the same ones. One that had a request in flight is implicated: implicated
 // twice within an hour, it runs in a process of its own (quarantined); six times, an incident is
@@ -430,12 +441,7 @@ func (f *fixture) hold(host, script string) {
 func TestKilledProcessRestartsAsTheSameIncarnationAndRepeatedCrashesRaiseAnIncident(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.putSource("crashy", "uid-c", holdSource)
-	f.route("crashy.workers.localhost", "crashy", "ep-c")
-	f.putSource("calm", "uid-q", holdSource)
-	f.route("calm.workers.localhost", "calm", "ep-q")
-	first := f.waitReady("crashy")
-	calm := f.waitReady("calm")
+	first, calm := f.crashyAndCalm()
 	require.Equal(t, first.Incarnation.PID, calm.Incarnation.PID, "one organization's workers share its process")
 	f.answers("crashy.workers.localhost", "c\n")
 
@@ -475,12 +481,7 @@ func TestKilledProcessRestartsAsTheSameIncarnationAndRepeatedCrashesRaiseAnIncid
 func TestANodeRestartForgetsNoImplicationNorQuarantine(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	f.putSource("crashy", "uid-c", holdSource)
-	f.route("crashy.workers.localhost", "crashy", "ep-c")
-	f.putSource("calm", "uid-q", holdSource)
-	f.route("calm.workers.localhost", "calm", "ep-q")
-	first := f.waitReady("crashy")
-	f.waitReady("calm")
+	first, _ := f.crashyAndCalm()
 
 	f.hold("crashy.workers.localhost", "crashy")
 	pid := f.kill("crashy")

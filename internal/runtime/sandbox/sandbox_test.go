@@ -258,32 +258,19 @@ func TestCgroupsHoldTheCeilingsAndGoWithTheProcess(t *testing.T) {
 		require.NoDirExists(t, dir)
 		require.NoDirExists(t, filepath.Dir(dir), "the organization's cgroup goes with its last incarnation")
 	}
-	for _, pid := range inside {
-		require.Eventually(t, func() bool {
-			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-			return os.IsNotExist(err)
-		}, 5*time.Second, 10*time.Millisecond, "process %d of the sandbox outlived it", pid)
-	}
+	requireEnded(t, inside, "of the sandbox outlived it")
 }
 
 func TestANodeStartingAgainEndsWhatItsEarlierRunLeftInItsCgroups(t *testing.T) {
 	t.Parallel()
 	s := requireSandbox(t, Limits{})
-	p, out := probe(t, s, orgUID(t), "hold", nil, "", nil)
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding") }, 10*time.Second, 10*time.Millisecond)
-	inside := p.SandboxPids()
-	require.Len(t, inside, 2)
+	p, inside := holding(t, s)
 	dirs := append([]string{}, p.group.dirs...)
 
 	// The same node starts again (its earlier run was killed, and this sandbox outlived it).
 	again, err := New(Config{Node: filepath.Base(s.cg.hierarchies[0].base)})
 	require.NoError(t, err)
-	for _, pid := range inside {
-		require.Eventually(t, func() bool {
-			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-			return os.IsNotExist(err)
-		}, 5*time.Second, 10*time.Millisecond, "process %d of the earlier run still runs", pid)
-	}
+	requireEnded(t, inside, "of the earlier run still runs")
 	for _, dir := range dirs {
 		require.NoDirExists(t, dir)
 	}
@@ -298,10 +285,7 @@ func TestANodeStartingAgainEndsWhatItsEarlierRunLeftInItsCgroups(t *testing.T) {
 func TestRemoveNodeEndsAndRemovesWhatAKilledNodeLeft(t *testing.T) {
 	t.Parallel()
 	s := requireSandbox(t, Limits{})
-	p, out := probe(t, s, orgUID(t), "hold", nil, "", nil)
-	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding") }, 10*time.Second, 10*time.Millisecond)
-	inside := p.SandboxPids()
-	require.Len(t, inside, 2)
+	_, inside := holding(t, s)
 	bases := []string{}
 	for _, h := range s.cg.hierarchies {
 		require.DirExists(t, h.base)
@@ -309,17 +293,34 @@ func TestRemoveNodeEndsAndRemovesWhatAKilledNodeLeft(t *testing.T) {
 	}
 
 	require.NoError(t, RemoveNode(filepath.Base(bases[0])))
-	for _, pid := range inside {
-		require.Eventually(t, func() bool {
-			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-			return os.IsNotExist(err)
-		}, 5*time.Second, 10*time.Millisecond, "process %d of the node still runs", pid)
-	}
+	requireEnded(t, inside, "of the node still runs")
 	for _, base := range bases {
 		require.NoDirExists(t, base)
 	}
 	require.NoError(t, RemoveNode(filepath.Base(bases[0])), "a node with nothing left is nothing to remove")
 	require.Error(t, RemoveNode("../x"))
+}
+
+// holding starts a probe that holds in a sandbox of s, and returns it with the pids inside its
+// sandbox (its init and the probe).
+func holding(t *testing.T, s *Sandbox) (*Process, []int) {
+	t.Helper()
+	p, out := probe(t, s, orgUID(t), "hold", nil, "", nil)
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "holding") }, 10*time.Second, 10*time.Millisecond)
+	inside := p.SandboxPids()
+	require.Len(t, inside, 2)
+	return p, inside
+}
+
+// requireEnded waits until every process of pids has ended.
+func requireEnded(t *testing.T, pids []int, what string) {
+	t.Helper()
+	for _, pid := range pids {
+		require.Eventually(t, func() bool {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return os.IsNotExist(err)
+		}, 5*time.Second, 10*time.Millisecond, "process %d %s", pid, what)
+	}
 }
 
 func TestNodeNameIsOnePerStateDirectory(t *testing.T) {

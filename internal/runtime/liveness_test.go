@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,7 +24,6 @@ import (
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/edge"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 	"github.com/takoform/terraform-provider-takoform/internal/runtime/sandbox"
-	"github.com/takoform/terraform-provider-takoform/internal/workerconf"
 )
 
 // loopingSource serves / normally and never returns from /loop.
@@ -678,19 +678,14 @@ func TestALoopInABindingsCalleeQuarantinesTheCallee(t *testing.T) {
 	// carried whole is no answer of its process, so its loop is ended however often it is called
 	// (a caller that gives up after 100 ms, so that its calls in flight never reach its cap:
 	// each hand-back used to count as an answer, and the loop went on as long as they came).
-	impatient := f.scriptPut("uid-impatient", 1, "impatient")
-	impatient.Labels.Organization = "org-bind"
-	impatient.Modules = map[string]string{"main.js": `export default {
+	f.callerOf("impatient", "uid-impatient", "org-bind", 1, `export default {
   async fetch(req, env) {
     try {
       await env.AUTH.fetch("http://auth.internal/who", { signal: AbortSignal.timeout(100) });
     } catch (e) {}
     return new Response("gave up\n");
   }
-};`}
-	impatient.Settings = workerconf.Settings{ServiceBindings: map[string]string{"AUTH": spinUID}}
-	_, err = f.client.PutScript(f.ctx, "impatient", impatient)
-	require.NoError(t, err)
+};`, map[string]string{"AUTH": spinUID})
 	f.route("impatient.test", "impatient", "ep-impatient")
 	f.waitReady("impatient")
 	st, err = f.client.GetScript(f.ctx, "spinner")
@@ -713,17 +708,8 @@ func TestALoopInABindingsCalleeQuarantinesTheCallee(t *testing.T) {
 
 	// A call handed back holds one of the caller's subrequests in flight only until it is handed
 	// back: more sequential calls than a worker may have in flight all answer.
-	patient := f.scriptPut("uid-patient", 1, "patient")
-	patient.Labels.Organization = "org-bind"
-	patient.Modules = map[string]string{"main.js": `export default {
-  async fetch(req, env) {
-    const r = await env.AUTH.fetch("http://auth.internal/");
-    return new Response("via binding " + r.status + ": " + (await r.text()));
-  }
-};`}
-	patient.Settings = workerconf.Settings{ServiceBindings: map[string]string{"AUTH": spinUID}}
-	_, err = f.client.PutScript(f.ctx, "patient", patient)
-	require.NoError(t, err)
+	f.callerOf("patient", "uid-patient", "org-bind", 1, strings.Replace(callerSource, "auth.internal/who", "auth.internal/", 1),
+		map[string]string{"AUTH": spinUID})
 	f.route("patient.test", "patient", "ep-patient")
 	f.waitReady("patient")
 	// The impatient caller's last call may still loop until the callee is killed once more.
@@ -739,6 +725,58 @@ func TestALoopInABindingsCalleeQuarantinesTheCallee(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "via binding 200: spinner\n", body, "call %d (%d)", i+1, code)
 	}
+}
+
+// A WebSocket is in flight across every answer of its process for as long as its client stays. A
+// liveness kill blames requests whose answer began only when no other request waits for its
+// answer, so an organization's open WebSocket is not blamed for another worker's loop: it was, and
+// its worker was quarantined (its WebSockets cut at each kill) while the looper stayed.
+func TestAnOpenWebSocketIsNotBlamedForAnotherWorkersLoop(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("chat", "org-ws", "uid-chat", echoSource)
+	f.orgScript("looper", "org-ws", "uid-loop", loopingSource)
+	for _, name := range []string{"chat", "looper"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
+	}
+	for round := 1; round <= 2; round++ {
+		ws := f.webSocket("chat.test")
+		code, _, _, _ := f.h.TryGet("looper.test", "/loop")
+		require.GreaterOrEqual(t, code, 500, "round %d: the loop ends with its process", round)
+		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Restarts >= round
+		}, "looper")
+		ws.Close()
+	}
+	looper, err := f.client.GetScript(f.ctx, "looper")
+	require.NoError(t, err)
+	require.True(t, looper.Quarantined, "the looper, implicated twice, runs alone")
+	chat, err := f.client.GetScript(f.ctx, "chat")
+	require.NoError(t, err)
+	require.False(t, chat.Quarantined, "the worker with an open WebSocket was blamed: %s", chat.QuarantineMessage)
+}
+
+// webSocket opens a WebSocket to host's /ws through the edge (a worker of echoSource) and checks
+// that it echoes.
+func (f *fixture) webSocket(host string) net.Conn {
+	f.t.Helper()
+	conn := dial(f.t, f.h.Info.EdgeAddr, "")
+	_, err := fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", host)
+	require.NoError(f.t, err)
+	require.NoError(f.t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(conn.br, nil)
+	require.NoError(f.t, err)
+	require.Equal(f.t, http.StatusSwitchingProtocols, resp.StatusCode)
+	// One masked text frame (RFC 6455 5.2), mask 0.
+	_, err = conn.Write(append([]byte{0x81, 0x80 | 2, 0, 0, 0, 0}, "hi"...))
+	require.NoError(f.t, err)
+	got := make([]byte, 2+len("echo:hi"))
+	_, err = io.ReadFull(conn.br, got)
+	require.NoError(f.t, err)
+	require.Equal(f.t, "echo:hi", string(got[2:]))
+	return conn
 }
 
 // servedAny waits until host answers 200 and returns its body.

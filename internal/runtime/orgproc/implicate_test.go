@@ -96,6 +96,28 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper"},
 	}, {
+		name: "a WebSocket open since long before is not blamed for a loop that began on a free thread",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor for one that waited behind the last response",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "when no request waits for its answer, those that answered are blamed (a loop in a stream or a WebSocket)",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: looper, flights: []begun{{at: ms(500), answered: true}}},
+			{u: sibling},
+		},
+		killed: true, want: []string{"calm", "looper"},
+	}, {
 		name:       "an abort implicates every request in flight",
 		candidates: []candidate{{u: sibling, flights: at(1900)}, {u: calm}, {u: looper, flights: at(1010)}},
 		killed:     false, want: []string{"sibling", "looper"},

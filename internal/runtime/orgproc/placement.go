@@ -214,8 +214,11 @@ type candidate struct {
 // is none, the request that began first after the last answer is implicated: the thread was free
 // when it began. The requests that came after it are not to blame: a sibling of a looping worker
 // with steady traffic always has some, queued behind the loop, and was quarantined with the looper
-// for them. The calls (binding calls, subrequests to the node) in flight that a worker of this
-// process made are implicated only with it, and theirs in turn: the loop may be the callee's.
+// for them. Requests whose answer began (a stream, a WebSocket: open for as long as their client
+// stays) are implicated only when no other request is: an organization's WebSockets were in flight
+// across every answer, and were blamed for every other worker's loop. The calls (binding calls,
+// subrequests to the node) in flight that a worker of this process made are implicated only with
+// it, and theirs in turn: the loop may be the callee's.
 func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	// A call of a worker of this process is judged by its caller: the router reports an
 	// in-process call's end late, so one that ended may still look in flight.
@@ -228,7 +231,7 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	for _, c := range candidates {
 		for _, f := range c.flights {
 			switch {
-			case !request(f):
+			case !request(f) || f.answered:
 			case f.at < lastAnswer:
 				before = true
 			default:
@@ -236,11 +239,21 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 			}
 		}
 	}
+	// No request waits for its answer: the thread is held by one that answered.
+	answeredOnly := !before && first == math.MaxInt64
 	implicated := make([]bool, len(candidates))
 	scripts := map[string]bool{}
 	for i, c := range candidates {
 		implicated[i] = c.loading || slices.ContainsFunc(c.flights, func(f begun) bool {
-			return !killed || (request(f) && (f.at < lastAnswer || (!before && f.at == first)))
+			switch {
+			case !killed:
+				return true
+			case !request(f):
+				return false
+			case f.answered:
+				return answeredOnly
+			}
+			return f.at < lastAnswer || (!before && f.at == first)
 		})
 		if implicated[i] {
 			scripts[c.u.inc.spec.Script] = true

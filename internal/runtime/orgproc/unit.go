@@ -71,8 +71,9 @@ type flight struct {
 	u        *unit
 	began    int64 // mono
 	caller   string
-	end      func()
-	answered bool
+	end func()
+	// answered: the worker's answer began (read by blame while the request is in flight).
+	answered atomic.Bool
 	// withdrawn: it never reached the worker, so ending it unanswered says nothing of the worker.
 	withdrawn bool
 	done      bool
@@ -81,7 +82,7 @@ type flight struct {
 // Answered counts a response the worker began: liveness takes it as a witness that the process
 // is not stuck, however late its probes are answered under load.
 func (f *flight) Answered() {
-	f.answered = true
+	f.answered.Store(true)
 	f.u.p.answered.Add(1)
 	f.u.p.sawAnswer(mono())
 }
@@ -104,7 +105,7 @@ func (f *flight) Done() {
 	u := f.u
 	u.mu.Lock()
 	delete(u.open, f)
-	if !f.answered && !f.withdrawn {
+	if !f.answered.Load() && !f.withdrawn {
 		u.broken = append(u.broken, brokenFlight{began: f.began, caller: f.caller, at: mono()})
 		if len(u.broken) > maxBroken {
 			u.broken = u.broken[len(u.broken)-maxBroken:]
@@ -135,7 +136,7 @@ func (u *unit) flightsSince(since int64) []begun {
 	defer u.mu.Unlock()
 	var out []begun
 	for f := range u.open {
-		out = append(out, begun{at: f.began, caller: f.caller})
+		out = append(out, begun{at: f.began, caller: f.caller, answered: f.answered.Load()})
 	}
 	for _, b := range u.broken {
 		if b.at >= since {
@@ -145,10 +146,12 @@ func (u *unit) flightsSince(since int64) []begun {
 	return out
 }
 
-// begun is a request in flight: when it began (mono), and the script whose call it serves.
+// begun is a request in flight: when it began (mono), the script whose call it serves, and
+// whether its answer began (it streams, or is a WebSocket).
 type begun struct {
-	at     int64
-	caller string
+	at       int64
+	caller   string
+	answered bool
 }
 
 // CalledBy records the script whose subrequest or binding call the request serves.

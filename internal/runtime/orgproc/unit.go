@@ -68,10 +68,10 @@ func (u *unit) Acquire() (edge.Flight, bool) {
 
 // flight is one request of a unit.
 type flight struct {
-	u        *unit
-	began    int64 // mono
-	caller   string
-	end func()
+	u      *unit
+	began  int64 // mono
+	caller string
+	end    func()
 	// answered: the worker's answer began (read by blame while the request is in flight).
 	answered atomic.Bool
 	// withdrawn: it never reached the worker, so ending it unanswered says nothing of the worker.

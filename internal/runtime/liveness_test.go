@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -757,9 +756,52 @@ func TestAnOpenWebSocketIsNotBlamedForAnotherWorkersLoop(t *testing.T) {
 	require.False(t, chat.Quarantined, "the worker with an open WebSocket was blamed: %s", chat.QuarantineMessage)
 }
 
-// webSocket opens a WebSocket to host's /ws through the edge (a worker of echoSource) and checks
-// that it echoes.
-func (f *fixture) webSocket(host string) net.Conn {
+// A loop in a WebSocket's message handler is blamed on that worker alone: its message, sent after
+// the worker last sent anything, is a request waiting for its answer, while another worker's open
+// WebSocket, whose last message was answered, waits for nothing (before, both were blamed).
+// Requests that arrive within a fraction of a millisecond of each other cannot be told apart: a
+// sibling's request that began just before the message is blamed instead (README).
+func TestALoopInAWebSocketsHandlerIsBlamedOnItsWorkerAlone(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("wsloop", "org-wsl", "uid-wsloop", `export default {
+  async fetch(req) {
+    const [client, server] = Object.values(new WebSocketPair());
+    server.accept();
+    server.addEventListener("message", (e) => {
+      if (e.data === "loop") { while (true) {} }
+      server.send("echo:" + e.data);
+    });
+    return new Response(null, { status: 101, webSocket: client });
+  }
+};`)
+	f.orgScript("chat", "org-wsl", "uid-chat", echoSource)
+	for _, name := range []string{"wsloop", "chat"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
+	}
+	for round := 1; round <= 2; round++ {
+		chat := f.webSocket("chat.test")
+		ws := f.webSocket("wsloop.test")
+		_, err := ws.Write(append([]byte{0x81, 0x80 | 4, 0, 0, 0, 0}, "loop"...))
+		require.NoError(t, err)
+		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
+			return s.Ready && s.Incarnation.Restarts >= round
+		}, "wsloop")
+		ws.Close()
+		chat.Close()
+	}
+	looper, err := f.client.GetScript(f.ctx, "wsloop")
+	require.NoError(t, err)
+	require.True(t, looper.Quarantined, "the WebSocket's worker, implicated twice, runs alone")
+	chat, err := f.client.GetScript(f.ctx, "chat")
+	require.NoError(t, err)
+	require.False(t, chat.Quarantined, "the worker with an idle WebSocket was blamed: %s", chat.QuarantineMessage)
+}
+
+// webSocket opens a WebSocket to host's /ws through the edge (a worker that echoes "echo:" and
+// each message) and checks that it echoes.
+func (f *fixture) webSocket(host string) *rawConn {
 	f.t.Helper()
 	conn := dial(f.t, f.h.Info.EdgeAddr, "")
 	_, err := fmt.Fprintf(conn, "GET /ws HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+

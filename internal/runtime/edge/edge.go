@@ -63,6 +63,14 @@ type WithdrawnFlight interface {
 	Withdraw()
 }
 
+// TunnelFlight is a Flight that is told when, after the switch to another protocol (a
+// WebSocket), its client sent the worker something (Input) and the worker sent its client
+// something (Output): a message not answered yet may be what the worker is running for.
+type TunnelFlight interface {
+	Input()
+	Output()
+}
+
 // WallLimited is a Target whose worker has a wall-time limit of its own per request (its
 // limits.cpuMs), below the edge's ResponseTimeout: past it the request ends with a 504.
 type WallLimited interface {
@@ -423,7 +431,7 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 		}
 		defer leave()
 		defer flight.Done()
-		code = h.forward(w, r, target, h.responseTimeout(target), flight.Answered)
+		code = h.forward(w, r, target, h.responseTimeout(target), flight)
 		return
 	}
 	code = writeProblem(w, problemSwitching)

@@ -29,7 +29,7 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // A request is never replayed on another connection: a request that made the worker's process die
 // (or be killed for looping) would run again in the restarted process and take it down too. An
 // idle connection is checked before it is used instead (upConn.open).
-func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target, limit time.Duration, answered func()) int {
+func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target, limit time.Duration, flight Flight) int {
 	start := time.Now()
 	deadline := start.Add(limit)
 	var body *clientBody
@@ -113,7 +113,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target,
 	}
 	c.lim.n = math.MaxInt64
 	if err == nil {
-		answered()
+		flight.Answered()
 	}
 	if err != nil {
 		_ = c.conn.SetDeadline(aLongTimeAgo)
@@ -139,7 +139,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target,
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// The tunnel outlives the request: the client's half-close must not cut the worker's side.
 		stop()
-		h.tunnel(w, r, c, resp)
+		h.tunnel(w, r, c, resp, flight)
 		return http.StatusSwitchingProtocols
 	}
 
@@ -415,7 +415,7 @@ func listed(values []string, k string) bool {
 
 // tunnel carries a connection the worker switched to another protocol (a WebSocket) both ways
 // until either side closes it. The response time limit ended with the switch.
-func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp *http.Response) {
+func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp *http.Response, flight Flight) {
 	cc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		writeProblem(w, problemBadGateway)
@@ -429,13 +429,17 @@ func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp
 		return
 	}
 	done := make(chan struct{}, 2)
+	var in, out io.Reader = brw.Reader, c.br
+	if f, ok := flight.(TunnelFlight); ok {
+		in, out = tellingReader{brw.Reader, f.Input}, tellingReader{c.br, f.Output}
+	}
 	go func() {
-		_, _ = io.Copy(c.conn, brw.Reader)
+		_, _ = io.Copy(c.conn, in)
 		_ = c.conn.CloseWrite()
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(cc, c.br)
+		_, _ = io.Copy(cc, out)
 		if cw, ok := cc.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
@@ -443,4 +447,18 @@ func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp
 	}()
 	<-done
 	<-done
+}
+
+// tellingReader calls tell after every read that brought something.
+type tellingReader struct {
+	r    io.Reader
+	tell func()
+}
+
+func (r tellingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n > 0 {
+		r.tell()
+	}
+	return n, err
 }

@@ -118,6 +118,28 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"calm", "looper"},
 	}, {
+		name: "a WebSocket with a message not answered yet took the thread, not a request queued behind",
+		candidates: []candidate{
+			{u: looper, flights: []begun{{at: ms(-60000), answered: true, input: ms(1010), output: ms(700)}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(900), output: ms(905)}}},
+			{u: sibling, flights: at(1020)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "even when another request was answered between the message and the loop",
+		candidates: []candidate{
+			{u: looper, flights: []begun{{at: ms(-60000), answered: true, input: ms(990), output: ms(700)}}},
+			{u: sibling, flights: at(1020)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a load in progress, not the WebSockets open beside it",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: looper, loading: true},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
 		name:       "an abort implicates every request in flight",
 		candidates: []candidate{{u: sibling, flights: at(1900)}, {u: calm}, {u: looper, flights: at(1010)}},
 		killed:     false, want: []string{"sibling", "looper"},
@@ -126,6 +148,8 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		candidates: []candidate{{u: sibling}, {u: looper}},
 		killed:     true, want: nil,
 	}} {
-		require.Equal(t, tc.want, names(blame(tc.candidates, tc.killed, answer)), tc.name)
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, names(blame(tc.candidates, tc.killed, answer)))
+		})
 	}
 }

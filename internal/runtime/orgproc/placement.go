@@ -214,9 +214,11 @@ type candidate struct {
 // is none, the request that began first after the last answer is implicated: the thread was free
 // when it began. The requests that came after it are not to blame: a sibling of a looping worker
 // with steady traffic always has some, queued behind the loop, and was quarantined with the looper
-// for them. Requests whose answer began (a stream, a WebSocket: open for as long as their client
-// stays) are implicated only when no other request is: an organization's WebSockets were in flight
-// across every answer, and were blamed for every other worker's loop. The calls (binding calls,
+// for them. A request whose answer began (a stream, a WebSocket: open for as long as its client
+// stays) is judged as one waiting for its answer only from when its client sent a message its
+// worker has not answered yet (a WebSocket's); otherwise it is implicated only when nothing else
+// is, no request nor load: an organization's WebSockets were in flight across every answer, and
+// were blamed for every other worker's loop. The calls (binding calls,
 // subrequests to the node) in flight that a worker of this process made are implicated only with
 // it, and theirs in turn: the loop may be the callee's.
 func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
@@ -227,33 +229,36 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 		here[c.u.inc.spec.Script] = true
 	}
 	request := func(f begun) bool { return !here[f.caller] }
-	first, before := int64(math.MaxInt64), false
+	first, before, loading := int64(math.MaxInt64), false, false
 	for _, c := range candidates {
+		loading = loading || c.loading
 		for _, f := range c.flights {
+			at, waiting := f.waiting()
 			switch {
-			case !request(f) || f.answered:
-			case f.at < lastAnswer:
+			case !request(f) || !waiting:
+			case at < lastAnswer:
 				before = true
 			default:
-				first = min(first, f.at)
+				first = min(first, at)
 			}
 		}
 	}
-	// No request waits for its answer: the thread is held by one that answered.
-	answeredOnly := !before && first == math.MaxInt64
+	// Nothing waits for the thread: it is held by a request whose answer began.
+	answeredOnly := !before && first == math.MaxInt64 && !loading
 	implicated := make([]bool, len(candidates))
 	scripts := map[string]bool{}
 	for i, c := range candidates {
 		implicated[i] = c.loading || slices.ContainsFunc(c.flights, func(f begun) bool {
-			switch {
-			case !killed:
+			if !killed {
 				return true
-			case !request(f):
-				return false
-			case f.answered:
-				return answeredOnly
 			}
-			return f.at < lastAnswer || (!before && f.at == first)
+			if !request(f) {
+				return false
+			}
+			if at, waiting := f.waiting(); waiting {
+				return at < lastAnswer || (!before && at == first)
+			}
+			return answeredOnly
 		})
 		if implicated[i] {
 			scripts[c.u.inc.spec.Script] = true

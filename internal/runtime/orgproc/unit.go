@@ -72,8 +72,11 @@ type flight struct {
 	began  int64 // mono
 	caller string
 	end    func()
-	// answered: the worker's answer began (read by blame while the request is in flight).
-	answered atomic.Bool
+	// answered: the worker's answer began; input and output: when, after it switched to another
+	// protocol (a WebSocket), its client last sent the worker something and the worker its
+	// client (mono; read by blame while the request is in flight).
+	answered      atomic.Bool
+	input, output atomic.Int64
 	// withdrawn: it never reached the worker, so ending it unanswered says nothing of the worker.
 	withdrawn bool
 	done      bool
@@ -86,6 +89,12 @@ func (f *flight) Answered() {
 	f.u.p.answered.Add(1)
 	f.u.p.sawAnswer(mono())
 }
+
+// Input records that the client sent the worker something through the tunnel of a WebSocket.
+func (f *flight) Input() { f.input.Store(mono()) }
+
+// Output records that the worker sent its client something through the tunnel of a WebSocket.
+func (f *flight) Output() { f.output.Store(mono()) }
 
 // Withdraw ends a request that never reached the worker (a binding call handed back to be carried
 // whole): neither an answer nor one that ended unanswered.
@@ -136,7 +145,7 @@ func (u *unit) flightsSince(since int64) []begun {
 	defer u.mu.Unlock()
 	var out []begun
 	for f := range u.open {
-		out = append(out, begun{at: f.began, caller: f.caller, answered: f.answered.Load()})
+		out = append(out, begun{at: f.began, caller: f.caller, answered: f.answered.Load(), input: f.input.Load(), output: f.output.Load()})
 	}
 	for _, b := range u.broken {
 		if b.at >= since {
@@ -146,12 +155,28 @@ func (u *unit) flightsSince(since int64) []begun {
 	return out
 }
 
-// begun is a request in flight: when it began (mono), the script whose call it serves, and
-// whether its answer began (it streams, or is a WebSocket).
+// begun is a request in flight: when it began (mono), the script whose call it serves, whether
+// its answer began (it streams, or is a WebSocket), and for a WebSocket when its client and its
+// worker last sent each other something (mono; 0: never).
 type begun struct {
-	at       int64
-	caller   string
-	answered bool
+	at            int64
+	caller        string
+	answered      bool
+	input, output int64
+}
+
+// waiting reports whether the request may be waiting for the thread, and since when: one whose
+// answer has not begun, since it began; a WebSocket whose client sent something after the worker
+// last did (a message not answered yet), since then. A stream, or a WebSocket with nothing
+// unanswered, is not waiting for anything.
+func (b begun) waiting() (int64, bool) {
+	switch {
+	case !b.answered:
+		return b.at, true
+	case b.input > b.output:
+		return b.input, true
+	}
+	return 0, false
 }
 
 // CalledBy records the script whose subrequest or binding call the request serves.

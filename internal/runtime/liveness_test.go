@@ -739,21 +739,31 @@ func TestAnOpenWebSocketIsNotBlamedForAnotherWorkersLoop(t *testing.T) {
 		f.route(name+".test", name, "ep-"+name)
 		f.waitReady(name)
 	}
-	for round := 1; round <= 2; round++ {
+	f.blamedAlone("looper", "chat", func(round int) func() {
 		ws := f.webSocket("chat.test")
 		code, _, _, _ := f.h.TryGet("looper.test", "/loop")
 		require.GreaterOrEqual(t, code, 500, "round %d: the loop ends with its process", round)
+		return func() { ws.Close() }
+	})
+}
+
+// blamedAlone runs loop twice, each time until looper's process was killed and looper is back,
+// then closes what loop opened; looper must run alone, implicated twice, and innocent not.
+func (f *fixture) blamedAlone(looper, innocent string, loop func(round int) (closeAll func())) {
+	f.t.Helper()
+	for round := 1; round <= 2; round++ {
+		closeAll := loop(round)
 		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
 			return s.Ready && s.Incarnation.Restarts >= round
-		}, "looper")
-		ws.Close()
+		}, looper)
+		closeAll()
 	}
-	looper, err := f.client.GetScript(f.ctx, "looper")
-	require.NoError(t, err)
-	require.True(t, looper.Quarantined, "the looper, implicated twice, runs alone")
-	chat, err := f.client.GetScript(f.ctx, "chat")
-	require.NoError(t, err)
-	require.False(t, chat.Quarantined, "the worker with an open WebSocket was blamed: %s", chat.QuarantineMessage)
+	st, err := f.client.GetScript(f.ctx, looper)
+	require.NoError(f.t, err)
+	require.True(f.t, st.Quarantined, "%s, implicated twice, runs alone", looper)
+	st, err = f.client.GetScript(f.ctx, innocent)
+	require.NoError(f.t, err)
+	require.False(f.t, st.Quarantined, "%s was blamed: %s", innocent, st.QuarantineMessage)
 }
 
 // A loop in a WebSocket's message handler is blamed on that worker alone: its message, sent after
@@ -780,23 +790,13 @@ func TestALoopInAWebSocketsHandlerIsBlamedOnItsWorkerAlone(t *testing.T) {
 		f.route(name+".test", name, "ep-"+name)
 		f.waitReady(name)
 	}
-	for round := 1; round <= 2; round++ {
+	f.blamedAlone("wsloop", "chat", func(int) func() {
 		chat := f.webSocket("chat.test")
 		ws := f.webSocket("wsloop.test")
 		_, err := ws.Write(append([]byte{0x81, 0x80 | 4, 0, 0, 0, 0}, "loop"...))
 		require.NoError(t, err)
-		f.waitStatus("the looper back", func(s adminapi.ScriptStatus) bool {
-			return s.Ready && s.Incarnation.Restarts >= round
-		}, "wsloop")
-		ws.Close()
-		chat.Close()
-	}
-	looper, err := f.client.GetScript(f.ctx, "wsloop")
-	require.NoError(t, err)
-	require.True(t, looper.Quarantined, "the WebSocket's worker, implicated twice, runs alone")
-	chat, err := f.client.GetScript(f.ctx, "chat")
-	require.NoError(t, err)
-	require.False(t, chat.Quarantined, "the worker with an idle WebSocket was blamed: %s", chat.QuarantineMessage)
+		return func() { ws.Close(); chat.Close() }
+	})
 }
 
 // webSocket opens a WebSocket to host's /ws through the edge (a worker that echoes "echo:" and

@@ -429,17 +429,17 @@ func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp
 		return
 	}
 	done := make(chan struct{}, 2)
-	var in, out io.Reader = brw.Reader, c.br
+	var toWorker, toClient io.Writer = c.conn, cc
 	if f, ok := flight.(TunnelFlight); ok {
-		in, out = tellingReader{brw.Reader, f.Input}, tellingReader{c.br, f.Output}
+		toWorker, toClient = tellingWriter{c.conn, f.Input}, tellingWriter{cc, f.Output}
 	}
 	go func() {
-		_, _ = io.Copy(c.conn, in)
+		_, _ = io.Copy(toWorker, brw.Reader)
 		_ = c.conn.CloseWrite()
 		done <- struct{}{}
 	}()
 	go func() {
-		_, _ = io.Copy(cc, out)
+		_, _ = io.Copy(toClient, c.br)
 		if cw, ok := cc.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
 		}
@@ -449,16 +449,16 @@ func (h *Handler) tunnel(w http.ResponseWriter, r *http.Request, c *upConn, resp
 	<-done
 }
 
-// tellingReader calls tell after every read that brought something.
-type tellingReader struct {
-	r    io.Reader
+// tellingWriter calls tell before every write of something (so that a worker's answer to what it
+// was sent is always told after it).
+type tellingWriter struct {
+	w    io.Writer
 	tell func()
 }
 
-func (r tellingReader) Read(p []byte) (int, error) {
-	n, err := r.r.Read(p)
-	if n > 0 {
-		r.tell()
+func (w tellingWriter) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		w.tell()
 	}
-	return n, err
+	return w.w.Write(p)
 }

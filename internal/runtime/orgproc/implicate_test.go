@@ -126,10 +126,17 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper"},
 	}, {
-		name: "even when another request was answered between the message and the loop",
+		name: "a WebSocket whose client's last message no answer followed, before the last answer, waits for nothing",
 		candidates: []candidate{
-			{u: looper, flights: []begun{{at: ms(-60000), answered: true, input: ms(990), output: ms(700)}}},
-			{u: sibling, flights: at(1020)},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(900), output: ms(700)}}},
+			{u: looper, flights: at(1010)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor one whose worker answered its last message",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(1005), output: ms(1005)}}},
+			{u: looper, flights: at(1010)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {

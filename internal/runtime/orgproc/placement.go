@@ -215,9 +215,9 @@ type candidate struct {
 // when it began. The requests that came after it are not to blame: a sibling of a looping worker
 // with steady traffic always has some, queued behind the loop, and was quarantined with the looper
 // for them. A request whose answer began (a stream, a WebSocket: open for as long as its client
-// stays) is judged as one waiting for its answer only from when its client sent a message its
-// worker has not answered yet (a WebSocket's); otherwise it is implicated only when nothing else
-// is, no request nor load: an organization's WebSockets were in flight across every answer, and
+// stays) is judged as one waiting for its answer only from when its client sent something after
+// both its worker's last bytes and the last answer (a WebSocket's message); otherwise it is
+// implicated only when nothing else is, no request nor load: an organization's WebSockets were in flight across every answer, and
 // were blamed for every other worker's loop. The calls (binding calls,
 // subrequests to the node) in flight that a worker of this process made are implicated only with
 // it, and theirs in turn: the loop may be the callee's.
@@ -233,7 +233,7 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	for _, c := range candidates {
 		loading = loading || c.loading
 		for _, f := range c.flights {
-			at, waiting := f.waiting()
+			at, waiting := f.waiting(lastAnswer)
 			switch {
 			case !request(f) || !waiting:
 			case at < lastAnswer:
@@ -255,7 +255,7 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 			if !request(f) {
 				return false
 			}
-			if at, waiting := f.waiting(); waiting {
+			if at, waiting := f.waiting(lastAnswer); waiting {
 				return at < lastAnswer || (!before && at == first)
 			}
 			return answeredOnly

@@ -114,8 +114,14 @@ func (f *flight) Done() {
 	u := f.u
 	u.mu.Lock()
 	delete(u.open, f)
-	if !f.answered.Load() && !f.withdrawn {
-		u.broken = append(u.broken, brokenFlight{began: f.began, caller: f.caller, at: mono()})
+	began, answered := f.began, f.answered.Load()
+	if in := f.input.Load(); answered && in > f.output.Load() {
+		// A WebSocket cut with its client's last message unanswered (its process may have died
+		// on it) is remembered as a request begun with that message.
+		began, answered = in, false
+	}
+	if !answered && !f.withdrawn {
+		u.broken = append(u.broken, brokenFlight{began: began, caller: f.caller, at: mono()})
 		if len(u.broken) > maxBroken {
 			u.broken = u.broken[len(u.broken)-maxBroken:]
 		}
@@ -167,13 +173,14 @@ type begun struct {
 
 // waiting reports whether the request may be waiting for the thread, and since when: one whose
 // answer has not begun, since it began; a WebSocket whose client sent something after the worker
-// last did (a message not answered yet), since then. A stream, or a WebSocket with nothing
-// unanswered, is not waiting for anything.
-func (b begun) waiting() (int64, bool) {
+// last sent anything and after the process's last answer (a message the thread has not been free
+// for since), since then. A stream, or any other WebSocket, is not waiting for anything: many
+// clients send what no answer follows (acknowledgements, heartbeats, fire-and-forget messages).
+func (b begun) waiting(lastAnswer int64) (int64, bool) {
 	switch {
 	case !b.answered:
 		return b.at, true
-	case b.input > b.output:
+	case b.input > b.output && b.input >= lastAnswer:
 		return b.input, true
 	}
 	return 0, false

@@ -58,9 +58,18 @@ type CalledFlight interface {
 }
 
 // WithdrawnFlight is a Flight that can end as though it never began: a binding call handed back
-// to be carried whole (a request of its own then) was neither answered by its callee nor failed.
+// to be carried whole (a request of its own then), or a request refused before it was sent, was
+// neither answered by its worker nor failed. Done after Withdraw does nothing.
 type WithdrawnFlight interface {
 	Withdraw()
+}
+
+// withdraw ends f as a request that never reached its worker, where f can say so (otherwise its
+// Done says the rest).
+func withdraw(f Flight) {
+	if wf, ok := f.(WithdrawnFlight); ok {
+		wf.Withdraw()
+	}
 }
 
 // TunnelFlight is a Flight that is told when, after the switch to another protocol (a
@@ -419,11 +428,8 @@ func (h *Handler) serveTo(w http.ResponseWriter, r *http.Request, fromEgress boo
 				h.inProcess.Inc()
 			} else {
 				once.Do(func() {
-					if wf, ok := flight.(WithdrawnFlight); ok {
-						wf.Withdraw()
-					} else {
-						flight.Done()
-					}
+					withdraw(flight)
+					flight.Done()
 					leave()
 				})
 			}

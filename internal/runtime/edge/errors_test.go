@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,4 +138,52 @@ func TestEdgeBoundsAWorkersAnswerHeaders(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, want, resp.StatusCode, path)
 	}
+}
+
+// countedTarget is a worker's socket whose requests are counted: how many ended withdrawn (never
+// sent to the worker) and how many ended at all.
+type countedTarget struct {
+	deadTarget
+	withdrawn, done *atomic.Int32
+}
+
+func (c countedTarget) Acquire() (edge.Flight, bool) { return &countedFlight{c: c}, true }
+
+type countedFlight struct {
+	c    countedTarget
+	over bool
+}
+
+func (*countedFlight) Answered() {}
+func (f *countedFlight) Withdraw() {
+	f.c.withdrawn.Add(1)
+	f.Done()
+}
+func (f *countedFlight) Done() {
+	if !f.over {
+		f.over = true
+		f.c.done.Add(1)
+	}
+}
+
+// A request refused before it is sent (its declared body is over the limit) is withdrawn: it never
+// reached its worker, and a kill of the worker's process must not blame the worker for it.
+func TestARequestRefusedBeforeItIsSentIsWithdrawn(t *testing.T) {
+	t.Parallel()
+	var withdrawn, done atomic.Int32
+	h := edge.New(stubResolver{"w.test": countedTarget{deadTarget{"127.0.0.1:1"}, &withdrawn, &done}}, nil, nil, edge.Limits{MaxBodyBytes: 8})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv := edge.NewH1Server(h, edge.Limits{MaxBodyBytes: 8}, nil)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	req, err := http.NewRequest(http.MethodPost, "http://"+l.Addr().String()+"/", strings.NewReader(strings.Repeat("x", 64)))
+	require.NoError(t, err)
+	req.Host = "w.test"
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.Eventually(t, func() bool { return done.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 1, withdrawn.Load())
 }

@@ -38,6 +38,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target,
 	// request, with no body writer beside the answer's read.
 	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
 		if r.ContentLength > h.limits.MaxBodyBytes {
+			withdraw(flight) // its worker never sees it: no request of the worker's to blame
 			return h.refuse(w, http.StatusRequestEntityTooLarge)
 		}
 		rc := http.NewResponseController(w)

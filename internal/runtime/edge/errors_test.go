@@ -166,8 +166,9 @@ func (f *countedFlight) Done() {
 	}
 }
 
-// A request refused before it is sent (its declared body is over the limit) is withdrawn: it never
-// reached its worker, and a kill of the worker's process must not blame the worker for it.
+// A request refused before it is sent (its declared body is over the limit), or that found its
+// worker's socket gone, is withdrawn: it never reached its worker, and a kill of the worker's
+// process must not blame the worker for it.
 func TestARequestRefusedBeforeItIsSentIsWithdrawn(t *testing.T) {
 	t.Parallel()
 	var withdrawn, done atomic.Int32
@@ -186,4 +187,14 @@ func TestARequestRefusedBeforeItIsSentIsWithdrawn(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
 	require.Eventually(t, func() bool { return done.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
 	require.EqualValues(t, 1, withdrawn.Load())
+
+	req, err = http.NewRequest(http.MethodGet, "http://"+l.Addr().String()+"/", nil)
+	require.NoError(t, err)
+	req.Host = "w.test"
+	resp, err = (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	require.Eventually(t, func() bool { return done.Load() == 2 }, 5*time.Second, 10*time.Millisecond)
+	require.EqualValues(t, 2, withdrawn.Load())
 }

@@ -50,6 +50,7 @@ func (h *Handler) forward(w http.ResponseWriter, r *http.Request, target Target,
 
 	c, err := h.up.get(target.Addr(), deadline)
 	if err != nil {
+		withdraw(flight) // nothing was sent: its process is gone, not stuck on it
 		return h.failed(w, r, nil, deadline, err)
 	}
 	_ = c.conn.SetDeadline(deadline)

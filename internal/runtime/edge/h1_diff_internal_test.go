@@ -43,6 +43,7 @@ func recordRequest(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		w.Header().Set("Connection", "close")
+		w.Header().Set("X-Refused", "body: "+err.Error()) // an answer to HEAD has no body to say it
 		w.WriteHeader(http.StatusUnprocessableEntity)
 		_, _ = io.WriteString(w, "body: "+err.Error())
 		return

@@ -613,26 +613,42 @@ func TestAClientLeavingDuringALoadDoesNotBreakTheWorker(t *testing.T) {
 	require.NotNil(t, n, "loader ids are the incarnation's id and its attempt")
 	require.EqualValues(t, 1, n.(*atomic.Int32).Load(), "its code was given once, at its probe")
 
-	// The client leaves while its request's load waits for the code.
-	held.Store(true)
-	pid := f.kill("leaving")
-	f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "leaving")
-	ctx, cancel := context.WithCancel(f.ctx)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
-	require.NoError(t, err)
-	req.Host = "leaving.test"
-	left := make(chan struct{})
-	go func() {
-		defer close(left)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	id := <-entered
-	cancel()
-	<-left
-	time.Sleep(300 * time.Millisecond) // the edge sees the client leave, and workerd the request
-	close(release)
+	// leave sends a GET whose client leaves while the load it started waits for the code, and
+	// answers the loader id.
+	leave := func() string {
+		t.Helper()
+		held.Store(true)
+		release = make(chan struct{})
+		ctx, cancel := context.WithCancel(f.ctx)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.h.Info.EdgeAddr+"/", nil)
+		require.NoError(t, err)
+		req.Host = "leaving.test"
+		left := make(chan struct{})
+		go func() {
+			defer close(left)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		id := <-entered
+		cancel()
+		<-left
+		time.Sleep(300 * time.Millisecond) // the edge sees the client leave, and workerd the request
+		close(release)
+		return id
+	}
+	restart := func() {
+		t.Helper()
+		pid := f.kill("leaving")
+		f.waitStatus("restarted", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "leaving")
+	}
+	given := func(id string) int32 {
+		n, _ := asked.Load(id)
+		return n.(*atomic.Int32).Load()
+	}
+
+	restart()
+	id := leave()
 
 	// A request with a body cannot be made again: it is refused, to be retried, and the isolate
 	// is loaded afresh for the next.
@@ -653,36 +669,33 @@ func TestAClientLeavingDuringALoadDoesNotBreakTheWorker(t *testing.T) {
 	code, body, _ = post()
 	require.Equal(t, http.StatusOK, code, "%s", body)
 	require.Equal(t, "ok POST\n", body)
-	get := func() {
+	get := func() int {
 		t.Helper()
 		code, body, _, err := f.h.TryGet("leaving.test", "/")
 		require.NoError(t, err)
-		require.Equal(t, "ok GET\n", body, "%d", code)
+		if code != http.StatusServiceUnavailable {
+			require.Equal(t, "ok GET\n", body, "%d", code)
+		}
+		return code
 	}
-	get()
-	n, _ = asked.Load(id)
-	require.EqualValues(t, 3, n.(*atomic.Int32).Load(), "its code was given at its probe, to the canceled load and to the fresh one")
+	require.Equal(t, http.StatusOK, get())
+	require.EqualValues(t, 3, given(id), "its code was given at its probe, to the canceled load and to the fresh one")
 
 	// A request without a body is made again at once.
-	held.Store(true)
-	release = make(chan struct{})
-	pid = f.kill("leaving")
-	f.waitStatus("restarted again", func(s adminapi.ScriptStatus) bool { return s.Ready && s.Incarnation.PID != pid }, "leaving")
-	ctx, cancel = context.WithCancel(f.ctx)
-	req = req.WithContext(ctx)
-	left = make(chan struct{})
-	go func() {
-		defer close(left)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	<-entered
-	cancel()
-	<-left
-	time.Sleep(300 * time.Millisecond)
-	close(release)
-	get()
+	restart()
+	leave()
+	require.Equal(t, http.StatusOK, get())
+
+	// A client that leaves during every load has the isolate loaded afresh at most once a second:
+	// within it, requests are refused (503) and no code is given.
+	restart()
+	id = leave()
+	before := given(id)
+	leave() // the next request's fresh load, left too
+	require.Equal(t, before+1, given(id))
+	require.Equal(t, http.StatusServiceUnavailable, get(), "loaded afresh again within the second")
+	require.Equal(t, before+1, given(id), "no code given for a refused request")
+	require.Eventually(t, func() bool { return get() == http.StatusOK }, 5*time.Second, 100*time.Millisecond)
 }
 
 // A worker's lifecycle brake holds its reload after its process died, while the process comes

@@ -217,10 +217,10 @@ type candidate struct {
 // for them. A request whose answer began (a stream, a WebSocket: open for as long as its client
 // stays) is judged as one waiting for its answer only from when its client sent something after
 // both its worker's last bytes and the last answer (a WebSocket's message); otherwise it is
-// implicated only when nothing else is, no request nor load: an organization's WebSockets were in flight across every answer, and
-// were blamed for every other worker's loop. The calls (binding calls,
-// subrequests to the node) in flight that a worker of this process made are implicated only with
-// it, and theirs in turn: the loop may be the callee's.
+// implicated only when nothing else is, no request nor load: an organization's WebSockets were in
+// flight across every answer, and were blamed for every other worker's loop. The calls (binding
+// calls, subrequests to the node) in flight that a worker of this process made are implicated
+// only with it, and theirs in turn: the loop may be the callee's.
 func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	// A call of a worker of this process is judged by its caller: the router reports an
 	// in-process call's end late, so one that ended may still look in flight.

@@ -203,9 +203,16 @@ function load(env, ctx, id) {
   return { stub, key };
 }
 
-// names are the names isolates are loaded under now, by loader id (absent: the id itself).
+// names are the names isolates are loaded under now, by loader id (absent: the id itself), and
+// renamed when each was last given a new one (ms).
 const names = new Map();
+const renamed = new Map();
 let generation = 0;
+
+// RENAME_EVERY bounds how often one isolate is loaded afresh: a client that leaves during every
+// load it starts would otherwise have the runtime read and send the worker's code (up to 10 MiB)
+// once per request. Within it, calls answer 503 until the next may load it.
+const RENAME_EVERY = 1000;
 
 const CANCELED = "The execution context responding to this call was canceled";
 
@@ -217,15 +224,20 @@ class Reloading extends Error {}
 // for it first, and is canceled with that request when its client leaves (ctx.waitUntil does not
 // keep it); the Worker Loader then keeps the canceled load under its name, and every later call
 // answers CANCELED. So a call that answers CANCELED, to an isolate that does not answer a probe
-// either (none started: no code of the tenant's ran), loads it under a new name, and is made once
-// more when again() allows. A CANCELED from an isolate that answers its probe is the isolate's own.
+// either (none started: no code of the tenant's ran), loads it under a new name (at most once per
+// RENAME_EVERY), and is made once more when again() allows. A CANCELED from an isolate that
+// answers its probe is the isolate's own.
 async function call(env, ctx, id, use, again = () => true) {
   const first = load(env, ctx, id);
   try {
     return await use(first.stub);
   } catch (e) {
     if (!canceled(e) || !(await neverStarted(env, first.stub))) throw e;
-    if ((names.get(id) ?? id) === first.key) names.set(id, id + "~" + ++generation);
+    if ((names.get(id) ?? id) === first.key) {
+      if (Date.now() - (renamed.get(id) ?? -Infinity) < RENAME_EVERY) throw new Reloading();
+      names.set(id, id + "~" + ++generation);
+      renamed.set(id, Date.now());
+    }
     if (!again()) throw new Reloading();
     return use(load(env, ctx, id).stub);
   }

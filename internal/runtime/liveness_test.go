@@ -747,6 +747,47 @@ func TestAnOpenWebSocketIsNotBlamedForAnotherWorkersLoop(t *testing.T) {
 	})
 }
 
+// A worker awaiting a slow fetch is not blamed for another worker's loop: its request was in flight
+// across the process's last answer, which alone used to implicate it (and let the looper go, its
+// request begun on a free thread); a request may now be waiting for a subrequest of its worker's
+// still in flight at the kill, begun after it. The slow upstream is another organization's worker
+// on the node, reached through the egress.
+func TestAWorkerAwaitingASlowFetchIsNotBlamedForAnotherWorkersLoop(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("slow", "org-upstream", "uid-slow", `export default {
+  async fetch() {
+    await new Promise((resolve) => setTimeout(resolve, 20000));
+    return new Response("late\n");
+  }
+};`)
+	f.orgScript("fetcher", "org-fetch", "uid-fetcher", `export default {
+  async fetch() {
+    const r = await fetch("http://slow.test/");
+    return new Response("upstream: " + await r.text());
+  }
+};`)
+	f.orgScript("looper", "org-fetch", "uid-loop", loopingSource)
+	for _, name := range []string{"slow", "fetcher", "looper"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
+	}
+	f.blamedAlone("looper", "fetcher", func(round int) func() {
+		waiting := f.h.Node.InFlight("slow")
+		go func() { _, _, _, _ = f.h.TryGet("fetcher.test", "/") }()
+		require.Eventually(t, func() bool { return f.h.Node.InFlight("slow") > waiting }, 10*time.Second, 10*time.Millisecond,
+			"round %d: the fetcher's subrequest reached its upstream", round)
+		// The process answers once more while the fetcher waits, so its request is in flight across
+		// that answer.
+		code, _, _, err := f.h.TryGet("looper.test", "/")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+		code, _, _, _ = f.h.TryGet("looper.test", "/loop")
+		require.GreaterOrEqual(t, code, 500, "round %d: the loop ends with its process", round)
+		return func() {}
+	})
+}
+
 // blamedAlone runs loop twice, each time until looper's process was killed and looper is back,
 // then closes what loop opened; looper must run alone, implicated twice, and innocent not.
 func (f *fixture) blamedAlone(looper, innocent string, loop func(round int) (closeAll func())) {

@@ -193,6 +193,9 @@ type Meter struct {
 	active int
 	budget int64
 	quiet  time.Time // when its last request ended (zero: it never served one)
+	// pending holds when each subrequest in flight began (time.Now: its monotonic reading): a
+	// request of the worker's waiting for one of them is not holding its process's thread.
+	pending map[*int]time.Time
 }
 
 // NewMeter is a meter of limit in flight, perRequest per request, and after since the last
@@ -288,8 +291,34 @@ func (m *Meter) Hold(w http.ResponseWriter) (release func(), ok bool) {
 		writeProblem(w, p)
 		return nil, false
 	}
+	key := new(int)
+	m.mu.Lock()
+	if m.pending == nil {
+		m.pending = map[*int]time.Time{}
+	}
+	m.pending[key] = time.Now()
+	m.mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { m.inflight.Add(-1) }) }, true
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			delete(m.pending, key)
+			m.mu.Unlock()
+			m.inflight.Add(-1)
+		})
+	}, true
+}
+
+// Pending answers when each of the worker's subrequests in flight began (time.Now, whose
+// monotonic reading orders them), in no particular order.
+func (m *Meter) Pending() []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]time.Time, 0, len(m.pending))
+	for _, at := range m.pending {
+		out = append(out, at)
+	}
+	return out
 }
 
 // Local is this node's edge as the egress sees it.

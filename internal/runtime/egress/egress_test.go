@@ -170,3 +170,29 @@ func TestMeterCapsSubrequestsInFlight(t *testing.T) {
 	}
 	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusTooManyRequests: 1}, byCode)
 }
+
+// Pending answers when each subrequest in flight began, and forgets one once released (liveness
+// blame reads it: a request waiting for one is not holding its process's thread). A refused
+// subrequest is never pending.
+func TestMeterKnowsWhenEachSubrequestInFlightBegan(t *testing.T) {
+	t.Parallel()
+	m := NewMeter(2, 100, 0)
+	defer m.Begin()()
+	before := time.Now()
+	first, ok := m.Hold(httptest.NewRecorder())
+	require.True(t, ok)
+	second, ok := m.Hold(httptest.NewRecorder())
+	require.True(t, ok)
+	_, ok = m.Hold(httptest.NewRecorder())
+	require.False(t, ok, "the cap in flight is 2")
+	pending := m.Pending()
+	require.Len(t, pending, 2)
+	for _, at := range pending {
+		require.False(t, at.Before(before))
+	}
+	first()
+	first()
+	require.Len(t, m.Pending(), 1, "a release forgets its subrequest, once")
+	second()
+	require.Empty(t, m.Pending())
+}

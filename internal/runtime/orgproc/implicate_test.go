@@ -31,9 +31,10 @@ func TestImplicationsQuarantineAndOpenAnIncidentOnce(t *testing.T) {
 
 // A liveness kill implicates the requests in flight across a moment the thread was free (begun
 // before the process's last answer), or when there is none the first to begin after it; never the
-// requests that came later while the thread was held (SPEC 5.1). The calls of an implicated worker
-// are implicated with it, and judged only by it. An abort implicates every request in flight, a
-// load in progress its incarnation.
+// requests that came later while the thread was held (SPEC 5.1). Requests whose answer began, and
+// those that may be waiting for their worker's subrequests, only when nothing else is. The calls
+// of an implicated worker are implicated with it, and judged only by it. An abort implicates every
+// request in flight, a load in progress its incarnation.
 func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing.T) {
 	t.Parallel()
 	ms := func(n int) int64 { return int64(time.Duration(n) * time.Millisecond) }
@@ -146,6 +147,57 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 			{u: looper, loading: true},
 		},
 		killed: true, want: []string{"looper"},
+	}, {
+		name: "a request waiting for its worker's fetch since before the last answer is not blamed for a loop that began on a free thread",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), pending: []int64{ms(-4990)}},
+			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor for a loop that waited behind the last response",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000, 400), pending: []int64{ms(450), ms(-4990)}},
+			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor is the first after the last answer, when it waits for its fetch: the next took the thread",
+		candidates: []candidate{
+			{u: calm, flights: at(1010), pending: []int64{ms(1011)}},
+			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a subrequest begun before the request is not its own: the request is blamed",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), pending: []int64{ms(-6000)}},
+			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "a worker with a waiting request that began after its subrequests is blamed: that one may loop",
+		candidates: []candidate{
+			{u: looper, flights: at(-5000, 200), pending: []int64{ms(-4990), ms(-4980)}},
+			{u: sibling, flights: at(1300)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a binding call into this process is no subrequest to wait for: the caller answers for its callee",
+		candidates: []candidate{
+			{u: looper, flights: at(-5000), pending: []int64{ms(-4990)}},
+			{u: callee, flights: []begun{{at: ms(-4989), caller: "looper"}}},
+			{u: sibling, flights: at(1300)},
+		},
+		killed: true, want: []string{"looper", "callee"},
+	}, {
+		name: "when nothing else waits, a request waiting for a fetch is blamed (it fetched, then looped)",
+		candidates: []candidate{
+			{u: looper, flights: at(1010), pending: []int64{ms(1011)}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: sibling},
+		},
+		killed: true, want: []string{"looper", "calm"},
 	}, {
 		name:       "an abort implicates every request in flight",
 		candidates: []candidate{{u: sibling, flights: at(1900)}, {u: calm}, {u: looper, flights: at(1010)}},

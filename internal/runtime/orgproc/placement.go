@@ -152,7 +152,7 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 		// A request that ended unanswered since the process last answered a probe counts as in
 		// flight at its end: its connection may break before the runtime sees the process go
 		// (which waits for its cgroup to empty).
-		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load())})
+		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load()), pending: out.pending[u.inc]})
 	}
 	implicated := blame(candidates, out.killed, p.lastAnswer.Load())
 	if out.ran {
@@ -197,12 +197,14 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 	p.refreshAll()
 }
 
-// candidate is an incarnation of a process that ended: whether a load of it was in progress, and
-// its requests in flight at the end.
+// candidate is an incarnation of a process that ended: whether a load of it was in progress, its
+// requests in flight at the end, and, at a liveness kill, when its subrequests then in flight
+// began.
 type candidate struct {
 	u       *unit
 	loading bool
 	flights []begun
+	pending []int64
 }
 
 // blame picks the incarnations a process's end implicates (SPEC 5.1), given when it last answered
@@ -214,28 +216,43 @@ type candidate struct {
 // is none, the request that began first after the last answer is implicated: the thread was free
 // when it began. The requests that came after it are not to blame: a sibling of a looping worker
 // with steady traffic always has some, queued behind the loop, and was quarantined with the looper
-// for them. A request whose answer began (a stream, a WebSocket: open for as long as its client
-// stays) is judged as one waiting for its answer only from when its client sent something after
-// both its worker's last bytes and the last answer (a WebSocket's message); otherwise it is
-// implicated only when nothing else is, no request nor load: an organization's WebSockets were in
-// flight across every answer, and were blamed for every other worker's loop. The calls (binding
-// calls, subrequests to the node) in flight that a worker of this process made are implicated
-// only with it, and theirs in turn: the loop may be the callee's.
+// for them.
+//
+// Two kinds of request are implicated only when nothing else is, no request nor load:
+//   - one whose answer began (a stream, a WebSocket: open for as long as its client stays), unless
+//     its client sent something after both its worker's last bytes and the last answer (a
+//     WebSocket's message), from when it did: an organization's WebSockets were in flight across
+//     every answer, and were blamed for every other worker's loop;
+//   - the requests of a worker that may all be waiting for subrequests of their own (awaiting): a
+//     worker awaiting a slow fetch was blamed for every loop of another worker while it waited.
+//
+// The calls (binding calls, subrequests to the node) in flight that a worker of this process made
+// are implicated only with it, and theirs in turn: the loop may be the callee's.
 func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	// A call of a worker of this process is judged by its caller: the router reports an
 	// in-process call's end late, so one that ended may still look in flight.
 	here := map[string]bool{}
+	calls := map[string][]int64{}
 	for _, c := range candidates {
 		here[c.u.inc.spec.Script] = true
 	}
-	request := func(f begun) bool { return !here[f.caller] }
-	first, before, loading := int64(math.MaxInt64), false, false
 	for _, c := range candidates {
+		for _, f := range c.flights {
+			if here[f.caller] {
+				calls[f.caller] = append(calls[f.caller], f.at)
+			}
+		}
+	}
+	request := func(f begun) bool { return !here[f.caller] }
+	excused := make([]bool, len(candidates))
+	first, before, loading := int64(math.MaxInt64), false, false
+	for i, c := range candidates {
 		loading = loading || c.loading
+		excused[i] = killed && awaiting(c, calls[c.u.inc.spec.Script], lastAnswer, request)
 		for _, f := range c.flights {
 			at, waiting := f.waiting(lastAnswer)
 			switch {
-			case !request(f) || !waiting:
+			case !request(f) || !waiting || excused[i]:
 			case at < lastAnswer:
 				before = true
 			default:
@@ -243,8 +260,9 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 			}
 		}
 	}
-	// Nothing waits for the thread: it is held by a request whose answer began.
-	answeredOnly := !before && first == math.MaxInt64 && !loading
+	// Nothing waits for the thread: it is held by a request whose answer began, or by one that
+	// seemed to wait for a subrequest.
+	quiet := !before && first == math.MaxInt64 && !loading
 	implicated := make([]bool, len(candidates))
 	scripts := map[string]bool{}
 	for i, c := range candidates {
@@ -255,10 +273,10 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 			if !request(f) {
 				return false
 			}
-			if at, waiting := f.waiting(lastAnswer); waiting {
+			if at, waiting := f.waiting(lastAnswer); waiting && !excused[i] {
 				return at < lastAnswer || (!before && at == first)
 			}
-			return answeredOnly
+			return quiet
 		})
 		if implicated[i] {
 			scripts[c.u.inc.spec.Script] = true
@@ -281,6 +299,41 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 		}
 	}
 	return out
+}
+
+// awaiting reports whether every request of c's that waits for the thread may be waiting instead
+// for a subrequest of its worker's still in flight at the kill, each its own, begun after it did.
+// calls are when the worker's calls into this process began: each holds a subrequest (taken just
+// before), but its callee's requests are in flight here, judged with the caller's, so it excuses
+// nothing. A worker that fetched and then looped (fetch(url); while (true) {}) is excused too, and
+// blamed only when nothing else is; one request more than its subrequests, and none is excused.
+func awaiting(c candidate, calls []int64, lastAnswer int64, request func(begun) bool) bool {
+	var waits []int64
+	for _, f := range c.flights {
+		if at, waiting := f.waiting(lastAnswer); request(f) && waiting {
+			waits = append(waits, at)
+		}
+	}
+	if len(waits) == 0 || len(c.pending) < len(waits) {
+		return false
+	}
+	pending := slices.Sorted(slices.Values(c.pending))
+	for _, at := range calls {
+		// The subrequest of a call began last before the call did.
+		if i, _ := slices.BinarySearch(pending, at+1); i > 0 {
+			pending = slices.Delete(pending, i-1, i)
+		}
+	}
+	// The latest request first: any subrequest begun after it is one an earlier request could use.
+	slices.Sort(waits)
+	for _, at := range slices.Backward(waits) {
+		i, _ := slices.BinarySearch(pending, at)
+		if i == len(pending) {
+			return false
+		}
+		pending = slices.Delete(pending, i, i+1)
+	}
+	return true
 }
 
 // implicate answers for one incarnation implicated in its process's kill or abort (SPEC 5.1): a

@@ -349,6 +349,9 @@ type outcome struct {
 	reason   string // the status reason while it restarts
 	why      string // what ended it (never output of a worker)
 	limitHit string // the cgroup ceiling it ran into, if any
+	// pending: when a liveness kill, the subrequests in flight of each incarnation at that moment
+	// (mono, when each began), before the kill ended them.
+	pending map[*Incarnation][]int64
 }
 
 // run starts workerd and keeps it running until the process is stopped.
@@ -714,10 +717,11 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				why = fmt.Sprintf("missed %d liveness probes in a row (every %s, each allowed %s) after the %s a load may hold its thread: a worker holds the process's thread", misses, o.LivenessPeriod, o.LivenessTimeout, allowance)
 			}
 			p.setState(procState{phase: phaseRestarting, reason: adminapi.ReasonUnresponsive, message: why + "; killing it", pid: proc.Pid()})
+			pending := p.pending()
 			p.kill(exited, proc)
 			p.m.suspected(p.key.org)
 			p.log.Warn("workerd killed: unresponsive", "misses", misses)
-			return outcome{ran: true, stable: stable(), killed: true, reason: adminapi.ReasonUnresponsive, why: why}
+			return outcome{ran: true, stable: stable(), killed: true, reason: adminapi.ReasonUnresponsive, why: why, pending: pending}
 		}
 	}
 }
@@ -738,6 +742,23 @@ func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) fu
 		current = v
 		return true
 	}
+}
+
+// pending answers, for each incarnation the process holds, when its subrequests in flight began
+// (mono).
+func (p *Process) pending() map[*Incarnation][]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[*Incarnation][]int64{}
+	for inc := range p.live {
+		if inc.spec.Meter == nil {
+			continue
+		}
+		for _, at := range inc.spec.Meter.Pending() {
+			out[inc] = append(out[inc], int64(at.Sub(monoBase)))
+		}
+	}
+	return out
 }
 
 // probeAnswered records that the process answered a probe at (mono).

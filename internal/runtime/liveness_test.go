@@ -788,6 +788,45 @@ func TestAWorkerAwaitingASlowFetchIsNotBlamedForAnotherWorkersLoop(t *testing.T)
 	})
 }
 
+// A worker that loops while it reads a fetch's body, the fetch still in flight, is blamed, not a
+// sibling whose request came after the loop began: the fetch's answer had come (the egress notes
+// when an answer begins), so its request could run, and took the thread before the sibling's
+// began. (Were a subrequest in flight enough to excuse its request, the sibling would be blamed.)
+func TestAWorkerLoopingOverAFetchsBodyIsBlamedNotTheSiblingQueuedBehindIt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.orgScript("drip", "org-upstream", "uid-drip", `export default {
+  async fetch() {
+    const { readable, writable } = new TransformStream();
+    const writer = writable.getWriter();
+    writer.write(new TextEncoder().encode("first chunk\n"));
+    setTimeout(() => writer.close(), 20000);
+    return new Response(readable);
+  }
+};`)
+	f.orgScript("reader", "org-read", "uid-reader", `export default {
+  async fetch() {
+    const r = await fetch("http://drip.test/");
+    await r.body.getReader().read();
+    while (true) {}
+  }
+};`)
+	f.orgScript("sibling", "org-read", "uid-sibling", loopingSource)
+	for _, name := range []string{"drip", "reader", "sibling"} {
+		f.route(name+".test", name, "ep-"+name)
+		f.waitReady(name)
+	}
+	f.blamedAlone("reader", "sibling", func(round int) func() {
+		waiting := f.h.Node.InFlight("drip")
+		go func() { _, _, _, _ = f.h.TryGet("reader.test", "/") }()
+		require.Eventually(t, func() bool { return f.h.Node.InFlight("drip") > waiting }, 10*time.Second, 10*time.Millisecond,
+			"round %d: the reader's subrequest reached its upstream", round)
+		time.Sleep(300 * time.Millisecond) // its first chunk comes, and the loop begins
+		go func() { _, _, _, _ = f.h.TryGet("sibling.test", "/") }()
+		return func() {}
+	})
+}
+
 // blamedAlone runs loop twice, each time until looper's process was killed and looper is back,
 // then closes what loop opened; looper must run alone, implicated twice, and innocent not.
 func (f *fixture) blamedAlone(looper, innocent string, loop func(round int) (closeAll func())) {

@@ -11,6 +11,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,10 +194,21 @@ type Meter struct {
 	active int
 	budget int64
 	quiet  time.Time // when its last request ended (zero: it never served one)
-	// pending holds when each subrequest in flight began (time.Now: its monotonic reading): a
-	// request of the worker's waiting for one of them is not holding its process's thread.
-	pending map[*int]time.Time
+	// pending are the subrequests in flight, and ended the last maxEnded that ended: a request of
+	// the worker's waiting for a subrequest's answer is not holding its process's thread.
+	pending map[*Subrequest]struct{}
+	ended   []Subrequest
 }
+
+// Subrequest is when one subrequest began, when its answer began to come back to the worker (zero:
+// not yet), and when it ended (zero: in flight), each a reading of time.Now, whose monotonic clock
+// orders them.
+type Subrequest struct {
+	Began, Answered, Ended time.Time
+}
+
+// maxEnded is how many ended subrequests a meter remembers.
+const maxEnded = 16
 
 // NewMeter is a meter of limit in flight, perRequest per request, and after since the last
 // response (each ≤ 0: its default).
@@ -273,7 +285,7 @@ func (m *Meter) admit() *adminapi.Problem {
 // Admitted serves h as one more subrequest of the worker when its meter allows, and refuses it
 // (429) otherwise. Its fetch()es and its service binding calls share the one meter.
 func (m *Meter) Admitted(w http.ResponseWriter, r *http.Request, h http.Handler) {
-	release, ok := m.Hold(w)
+	w, release, ok := m.Hold(w)
 	if !ok {
 		return
 	}
@@ -284,41 +296,94 @@ func (m *Meter) Admitted(w http.ResponseWriter, r *http.Request, h http.Handler)
 }
 
 // Hold takes one subrequest of the worker, counted in flight until release is called (once; a
-// second call does nothing), or refuses it with a 429 written to w.
-func (m *Meter) Hold(w http.ResponseWriter) (release func(), ok bool) {
+// second call does nothing), or refuses it with a 429 written to w. Its answer is to be written to
+// tw, which notes when it began.
+func (m *Meter) Hold(w http.ResponseWriter) (tw http.ResponseWriter, release func(), ok bool) {
 	if p := m.admit(); p != nil {
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, p)
-		return nil, false
+		return nil, nil, false
 	}
-	key := new(int)
+	sub := &Subrequest{Began: time.Now()}
 	m.mu.Lock()
 	if m.pending == nil {
-		m.pending = map[*int]time.Time{}
+		m.pending = map[*Subrequest]struct{}{}
 	}
-	m.pending[key] = time.Now()
+	m.pending[sub] = struct{}{}
 	m.mu.Unlock()
 	var once sync.Once
-	return func() {
+	return &answerWriter{ResponseWriter: w, m: m, sub: sub}, func() {
 		once.Do(func() {
 			m.mu.Lock()
-			delete(m.pending, key)
+			delete(m.pending, sub)
+			sub.Ended = time.Now()
+			m.ended = append(m.ended, *sub)
+			if len(m.ended) > maxEnded {
+				m.ended = slices.Delete(m.ended, 0, len(m.ended)-maxEnded)
+			}
 			m.mu.Unlock()
 			m.inflight.Add(-1)
 		})
 	}, true
 }
 
-// Pending answers when each of the worker's subrequests in flight began (time.Now, whose
-// monotonic reading orders them), in no particular order.
-func (m *Meter) Pending() []time.Time {
+// Subrequests answers the worker's subrequests in flight, and the last ones that ended, in no
+// particular order.
+func (m *Meter) Subrequests() []Subrequest {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]time.Time, 0, len(m.pending))
-	for _, at := range m.pending {
-		out = append(out, at)
+	out := slices.Clone(m.ended)
+	for sub := range m.pending {
+		out = append(out, *sub)
 	}
 	return out
+}
+
+// answerWriter notes when a subrequest's answer began (its final status, not an informational
+// one) on its Meter.
+type answerWriter struct {
+	http.ResponseWriter
+	m    *Meter
+	sub  *Subrequest
+	seen bool
+}
+
+func (a *answerWriter) answered() {
+	if a.seen {
+		return
+	}
+	a.seen = true
+	a.m.mu.Lock()
+	a.sub.Answered = time.Now()
+	a.m.mu.Unlock()
+}
+
+func (a *answerWriter) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		a.answered()
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.answered()
+	return a.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the writer beneath (flushes, deadlines).
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+// Flush sends what was written so far (a streamed answer: the edge flushes through it when it
+// serves a subrequest to one of this node's workers).
+func (a *answerWriter) Flush() {
+	a.answered()
+	_ = http.NewResponseController(a.ResponseWriter).Flush()
+}
+
+// Hijack takes the connection for a protocol switch (the 101 goes on it directly): an answer.
+func (a *answerWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	a.answered()
+	return http.NewResponseController(a.ResponseWriter).Hijack()
 }
 
 // Local is this node's edge as the egress sees it.

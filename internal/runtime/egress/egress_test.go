@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,28 +172,58 @@ func TestMeterCapsSubrequestsInFlight(t *testing.T) {
 	require.Equal(t, map[int]int{http.StatusOK: 2, http.StatusTooManyRequests: 1}, byCode)
 }
 
-// Pending answers when each subrequest in flight began, and forgets one once released (liveness
-// blame reads it: a request waiting for one is not holding its process's thread). A refused
-// subrequest is never pending.
-func TestMeterKnowsWhenEachSubrequestInFlightBegan(t *testing.T) {
+// A meter knows when each subrequest in flight began and when its answer began to come back (a
+// final status, not an informational one), and remembers the last ones that ended (liveness blame
+// reads them: a request waiting for an answer that has not come is not holding its process's
+// thread). A refused subrequest is never counted.
+func TestMeterKnowsWhenEachSubrequestBeganAndWasAnswered(t *testing.T) {
 	t.Parallel()
 	m := NewMeter(2, 100, 0)
 	defer m.Begin()()
 	before := time.Now()
-	first, ok := m.Hold(httptest.NewRecorder())
+	w1, first, ok := m.Hold(httptest.NewRecorder())
 	require.True(t, ok)
-	second, ok := m.Hold(httptest.NewRecorder())
+	w2, second, ok := m.Hold(httptest.NewRecorder())
 	require.True(t, ok)
-	_, ok = m.Hold(httptest.NewRecorder())
+	_, _, ok = m.Hold(httptest.NewRecorder())
 	require.False(t, ok, "the cap in flight is 2")
-	pending := m.Pending()
-	require.Len(t, pending, 2)
-	for _, at := range pending {
-		require.False(t, at.Before(before))
+	subs := m.Subrequests()
+	require.Len(t, subs, 2)
+	for _, s := range subs {
+		require.False(t, s.Began.Before(before))
+		require.True(t, s.Answered.IsZero(), "no answer yet")
+		require.True(t, s.Ended.IsZero(), "in flight")
 	}
+
+	// The edge flushes a streamed answer through it, and takes its connection for a WebSocket.
+	require.Implements(t, (*http.Flusher)(nil), w1)
+	require.Implements(t, (*http.Hijacker)(nil), w1)
+	w1.WriteHeader(http.StatusContinue)
+	for _, s := range m.Subrequests() {
+		require.True(t, s.Answered.IsZero(), "an informational status is no answer")
+	}
+	w1.WriteHeader(http.StatusOK)
+	_, err := w2.Write([]byte("body"))
+	require.NoError(t, err)
+	for _, s := range m.Subrequests() {
+		require.False(t, s.Answered.Before(s.Began), "answered once its status or body came")
+		require.False(t, s.Answered.IsZero())
+	}
+
 	first()
 	first()
-	require.Len(t, m.Pending(), 1, "a release forgets its subrequest, once")
+	subs = m.Subrequests()
+	require.Len(t, subs, 2, "an ended subrequest is remembered, once")
+	require.Equal(t, 1, len(slices.DeleteFunc(subs, func(s Subrequest) bool { return s.Ended.IsZero() })))
 	second()
-	require.Empty(t, m.Pending())
+	for range maxEnded {
+		_, release, ok := m.Hold(httptest.NewRecorder())
+		require.True(t, ok)
+		release()
+	}
+	subs = m.Subrequests()
+	require.Len(t, subs, maxEnded, "the last %d ended are remembered", maxEnded)
+	for _, s := range subs {
+		require.True(t, s.Answered.IsZero(), "the earlier answered ones are forgotten")
+	}
 }

@@ -47,6 +47,14 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		}
 		return out
 	}
+	// waitingFor are subrequests begun at each time whose answers have not come.
+	waitingFor := func(ns ...int) []subrequest {
+		var out []subrequest
+		for _, n := range ns {
+			out = append(out, subrequest{began: ms(n)})
+		}
+		return out
+	}
 	names := func(cs []candidate) []string {
 		var out []string
 		for _, c := range cs {
@@ -150,54 +158,96 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 	}, {
 		name: "a request waiting for its worker's fetch since before the last answer is not blamed for a loop that began on a free thread",
 		candidates: []candidate{
-			{u: calm, flights: at(-5000), pending: []int64{ms(-4990)}},
+			{u: calm, flights: at(-5000), subrequests: waitingFor(-4990)},
 			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "nor for a loop that waited behind the last response",
 		candidates: []candidate{
-			{u: calm, flights: at(-5000, 400), pending: []int64{ms(450), ms(-4990)}},
+			{u: calm, flights: at(-5000, 400), subrequests: waitingFor(450, -4990)},
 			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "nor is the first after the last answer, when it waits for its fetch: the next took the thread",
 		candidates: []candidate{
-			{u: calm, flights: at(1010), pending: []int64{ms(1011)}},
+			{u: calm, flights: at(1010), subrequests: waitingFor(1011)},
 			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a request that came during the hang does not take the excuse of its worker's earlier one",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000, 2000), subrequests: waitingFor(-4990)},
+			{u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "a subrequest begun before the request is not its own: the request is blamed",
 		candidates: []candidate{
-			{u: calm, flights: at(-5000), pending: []int64{ms(-6000)}},
+			{u: calm, flights: at(-5000), subrequests: waitingFor(-6000)},
 			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"calm"},
 	}, {
-		name: "a worker with a waiting request that began after its subrequests is blamed: that one may loop",
+		name: "a worker's request begun after all its subrequests is judged as any: it may loop",
 		candidates: []candidate{
-			{u: looper, flights: at(-5000, 200), pending: []int64{ms(-4990), ms(-4980)}},
+			{u: looper, flights: at(-5000, 200), subrequests: waitingFor(-4990, -4980)},
 			{u: sibling, flights: at(1300)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a fetch answered before the last answer excuses nothing: its request went on from it, in flight across the last answer as any",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(900)}}},
+			{u: sibling, flights: at(-3000)}, {u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm", "sibling"},
+	}, {
+		name: "nor a fetch whose body still streams, answered before the last answer: the request reading it is blamed, not a later sibling",
+		candidates: []candidate{
+			{u: looper, flights: at(500), subrequests: []subrequest{{began: ms(510), answered: ms(700)}}},
+			{u: sibling, flights: at(1300, 1400)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor a fetch its worker stopped waiting for",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), ended: ms(900)}}},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "a fetch answered during the hang: its request's turn came then, after a loop that began before",
+		candidates: []candidate{
+			{u: calm, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1500), ended: ms(1501)}}},
+			{u: looper, flights: at(1200)}, {u: sibling, flights: at(1600)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "and before a request that came after it: its request went on, and looped",
+		candidates: []candidate{
+			{u: looper, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1500), ended: ms(1501)}}},
+			{u: sibling, flights: at(1600)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "a binding call into this process is no subrequest to wait for: the caller answers for its callee",
 		candidates: []candidate{
-			{u: looper, flights: at(-5000), pending: []int64{ms(-4990)}},
+			{u: looper, flights: at(-5000), subrequests: waitingFor(-4990)},
 			{u: callee, flights: []begun{{at: ms(-4989), caller: "looper"}}},
 			{u: sibling, flights: at(1300)},
 		},
 		killed: true, want: []string{"looper", "callee"},
 	}, {
-		name: "when nothing else waits, a request waiting for a fetch is blamed (it fetched, then looped)",
+		name: "when nothing else waits, a request waiting for a fetch is blamed (it fetched, then looped), not the WebSockets open beside it",
 		candidates: []candidate{
-			{u: looper, flights: at(1010), pending: []int64{ms(1011)}},
+			{u: looper, flights: at(1010), subrequests: waitingFor(1011)},
 			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
 			{u: sibling},
 		},
-		killed: true, want: []string{"looper", "calm"},
+		killed: true, want: []string{"looper"},
 	}, {
 		name:       "an abort implicates every request in flight",
 		candidates: []candidate{{u: sibling, flights: at(1900)}, {u: calm}, {u: looper, flights: at(1010)}},

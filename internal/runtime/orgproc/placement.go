@@ -1,6 +1,7 @@
 package orgproc
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -152,7 +153,7 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 		// A request that ended unanswered since the process last answered a probe counts as in
 		// flight at its end: its connection may break before the runtime sees the process go
 		// (which waits for its cgroup to empty).
-		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load()), pending: out.pending[u.inc]})
+		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load()), subrequests: out.subrequests[u.inc]})
 	}
 	implicated := blame(candidates, out.killed, p.lastAnswer.Load())
 	if out.ran {
@@ -198,33 +199,47 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 }
 
 // candidate is an incarnation of a process that ended: whether a load of it was in progress, its
-// requests in flight at the end, and, at a liveness kill, when its subrequests then in flight
-// began.
+// requests in flight at the end, and, at a liveness kill, its subrequests then in flight and
+// those that had ended lately.
 type candidate struct {
-	u       *unit
-	loading bool
-	flights []begun
-	pending []int64
+	u           *unit
+	loading     bool
+	flights     []begun
+	subrequests []subrequest
 }
+
+// subrequest is one of a worker's subrequests (a fetch, a call): when it began, when its answer
+// began to come back (0: not yet) and when it ended (0: in flight), mono.
+type subrequest struct {
+	began, answered, ended int64
+}
+
+// never is a request's turn when it cannot have taken the thread: it waits for an answer of a
+// subrequest that has not come.
+const never = int64(math.MaxInt64)
 
 // blame picks the incarnations a process's end implicates (SPEC 5.1), given when it last answered
 // anything (a probe, or a response of its workers, as the runtime saw it; mono). A load or probe in
 // progress implicates its incarnation. An abort (a crash, a ceiling, a kill from outside)
-// implicates every request in flight. A liveness kill implicates the requests in flight that began
-// before the last answer: each was in flight across a moment the thread was free, and took it since
-// (after a wait: a lazy load, a fetch, a request queued behind the last one answered). When there
-// is none, the request that began first after the last answer is implicated: the thread was free
-// when it began. The requests that came after it are not to blame: a sibling of a looping worker
-// with steady traffic always has some, queued behind the loop, and was quarantined with the looper
-// for them.
+// implicates every request in flight.
 //
-// Two kinds of request are implicated only when nothing else is, no request nor load:
-//   - one whose answer began (a stream, a WebSocket: open for as long as its client stays), unless
-//     its client sent something after both its worker's last bytes and the last answer (a
-//     WebSocket's message), from when it did: an organization's WebSockets were in flight across
-//     every answer, and were blamed for every other worker's loop;
-//   - the requests of a worker that may all be waiting for subrequests of their own (awaiting): a
-//     worker awaiting a slow fetch was blamed for every loop of another worker while it waited.
+// A liveness kill implicates the requests that could have taken the thread first after the last
+// answer (turn): those in flight across it, each of which may have taken it since (after a lazy
+// load, a request queued behind the last one answered, a fetch whose answer came); when there is
+// none, the one whose turn came first: a request that began since, when it began (the thread was
+// free), or one whose subrequest's answer came since, when it came. The requests that came after
+// it are not to blame: a sibling of a looping worker with steady traffic always has some, queued
+// behind the loop, and was quarantined with the looper for them.
+//
+// A request waiting for its own subrequest's answer, which has not come (a worker awaiting a slow
+// upstream), cannot hold the thread: it is implicated only when no other request nor load can (a
+// worker that fetched and then looped without awaiting). It was blamed for every loop of another
+// worker of its organization while it waited, and the looper went free. A request whose answer
+// began (a stream, a WebSocket: open for as long as its client stays) is judged as one waiting for
+// its answer only from when its client sent something after both its worker's last bytes and the
+// last answer (a WebSocket's message); otherwise it is implicated only when nothing else is, those
+// waiting for subrequests included: an organization's WebSockets were in flight across every
+// answer, and were blamed for every other worker's loop.
 //
 // The calls (binding calls, subrequests to the node) in flight that a worker of this process made
 // are implicated only with it, and theirs in turn: the loop may be the callee's.
@@ -244,40 +259,40 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 		}
 	}
 	request := func(f begun) bool { return !here[f.caller] }
-	excused := make([]bool, len(candidates))
-	first, before, loading := int64(math.MaxInt64), false, false
+	// turns[i][j] is when flight j of candidate i could first have taken the thread after the
+	// last answer (lastAnswer itself: in flight across it), never, or -1: not a request waiting.
+	turns := make([][]int64, len(candidates))
+	first, loading, waitsForSubrequest := never, false, false
 	for i, c := range candidates {
 		loading = loading || c.loading
-		excused[i] = killed && awaiting(c, calls[c.u.inc.spec.Script], lastAnswer, request)
-		for _, f := range c.flights {
-			at, waiting := f.waiting(lastAnswer)
-			switch {
-			case !request(f) || !waiting || excused[i]:
-			case at < lastAnswer:
-				before = true
-			default:
-				first = min(first, at)
+		turns[i] = turnsOf(c, calls[c.u.inc.spec.Script], lastAnswer, request)
+		for _, turn := range turns[i] {
+			if turn >= 0 {
+				first = min(first, turn)
 			}
+			waitsForSubrequest = waitsForSubrequest || turn == never
 		}
 	}
-	// Nothing waits for the thread: it is held by a request whose answer began, or by one that
-	// seemed to wait for a subrequest.
-	quiet := !before && first == math.MaxInt64 && !loading
+	// Nothing could have taken the thread but a request waiting for a subrequest, or one whose
+	// answer began.
+	quiet := first == never && !loading
 	implicated := make([]bool, len(candidates))
 	scripts := map[string]bool{}
 	for i, c := range candidates {
 		implicated[i] = c.loading || slices.ContainsFunc(c.flights, func(f begun) bool {
-			if !killed {
-				return true
-			}
-			if !request(f) {
-				return false
-			}
-			if at, waiting := f.waiting(lastAnswer); waiting && !excused[i] {
-				return at < lastAnswer || (!before && at == first)
-			}
-			return quiet
+			return !killed
 		})
+		for j, f := range c.flights {
+			switch turn := turns[i][j]; {
+			case !killed || implicated[i] || !request(f):
+			case turn == never:
+				implicated[i] = quiet
+			case turn >= 0:
+				implicated[i] = turn == first
+			default:
+				implicated[i] = quiet && !waitsForSubrequest
+			}
+		}
 		if implicated[i] {
 			scripts[c.u.inc.spec.Script] = true
 		}
@@ -301,39 +316,66 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	return out
 }
 
-// awaiting reports whether every request of c's that waits for the thread may be waiting instead
-// for a subrequest of its worker's still in flight at the kill, each its own, begun after it did.
-// calls are when the worker's calls into this process began: each holds a subrequest (taken just
-// before), but its callee's requests are in flight here, judged with the caller's, so it excuses
-// nothing. A worker that fetched and then looped (fetch(url); while (true) {}) is excused too, and
-// blamed only when nothing else is; one request more than its subrequests, and none is excused.
-func awaiting(c candidate, calls []int64, lastAnswer int64, request func(begun) bool) bool {
-	var waits []int64
-	for _, f := range c.flights {
-		if at, waiting := f.waiting(lastAnswer); request(f) && waiting {
-			waits = append(waits, at)
+// turnsOf answers, for each of c's flights, when it could first have taken the thread after the
+// last answer: for a request waiting for the thread (begun, f.waiting), lastAnswer when it was in
+// flight across it, else when it began; -1 for any other flight. A waiting request is matched, the
+// latest first, to a subrequest of its worker's begun after it did, whose answer had not come by
+// the last answer (one that came before, the request went on from): its turn is when the answer
+// came, or never while it has not. calls are when the worker's calls into this process began:
+// each holds a subrequest (taken just before), but its callee's requests are in flight here,
+// judged with the caller's, so it excuses nothing.
+func turnsOf(c candidate, calls []int64, lastAnswer int64, request func(begun) bool) []int64 {
+	turns := make([]int64, len(c.flights))
+	since := make([]int64, len(c.flights))
+	var waits []int
+	for j, f := range c.flights {
+		at, waiting := f.waiting(lastAnswer)
+		since[j] = at
+		switch {
+		case !request(f) || !waiting:
+			turns[j] = -1
+			continue
+		case at < lastAnswer:
+			turns[j] = lastAnswer
+		default:
+			turns[j] = at
 		}
+		waits = append(waits, j)
 	}
-	if len(waits) == 0 || len(c.pending) < len(waits) {
-		return false
-	}
-	pending := slices.Sorted(slices.Values(c.pending))
+	subs := slices.SortedFunc(slices.Values(c.subrequests), func(a, b subrequest) int { return cmp.Compare(a.began, b.began) })
 	for _, at := range calls {
 		// The subrequest of a call began last before the call did.
-		if i, _ := slices.BinarySearch(pending, at+1); i > 0 {
-			pending = slices.Delete(pending, i-1, i)
+		if i, _ := slices.BinarySearchFunc(subs, at+1, func(s subrequest, t int64) int { return cmp.Compare(s.began, t) }); i > 0 {
+			subs = slices.Delete(subs, i-1, i)
 		}
 	}
-	// The latest request first: any subrequest begun after it is one an earlier request could use.
-	slices.Sort(waits)
-	for _, at := range slices.Backward(waits) {
-		i, _ := slices.BinarySearch(pending, at)
-		if i == len(pending) {
-			return false
+	subs = slices.DeleteFunc(subs, func(s subrequest) bool {
+		// Answered before the last answer, its request went on; ended unanswered, its worker
+		// stopped waiting for it.
+		return s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0
+	})
+	slices.SortFunc(waits, func(a, b int) int { return cmp.Compare(since[b], since[a]) })
+	for _, j := range waits {
+		best := -1
+		for k, s := range subs {
+			if s.began >= since[j] && (best < 0 || answeredOrNever(s) > answeredOrNever(subs[best])) {
+				best = k
+			}
 		}
-		pending = slices.Delete(pending, i, i+1)
+		if best >= 0 {
+			turns[j] = answeredOrNever(subs[best])
+			subs = slices.Delete(subs, best, best+1)
+		}
 	}
-	return true
+	return turns
+}
+
+// answeredOrNever is when s's answer came, or never.
+func answeredOrNever(s subrequest) int64 {
+	if s.answered == 0 {
+		return never
+	}
+	return s.answered
 }
 
 // implicate answers for one incarnation implicated in its process's kill or abort (SPEC 5.1): a

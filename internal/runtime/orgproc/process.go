@@ -349,9 +349,9 @@ type outcome struct {
 	reason   string // the status reason while it restarts
 	why      string // what ended it (never output of a worker)
 	limitHit string // the cgroup ceiling it ran into, if any
-	// pending: when a liveness kill, the subrequests in flight of each incarnation at that moment
-	// (mono, when each began), before the kill ended them.
-	pending map[*Incarnation][]int64
+	// subrequests: when a liveness kill, each incarnation's subrequests at that moment, before
+	// the kill ended those in flight.
+	subrequests map[*Incarnation][]subrequest
 }
 
 // run starts workerd and keeps it running until the process is stopped.
@@ -717,11 +717,11 @@ func (p *Process) watch(exited chan error, started time.Time, proc workerdProces
 				why = fmt.Sprintf("missed %d liveness probes in a row (every %s, each allowed %s) after the %s a load may hold its thread: a worker holds the process's thread", misses, o.LivenessPeriod, o.LivenessTimeout, allowance)
 			}
 			p.setState(procState{phase: phaseRestarting, reason: adminapi.ReasonUnresponsive, message: why + "; killing it", pid: proc.Pid()})
-			pending := p.pending()
+			subrequests := p.subrequests()
 			p.kill(exited, proc)
 			p.m.suspected(p.key.org)
 			p.log.Warn("workerd killed: unresponsive", "misses", misses)
-			return outcome{ran: true, stable: stable(), killed: true, reason: adminapi.ReasonUnresponsive, why: why, pending: pending}
+			return outcome{ran: true, stable: stable(), killed: true, reason: adminapi.ReasonUnresponsive, why: why, subrequests: subrequests}
 		}
 	}
 }
@@ -744,18 +744,24 @@ func (p *Process) cpuSetting(name string, initial bool, set func(bool) error) fu
 	}
 }
 
-// pending answers, for each incarnation the process holds, when its subrequests in flight began
-// (mono).
-func (p *Process) pending() map[*Incarnation][]int64 {
+// subrequests answers, for each incarnation the process holds, its subrequests in flight and
+// those that ended lately (mono).
+func (p *Process) subrequests() map[*Incarnation][]subrequest {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := map[*Incarnation][]int64{}
+	at := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return int64(t.Sub(monoBase))
+	}
+	out := map[*Incarnation][]subrequest{}
 	for inc := range p.live {
 		if inc.spec.Meter == nil {
 			continue
 		}
-		for _, at := range inc.spec.Meter.Pending() {
-			out[inc] = append(out[inc], int64(at.Sub(monoBase)))
+		for _, s := range inc.spec.Meter.Subrequests() {
+			out[inc] = append(out[inc], subrequest{began: at(s.Began), answered: at(s.Answered), ended: at(s.Ended)})
 		}
 	}
 	return out

@@ -789,14 +789,16 @@ func TestAWorkerAwaitingASlowFetchIsNotBlamedForAnotherWorkersLoop(t *testing.T)
 }
 
 // A worker that loops while it reads a fetch's body, the fetch still in flight, is blamed, not a
-// sibling whose request came after the loop began: the fetch's answer had come (the egress notes
-// when an answer begins), so its request could run, and took the thread before the sibling's
-// began. (Were a subrequest in flight enough to excuse its request, the sibling would be blamed.)
+// sibling whose request came after the loop began: the fetch, sent before the process's last
+// answer, was answered after it (the egress notes when an answer begins), so its request's turn
+// came then, before the sibling's request began. (Were a subrequest in flight enough to excuse its
+// request, or its answer not noted, the sibling would be blamed.)
 func TestAWorkerLoopingOverAFetchsBodyIsBlamedNotTheSiblingQueuedBehindIt(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	f.orgScript("drip", "org-upstream", "uid-drip", `export default {
   async fetch() {
+    await new Promise((resolve) => setTimeout(resolve, 700));
     const { readable, writable } = new TransformStream();
     const writer = writable.getWriter();
     writer.write(new TextEncoder().encode("first chunk\n"));
@@ -821,7 +823,11 @@ func TestAWorkerLoopingOverAFetchsBodyIsBlamedNotTheSiblingQueuedBehindIt(t *tes
 		go func() { _, _, _, _ = f.h.TryGet("reader.test", "/") }()
 		require.Eventually(t, func() bool { return f.h.Node.InFlight("drip") > waiting }, 10*time.Second, 10*time.Millisecond,
 			"round %d: the reader's subrequest reached its upstream", round)
-		time.Sleep(300 * time.Millisecond) // its first chunk comes, and the loop begins
+		// The process answers while the fetch waits for its upstream (700 ms).
+		code, _, _, err := f.h.TryGet("sibling.test", "/")
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, code)
+		time.Sleep(time.Second) // the upstream answers, its first chunk comes, and the loop begins
 		go func() { _, _, _, _ = f.h.TryGet("sibling.test", "/") }()
 		return func() {}
 	})

@@ -227,3 +227,39 @@ func TestMeterKnowsWhenEachSubrequestBeganAndWasAnswered(t *testing.T) {
 		require.True(t, s.Answered.IsZero(), "the earlier answered ones are forgotten")
 	}
 }
+
+// A subrequest carried by Admitted is noted too, and a flush or a protocol switch is an answer
+// as much as a status (a streamed answer's first bytes, a WebSocket's 101).
+func TestEveryWayAnAnswerBeginsIsNoted(t *testing.T) {
+	t.Parallel()
+	answered := func(m *Meter) int {
+		n := 0
+		for _, s := range m.Subrequests() {
+			if !s.Answered.IsZero() {
+				n++
+			}
+		}
+		return n
+	}
+	m := NewMeter(10, 100, 0)
+	defer m.Begin()()
+	inside := make(chan int, 1)
+	m.Admitted(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "http://x/", nil), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		inside <- answered(m)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	require.Equal(t, 0, <-inside, "not answered before its status")
+	require.Equal(t, 1, answered(m), "Admitted notes its answer")
+
+	w, release, ok := m.Hold(httptest.NewRecorder())
+	require.True(t, ok)
+	defer release()
+	w.(http.Flusher).Flush()
+	require.Equal(t, 2, answered(m), "a flush")
+
+	w, release, ok = m.Hold(httptest.NewRecorder())
+	require.True(t, ok)
+	defer release()
+	_, _, _ = w.(http.Hijacker).Hijack() // the recorder cannot be taken; the switch was asked for
+	require.Equal(t, 3, answered(m), "a protocol switch")
+}

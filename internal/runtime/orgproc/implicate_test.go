@@ -170,12 +170,55 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper"},
 	}, {
-		name: "nor is the first after the last answer, when it waits for its fetch: the next took the thread",
+		name: "a fetch begun after the last answer excuses nothing: its request ran since, and may have sent it unawaited and looped",
+		candidates: []candidate{
+			{u: looper, flights: at(1200), subrequests: []subrequest{{began: ms(1201), answered: ms(1300)}}},
+			{u: sibling, flights: at(1250)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "even for a request in flight across the last answer",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: waitingFor(1100)},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "nor one whose request came first after the last answer: it cannot be told from a looper (README)",
 		candidates: []candidate{
 			{u: calm, flights: at(1010), subrequests: waitingFor(1011)},
 			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
 		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "one subrequest excuses one request: the other may loop",
+		candidates: []candidate{
+			{u: looper, flights: at(-5000, -4000), subrequests: waitingFor(-3990)},
+			{u: sibling, flights: at(1300)},
+		},
 		killed: true, want: []string{"looper"},
+	}, {
+		name: "the latest request is matched first: an earlier one can wait for what it cannot",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000, -3000), subrequests: []subrequest{{began: ms(-4990)}, {began: ms(-2990), answered: ms(1500)}}},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a request with several subrequests takes its turn at the first answer: it may have waited for that one alone",
+		candidates: []candidate{
+			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(1300)}, {began: ms(-4980)}}},
+			{u: sibling, flights: at(1400)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a worker with a call into this process in flight is excused nothing: the loop may be its callee's",
+		candidates: []candidate{
+			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(1400)}, {began: ms(-4985)}}},
+			{u: callee, flights: []begun{{at: ms(-4984), caller: "looper"}}},
+			{u: sibling, flights: at(1300)},
+		},
+		killed: true, want: []string{"looper", "callee"},
 	}, {
 		name: "a request that came during the hang does not take the excuse of its worker's earlier one",
 		candidates: []candidate{
@@ -243,7 +286,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 	}, {
 		name: "when nothing else waits, a request waiting for a fetch is blamed (it fetched, then looped), not the WebSockets open beside it",
 		candidates: []candidate{
-			{u: looper, flights: at(1010), subrequests: waitingFor(1011)},
+			{u: looper, flights: at(500), subrequests: waitingFor(510)},
 			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
 			{u: sibling},
 		},

@@ -247,15 +247,13 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	// A call of a worker of this process is judged by its caller: the router reports an
 	// in-process call's end late, so one that ended may still look in flight.
 	here := map[string]bool{}
-	calls := map[string][]int64{}
+	calling := map[string]bool{}
 	for _, c := range candidates {
 		here[c.u.inc.spec.Script] = true
 	}
 	for _, c := range candidates {
 		for _, f := range c.flights {
-			if here[f.caller] {
-				calls[f.caller] = append(calls[f.caller], f.at)
-			}
+			calling[f.caller] = calling[f.caller] || here[f.caller]
 		}
 	}
 	request := func(f begun) bool { return !here[f.caller] }
@@ -265,7 +263,7 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	first, loading, waitsForSubrequest := never, false, false
 	for i, c := range candidates {
 		loading = loading || c.loading
-		turns[i] = turnsOf(c, calls[c.u.inc.spec.Script], lastAnswer, request)
+		turns[i] = turnsOf(c, calling[c.u.inc.spec.Script], lastAnswer, request)
 		for _, turn := range turns[i] {
 			if turn >= 0 {
 				first = min(first, turn)
@@ -318,13 +316,18 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 
 // turnsOf answers, for each of c's flights, when it could first have taken the thread after the
 // last answer: for a request waiting for the thread (begun, f.waiting), lastAnswer when it was in
-// flight across it, else when it began; -1 for any other flight. A waiting request is matched, the
-// latest first, to a subrequest of its worker's begun after it did, whose answer had not come by
-// the last answer (one that came before, the request went on from): its turn is when the answer
-// came, or never while it has not. calls are when the worker's calls into this process began:
-// each holds a subrequest (taken just before), but its callee's requests are in flight here,
-// judged with the caller's, so it excuses nothing.
-func turnsOf(c candidate, calls []int64, lastAnswer int64, request func(begun) bool) []int64 {
+// flight across it, else when it began; -1 for any other flight.
+//
+// A request in flight across the last answer is matched, the latest first, to a subrequest of its
+// worker's begun after it did and before the last answer (the process answered something since,
+// so the request had let go of the thread after sending it), whose answer had not come by the last
+// answer (one that came before, the request went on from): its turn is when the answer came, or
+// never while it has not. Of several, the first answer gives the turn: the request may have waited
+// for that one alone. A subrequest begun after the last answer excuses nothing: its request ran
+// since, and a request that sent a fetch it did not await and then looped looks the same. Nor does
+// any while the worker has a call in flight into this process (calling): its callee's requests
+// are judged with the caller's, and the loop may be the callee's.
+func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bool) []int64 {
 	turns := make([]int64, len(c.flights))
 	since := make([]int64, len(c.flights))
 	var waits []int
@@ -337,28 +340,24 @@ func turnsOf(c candidate, calls []int64, lastAnswer int64, request func(begun) b
 			continue
 		case at < lastAnswer:
 			turns[j] = lastAnswer
+			waits = append(waits, j)
 		default:
 			turns[j] = at
 		}
-		waits = append(waits, j)
 	}
-	subs := slices.SortedFunc(slices.Values(c.subrequests), func(a, b subrequest) int { return cmp.Compare(a.began, b.began) })
-	for _, at := range calls {
-		// The subrequest of a call began last before the call did.
-		if i, _ := slices.BinarySearchFunc(subs, at+1, func(s subrequest, t int64) int { return cmp.Compare(s.began, t) }); i > 0 {
-			subs = slices.Delete(subs, i-1, i)
-		}
+	if calling {
+		return turns
 	}
-	subs = slices.DeleteFunc(subs, func(s subrequest) bool {
-		// Answered before the last answer, its request went on; ended unanswered, its worker
-		// stopped waiting for it.
-		return s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0
+	subs := slices.DeleteFunc(slices.Clone(c.subrequests), func(s subrequest) bool {
+		// Begun since the last answer, it proves its request ran since; answered before, its
+		// request went on; ended unanswered, its worker stopped waiting for it.
+		return s.began >= lastAnswer || s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0
 	})
 	slices.SortFunc(waits, func(a, b int) int { return cmp.Compare(since[b], since[a]) })
 	for _, j := range waits {
 		best := -1
 		for k, s := range subs {
-			if s.began >= since[j] && (best < 0 || answeredOrNever(s) > answeredOrNever(subs[best])) {
+			if s.began >= since[j] && (best < 0 || answeredOrNever(s) < answeredOrNever(subs[best])) {
 				best = k
 			}
 		}

@@ -224,17 +224,19 @@ const never = int64(math.MaxInt64)
 // implicates every request in flight.
 //
 // A liveness kill implicates the requests that could have taken the thread first after the last
-// answer (turn): those in flight across it, each of which may have taken it since (after a lazy
-// load, a request queued behind the last one answered, a fetch whose answer came); when there is
-// none, the one whose turn came first: a request that began since, when it began (the thread was
-// free), or one whose subrequest's answer came since, when it came. The requests that came after
-// it are not to blame: a sibling of a looping worker with steady traffic always has some, queued
-// behind the loop, and was quarantined with the looper for them.
+// answer (their turn, turnsOf): those in flight across it, each of which may have taken it since
+// (after a lazy load, a request queued behind the last one answered); when there is none, the one
+// whose turn came first: a request that began since, when it began (the thread was free), or one
+// that was waiting for a subrequest sent before the last answer whose answer came since, when it
+// came. The requests that came after it are not to blame: a sibling of a looping worker with
+// steady traffic always has some, queued behind the loop, and was quarantined with the looper for
+// them.
 //
-// A request waiting for its own subrequest's answer, which has not come (a worker awaiting a slow
-// upstream), cannot hold the thread: it is implicated only when no other request nor load can (a
-// worker that fetched and then looped without awaiting). It was blamed for every loop of another
-// worker of its organization while it waited, and the looper went free. A request whose answer
+// A request waiting for its own subrequest sent before the last answer, whose answer has not
+// come (a worker awaiting a slow upstream), cannot hold the thread: it is implicated only when no
+// other request nor load can (a worker that fetched and then looped without awaiting). It was
+// blamed for every loop of another worker of its organization while it waited, and the looper
+// went free. A request whose answer
 // began (a stream, a WebSocket: open for as long as its client stays) is judged as one waiting for
 // its answer only from when its client sent something after both its worker's last bytes and the
 // last answer (a WebSocket's message); otherwise it is implicated only when nothing else is, those

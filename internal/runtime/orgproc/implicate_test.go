@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/takoform/terraform-provider-takoform/internal/runtime/egress"
 )
 
 // An incarnation runs alone after QuarantineImplications implications within QuarantineWindow,
@@ -43,7 +45,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 	at := func(ns ...int) []begun {
 		var out []begun
 		for _, n := range ns {
-			out = append(out, begun{at: ms(n)})
+			out = append(out, begun{at: ms(n), open: true})
 		}
 		return out
 	}
@@ -91,8 +93,8 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		name: "a binding call of the request that took the thread, and its own call in turn",
 		candidates: []candidate{
 			{u: sibling, flights: at(1030)},
-			{u: callee, flights: []begun{{at: ms(1040), caller: "looper"}}},
-			{u: calm, flights: []begun{{at: ms(1050), caller: "callee"}}},
+			{u: callee, flights: []begun{{at: ms(1040), caller: "looper", open: true}}},
+			{u: calm, flights: []begun{{at: ms(1050), caller: "callee", open: true}}},
 			{u: looper, flights: at(1010)},
 		},
 		killed: true, want: []string{"callee", "calm", "looper"},
@@ -100,58 +102,58 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		name: "a call whose end the router has not reported yet is judged by its caller, done here",
 		candidates: []candidate{
 			{u: sibling},
-			{u: callee, flights: []begun{{at: ms(990), caller: "sibling"}}},
+			{u: callee, flights: []begun{{at: ms(990), caller: "sibling", open: true}}},
 			{u: looper, flights: at(1010)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "a WebSocket open since long before is not blamed for a loop that began on a free thread",
 		candidates: []candidate{
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, open: true}}},
 			{u: sibling, flights: at(1300)}, {u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "nor for one that waited behind the last response",
 		candidates: []candidate{
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, open: true}}},
 			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "when no request waits for its answer, those that answered are blamed (a loop in a stream or a WebSocket)",
 		candidates: []candidate{
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
-			{u: looper, flights: []begun{{at: ms(500), answered: true}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, open: true}}},
+			{u: looper, flights: []begun{{at: ms(500), answered: true, open: true}}},
 			{u: sibling},
 		},
 		killed: true, want: []string{"calm", "looper"},
 	}, {
 		name: "a WebSocket with a message not answered yet took the thread, not a request queued behind",
 		candidates: []candidate{
-			{u: looper, flights: []begun{{at: ms(-60000), answered: true, input: ms(1010), output: ms(700)}}},
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(900), output: ms(905)}}},
+			{u: looper, flights: []begun{{at: ms(-60000), answered: true, input: ms(1010), output: ms(700), open: true}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(900), output: ms(905), open: true}}},
 			{u: sibling, flights: at(1020)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "a WebSocket whose client's last message no answer followed, before the last answer, waits for nothing",
 		candidates: []candidate{
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(900), output: ms(700)}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(900), output: ms(700), open: true}}},
 			{u: looper, flights: at(1010)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "nor one whose worker answered its last message",
 		candidates: []candidate{
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(1005), output: ms(1005)}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(1005), output: ms(1005), open: true}}},
 			{u: looper, flights: at(1010)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "a load in progress, not the WebSockets open beside it",
 		candidates: []candidate{
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, open: true}}},
 			{u: looper, loading: true},
 		},
 		killed: true, want: []string{"looper"},
@@ -163,12 +165,25 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper"},
 	}, {
+		name: "nor when its request has ended with the kill, as blame reads it (unanswered, among the ended)",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-5000)}}, subrequests: waitingFor(-4990), ended: []span{{began: ms(-5000), ended: ms(4000)}}},
+			{u: sibling, flights: []begun{{at: ms(1300)}}}, {u: looper, flights: []begun{{at: ms(1200)}}},
+		},
+		killed: true, want: []string{"looper"},	}, {
 		name: "nor for a loop that waited behind the last response",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: waitingFor(-4990)},
+			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a subrequest sent while two requests of its worker were in flight is neither's: both are judged as any",
 		candidates: []candidate{
 			{u: calm, flights: at(-5000, 400), subrequests: waitingFor(450, -4990)},
 			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
 		},
-		killed: true, want: []string{"looper"},
+		killed: true, want: []string{"calm", "looper"},
 	}, {
 		name: "a fetch begun after the last answer excuses nothing: its request ran since, and may have sent it unawaited and looped",
 		candidates: []candidate{
@@ -198,12 +213,41 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper"},
 	}, {
-		name: "the latest request is matched first: an earlier one can wait for what it cannot",
+		name: "a fetch another request sent as it answered (ctx.waitUntil) is not the looper's, queued behind it",
 		candidates: []candidate{
-			{u: calm, flights: at(-5000, -3000), subrequests: []subrequest{{began: ms(-4990)}, {began: ms(-2990), answered: ms(1500)}}},
+			{u: looper, flights: at(990), subrequests: waitingFor(995), ended: []span{{began: ms(985), ended: ms(1000)}}},
+			{u: sibling, flights: at(1200, 1800)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor one sent just after a request ended: its ctx.waitUntil work may have sent it",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: waitingFor(-4990), ended: []span{{began: ms(-6000), ended: ms(-5050)}}},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "a request that ended well before the subrequest was sent did not send it",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: waitingFor(-4990), ended: []span{{began: ms(-6000), ended: ms(-5500)}}},
 			{u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"looper"},
+	}, {
+		name: "a request that ended before a subrequest was sent is no sender, though it is read among those in flight (it ended unanswered)",
+		candidates: []candidate{
+			{u: sibling},
+			{u: calm, flights: []begun{{at: ms(-5000), open: true}, {at: ms(-7000), caller: "sibling"}}, subrequests: waitingFor(-4990), ended: []span{{began: ms(-7000), ended: ms(-6000)}}},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor is one sent when a request the unit forgot may have been in flight anyone's",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: waitingFor(-4990), endedBefore: ms(-4995)},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"},
 	}, {
 		name: "a request with several subrequests takes its turn at the first answer: it may have waited for that one alone",
 		candidates: []candidate{
@@ -215,7 +259,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		name: "a worker with a call into this process in flight is excused nothing: the loop may be its callee's",
 		candidates: []candidate{
 			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(1400)}, {began: ms(-4985)}}},
-			{u: callee, flights: []begun{{at: ms(-4984), caller: "looper"}}},
+			{u: callee, flights: []begun{{at: ms(-4984), caller: "looper", open: true}}},
 			{u: sibling, flights: at(1300)},
 		},
 		killed: true, want: []string{"looper", "callee"},
@@ -279,7 +323,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		name: "a binding call into this process is no subrequest to wait for: the caller answers for its callee",
 		candidates: []candidate{
 			{u: looper, flights: at(-5000), subrequests: waitingFor(-4990)},
-			{u: callee, flights: []begun{{at: ms(-4989), caller: "looper"}}},
+			{u: callee, flights: []begun{{at: ms(-4989), caller: "looper", open: true}}},
 			{u: sibling, flights: at(1300)},
 		},
 		killed: true, want: []string{"looper", "callee"},
@@ -287,7 +331,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		name: "when nothing else waits, a request waiting for a fetch is blamed (it fetched, then looped), not the WebSockets open beside it",
 		candidates: []candidate{
 			{u: looper, flights: at(500), subrequests: waitingFor(510)},
-			{u: calm, flights: []begun{{at: ms(-60000), answered: true}}},
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, open: true}}},
 			{u: sibling},
 		},
 		killed: true, want: []string{"looper"},
@@ -304,4 +348,37 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 			require.Equal(t, tc.want, names(blame(tc.candidates, tc.killed, answer)))
 		})
 	}
+}
+
+// A unit remembers when its last maxEnded requests that reached it began and ended, and the latest
+// end of those it forgot: blame reads them to know which requests were in flight when a subrequest
+// was sent. A withdrawn request never reached it.
+func TestAUnitRemembersItsLastEndedRequests(t *testing.T) {
+	t.Parallel()
+	u := &unit{inc: &Incarnation{spec: Spec{Meter: egress.NewMeter(0, 0, 0)}}, open: map[*flight]struct{}{}}
+	end := func(withdraw bool) {
+		fl, ok := u.Acquire()
+		require.True(t, ok)
+		if withdraw {
+			fl.(*flight).Withdraw()
+			return
+		}
+		fl.Done()
+	}
+	end(true)
+	ended, before := u.endedSpans()
+	require.Empty(t, ended, "a withdrawn request is not remembered")
+	require.Zero(t, before)
+	for range maxEnded {
+		end(false)
+	}
+	ended, before = u.endedSpans()
+	require.Len(t, ended, maxEnded)
+	require.Zero(t, before, "nothing forgotten yet")
+	first := ended[0]
+	require.LessOrEqual(t, first.began, first.ended)
+	end(false)
+	ended, before = u.endedSpans()
+	require.Len(t, ended, maxEnded)
+	require.Equal(t, first.ended, before, "the forgotten one's end is kept")
 }

@@ -1,7 +1,6 @@
 package orgproc
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -153,7 +152,9 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 		// A request that ended unanswered since the process last answered a probe counts as in
 		// flight at its end: its connection may break before the runtime sees the process go
 		// (which waits for its cgroup to empty).
-		candidates = append(candidates, candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load()), subrequests: out.subrequests[u.inc]})
+		c := candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load()), subrequests: out.subrequests[u.inc]}
+		c.ended, c.endedBefore = u.endedSpans()
+		candidates = append(candidates, c)
 	}
 	implicated := blame(candidates, out.killed, p.lastAnswer.Load())
 	if out.ran {
@@ -206,6 +207,10 @@ type candidate struct {
 	loading     bool
 	flights     []begun
 	subrequests []subrequest
+	// ended are its last requests that ended, endedBefore the latest end of those it forgot (0:
+	// none).
+	ended       []span
+	endedBefore int64
 }
 
 // subrequest is one of a worker's subrequests (a fetch, a call): when it began, when its answer
@@ -320,29 +325,26 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 // last answer: for a request waiting for the thread (begun, f.waiting), lastAnswer when it was in
 // flight across it, else when it began; -1 for any other flight.
 //
-// A request in flight across the last answer is matched, the latest first, to a subrequest of its
-// worker's begun after it did and before the last answer (the process answered something since,
-// so the request had let go of the thread after sending it), whose answer had not come by the last
-// answer (one that came before, the request went on from): its turn is when the answer came, or
-// never while it has not. Of several, the first answer gives the turn: the request may have waited
-// for that one alone. A subrequest begun after the last answer excuses nothing: its request ran
-// since, and a request that sent a fetch it did not await and then looped looks the same. Nor does
-// any while the worker has a call in flight into this process (calling): its callee's requests
-// are judged with the caller's, and the loop may be the callee's.
+// The egress cannot tell which request sent a subrequest, so a subrequest is a request's only when
+// it was the worker's one request in flight as the subrequest was sent (or ended less than
+// waitUntilGrace before: its ctx.waitUntil work may send it). A request in flight across the last
+// answer that sent a subrequest before it (the process answered something since, so the request
+// had let go of the thread) whose answer had not come by then (one that came before, the request
+// went on from) takes its turn when the answer came, or never while it has not; of several, the
+// first answer gives the turn: it may have waited for that one alone. A subrequest sent after the
+// last answer excuses nothing: its request ran since, and a request that sent a fetch it did not
+// await and then looped looks the same. Nor does any while the worker has a call in flight into
+// this process (calling): its callee's requests are judged with the caller's, and the loop may be
+// the callee's.
 func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bool) []int64 {
 	turns := make([]int64, len(c.flights))
-	since := make([]int64, len(c.flights))
-	var waits []int
 	for j, f := range c.flights {
 		at, waiting := f.waiting(lastAnswer)
-		since[j] = at
 		switch {
 		case !request(f) || !waiting:
 			turns[j] = -1
-			continue
 		case at < lastAnswer:
 			turns[j] = lastAnswer
-			waits = append(waits, j)
 		default:
 			turns[j] = at
 		}
@@ -350,26 +352,45 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 	if calling {
 		return turns
 	}
-	subs := slices.DeleteFunc(slices.Clone(c.subrequests), func(s subrequest) bool {
-		// Begun since the last answer, it proves its request ran since; answered before, its
-		// request went on; ended unanswered, its worker stopped waiting for it.
-		return s.began >= lastAnswer || s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0
-	})
-	slices.SortFunc(waits, func(a, b int) int { return cmp.Compare(since[b], since[a]) })
-	for _, j := range waits {
-		best := -1
-		for k, s := range subs {
-			if s.began >= since[j] && (best < 0 || answeredOrNever(s) < answeredOrNever(subs[best])) {
-				best = k
+	own := map[int]int64{}
+	for _, s := range c.subrequests {
+		// Sent since the last answer, it proves its request ran since; answered before, its
+		// request went on; ended unanswered, its worker stopped waiting for it; sent when a
+		// request the unit forgot may have been in flight, whose it is cannot be known.
+		if s.began >= lastAnswer || s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0 ||
+			c.endedBefore != 0 && s.began <= c.endedBefore+waitUntilGrace {
+			continue
+		}
+		// Its senders: the requests still in flight, and those ended since it was sent (read
+		// after the kill, the requests it broke are among these).
+		sender, senders := -1, 0
+		for j, f := range c.flights {
+			if f.open && f.at <= s.began {
+				sender, senders = j, senders+1
 			}
 		}
-		if best >= 0 {
-			turns[j] = answeredOrNever(subs[best])
-			subs = slices.Delete(subs, best, best+1)
+		for _, e := range c.ended {
+			if e.began <= s.began && s.began <= e.ended+waitUntilGrace {
+				senders++
+				sender = slices.IndexFunc(c.flights, func(f begun) bool { return !f.open && f.at == e.began })
+			}
 		}
+		if senders != 1 || sender < 0 || turns[sender] != lastAnswer {
+			continue
+		}
+		if turn, ok := own[sender]; !ok || answeredOrNever(s) < turn {
+			own[sender] = answeredOrNever(s)
+		}
+	}
+	for j, turn := range own {
+		turns[j] = turn
 	}
 	return turns
 }
+
+// waitUntilGrace is how long after its request ended a subrequest may still be the request's
+// (ctx.waitUntil work sends most at once).
+const waitUntilGrace = int64(100 * time.Millisecond)
 
 // answeredOrNever is when s's answer came, or never.
 func answeredOrNever(s subrequest) int64 {

@@ -1,6 +1,7 @@
 package orgproc
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,18 @@ type unit struct {
 	mu     sync.Mutex
 	open   map[*flight]struct{}
 	broken []brokenFlight
+	// ended are when its last requests that reached it began and ended, and endedBefore the
+	// latest end of those forgotten: which of its requests were in flight when one of its
+	// subrequests was sent (blame).
+	ended       []span
+	endedBefore int64
 }
+
+// span is when a request began and ended (mono).
+type span struct{ began, ended int64 }
+
+// maxEnded is how many ended requests a unit remembers.
+const maxEnded = 32
 
 // Addr is the process's ingress socket, as the edge dials it.
 func (u *unit) Addr() string { return u.p.sock.dialAddr }
@@ -120,8 +132,16 @@ func (f *flight) Done() {
 		// on it) is remembered as a request begun with that message.
 		began, answered = in, false
 	}
+	now := mono()
+	if !f.withdrawn {
+		u.ended = append(u.ended, span{began: f.began, ended: now})
+		if len(u.ended) > maxEnded {
+			u.endedBefore = max(u.endedBefore, u.ended[0].ended)
+			u.ended = u.ended[1:]
+		}
+	}
 	if !answered && !f.withdrawn {
-		u.broken = append(u.broken, brokenFlight{began: began, caller: f.caller, at: mono()})
+		u.broken = append(u.broken, brokenFlight{began: began, caller: f.caller, at: now})
 		if len(u.broken) > maxBroken {
 			u.broken = u.broken[len(u.broken)-maxBroken:]
 		}
@@ -143,6 +163,13 @@ const maxBroken = 16
 // WallLimit is the worker's own wall-time limit per request (0: the edge's).
 func (u *unit) WallLimit() time.Duration { return u.inc.WallLimit() }
 
+// endedSpans answers its last requests that ended, and the latest end of those it forgot.
+func (u *unit) endedSpans() ([]span, int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.ended), u.endedBefore
+}
+
 // flightsSince answers its requests in flight at since (mono) or later: those still in flight,
 // and those that ended unanswered since (a request's connection may break before the runtime sees
 // its process's end).
@@ -151,7 +178,7 @@ func (u *unit) flightsSince(since int64) []begun {
 	defer u.mu.Unlock()
 	var out []begun
 	for f := range u.open {
-		out = append(out, begun{at: f.began, caller: f.caller, answered: f.answered.Load(), input: f.input.Load(), output: f.output.Load()})
+		out = append(out, begun{at: f.began, caller: f.caller, answered: f.answered.Load(), input: f.input.Load(), output: f.output.Load(), open: true})
 	}
 	for _, b := range u.broken {
 		if b.at >= since {
@@ -162,13 +189,15 @@ func (u *unit) flightsSince(since int64) []begun {
 }
 
 // begun is a request in flight: when it began (mono), the script whose call it serves, whether
-// its answer began (it streams, or is a WebSocket), and for a WebSocket when its client and its
-// worker last sent each other something (mono; 0: never).
+// its answer began (it streams, or is a WebSocket), for a WebSocket when its client and its
+// worker last sent each other something (mono; 0: never), and whether it is still in flight.
 type begun struct {
 	at            int64
 	caller        string
 	answered      bool
 	input, output int64
+	// open: still in flight when read (not one that ended unanswered).
+	open bool
 }
 
 // waiting reports whether the request may be waiting for the thread, and since when: one whose

@@ -170,7 +170,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 			{u: calm, flights: []begun{{at: ms(-5000)}}, subrequests: waitingFor(-4990), ended: []span{{began: ms(-5000), ended: ms(4000)}}},
 			{u: sibling, flights: []begun{{at: ms(1300)}}}, {u: looper, flights: []begun{{at: ms(1200)}}},
 		},
-		killed: true, want: []string{"looper"},	}, {
+		killed: true, want: []string{"looper"}}, {
 		name: "nor for a loop that waited behind the last response",
 		candidates: []candidate{
 			{u: calm, flights: at(-5000), subrequests: waitingFor(-4990)},

@@ -266,10 +266,7 @@ func TestAWorkerPastTheHeapLimitEndsItsOrganizationsProcessAndThenRunsAlone(t *t
 	f.orgScript("sibling", "grower", "uid-sib", workerSource("sib"))
 	f.orgScript("outsider", "other", "uid-out", workerSource("out"))
 	f.caller("front", "uid-front", "grower", 1, map[string]string{"AUTH": growUID})
-	for _, name := range []string{"grow", "sibling", "outsider", "front"} {
-		f.route(name+".test", name, "ep-"+name)
-		f.waitReady(name)
-	}
+	f.servedAt("grow", "sibling", "outsider", "front")
 	f.answers("grow.test", "small")
 
 	// Another organization is served all the while.

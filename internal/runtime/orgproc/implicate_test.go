@@ -249,7 +249,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"calm"},
 	}, {
-		name: "a request with several subrequests takes its turn at the first answer: it may have waited for that one alone",
+		name: "a request with several subrequests, one answered since the last answer, may have gone on from that one",
 		candidates: []candidate{
 			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(1300)}, {began: ms(-4980)}}},
 			{u: sibling, flights: at(1400)},
@@ -306,10 +306,19 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"calm"},
 	}, {
-		name: "a fetch answered during the hang: its request's turn came then, after a loop that began before",
+		// Wrong when the loop is the looper's; but a request that fetched, went on from the answer
+		// and looped, with a sibling waiting since before the answer, looks the same (README).
+		name: "a fetch answered during the hang excuses nothing: its request may have gone on from the answer and looped",
 		candidates: []candidate{
 			{u: calm, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1500), ended: ms(1501)}}},
 			{u: looper, flights: at(1200)}, {u: sibling, flights: at(1600)},
+		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "nor does one still streaming its answer, beside another of the request's still unanswered",
+		candidates: []candidate{
+			{u: looper, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1100)}, {began: ms(-480)}}},
+			{u: sibling, flights: at(1050)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {

@@ -230,12 +230,10 @@ const never = int64(math.MaxInt64)
 //
 // A liveness kill implicates the requests that could have taken the thread first after the last
 // answer (their turn, turnsOf): those in flight across it, each of which may have taken it since
-// (after a lazy load, a request queued behind the last one answered); when there is none, the one
-// whose turn came first: a request that began since, when it began (the thread was free), or one
-// that was waiting for a subrequest sent before the last answer whose answer came since, when it
-// came. The requests that came after it are not to blame: a sibling of a looping worker with
-// steady traffic always has some, queued behind the loop, and was quarantined with the looper for
-// them.
+// (after a lazy load, a fetch, a request queued behind the last one answered); when there is none,
+// the request that began first after the last answer: the thread was free when it began. The
+// requests that came after it are not to blame: a sibling of a looping worker with steady traffic
+// always has some, queued behind the loop, and was quarantined with the looper for them.
 //
 // A request waiting for its own subrequest sent before the last answer, whose answer has not
 // come (a worker awaiting a slow upstream), cannot hold the thread: it is implicated only when no
@@ -323,15 +321,15 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 
 // turnsOf answers, for each of c's flights, when it could first have taken the thread after the
 // last answer: for a request waiting for the thread (begun, f.waiting), lastAnswer when it was in
-// flight across it, else when it began; -1 for any other flight.
+// flight across it, else when it began; -1 for any other flight; never for a request in flight
+// across the last answer that waits for a subrequest of its own.
 //
 // The egress cannot tell which request sent a subrequest, so a subrequest is a request's only when
 // it was the worker's one request in flight as the subrequest was sent (or ended less than
-// waitUntilGrace before: its ctx.waitUntil work may send it). A request in flight across the last
-// answer that sent a subrequest before it (the process answered something since, so the request
-// had let go of the thread) whose answer had not come by then (one that came before, the request
-// went on from) takes its turn when the answer came, or never while it has not; of several, the
-// first answer gives the turn: it may have waited for that one alone. A subrequest sent after the
+// waitUntilGrace before: its ctx.waitUntil work may send it). A request waits for its own when it
+// sent one before the last answer (the process answered something since, so the request had let
+// go of the thread) that has not been answered, and none of its own sent then was answered after
+// the last answer (it may have gone on from that answer and looped). A subrequest sent after the
 // last answer excuses nothing: its request ran since, and a request that sent a fetch it did not
 // await and then looped looks the same. Nor does any while the worker has a call in flight into
 // this process (calling): its callee's requests are judged with the caller's, and the loop may be
@@ -352,7 +350,9 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 	if calling {
 		return turns
 	}
-	own := map[int]int64{}
+	// waits: whether each request's own subrequests, sent before the last answer, left it
+	// waiting at the kill (true) or answered since (false: it may have gone on, and looped).
+	waits := map[int]bool{}
 	for _, s := range c.subrequests {
 		// Sent since the last answer, it proves its request ran since; answered before, its
 		// request went on; ended unanswered, its worker stopped waiting for it; sent when a
@@ -378,12 +378,13 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 		if senders != 1 || sender < 0 || turns[sender] != lastAnswer {
 			continue
 		}
-		if turn, ok := own[sender]; !ok || answeredOrNever(s) < turn {
-			own[sender] = answeredOrNever(s)
-		}
+		w, seen := waits[sender]
+		waits[sender] = s.answered == 0 && (w || !seen)
 	}
-	for j, turn := range own {
-		turns[j] = turn
+	for j, w := range waits {
+		if w {
+			turns[j] = never
+		}
 	}
 	return turns
 }
@@ -392,13 +393,6 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 // (ctx.waitUntil work sends most at once).
 const waitUntilGrace = int64(100 * time.Millisecond)
 
-// answeredOrNever is when s's answer came, or never.
-func answeredOrNever(s subrequest) int64 {
-	if s.answered == 0 {
-		return never
-	}
-	return s.answered
-}
 
 // implicate answers for one incarnation implicated in its process's kill or abort (SPEC 5.1): a
 // candidate implicated while it loaded fails and is never loaded again; a served one implicated

@@ -39,7 +39,7 @@ func (n *Node) servingLocked(name string) (edge.Target, int) {
 // subrequest stays counted until the call ends there.
 func (n *Node) serveBinding(w http.ResponseWriter, r *http.Request, from *orgproc.Incarnation, binding string, local edge.Local) {
 	caller := from.Script()
-	w, release, ok := from.Meter().Hold(w)
+	w, r, release, ok := from.Meter().Hold(w, r)
 	if !ok {
 		return
 	}

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -200,11 +201,12 @@ type Meter struct {
 	ended   []Subrequest
 }
 
-// Subrequest is when one subrequest began, when its answer began to come back to the worker (zero:
+// Subrequest is when one subrequest began, when its body had been wholly sent (zero: not yet; its
+// worker's code may still be making it), when its answer began to come back to the worker (zero:
 // not yet), and when it ended (zero: in flight), each a reading of time.Now, whose monotonic clock
 // orders them.
 type Subrequest struct {
-	Began, Answered, Ended time.Time
+	Began, Sent, Answered, Ended time.Time
 }
 
 // maxEnded is how many ended subrequests a meter remembers.
@@ -285,7 +287,7 @@ func (m *Meter) admit() *adminapi.Problem {
 // Admitted serves h as one more subrequest of the worker when its meter allows, and refuses it
 // (429) otherwise. Its fetch()es and its service binding calls share the one meter.
 func (m *Meter) Admitted(w http.ResponseWriter, r *http.Request, h http.Handler) {
-	w, release, ok := m.Hold(w)
+	w, r, release, ok := m.Hold(w, r)
 	if !ok {
 		return
 	}
@@ -295,16 +297,24 @@ func (m *Meter) Admitted(w http.ResponseWriter, r *http.Request, h http.Handler)
 	h.ServeHTTP(w, r)
 }
 
-// Hold takes one subrequest of the worker, counted in flight until release is called (once; a
-// second call does nothing), or refuses it with a 429 written to w. Its answer is to be written to
-// tw, which notes when it began.
-func (m *Meter) Hold(w http.ResponseWriter) (tw http.ResponseWriter, release func(), ok bool) {
+// Hold takes one subrequest of the worker, r, counted in flight until release is called (once; a
+// second call does nothing), or refuses it with a 429 written to w. It is to be read from tr,
+// which notes when its body was wholly read, and answered through tw, which notes when its answer
+// began.
+func (m *Meter) Hold(w http.ResponseWriter, r *http.Request) (tw http.ResponseWriter, tr *http.Request, release func(), ok bool) {
 	if p := m.admit(); p != nil {
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, p)
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	sub := &Subrequest{Began: time.Now()}
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		sub.Sent = sub.Began
+	} else {
+		sending := *r
+		sending.Body = &sentBody{ReadCloser: r.Body, m: m, sub: sub}
+		r = &sending
+	}
 	m.mu.Lock()
 	if m.pending == nil {
 		m.pending = map[*Subrequest]struct{}{}
@@ -312,7 +322,7 @@ func (m *Meter) Hold(w http.ResponseWriter) (tw http.ResponseWriter, release fun
 	m.pending[sub] = struct{}{}
 	m.mu.Unlock()
 	var once sync.Once
-	return &answerWriter{ResponseWriter: w, m: m, sub: sub}, func() {
+	return &answerWriter{ResponseWriter: w, m: m, sub: sub}, r, func() {
 		once.Do(func() {
 			m.mu.Lock()
 			delete(m.pending, sub)
@@ -337,6 +347,25 @@ func (m *Meter) Subrequests() []Subrequest {
 		out = append(out, *sub)
 	}
 	return out
+}
+
+// sentBody notes on its Meter when a subrequest's body has been read whole.
+type sentBody struct {
+	io.ReadCloser
+	m   *Meter
+	sub *Subrequest
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.m.mu.Lock()
+		if b.sub.Sent.IsZero() {
+			b.sub.Sent = time.Now()
+		}
+		b.m.mu.Unlock()
+	}
+	return n, err
 }
 
 // answerWriter notes when a subrequest's answer began (its final status, not an informational

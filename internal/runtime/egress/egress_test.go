@@ -1,11 +1,13 @@
 package egress
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,11 +183,11 @@ func TestMeterKnowsWhenEachSubrequestBeganAndWasAnswered(t *testing.T) {
 	m := NewMeter(2, 100, 0)
 	defer m.Begin()()
 	before := time.Now()
-	w1, first, ok := m.Hold(httptest.NewRecorder())
+	w1, _, first, ok := m.Hold(httptest.NewRecorder(), get())
 	require.True(t, ok)
-	w2, second, ok := m.Hold(httptest.NewRecorder())
+	w2, _, second, ok := m.Hold(httptest.NewRecorder(), get())
 	require.True(t, ok)
-	_, _, ok = m.Hold(httptest.NewRecorder())
+	_, _, _, ok = m.Hold(httptest.NewRecorder(), get())
 	require.False(t, ok, "the cap in flight is 2")
 	subs := m.Subrequests()
 	require.Len(t, subs, 2)
@@ -217,7 +219,7 @@ func TestMeterKnowsWhenEachSubrequestBeganAndWasAnswered(t *testing.T) {
 	require.Equal(t, 1, len(slices.DeleteFunc(subs, func(s Subrequest) bool { return s.Ended.IsZero() })))
 	second()
 	for range maxEnded {
-		_, release, ok := m.Hold(httptest.NewRecorder())
+		_, _, release, ok := m.Hold(httptest.NewRecorder(), get())
 		require.True(t, ok)
 		release()
 	}
@@ -251,15 +253,53 @@ func TestEveryWayAnAnswerBeginsIsNoted(t *testing.T) {
 	require.Equal(t, 0, <-inside, "not answered before its status")
 	require.Equal(t, 1, answered(m), "Admitted notes its answer")
 
-	w, release, ok := m.Hold(httptest.NewRecorder())
+	w, _, release, ok := m.Hold(httptest.NewRecorder(), get())
 	require.True(t, ok)
 	defer release()
 	w.(http.Flusher).Flush()
 	require.Equal(t, 2, answered(m), "a flush")
 
-	w, release, ok = m.Hold(httptest.NewRecorder())
+	w, _, release, ok = m.Hold(httptest.NewRecorder(), get())
 	require.True(t, ok)
 	defer release()
 	_, _, _ = w.(http.Hijacker).Hijack() // the recorder cannot be taken; the switch was asked for
 	require.Equal(t, 3, answered(m), "a protocol switch")
+}
+
+// get is a subrequest without a body.
+func get() *http.Request { return httptest.NewRequest(http.MethodGet, "http://x/", nil) }
+
+// A subrequest without a body is sent as it begins; one with a body once the body has been read
+// whole (a streamed body is made by its worker's code meanwhile).
+func TestAMeterNotesWhenASubrequestsBodyWasSentWhole(t *testing.T) {
+	t.Parallel()
+	m := NewMeter(10, 100, 0)
+	defer m.Begin()()
+	_, _, release, ok := m.Hold(httptest.NewRecorder(), get())
+	require.True(t, ok)
+	release()
+	subs := m.Subrequests()
+	require.Len(t, subs, 1)
+	require.Equal(t, subs[0].Began, subs[0].Sent, "no body: sent as it began")
+
+	_, r, release, ok := m.Hold(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "http://x/", strings.NewReader("a body")))
+	require.True(t, ok)
+	defer release()
+	sent := func() time.Time {
+		for _, s := range m.Subrequests() {
+			if s.Ended.IsZero() {
+				return s.Sent
+			}
+		}
+		t.Fatal("no subrequest in flight")
+		return time.Time{}
+	}
+	require.True(t, sent().IsZero(), "its body is not read yet")
+	b := make([]byte, 2)
+	_, err := r.Body.Read(b)
+	require.NoError(t, err)
+	require.True(t, sent().IsZero(), "nor read whole")
+	_, err = io.ReadAll(r.Body)
+	require.NoError(t, err)
+	require.False(t, sent().IsZero(), "read whole")
 }

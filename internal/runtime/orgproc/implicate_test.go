@@ -53,7 +53,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 	waitingFor := func(ns ...int) []subrequest {
 		var out []subrequest
 		for _, n := range ns {
-			out = append(out, subrequest{began: ms(n)})
+			out = append(out, subrequest{began: ms(n), sent: ms(n)})
 		}
 		return out
 	}
@@ -178,19 +178,41 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper"},
 	}, {
-		name: "a subrequest sent while two requests of its worker were in flight is neither's: both are judged as any",
+		name: "a subrequest sent while two requests of its worker were in flight is neither's: the later is judged as any (the earlier has its own)",
 		candidates: []candidate{
 			{u: calm, flights: at(-5000, 400), subrequests: waitingFor(450, -4990)},
 			{u: looper, flights: at(998)}, {u: sibling, flights: at(1020)},
 		},
 		killed: true, want: []string{"calm", "looper"},
 	}, {
-		name: "a fetch begun after the last answer excuses nothing: its request ran since, and may have sent it unawaited and looped",
+		name: "a request's own subrequest sent since the last answer shows it ran since: its earlier one excuses nothing",
 		candidates: []candidate{
-			{u: looper, flights: at(1200), subrequests: []subrequest{{began: ms(1201), answered: ms(1300)}}},
-			{u: sibling, flights: at(1250)},
+			{u: looper, flights: at(-5000), subrequests: waitingFor(-4990, 1100)},
+			{u: sibling, flights: at(1200)},
 		},
 		killed: true, want: []string{"looper"},
+	}, {
+		name: "nor does one whose body was still being made at the kill, or was made since the last answer: its code ran",
+		candidates: []candidate{
+			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990)}}},
+			{u: calm, flights: at(-3000), subrequests: []subrequest{{began: ms(-2990), sent: ms(1100)}}},
+			{u: sibling, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper", "calm"},
+	}, {
+		name: "a subrequest answered before the last answer neither excuses its request nor shows it ran since",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: append([]subrequest{{began: ms(-4990), sent: ms(-4990), answered: ms(900), ended: ms(950)}}, waitingFor(-4980)...)},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"looper"},
+	}, {
+		name: "a WebSocket whose client's message came after the last answer is judged by that message, not excused by a fetch sent before",
+		candidates: []candidate{
+			{u: calm, flights: []begun{{at: ms(-60000), answered: true, input: ms(1010), output: ms(700), open: true}}, subrequests: waitingFor(-4990)},
+			{u: sibling, flights: at(1300)},
+		},
+		killed: true, want: []string{"calm"},
 	}, {
 		name: "even for a request in flight across the last answer",
 		candidates: []candidate{
@@ -206,7 +228,7 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"calm"},
 	}, {
-		name: "one subrequest excuses one request: the other may loop",
+		name: "nor does one sent while both were in flight excuse either",
 		candidates: []candidate{
 			{u: looper, flights: at(-5000, -4000), subrequests: waitingFor(-3990)},
 			{u: sibling, flights: at(1300)},
@@ -251,14 +273,14 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 	}, {
 		name: "a request with several subrequests, one answered since the last answer, may have gone on from that one",
 		candidates: []candidate{
-			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(1300)}, {began: ms(-4980)}}},
+			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), sent: ms(-4990), answered: ms(1300)}, {began: ms(-4980), sent: ms(-4980)}}},
 			{u: sibling, flights: at(1400)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "a worker with a call into this process in flight is excused nothing: the loop may be its callee's",
 		candidates: []candidate{
-			{u: looper, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(1400)}, {began: ms(-4985)}}},
+			{u: looper, flights: at(-5000), subrequests: waitingFor(-4990, -4985)},
 			{u: callee, flights: []begun{{at: ms(-4984), caller: "looper", open: true}}},
 			{u: sibling, flights: at(1300)},
 		},
@@ -287,21 +309,21 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 	}, {
 		name: "a fetch answered before the last answer excuses nothing: its request went on from it, in flight across the last answer as any",
 		candidates: []candidate{
-			{u: calm, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), answered: ms(900)}}},
+			{u: calm, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), sent: ms(-4990), answered: ms(900)}}},
 			{u: sibling, flights: at(-3000)}, {u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"calm", "sibling"},
 	}, {
 		name: "nor a fetch whose body still streams, answered before the last answer: the request reading it is blamed, not a later sibling",
 		candidates: []candidate{
-			{u: looper, flights: at(500), subrequests: []subrequest{{began: ms(510), answered: ms(700)}}},
+			{u: looper, flights: at(500), subrequests: []subrequest{{began: ms(510), sent: ms(510), answered: ms(700)}}},
 			{u: sibling, flights: at(1300, 1400)},
 		},
 		killed: true, want: []string{"looper"},
 	}, {
 		name: "nor a fetch its worker stopped waiting for",
 		candidates: []candidate{
-			{u: calm, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), ended: ms(900)}}},
+			{u: calm, flights: at(-5000), subrequests: []subrequest{{began: ms(-4990), sent: ms(-4990), ended: ms(900)}}},
 			{u: looper, flights: at(1200)},
 		},
 		killed: true, want: []string{"calm"},
@@ -310,24 +332,10 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		// and looped, with a sibling waiting since before the answer, looks the same (README).
 		name: "a fetch answered during the hang excuses nothing: its request may have gone on from the answer and looped",
 		candidates: []candidate{
-			{u: calm, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1500), ended: ms(1501)}}},
+			{u: calm, flights: at(-500), subrequests: []subrequest{{began: ms(-490), sent: ms(-490), answered: ms(1500), ended: ms(1501)}}},
 			{u: looper, flights: at(1200)}, {u: sibling, flights: at(1600)},
 		},
 		killed: true, want: []string{"calm"},
-	}, {
-		name: "nor does one still streaming its answer, beside another of the request's still unanswered",
-		candidates: []candidate{
-			{u: looper, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1100)}, {began: ms(-480)}}},
-			{u: sibling, flights: at(1050)},
-		},
-		killed: true, want: []string{"looper"},
-	}, {
-		name: "and before a request that came after it: its request went on, and looped",
-		candidates: []candidate{
-			{u: looper, flights: at(-500), subrequests: []subrequest{{began: ms(-490), answered: ms(1500), ended: ms(1501)}}},
-			{u: sibling, flights: at(1600)},
-		},
-		killed: true, want: []string{"looper"},
 	}, {
 		name: "a binding call into this process is no subrequest to wait for: the caller answers for its callee",
 		candidates: []candidate{

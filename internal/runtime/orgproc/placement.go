@@ -213,10 +213,11 @@ type candidate struct {
 	endedBefore int64
 }
 
-// subrequest is one of a worker's subrequests (a fetch, a call): when it began, when its answer
-// began to come back (0: not yet) and when it ended (0: in flight), mono.
+// subrequest is one of a worker's subrequests (a fetch, a call): when it began, when its body had
+// been wholly sent (0: not yet), when its answer began to come back (0: not yet) and when it
+// ended (0: in flight), mono.
 type subrequest struct {
-	began, answered, ended int64
+	began, sent, answered, ended int64
 }
 
 // never is a request's turn when it cannot have taken the thread: it waits for an answer of a
@@ -327,13 +328,13 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 // The egress cannot tell which request sent a subrequest, so a subrequest is a request's only when
 // it was the worker's one request in flight as the subrequest was sent (or ended less than
 // waitUntilGrace before: its ctx.waitUntil work may send it). A request waits for its own when it
-// sent one before the last answer (the process answered something since, so the request had let
-// go of the thread) that has not been answered, and none of its own sent then was answered after
-// the last answer (it may have gone on from that answer and looped). A subrequest sent after the
-// last answer excuses nothing: its request ran since, and a request that sent a fetch it did not
-// await and then looped looks the same. Nor does any while the worker has a call in flight into
-// this process (calling): its callee's requests are judged with the caller's, and the loop may be
-// the callee's.
+// sent one whole before the last answer (the process answered something since, so the request had
+// let go of the thread) that has not been answered, and no subrequest it may have sent shows it
+// ran since the last answer: one answered since (it may have gone on from the answer and looped),
+// or whose body was made since or is still being made (its worker's code makes a streamed body; a
+// request that sent a fetch it did not await and then looped looks the same as one awaiting it).
+// None excuses while the worker has a call in flight into this process (calling): its callee's
+// requests are judged with the caller's, and the loop may be the callee's.
 func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bool) []int64 {
 	turns := make([]int64, len(c.flights))
 	for j, f := range c.flights {
@@ -350,43 +351,66 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 	if calling {
 		return turns
 	}
-	// waits: whether each request's own subrequests, sent before the last answer, left it
-	// waiting at the kill (true) or answered since (false: it may have gone on, and looped).
-	waits := map[int]bool{}
+	// excused: the requests whose own subrequest, sent whole before the last answer (the process
+	// answered something since, so the request had let go of the thread), was unanswered at the
+	// kill; ran: those that may have run since the last answer, as a subrequest shows.
+	excused, ran := map[int]bool{}, map[int]bool{}
 	for _, s := range c.subrequests {
-		// Sent since the last answer, it proves its request ran since; answered before, its
-		// request went on; ended unanswered, its worker stopped waiting for it; sent when a
-		// request the unit forgot may have been in flight, whose it is cannot be known.
-		if s.began >= lastAnswer || s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0 ||
-			c.endedBefore != 0 && s.began <= c.endedBefore+waitUntilGrace {
-			continue
+		if s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0 {
+			continue // answered before the last answer, its request went on; ended unanswered, its worker stopped waiting
 		}
-		// Its senders: the requests still in flight, and those ended since it was sent (read
-		// after the kill, the requests it broke are among these).
-		sender, senders := -1, 0
+		// Its possible senders: the requests in flight as it began, still or among those ended
+		// since (read after the kill, the requests it broke are among these).
+		var senders []int
+		ended := 0
 		for j, f := range c.flights {
 			if f.open && f.at <= s.began {
-				sender, senders = j, senders+1
+				senders = append(senders, j)
 			}
 		}
 		for _, e := range c.ended {
 			if e.began <= s.began && s.began <= e.ended+waitUntilGrace {
-				senders++
-				sender = slices.IndexFunc(c.flights, func(f begun) bool { return !f.open && f.at == e.began })
+				ended++
+				if j := slices.IndexFunc(c.flights, func(f begun) bool { return !f.open && f.at == e.began }); j >= 0 {
+					senders = append(senders, j)
+				}
 			}
 		}
-		if senders != 1 || sender < 0 || turns[sender] != lastAnswer {
+		// Answered since the last answer, or its body made since (or still being made: it was
+		// begun since, or its worker's code makes it), it shows that whichever request sent it
+		// may have run since.
+		if s.answered != 0 || s.sent == 0 || s.sent >= lastAnswer {
+			for _, j := range senders {
+				ran[j] = true
+			}
 			continue
 		}
-		w, seen := waits[sender]
-		waits[sender] = s.answered == 0 && (w || !seen)
+		// A subrequest sent when a request the unit forgot may have been in flight, or beside
+		// another request, is no one's.
+		if c.endedBefore != 0 && s.began <= c.endedBefore+waitUntilGrace || len(senders) != 1 || ended+countOpen(c.flights, s.began) != 1 {
+			continue
+		}
+		if turns[senders[0]] == lastAnswer {
+			excused[senders[0]] = true
+		}
 	}
-	for j, w := range waits {
-		if w {
+	for j := range excused {
+		if !ran[j] {
 			turns[j] = never
 		}
 	}
 	return turns
+}
+
+// countOpen is how many of flights are still open and began by at.
+func countOpen(flights []begun, at int64) int {
+	n := 0
+	for _, f := range flights {
+		if f.open && f.at <= at {
+			n++
+		}
+	}
+	return n
 }
 
 // waitUntilGrace is how long after its request ended a subrequest may still be the request's

@@ -761,7 +761,7 @@ func (p *Process) subrequests() map[*Incarnation][]subrequest {
 			continue
 		}
 		for _, s := range inc.spec.Meter.Subrequests() {
-			out[inc] = append(out[inc], subrequest{began: at(s.Began), answered: at(s.Answered), ended: at(s.Ended)})
+			out[inc] = append(out[inc], subrequest{began: at(s.Began), sent: at(s.Sent), answered: at(s.Answered), ended: at(s.Ended)})
 		}
 	}
 	return out

@@ -417,7 +417,6 @@ func countOpen(flights []begun, at int64) int {
 // (ctx.waitUntil work sends most at once).
 const waitUntilGrace = int64(100 * time.Millisecond)
 
-
 // implicate answers for one incarnation implicated in its process's kill or abort (SPEC 5.1): a
 // candidate implicated while it loaded fails and is never loaded again; a served one implicated
 // while it loaded, or twice within an hour, runs alone from now on.

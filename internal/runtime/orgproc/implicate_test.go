@@ -200,6 +200,19 @@ func TestAKillBlamesTheRequestThatTookTheThreadNotThoseQueuedBehindIt(t *testing
 		},
 		killed: true, want: []string{"looper", "calm"},
 	}, {
+		name: "one answered before the last answer whose body its worker was still making at the kill shows it ran since",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: append([]subrequest{{began: ms(-4990), answered: ms(500)}}, waitingFor(-4980)...)},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"},
+	}, {
+		name: "and so does one sent since the last answer, though it ended unanswered (its worker gave up on it, and may loop)",
+		candidates: []candidate{
+			{u: calm, flights: at(-5000), subrequests: append(waitingFor(-4990), subrequest{began: ms(1100), sent: ms(1100), ended: ms(1150)})},
+			{u: looper, flights: at(1200)},
+		},
+		killed: true, want: []string{"calm"}}, {
 		name: "a subrequest answered before the last answer neither excuses its request nor shows it ran since",
 		candidates: []candidate{
 			{u: calm, flights: at(-5000), subrequests: append([]subrequest{{began: ms(-4990), sent: ms(-4990), answered: ms(900), ended: ms(950)}}, waitingFor(-4980)...)},

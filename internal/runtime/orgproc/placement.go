@@ -356,9 +356,6 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 	// kill; ran: those that may have run since the last answer, as a subrequest shows.
 	excused, ran := map[int]bool{}, map[int]bool{}
 	for _, s := range c.subrequests {
-		if s.answered != 0 && s.answered < lastAnswer || s.answered == 0 && s.ended != 0 {
-			continue // answered before the last answer, its request went on; ended unanswered, its worker stopped waiting
-		}
 		// Its possible senders: the requests in flight as it began, still or among those ended
 		// since (read after the kill, the requests it broke are among these).
 		var senders []int
@@ -376,14 +373,17 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 				}
 			}
 		}
-		// Answered since the last answer, or its body made since (or still being made: it was
-		// begun since, or its worker's code makes it), it shows that whichever request sent it
-		// may have run since.
-		if s.answered != 0 || s.sent == 0 || s.sent >= lastAnswer {
+		// Answered since the last answer, or its body made since (sent since, or a streamed body
+		// its worker's code was still making then), it shows that whichever request sent it may
+		// have run since.
+		if s.answered >= lastAnswer || s.sent >= lastAnswer || s.sent == 0 && (s.ended == 0 || s.ended >= lastAnswer) {
 			for _, j := range senders {
 				ran[j] = true
 			}
 			continue
+		}
+		if s.answered != 0 || s.ended != 0 {
+			continue // answered before the last answer, its request went on; ended unanswered, its worker stopped waiting
 		}
 		// A subrequest sent when a request the unit forgot may have been in flight, or beside
 		// another request, is no one's.

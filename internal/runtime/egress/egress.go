@@ -224,7 +224,7 @@ func NewMeter(limit, perRequest int, after time.Duration) *Meter {
 	if after <= 0 {
 		after = WaitUntilAfter
 	}
-	return &Meter{limit: int64(limit), perRequest: int64(perRequest), after: after, now: time.Now}
+	return &Meter{limit: int64(limit), perRequest: int64(perRequest), after: after, now: time.Now, pending: map[*Subrequest]struct{}{}}
 }
 
 // SetClock replaces the meter's clock (tests move it).
@@ -316,9 +316,6 @@ func (m *Meter) Hold(w http.ResponseWriter, r *http.Request) (tw http.ResponseWr
 		r = &sending
 	}
 	m.mu.Lock()
-	if m.pending == nil {
-		m.pending = map[*Subrequest]struct{}{}
-	}
 	m.pending[sub] = struct{}{}
 	m.mu.Unlock()
 	var once sync.Once

@@ -396,19 +396,22 @@ func TestAUnitRemembersItsLastEndedRequests(t *testing.T) {
 		fl.Done()
 	}
 	end(true)
-	ended, before := u.endedSpans()
+	c := u.candidate(0)
+	ended, before := c.ended, c.endedBefore
 	require.Empty(t, ended, "a withdrawn request is not remembered")
 	require.Zero(t, before)
 	for range maxEnded {
 		end(false)
 	}
-	ended, before = u.endedSpans()
+	c = u.candidate(0)
+	ended, before = c.ended, c.endedBefore
 	require.Len(t, ended, maxEnded)
 	require.Zero(t, before, "nothing forgotten yet")
 	first := ended[0]
 	require.LessOrEqual(t, first.began, first.ended)
 	end(false)
-	ended, before = u.endedSpans()
+	c = u.candidate(0)
+	ended, before = c.ended, c.endedBefore
 	require.Len(t, ended, maxEnded)
 	require.Equal(t, first.ended, before, "the forgotten one's end is kept")
 }

@@ -152,8 +152,8 @@ func (p *Process) died(out outcome, backoff time.Duration) {
 		// A request that ended unanswered since the process last answered a probe counts as in
 		// flight at its end: its connection may break before the runtime sees the process go
 		// (which waits for its cgroup to empty).
-		c := candidate{u: u, loading: u.probing.Load(), flights: u.flightsSince(p.alive.Load()), subrequests: out.subrequests[u.inc]}
-		c.ended, c.endedBefore = u.endedSpans()
+		c := u.candidate(p.alive.Load())
+		c.loading, c.subrequests = u.probing.Load(), out.subrequests[u.inc]
 		candidates = append(candidates, c)
 	}
 	implicated := blame(candidates, out.killed, p.lastAnswer.Load())
@@ -283,9 +283,7 @@ func blame(candidates []candidate, killed bool, lastAnswer int64) []candidate {
 	implicated := make([]bool, len(candidates))
 	scripts := map[string]bool{}
 	for i, c := range candidates {
-		implicated[i] = c.loading || slices.ContainsFunc(c.flights, func(f begun) bool {
-			return !killed
-		})
+		implicated[i] = c.loading || !killed && len(c.flights) > 0
 		for j, f := range c.flights {
 			switch turn := turns[i][j]; {
 			case !killed || implicated[i] || !request(f):
@@ -359,15 +357,16 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 		// Its possible senders: the requests in flight as it began, still or among those ended
 		// since (read after the kill, the requests it broke are among these).
 		var senders []int
-		ended := 0
+		possible := 0 // senders, with the ended requests no longer among the flights
 		for j, f := range c.flights {
 			if f.open && f.at <= s.began {
 				senders = append(senders, j)
+				possible++
 			}
 		}
 		for _, e := range c.ended {
 			if e.began <= s.began && s.began <= e.ended+waitUntilGrace {
-				ended++
+				possible++
 				if j := slices.IndexFunc(c.flights, func(f begun) bool { return !f.open && f.at == e.began }); j >= 0 {
 					senders = append(senders, j)
 				}
@@ -387,7 +386,7 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 		}
 		// A subrequest sent when a request the unit forgot may have been in flight, or beside
 		// another request, is no one's.
-		if c.endedBefore != 0 && s.began <= c.endedBefore+waitUntilGrace || len(senders) != 1 || ended+countOpen(c.flights, s.began) != 1 {
+		if c.endedBefore != 0 && s.began <= c.endedBefore+waitUntilGrace || possible != 1 || len(senders) != 1 {
 			continue
 		}
 		if turns[senders[0]] == lastAnswer {
@@ -400,17 +399,6 @@ func turnsOf(c candidate, calling bool, lastAnswer int64, request func(begun) bo
 		}
 	}
 	return turns
-}
-
-// countOpen is how many of flights are still open and began by at.
-func countOpen(flights []begun, at int64) int {
-	n := 0
-	for _, f := range flights {
-		if f.open && f.at <= at {
-			n++
-		}
-	}
-	return n
 }
 
 // waitUntilGrace is how long after its request ended a subrequest may still be the request's

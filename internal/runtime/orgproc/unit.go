@@ -163,29 +163,23 @@ const maxBroken = 16
 // WallLimit is the worker's own wall-time limit per request (0: the edge's).
 func (u *unit) WallLimit() time.Duration { return u.inc.WallLimit() }
 
-// endedSpans answers its last requests that ended, and the latest end of those it forgot.
-func (u *unit) endedSpans() ([]span, int64) {
+// candidate answers, in one read, its requests in flight at since (mono) or later (those still
+// in flight, and those that ended unanswered since: a request's connection may break before the
+// runtime sees its process's end), and its last requests that ended, with the latest end of
+// those it forgot.
+func (u *unit) candidate(since int64) candidate {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return slices.Clone(u.ended), u.endedBefore
-}
-
-// flightsSince answers its requests in flight at since (mono) or later: those still in flight,
-// and those that ended unanswered since (a request's connection may break before the runtime sees
-// its process's end).
-func (u *unit) flightsSince(since int64) []begun {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	var out []begun
+	c := candidate{u: u, ended: slices.Clone(u.ended), endedBefore: u.endedBefore}
 	for f := range u.open {
-		out = append(out, begun{at: f.began, caller: f.caller, answered: f.answered.Load(), input: f.input.Load(), output: f.output.Load(), open: true})
+		c.flights = append(c.flights, begun{at: f.began, caller: f.caller, answered: f.answered.Load(), input: f.input.Load(), output: f.output.Load(), open: true})
 	}
 	for _, b := range u.broken {
 		if b.at >= since {
-			out = append(out, begun{at: b.began, caller: b.caller})
+			c.flights = append(c.flights, begun{at: b.began, caller: b.caller})
 		}
 	}
-	return out
+	return c
 }
 
 // begun is a request in flight: when it began (mono), the script whose call it serves, whether

@@ -223,16 +223,18 @@ func TestAnOrganizationKeepsItsUIDSoANodeWhoseRangeLostItRefusesToStart(t *testi
 	require.ErrorContains(t, err, fmt.Sprintf(`organization "acme" runs as uid %d, outside --sandbox-uid-range`, uid))
 }
 
-// hogSource allocates (and touches) 64 MiB at a time up to 3 GiB on /hog, and answers at once
-// otherwise.
+// hogSource allocates (and touches) 256 MiB at a time up to 3 GiB on /hog, and answers at once
+// otherwise. Its first step alone passes the ceiling: in steps of 64 MiB, a hog on a loaded machine
+// (CI's other packages beside it) was still under the ceiling when it missed its third liveness
+// probe (111 MiB of 228), and was killed as unresponsive, not at its ceiling.
 const hogSource = `const kept = [];
 export default {
   async fetch(req) {
     if (new URL(req.url).pathname !== "/hog") return new Response("calm\n");
     let total = 0;
     while (total < 3072) {
-      kept.push(new Uint8Array(64 << 20).fill(1));
-      total += 64;
+      kept.push(new Uint8Array(256 << 20).fill(1));
+      total += 256;
     }
     return new Response("allocated " + total + " MiB\n");
   }
